@@ -1,0 +1,235 @@
+// Package codecs holds the streaming compressors Plumb reads and writes:
+// snappy (framing format, the .sz of snzip), xz, gzip and zstd. A codec is
+// chosen by name or by file extension; the table is closed, so an unknown
+// name is an error rather than a silent pass-through.
+package codecs
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"path"
+	"sort"
+	"strings"
+
+	"github.com/klauspost/compress/gzip"
+	"github.com/klauspost/compress/s2"
+	"github.com/klauspost/compress/zstd"
+	"github.com/ulikunitz/xz"
+)
+
+// Codec names a compression format.
+type Codec string
+
+// The codecs Plumb knows.
+const (
+	None   Codec = "none"
+	Snappy Codec = "snappy"
+	XZ     Codec = "xz"
+	Gzip   Codec = "gzip"
+	Zstd   Codec = "zstd"
+)
+
+var exts = map[Codec]string{None: "", Snappy: ".sz", XZ: ".xz", Gzip: ".gz", Zstd: ".zst"}
+
+// All lists every codec, None first.
+func All() []Codec { return []Codec{None, Snappy, XZ, Gzip, Zstd} }
+
+// Parse returns the codec with the given name or extension ("snappy" or
+// "sz", "gzip" or "gz", "zstd" or "zst", "xz", and "none", "raw" or "" for
+// no compression).
+func Parse(name string) (Codec, error) {
+	n := strings.TrimPrefix(strings.ToLower(name), ".")
+	switch n {
+	case "", "none", "raw":
+		return None, nil
+	case "snappy", "sz":
+		return Snappy, nil
+	case "xz":
+		return XZ, nil
+	case "gzip", "gz":
+		return Gzip, nil
+	case "zstd", "zst":
+		return Zstd, nil
+	}
+	known := make([]string, 0, len(exts))
+	for c := range exts {
+		known = append(known, string(c))
+	}
+	sort.Strings(known)
+	return "", fmt.Errorf("unsupported codec: %q (known: %s)", name, strings.Join(known, ", "))
+}
+
+// FromExt returns the codec a file or queue name's last extension names, or
+// None when the extension is not a compression format.
+func FromExt(name string) Codec {
+	ext := path.Ext(name)
+	for c, e := range exts {
+		if e != "" && e == ext {
+			return c
+		}
+	}
+	return None
+}
+
+// Ext returns the file extension of the codec, with its dot ("" for None).
+func (c Codec) Ext() string { return exts[c] }
+
+// CorruptError reports compressed input that cannot be decoded. Offset is
+// how many compressed bytes had been consumed when the error was found; the
+// fault lies at or before it.
+type CorruptError struct {
+	Codec  Codec
+	Offset int64
+	Err    error
+}
+
+func (e *CorruptError) Error() string {
+	return fmt.Sprintf("corrupt %s stream at or before compressed byte offset %d: %v", e.Codec, e.Offset, e.Err)
+}
+
+func (e *CorruptError) Unwrap() error { return e.Err }
+
+// NewReader returns a reader of the decompressed bytes of r. Errors in the
+// compressed data come back as *CorruptError. Close releases the decoder; it
+// does not close r.
+func (c Codec) NewReader(r io.Reader) (io.ReadCloser, error) {
+	cr := &countingReader{r: r}
+	var (
+		dec   io.Reader
+		close func() error
+		err   error
+	)
+	switch c {
+	case None:
+		return io.NopCloser(r), nil
+	case Snappy:
+		dec = s2.NewReader(cr, s2.ReaderMaxBlockSize(64<<10))
+	case XZ:
+		dec, err = xz.NewReader(cr)
+	case Gzip:
+		var z *gzip.Reader
+		z, err = gzip.NewReader(cr)
+		if err == nil {
+			dec, close = z, z.Close
+		}
+	case Zstd:
+		var z *zstd.Decoder
+		z, err = zstd.NewReader(cr, zstd.WithDecoderConcurrency(1), zstd.WithDecoderLowmem(true))
+		if err == nil {
+			dec, close = z, func() error { z.Close(); return nil }
+		}
+	default:
+		return nil, fmt.Errorf("unsupported codec: %q", string(c))
+	}
+	if err != nil {
+		return nil, corrupt(c, cr.n, err)
+	}
+	return &reader{codec: c, dec: dec, cr: cr, close: close}, nil
+}
+
+type reader struct {
+	codec Codec
+	dec   io.Reader
+	cr    *countingReader
+	close func() error
+	err   error
+}
+
+func (r *reader) Read(p []byte) (int, error) {
+	if r.err != nil {
+		return 0, r.err
+	}
+	n, err := r.dec.Read(p)
+	if err != nil && err != io.EOF {
+		if r.cr.err != nil && !errors.Is(r.cr.err, io.EOF) && !errors.Is(r.cr.err, io.ErrUnexpectedEOF) {
+			// The source failed; that is not corruption.
+			err = r.cr.err
+		} else {
+			err = corrupt(r.codec, r.cr.n, err)
+		}
+		r.err = err
+	}
+	return n, err
+}
+
+func (r *reader) Close() error {
+	if r.close != nil {
+		return r.close()
+	}
+	return nil
+}
+
+func corrupt(c Codec, off int64, err error) error {
+	if err == io.EOF {
+		err = io.ErrUnexpectedEOF
+	}
+	return &CorruptError{Codec: c, Offset: off, Err: err}
+}
+
+type countingReader struct {
+	r   io.Reader
+	n   int64
+	err error
+}
+
+func (c *countingReader) Read(p []byte) (int, error) {
+	n, err := c.r.Read(p)
+	c.n += int64(n)
+	if err != nil {
+		c.err = err
+	}
+	return n, err
+}
+
+// NewWriter returns a writer that compresses into w. Close flushes the
+// stream trailer; it does not close w. Even an empty stream gets its header,
+// so the output is always a valid file of the format.
+func (c Codec) NewWriter(w io.Writer) (io.WriteCloser, error) {
+	switch c {
+	case None:
+		return nopWriteCloser{w}, nil
+	case Snappy:
+		return &snappyWriter{w: w, s: s2.NewWriter(w, s2.WriterSnappyCompat(), s2.WriterConcurrency(1))}, nil
+	case XZ:
+		return xz.NewWriter(w)
+	case Gzip:
+		return gzip.NewWriterLevel(w, gzip.DefaultCompression)
+	case Zstd:
+		return zstd.NewWriter(w, zstd.WithEncoderConcurrency(1))
+	}
+	return nil, fmt.Errorf("unsupported codec: %q", string(c))
+}
+
+// snappyHeader is the stream identifier chunk of the snappy framing format.
+var snappyHeader = []byte("\xff\x06\x00\x00sNaPpY")
+
+// snappyWriter makes sure the stream identifier is written even when no
+// data is: snzip -d rejects a 0-byte .sz file.
+type snappyWriter struct {
+	w       io.Writer
+	s       *s2.Writer
+	written bool
+}
+
+func (s *snappyWriter) Write(p []byte) (int, error) {
+	if len(p) > 0 {
+		s.written = true
+	}
+	return s.s.Write(p)
+}
+
+func (s *snappyWriter) Close() error {
+	if err := s.s.Close(); err != nil {
+		return err
+	}
+	if !s.written {
+		_, err := s.w.Write(snappyHeader)
+		return err
+	}
+	return nil
+}
+
+type nopWriteCloser struct{ io.Writer }
+
+func (nopWriteCloser) Close() error { return nil }
