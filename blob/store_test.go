@@ -1,0 +1,228 @@
+package blob_test
+
+import (
+	"bytes"
+	"context"
+	"crypto/sha256"
+	"errors"
+	"io"
+	"math/rand/v2"
+	"os"
+	"path/filepath"
+	"sort"
+	"strings"
+	"sync"
+	"testing"
+
+	"github.com/plumb-dev/plumb/blob"
+	"github.com/plumb-dev/plumb/internal/testenv"
+)
+
+// forEachStore runs the test on a directory store and on a real MinIO.
+func forEachStore(t *testing.T, test func(t *testing.T, s blob.Store)) {
+	t.Run("dir", func(t *testing.T) {
+		s, err := blob.OpenDir(t.TempDir())
+		if err != nil {
+			t.Fatal(err)
+		}
+		test(t, s)
+	})
+	t.Run("s3", func(t *testing.T) {
+		m := testenv.StartMinIO(t)
+		s, err := blob.NewS3(context.Background(), blob.S3Config{
+			Endpoint: m.Endpoint, Bucket: "plumb-test", AccessKey: m.AccessKey, SecretKey: m.SecretKey,
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		test(t, s)
+	})
+}
+
+func randBytes(n int, seed uint64) []byte {
+	r := rand.New(rand.NewPCG(seed, seed))
+	b := make([]byte, n)
+	for i := range b {
+		b[i] = byte(r.Uint32())
+	}
+	return b
+}
+
+func read(t *testing.T, s blob.Store, key string) []byte {
+	t.Helper()
+	rc, err := s.Open(context.Background(), key)
+	if err != nil {
+		t.Fatalf("open %s: %v", key, err)
+	}
+	defer rc.Close()
+	b, err := io.ReadAll(rc)
+	if err != nil {
+		t.Fatalf("read %s: %v", key, err)
+	}
+	return b
+}
+
+// failingReader returns some bytes, then an error, like a client that
+// disconnects mid-upload.
+type failingReader struct {
+	data []byte
+}
+
+func (f *failingReader) Read(p []byte) (int, error) {
+	if len(f.data) == 0 {
+		return 0, errors.New("connection reset by peer")
+	}
+	n := copy(p, f.data)
+	f.data = f.data[n:]
+	return n, nil
+}
+
+// TestAcceptance checks the Store contract of the package comment.
+func TestAcceptance(t *testing.T) {
+	forEachStore(t, func(t *testing.T, s blob.Store) {
+		ctx := context.Background()
+		data := randBytes(3<<20+17, 1)
+		sum := blob.Sum(sha256.Sum256(data))
+		key := "pcap.sz/lax/20250505-151105-00000001.lax.pcap.sz.sha256-" + sum.String()
+
+		// Missing keys.
+		if _, err := s.Open(ctx, key); !errors.Is(err, blob.ErrNotFound) {
+			t.Fatalf("Open of a missing key = %v, want ErrNotFound", err)
+		}
+		if _, err := s.Stat(ctx, key); !errors.Is(err, blob.ErrNotFound) {
+			t.Fatalf("Stat of a missing key = %v, want ErrNotFound", err)
+		}
+
+		// Refused puts leave nothing visible.
+		for name, tc := range map[string]struct {
+			r    io.Reader
+			size int64
+		}{
+			"wrong checksum":  {bytes.NewReader(append(bytes.Clone(data[:len(data)-1]), data[len(data)-1]^1)), int64(len(data))},
+			"short":           {bytes.NewReader(data[:len(data)-5]), int64(len(data))},
+			"long":            {bytes.NewReader(append(bytes.Clone(data), 'x')), int64(len(data))},
+			"broken upstream": {&failingReader{data: data[:1<<20]}, int64(len(data))},
+		} {
+			err := s.Put(ctx, key, tc.r, tc.size, sum)
+			if err == nil {
+				t.Fatalf("%s: Put succeeded", name)
+			}
+			if name != "broken upstream" && !errors.Is(err, blob.ErrMismatch) {
+				t.Errorf("%s: Put = %v, want ErrMismatch", name, err)
+			}
+			if _, err := s.Stat(ctx, key); !errors.Is(err, blob.ErrNotFound) {
+				t.Fatalf("%s: after a refused Put the key is visible (%v)", name, err)
+			}
+		}
+		ctxCancelled, cancel := context.WithCancel(ctx)
+		cancel()
+		if err := s.Put(ctxCancelled, key, bytes.NewReader(data), int64(len(data)), sum); err == nil {
+			t.Fatal("Put with a cancelled context succeeded")
+		}
+
+		// A good put, then the same again (idempotent).
+		for i := 0; i < 2; i++ {
+			if err := s.Put(ctx, key, bytes.NewReader(data), int64(len(data)), sum); err != nil {
+				t.Fatalf("Put #%d: %v", i+1, err)
+			}
+		}
+		if got := read(t, s, key); !bytes.Equal(got, data) {
+			t.Fatalf("read back %d bytes, not the %d put", len(got), len(data))
+		}
+		if info, err := s.Stat(ctx, key); err != nil || info.Size != int64(len(data)) {
+			t.Fatalf("Stat = %+v, %v", info, err)
+		}
+
+		// Empty blobs are blobs.
+		empty := blob.Sum(sha256.Sum256(nil))
+		if err := s.Put(ctx, "q/i/empty", bytes.NewReader(nil), 0, empty); err != nil {
+			t.Fatalf("Put empty: %v", err)
+		}
+		if got := read(t, s, "q/i/empty"); len(got) != 0 {
+			t.Fatalf("empty blob read back as %d bytes", len(got))
+		}
+
+		// Concurrent puts of different keys.
+		var wg sync.WaitGroup
+		errs := make(chan error, 16)
+		for i := range 16 {
+			wg.Go(func() {
+				b := randBytes(100_000+i, uint64(i)+10)
+				errs <- s.Put(ctx, "q/c/"+string(rune('a'+i)), bytes.NewReader(b), int64(len(b)), sha256.Sum256(b))
+			})
+		}
+		wg.Wait()
+		close(errs)
+		for err := range errs {
+			if err != nil {
+				t.Fatal(err)
+			}
+		}
+
+		var keys []string
+		if err := s.List(ctx, func(i blob.Info) error { keys = append(keys, i.Key); return nil }); err != nil {
+			t.Fatal(err)
+		}
+		sort.Strings(keys)
+		if len(keys) != 18 || keys[0] != key {
+			t.Fatalf("List = %d keys (%v…), want 18 starting with %s", len(keys), keys[:min(3, len(keys))], key)
+		}
+
+		if err := s.Delete(ctx, key); err != nil {
+			t.Fatal(err)
+		}
+		if err := s.Delete(ctx, key); err != nil {
+			t.Fatalf("second Delete: %v", err)
+		}
+		if _, err := s.Open(ctx, key); !errors.Is(err, blob.ErrNotFound) {
+			t.Fatalf("Open after Delete = %v", err)
+		}
+
+		// Keys that could escape the store are refused before any I/O.
+		for _, bad := range []string{"", "../x", "a/../../x", "/abs", "a//b", "a/./b", "a\\b", "a\x00b", "a b", "a%2f..%2fb"} {
+			if err := s.Put(ctx, bad, bytes.NewReader(nil), 0, empty); !errors.Is(err, blob.ErrBadKey) {
+				t.Errorf("Put(%q) = %v, want ErrBadKey", bad, err)
+			}
+			if _, err := s.Open(ctx, bad); !errors.Is(err, blob.ErrBadKey) {
+				t.Errorf("Open(%q) = %v, want ErrBadKey", bad, err)
+			}
+		}
+	})
+}
+
+// TestDirLeavesNoTempFiles checks that refused puts clean up after
+// themselves and that a crashed process's temp files are removed on open.
+func TestDirLeavesNoTempFiles(t *testing.T) {
+	dir := t.TempDir()
+	s, err := blob.OpenDir(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	data := randBytes(1000, 3)
+	s.Put(context.Background(), "q/i/k", bytes.NewReader(data[:10]), 1000, sha256.Sum256(data))
+	if ents, _ := os.ReadDir(filepath.Join(dir, "tmp")); len(ents) != 0 {
+		t.Fatalf("refused Put left %d temp files", len(ents))
+	}
+	os.WriteFile(filepath.Join(dir, "tmp", "put-crashed"), data, 0o644)
+	if _, err := blob.OpenDir(dir); err != nil {
+		t.Fatal(err)
+	}
+	if ents, _ := os.ReadDir(filepath.Join(dir, "tmp")); len(ents) != 0 {
+		t.Fatalf("open left %d temp files of a crashed process", len(ents))
+	}
+}
+
+func TestOpenURL(t *testing.T) {
+	dir := t.TempDir()
+	for _, u := range []string{dir, "file://" + dir} {
+		s, err := blob.Open(context.Background(), u)
+		if err != nil || !strings.HasPrefix(s.String(), "file://") {
+			t.Errorf("Open(%q) = %v, %v", u, s, err)
+		}
+	}
+	for _, u := range []string{"ftp://x", "s3://bucket", "s3://?endpoint=x:1"} {
+		if _, err := blob.Open(context.Background(), u); err == nil {
+			t.Errorf("Open(%q) succeeded", u)
+		}
+	}
+}

@@ -1,0 +1,72 @@
+package testenv
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"testing"
+	"time"
+)
+
+// MinIO is a real MinIO server started for one test.
+type MinIO struct {
+	Endpoint  string // 127.0.0.1:PORT
+	AccessKey string
+	SecretKey string
+}
+
+// StartMinIO starts a MinIO server on a free loopback port with a temp data
+// directory, waits until it is live, and stops it when the test ends.
+func StartMinIO(t testing.TB) MinIO {
+	t.Helper()
+	bin := Tool(t, "minio")
+	addr, console := FreeAddr(t), FreeAddr(t)
+	m := MinIO{Endpoint: addr, AccessKey: "plumbtest", SecretKey: "plumbtest-secret"}
+	cmd := exec.Command(bin, "server", "--quiet", "--address", addr, "--console-address", console, t.TempDir())
+	cmd.Env = append(os.Environ(), "MINIO_ROOT_USER="+m.AccessKey, "MINIO_ROOT_PASSWORD="+m.SecretKey,
+		"MINIO_BROWSER=off", "MINIO_UPDATE=off", "MINIO_CI_CD=1")
+	out, err := os.CreateTemp(t.TempDir(), "minio-log-*")
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmd.Stdout, cmd.Stderr = out, out
+	if err := cmd.Start(); err != nil {
+		t.Fatalf("start minio: %v", err)
+	}
+	t.Cleanup(func() {
+		cmd.Process.Kill()
+		cmd.Wait()
+	})
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	for {
+		req, _ := http.NewRequestWithContext(ctx, "GET", "http://"+addr+"/minio/health/live", nil)
+		resp, err := http.DefaultClient.Do(req)
+		if err == nil {
+			resp.Body.Close()
+			if resp.StatusCode == 200 {
+				return m
+			}
+		}
+		select {
+		case <-ctx.Done():
+			log, _ := os.ReadFile(out.Name())
+			t.Fatalf("minio on %s did not become live in 60s:\n%s", addr, log)
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
+}
+
+// FreeAddr returns a loopback address with a port that was free a moment ago.
+func FreeAddr(t testing.TB) string {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	return fmt.Sprint(l.Addr())
+}
