@@ -1,0 +1,306 @@
+package state
+
+import (
+	"fmt"
+	"time"
+
+	bolt "go.etcd.io/bbolt"
+
+	"github.com/plumb-dev/plumb/block"
+)
+
+// DeliveryState is where one block stands with one subscriber.
+type DeliveryState string
+
+// The states of a delivery. RESERVED with an expired deadline counts as
+// UNRESERVED: the block is handed out again (at-least-once).
+const (
+	Unreserved DeliveryState = "UNRESERVED"
+	Reserved   DeliveryState = "RESERVED"
+	Done       DeliveryState = "DONE"
+	Faulty     DeliveryState = "FAULTY"
+)
+
+// Delivery is one block owed to one subscriber.
+type Delivery struct {
+	State     DeliveryState `json:"state"`
+	Attempts  int           `json:"attempts"`
+	Until     time.Time     `json:"until,omitzero"`    // end of the reservation
+	Reserver  string        `json:"reserver,omitempty"` // who holds the reservation
+	LastError string        `json:"last_error,omitempty"`
+}
+
+// From says where a new consumer group starts.
+type From string
+
+// Where a new group starts: with every retained block, or with the next
+// block to arrive.
+const (
+	Earliest From = "earliest"
+	Latest   From = "latest"
+)
+
+// Group is a consumer group of a queue.
+type Group struct {
+	Name    string    `json:"name"`
+	From    From      `json:"from"`
+	Created time.Time `json:"created"`
+	// Floor is a serial below which every delivery is DONE, so Reserve
+	// need not scan them again.
+	Floor uint64 `json:"floor"`
+}
+
+// GroupStats counts a group's deliveries by state.
+type GroupStats struct {
+	Group      string `json:"group"`
+	Unreserved int    `json:"unreserved"`
+	Reserved   int    `json:"reserved"`
+	Done       int    `json:"done"`
+	Faulty     int    `json:"faulty"`
+}
+
+// addDeliveries records one UNRESERVED delivery of a new block for every
+// group of its queue.
+func addDeliveries(tx *bolt.Tx, queue string, serial uint64) error {
+	groups, err := sub(tx, bucketGroups, queue)
+	if err != nil {
+		return err
+	}
+	return groups.ForEach(func(name, _ []byte) error {
+		dels, err := sub(tx, bucketDeliveries, queue, string(name))
+		if err != nil {
+			return err
+		}
+		return putJSON(dels, u64(serial), Delivery{State: Unreserved})
+	})
+}
+
+// EnsureGroup creates a consumer group if it does not exist. A group that
+// starts from Earliest is owed every block the queue holds now; one that
+// starts from Latest only the blocks that arrive after it. Returns the
+// group as stored (an existing group keeps its first From).
+func (d *DB) EnsureGroup(queue, group string, from From) (Group, error) {
+	if err := block.ValidateGroup(group); err != nil {
+		return Group{}, err
+	}
+	if from != Earliest && from != Latest {
+		return Group{}, fmt.Errorf("from %q: want %q or %q", from, Earliest, Latest)
+	}
+	var out Group
+	err := d.bolt.Update(func(tx *bolt.Tx) error {
+		groups, err := sub(tx, bucketGroups, queue)
+		if err != nil {
+			return err
+		}
+		g, ok, err := getJSON[Group](groups, []byte(group))
+		if err != nil || ok {
+			out = g
+			return err
+		}
+		g = Group{Name: group, From: from, Created: d.now().UTC()}
+		arrivals, err := sub(tx, bucketArrivals, queue)
+		if err != nil {
+			return err
+		}
+		if from == Earliest {
+			dels, err := sub(tx, bucketDeliveries, queue, group)
+			if err != nil {
+				return err
+			}
+			if err := arrivals.ForEach(func(serial, _ []byte) error {
+				return putJSON(dels, serial, Delivery{State: Unreserved})
+			}); err != nil {
+				return err
+			}
+		} else {
+			g.Floor = arrivals.Sequence()
+		}
+		out = g
+		return putJSON(groups, []byte(group), g)
+	})
+	return out, err
+}
+
+// Reserve hands the oldest block owed to a group to reserver for the given
+// visibility timeout: UNRESERVED, or RESERVED with an expired deadline. It
+// returns false when nothing is available now.
+func (d *DB) Reserve(queue, group, reserver string, visibility time.Duration) (Block, bool, error) {
+	var (
+		out   Block
+		found bool
+	)
+	now := d.now()
+	err := d.bolt.Update(func(tx *bolt.Tx) error {
+		groups, err := sub(tx, bucketGroups, queue)
+		if err != nil {
+			return err
+		}
+		g, ok, err := getJSON[Group](groups, []byte(group))
+		if err != nil {
+			return err
+		}
+		if !ok {
+			return fmt.Errorf("group %q of queue %q: %w", group, queue, ErrNotFound)
+		}
+		dels, err := sub(tx, bucketDeliveries, queue, group)
+		if err != nil {
+			return err
+		}
+		c := dels.Cursor()
+		for k, v := c.Seek(u64(g.Floor + 1)); k != nil; k, v = c.Next() {
+			var del Delivery
+			if err := jsonUnmarshal(v, &del); err != nil {
+				return err
+			}
+			if del.State == Unreserved || del.State == Reserved && now.After(del.Until) {
+				del.State, del.Until, del.Reserver = Reserved, now.Add(visibility), reserver
+				del.Attempts++
+				if err := putJSON(dels, k, del); err != nil {
+					return err
+				}
+				blocks, _ := sub(tx, bucketBlocks, queue)
+				arrivals, _ := sub(tx, bucketArrivals, queue)
+				b, ok, err := getJSON[Block](blocks, arrivals.Get(k))
+				if err != nil {
+					return err
+				}
+				if !ok {
+					return fmt.Errorf("delivery %d of group %q names a block queue %q does not hold", bytesU64(k), group, queue)
+				}
+				out, found = b, true
+				return nil
+			}
+		}
+		return nil
+	})
+	return out, found, err
+}
+
+// NextExpiry returns the earliest end of a reservation of the group, or
+// zero when no block is reserved; a waiting reader sleeps until then.
+func (d *DB) NextExpiry(queue, group string) (time.Time, error) {
+	var next time.Time
+	err := d.bolt.View(func(tx *bolt.Tx) error {
+		groups, _ := sub(tx, bucketGroups, queue)
+		g, _, err := getJSON[Group](groups, []byte(group))
+		if err != nil {
+			return err
+		}
+		dels, _ := sub(tx, bucketDeliveries, queue, group)
+		if dels == nil {
+			return nil
+		}
+		c := dels.Cursor()
+		for k, v := c.Seek(u64(g.Floor + 1)); k != nil; k, v = c.Next() {
+			var del Delivery
+			if err := jsonUnmarshal(v, &del); err != nil {
+				return err
+			}
+			if del.State == Reserved && (next.IsZero() || del.Until.Before(next)) {
+				next = del.Until
+			}
+		}
+		return nil
+	})
+	return next, err
+}
+
+// Ack marks blocks DONE for a group. Each must be owed to the group; acking
+// a block twice is not an error (a redelivered block may be acked by both
+// readers). It returns how many deliveries changed.
+func (d *DB) Ack(queue, group string, ids []block.ID) (int, error) {
+	n := 0
+	err := d.bolt.Update(func(tx *bolt.Tx) error {
+		groups, err := sub(tx, bucketGroups, queue)
+		if err != nil {
+			return err
+		}
+		g, ok, err := getJSON[Group](groups, []byte(group))
+		if err != nil {
+			return err
+		}
+		if !ok {
+			return fmt.Errorf("group %q of queue %q: %w", group, queue, ErrNotFound)
+		}
+		blocks, _ := sub(tx, bucketBlocks, queue)
+		dels, _ := sub(tx, bucketDeliveries, queue, group)
+		for _, id := range ids {
+			b, ok, err := getJSON[Block](blocks, blockKey(id.Instance, id.Seq))
+			if err != nil {
+				return err
+			}
+			if !ok || id.Queue != queue {
+				return fmt.Errorf("ack of block %s for group %q: %w in queue %q", id, group, ErrNotFound, queue)
+			}
+			del, ok, err := getJSON[Delivery](dels, u64(b.Serial))
+			if err != nil {
+				return err
+			}
+			if !ok {
+				return fmt.Errorf("ack of block %s: it is not owed to group %q (the group started after it): %w", b.Name, group, ErrNotFound)
+			}
+			if del.State == Done {
+				continue
+			}
+			del.State, del.Until, del.Reserver = Done, time.Time{}, ""
+			if err := putJSON(dels, u64(b.Serial), del); err != nil {
+				return err
+			}
+			n++
+		}
+		// Advance the floor over the leading run of DONE deliveries.
+		c := dels.Cursor()
+		for k, v := c.Seek(u64(g.Floor + 1)); k != nil; k, v = c.Next() {
+			var del Delivery
+			if err := jsonUnmarshal(v, &del); err != nil {
+				return err
+			}
+			if del.State != Done {
+				break
+			}
+			g.Floor = bytesU64(k)
+		}
+		return putJSON(groups, []byte(group), g)
+	})
+	return n, err
+}
+
+// Groups returns the delivery counts of every group of a queue.
+func (d *DB) Groups(queue string) ([]GroupStats, error) {
+	var out []GroupStats
+	now := d.now()
+	err := d.bolt.View(func(tx *bolt.Tx) error {
+		groups, _ := sub(tx, bucketGroups, queue)
+		if groups == nil {
+			return nil
+		}
+		return groups.ForEach(func(name, _ []byte) error {
+			s := GroupStats{Group: string(name)}
+			dels, _ := sub(tx, bucketDeliveries, queue, string(name))
+			if dels != nil {
+				if err := dels.ForEach(func(_, v []byte) error {
+					var del Delivery
+					if err := jsonUnmarshal(v, &del); err != nil {
+						return err
+					}
+					switch {
+					case del.State == Reserved && now.After(del.Until), del.State == Unreserved:
+						s.Unreserved++
+					case del.State == Reserved:
+						s.Reserved++
+					case del.State == Done:
+						s.Done++
+					case del.State == Faulty:
+						s.Faulty++
+					}
+					return nil
+				}); err != nil {
+					return err
+				}
+			}
+			out = append(out, s)
+			return nil
+		})
+	})
+	return out, err
+}

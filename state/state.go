@@ -1,0 +1,328 @@
+// Package state holds Plumb's metadata in bbolt: queues, blocks, consumer
+// groups and one delivery record per block and group. Every change is one
+// bbolt transaction, so a crash leaves either the whole change or none of
+// it. Block bytes live in a blob store; state only names their keys.
+package state
+
+import (
+	"encoding/binary"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"time"
+
+	bolt "go.etcd.io/bbolt"
+
+	"github.com/plumb-dev/plumb/block"
+)
+
+// Errors to test with errors.Is.
+var (
+	ErrNotFound = errors.New("not found")
+	// ErrConflict is returned when a block's identity is already stored
+	// with a different checksum; the stored block is never replaced.
+	ErrConflict = errors.New("block identity already stored with a different checksum")
+)
+
+// Block is the metadata of one stored block.
+type Block struct {
+	Name     string    `json:"name"`
+	Queue    string    `json:"queue"`
+	Instance string    `json:"instance"`
+	Seq      uint64    `json:"seq"`
+	Time     time.Time `json:"time"` // event time, from the name
+	Size     int64     `json:"size"`
+	SHA256   string    `json:"sha256"`
+	Key      string    `json:"key"` // blob key
+	Arrived  time.Time `json:"arrived"`
+	Serial   uint64    `json:"serial"` // arrival order within the queue, from 1
+}
+
+// ID returns the block's identity.
+func (b Block) ID() block.ID { return block.ID{Queue: b.Queue, Instance: b.Instance, Seq: b.Seq} }
+
+// Queue summarises a queue.
+type Queue struct {
+	Name    string    `json:"name"`
+	Blocks  int64     `json:"blocks"`
+	Bytes   int64     `json:"bytes"`
+	Created time.Time `json:"created"`
+}
+
+// Status says what CommitBlock did.
+type Status string
+
+// The outcomes of CommitBlock.
+const (
+	Stored    Status = "stored"
+	Duplicate Status = "duplicate"
+)
+
+// DB is the metadata database.
+type DB struct {
+	bolt *bolt.DB
+	now  func() time.Time
+}
+
+// Options configure Open.
+type Options struct {
+	// Now is the clock; time.Now when nil.
+	Now func() time.Time
+}
+
+var (
+	bucketQueues     = []byte("queues")
+	bucketBlocks     = []byte("blocks")     // queue → instance\x00seq → Block
+	bucketArrivals   = []byte("arrivals")   // queue → serial → instance\x00seq
+	bucketGroups     = []byte("groups")     // queue → group → Group
+	bucketDeliveries = []byte("deliveries") // queue → group → serial → Delivery
+)
+
+// Open opens or creates the database file.
+func Open(path string, opts Options) (*DB, error) {
+	if opts.Now == nil {
+		opts.Now = time.Now
+	}
+	if err := os.MkdirAll(filepath.Dir(path), 0o750); err != nil {
+		return nil, err
+	}
+	db, err := bolt.Open(path, 0o600, &bolt.Options{Timeout: 5 * time.Second})
+	if err != nil {
+		return nil, fmt.Errorf("open metadata %s: %w (is another plumb serve using this data directory?)", path, err)
+	}
+	err = db.Update(func(tx *bolt.Tx) error {
+		for _, b := range [][]byte{bucketQueues, bucketBlocks, bucketArrivals, bucketGroups, bucketDeliveries} {
+			if _, err := tx.CreateBucketIfNotExists(b); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		db.Close()
+		return nil, err
+	}
+	return &DB{bolt: db, now: opts.Now}, nil
+}
+
+// Close closes the database.
+func (d *DB) Close() error { return d.bolt.Close() }
+
+// Check verifies the integrity of the database file (every page reachable
+// once); tests call it on cleanup.
+func (d *DB) Check() error {
+	return d.bolt.View(func(tx *bolt.Tx) error {
+		var errs []error
+		for err := range tx.Check() {
+			errs = append(errs, err)
+		}
+		return errors.Join(errs...)
+	})
+}
+
+func u64(n uint64) []byte {
+	var b [8]byte
+	binary.BigEndian.PutUint64(b[:], n)
+	return b[:]
+}
+
+func blockKey(instance string, seq uint64) []byte {
+	return append(append([]byte(instance), 0), u64(seq)...)
+}
+
+// sub returns the nested bucket name under top, creating it when create.
+func sub(tx *bolt.Tx, top []byte, names ...string) (*bolt.Bucket, error) {
+	b := tx.Bucket(top)
+	for _, n := range names {
+		var nb *bolt.Bucket
+		if tx.Writable() {
+			var err error
+			if nb, err = b.CreateBucketIfNotExists([]byte(n)); err != nil {
+				return nil, err
+			}
+		} else if nb = b.Bucket([]byte(n)); nb == nil {
+			return nil, nil
+		}
+		b = nb
+	}
+	return b, nil
+}
+
+func getJSON[T any](b *bolt.Bucket, key []byte) (T, bool, error) {
+	var v T
+	if b == nil {
+		return v, false, nil
+	}
+	raw := b.Get(key)
+	if raw == nil {
+		return v, false, nil
+	}
+	return v, true, json.Unmarshal(raw, &v)
+}
+
+func putJSON(b *bolt.Bucket, key []byte, v any) error {
+	raw, err := json.Marshal(v)
+	if err != nil {
+		return err
+	}
+	return b.Put(key, raw)
+}
+
+// CommitBlock records a block whose blob is already durable. If the same
+// identity is stored with the same checksum it returns Duplicate and the
+// stored block; with a different checksum it returns an error wrapping
+// ErrConflict and the stored block. A stored block gets one delivery
+// record for every consumer group of its queue.
+func (d *DB) CommitBlock(b Block) (Block, Status, error) {
+	var (
+		out    Block
+		status Status
+	)
+	err := d.bolt.Update(func(tx *bolt.Tx) error {
+		blocks, err := sub(tx, bucketBlocks, b.Queue)
+		if err != nil {
+			return err
+		}
+		k := blockKey(b.Instance, b.Seq)
+		old, ok, err := getJSON[Block](blocks, k)
+		if err != nil {
+			return err
+		}
+		if ok {
+			out = old
+			if old.SHA256 != b.SHA256 || old.Size != b.Size {
+				return fmt.Errorf("%w: block %s is stored with sha256 %s (%d bytes); refusing sha256 %s (%d bytes); send it under a new sequence number or instance",
+					ErrConflict, old.Name, old.SHA256, old.Size, b.SHA256, b.Size)
+			}
+			status = Duplicate
+			return nil
+		}
+		arrivals, err := sub(tx, bucketArrivals, b.Queue)
+		if err != nil {
+			return err
+		}
+		if b.Serial, err = arrivals.NextSequence(); err != nil {
+			return err
+		}
+		b.Arrived = d.now().UTC()
+		if err := putJSON(blocks, k, b); err != nil {
+			return err
+		}
+		if err := arrivals.Put(u64(b.Serial), k); err != nil {
+			return err
+		}
+		queues := tx.Bucket(bucketQueues)
+		q, ok, err := getJSON[Queue](queues, []byte(b.Queue))
+		if err != nil {
+			return err
+		}
+		if !ok {
+			q = Queue{Name: b.Queue, Created: b.Arrived}
+		}
+		q.Blocks++
+		q.Bytes += b.Size
+		if err := putJSON(queues, []byte(b.Queue), q); err != nil {
+			return err
+		}
+		if err := addDeliveries(tx, b.Queue, b.Serial); err != nil {
+			return err
+		}
+		out, status = b, Stored
+		return nil
+	})
+	return out, status, err
+}
+
+// Lookup returns the block with the given identity.
+func (d *DB) Lookup(id block.ID) (Block, error) {
+	var out Block
+	err := d.bolt.View(func(tx *bolt.Tx) error {
+		blocks, _ := sub(tx, bucketBlocks, id.Queue)
+		b, ok, err := getJSON[Block](blocks, blockKey(id.Instance, id.Seq))
+		if err != nil {
+			return err
+		}
+		if !ok {
+			return fmt.Errorf("block %s: %w", id, ErrNotFound)
+		}
+		out = b
+		return nil
+	})
+	return out, err
+}
+
+// Queues lists every queue, sorted by name.
+func (d *DB) Queues() ([]Queue, error) {
+	var out []Queue
+	err := d.bolt.View(func(tx *bolt.Tx) error {
+		return tx.Bucket(bucketQueues).ForEach(func(k, v []byte) error {
+			var q Queue
+			if err := json.Unmarshal(v, &q); err != nil {
+				return err
+			}
+			out = append(out, q)
+			return nil
+		})
+	})
+	return out, err
+}
+
+// Queue returns one queue's summary.
+func (d *DB) Queue(name string) (Queue, error) {
+	var out Queue
+	err := d.bolt.View(func(tx *bolt.Tx) error {
+		q, ok, err := getJSON[Queue](tx.Bucket(bucketQueues), []byte(name))
+		if err != nil {
+			return err
+		}
+		if !ok {
+			return fmt.Errorf("queue %q: %w", name, ErrNotFound)
+		}
+		out = q
+		return nil
+	})
+	return out, err
+}
+
+// Blocks returns up to limit blocks of a queue in arrival order, starting
+// after the given serial (0 for the first).
+func (d *DB) Blocks(queue string, after uint64, limit int) ([]Block, error) {
+	var out []Block
+	err := d.bolt.View(func(tx *bolt.Tx) error {
+		arrivals, _ := sub(tx, bucketArrivals, queue)
+		blocks, _ := sub(tx, bucketBlocks, queue)
+		if arrivals == nil {
+			return nil
+		}
+		c := arrivals.Cursor()
+		for k, v := c.Seek(u64(after + 1)); k != nil && len(out) < limit; k, v = c.Next() {
+			b, ok, err := getJSON[Block](blocks, v)
+			if err != nil {
+				return err
+			}
+			if ok {
+				out = append(out, b)
+			}
+		}
+		return nil
+	})
+	return out, err
+}
+
+// LastSerial returns the serial of the newest block of a queue (0 if none).
+func (d *DB) LastSerial(queue string) (uint64, error) {
+	var n uint64
+	err := d.bolt.View(func(tx *bolt.Tx) error {
+		if a, _ := sub(tx, bucketArrivals, queue); a != nil {
+			n = a.Sequence()
+		}
+		return nil
+	})
+	return n, err
+}
+
+func bytesU64(b []byte) uint64 { return binary.BigEndian.Uint64(b) }
+
+func jsonUnmarshal(raw []byte, v any) error { return json.Unmarshal(raw, v) }

@@ -1,0 +1,148 @@
+package state
+
+import (
+	"errors"
+	"fmt"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/plumb-dev/plumb/block"
+)
+
+type clock struct{ t time.Time }
+
+func (c *clock) now() time.Time { return c.t }
+
+func open(t *testing.T) (*DB, *clock) {
+	t.Helper()
+	c := &clock{t: time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)}
+	db, err := Open(filepath.Join(t.TempDir(), "meta.db"), Options{Now: c.now})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if err := db.Check(); err != nil {
+			t.Errorf("database integrity: %v", err)
+		}
+		db.Close()
+	})
+	return db, c
+}
+
+func mk(seq uint64, sum string) Block {
+	n := block.Name{Time: time.Date(2025, 5, 5, 15, 11, 5, 0, time.UTC), Seq: seq, Instance: "lax", Queue: "pcap.sz"}
+	return Block{Name: n.String(), Queue: n.Queue, Instance: n.Instance, Seq: seq, Time: n.Time, Size: 10, SHA256: sum, Key: "k" + fmt.Sprint(seq)}
+}
+
+func TestCommitDuplicateConflict(t *testing.T) {
+	db, _ := open(t)
+	b, st, err := db.CommitBlock(mk(1, "aa"))
+	if err != nil || st != Stored || b.Serial != 1 {
+		t.Fatalf("first commit = %+v, %s, %v", b, st, err)
+	}
+	if _, st, err := db.CommitBlock(mk(1, "aa")); err != nil || st != Duplicate {
+		t.Fatalf("same identity and checksum = %s, %v; want duplicate", st, err)
+	}
+	_, _, err = db.CommitBlock(mk(1, "bb"))
+	if !errors.Is(err, ErrConflict) {
+		t.Fatalf("same identity, other checksum = %v; want ErrConflict", err)
+	}
+	got, err := db.Lookup(mk(1, "").ID())
+	if err != nil || got.SHA256 != "aa" {
+		t.Fatalf("stored block was replaced: %+v, %v", got, err)
+	}
+	q, err := db.Queue("pcap.sz")
+	if err != nil || q.Blocks != 1 || q.Bytes != 10 {
+		t.Fatalf("queue = %+v, %v; want 1 block of 10 bytes", q, err)
+	}
+	if _, err := db.Lookup(block.ID{Queue: "pcap.sz", Instance: "lax", Seq: 9}); !errors.Is(err, ErrNotFound) {
+		t.Fatalf("Lookup of a missing block = %v", err)
+	}
+}
+
+func TestGroupsReserveAck(t *testing.T) {
+	db, c := open(t)
+	for i := uint64(1); i <= 3; i++ {
+		db.CommitBlock(mk(i, "s"))
+	}
+	if _, err := db.EnsureGroup("pcap.sz", "early", Earliest); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := db.EnsureGroup("pcap.sz", "late", Latest); err != nil {
+		t.Fatal(err)
+	}
+	db.CommitBlock(mk(4, "s"))
+
+	// early is owed 1..4, late only 4.
+	var got []uint64
+	for {
+		b, ok, err := db.Reserve("pcap.sz", "early", "r1", time.Minute)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !ok {
+			break
+		}
+		got = append(got, b.Seq)
+	}
+	if fmt.Sprint(got) != "[1 2 3 4]" {
+		t.Fatalf("early reserved %v, want [1 2 3 4]", got)
+	}
+	if b, ok, _ := db.Reserve("pcap.sz", "late", "r2", time.Minute); !ok || b.Seq != 4 {
+		t.Fatalf("late reserved %+v %v, want block 4", b, ok)
+	}
+
+	// Ack 1 and 3; after the visibility timeout 2 and 4 come back.
+	if n, err := db.Ack("pcap.sz", "early", []block.ID{mk(1, "").ID(), mk(3, "").ID()}); err != nil || n != 2 {
+		t.Fatalf("ack = %d, %v", n, err)
+	}
+	if n, err := db.Ack("pcap.sz", "early", []block.ID{mk(1, "").ID()}); err != nil || n != 0 {
+		t.Fatalf("second ack = %d, %v; want 0, nil", n, err)
+	}
+	if _, ok, _ := db.Reserve("pcap.sz", "early", "r1", time.Minute); ok {
+		t.Fatal("a reserved block was handed out again before its timeout")
+	}
+	if exp, _ := db.NextExpiry("pcap.sz", "early"); !exp.Equal(c.t.Add(time.Minute)) {
+		t.Fatalf("NextExpiry = %v", exp)
+	}
+	c.t = c.t.Add(61 * time.Second)
+	b, ok, _ := db.Reserve("pcap.sz", "early", "r3", time.Minute)
+	if !ok || b.Seq != 2 {
+		t.Fatalf("after the timeout got %+v %v, want block 2 again", b, ok)
+	}
+	stats, err := db.Groups("pcap.sz")
+	if err != nil || len(stats) != 2 {
+		t.Fatal(stats, err)
+	}
+	if s := stats[0]; s.Group != "early" || s.Done != 2 || s.Reserved != 1 || s.Unreserved != 1 {
+		t.Fatalf("early stats = %+v; want 2 done, 1 reserved, 1 unreserved", s)
+	}
+
+	if _, err := db.Ack("pcap.sz", "nope", nil); !errors.Is(err, ErrNotFound) {
+		t.Fatalf("ack on a missing group = %v", err)
+	}
+	if _, err := db.Ack("pcap.sz", "late", []block.ID{mk(1, "").ID()}); !errors.Is(err, ErrNotFound) {
+		t.Fatalf("ack of a block not owed = %v", err)
+	}
+	if _, err := db.EnsureGroup("pcap.sz", "../x", Earliest); err == nil {
+		t.Fatal("group name ../x accepted")
+	}
+}
+
+func TestBlocksPaging(t *testing.T) {
+	db, _ := open(t)
+	for i := uint64(1); i <= 5; i++ {
+		db.CommitBlock(mk(i, "s"))
+	}
+	page, err := db.Blocks("pcap.sz", 2, 2)
+	if err != nil || len(page) != 2 || page[0].Seq != 3 || page[1].Seq != 4 {
+		t.Fatalf("Blocks(after 2, limit 2) = %+v, %v", page, err)
+	}
+	if n, _ := db.LastSerial("pcap.sz"); n != 5 {
+		t.Fatalf("LastSerial = %d", n)
+	}
+	if page, _ := db.Blocks("nope", 0, 10); len(page) != 0 {
+		t.Fatalf("blocks of a missing queue: %v", page)
+	}
+}
