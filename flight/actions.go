@@ -1,0 +1,252 @@
+package flight
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"sort"
+	"strings"
+
+	"github.com/apache/arrow-go/v18/arrow/memory"
+	aflight "github.com/apache/arrow-go/v18/arrow/flight"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	"github.com/plumb-dev/plumb/block"
+	"github.com/plumb-dev/plumb/state"
+)
+
+// QueueStats is the answer to the queue-stats action and the app_metadata
+// of a queue's FlightInfo.
+type QueueStats struct {
+	Queue  string             `json:"queue"`
+	Blocks int64              `json:"blocks"`
+	Bytes  int64              `json:"bytes"`
+	Groups []state.GroupStats `json:"groups"`
+}
+
+// ListBlocksRequest is the body of the list-blocks action.
+type ListBlocksRequest struct {
+	Queue string `json:"queue"`
+	After uint64 `json:"after,omitempty"` // serial to start after
+	Limit int    `json:"limit,omitempty"` // 1000 when zero
+}
+
+type action struct {
+	desc string
+	run  func(s *Service, ctx context.Context, body []byte) (any, error)
+}
+
+var actions = map[string]action{
+	"ack": {
+		desc: `Acknowledge blocks for a consumer group so they are not handed out again. Body {"queue","group","blocks":[NAME,...]}; answers {"acked": N}.`,
+		run:  (*Service).ack,
+	},
+	"queue-stats": {
+		desc: `Counts for one queue: blocks, bytes, and per consumer group the deliveries unreserved, reserved, done and faulty. Body {"queue"}.`,
+		run:  (*Service).queueStats,
+	},
+	"list-blocks": {
+		desc: `The blocks of a queue in arrival order, one JSON result each. Body {"queue","after":SERIAL,"limit":N}.`,
+		run:  (*Service).listBlocks,
+	},
+}
+
+// ListActions implements Flight.
+func (s *Service) ListActions(_ *aflight.Empty, stream aflight.FlightService_ListActionsServer) error {
+	names := make([]string, 0, len(actions))
+	for n := range actions {
+		names = append(names, n)
+	}
+	sort.Strings(names)
+	for _, n := range names {
+		if err := stream.Send(&aflight.ActionType{Type: n, Description: actions[n].desc}); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// DoAction implements Flight. Results are JSON; list-blocks sends one
+// result per block.
+func (s *Service) DoAction(act *aflight.Action, stream aflight.FlightService_DoActionServer) error {
+	a, ok := actions[act.Type]
+	if !ok {
+		known := make([]string, 0, len(actions))
+		for n := range actions {
+			known = append(known, n)
+		}
+		sort.Strings(known)
+		return status.Errorf(codes.InvalidArgument, "action %q is not known (known: %s)", act.Type, strings.Join(known, ", "))
+	}
+	res, err := a.run(s, stream.Context(), act.Body)
+	if err != nil {
+		return statusOf(err, codes.Internal)
+	}
+	items, isList := res.([]any)
+	if !isList {
+		items = []any{res}
+	}
+	for _, it := range items {
+		raw, err := json.Marshal(it)
+		if err != nil {
+			return status.Error(codes.Internal, err.Error())
+		}
+		if err := stream.Send(&aflight.Result{Body: raw}); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func badBody(action string, body []byte, err error) error {
+	return status.Errorf(codes.InvalidArgument, "%s: body %q: %v (see ListActions)", action, truncate(body), err)
+}
+
+func (s *Service) ack(ctx context.Context, body []byte) (any, error) {
+	var req AckRequest
+	if err := decodeStrict(body, &req); err != nil {
+		return nil, badBody("ack", body, err)
+	}
+	if err := block.ValidateQueue(req.Queue); err != nil {
+		return nil, badBody("ack", body, err)
+	}
+	if err := block.ValidateGroup(req.Group); err != nil {
+		return nil, badBody("ack", body, err)
+	}
+	ids := make([]block.ID, 0, len(req.Blocks))
+	for _, name := range req.Blocks {
+		n, err := block.Parse(name)
+		if err != nil {
+			return nil, badBody("ack", body, err)
+		}
+		if n.Queue != req.Queue {
+			return nil, badBody("ack", body, fmt.Errorf("block %s is not of queue %q", name, req.Queue))
+		}
+		ids = append(ids, n.ID())
+	}
+	n, err := s.db.Ack(req.Queue, req.Group, ids)
+	if err != nil {
+		return nil, err
+	}
+	return map[string]int{"acked": n}, nil
+}
+
+func (s *Service) stats(queue string) (QueueStats, error) {
+	q, err := s.db.Queue(queue)
+	if err != nil {
+		return QueueStats{}, err
+	}
+	groups, err := s.db.Groups(queue)
+	if err != nil {
+		return QueueStats{}, err
+	}
+	if groups == nil {
+		groups = []state.GroupStats{}
+	}
+	return QueueStats{Queue: q.Name, Blocks: q.Blocks, Bytes: q.Bytes, Groups: groups}, nil
+}
+
+func (s *Service) queueStats(ctx context.Context, body []byte) (any, error) {
+	var req struct {
+		Queue string `json:"queue"`
+	}
+	if err := decodeStrict(body, &req); err != nil {
+		return nil, badBody("queue-stats", body, err)
+	}
+	if err := block.ValidateQueue(req.Queue); err != nil {
+		return nil, badBody("queue-stats", body, err)
+	}
+	return s.stats(req.Queue)
+}
+
+func (s *Service) listBlocks(ctx context.Context, body []byte) (any, error) {
+	var req ListBlocksRequest
+	if err := decodeStrict(body, &req); err != nil {
+		return nil, badBody("list-blocks", body, err)
+	}
+	if err := block.ValidateQueue(req.Queue); err != nil {
+		return nil, badBody("list-blocks", body, err)
+	}
+	if req.Limit <= 0 || req.Limit > 100000 {
+		req.Limit = 1000
+	}
+	blocks, err := s.db.Blocks(req.Queue, req.After, req.Limit)
+	if err != nil {
+		return nil, err
+	}
+	out := make([]any, len(blocks))
+	for i, b := range blocks {
+		out[i] = b
+	}
+	return out, nil
+}
+
+// flightInfo describes one queue as a flight: path [queue], the block
+// schema, the counts, and one endpoint whose ticket reads the queue.
+func (s *Service) flightInfo(q state.Queue) (*aflight.FlightInfo, error) {
+	st, err := s.stats(q.Name)
+	if err != nil {
+		return nil, err
+	}
+	meta, _ := json.Marshal(st)
+	tkt, _ := json.Marshal(Ticket{Queue: q.Name, From: string(state.Earliest)})
+	return &aflight.FlightInfo{
+		Schema:           aflight.SerializeSchema(BlockSchema, memory.DefaultAllocator),
+		FlightDescriptor: &aflight.FlightDescriptor{Type: aflight.DescriptorPATH, Path: []string{q.Name}},
+		Endpoint:         []*aflight.FlightEndpoint{{Ticket: &aflight.Ticket{Ticket: tkt}}},
+		TotalRecords:     -1,
+		TotalBytes:       q.Bytes,
+		AppMetadata:      meta,
+	}, nil
+}
+
+// ListFlights implements Flight: one flight per queue.
+func (s *Service) ListFlights(_ *aflight.Criteria, stream aflight.FlightService_ListFlightsServer) error {
+	qs, err := s.db.Queues()
+	if err != nil {
+		return statusOf(err, codes.Internal)
+	}
+	for _, q := range qs {
+		fi, err := s.flightInfo(q)
+		if err != nil {
+			return statusOf(err, codes.Internal)
+		}
+		if err := stream.Send(fi); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func (s *Service) queueOf(desc *aflight.FlightDescriptor) (state.Queue, error) {
+	if desc == nil || desc.Type != aflight.DescriptorPATH || len(desc.Path) != 1 {
+		return state.Queue{}, status.Error(codes.InvalidArgument, "want a path descriptor [QUEUE]")
+	}
+	if err := block.ValidateQueue(desc.Path[0]); err != nil {
+		return state.Queue{}, status.Error(codes.InvalidArgument, err.Error())
+	}
+	q, err := s.db.Queue(desc.Path[0])
+	if err != nil {
+		return q, statusOf(err, codes.Internal)
+	}
+	return q, nil
+}
+
+// GetFlightInfo implements Flight for a path descriptor [queue].
+func (s *Service) GetFlightInfo(ctx context.Context, desc *aflight.FlightDescriptor) (*aflight.FlightInfo, error) {
+	q, err := s.queueOf(desc)
+	if err != nil {
+		return nil, err
+	}
+	fi, err := s.flightInfo(q)
+	return fi, statusOf(err, codes.Internal)
+}
+
+// GetSchema implements Flight: every queue has the block schema.
+func (s *Service) GetSchema(ctx context.Context, desc *aflight.FlightDescriptor) (*aflight.SchemaResult, error) {
+	if _, err := s.queueOf(desc); err != nil {
+		return nil, err
+	}
+	return &aflight.SchemaResult{Schema: aflight.SerializeSchema(BlockSchema, memory.DefaultAllocator)}, nil
+}

@@ -1,0 +1,100 @@
+// Package flight is Plumb's Arrow Flight service and its Go client.
+//
+// The wire protocol is plain Flight with JSON in the places Flight leaves to
+// the application, so any Flight client (pyarrow, arrow-go, Java) speaks it
+// with default settings:
+//
+//   - Blocks travel as record batches of (offset int64, data binary) with one
+//     row of at most 1 MiB per batch. The first batch of each block carries
+//     the block header {"name","size","sha256"} as its app_metadata; an empty
+//     block is one batch with no rows.
+//   - DoPut's descriptor is the command {"queue","instance"}. A block header
+//     comes as the app_metadata of the block's first batch or as a
+//     metadata-only message before it; each stored block is answered with a
+//     PutResult {"name","status":"stored"|"duplicate"}.
+//   - DoGet tickets are {"block": NAME} or {"queue", "group", "follow",
+//     "from"}; DoAction bodies are JSON too.
+//
+// This package is the only place where errors become gRPC status codes.
+package flight
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"io"
+
+	"github.com/apache/arrow-go/v18/arrow"
+)
+
+// ChunkSize is the most block bytes one record batch carries. It keeps every
+// message far below gRPC's default 4 MiB receive limit.
+const ChunkSize = 1 << 20
+
+// BlockSchema is the schema of every block stream.
+var BlockSchema = arrow.NewSchema([]arrow.Field{
+	{Name: "offset", Type: arrow.PrimitiveTypes.Int64},
+	{Name: "data", Type: arrow.BinaryTypes.Binary},
+}, nil)
+
+// Header starts a block on a stream: its name, size in bytes and SHA-256 in
+// hex.
+type Header struct {
+	Name   string `json:"name"`
+	Size   int64  `json:"size"`
+	SHA256 string `json:"sha256"`
+}
+
+// PutCommand is the DoPut descriptor command.
+type PutCommand struct {
+	Queue    string `json:"queue"`
+	Instance string `json:"instance"`
+}
+
+// PutResult is the answer to each block of a DoPut.
+type PutResult struct {
+	Name   string `json:"name"`
+	Status string `json:"status"` // "stored" or "duplicate"
+}
+
+// Ticket is a DoGet ticket. Exactly one of Block and Queue is set.
+type Ticket struct {
+	// Block asks for one block by name.
+	Block string `json:"block,omitempty"`
+
+	// Queue asks for a queue's blocks in arrival order. Without Group it is
+	// a plain read of what the queue holds (and, with Follow, of what
+	// arrives). With Group the blocks are owed to the consumer group until
+	// acknowledged with the "ack" action.
+	Queue  string `json:"queue,omitempty"`
+	Group  string `json:"group,omitempty"`
+	Follow bool   `json:"follow,omitempty"`
+	// From is where a new group (or a plain read) starts: "earliest" or
+	// "latest". A group keeps the start it was created with.
+	From string `json:"from,omitempty"`
+	// Visibility is how many seconds a block handed to a group stays
+	// reserved before it is handed out again unless acknowledged.
+	Visibility float64 `json:"visibility,omitempty"`
+}
+
+// AckRequest is the body of the "ack" action.
+type AckRequest struct {
+	Queue  string   `json:"queue"`
+	Group  string   `json:"group"`
+	Blocks []string `json:"blocks"`
+}
+
+// decodeStrict decodes one JSON value and refuses unknown fields and
+// trailing data, so a typo in a ticket is an error rather than a silent
+// default.
+func decodeStrict(raw []byte, v any) error {
+	dec := json.NewDecoder(bytes.NewReader(raw))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(v); err != nil {
+		return err
+	}
+	if _, err := dec.Token(); err != io.EOF {
+		return fmt.Errorf("trailing data after the JSON object")
+	}
+	return nil
+}

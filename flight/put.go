@@ -1,0 +1,301 @@
+package flight
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+
+	"github.com/apache/arrow-go/v18/arrow/array"
+	aflight "github.com/apache/arrow-go/v18/arrow/flight"
+	"github.com/apache/arrow-go/v18/arrow/ipc"
+	"github.com/apache/arrow-go/v18/arrow/memory"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	"github.com/plumb-dev/plumb/blob"
+	"github.com/plumb-dev/plumb/block"
+	"github.com/plumb-dev/plumb/state"
+)
+
+// putMessages reads FlightData for ipc.Reader and keeps what arrow-go's own
+// reader drops: app_metadata of metadata-only messages. Those are queued in
+// pending, in stream order, before the record that follows them.
+type putMessages struct {
+	stream  aflight.FlightService_DoPutServer
+	first   *aflight.FlightData
+	pending [][]byte
+	meta    []byte // app_metadata of the message last returned
+}
+
+func (p *putMessages) Message() (*ipc.Message, error) {
+	for {
+		fd := p.first
+		p.first = nil
+		if fd == nil {
+			var err error
+			if fd, err = p.stream.Recv(); err != nil {
+				return nil, err
+			}
+		}
+		if len(fd.DataHeader) == 0 {
+			if len(fd.AppMetadata) > 0 {
+				p.pending = append(p.pending, fd.AppMetadata)
+			}
+			continue
+		}
+		p.meta = fd.AppMetadata
+		return ipc.NewMessage(memory.NewBufferBytes(fd.DataHeader), memory.NewBufferBytes(fd.DataBody)), nil
+	}
+}
+
+func (p *putMessages) Retain()  {}
+func (p *putMessages) Release() {}
+
+// upload is one block being received.
+type upload struct {
+	name     block.Name
+	hdr      Header
+	sum      blob.Sum
+	key      string
+	got      int64
+	discard  bool // already stored with the same checksum: drain and answer duplicate
+	pw       *io.PipeWriter
+	putErr   chan error
+	existing state.Block
+}
+
+// DoPut receives blocks, stores each once, and answers each with a
+// PutResult. Several blocks may follow one another on one stream.
+func (s *Service) DoPut(stream aflight.FlightService_DoPutServer) (err error) {
+	ctx := stream.Context()
+	first, err := stream.Recv()
+	if err != nil {
+		return statusOf(err, codes.Canceled)
+	}
+	desc := first.GetFlightDescriptor()
+	if desc == nil || desc.Type != aflight.DescriptorCMD {
+		return status.Error(codes.InvalidArgument, `DoPut needs a command descriptor {"queue": Q, "instance": I}`)
+	}
+	var cmd PutCommand
+	if err := decodeStrict(desc.Cmd, &cmd); err != nil {
+		return status.Errorf(codes.InvalidArgument, `DoPut descriptor %q is not {"queue": Q, "instance": I}: %v`, desc.Cmd, err)
+	}
+	if err := block.ValidateQueue(cmd.Queue); err != nil {
+		return status.Error(codes.InvalidArgument, err.Error())
+	}
+	if err := block.ValidateInstance(cmd.Instance); err != nil {
+		return status.Error(codes.InvalidArgument, err.Error())
+	}
+
+	msgs := &putMessages{stream: stream, first: first}
+	var cur *upload
+	defer func() {
+		if cur != nil {
+			cur.abort(fmt.Errorf("upload of %s ended after %d of %d bytes", cur.hdr.Name, cur.got, cur.hdr.Size))
+			if err == nil {
+				err = status.Errorf(codes.InvalidArgument, "stream ended inside block %s after %d of its %d bytes; nothing of it was stored", cur.hdr.Name, cur.got, cur.hdr.Size)
+			}
+			s.log.Warn("upload interrupted", "block", cur.hdr.Name, "got", cur.got, "size", cur.hdr.Size, "err", err)
+		}
+	}()
+
+	// startOrFinish handles a header: it ends a complete block and starts
+	// the next.
+	header := func(raw []byte) error {
+		if cur != nil {
+			return status.Errorf(codes.InvalidArgument, "header for a new block while block %s has %d of its %d bytes", cur.hdr.Name, cur.got, cur.hdr.Size)
+		}
+		u, err := s.begin(ctx, cmd, raw)
+		if err != nil {
+			return err
+		}
+		cur = u
+		if cur.hdr.Size == 0 {
+			return s.finish(ctx, stream, &cur)
+		}
+		return nil
+	}
+
+	rdr, err := ipc.NewReaderFromMessageReader(msgs, ipc.WithAllocator(memory.DefaultAllocator))
+	if err != nil {
+		if errors.Is(err, io.EOF) {
+			return nil
+		}
+		return statusOf(err, codes.InvalidArgument)
+	}
+	defer rdr.Release()
+	if !rdr.Schema().Equal(BlockSchema) {
+		return status.Errorf(codes.InvalidArgument, "DoPut schema is %s; want %s", rdr.Schema(), BlockSchema)
+	}
+	for {
+		ok := rdr.Next()
+		for _, raw := range msgs.pending {
+			if err := header(raw); err != nil {
+				return err
+			}
+		}
+		msgs.pending = msgs.pending[:0]
+		if !ok {
+			break
+		}
+		rec := rdr.RecordBatch()
+		if len(msgs.meta) > 0 {
+			if err := header(msgs.meta); err != nil {
+				return err
+			}
+		}
+		if rec.NumRows() == 0 {
+			continue
+		}
+		if cur == nil {
+			return status.Error(codes.InvalidArgument, "data before a block header; send {\"name\",\"size\",\"sha256\"} as app_metadata first")
+		}
+		offs := rec.Column(0).(*array.Int64)
+		data := rec.Column(1).(*array.Binary)
+		for i := 0; i < int(rec.NumRows()); i++ {
+			if err := cur.write(offs.Value(i), data.Value(i)); err != nil {
+				return err
+			}
+			if cur.got == cur.hdr.Size {
+				if err := s.finish(ctx, stream, &cur); err != nil {
+					return err
+				}
+				if i+1 < int(rec.NumRows()) {
+					return status.Error(codes.InvalidArgument, "rows after the end of a block in the same batch; start each block with its own header")
+				}
+			}
+		}
+	}
+	if err := rdr.Err(); err != nil && !errors.Is(err, io.EOF) {
+		return statusOf(err, codes.InvalidArgument)
+	}
+	return nil
+}
+
+// begin validates a header and starts receiving the block.
+func (s *Service) begin(ctx context.Context, cmd PutCommand, raw []byte) (*upload, error) {
+	var h Header
+	if err := decodeStrict(raw, &h); err != nil {
+		return nil, status.Errorf(codes.InvalidArgument, `block header %q is not {"name","size","sha256"}: %v`, truncate(raw), err)
+	}
+	n, err := block.Parse(h.Name)
+	if err != nil {
+		return nil, status.Error(codes.InvalidArgument, err.Error())
+	}
+	if n.Queue != cmd.Queue || n.Instance != cmd.Instance {
+		return nil, status.Errorf(codes.InvalidArgument, "block %s belongs to queue %q instance %q, but this stream is for queue %q instance %q",
+			h.Name, n.Queue, n.Instance, cmd.Queue, cmd.Instance)
+	}
+	if h.Size < 0 || h.Size > s.cfg.MaxBlockSize {
+		return nil, status.Errorf(codes.InvalidArgument, "block %s: size %d is outside 0..%d", h.Name, h.Size, s.cfg.MaxBlockSize)
+	}
+	sum, err := blob.ParseSum(h.SHA256)
+	if err != nil {
+		return nil, status.Errorf(codes.InvalidArgument, "block %s: %v", h.Name, err)
+	}
+	u := &upload{name: n, hdr: h, sum: sum, key: blobKey(n, sum)}
+	old, err := s.db.Lookup(n.ID())
+	switch {
+	case err == nil && old.SHA256 == sum.String() && old.Size == h.Size:
+		u.discard, u.existing = true, old
+		return u, nil
+	case err == nil:
+		return nil, status.Errorf(codes.FailedPrecondition, "block %s is already stored with sha256 %s (%d bytes); refusing sha256 %s (%d bytes). Nothing was overwritten; send it under a new sequence number or instance",
+			old.Name, old.SHA256, old.Size, sum, h.Size)
+	case !errors.Is(err, state.ErrNotFound):
+		return nil, statusOf(err, codes.Internal)
+	}
+	pr, pw := io.Pipe()
+	u.pw, u.putErr = pw, make(chan error, 1)
+	go func() {
+		err := s.store.Put(ctx, u.key, pr, h.Size, sum)
+		pr.CloseWithError(err) // unblock the writer if Put gave up early
+		u.putErr <- err
+	}()
+	return u, nil
+}
+
+func (u *upload) write(off int64, data []byte) error {
+	if off != u.got {
+		return status.Errorf(codes.InvalidArgument, "block %s: batch at offset %d, want %d", u.hdr.Name, off, u.got)
+	}
+	if u.got+int64(len(data)) > u.hdr.Size {
+		return status.Errorf(codes.InvalidArgument, "block %s: more bytes than its declared size %d", u.hdr.Name, u.hdr.Size)
+	}
+	u.got += int64(len(data))
+	if u.discard {
+		return nil
+	}
+	if _, err := u.pw.Write(data); err != nil {
+		return u.wait(err)
+	}
+	return nil
+}
+
+// wait returns the store's verdict on the block.
+func (u *upload) wait(writeErr error) error {
+	err := <-u.putErr
+	if err == nil {
+		err = writeErr
+	}
+	if errors.Is(err, blob.ErrMismatch) {
+		return status.Errorf(codes.InvalidArgument, "block %s does not match its header: %v; nothing was stored, re-send it", u.hdr.Name, err)
+	}
+	return statusOf(err, codes.Unavailable)
+}
+
+func (u *upload) abort(why error) {
+	if u.pw != nil {
+		u.pw.CloseWithError(why)
+		<-u.putErr
+	}
+}
+
+// finish waits for the blob to be durable, commits the metadata and
+// answers the client.
+func (s *Service) finish(ctx context.Context, stream aflight.FlightService_DoPutServer, cur **upload) error {
+	u := *cur
+	*cur = nil
+	st := state.Duplicate
+	if !u.discard {
+		u.pw.Close()
+		if err := u.wait(nil); err != nil {
+			return err
+		}
+		_, commitSt, err := s.db.CommitBlock(state.Block{
+			Name: u.hdr.Name, Queue: u.name.Queue, Instance: u.name.Instance, Seq: u.name.Seq,
+			Time: u.name.Time, Size: u.hdr.Size, SHA256: u.sum.String(), Key: u.key,
+		})
+		if errors.Is(err, state.ErrConflict) {
+			// Lost a race with another upload of the same identity; our blob
+			// has its own key, so removing it touches nothing stored.
+			s.store.Delete(context.WithoutCancel(ctx), u.key)
+		}
+		if err != nil {
+			return statusOf(err, codes.Internal)
+		}
+		st = commitSt
+		if st == state.Stored {
+			s.notify(u.name.Queue)
+			s.log.Debug("block stored", "block", u.hdr.Name, "size", u.hdr.Size)
+		}
+	}
+	res, _ := json.Marshal(PutResult{Name: u.hdr.Name, Status: string(st)})
+	return stream.Send(&aflight.PutResult{AppMetadata: res})
+}
+
+// blobKey is where a block's bytes live in the store: one key per identity
+// and checksum, so a different upload of the same identity can never
+// overwrite stored bytes.
+func blobKey(n block.Name, sum blob.Sum) string {
+	return n.Queue + "/" + n.Instance + "/" + n.String() + ".sha256-" + sum.String()
+}
+
+func truncate(b []byte) string {
+	if len(b) > 200 {
+		return string(b[:200]) + "…"
+	}
+	return string(b)
+}

@@ -1,0 +1,224 @@
+package flight
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"path/filepath"
+	"runtime/debug"
+	"sync"
+	"time"
+
+	aflight "github.com/apache/arrow-go/v18/arrow/flight"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/keepalive"
+	"google.golang.org/grpc/status"
+
+	"github.com/plumb-dev/plumb/blob"
+	"github.com/plumb-dev/plumb/state"
+)
+
+// Config configures a server.
+type Config struct {
+	// Data is the data directory: metadata lives in DATA/meta.db and, unless
+	// Store says otherwise, blobs in DATA/blobs.
+	Data string
+	// Store is a blob store URL (file:///DIR or s3://BUCKET?endpoint=...).
+	Store string
+	// Listen is the address to serve on; 127.0.0.1:8815 when empty.
+	Listen string
+	// Visibility is how long a block handed to a consumer group stays
+	// reserved without an ack; 60 s when zero.
+	Visibility time.Duration
+	// MaxBlockSize bounds the declared size of an uploaded block; 16 GiB
+	// when zero.
+	MaxBlockSize int64
+	// ShutdownGrace is how long in-flight calls get to finish on shutdown;
+	// 10 s when zero.
+	ShutdownGrace time.Duration
+	// Logger receives the server's logs; slog.Default() when nil.
+	Logger *slog.Logger
+	// Ready, when set, is called with the listening address once the
+	// server accepts calls.
+	Ready func(addr net.Addr)
+	// Now is the clock; time.Now when nil.
+	Now func() time.Time
+}
+
+func (c *Config) defaults() {
+	if c.Listen == "" {
+		c.Listen = "127.0.0.1:8815"
+	}
+	if c.Visibility == 0 {
+		c.Visibility = 60 * time.Second
+	}
+	if c.MaxBlockSize == 0 {
+		c.MaxBlockSize = 16 << 30
+	}
+	if c.ShutdownGrace == 0 {
+		c.ShutdownGrace = 10 * time.Second
+	}
+	if c.Logger == nil {
+		c.Logger = slog.Default()
+	}
+	if c.Now == nil {
+		c.Now = time.Now
+	}
+}
+
+// Service implements the Flight service over a metadata database and a
+// blob store.
+type Service struct {
+	aflight.BaseFlightServer
+
+	cfg   Config
+	db    *state.DB
+	store blob.Store
+	log   *slog.Logger
+
+	// ctx ends when the server shuts down, so that follow streams end
+	// instead of holding up a graceful stop.
+	ctx context.Context
+
+	mu      sync.Mutex
+	waiters map[string]chan struct{} // queue → closed when a block arrives
+}
+
+// NewService returns a service over an open database and store.
+func NewService(ctx context.Context, cfg Config, db *state.DB, store blob.Store) *Service {
+	cfg.defaults()
+	return &Service{cfg: cfg, db: db, store: store, log: cfg.Logger, ctx: ctx, waiters: map[string]chan struct{}{}}
+}
+
+// arrived returns a channel closed when the next block of queue commits.
+func (s *Service) arrived(queue string) <-chan struct{} {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	ch, ok := s.waiters[queue]
+	if !ok {
+		ch = make(chan struct{})
+		s.waiters[queue] = ch
+	}
+	return ch
+}
+
+func (s *Service) notify(queue string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if ch, ok := s.waiters[queue]; ok {
+		close(ch)
+		delete(s.waiters, queue)
+	}
+}
+
+// Run opens the data directory and store, serves Flight until ctx ends,
+// then stops gracefully: follow streams end at once, other calls get
+// ShutdownGrace to finish.
+func Run(ctx context.Context, cfg Config) (err error) {
+	cfg.defaults()
+	if cfg.Data == "" {
+		return errors.New("no data directory; pass --data DIR")
+	}
+	if cfg.Store == "" {
+		cfg.Store = "file://" + filepath.Join(cfg.Data, "blobs")
+	}
+	store, err := blob.Open(ctx, cfg.Store)
+	if err != nil {
+		return err
+	}
+	defer store.Close()
+	db, err := state.Open(filepath.Join(cfg.Data, "meta.db"), state.Options{Now: cfg.Now})
+	if err != nil {
+		return err
+	}
+	defer db.Close()
+
+	lis, err := net.Listen("tcp", cfg.Listen)
+	if err != nil {
+		return fmt.Errorf("listen on %s: %w (is another server running? choose another with --listen)", cfg.Listen, err)
+	}
+	srvCtx, stop := context.WithCancel(ctx)
+	defer stop()
+	svc := NewService(srvCtx, cfg, db, store)
+	gs := NewGRPCServer(cfg.Logger)
+	aflight.RegisterFlightServiceServer(gs, svc)
+
+	errc := make(chan error, 1)
+	go func() { errc <- gs.Serve(lis) }()
+	cfg.Logger.Info("plumb serving Arrow Flight", "addr", lis.Addr().String(), "store", store.String(), "data", cfg.Data)
+	if cfg.Ready != nil {
+		cfg.Ready(lis.Addr())
+	}
+	select {
+	case err := <-errc:
+		return err
+	case <-ctx.Done():
+	}
+	cfg.Logger.Info("plumb shutting down", "grace", cfg.ShutdownGrace)
+	stop()
+	done := make(chan struct{})
+	go func() { gs.GracefulStop(); close(done) }()
+	select {
+	case <-done:
+	case <-time.After(cfg.ShutdownGrace):
+		gs.Stop()
+		<-done
+	}
+	<-errc
+	return nil
+}
+
+// NewGRPCServer returns a gRPC server with Plumb's options: 64 MiB receive
+// limit, keepalive that permits client pings every 10 s, and panic recovery
+// that turns a panic into an Internal error instead of a crash.
+func NewGRPCServer(log *slog.Logger) *grpc.Server {
+	recoverErr := func(method string, p any) error {
+		log.Error("panic in Flight call", "method", method, "panic", p, "stack", string(debug.Stack()))
+		return status.Errorf(codes.Internal, "internal error in %s; the server logged the details", method)
+	}
+	return grpc.NewServer(
+		grpc.MaxRecvMsgSize(64<<20),
+		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: 10 * time.Second, PermitWithoutStream: true}),
+		grpc.KeepaliveParams(keepalive.ServerParameters{Time: 30 * time.Second, Timeout: 20 * time.Second}),
+		grpc.ChainUnaryInterceptor(func(ctx context.Context, req any, info *grpc.UnaryServerInfo, h grpc.UnaryHandler) (resp any, err error) {
+			defer func() {
+				if p := recover(); p != nil {
+					err = recoverErr(info.FullMethod, p)
+				}
+			}()
+			return h(ctx, req)
+		}),
+		grpc.ChainStreamInterceptor(func(srv any, ss grpc.ServerStream, info *grpc.StreamServerInfo, h grpc.StreamHandler) (err error) {
+			defer func() {
+				if p := recover(); p != nil {
+					err = recoverErr(info.FullMethod, p)
+				}
+			}()
+			return h(srv, ss)
+		}),
+	)
+}
+
+// statusOf turns an error into a gRPC status, keeping one that already is.
+func statusOf(err error, code codes.Code) error {
+	if err == nil {
+		return nil
+	}
+	if _, ok := status.FromError(err); ok {
+		return err
+	}
+	switch {
+	case errors.Is(err, context.Canceled):
+		return status.Error(codes.Canceled, err.Error())
+	case errors.Is(err, context.DeadlineExceeded):
+		return status.Error(codes.DeadlineExceeded, err.Error())
+	case errors.Is(err, state.ErrNotFound), errors.Is(err, blob.ErrNotFound):
+		return status.Error(codes.NotFound, err.Error())
+	case errors.Is(err, state.ErrConflict):
+		return status.Error(codes.FailedPrecondition, err.Error())
+	}
+	return status.Error(code, err.Error())
+}
