@@ -7,8 +7,8 @@ import (
 	"sort"
 	"strings"
 
-	"github.com/apache/arrow-go/v18/arrow/memory"
 	aflight "github.com/apache/arrow-go/v18/arrow/flight"
+	"github.com/apache/arrow-go/v18/arrow/memory"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 

@@ -25,7 +25,7 @@ const (
 type Delivery struct {
 	State     DeliveryState `json:"state"`
 	Attempts  int           `json:"attempts"`
-	Until     time.Time     `json:"until,omitzero"`    // end of the reservation
+	Until     time.Time     `json:"until,omitzero"`     // end of the reservation
 	Reserver  string        `json:"reserver,omitempty"` // who holds the reservation
 	LastError string        `json:"last_error,omitempty"`
 }
