@@ -1,0 +1,85 @@
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+)
+
+func getCommand() command {
+	return command{
+		name:  "get",
+		usage: "NAME",
+		short: "download one block (checked against its SHA-256) to a file, a directory or stdout",
+		run: func(ctx context.Context, fs *flag.FlagSet, args []string) error {
+			server := serverFlag(fs)
+			out := fs.String("o", ".", "output `PATH`: a directory (the block keeps its name), a file, or - for stdout")
+			if err := fs.Parse(args); err != nil {
+				return err
+			}
+			if fs.NArg() != 1 {
+				return errUsage
+			}
+			c, err := dial(*server)
+			if err != nil {
+				return err
+			}
+			defer c.Close()
+			s, err := c.Get(ctx, fs.Arg(0))
+			if err != nil {
+				return err
+			}
+			defer s.Close()
+			if !s.Next() {
+				if s.Err() != nil {
+					return s.Err()
+				}
+				return fmt.Errorf("block %s: the server sent nothing", fs.Arg(0))
+			}
+			if *out == "-" {
+				_, err := io.Copy(os.Stdout, s)
+				return err
+			}
+			path := *out
+			if fi, err := os.Stat(path); err == nil && fi.IsDir() {
+				path = filepath.Join(path, s.Header().Name)
+			}
+			return writeAtomic(path, s)
+		},
+	}
+}
+
+// writeAtomic writes r to path through a temp file, fsync and rename, so a
+// reader of path never sees a partial file and a crash loses nothing that
+// was reported written.
+func writeAtomic(path string, r io.Reader) error {
+	dir := filepath.Dir(path)
+	f, err := os.CreateTemp(dir, "."+filepath.Base(path)+".tmp-*")
+	if err != nil {
+		return err
+	}
+	defer os.Remove(f.Name())
+	if _, err := io.Copy(f, r); err != nil {
+		f.Close()
+		return err
+	}
+	if err := f.Sync(); err != nil {
+		f.Close()
+		return err
+	}
+	if err := f.Close(); err != nil {
+		return err
+	}
+	if err := os.Rename(f.Name(), path); err != nil {
+		return err
+	}
+	d, err := os.Open(dir)
+	if err != nil {
+		return err
+	}
+	defer d.Close()
+	return d.Sync()
+}
