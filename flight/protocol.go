@@ -33,9 +33,24 @@ const ChunkSize = 1 << 20
 
 // BlockSchema is the schema of every block stream.
 var BlockSchema = arrow.NewSchema([]arrow.Field{
-	{Name: "offset", Type: arrow.PrimitiveTypes.Int64},
-	{Name: "data", Type: arrow.BinaryTypes.Binary},
+	{Name: "offset", Type: arrow.PrimitiveTypes.Int64, Nullable: true},
+	{Name: "data", Type: arrow.BinaryTypes.Binary, Nullable: true},
 }, nil)
+
+// isBlockSchema accepts any schema of (offset int64, data binary), whatever
+// its nullability flags, as pyarrow and arrow-go default differently.
+func isBlockSchema(s *arrow.Schema) bool {
+	if s.NumFields() != 2 {
+		return false
+	}
+	for i, f := range s.Fields() {
+		want := BlockSchema.Field(i)
+		if f.Name != want.Name || !arrow.TypeEqual(f.Type, want.Type) {
+			return false
+		}
+	}
+	return true
+}
 
 // Header starts a block on a stream: its name, size in bytes and SHA-256 in
 // hex.

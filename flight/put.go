@@ -126,7 +126,7 @@ func (s *Service) DoPut(stream aflight.FlightService_DoPutServer) (err error) {
 		return statusOf(err, codes.InvalidArgument)
 	}
 	defer rdr.Release()
-	if !rdr.Schema().Equal(BlockSchema) {
+	if !isBlockSchema(rdr.Schema()) {
 		return status.Errorf(codes.InvalidArgument, "DoPut schema is %s; want %s", rdr.Schema(), BlockSchema)
 	}
 	for {
@@ -174,26 +174,38 @@ func (s *Service) DoPut(stream aflight.FlightService_DoPutServer) (err error) {
 	return nil
 }
 
-// begin validates a header and starts receiving the block.
-func (s *Service) begin(ctx context.Context, cmd PutCommand, raw []byte) (*upload, error) {
-	var h Header
+// parseHeader decodes and validates a block header sent on a stream for
+// cmd's queue and instance.
+func parseHeader(cmd PutCommand, raw []byte, maxSize int64) (Header, block.Name, blob.Sum, error) {
+	var (
+		h   Header
+		sum blob.Sum
+	)
 	if err := decodeStrict(raw, &h); err != nil {
-		return nil, status.Errorf(codes.InvalidArgument, `block header %q is not {"name","size","sha256"}: %v`, truncate(raw), err)
+		return h, block.Name{}, sum, status.Errorf(codes.InvalidArgument, `block header %q is not {"name","size","sha256"}: %v`, truncate(raw), err)
 	}
 	n, err := block.Parse(h.Name)
 	if err != nil {
-		return nil, status.Error(codes.InvalidArgument, err.Error())
+		return h, n, sum, status.Error(codes.InvalidArgument, err.Error())
 	}
 	if n.Queue != cmd.Queue || n.Instance != cmd.Instance {
-		return nil, status.Errorf(codes.InvalidArgument, "block %s belongs to queue %q instance %q, but this stream is for queue %q instance %q",
+		return h, n, sum, status.Errorf(codes.InvalidArgument, "block %s belongs to queue %q instance %q, but this stream is for queue %q instance %q",
 			h.Name, n.Queue, n.Instance, cmd.Queue, cmd.Instance)
 	}
-	if h.Size < 0 || h.Size > s.cfg.MaxBlockSize {
-		return nil, status.Errorf(codes.InvalidArgument, "block %s: size %d is outside 0..%d", h.Name, h.Size, s.cfg.MaxBlockSize)
+	if h.Size < 0 || h.Size > maxSize {
+		return h, n, sum, status.Errorf(codes.InvalidArgument, "block %s: size %d is outside 0..%d", h.Name, h.Size, maxSize)
 	}
-	sum, err := blob.ParseSum(h.SHA256)
+	if sum, err = blob.ParseSum(h.SHA256); err != nil {
+		return h, n, sum, status.Errorf(codes.InvalidArgument, "block %s: %v", h.Name, err)
+	}
+	return h, n, sum, nil
+}
+
+// begin validates a header and starts receiving the block.
+func (s *Service) begin(ctx context.Context, cmd PutCommand, raw []byte) (*upload, error) {
+	h, n, sum, err := parseHeader(cmd, raw, s.cfg.MaxBlockSize)
 	if err != nil {
-		return nil, status.Errorf(codes.InvalidArgument, "block %s: %v", h.Name, err)
+		return nil, err
 	}
 	u := &upload{name: n, hdr: h, sum: sum, key: blobKey(n, sum)}
 	old, err := s.db.Lookup(n.ID())
