@@ -1,0 +1,237 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"fmt"
+	"io"
+	"math/rand/v2"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/plumb-dev/plumb/flight"
+	"github.com/plumb-dev/plumb/internal/testenv"
+)
+
+// TestMain lets the test binary run as plumb, so tests can start, SIGKILL
+// and restart real server processes.
+func TestMain(m *testing.M) {
+	if os.Getenv("PLUMB_TEST_AS_PLUMB") == "1" {
+		os.Exit(run(os.Args[1:], os.Stdout, os.Stderr))
+	}
+	os.Exit(m.Run())
+}
+
+// plumbProc is a plumb subprocess.
+type plumbProc struct {
+	cmd *exec.Cmd
+	log *bytes.Buffer
+}
+
+func startPlumb(t *testing.T, args ...string) *plumbProc {
+	t.Helper()
+	cmd := exec.Command(os.Args[0], args...)
+	cmd.Env = append(os.Environ(), "PLUMB_TEST_AS_PLUMB=1")
+	p := &plumbProc{cmd: cmd, log: &bytes.Buffer{}}
+	cmd.Stdout, cmd.Stderr = p.log, p.log
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		cmd.Process.Kill()
+		cmd.Wait()
+	})
+	return p
+}
+
+func waitListening(t *testing.T, addr string) {
+	t.Helper()
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		c, err := net.DialTimeout("tcp", addr, 100*time.Millisecond)
+		if err == nil {
+			c.Close()
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("no server on %s after 30s", addr)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+type sent struct {
+	src  flight.Source
+	data []byte
+}
+
+func makeBlock(round, i int) sent {
+	r := rand.New(rand.NewPCG(uint64(round), uint64(i)))
+	data := make([]byte, 16<<10+r.IntN(512<<10))
+	for j := range data {
+		data[j] = byte(r.Uint32())
+	}
+	sum := sha256.Sum256(data)
+	name := fmt.Sprintf("20250505-151105-%08d.crash.pcap.sz", round*1000+i)
+	return sent{data: data, src: flight.Source{
+		Name: name, Size: int64(len(data)), SHA256: hex.EncodeToString(sum[:]),
+		Open: func() (io.ReadCloser, error) { return io.NopCloser(bytes.NewReader(data)), nil },
+	}}
+}
+
+// TestCrashDuringUploads SIGKILLs the server at random moments during 200
+// concurrent uploads, 10 rounds. After each restart every acknowledged
+// block is there and byte-identical, every visible block is complete and
+// correct, and re-sent blocks are answered duplicate.
+func TestCrashDuringUploads(t *testing.T) {
+	if testing.Short() {
+		t.Skip("crash test is long")
+	}
+	const rounds, uploads = 10, 200
+	data := t.TempDir()
+	addr := testenv.FreeAddr(t)
+	all := map[string]sent{}  // every block ever sent, by name
+	acked := map[string]bool{} // blocks the server acknowledged
+	rng := rand.New(rand.NewPCG(7, 7))
+	ctx := context.Background()
+
+	for round := 1; round <= rounds; round++ {
+		p := startPlumb(t, "serve", "--data", data, "--listen", addr, "--log-level", "warn")
+		waitListening(t, addr)
+		c, err := flight.Dial(addr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		c.Retries = 0 // an answer is exactly an ack
+
+		blocks := make([]sent, uploads)
+		for i := range blocks {
+			blocks[i] = makeBlock(round, i)
+			all[blocks[i].src.Name] = blocks[i]
+		}
+		var (
+			mu sync.Mutex
+			wg sync.WaitGroup
+		)
+		// Kill once a random number of uploads has been acknowledged, plus
+		// a random few milliseconds, so each round dies at another point in
+		// the middle of the work.
+		killAt := 1 + rng.IntN(uploads-2)
+		kill := make(chan struct{})
+		var nacked int
+		for _, b := range blocks {
+			wg.Go(func() {
+				res, err := c.Put(ctx, b.src)
+				if err == nil && len(res) == 1 && (res[0].Status == "stored" || res[0].Status == "duplicate") {
+					mu.Lock()
+					acked[b.src.Name] = true
+					if nacked++; nacked == killAt {
+						close(kill)
+					}
+					mu.Unlock()
+				}
+			})
+		}
+		select {
+		case <-kill:
+		case <-time.After(60 * time.Second):
+			t.Fatalf("round %d: only %d uploads acknowledged in 60s\n%s", round, nacked, p.log)
+		}
+		time.Sleep(time.Duration(rng.IntN(20)) * time.Millisecond)
+		p.cmd.Process.Signal(syscall.SIGKILL)
+		p.cmd.Wait()
+		wg.Wait()
+		c.Close()
+
+		// Restart and check.
+		p = startPlumb(t, "serve", "--data", data, "--listen", addr, "--log-level", "warn")
+		waitListening(t, addr)
+		c, err = flight.Dial(addr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		visible, err := c.Blocks(ctx, "pcap.sz")
+		if err != nil {
+			t.Fatal(err)
+		}
+		seen := map[string]bool{}
+		for _, b := range visible {
+			if seen[b.Name] {
+				t.Fatalf("round %d: block %s listed twice", round, b.Name)
+			}
+			seen[b.Name] = true
+			want, ok := all[b.Name]
+			if !ok || b.Size != want.src.Size || b.SHA256 != want.src.SHA256 {
+				t.Fatalf("round %d: visible block %s (%d bytes, %s) is not what was sent", round, b.Name, b.Size, b.SHA256)
+			}
+		}
+		for name := range acked {
+			if !seen[name] {
+				t.Fatalf("round %d: acknowledged block %s is lost after SIGKILL", round, name)
+			}
+		}
+		roundAcked := 0
+		for _, b := range blocks {
+			if acked[b.src.Name] {
+				roundAcked++
+			}
+		}
+		// Read back this round's blocks: byte-identical.
+		for _, b := range blocks {
+			if !seen[b.src.Name] {
+				continue
+			}
+			s, err := c.Get(ctx, b.src.Name)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !s.Next() {
+				t.Fatalf("round %d: get %s: %v", round, b.src.Name, s.Err())
+			}
+			got, err := io.ReadAll(s)
+			s.Close()
+			if err != nil || !bytes.Equal(got, b.data) {
+				t.Fatalf("round %d: block %s read back wrong (%d bytes, %v)", round, b.src.Name, len(got), err)
+			}
+		}
+		// Re-send everything of this round: stored blocks are duplicates,
+		// the others are stored now.
+		var srcs []flight.Source
+		for _, b := range blocks {
+			srcs = append(srcs, b.src)
+		}
+		res, err := c.Put(ctx, srcs...)
+		if err != nil {
+			t.Fatalf("round %d: re-send: %v", round, err)
+		}
+		for i, r := range res {
+			want := "stored"
+			if seen[srcs[i].Name] {
+				want = "duplicate"
+			}
+			if r.Status != want {
+				t.Fatalf("round %d: re-sent %s answered %s, want %s", round, r.Name, r.Status, want)
+			}
+			acked[r.Name] = true
+		}
+		t.Logf("round %d: SIGKILL after %d of %d uploads were acknowledged; %d were visible; none lost", round, roundAcked, uploads, len(seen)-(round-1)*uploads)
+		c.Close()
+		p.cmd.Process.Signal(syscall.SIGTERM)
+		if err := p.cmd.Wait(); err != nil {
+			t.Fatalf("round %d: server exit on SIGTERM: %v\n%s", round, err, p.log)
+		}
+	}
+	// No temp files of killed uploads are left visible as blocks.
+	ents, _ := os.ReadDir(filepath.Join(data, "blobs", "tmp"))
+	if len(ents) != 0 {
+		t.Errorf("%d temp files left after a clean stop", len(ents))
+	}
+}
