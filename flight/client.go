@@ -41,8 +41,12 @@ type Client struct {
 func Dial(addr string) (*Client, error) {
 	conn, err := grpc.NewClient(addr,
 		grpc.WithTransportCredentials(insecure.NewCredentials()),
-		grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(64<<20)),
+		grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(64<<20), grpc.ForceCodecV2(newCodec())),
 		grpc.WithKeepaliveParams(keepalive.ClientParameters{Time: 30 * time.Second, Timeout: 20 * time.Second}),
+		grpc.WithWriteBufferSize(1<<20),
+		grpc.WithReadBufferSize(1<<20),
+		grpc.WithInitialWindowSize(streamWindow),
+		grpc.WithInitialConnWindowSize(connWindow),
 	)
 	if err != nil {
 		return nil, fmt.Errorf("server %s: %w", addr, err)
@@ -219,26 +223,12 @@ func (c *Client) send(stream aflight.FlightService_DoPutClient, desc *aflight.Fl
 
 func sendSource(w *blockWriter, src Source) error {
 	meta, _ := json.Marshal(Header{Name: src.Name, Size: src.Size, SHA256: src.SHA256})
-	if src.Size == 0 {
-		return w.write(0, nil, meta)
-	}
 	rc, err := src.Open()
 	if err != nil {
 		return err
 	}
 	defer rc.Close()
-	for off := int64(0); off < src.Size; {
-		n := int(min(int64(ChunkSize), src.Size-off))
-		if _, err := io.ReadFull(rc, w.buf[:n]); err != nil {
-			return fmt.Errorf("block %s: read at offset %d: %w", src.Name, off, err)
-		}
-		if err := w.write(off, w.buf[:n], meta); err != nil {
-			return err
-		}
-		meta = nil
-		off += int64(n)
-	}
-	return nil
+	return w.copyBlock(src.Name, rc, src.Size, meta)
 }
 
 // Get returns a stream of one block. Read it with Next and Read.
@@ -404,6 +394,12 @@ func (s *Stream) Header() Header { return s.hdr }
 // Read reads the current block. It returns io.EOF at the block's end, or an
 // error if the bytes do not match the block's SHA-256.
 func (s *Stream) Read(p []byte) (int, error) {
+	if s.h == nil {
+		if s.err != nil {
+			return 0, s.Err()
+		}
+		return 0, errors.New("no current block: call Next first")
+	}
 	for len(s.chunk) == 0 {
 		if s.left == 0 {
 			if got := hex.EncodeToString(s.h.Sum(nil)); got != s.hdr.SHA256 {

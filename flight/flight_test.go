@@ -35,7 +35,11 @@ type testServer struct {
 }
 
 // startServer runs a real server on 127.0.0.1:0 for the test.
-func startServer(t *testing.T, cfg Config) *testServer {
+func startServer(t *testing.T, cfg Config) *testServer { return startServerTB(t, cfg) }
+
+func startServerB(b *testing.B) *testServer { return startServerTB(b, Config{}) }
+
+func startServerTB(t testing.TB, cfg Config) *testServer {
 	t.Helper()
 	if cfg.Data == "" {
 		cfg.Data = t.TempDir()
@@ -179,10 +183,10 @@ func rawPut(t *testing.T, c *Client, cmd string, hdr string, data []byte, metaOn
 	if metaOnly {
 		sendErr = stream.Send(&aflight.FlightData{AppMetadata: []byte(hdr)})
 		if sendErr == nil && len(data) > 0 {
-			sendErr = w.write(0, data, nil)
+			sendErr = w.copyBlock("raw", bytes.NewReader(data), int64(len(data)), nil)
 		}
 	} else {
-		sendErr = w.write(0, data, []byte(hdr))
+		sendErr = w.copyBlock("raw", bytes.NewReader(data), int64(len(data)), []byte(hdr))
 	}
 	_ = sendErr // the status comes from Recv
 	stream.CloseSend()

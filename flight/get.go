@@ -1,20 +1,13 @@
 package flight
 
 import (
-	"bytes"
 	"context"
-	"encoding/binary"
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"time"
 
-	"github.com/apache/arrow-go/v18/arrow"
-	"github.com/apache/arrow-go/v18/arrow/array"
 	aflight "github.com/apache/arrow-go/v18/arrow/flight"
-	"github.com/apache/arrow-go/v18/arrow/ipc"
-	"github.com/apache/arrow-go/v18/arrow/memory"
 	"github.com/google/uuid"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
@@ -194,105 +187,7 @@ func (s *Service) sendBlock(ctx context.Context, w *blockWriter, b state.Block) 
 	}
 	defer rc.Close()
 	meta, _ := json.Marshal(Header{Name: b.Name, Size: b.Size, SHA256: b.SHA256})
-	if b.Size == 0 {
-		return w.write(0, nil, meta)
-	}
-	var off int64
-	for off < b.Size {
-		n := int(min(int64(ChunkSize), b.Size-off))
-		buf := w.buf[:n]
-		if _, err := io.ReadFull(rc, buf); err != nil {
-			return fmt.Errorf("block %s: read at offset %d of %d: %w", b.Name, off, b.Size, err)
-		}
-		if err := w.write(off, buf, meta); err != nil {
-			return err
-		}
-		meta = nil
-		off += int64(n)
-	}
-	return nil
-}
-
-// blockWriter writes block batches to a Flight stream. It sends the schema
-// at once, so a reader of an empty or waiting stream sees it, and builds
-// each batch around the read buffer without copying it into a builder.
-type blockWriter struct {
-	stream aflight.DataStreamWriter
-	pw     *payloadWriter
-	w      *ipc.Writer
-	buf    []byte
-	offs   [8]byte
-	ends   [8]byte
-}
-
-func newBlockWriter(stream aflight.DataStreamWriter) (*blockWriter, error) {
-	return newBlockWriterDesc(stream, nil)
-}
-
-// newBlockWriterDesc is newBlockWriter with a descriptor sent with the
-// schema, as DoPut requires.
-func newBlockWriterDesc(stream aflight.DataStreamWriter, desc *aflight.FlightDescriptor) (*blockWriter, error) {
-	// ipc.Writer sends the schema lazily, on the first batch. Close a
-	// throwaway writer to get the schema message now, and have the real
-	// writer skip its own copy.
-	first := &payloadWriter{stream: stream, desc: desc}
-	if err := ipc.NewWriterWithPayloadWriter(first, ipc.WithSchema(BlockSchema)).Close(); err != nil {
-		return nil, err
-	}
-	pw := &payloadWriter{stream: stream, skip: 1}
-	return &blockWriter{
-		stream: stream,
-		pw:     pw,
-		w:      ipc.NewWriterWithPayloadWriter(pw, ipc.WithSchema(BlockSchema)),
-		buf:    make([]byte, ChunkSize),
-	}, nil
-}
-
-func (b *blockWriter) write(off int64, data, meta []byte) error {
-	rows := 1
-	if data == nil {
-		rows = 0
-	}
-	binary.LittleEndian.PutUint64(b.offs[:], uint64(off))
-	binary.LittleEndian.PutUint32(b.ends[4:], uint32(len(data)))
-	offCol := array.NewInt64Data(array.NewData(arrow.PrimitiveTypes.Int64, rows,
-		[]*memory.Buffer{nil, memory.NewBufferBytes(b.offs[:8*rows])}, nil, 0, 0))
-	defer offCol.Release()
-	dataCol := array.NewBinaryData(array.NewData(arrow.BinaryTypes.Binary, rows,
-		[]*memory.Buffer{nil, memory.NewBufferBytes(b.ends[:4*(rows+1)]), memory.NewBufferBytes(data)}, nil, 0, 0))
-	defer dataCol.Release()
-	rec := array.NewRecordBatch(BlockSchema, []arrow.Array{offCol, dataCol}, int64(rows))
-	defer rec.Release()
-	b.pw.meta = meta
-	return b.w.Write(rec)
-}
-
-// payloadWriter sends IPC payloads as FlightData, reusing one body buffer.
-type payloadWriter struct {
-	stream aflight.DataStreamWriter
-	skip   int
-	desc   *aflight.FlightDescriptor
-	meta   []byte
-	body   bytes.Buffer
-}
-
-func (p *payloadWriter) Start() error { return nil }
-func (p *payloadWriter) Close() error { return nil }
-
-func (p *payloadWriter) WritePayload(pl ipc.Payload) error {
-	if p.skip > 0 {
-		p.skip--
-		return nil
-	}
-	m := pl.Meta()
-	defer m.Release()
-	p.body.Reset()
-	if err := pl.SerializeBody(&p.body); err != nil {
-		return err
-	}
-	fd := &aflight.FlightData{DataHeader: m.Bytes(), DataBody: p.body.Bytes(), AppMetadata: p.meta, FlightDescriptor: p.desc}
-	p.meta, p.desc = nil, nil
-	return p.stream.Send(fd)
+	return w.copyBlock(b.Name, rc, b.Size, meta)
 }
 
 // mergeDone returns a context that ends when either parent does.

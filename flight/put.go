@@ -62,7 +62,8 @@ type upload struct {
 	got      int64
 	discard  bool // already stored with the same checksum: drain and answer duplicate
 	pw       *io.PipeWriter
-	putErr   chan error
+	putDone  chan struct{} // closed when the store's Put returned
+	putErr   error
 	existing state.Block
 }
 
@@ -220,11 +221,11 @@ func (s *Service) begin(ctx context.Context, cmd PutCommand, raw []byte) (*uploa
 		return nil, statusOf(err, codes.Internal)
 	}
 	pr, pw := io.Pipe()
-	u.pw, u.putErr = pw, make(chan error, 1)
+	u.pw, u.putDone = pw, make(chan struct{})
 	go func() {
-		err := s.store.Put(ctx, u.key, pr, h.Size, sum)
-		pr.CloseWithError(err) // unblock the writer if Put gave up early
-		u.putErr <- err
+		defer close(u.putDone)
+		u.putErr = s.store.Put(ctx, u.key, pr, h.Size, sum)
+		pr.CloseWithError(u.putErr) // unblock the writer if Put gave up early
 	}()
 	return u, nil
 }
@@ -248,7 +249,8 @@ func (u *upload) write(off int64, data []byte) error {
 
 // wait returns the store's verdict on the block.
 func (u *upload) wait(writeErr error) error {
-	err := <-u.putErr
+	<-u.putDone
+	err := u.putErr
 	if err == nil {
 		err = writeErr
 	}
@@ -261,7 +263,7 @@ func (u *upload) wait(writeErr error) error {
 func (u *upload) abort(why error) {
 	if u.pw != nil {
 		u.pw.CloseWithError(why)
-		<-u.putErr
+		<-u.putDone
 	}
 }
 

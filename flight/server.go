@@ -171,6 +171,13 @@ func Run(ctx context.Context, cfg Config) (err error) {
 	return nil
 }
 
+// Flow-control windows: a stream may have this many bytes in flight, all
+// streams of a connection together connWindow.
+const (
+	streamWindow = 8 << 20
+	connWindow   = 32 << 20
+)
+
 // NewGRPCServer returns a gRPC server with Plumb's options: 64 MiB receive
 // limit, keepalive that permits client pings every 10 s, and panic recovery
 // that turns a panic into an Internal error instead of a crash.
@@ -181,6 +188,13 @@ func NewGRPCServer(log *slog.Logger) *grpc.Server {
 	}
 	return grpc.NewServer(
 		grpc.MaxRecvMsgSize(64<<20),
+		grpc.ForceServerCodecV2(newCodec()),
+		// Blocks are large: bigger socket buffers cut syscalls per byte, and
+		// fixed flow-control windows keep loopback and LAN links full.
+		grpc.WriteBufferSize(1<<20),
+		grpc.ReadBufferSize(1<<20),
+		grpc.InitialWindowSize(streamWindow),
+		grpc.InitialConnWindowSize(connWindow),
 		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: 10 * time.Second, PermitWithoutStream: true}),
 		grpc.KeepaliveParams(keepalive.ServerParameters{Time: 30 * time.Second, Timeout: 20 * time.Second}),
 		grpc.ChainUnaryInterceptor(func(ctx context.Context, req any, info *grpc.UnaryServerInfo, h grpc.UnaryHandler) (resp any, err error) {

@@ -98,7 +98,7 @@ func TestCrashDuringUploads(t *testing.T) {
 	const rounds, uploads = 10, 200
 	data := t.TempDir()
 	addr := testenv.FreeAddr(t)
-	all := map[string]sent{}  // every block ever sent, by name
+	all := map[string]sent{}   // every block ever sent, by name
 	acked := map[string]bool{} // blocks the server acknowledged
 	rng := rand.New(rand.NewPCG(7, 7))
 	ctx := context.Background()
