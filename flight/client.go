@@ -442,3 +442,33 @@ func (s *Stream) Close() {
 	s.cancel()
 	s.rr.Release()
 }
+
+// Consume reads a consumer group's blocks (t.Group must be set) and calls
+// fn with each block's header and bytes. A block is acknowledged only after
+// fn returns nil and its bytes all arrived and matched their SHA-256;
+// otherwise it stays owed and is handed out again after the visibility
+// timeout. Consume returns when the stream ends, fn fails, or ctx ends.
+func (c *Client) Consume(ctx context.Context, t Ticket, fn func(Header, io.Reader) error) error {
+	if t.Group == "" {
+		return errors.New("Consume needs a consumer group in the ticket")
+	}
+	s, err := c.DoGet(ctx, t)
+	if err != nil {
+		return err
+	}
+	defer s.Close()
+	for s.Next() {
+		h := s.Header()
+		if err := fn(h, s); err != nil {
+			return fmt.Errorf("block %s: %w", h.Name, err)
+		}
+		// fn may not have read to the end; the checksum is only known there.
+		if _, err := io.Copy(io.Discard, s); err != nil {
+			return err
+		}
+		if _, err := c.Ack(ctx, t.Queue, t.Group, h.Name); err != nil {
+			return fmt.Errorf("ack %s: %w", h.Name, err)
+		}
+	}
+	return s.Err()
+}

@@ -154,6 +154,11 @@ func (s *Service) serveGroup(ctx context.Context, w *blockWriter, t Ticket) erro
 		}
 		if ok {
 			if err := s.sendBlock(ctx, w, b); err != nil {
+				// This reader will not deliver it: let another have it now
+				// rather than after the visibility timeout.
+				if rerr := s.db.Release(t.Queue, t.Group, b.Serial, reader); rerr == nil {
+					s.notify(t.Queue)
+				}
 				return err
 			}
 			continue

@@ -304,3 +304,21 @@ func (d *DB) Groups(queue string) ([]GroupStats, error) {
 	})
 	return out, err
 }
+
+// Release hands a reserved block back to its group at once, for a reader
+// that could not deliver it (its stream broke mid-block). It does nothing
+// if the reservation has passed to another reader or the block is done.
+func (d *DB) Release(queue, group string, serial uint64, reserver string) error {
+	return d.bolt.Update(func(tx *bolt.Tx) error {
+		dels, err := sub(tx, bucketDeliveries, queue, group)
+		if err != nil {
+			return err
+		}
+		del, ok, err := getJSON[Delivery](dels, u64(serial))
+		if err != nil || !ok || del.State != Reserved || del.Reserver != reserver {
+			return err
+		}
+		del.State, del.Until, del.Reserver = Unreserved, time.Time{}, ""
+		return putJSON(dels, u64(serial), del)
+	})
+}

@@ -111,12 +111,26 @@ func TestGroupsReserveAck(t *testing.T) {
 	if !ok || b.Seq != 2 {
 		t.Fatalf("after the timeout got %+v %v, want block 2 again", b, ok)
 	}
+	// A reader that fails mid-block releases it; a stale reader cannot
+	// release what another now holds.
+	if err := db.Release("pcap.sz", "early", b.Serial, "r1"); err != nil {
+		t.Fatal(err)
+	}
+	if other, ok, _ := db.Reserve("pcap.sz", "early", "r9", time.Minute); !ok || other.Seq != 4 {
+		t.Fatalf("after a stale release got %+v %v; want block 4 (2 is still r3's)", other, ok)
+	}
+	if err := db.Release("pcap.sz", "early", b.Serial, "r3"); err != nil {
+		t.Fatal(err)
+	}
+	if again, ok, _ := db.Reserve("pcap.sz", "early", "r4", time.Minute); !ok || again.Seq != 2 {
+		t.Fatalf("released block not handed out at once: %+v %v", again, ok)
+	}
 	stats, err := db.Groups("pcap.sz")
 	if err != nil || len(stats) != 2 {
 		t.Fatal(stats, err)
 	}
-	if s := stats[0]; s.Group != "early" || s.Done != 2 || s.Reserved != 1 || s.Unreserved != 1 {
-		t.Fatalf("early stats = %+v; want 2 done, 1 reserved, 1 unreserved", s)
+	if s := stats[0]; s.Group != "early" || s.Done != 2 || s.Reserved != 2 || s.Unreserved != 0 {
+		t.Fatalf("early stats = %+v; want 2 done, 2 reserved", s)
 	}
 
 	if _, err := db.Ack("pcap.sz", "nope", nil); !errors.Is(err, ErrNotFound) {

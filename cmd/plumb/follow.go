@@ -5,6 +5,7 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"io"
 	"os"
 	"path/filepath"
 	"time"
@@ -61,23 +62,15 @@ func followCommand() command {
 }
 
 func followOnce(ctx context.Context, c *flight.Client, t flight.Ticket, out string) error {
-	s, err := c.DoGet(ctx, t)
-	if err != nil {
-		return err
-	}
-	defer s.Close()
-	for s.Next() {
-		name := s.Header().Name
-		if err := writeAtomic(filepath.Join(out, name), s); err != nil {
-			return fmt.Errorf("block %s: %w", name, err)
+	err := c.Consume(ctx, t, func(h flight.Header, r io.Reader) error {
+		if err := writeAtomic(filepath.Join(out, h.Name), r); err != nil {
+			return err
 		}
-		if _, err := c.Ack(ctx, t.Queue, t.Group, name); err != nil {
-			return fmt.Errorf("ack %s: %w", name, err)
-		}
-		fmt.Println(name)
+		fmt.Println(h.Name)
+		return nil
+	})
+	if errors.Is(err, context.Canceled) {
+		return nil
 	}
-	if err := s.Err(); err != nil && !errors.Is(err, context.Canceled) {
-		return err
-	}
-	return nil
+	return err
 }
