@@ -121,6 +121,19 @@ func (d *DB) EnsureGroup(queue, group string, from From) (Group, error) {
 	return out, err
 }
 
+// loadGroup returns the groups bucket of a queue and one group in it.
+func loadGroup(tx *bolt.Tx, queue, group string) (*bolt.Bucket, Group, error) {
+	groups, err := sub(tx, bucketGroups, queue)
+	if err != nil {
+		return nil, Group{}, err
+	}
+	g, ok, err := getJSON[Group](groups, []byte(group))
+	if err == nil && !ok {
+		err = fmt.Errorf("group %q of queue %q: %w", group, queue, ErrNotFound)
+	}
+	return groups, g, err
+}
+
 // Reserve hands the oldest block owed to a group to reserver for the given
 // visibility timeout: UNRESERVED, or RESERVED with an expired deadline. It
 // returns false when nothing is available now.
@@ -131,16 +144,9 @@ func (d *DB) Reserve(queue, group, reserver string, visibility time.Duration) (B
 	)
 	now := d.now()
 	err := d.bolt.Update(func(tx *bolt.Tx) error {
-		groups, err := sub(tx, bucketGroups, queue)
+		_, g, err := loadGroup(tx, queue, group)
 		if err != nil {
 			return err
-		}
-		g, ok, err := getJSON[Group](groups, []byte(group))
-		if err != nil {
-			return err
-		}
-		if !ok {
-			return fmt.Errorf("group %q of queue %q: %w", group, queue, ErrNotFound)
 		}
 		dels, err := sub(tx, bucketDeliveries, queue, group)
 		if err != nil {
@@ -211,16 +217,9 @@ func (d *DB) NextExpiry(queue, group string) (time.Time, error) {
 func (d *DB) Ack(queue, group string, ids []block.ID) (int, error) {
 	n := 0
 	err := d.bolt.Update(func(tx *bolt.Tx) error {
-		groups, err := sub(tx, bucketGroups, queue)
+		groups, g, err := loadGroup(tx, queue, group)
 		if err != nil {
 			return err
-		}
-		g, ok, err := getJSON[Group](groups, []byte(group))
-		if err != nil {
-			return err
-		}
-		if !ok {
-			return fmt.Errorf("group %q of queue %q: %w", group, queue, ErrNotFound)
 		}
 		blocks, _ := sub(tx, bucketBlocks, queue)
 		dels, _ := sub(tx, bucketDeliveries, queue, group)

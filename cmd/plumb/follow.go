@@ -14,35 +14,28 @@ import (
 )
 
 func followCommand() command {
-	return command{
-		name:  "follow",
-		usage: "QUEUE --group G --out DIR",
-		short: "receive a queue's blocks as a consumer group into a directory, acking each once it is on disk",
-		run: func(ctx context.Context, fs *flag.FlagSet, args []string) error {
-			server := serverFlag(fs)
-			group := fs.String("group", "", "consumer `GROUP` (required)")
-			out := fs.String("out", "", "`DIR` to write blocks into (required)")
-			from := fs.String("from", "latest", "where a new group starts: earliest or latest")
-			once := fs.Bool("once", false, "stop when no block is owed instead of waiting for more")
-			pos, err := parseInterspersed(fs, args)
-			if err != nil {
-				return err
-			}
-			if len(pos) != 1 || *group == "" || *out == "" {
+	var (
+		group, out, from string
+		once             bool
+	)
+	return clientCommand("follow", "QUEUE --group G --out DIR", "receive a queue's blocks as a consumer group into a directory, acking each once it is on disk", 1,
+		func(fs *flag.FlagSet) {
+			fs.StringVar(&group, "group", "", "consumer `GROUP` (required)")
+			fs.StringVar(&out, "out", "", "`DIR` to write blocks into (required)")
+			fs.StringVar(&from, "from", "latest", "where a new group starts: earliest or latest")
+			fs.BoolVar(&once, "once", false, "stop when no block is owed instead of waiting for more")
+		},
+		func(ctx context.Context, c *flight.Client, args []string) error {
+			if group == "" || out == "" {
 				return errUsage
 			}
-			if err := os.MkdirAll(*out, 0o750); err != nil {
+			if err := os.MkdirAll(out, 0o750); err != nil {
 				return err
 			}
-			c, err := dial(*server)
-			if err != nil {
-				return err
-			}
-			defer c.Close()
-			queue := pos[0]
+			t := flight.Ticket{Queue: args[0], Group: group, Follow: !once, From: from}
 			backoff := time.Second
 			for {
-				err := followOnce(ctx, c, flight.Ticket{Queue: queue, Group: *group, Follow: !*once, From: *from}, *out)
+				err := followOnce(ctx, c, t, out)
 				if err == nil || ctx.Err() != nil {
 					return nil
 				}
@@ -57,8 +50,7 @@ func followCommand() command {
 				}
 				backoff = min(2*backoff, 30*time.Second)
 			}
-		},
-	}
+		})
 }
 
 func followOnce(ctx context.Context, c *flight.Client, t flight.Ticket, out string) error {

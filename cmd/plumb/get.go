@@ -7,28 +7,18 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+
+	"github.com/plumb-dev/plumb/flight"
 )
 
 func getCommand() command {
-	return command{
-		name:  "get",
-		usage: "NAME",
-		short: "download one block (checked against its SHA-256) to a file, a directory or stdout",
-		run: func(ctx context.Context, fs *flag.FlagSet, args []string) error {
-			server := serverFlag(fs)
-			out := fs.String("o", ".", "output `PATH`: a directory (the block keeps its name), a file, or - for stdout")
-			if err := fs.Parse(args); err != nil {
-				return err
-			}
-			if fs.NArg() != 1 {
-				return errUsage
-			}
-			c, err := dial(*server)
-			if err != nil {
-				return err
-			}
-			defer c.Close()
-			s, err := c.Get(ctx, fs.Arg(0))
+	var out string
+	return clientCommand("get", "NAME", "download one block (checked against its SHA-256) to a file, a directory or stdout", 1,
+		func(fs *flag.FlagSet) {
+			fs.StringVar(&out, "o", ".", "output `PATH`: a directory (the block keeps its name), a file, or - for stdout")
+		},
+		func(ctx context.Context, c *flight.Client, args []string) error {
+			s, err := c.Get(ctx, args[0])
 			if err != nil {
 				return err
 			}
@@ -37,19 +27,18 @@ func getCommand() command {
 				if s.Err() != nil {
 					return s.Err()
 				}
-				return fmt.Errorf("block %s: the server sent nothing", fs.Arg(0))
+				return fmt.Errorf("block %s: the server sent nothing", args[0])
 			}
-			if *out == "-" {
+			if out == "-" {
 				_, err := io.Copy(os.Stdout, s)
 				return err
 			}
-			path := *out
+			path := out
 			if fi, err := os.Stat(path); err == nil && fi.IsDir() {
 				path = filepath.Join(path, s.Header().Name)
 			}
 			return writeAtomic(path, s)
-		},
-	}
+		})
 }
 
 // writeAtomic writes r to path through a temp file, fsync and rename, so a

@@ -12,18 +12,13 @@ import (
 )
 
 func putCommand() command {
-	return command{
-		name:  "put",
-		usage: "FILE...",
-		short: "upload files as blocks; each file's base name is its block name unless --name is given",
-		run: func(ctx context.Context, fs *flag.FlagSet, args []string) error {
-			server := serverFlag(fs)
-			asName := fs.String("name", "", "block `NAME` for a single FILE (YYYYMMDD-HHMMSS-SEQ[-INFO].INSTANCE.QUEUE)")
-			if err := fs.Parse(args); err != nil {
-				return err
-			}
-			files := fs.Args()
-			if len(files) == 0 || *asName != "" && len(files) != 1 {
+	var asName string
+	return clientCommand("put", "FILE...", "upload files as blocks; each file's base name is its block name unless --name is given", -1,
+		func(fs *flag.FlagSet) {
+			fs.StringVar(&asName, "name", "", "block `NAME` for a single FILE (YYYYMMDD-HHMMSS-SEQ[-INFO].INSTANCE.QUEUE)")
+		},
+		func(ctx context.Context, c *flight.Client, files []string) error {
+			if asName != "" && len(files) != 1 {
 				return errUsage
 			}
 			// One stream per queue and instance, in the order given.
@@ -32,8 +27,8 @@ func putCommand() command {
 			groups := map[key][]flight.Source{}
 			for _, f := range files {
 				src, err := flight.FileSource(f)
-				if *asName != "" {
-					src, err = namedSource(f, *asName)
+				if asName != "" {
+					src, err = namedSource(f, asName)
 				}
 				if err != nil {
 					return err
@@ -45,11 +40,6 @@ func putCommand() command {
 				}
 				groups[k] = append(groups[k], src)
 			}
-			c, err := dial(*server)
-			if err != nil {
-				return err
-			}
-			defer c.Close()
 			for _, k := range order {
 				res, err := c.Put(ctx, groups[k]...)
 				for _, r := range res {
@@ -60,8 +50,7 @@ func putCommand() command {
 				}
 			}
 			return nil
-		},
-	}
+		})
 }
 
 func namedSource(path, name string) (flight.Source, error) {

@@ -2,30 +2,17 @@ package main
 
 import (
 	"context"
-	"flag"
 	"fmt"
 	"os"
 	"text/tabwriter"
 	"time"
+
+	"github.com/plumb-dev/plumb/flight"
 )
 
 func queuesCommand() command {
-	return command{
-		name:  "queues",
-		short: "list the server's queues with block counts, bytes and consumer groups",
-		run: func(ctx context.Context, fs *flag.FlagSet, args []string) error {
-			server := serverFlag(fs)
-			if err := fs.Parse(args); err != nil {
-				return err
-			}
-			if fs.NArg() != 0 {
-				return errUsage
-			}
-			c, err := dial(*server)
-			if err != nil {
-				return err
-			}
-			defer c.Close()
+	return clientCommand("queues", "", "list the server's queues with block counts, bytes and consumer groups", 0, nil,
+		func(ctx context.Context, c *flight.Client, _ []string) error {
 			qs, err := c.Queues(ctx)
 			if err != nil {
 				return err
@@ -40,29 +27,13 @@ func queuesCommand() command {
 				fmt.Fprintf(tw, "%s\t%d\t%d\t%s\n", q.Queue, q.Blocks, q.Bytes, groups)
 			}
 			return tw.Flush()
-		},
-	}
+		})
 }
 
 func blocksCommand() command {
-	return command{
-		name:  "blocks",
-		usage: "QUEUE",
-		short: "list a queue's blocks in arrival order",
-		run: func(ctx context.Context, fs *flag.FlagSet, args []string) error {
-			server := serverFlag(fs)
-			if err := fs.Parse(args); err != nil {
-				return err
-			}
-			if fs.NArg() != 1 {
-				return errUsage
-			}
-			c, err := dial(*server)
-			if err != nil {
-				return err
-			}
-			defer c.Close()
-			bs, err := c.Blocks(ctx, fs.Arg(0))
+	return clientCommand("blocks", "QUEUE", "list a queue's blocks in arrival order", 1, nil,
+		func(ctx context.Context, c *flight.Client, args []string) error {
+			bs, err := c.Blocks(ctx, args[0])
 			if err != nil {
 				return err
 			}
@@ -72,6 +43,5 @@ func blocksCommand() command {
 				fmt.Fprintf(tw, "%s\t%d\t%s\t%s\n", b.Name, b.Size, b.SHA256, b.Arrived.Format(time.RFC3339))
 			}
 			return tw.Flush()
-		},
-	}
+		})
 }
