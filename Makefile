@@ -10,7 +10,8 @@ FUZZ_TARGETS := \
 	./block:FuzzParse \
 	./codecs:FuzzReaders \
 	./flight:FuzzTicket \
-	./flight:FuzzPutHeader
+	./flight:FuzzPutHeader \
+	./pcap:FuzzReader
 
 .PHONY: build test test-go test-python fuzz-short bench demo lint clean
 

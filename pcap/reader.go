@@ -1,0 +1,170 @@
+// Package pcap reads and writes capture files: pcap (microsecond and
+// nanosecond) and pcapng, plain or compressed with any codec Plumb knows.
+// It knows nothing of the server; the agent and the stages build on it.
+package pcap
+
+import (
+	"bufio"
+	"bytes"
+	"errors"
+	"fmt"
+	"io"
+
+	"github.com/gopacket/gopacket"
+	"github.com/gopacket/gopacket/layers"
+	"github.com/gopacket/gopacket/pcapgo"
+
+	"github.com/plumb-dev/plumb/codecs"
+)
+
+// ErrTruncated marks a capture whose last record is cut short, as when a
+// capture process is killed mid-write. The packets before it are good.
+var ErrTruncated = errors.New("capture ends inside a packet record")
+
+// ErrNotCapture marks input that is neither pcap nor pcapng.
+var ErrNotCapture = errors.New("not a pcap or pcapng capture")
+
+// Format is the container format of a capture.
+type Format string
+
+// The formats Reader reads.
+const (
+	FormatPcap   Format = "pcap"
+	FormatPcapNG Format = "pcapng"
+)
+
+// Reader reads the packets of one capture stream.
+type Reader struct {
+	// LinkType and Snaplen come from the capture's header (for pcapng, its
+	// first interface; all interfaces must share the link type).
+	LinkType layers.LinkType
+	Snaplen  uint32
+	// Nanos is true when timestamps have nanosecond resolution.
+	Nanos  bool
+	Format Format
+
+	read    func() ([]byte, gopacket.CaptureInfo, error)
+	packets int64
+	err     error
+}
+
+var magics = []struct {
+	magic  []byte
+	format Format
+	nanos  bool
+}{
+	{[]byte{0xa1, 0xb2, 0xc3, 0xd4}, FormatPcap, false},
+	{[]byte{0xd4, 0xc3, 0xb2, 0xa1}, FormatPcap, false},
+	{[]byte{0xa1, 0xb2, 0x3c, 0x4d}, FormatPcap, true},
+	{[]byte{0x4d, 0x3c, 0xb2, 0xa1}, FormatPcap, true},
+	{[]byte{0x0a, 0x0d, 0x0d, 0x0a}, FormatPcapNG, true},
+}
+
+// compressed maps the leading bytes of compressed streams to their codec.
+var compressed = []struct {
+	magic []byte
+	codec codecs.Codec
+}{
+	{[]byte{0x1f, 0x8b}, codecs.Gzip},
+	{[]byte{0xfd, '7', 'z', 'X', 'Z', 0x00}, codecs.XZ},
+	{[]byte{0x28, 0xb5, 0x2f, 0xfd}, codecs.Zstd},
+	{[]byte("\xff\x06\x00\x00sNaPpY"), codecs.Snappy},
+}
+
+// NewReader reads a capture from r, which may be compressed with gzip, xz,
+// zstd or snappy: the format and the compression are told from the first
+// bytes, never from a file name. Close the returned closer when done (it
+// releases a decompressor; it does not close r).
+func NewReader(r io.Reader) (*Reader, io.Closer, error) {
+	br := bufio.NewReaderSize(r, 1<<20)
+	head, err := br.Peek(10)
+	if len(head) == 0 {
+		if err == nil || err == io.EOF {
+			return nil, nil, fmt.Errorf("%w: the input is empty", ErrNotCapture)
+		}
+		return nil, nil, err
+	}
+	for _, c := range compressed {
+		if bytes.HasPrefix(head, c.magic) {
+			dec, err := c.codec.NewReader(br)
+			if err != nil {
+				return nil, nil, err
+			}
+			rd, _, err := NewReader(dec)
+			if err != nil {
+				dec.Close()
+				return nil, nil, fmt.Errorf("%s-compressed input: %w", c.codec, err)
+			}
+			return rd, dec, nil
+		}
+	}
+	rd, err := newRawReader(br, head)
+	return rd, io.NopCloser(nil), err
+}
+
+func newRawReader(br *bufio.Reader, head []byte) (*Reader, error) {
+	for _, m := range magics {
+		if !bytes.HasPrefix(head, m.magic) {
+			continue
+		}
+		rd := &Reader{Format: m.format, Nanos: m.nanos}
+		if m.format == FormatPcap {
+			pr, err := pcapgo.NewReader(br)
+			if err != nil {
+				return nil, fmt.Errorf("%w: pcap header: %v", ErrNotCapture, err)
+			}
+			rd.LinkType, rd.Snaplen, rd.read = pr.LinkType(), pr.Snaplen(), pr.ZeroCopyReadPacketData
+			return rd, nil
+		}
+		nr, err := pcapgo.NewNgReader(br, pcapgo.NgReaderOptions{ErrorOnMismatchingLinkType: true, SkipUnknownVersion: true})
+		if err != nil {
+			if errors.Is(err, pcapgo.ErrNgLinkTypeMismatch) {
+				return nil, errMixedLinkTypes(err)
+			}
+			return nil, fmt.Errorf("%w: pcapng header: %v", ErrNotCapture, err)
+		}
+		rd.LinkType, rd.read = nr.LinkType(), nr.ZeroCopyReadPacketData
+		if ifc, err := nr.Interface(0); err == nil {
+			rd.Snaplen = ifc.SnapLength
+		}
+		if rd.Snaplen == 0 {
+			rd.Snaplen = 262144
+		}
+		return rd, nil
+	}
+	n := min(len(head), 4)
+	return nil, fmt.Errorf("%w: it starts with %x, not a pcap or pcapng magic number", ErrNotCapture, head[:n])
+}
+
+// Next returns the next packet. The data is valid until the next call. At
+// the end it returns io.EOF; a last record cut short gives an error
+// wrapping ErrTruncated (and io.ErrUnexpectedEOF); a record that cannot be
+// a packet (say, a length beyond any snap length) gives an error naming the
+// packet. The reader stops at the first error.
+func (r *Reader) Next() ([]byte, gopacket.CaptureInfo, error) {
+	if r.err != nil {
+		return nil, gopacket.CaptureInfo{}, r.err
+	}
+	data, ci, err := r.read()
+	switch {
+	case err == nil:
+		r.packets++
+		return data, ci, nil
+	case err == io.EOF:
+		r.err = io.EOF
+	case errors.Is(err, pcapgo.ErrNgLinkTypeMismatch):
+		r.err = fmt.Errorf("packet %d: %w", r.packets+1, errMixedLinkTypes(err))
+	case errors.Is(err, io.ErrUnexpectedEOF):
+		r.err = fmt.Errorf("%w after packet %d: %w", ErrTruncated, r.packets, io.ErrUnexpectedEOF)
+	default:
+		r.err = fmt.Errorf("packet %d: %w", r.packets+1, err)
+	}
+	return nil, ci, r.err
+}
+
+func errMixedLinkTypes(err error) error {
+	return fmt.Errorf("pcapng with interfaces of different link types; split it per link type first (e.g. with editcap): %w", err)
+}
+
+// Packets returns how many packets were read.
+func (r *Reader) Packets() int64 { return r.packets }
