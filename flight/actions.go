@@ -46,6 +46,10 @@ var actions = map[string]action{
 		desc: `Counts for one queue: blocks, bytes, and per consumer group the deliveries unreserved, reserved, done and faulty. Body {"queue"}.`,
 		run:  (*Service).queueStats,
 	},
+	"last-seq": {
+		desc: `The highest sequence number stored for an instance, so an agent that lost its state never reuses one. Body {"queue","instance"}; answers {"seq": N, "found": bool}.`,
+		run:  (*Service).lastSeq,
+	},
 	"list-blocks": {
 		desc: `The blocks of a queue in arrival order, one JSON result each. Body {"queue","after":SERIAL,"limit":N}.`,
 		run:  (*Service).listBlocks,
@@ -130,6 +134,27 @@ func (s *Service) ack(ctx context.Context, body []byte) (any, error) {
 		return nil, err
 	}
 	return map[string]int{"acked": n}, nil
+}
+
+// LastSeqResult answers the last-seq action.
+type LastSeqResult struct {
+	Seq   uint64 `json:"seq"`
+	Found bool   `json:"found"`
+}
+
+func (s *Service) lastSeq(ctx context.Context, body []byte) (any, error) {
+	var req PutCommand
+	if err := decodeStrict(body, &req); err != nil {
+		return nil, badBody("last-seq", body, err)
+	}
+	if err := block.ValidateQueue(req.Queue); err != nil {
+		return nil, badBody("last-seq", body, err)
+	}
+	if err := block.ValidateInstance(req.Instance); err != nil {
+		return nil, badBody("last-seq", body, err)
+	}
+	seq, found, err := s.db.LastSeq(req.Queue, req.Instance)
+	return LastSeqResult{Seq: seq, Found: found}, err
 }
 
 func (s *Service) stats(queue string) (QueueStats, error) {

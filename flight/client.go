@@ -264,6 +264,16 @@ func (c *Client) Ack(ctx context.Context, queue, group string, names ...string) 
 	return res.Acked, err
 }
 
+// LastSeq returns the highest sequence number the server holds for an
+// instance of a queue.
+func (c *Client) LastSeq(ctx context.Context, queue, instance string) (LastSeqResult, error) {
+	var res LastSeqResult
+	err := c.action(ctx, "last-seq", PutCommand{Queue: queue, Instance: instance}, func(raw []byte) error {
+		return json.Unmarshal(raw, &res)
+	})
+	return res, err
+}
+
 // QueueStats returns one queue's counts.
 func (c *Client) QueueStats(ctx context.Context, queue string) (QueueStats, error) {
 	var st QueueStats

@@ -156,6 +156,12 @@ func TestPutGetDuplicateConflict(t *testing.T) {
 	if err != nil || len(qs) != 1 || qs[0].Queue != "pcap.sz" || qs[0].Blocks != 3 || qs[0].Bytes != int64(len(big)+1) {
 		t.Fatalf("queues = %+v, %v", qs, err)
 	}
+	if ls, err := ts.c.LastSeq(ctx, "pcap.sz", "lax"); err != nil || !ls.Found || ls.Seq != 3 {
+		t.Fatalf("last-seq = %+v, %v; want 3", ls, err)
+	}
+	if ls, err := ts.c.LastSeq(ctx, "pcap.sz", "nyc"); err != nil || ls.Found {
+		t.Fatalf("last-seq of an unknown instance = %+v, %v", ls, err)
+	}
 	blocks, err := ts.c.Blocks(ctx, "pcap.sz")
 	if err != nil || len(blocks) != 3 || blocks[2].Name != name(3) {
 		t.Fatalf("blocks = %+v, %v", blocks, err)

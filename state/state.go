@@ -5,6 +5,7 @@
 package state
 
 import (
+	"bytes"
 	"encoding/binary"
 	"encoding/json"
 	"errors"
@@ -326,3 +327,32 @@ func (d *DB) LastSerial(queue string) (uint64, error) {
 func bytesU64(b []byte) uint64 { return binary.BigEndian.Uint64(b) }
 
 func jsonUnmarshal(raw []byte, v any) error { return json.Unmarshal(raw, v) }
+
+// LastSeq returns the highest sequence number stored for an instance in a
+// queue, and false if the queue holds no block of that instance.
+func (d *DB) LastSeq(queue, instance string) (uint64, bool, error) {
+	var (
+		seq   uint64
+		found bool
+	)
+	err := d.bolt.View(func(tx *bolt.Tx) error {
+		blocks, _ := sub(tx, bucketBlocks, queue)
+		if blocks == nil {
+			return nil
+		}
+		prefix := append([]byte(instance), 0)
+		c := blocks.Cursor()
+		// The last key with the prefix is just before the first key past it.
+		k, _ := c.Seek(append(bytes.Clone(prefix), 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff))
+		if k == nil {
+			k, _ = c.Last()
+		} else {
+			k, _ = c.Prev()
+		}
+		if k != nil && bytes.HasPrefix(k, prefix) && len(k) == len(prefix)+8 {
+			seq, found = bytesU64(k[len(prefix):]), true
+		}
+		return nil
+	})
+	return seq, found, err
+}

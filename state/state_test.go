@@ -156,6 +156,18 @@ func TestBlocksPaging(t *testing.T) {
 	if n, _ := db.LastSerial("pcap.sz"); n != 5 {
 		t.Fatalf("LastSerial = %d", n)
 	}
+	if seq, ok, err := db.LastSeq("pcap.sz", "lax"); err != nil || !ok || seq != 5 {
+		t.Fatalf("LastSeq(lax) = %d %v %v; want 5", seq, ok, err)
+	}
+	other := mk(9, "s")
+	other.Instance = "la" // a prefix of "lax" must not match
+	db.CommitBlock(other)
+	if seq, ok, _ := db.LastSeq("pcap.sz", "la"); !ok || seq != 9 {
+		t.Fatalf("LastSeq(la) = %d %v; want 9", seq, ok)
+	}
+	if _, ok, _ := db.LastSeq("pcap.sz", "nyc"); ok {
+		t.Fatal("LastSeq of an instance with no blocks found one")
+	}
 	if page, _ := db.Blocks("nope", 0, 10); len(page) != 0 {
 		t.Fatalf("blocks of a missing queue: %v", page)
 	}

@@ -1,0 +1,332 @@
+// Package agent holds the capture-site agent: packet sources, the block
+// cutter, the on-disk spool and the shipper that uploads spooled blocks
+// to a Plumb server. The same code imports old captures for backfill.
+package agent
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"sort"
+	"sync"
+
+	"github.com/plumb-dev/plumb/block"
+)
+
+// Spool is the agent's directory of finished blocks waiting for the
+// server's acknowledgement, with the state that makes restarts exact.
+//
+// Layout: DIR/ready/NAME are finished blocks; DIR/tmp/ holds the block being
+// cut; DIR/state.json is the last sequence number used and how far each
+// source has been read into finished blocks.
+//
+// A block is finished in this order, so a crash at any point loses and
+// doubles nothing: the temp file is fsynced; the state naming the new last
+// sequence, the source positions after the block and the temp file as
+// pending is written (temp, fsync, rename, fsync dir); the temp file is
+// renamed into ready/ and the directory fsynced. On open, a pending temp
+// file still in tmp/ is complete and moves to ready/; any other temp file
+// is a block cut short by the crash and is discarded (its packets are read
+// again from a file source, or counted as lost from stdin or a live
+// interface).
+type Spool struct {
+	dir string
+
+	mu    sync.Mutex
+	st    spoolState
+	bytes int64         // size of ready/
+	ready chan struct{} // closed and replaced when a block is finished or removed
+}
+
+// SourcePos is how far a source has been read into finished blocks.
+type SourcePos struct {
+	Packets int64 `json:"packets"`
+	Done    bool  `json:"done,omitempty"`
+}
+
+type spoolState struct {
+	Queue    string               `json:"queue"`
+	Instance string               `json:"instance"`
+	LastSeq  uint64               `json:"last_seq"`
+	HasSeq   bool                 `json:"has_seq"` // LastSeq is meaningful
+	Sources  map[string]SourcePos `json:"sources"`
+	Pending  string               `json:"pending,omitempty"`
+	// LostBytes counts bytes of blocks cut short by crashes whose source
+	// could not be read again.
+	LostBytes int64 `json:"lost_bytes,omitempty"`
+}
+
+// Recovered says what OpenSpool found and did.
+type Recovered struct {
+	Fresh         bool  // no state: a new spool
+	Promoted      int   // pending blocks moved to ready/
+	Discarded     int   // partial blocks removed
+	DiscardedSize int64 // their bytes
+}
+
+// OpenSpool opens (creating if needed) a spool for one queue and instance
+// and recovers it after a crash. A spool holds one instance: opening it
+// for another is an error, since sequence numbers are per instance.
+func OpenSpool(dir, queue, instance string) (*Spool, Recovered, error) {
+	var rec Recovered
+	for _, d := range []string{"ready", "tmp"} {
+		if err := os.MkdirAll(filepath.Join(dir, d), 0o750); err != nil {
+			return nil, rec, fmt.Errorf("spool %s: %w", dir, err)
+		}
+	}
+	s := &Spool{dir: dir, ready: make(chan struct{})}
+	raw, err := os.ReadFile(s.statePath())
+	switch {
+	case errors.Is(err, fs.ErrNotExist):
+		rec.Fresh = true
+		s.st = spoolState{Queue: queue, Instance: instance, Sources: map[string]SourcePos{}}
+	case err != nil:
+		return nil, rec, err
+	default:
+		if err := json.Unmarshal(raw, &s.st); err != nil {
+			return nil, rec, fmt.Errorf("spool %s: state.json is corrupt (%v); move the spool aside and start with a new --instance", dir, err)
+		}
+		if s.st.Queue != queue || s.st.Instance != instance {
+			return nil, rec, fmt.Errorf("spool %s belongs to queue %s instance %s, not %s %s; use another --spool", dir, s.st.Queue, s.st.Instance, queue, instance)
+		}
+		if s.st.Sources == nil {
+			s.st.Sources = map[string]SourcePos{}
+		}
+	}
+	tmps, err := os.ReadDir(filepath.Join(dir, "tmp"))
+	if err != nil {
+		return nil, rec, err
+	}
+	for _, e := range tmps {
+		p := filepath.Join(dir, "tmp", e.Name())
+		if s.st.Pending != "" && e.Name() == filepath.Base(s.st.Pending) {
+			if err := os.Rename(p, filepath.Join(dir, "ready", blockNameOfTemp(e.Name()))); err != nil {
+				return nil, rec, err
+			}
+			rec.Promoted++
+			continue
+		}
+		if fi, err := e.Info(); err == nil {
+			rec.DiscardedSize += fi.Size()
+		}
+		os.Remove(p)
+		rec.Discarded++
+	}
+	if err := syncDir(filepath.Join(dir, "ready")); err != nil {
+		return nil, rec, err
+	}
+	s.st.Pending = ""
+	ready, err := s.Ready()
+	if err != nil {
+		return nil, rec, err
+	}
+	for _, r := range ready {
+		s.bytes += r.Size
+	}
+	return s, rec, nil
+}
+
+// tempName is the temp file of a block: the block name with a prefix, so
+// recovery knows the name without reading the file.
+func tempName(name string) string        { return "cut-" + name }
+func blockNameOfTemp(tmp string) string  { return tmp[len("cut-"):] }
+func (s *Spool) statePath() string       { return filepath.Join(s.dir, "state.json") }
+func (s *Spool) tempPath(n string) string { return filepath.Join(s.dir, "tmp", tempName(n)) }
+
+// NextSeq returns the sequence number the next block will get, and
+// whether the spool knows it (false for a fresh spool: the caller must
+// learn it from the server).
+func (s *Spool) NextSeq() (uint64, bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if !s.st.HasSeq {
+		return 0, false
+	}
+	return s.st.LastSeq + 1, true
+}
+
+// SetLastSeq records the last sequence number used by the instance, as
+// learned from the server for a fresh spool.
+func (s *Spool) SetLastSeq(seq uint64, known bool) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.st.LastSeq, s.st.HasSeq = seq, true
+	if !known {
+		// No block of this instance anywhere: the first block is seq 1.
+		s.st.LastSeq = 0
+	}
+	return s.saveLocked()
+}
+
+// Source returns how far a source was read into finished blocks.
+func (s *Spool) Source(name string) SourcePos {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.st.Sources[name]
+}
+
+// AddLost records bytes lost with a block cut short.
+func (s *Spool) AddLost(n int64) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.st.LostBytes += n
+	return s.saveLocked()
+}
+
+// Create opens the temp file for the block named n.
+func (s *Spool) Create(n block.Name) (*os.File, error) {
+	return os.OpenFile(s.tempPath(n.String()), os.O_CREATE|os.O_TRUNC|os.O_WRONLY, 0o640)
+}
+
+// Finish makes the block in f durable and ready to ship, and records the
+// source positions after it, as one step (see the type's comment). f is
+// closed.
+func (s *Spool) Finish(f *os.File, n block.Name, pos map[string]SourcePos) error {
+	if err := f.Sync(); err != nil {
+		f.Close()
+		return fmt.Errorf("spool: fsync block %s: %w", n, err)
+	}
+	fi, err := f.Stat()
+	if err != nil {
+		f.Close()
+		return err
+	}
+	if err := f.Close(); err != nil {
+		return err
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.st.LastSeq, s.st.HasSeq = n.Seq, true
+	for k, v := range pos {
+		s.st.Sources[k] = v
+	}
+	s.st.Pending = tempName(n.String())
+	if err := s.saveLocked(); err != nil {
+		return err
+	}
+	if err := os.Rename(s.tempPath(n.String()), filepath.Join(s.dir, "ready", n.String())); err != nil {
+		return err
+	}
+	if err := syncDir(filepath.Join(s.dir, "ready")); err != nil {
+		return err
+	}
+	s.bytes += fi.Size()
+	s.signalLocked()
+	return nil
+}
+
+// Discard removes an unfinished block's temp file.
+func (s *Spool) Discard(f *os.File, n block.Name) {
+	f.Close()
+	os.Remove(s.tempPath(n.String()))
+}
+
+// ReadyBlock is a finished block in the spool.
+type ReadyBlock struct {
+	Name block.Name
+	Path string
+	Size int64
+}
+
+// Ready lists the finished blocks in sequence order.
+func (s *Spool) Ready() ([]ReadyBlock, error) {
+	ents, err := os.ReadDir(filepath.Join(s.dir, "ready"))
+	if err != nil {
+		return nil, err
+	}
+	var out []ReadyBlock
+	for _, e := range ents {
+		n, err := block.Parse(e.Name())
+		if err != nil {
+			continue // not ours; leave it alone
+		}
+		fi, err := e.Info()
+		if err != nil {
+			continue
+		}
+		out = append(out, ReadyBlock{Name: n, Path: filepath.Join(s.dir, "ready", e.Name()), Size: fi.Size()})
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].Name.Seq < out[j].Name.Seq })
+	return out, nil
+}
+
+// Remove deletes a block the server acknowledged.
+func (s *Spool) Remove(b ReadyBlock) error {
+	if err := os.Remove(b.Path); err != nil && !errors.Is(err, fs.ErrNotExist) {
+		return err
+	}
+	if err := syncDir(filepath.Dir(b.Path)); err != nil {
+		return err
+	}
+	s.mu.Lock()
+	s.bytes -= b.Size
+	s.signalLocked()
+	s.mu.Unlock()
+	return nil
+}
+
+// Bytes is the size of the finished blocks waiting in the spool.
+func (s *Spool) Bytes() int64 {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.bytes
+}
+
+// Changed returns a channel closed at the next Finish or Remove.
+func (s *Spool) Changed() <-chan struct{} {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.ready
+}
+
+func (s *Spool) signalLocked() {
+	close(s.ready)
+	s.ready = make(chan struct{})
+}
+
+// LostBytes returns the bytes lost to crashes from sources that cannot be
+// read again.
+func (s *Spool) LostBytes() int64 {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.st.LostBytes
+}
+
+func (s *Spool) saveLocked() error {
+	raw, err := json.MarshalIndent(s.st, "", "  ")
+	if err != nil {
+		return err
+	}
+	tmp := s.statePath() + ".tmp"
+	f, err := os.Create(tmp)
+	if err != nil {
+		return err
+	}
+	if _, err := f.Write(raw); err != nil {
+		f.Close()
+		return err
+	}
+	if err := f.Sync(); err != nil {
+		f.Close()
+		return err
+	}
+	if err := f.Close(); err != nil {
+		return err
+	}
+	if err := os.Rename(tmp, s.statePath()); err != nil {
+		return err
+	}
+	return syncDir(s.dir)
+}
+
+func syncDir(dir string) error {
+	d, err := os.Open(dir)
+	if err != nil {
+		return err
+	}
+	defer d.Close()
+	return d.Sync()
+}
