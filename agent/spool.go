@@ -131,9 +131,9 @@ func OpenSpool(dir, queue, instance string) (*Spool, Recovered, error) {
 
 // tempName is the temp file of a block: the block name with a prefix, so
 // recovery knows the name without reading the file.
-func tempName(name string) string        { return "cut-" + name }
-func blockNameOfTemp(tmp string) string  { return tmp[len("cut-"):] }
-func (s *Spool) statePath() string       { return filepath.Join(s.dir, "state.json") }
+func tempName(name string) string         { return "cut-" + name }
+func blockNameOfTemp(tmp string) string   { return tmp[len("cut-"):] }
+func (s *Spool) statePath() string        { return filepath.Join(s.dir, "state.json") }
 func (s *Spool) tempPath(n string) string { return filepath.Join(s.dir, "tmp", tempName(n)) }
 
 // NextSeq returns the sequence number the next block will get, and

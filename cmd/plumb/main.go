@@ -32,6 +32,8 @@ func commands() []command {
 		queuesCommand(),
 		blocksCommand(),
 		followCommand(),
+		agentCommand(),
+		importCommand(),
 	}
 }
 

@@ -1,0 +1,161 @@
+package agent
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"path/filepath"
+	"time"
+
+	"golang.org/x/sync/errgroup"
+
+	"github.com/plumb-dev/plumb/block"
+	"github.com/plumb-dev/plumb/codecs"
+	"github.com/plumb-dev/plumb/flight"
+)
+
+// Config configures an agent or an import.
+type Config struct {
+	Server   string
+	Queue    string // e.g. pcap.sz
+	Instance string // site or capture host
+	Spool    string // spool directory
+	Codec    codecs.Codec
+	MaxBytes int64
+	Interval time.Duration
+	SpoolMax int64
+	InFlight int
+	// MaxBackoff caps the wait between upload attempts; 30 s when zero.
+	MaxBackoff time.Duration
+	// NewInstance asserts that the instance never shipped a block, so a
+	// fresh spool may start at sequence 1 without asking the server.
+	NewInstance bool
+	// Once marks an import: a block the server refuses ends the run with
+	// an error instead of staying in the spool for an operator.
+	Once bool
+	// Progress, when set, receives a progress line every second.
+	Progress io.Writer
+	// Summary is how often a summary is logged; one minute when zero.
+	Summary time.Duration
+	Logger  *slog.Logger
+
+	totalSourceBytes int64 // for the progress line; set by Run
+}
+
+// Stats are the totals of a run.
+type Stats struct {
+	Cut  *Counters
+	Ship *ShipCounters
+	// Recovered says what the spool found on start.
+	Recovered Recovered
+}
+
+// Run cuts the sources into blocks in the spool and ships them.
+func Run(ctx context.Context, cfg Config, sources []Source) (Stats, error) {
+	st := Stats{Cut: &Counters{}, Ship: &ShipCounters{}}
+	log := cfg.Logger
+	if log == nil {
+		log = slog.Default()
+	}
+	if err := block.ValidateQueue(cfg.Queue); err != nil {
+		return st, err
+	}
+	if err := block.ValidateInstance(cfg.Instance); err != nil {
+		return st, err
+	}
+	if cfg.MaxBytes <= 0 {
+		cfg.MaxBytes = 256 << 20
+	}
+	log = log.With("queue", cfg.Queue, "instance", cfg.Instance)
+	for _, s := range sources {
+		if s.Size > 0 {
+			cfg.totalSourceBytes += s.Size
+		}
+	}
+	spool, rec, err := OpenSpool(cfg.Spool, cfg.Queue, cfg.Instance)
+	if err != nil {
+		return st, err
+	}
+	st.Recovered = rec
+	if rec.Promoted+rec.Discarded > 0 {
+		log.Warn("spool recovered after a crash", "promoted", rec.Promoted, "discarded_partial_blocks", rec.Discarded, "discarded_bytes", rec.DiscardedSize)
+	}
+	for _, s := range sources {
+		if !s.Rereadable && rec.DiscardedSize > 0 {
+			// A partial block was cut short and this run reads a source
+			// that cannot be rewound: those packets are gone. Say so.
+			log.Error("packets lost: a block cut short by a crash came from a source that cannot be read again", "lost_bytes", rec.DiscardedSize)
+			if err := spool.AddLost(rec.DiscardedSize); err != nil {
+				return st, err
+			}
+			break
+		}
+	}
+	client, err := flight.Dial(cfg.Server)
+	if err != nil {
+		return st, err
+	}
+	defer client.Close()
+	client.Retries = 0 // the shipper backs off itself
+
+	if _, ok := spool.NextSeq(); !ok {
+		if err := learnSeq(ctx, cfg, spool, client, log); err != nil {
+			return st, err
+		}
+	}
+
+	cutCfg := CutConfig{Queue: cfg.Queue, Instance: cfg.Instance, Codec: cfg.Codec, MaxBytes: cfg.MaxBytes, Interval: cfg.Interval, SpoolMax: cfg.SpoolMax}
+	sh := &Shipper{Spool: spool, Client: client, InFlight: cfg.InFlight, MaxWait: cfg.MaxBackoff, Log: log, Counters: st.Ship, FailFast: cfg.Once}
+	g, gctx := errgroup.WithContext(ctx)
+	cutDone := make(chan struct{})
+	g.Go(func() error {
+		defer close(cutDone)
+		err := Cut(gctx, cutCfg, spool, sources, log, st.Cut)
+		if err == nil {
+			log.Info("sources exhausted; shipping what is spooled, then stopping")
+		}
+		return err
+	})
+	reportCtx, stopReport := context.WithCancel(gctx)
+	g.Go(func() error {
+		defer stopReport()
+		// Finite sources (files, a stdin that closes) end the run once all
+		// is shipped; live sources never end.
+		return sh.Run(gctx, cutDone)
+	})
+	g.Go(func() error {
+		report(reportCtx, cfg, spool, st, log)
+		return nil
+	})
+	err = g.Wait()
+	if cfg.Progress != nil {
+		progressLine(cfg.Progress, st, spool, cfg.totalSourceBytes, time.Time{})
+		fmt.Fprintln(cfg.Progress)
+	}
+	if errors.Is(err, context.Canceled) && ctx.Err() != nil {
+		return st, nil // stopped
+	}
+	return st, err
+}
+
+// learnSeq sets a fresh spool's sequence from the server, so a lost spool
+// never makes the instance reuse a number.
+func learnSeq(ctx context.Context, cfg Config, spool *Spool, c *flight.Client, log *slog.Logger) error {
+	if cfg.NewInstance {
+		log.Info("new instance: first block is sequence 1")
+		return spool.SetLastSeq(0, false)
+	}
+	qctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	res, err := c.LastSeq(qctx, cfg.Queue, cfg.Instance)
+	if err != nil {
+		return fmt.Errorf("spool %s has no sequence state and the server could not be asked for instance %s's last sequence (%v); start when the server is reachable, or pass --new-instance if this instance never shipped a block",
+			filepath.Clean(cfg.Spool), cfg.Instance, err)
+	}
+	if res.Found {
+		log.Warn("spool has no sequence state; continuing after the server's last sequence", "last_seq", res.Seq)
+	}
+	return spool.SetLastSeq(res.Seq, res.Found)
+}

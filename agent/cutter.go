@@ -1,0 +1,311 @@
+package agent
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"sync/atomic"
+	"time"
+
+	"github.com/gopacket/gopacket"
+	"github.com/gopacket/gopacket/layers"
+
+	"github.com/plumb-dev/plumb/block"
+	"github.com/plumb-dev/plumb/codecs"
+	"github.com/plumb-dev/plumb/pcap"
+)
+
+// Source is where packets come from.
+type Source struct {
+	// Name identifies the source in the spool's state and in logs: a file's
+	// absolute path, or "-" for stdin.
+	Name string
+	// Rereadable sources (files) are read again after a crash from where
+	// the last finished block ended; the others (stdin, live) lose what
+	// was in the block being cut.
+	Rereadable bool
+	// Live sources drop packets, and count them, while the spool is full;
+	// the others wait.
+	Live bool
+	// Size in bytes, when known, for progress.
+	Size int64
+	Open func() (io.ReadCloser, error)
+}
+
+// FileSource reads a capture file (plain or compressed).
+func FileSource(path string) (Source, error) {
+	abs, err := filepath.Abs(path)
+	if err != nil {
+		return Source{}, err
+	}
+	fi, err := os.Stat(abs)
+	if err != nil {
+		return Source{}, err
+	}
+	if fi.IsDir() {
+		return Source{}, fmt.Errorf("%s is a directory; give capture files", path)
+	}
+	return Source{Name: abs, Rereadable: true, Size: fi.Size(), Open: func() (io.ReadCloser, error) { return os.Open(abs) }}, nil
+}
+
+// StdinSource reads a capture stream from standard input, as written by
+// `tcpdump -w -`.
+func StdinSource() Source {
+	return Source{Name: "-", Open: func() (io.ReadCloser, error) { return io.NopCloser(os.Stdin), nil }}
+}
+
+// CutConfig says how to cut blocks.
+type CutConfig struct {
+	Queue    string
+	Instance string
+	Codec    codecs.Codec
+	// MaxBytes is the most uncompressed pcap bytes in a block.
+	MaxBytes int64
+	// Interval, when set, also cuts at every multiple of it in packet time
+	// (blocks line up on the clock, like tcpdump -G).
+	Interval time.Duration
+	// SpoolMax bounds the bytes waiting in the spool; 0 is no bound.
+	SpoolMax int64
+}
+
+// Counters are the cutter's running totals, safe to read while it runs.
+type Counters struct {
+	Packets     atomic.Int64
+	BytesIn     atomic.Int64 // uncompressed pcap bytes cut into blocks
+	Blocks      atomic.Int64
+	Dropped     atomic.Int64 // packets dropped while the spool was full
+	BadSources  atomic.Int64
+	SourceBytes atomic.Int64 // bytes read from the sources (compressed, if they are)
+}
+
+// cutter writes the packets of sources into spooled blocks.
+type cutter struct {
+	cfg   CutConfig
+	spool *Spool
+	log   *slog.Logger
+	c     *Counters
+
+	// The block being cut.
+	f       *os.File
+	cw      io.WriteCloser
+	pw      *pcap.Writer
+	name    block.Name
+	end     time.Time // packet time at which an Interval cut falls
+	packets int64
+	link    linkInfo
+	pos     map[string]SourcePos // source positions once this block is finished
+}
+
+type linkInfo struct {
+	linkType layers.LinkType
+	snaplen  uint32
+	nanos    bool
+}
+
+// Cut reads every source in order into blocks in the spool. Rereadable
+// sources resume where the last finished block ended. It returns when the
+// sources are exhausted (after finishing the last block) or ctx ends (after
+// discarding the unfinished block: its packets are read again next time, or
+// were from a source that cannot be).
+func Cut(ctx context.Context, cfg CutConfig, spool *Spool, sources []Source, log *slog.Logger, c *Counters) error {
+	ct := &cutter{cfg: cfg, spool: spool, log: log, c: c, pos: map[string]SourcePos{}}
+	defer ct.abandon()
+	for _, src := range sources {
+		if err := ct.source(ctx, src); err != nil {
+			return err
+		}
+	}
+	return ct.finish()
+}
+
+func (ct *cutter) source(ctx context.Context, src Source) error {
+	pos := ct.spool.Source(src.Name)
+	if src.Rereadable && pos.Done {
+		ct.log.Debug("source already cut into blocks; skipping", "source", src.Name)
+		return nil
+	}
+	rc, err := src.Open()
+	if err != nil {
+		ct.c.BadSources.Add(1)
+		ct.log.Error("cannot open source; skipping it", "source", src.Name, "err", err)
+		return nil
+	}
+	defer rc.Close()
+	counted := &countingReader{r: rc, n: &ct.c.SourceBytes}
+	rd, closer, err := pcap.NewReader(counted)
+	if err != nil {
+		ct.c.BadSources.Add(1)
+		ct.log.Error("not a capture; skipping it", "source", src.Name, "err", err)
+		ct.pos[src.Name] = SourcePos{Done: true}
+		return nil
+	}
+	defer closer.Close()
+	link := linkInfo{rd.LinkType, rd.Snaplen, rd.Nanos}
+
+	var n int64 // packets read from this source
+	skip := int64(0)
+	if src.Rereadable {
+		skip = pos.Packets
+		if skip > 0 {
+			ct.log.Info("resuming source after its last finished block", "source", src.Name, "packets", skip)
+		}
+	}
+	for {
+		if err := ctx.Err(); err != nil {
+			return err
+		}
+		data, ci, err := rd.Next()
+		if err == io.EOF {
+			break
+		}
+		if err != nil {
+			// The packets before the fault are kept; the rest of this
+			// source cannot be read past it.
+			ct.c.BadSources.Add(1)
+			ct.log.Error("capture damaged; keeping the packets before the damage", "source", src.Name, "packets", n, "err", err)
+			break
+		}
+		n++
+		if n <= skip {
+			continue
+		}
+		written, err := ct.packet(ctx, src, link, ci, data)
+		if err != nil {
+			return err
+		}
+		if written {
+			ct.pos[src.Name] = SourcePos{Packets: n}
+		}
+	}
+	ct.pos[src.Name] = SourcePos{Packets: n, Done: true}
+	return nil
+}
+
+// waitForRoom holds a new block until the spool has room. A live source
+// cannot wait: its packet is dropped and counted instead.
+func (ct *cutter) waitForRoom(ctx context.Context, src Source) (dropped bool, err error) {
+	for ct.spool.Bytes() >= ct.cfg.SpoolMax {
+		if src.Live {
+			ct.c.Dropped.Add(1)
+			return true, nil
+		}
+		changed := ct.spool.Changed()
+		if ct.spool.Bytes() < ct.cfg.SpoolMax {
+			break
+		}
+		select {
+		case <-ctx.Done():
+			return false, ctx.Err()
+		case <-changed:
+		}
+	}
+	return false, nil
+}
+
+// packet adds a packet to the current block, cutting first when the block
+// is full, crosses an interval boundary or changes link type. It reports
+// false when a live source's packet was dropped for want of spool room.
+func (ct *cutter) packet(ctx context.Context, src Source, link linkInfo, ci gopacket.CaptureInfo, data []byte) (bool, error) {
+	size := int64(pcap.RecordHeaderSize + len(data))
+	if ct.f != nil {
+		cut := link != ct.link ||
+			ct.pw.Bytes+size > ct.cfg.MaxBytes ||
+			!ct.end.IsZero() && !ci.Timestamp.Before(ct.end)
+		if cut {
+			if err := ct.finish(); err != nil {
+				return false, err
+			}
+		}
+	}
+	if ct.f == nil {
+		if ct.cfg.SpoolMax > 0 {
+			if dropped, err := ct.waitForRoom(ctx, src); err != nil || dropped {
+				return false, err
+			}
+		}
+		if err := ct.begin(link, ci.Timestamp); err != nil {
+			return false, err
+		}
+	}
+	if err := ct.pw.WritePacket(ci, data); err != nil {
+		return false, fmt.Errorf("block %s: write: %w", ct.name, err)
+	}
+	ct.packets++
+	ct.c.Packets.Add(1)
+	ct.c.BytesIn.Add(size)
+	return true, nil
+}
+
+func (ct *cutter) begin(link linkInfo, first time.Time) error {
+	seq, ok := ct.spool.NextSeq()
+	if !ok {
+		return errors.New("spool has no sequence state; the agent must learn the last sequence from the server first")
+	}
+	ct.name = block.Name{Time: first.UTC().Truncate(time.Second), Seq: seq, Instance: ct.cfg.Instance, Queue: ct.cfg.Queue}
+	if err := ct.name.Validate(); err != nil {
+		return err
+	}
+	f, err := ct.spool.Create(ct.name)
+	if err != nil {
+		return fmt.Errorf("spool: create block %s: %w", ct.name, err)
+	}
+	cw, err := ct.cfg.Codec.NewWriter(f)
+	if err != nil {
+		f.Close()
+		return err
+	}
+	pw, err := pcap.NewWriter(cw, link.linkType, link.snaplen, link.nanos)
+	if err != nil {
+		f.Close()
+		return err
+	}
+	ct.f, ct.cw, ct.pw, ct.link, ct.packets = f, cw, pw, link, 0
+	ct.end = time.Time{}
+	if ct.cfg.Interval > 0 {
+		ct.end = first.Truncate(ct.cfg.Interval).Add(ct.cfg.Interval)
+	}
+	return nil
+}
+
+// finish makes the current block durable in the spool.
+func (ct *cutter) finish() error {
+	if ct.f == nil {
+		return nil
+	}
+	if err := ct.pw.Flush(); err != nil {
+		return fmt.Errorf("block %s: %w", ct.name, err)
+	}
+	if err := ct.cw.Close(); err != nil {
+		return fmt.Errorf("block %s: %w", ct.name, err)
+	}
+	if err := ct.spool.Finish(ct.f, ct.name, ct.pos); err != nil {
+		return err
+	}
+	ct.c.Blocks.Add(1)
+	ct.log.Debug("block cut", "block", ct.name.String(), "packets", ct.packets, "bytes", ct.pw.Bytes)
+	ct.f, ct.pos = nil, map[string]SourcePos{}
+	return nil
+}
+
+// abandon drops an unfinished block (on cancellation or error).
+func (ct *cutter) abandon() {
+	if ct.f != nil {
+		ct.spool.Discard(ct.f, ct.name)
+		ct.f = nil
+	}
+}
+
+type countingReader struct {
+	r io.Reader
+	n *atomic.Int64
+}
+
+func (c *countingReader) Read(p []byte) (int, error) {
+	n, err := c.r.Read(p)
+	c.n.Add(int64(n))
+	return n, err
+}

@@ -1,0 +1,168 @@
+package agent
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"log/slog"
+	"math/rand/v2"
+	"os"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/plumb-dev/plumb/flight"
+)
+
+// ShipCounters are the shipper's running totals.
+type ShipCounters struct {
+	Acked      atomic.Int64 // blocks the server acknowledged (stored or duplicate)
+	Duplicates atomic.Int64
+	AckedBytes atomic.Int64
+	Failures   atomic.Int64 // failed upload attempts
+}
+
+// Shipper uploads the spool's finished blocks and deletes each only after
+// the server acknowledged it as stored or duplicate.
+type Shipper struct {
+	Spool    *Spool
+	Client   *flight.Client
+	InFlight int           // blocks uploading at once
+	MaxWait  time.Duration // backoff cap during outages
+	Log      *slog.Logger
+	Counters *ShipCounters
+	// FailFast makes a block the server refuses (not an outage) end Run
+	// with an error, as an import should; an agent keeps it and retries.
+	FailFast bool
+
+	mu      sync.Mutex
+	sending map[uint64]bool
+	refused error
+}
+
+// Run ships until ctx ends, or, when drain is set, until drain is closed
+// and the spool is empty.
+func (sh *Shipper) Run(ctx context.Context, drain <-chan struct{}) error {
+	if sh.InFlight <= 0 {
+		sh.InFlight = 4
+	}
+	if sh.MaxWait <= 0 {
+		sh.MaxWait = 30 * time.Second
+	}
+	sh.sending = map[uint64]bool{}
+	slots := make(chan struct{}, sh.InFlight)
+	var wg sync.WaitGroup
+	defer wg.Wait()
+	for {
+		changed := sh.Spool.Changed()
+		ready, err := sh.Spool.Ready()
+		if err != nil {
+			return err
+		}
+		started := 0
+		for _, b := range ready {
+			sh.mu.Lock()
+			busy := sh.sending[b.Name.Seq]
+			sh.mu.Unlock()
+			if busy {
+				continue
+			}
+			select {
+			case slots <- struct{}{}:
+			case <-ctx.Done():
+				return ctx.Err()
+			}
+			sh.mu.Lock()
+			sh.sending[b.Name.Seq] = true
+			sh.mu.Unlock()
+			started++
+			wg.Go(func() {
+				defer func() { <-slots }()
+				sh.ship(ctx, b)
+				sh.mu.Lock()
+				delete(sh.sending, b.Name.Seq)
+				sh.mu.Unlock()
+			})
+		}
+		sh.mu.Lock()
+		refused := sh.refused
+		sh.mu.Unlock()
+		if refused != nil {
+			return refused
+		}
+		if len(ready) == 0 && drain != nil {
+			select {
+			case <-drain:
+				// Sources are done; stop once nothing was added meanwhile.
+				if r, _ := sh.Spool.Ready(); len(r) == 0 {
+					return nil
+				}
+				continue
+			default:
+			}
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-changed:
+		case <-drain:
+		case <-time.After(time.Second):
+		}
+	}
+}
+
+// ship uploads one block until the server acknowledges it or ctx ends,
+// backing off with jitter while the server cannot be reached.
+func (sh *Shipper) ship(ctx context.Context, b ReadyBlock) {
+	backoff := 200 * time.Millisecond
+	src := flight.Source{Name: b.Name.String(), Size: b.Size,
+		Open: func() (io.ReadCloser, error) { return os.Open(b.Path) }}
+	for {
+		res, err := sh.Client.Put(ctx, src)
+		if err == nil && len(res) == 1 {
+			if res[0].Status == "duplicate" {
+				sh.Counters.Duplicates.Add(1)
+			}
+			if err := sh.Spool.Remove(b); err != nil {
+				sh.Log.Error("block acknowledged but not removed from the spool; it will be re-sent and answered duplicate", "block", src.Name, "err", err)
+			}
+			sh.Counters.Acked.Add(1)
+			sh.Counters.AckedBytes.Add(b.Size)
+			return
+		}
+		if ctx.Err() != nil {
+			return
+		}
+		if errors.Is(err, fs.ErrNotExist) {
+			return // another upload of it was acknowledged and removed it
+		}
+		sh.Counters.Failures.Add(1)
+		if err == nil {
+			err = fmt.Errorf("server answered %d results for one block", len(res))
+		}
+		if !flight.Transient(err) {
+			// The server refused the block itself (a conflict, a bad name):
+			// retrying will not help, but dropping it would lose data.
+			// Keep it in the spool and say what an operator must do.
+			sh.Log.Error("server refused block; it stays in the spool until an operator moves it", "block", src.Name, "path", b.Path, "err", err)
+			if sh.FailFast {
+				sh.mu.Lock()
+				sh.refused = fmt.Errorf("server refused block %s (kept in %s): %w", src.Name, b.Path, err)
+				sh.mu.Unlock()
+				return
+			}
+			backoff = sh.MaxWait
+		} else {
+			sh.Log.Warn("upload failed; will retry", "block", src.Name, "retry_in", backoff, "err", err)
+		}
+		sleep := backoff/2 + rand.N(backoff/2+1)
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(sleep):
+		}
+		backoff = min(2*backoff, sh.MaxWait)
+	}
+}

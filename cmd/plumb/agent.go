@@ -1,0 +1,185 @@
+package main
+
+import (
+	"cmp"
+	"context"
+	"flag"
+	"fmt"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/plumb-dev/plumb/agent"
+	"github.com/plumb-dev/plumb/codecs"
+)
+
+// agentFlags are shared by agent and import.
+type agentFlags struct {
+	cfg       agent.Config
+	site      string
+	codec     string
+	blockSize string
+	spoolMax  string
+	logLevel  string
+}
+
+func (a *agentFlags) register(fs *flag.FlagSet) {
+	fs.StringVar(&a.cfg.Server, "server", cmp.Or(os.Getenv("PLUMB_SERVER"), "127.0.0.1:8815"), "server `ADDR` (also from PLUMB_SERVER)")
+	fs.StringVar(&a.site, "site", "", "capture `SITE` (required); the block instance unless --instance is given")
+	fs.StringVar(&a.cfg.Instance, "instance", "", "instance `ID` in block names (default: the site)")
+	fs.StringVar(&a.cfg.Queue, "queue", "", "queue `NAME` (default pcap plus the codec's extension, e.g. pcap.sz)")
+	fs.StringVar(&a.codec, "codec", "snappy", "block compression: snappy, zstd, gzip, xz or none")
+	fs.StringVar(&a.blockSize, "block-size", "256MiB", "cut a block at this many uncompressed bytes")
+	fs.DurationVar(&a.cfg.Interval, "block-interval", 0, "also cut at every multiple of this in packet time, e.g. 5m (0: off)")
+	fs.StringVar(&a.cfg.Spool, "spool", "", "spool `DIR` (default plumb-spool/INSTANCE)")
+	fs.StringVar(&a.spoolMax, "spool-max", "0", "most bytes of finished blocks to hold; files wait and live sources drop while full (0: no limit)")
+	fs.IntVar(&a.cfg.InFlight, "in-flight", 4, "blocks uploading at once")
+	fs.DurationVar(&a.cfg.MaxBackoff, "max-backoff", 30*time.Second, "longest wait between upload attempts while the server is unreachable")
+	fs.BoolVar(&a.cfg.NewInstance, "new-instance", false, "this instance never shipped a block: start a fresh spool at sequence 1 without asking the server")
+	fs.StringVar(&a.logLevel, "log-level", "info", "log level: debug, info, warn, error")
+}
+
+func (a *agentFlags) config() (agent.Config, error) {
+	cfg := a.cfg
+	if a.site == "" {
+		return cfg, fmt.Errorf("--site is required")
+	}
+	cfg.Instance = cmp.Or(cfg.Instance, a.site)
+	codec, err := codecs.Parse(a.codec)
+	if err != nil {
+		return cfg, err
+	}
+	cfg.Codec = codec
+	cfg.Queue = cmp.Or(cfg.Queue, "pcap"+codec.Ext())
+	if cfg.MaxBytes, err = parseSize(a.blockSize); err != nil {
+		return cfg, fmt.Errorf("--block-size: %w", err)
+	}
+	if cfg.MaxBytes < 1<<10 {
+		return cfg, fmt.Errorf("--block-size %s is below 1 KiB", a.blockSize)
+	}
+	if cfg.SpoolMax, err = parseSize(a.spoolMax); err != nil {
+		return cfg, fmt.Errorf("--spool-max: %w", err)
+	}
+	cfg.Spool = cmp.Or(cfg.Spool, filepath.Join("plumb-spool", cfg.Instance))
+	var lv slog.Level
+	if err := lv.UnmarshalText([]byte(a.logLevel)); err != nil {
+		return cfg, err
+	}
+	cfg.Logger = slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: lv}))
+	return cfg, nil
+}
+
+// parseSize reads 1048576, 64KiB, 256MiB, 1GiB (also K, M, G, KB, MB, GB as
+// powers of 1024).
+func parseSize(s string) (int64, error) {
+	t := strings.TrimSpace(s)
+	mult := int64(1)
+	for _, u := range []struct {
+		suffix string
+		mult   int64
+	}{{"KiB", 1 << 10}, {"MiB", 1 << 20}, {"GiB", 1 << 30}, {"TiB", 1 << 40}, {"KB", 1 << 10}, {"MB", 1 << 20}, {"GB", 1 << 30}, {"K", 1 << 10}, {"M", 1 << 20}, {"G", 1 << 30}} {
+		if strings.HasSuffix(t, u.suffix) {
+			t, mult = strings.TrimSuffix(t, u.suffix), u.mult
+			break
+		}
+	}
+	n, err := strconv.ParseInt(strings.TrimSpace(t), 10, 64)
+	if err != nil || n < 0 {
+		return 0, fmt.Errorf("size %q: want a number of bytes with an optional KiB, MiB or GiB", s)
+	}
+	return n * mult, nil
+}
+
+func sourcesOf(args []string) ([]agent.Source, error) {
+	var out []agent.Source
+	for _, a := range args {
+		if a == "-" {
+			out = append(out, agent.StdinSource())
+			continue
+		}
+		s, err := agent.FileSource(a)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, s)
+	}
+	return out, nil
+}
+
+func agentCommand() command {
+	return command{
+		name:  "agent",
+		usage: "--site SITE SOURCE... (a capture file, or - for stdin)",
+		short: "cut captures (files, or - for stdin) into sequence-numbered blocks, spool and ship them; ends when finite sources are shipped",
+		run: func(ctx context.Context, fs *flag.FlagSet, args []string) error {
+			var a agentFlags
+			a.register(fs)
+			pos, err := parseInterspersed(fs, args)
+			if err != nil {
+				return err
+			}
+			if len(pos) == 0 {
+				return errUsage
+			}
+			cfg, err := a.config()
+			if err != nil {
+				return err
+			}
+			srcs, err := sourcesOf(pos)
+			if err != nil {
+				return err
+			}
+			_, err = agent.Run(ctx, cfg, srcs)
+			return err
+		},
+	}
+}
+
+func importCommand() command {
+	return command{
+		name:  "import",
+		usage: "--site SITE FILE...",
+		short: "backfill: cut capture files into blocks and ship them, with progress; done when every block is acknowledged",
+		run: func(ctx context.Context, fs *flag.FlagSet, args []string) error {
+			var a agentFlags
+			a.register(fs)
+			quiet := fs.Bool("quiet", false, "no progress line")
+			pos, err := parseInterspersed(fs, args)
+			if err != nil {
+				return err
+			}
+			if len(pos) == 0 {
+				return errUsage
+			}
+			cfg, err := a.config()
+			if err != nil {
+				return err
+			}
+			cfg.Once = true
+			if !*quiet {
+				cfg.Progress = os.Stderr
+			}
+			srcs, err := sourcesOf(pos)
+			if err != nil {
+				return err
+			}
+			start := time.Now()
+			st, err := agent.Run(ctx, cfg, srcs)
+			if err != nil {
+				return err
+			}
+			if ctx.Err() != nil {
+				return fmt.Errorf("interrupted; run the same command again to resume")
+			}
+			fmt.Printf("imported %d packets in %d blocks (%d already on the server) to %s in %s\n",
+				st.Cut.Packets.Load(), st.Ship.Acked.Load(), st.Ship.Duplicates.Load(), cfg.Queue, time.Since(start).Round(time.Millisecond))
+			if bad := st.Cut.BadSources.Load(); bad > 0 {
+				return fmt.Errorf("%d source(s) could not be read in full; see the log above", bad)
+			}
+			return nil
+		},
+	}
+}

@@ -1,0 +1,368 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"io"
+	"math/rand/v2"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/gopacket/gopacket"
+	"github.com/gopacket/gopacket/layers"
+
+	"github.com/plumb-dev/plumb/block"
+	"github.com/plumb-dev/plumb/codecs"
+	"github.com/plumb-dev/plumb/flight"
+	"github.com/plumb-dev/plumb/internal/testenv"
+	"github.com/plumb-dev/plumb/pcap"
+)
+
+type packet struct {
+	ci   gopacket.CaptureInfo
+	data []byte
+}
+
+func readPackets(t *testing.T, r io.Reader) []packet {
+	t.Helper()
+	rd, closer, err := pcap.NewReader(r)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer closer.Close()
+	var out []packet
+	for {
+		data, ci, err := rd.Next()
+		if err == io.EOF {
+			return out
+		}
+		if err != nil {
+			t.Fatalf("read packets: %v", err)
+		}
+		out = append(out, packet{ci: ci, data: bytes.Clone(data)})
+	}
+}
+
+// fetchInstance downloads every block of one instance, checks that their
+// sequence numbers run 1..N without a gap or a repeat, and returns the
+// packets they hold in order.
+func fetchInstance(t *testing.T, c *flight.Client, queue, instance string) ([]packet, int) {
+	t.Helper()
+	ctx := context.Background()
+	all, err := c.Blocks(ctx, queue)
+	if err != nil {
+		t.Fatal(err)
+	}
+	bySeq := map[uint64]string{}
+	for _, b := range all {
+		if b.Instance != instance {
+			continue
+		}
+		if _, dup := bySeq[b.Seq]; dup {
+			t.Fatalf("instance %s: sequence %d stored twice", instance, b.Seq)
+		}
+		bySeq[b.Seq] = b.Name
+	}
+	var pkts []packet
+	for seq := uint64(1); seq <= uint64(len(bySeq)); seq++ {
+		name, ok := bySeq[seq]
+		if !ok {
+			t.Fatalf("instance %s: %d blocks but sequence %d is missing", instance, len(bySeq), seq)
+		}
+		s, err := c.Get(ctx, name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !s.Next() {
+			t.Fatalf("get %s: %v", name, s.Err())
+		}
+		n, _ := block.Parse(name)
+		dec, err := codecs.FromExt(n.Queue).NewReader(s)
+		if err != nil {
+			t.Fatal(err)
+		}
+		pkts = append(pkts, readPackets(t, dec)...)
+		dec.Close()
+		s.Close()
+	}
+	return pkts, len(bySeq)
+}
+
+func samePackets(t *testing.T, what string, got, want []packet) {
+	t.Helper()
+	if len(got) != len(want) {
+		t.Fatalf("%s: %d packets on the server, %d in the input", what, len(got), len(want))
+	}
+	for i := range want {
+		if !bytes.Equal(got[i].data, want[i].data) || !got[i].ci.Timestamp.Equal(want[i].ci.Timestamp) || got[i].ci.Length != want[i].ci.Length {
+			t.Fatalf("%s: packet %d differs (ts %v vs %v, %d vs %d bytes)", what, i, got[i].ci.Timestamp, want[i].ci.Timestamp, len(got[i].data), len(want[i].data))
+		}
+	}
+}
+
+// tcpdumpText is what tcpdump prints for a capture: timestamps, lengths
+// and the bytes in hex.
+func tcpdumpText(t *testing.T, tcpdump, path string) string {
+	t.Helper()
+	out, err := exec.Command(tcpdump, "-r", path, "-tt", "-nn", "-x", "-s", "0").Output()
+	if err != nil && len(out) == 0 {
+		t.Fatalf("tcpdump -r %s: %v", path, err)
+	}
+	return string(out)
+}
+
+// TestAgentFromTcpdump pipes every public capture through the real
+// tcpdump into `plumb agent -` and checks that the blocks on the server
+// hold exactly the original packets, as tcpdump reads them on both sides.
+func TestAgentFromTcpdump(t *testing.T) {
+	tcpdump := testenv.Tool(t, "tcpdump")
+	addr := testenv.FreeAddr(t)
+	startPlumb(t, "serve", "--data", t.TempDir(), "--listen", addr)
+	waitListening(t, addr)
+	c, err := flight.Dial(addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	files, _ := filepath.Glob("../../testdata/pcaps/*.pcap")
+	for i, f := range files {
+		site := fmt.Sprintf("site%02d", i)
+		cmd := exec.Command("sh", "-c", fmt.Sprintf("%s -r %s -w - 2>/dev/null | %s agent --server %s --site %s --new-instance --block-size 4KiB --spool %s --log-level warn -",
+			tcpdump, f, os.Args[0], addr, site, filepath.Join(t.TempDir(), "spool")))
+		cmd.Env = append(os.Environ(), "PLUMB_TEST_AS_PLUMB=1")
+		if out, err := cmd.CombinedOutput(); err != nil {
+			t.Fatalf("%s: agent: %v\n%s", f, err, out)
+		}
+		raw, _ := os.ReadFile(f)
+		want := readPackets(t, bytes.NewReader(raw))
+		got, nblocks := fetchInstance(t, c, "pcap.sz", site)
+		samePackets(t, filepath.Base(f), got, want)
+		if len(want) > 0 && nblocks == 0 {
+			t.Fatalf("%s: no blocks", f)
+		}
+		// tcpdump on both sides agrees, byte for byte.
+		if len(want) > 0 {
+			rebuilt := filepath.Join(t.TempDir(), "rebuilt.pcap")
+			writeCapture(t, rebuilt, linkTypeOf(t, raw), got)
+			if a, b := tcpdumpText(t, tcpdump, f), tcpdumpText(t, tcpdump, rebuilt); a != b {
+				t.Fatalf("%s: tcpdump reads the shipped packets differently", f)
+			}
+		}
+	}
+}
+
+func linkTypeOf(t *testing.T, raw []byte) pcap.Reader {
+	rd, closer, err := pcap.NewReader(bytes.NewReader(raw))
+	if err != nil {
+		t.Fatal(err)
+	}
+	closer.Close()
+	return *rd
+}
+
+func writeCapture(t *testing.T, path string, like pcap.Reader, pkts []packet) {
+	t.Helper()
+	f, err := os.Create(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	w, err := pcap.NewWriter(f, like.LinkType, like.Snaplen, like.Nanos)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range pkts {
+		if err := w.WritePacket(p.ci, p.data); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := w.Flush(); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// makeCapture writes n packets of varying size, 1 ms apart.
+func makeCapture(t *testing.T, path string, n int, seed uint64) []packet {
+	t.Helper()
+	r := rand.New(rand.NewPCG(seed, 1))
+	start := time.Date(2025, 5, 5, 15, 11, 5, 0, time.UTC)
+	pkts := make([]packet, n)
+	for i := range pkts {
+		data := make([]byte, 60+r.IntN(1400))
+		for j := range data {
+			data[j] = byte(r.Uint32())
+		}
+		ts := start.Add(time.Duration(i) * time.Millisecond)
+		pkts[i] = packet{ci: gopacket.CaptureInfo{Timestamp: ts, CaptureLength: len(data), Length: len(data)}, data: data}
+	}
+	writeCapture(t, path, pcap.Reader{LinkType: layers.LinkTypeEthernet, Snaplen: 65535}, pkts)
+	return pkts
+}
+
+// TestImportSIGKILL kills an import with SIGKILL at random moments and
+// runs it again until it finishes: every packet is on the server exactly
+// once, in order, and the sequence numbers have no gap.
+func TestImportSIGKILL(t *testing.T) {
+	addr := testenv.FreeAddr(t)
+	startPlumb(t, "serve", "--data", t.TempDir(), "--listen", addr, "--log-level", "warn")
+	waitListening(t, addr)
+	input := filepath.Join(t.TempDir(), "input.pcap")
+	want := makeCapture(t, input, 30000, 3)
+	spool := filepath.Join(t.TempDir(), "spool")
+	rng := rand.New(rand.NewPCG(5, 5))
+	c, err := flight.Dial(addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	stored := func() int64 {
+		st, _ := c.QueueStats(context.Background(), "pcap.sz")
+		return st.Blocks
+	}
+	kills := 0
+	for run := 0; ; run++ {
+		if run > 60 {
+			t.Fatal("import did not finish in 60 runs")
+		}
+		// Kill once a few more blocks are stored: mid-work whatever the
+		// machine's speed.
+		base, more := stored(), int64(1+rng.IntN(12))
+		p := startPlumb(t, "import", "--quiet", "--server", addr, "--site", "crash", "--new-instance",
+			"--spool", spool, "--block-size", "64KiB", "--log-level", "warn", input)
+		done := make(chan error, 1)
+		go func() { done <- p.cmd.Wait() }()
+	wait:
+		for {
+			select {
+			case err := <-done:
+				if err != nil {
+					t.Fatalf("run %d: import failed: %v\n%s", run, err, p.log)
+				}
+				t.Logf("import finished on run %d after %d SIGKILLs", run+1, kills)
+				got, nblocks := fetchInstance(t, c, "pcap.sz", "crash")
+				samePackets(t, "after SIGKILLs", got, want)
+				if nblocks < 100 || kills < 3 {
+					t.Fatalf("only %d blocks and %d kills; the test should cut many and kill often", nblocks, kills)
+				}
+				return
+			case <-time.After(5 * time.Millisecond):
+				if stored() >= base+more {
+					p.cmd.Process.Signal(syscall.SIGKILL)
+					<-done
+					kills++
+					break wait
+				}
+			}
+		}
+	}
+}
+
+// TestAgentOutage runs an import while the server is killed and stays down
+// for longer than the backoff cap, with a spool too small for the whole
+// input: the cutter waits for room, the shipper retries, and when the
+// server is back everything arrives exactly once.
+func TestAgentOutage(t *testing.T) {
+	addr := testenv.FreeAddr(t)
+	data := t.TempDir()
+	srv := startPlumb(t, "serve", "--data", data, "--listen", addr, "--log-level", "warn")
+	waitListening(t, addr)
+	input := filepath.Join(t.TempDir(), "input.pcap")
+	want := makeCapture(t, input, 8000, 4)
+	spool := filepath.Join(t.TempDir(), "spool")
+	imp := startPlumb(t, "import", "--quiet", "--server", addr, "--site", "outage", "--new-instance",
+		"--spool", spool, "--block-size", "64KiB", "--spool-max", "256KiB", "--max-backoff", "500ms", input)
+	done := make(chan error, 1)
+	go func() { done <- imp.cmd.Wait() }()
+
+	time.Sleep(150 * time.Millisecond)
+	srv.cmd.Process.Signal(syscall.SIGKILL)
+	srv.cmd.Wait()
+	time.Sleep(2 * time.Second) // > 3 backoff caps
+	select {
+	case err := <-done:
+		t.Fatalf("import ended while the server was down: %v\n%s", err, imp.log)
+	default:
+	}
+	// While the server is down the spool stays bounded: the cutter waits.
+	var spooled int64
+	ents, _ := os.ReadDir(filepath.Join(spool, "ready"))
+	for _, e := range ents {
+		if fi, err := e.Info(); err == nil {
+			spooled += fi.Size()
+		}
+	}
+	if spooled > 256<<10+128<<10 {
+		t.Fatalf("spool holds %d bytes with --spool-max 256KiB", spooled)
+	}
+	startPlumb(t, "serve", "--data", data, "--listen", addr, "--log-level", "warn")
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatalf("import: %v\n%s", err, imp.log)
+		}
+	case <-time.After(60 * time.Second):
+		t.Fatalf("import did not finish within 60s of the server's return\n%s", imp.log)
+	}
+	if !strings.Contains(imp.log.String(), "imported") {
+		t.Fatalf("import did not report its totals:\n%s", imp.log)
+	}
+	c, err := flight.Dial(addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	got, _ := fetchInstance(t, c, "pcap.sz", "outage")
+	samePackets(t, "after an outage", got, want)
+}
+
+// TestAgentBadInput: damaged and foreign files are reported and skipped,
+// the good packets of a damaged file and every other file still arrive.
+func TestAgentBadInput(t *testing.T) {
+	addr := testenv.FreeAddr(t)
+	startPlumb(t, "serve", "--data", t.TempDir(), "--listen", addr, "--log-level", "warn")
+	waitListening(t, addr)
+	dir := t.TempDir()
+	good := filepath.Join(dir, "good.pcap")
+	want := makeCapture(t, good, 50, 6)
+	raw, _ := os.ReadFile(good)
+	truncated := filepath.Join(dir, "truncated.pcap")
+	os.WriteFile(truncated, raw[:len(raw)-7], 0o644)
+	corrupt := filepath.Join(dir, "corrupt.pcap")
+	bad := bytes.Clone(raw)
+	bad[pcap.HeaderSize+8], bad[pcap.HeaderSize+9], bad[pcap.HeaderSize+10], bad[pcap.HeaderSize+11] = 0xff, 0xff, 0xff, 0x7f
+	os.WriteFile(corrupt, bad, 0o644)
+	empty := filepath.Join(dir, "empty.pcap")
+	os.WriteFile(empty, nil, 0o644)
+	garbage := filepath.Join(dir, "garbage.pcap")
+	os.WriteFile(garbage, []byte("this is not a capture at all"), 0o644)
+
+	var stdout, stderr bytes.Buffer
+	cmd := exec.Command(os.Args[0], "import", "--quiet", "--server", addr, "--site", "bad", "--new-instance",
+		"--spool", filepath.Join(dir, "spool"), truncated, corrupt, empty, garbage, good)
+	cmd.Env = append(os.Environ(), "PLUMB_TEST_AS_PLUMB=1")
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	err := cmd.Run()
+	if err == nil || !strings.Contains(stderr.String(), "4 source(s) could not be read in full") {
+		t.Fatalf("import of bad files: %v; stderr:\n%s", err, stderr.String())
+	}
+	for _, f := range []string{truncated, corrupt, empty, garbage} {
+		if !strings.Contains(stderr.String(), f) {
+			t.Errorf("the log does not name %s:\n%s", f, stderr.String())
+		}
+	}
+	c, err := flight.Dial(addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	got, _ := fetchInstance(t, c, "pcap.sz", "bad")
+	// truncated: all but its last packet; corrupt: none; good: all.
+	expect := append(append([]packet{}, want[:len(want)-1]...), want...)
+	samePackets(t, "bad input", got, expect)
+}
