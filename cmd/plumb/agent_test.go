@@ -3,12 +3,16 @@ package main
 import (
 	"bytes"
 	"context"
+	"crypto/sha256"
+	"encoding/binary"
 	"fmt"
+	"hash"
 	"io"
 	"math/rand/v2"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"sort"
 	"strings"
 	"syscall"
 	"testing"
@@ -365,4 +369,96 @@ func TestAgentBadInput(t *testing.T) {
 	// truncated: all but its last packet; corrupt: none; good: all.
 	expect := append(append([]packet{}, want[:len(want)-1]...), want...)
 	samePackets(t, "bad input", got, expect)
+}
+
+// digest folds packets into a hash of their timestamps, lengths and bytes.
+func digest(t *testing.T, h hash.Hash, r io.Reader) int64 {
+	t.Helper()
+	rd, closer, err := pcap.NewReader(r)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer closer.Close()
+	var n int64
+	var hdr [20]byte
+	for {
+		data, ci, err := rd.Next()
+		if err == io.EOF {
+			return n
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		binary.LittleEndian.PutUint64(hdr[0:], uint64(ci.Timestamp.UnixNano()))
+		binary.LittleEndian.PutUint32(hdr[8:], uint32(len(data)))
+		binary.LittleEndian.PutUint64(hdr[12:], uint64(ci.Length))
+		h.Write(hdr[:])
+		h.Write(data)
+		n++
+	}
+}
+
+// TestAgentLargeGenerated ships a generated 256 MiB DNS capture through
+// tcpdump into the agent, in 32 MiB blocks, and checks the packets on the
+// server are exactly the input's.
+func TestAgentLargeGenerated(t *testing.T) {
+	if testing.Short() {
+		t.Skip("256 MiB end-to-end run")
+	}
+	tcpdump := testenv.Tool(t, "tcpdump")
+	dir := t.TempDir()
+	input := filepath.Join(dir, "synth.pcap")
+	gen := exec.Command(os.Args[0], "synth", "--out", input, "--size", "256MiB", "--seed", "42")
+	gen.Env = append(os.Environ(), "PLUMB_TEST_AS_PLUMB=1")
+	if out, err := gen.CombinedOutput(); err != nil {
+		t.Fatalf("synth: %v\n%s", err, out)
+	}
+	addr := testenv.FreeAddr(t)
+	startPlumb(t, "serve", "--data", filepath.Join(dir, "data"), "--listen", addr, "--log-level", "warn")
+	waitListening(t, addr)
+	cmd := exec.Command("sh", "-c", fmt.Sprintf("%s -r %s -w - 2>/dev/null | %s agent --server %s --site big --new-instance --block-size 32MiB --spool %s --log-level warn -",
+		tcpdump, input, os.Args[0], addr, filepath.Join(dir, "spool")))
+	cmd.Env = append(os.Environ(), "PLUMB_TEST_AS_PLUMB=1")
+	if out, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("agent: %v\n%s", err, out)
+	}
+	f, err := os.Open(input)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	want := sha256.New()
+	wantN := digest(t, want, f)
+
+	c, err := flight.Dial(addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	blocks, err := c.Blocks(context.Background(), "pcap.sz")
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Several uploads are in flight, so arrival order is not sequence order.
+	sort.Slice(blocks, func(i, j int) bool { return blocks[i].Seq < blocks[j].Seq })
+	got := sha256.New()
+	var gotN int64
+	for i, b := range blocks {
+		if b.Seq != uint64(i+1) {
+			t.Fatalf("block %d has sequence %d", i, b.Seq)
+		}
+		s, err := c.Get(context.Background(), b.Name)
+		if err != nil || !s.Next() {
+			t.Fatalf("get %s: %v", b.Name, err)
+		}
+		dec, _ := codecs.Snappy.NewReader(s)
+		gotN += digest(t, got, dec)
+		dec.Close()
+		s.Close()
+	}
+	if len(blocks) < 8 || gotN != wantN || !bytes.Equal(got.Sum(nil), want.Sum(nil)) {
+		t.Fatalf("%d blocks with %d packets on the server; the input has %d packets (digests equal: %v)",
+			len(blocks), gotN, wantN, bytes.Equal(got.Sum(nil), want.Sum(nil)))
+	}
+	t.Logf("%d packets in %d blocks, identical", gotN, len(blocks))
 }

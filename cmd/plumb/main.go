@@ -34,6 +34,7 @@ func commands() []command {
 		followCommand(),
 		agentCommand(),
 		importCommand(),
+		synthCommand(),
 	}
 }
 
