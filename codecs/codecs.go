@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"io"
 	"path"
+	"runtime"
 	"sort"
 	"strings"
 
@@ -190,7 +191,7 @@ func (c Codec) NewWriter(w io.Writer) (io.WriteCloser, error) {
 	case None:
 		return nopWriteCloser{w}, nil
 	case Snappy:
-		return &snappyWriter{w: w, s: s2.NewWriter(w, s2.WriterSnappyCompat(), s2.WriterConcurrency(1))}, nil
+		return &snappyWriter{w: w, s: s2.NewWriter(w, s2.WriterSnappyCompat(), s2.WriterConcurrency(runtime.GOMAXPROCS(0)))}, nil
 	case XZ:
 		return xz.NewWriter(w)
 	case Gzip:

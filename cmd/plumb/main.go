@@ -11,6 +11,7 @@ import (
 	"io"
 	"os"
 	"os/signal"
+	"runtime/pprof"
 	"sort"
 	"syscall"
 )
@@ -70,6 +71,14 @@ func run(args []string, stdout, stderr io.Writer) int {
 		}
 		ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 		defer stop()
+		// PLUMB_CPUPROFILE=FILE profiles any command, for finding where a
+		// slow run spends its time.
+		if path := os.Getenv("PLUMB_CPUPROFILE"); path != "" {
+			if f, err := os.Create(path); err == nil {
+				pprof.StartCPUProfile(f)
+				defer func() { pprof.StopCPUProfile(); f.Close() }()
+			}
+		}
 		err := c.run(ctx, fs, args[1:])
 		switch {
 		case err == nil:
