@@ -52,8 +52,10 @@ type Stats struct {
 	Recovered Recovered
 }
 
-// Run cuts the sources into blocks in the spool and ships them.
-func Run(ctx context.Context, cfg Config, sources []Source) (Stats, error) {
+// Run cuts the sources into blocks in the spool and ships them. Watch,
+// when set, is a directory whose rotated capture files are cut after the
+// listed sources, until ctx ends.
+func Run(ctx context.Context, cfg Config, sources []Source, watch *Watch) (Stats, error) {
 	st := Stats{Cut: &Counters{}, Ship: &ShipCounters{}}
 	log := cfg.Logger
 	if log == nil {
@@ -112,7 +114,12 @@ func Run(ctx context.Context, cfg Config, sources []Source) (Stats, error) {
 	cutDone := make(chan struct{})
 	g.Go(func() error {
 		defer close(cutDone)
-		err := Cut(gctx, cutCfg, spool, sources, log, st.Cut)
+		var srcs Sources = List(sources...)
+		if watch != nil {
+			watch.Spool = spool
+			srcs = chain{List(sources...), watch}
+		}
+		err := Cut(gctx, cutCfg, spool, srcs, log, st.Cut)
 		if err == nil {
 			log.Info("sources exhausted; shipping what is spooled, then stopping")
 		}
@@ -158,4 +165,17 @@ func learnSeq(ctx context.Context, cfg Config, spool *Spool, c *flight.Client, l
 		log.Warn("spool has no sequence state; continuing after the server's last sequence", "last_seq", res.Seq)
 	}
 	return spool.SetLastSeq(res.Seq, res.Found)
+}
+
+// chain yields the sources of a, then of b.
+type chain struct{ a, b Sources }
+
+func (c chain) Next(ctx context.Context) (Source, error) {
+	if c.a != nil {
+		s, err := c.a.Next(ctx)
+		if err != io.EOF {
+			return s, err
+		}
+	}
+	return c.b.Next(ctx)
 }

@@ -112,7 +112,7 @@ func TestCutRules(t *testing.T) {
 	srcA, _ := FileSource(a)
 	srcB, _ := FileSource(b)
 	cfg := CutConfig{Queue: "pcap", Instance: "lax", Codec: codecs.None, MaxBytes: pcap.HeaderSize + 5*116, Interval: time.Minute}
-	if err := Cut(context.Background(), cfg, s, []Source{srcA, srcB}, quiet, &Counters{}); err != nil {
+	if err := Cut(context.Background(), cfg, s, List(srcA, srcB), quiet, &Counters{}); err != nil {
 		t.Fatal(err)
 	}
 	ready, _ := s.Ready()

@@ -111,15 +111,27 @@ type linkInfo struct {
 // sources are exhausted (after finishing the last block) or ctx ends (after
 // discarding the unfinished block: its packets are read again next time, or
 // were from a source that cannot be).
-func Cut(ctx context.Context, cfg CutConfig, spool *Spool, sources []Source, log *slog.Logger, c *Counters) error {
+func Cut(ctx context.Context, cfg CutConfig, spool *Spool, sources Sources, log *slog.Logger, c *Counters) error {
 	ct := &cutter{cfg: cfg, spool: spool, log: log, c: c, pos: map[string]SourcePos{}}
 	defer ct.abandon()
-	for _, src := range sources {
+	for {
+		src, err := sources.Next(ctx)
+		switch {
+		case err == io.EOF:
+			return ct.finish()
+		case errors.Is(err, ErrIdle):
+			// Nothing new for a while: ship what is cut so far.
+			if err := ct.finish(); err != nil {
+				return err
+			}
+			continue
+		case err != nil:
+			return err
+		}
 		if err := ct.source(ctx, src); err != nil {
 			return err
 		}
 	}
-	return ct.finish()
 }
 
 func (ct *cutter) source(ctx context.Context, src Source) error {

@@ -112,16 +112,19 @@ func sourcesOf(args []string) ([]agent.Source, error) {
 func agentCommand() command {
 	return command{
 		name:  "agent",
-		usage: "--site SITE SOURCE... (a capture file, or - for stdin)",
+		usage: "--site SITE [SOURCE...] [--watch DIR] (a SOURCE is a capture file, or - for stdin)",
 		short: "cut captures (files, or - for stdin) into sequence-numbered blocks, spool and ship them; ends when finite sources are shipped",
 		run: func(ctx context.Context, fs *flag.FlagSet, args []string) error {
 			var a agentFlags
 			a.register(fs)
+			watch := fs.String("watch", "", "`DIR` of rotated capture files (tcpdump -G, dnscap -t) to cut as each is closed; runs until stopped")
+			pattern := fs.String("pattern", "", "with --watch, only file names matching this shell `PATTERN`")
+			settle := fs.Duration("settle", 30*time.Second, "with --watch, a file that has not grown for this long is closed")
 			pos, err := parseInterspersed(fs, args)
 			if err != nil {
 				return err
 			}
-			if len(pos) == 0 {
+			if len(pos) == 0 && *watch == "" {
 				return errUsage
 			}
 			cfg, err := a.config()
@@ -132,7 +135,11 @@ func agentCommand() command {
 			if err != nil {
 				return err
 			}
-			_, err = agent.Run(ctx, cfg, srcs)
+			var w *agent.Watch
+			if *watch != "" {
+				w = &agent.Watch{Dir: *watch, Pattern: *pattern, Settle: *settle}
+			}
+			_, err = agent.Run(ctx, cfg, srcs, w)
 			return err
 		},
 	}
@@ -167,7 +174,7 @@ func importCommand() command {
 				return err
 			}
 			start := time.Now()
-			st, err := agent.Run(ctx, cfg, srcs)
+			st, err := agent.Run(ctx, cfg, srcs, nil)
 			if err != nil {
 				return err
 			}

@@ -462,3 +462,69 @@ func TestAgentLargeGenerated(t *testing.T) {
 	}
 	t.Logf("%d packets in %d blocks, identical", gotN, len(blocks))
 }
+
+// TestAgentWatchRotation writes capture files the way tcpdump -G rotates
+// them (each grows for a while, then the next begins) while the agent
+// watches the directory: every file is shipped once, none while growing,
+// and a restarted agent ships nothing again.
+func TestAgentWatchRotation(t *testing.T) {
+	addr := testenv.FreeAddr(t)
+	startPlumb(t, "serve", "--data", t.TempDir(), "--listen", addr, "--log-level", "warn")
+	waitListening(t, addr)
+	dir, spool := t.TempDir(), filepath.Join(t.TempDir(), "spool")
+	args := []string{"agent", "--server", addr, "--site", "rot", "--new-instance", "--spool", spool,
+		"--block-size", "16KiB", "--watch", dir, "--pattern", "*.pcap", "--settle", "700ms", "--log-level", "warn"}
+	agentProc := startPlumb(t, args...)
+
+	var want []packet
+	start := time.Date(2025, 5, 5, 15, 0, 0, 0, time.UTC)
+	for file := range 4 {
+		f, err := os.Create(filepath.Join(dir, fmt.Sprintf("dns-%02d.pcap", file)))
+		if err != nil {
+			t.Fatal(err)
+		}
+		w, _ := pcap.NewWriter(f, layers.LinkTypeEthernet, 65535, false)
+		for chunk := range 5 { // grows in bursts, slower than one poll
+			for i := range 40 {
+				data := bytes.Repeat([]byte{byte(file), byte(chunk), byte(i)}, 50)
+				ts := start.Add(time.Duration(len(want)) * time.Millisecond)
+				ci := gopacket.CaptureInfo{Timestamp: ts, CaptureLength: len(data), Length: len(data)}
+				w.WritePacket(ci, data)
+				want = append(want, packet{ci: ci, data: data})
+			}
+			w.Flush()
+			time.Sleep(150 * time.Millisecond)
+		}
+		f.Close()
+	}
+	c, err := flight.Dial(addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	deadline := time.Now().Add(30 * time.Second)
+	var got []packet
+	for {
+		got, _ = fetchInstance(t, c, "pcap.sz", "rot")
+		if len(got) >= len(want) || time.Now().After(deadline) {
+			break
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+	samePackets(t, "rotated files", got, want)
+	agentProc.cmd.Process.Signal(syscall.SIGTERM)
+	if err := agentProc.cmd.Wait(); err != nil {
+		t.Fatalf("agent exit on SIGTERM: %v\n%s", err, agentProc.log)
+	}
+	before, _ := c.QueueStats(context.Background(), "pcap.sz")
+
+	// A restart takes nothing again.
+	again := startPlumb(t, args...)
+	time.Sleep(2 * time.Second)
+	again.cmd.Process.Signal(syscall.SIGTERM)
+	again.cmd.Wait()
+	after, _ := c.QueueStats(context.Background(), "pcap.sz")
+	if after.Blocks != before.Blocks {
+		t.Fatalf("restarted agent shipped %d more blocks of files already shipped", after.Blocks-before.Blocks)
+	}
+}
