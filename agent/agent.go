@@ -2,7 +2,6 @@ package agent
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"io"
 	"log/slog"
@@ -37,6 +36,9 @@ type Config struct {
 	Once bool
 	// Progress, when set, receives a progress line every second.
 	Progress io.Writer
+	// StopGrace is how long a stopped agent keeps shipping what it has
+	// spooled; 5 s when zero.
+	StopGrace time.Duration
 	// Summary is how often a summary is logged; one minute when zero.
 	Summary time.Duration
 	Logger  *slog.Logger
@@ -69,6 +71,9 @@ func Run(ctx context.Context, cfg Config, sources []Source, watch *Watch) (Stats
 	}
 	if cfg.MaxBytes <= 0 {
 		cfg.MaxBytes = 256 << 20
+	}
+	if cfg.StopGrace <= 0 {
+		cfg.StopGrace = 5 * time.Second
 	}
 	log = log.With("queue", cfg.Queue, "instance", cfg.Instance)
 	for _, s := range sources {
@@ -110,7 +115,17 @@ func Run(ctx context.Context, cfg Config, sources []Source, watch *Watch) (Stats
 
 	cutCfg := CutConfig{Queue: cfg.Queue, Instance: cfg.Instance, Codec: cfg.Codec, MaxBytes: cfg.MaxBytes, Interval: cfg.Interval, SpoolMax: cfg.SpoolMax}
 	sh := &Shipper{Spool: spool, Client: client, InFlight: cfg.InFlight, MaxWait: cfg.MaxBackoff, Log: log, Counters: st.Ship, FailFast: cfg.Once}
-	g, gctx := errgroup.WithContext(ctx)
+	// The cutter stops with ctx, finishing its open block. The shipper
+	// outlives it by up to StopGrace, so a stopped agent ships what it cut
+	// if the server is there; what it cannot ship stays in the spool.
+	shipCtx, stopShip := context.WithCancel(context.WithoutCancel(ctx))
+	defer stopShip()
+	stopGrace := context.AfterFunc(ctx, func() {
+		t := time.AfterFunc(cfg.StopGrace, stopShip)
+		context.AfterFunc(shipCtx, func() { t.Stop() })
+	})
+	defer stopGrace()
+	var g errgroup.Group
 	cutDone := make(chan struct{})
 	g.Go(func() error {
 		defer close(cutDone)
@@ -119,21 +134,30 @@ func Run(ctx context.Context, cfg Config, sources []Source, watch *Watch) (Stats
 			watch.Spool = spool
 			srcs = chain{List(sources...), watch}
 		}
-		err := Cut(gctx, cutCfg, spool, srcs, log, st.Cut)
-		if err == nil {
+		err := Cut(ctx, cutCfg, spool, srcs, log, st.Cut)
+		switch {
+		case err == nil:
 			log.Info("sources exhausted; shipping what is spooled, then stopping")
+		case ctx.Err() != nil:
+			log.Info("stopping; shipping what is spooled", "grace", cfg.StopGrace)
+			err = nil
+		default:
+			stopShip()
 		}
 		return err
 	})
-	reportCtx, stopReport := context.WithCancel(gctx)
 	g.Go(func() error {
-		defer stopReport()
 		// Finite sources (files, a stdin that closes) end the run once all
-		// is shipped; live sources never end.
-		return sh.Run(gctx, cutDone)
+		// is shipped; live sources end when ctx does.
+		err := sh.Run(shipCtx, cutDone)
+		if shipCtx.Err() != nil {
+			err = nil
+		}
+		stopShip()
+		return err
 	})
 	g.Go(func() error {
-		report(reportCtx, cfg, spool, st, log)
+		report(shipCtx, cfg, spool, st, log)
 		return nil
 	})
 	err = g.Wait()
@@ -141,8 +165,8 @@ func Run(ctx context.Context, cfg Config, sources []Source, watch *Watch) (Stats
 		progressLine(cfg.Progress, st, spool, cfg.totalSourceBytes, time.Time{})
 		fmt.Fprintln(cfg.Progress)
 	}
-	if errors.Is(err, context.Canceled) && ctx.Err() != nil {
-		return st, nil // stopped
+	if left, _ := spool.Ready(); len(left) > 0 && err == nil {
+		log.Warn("stopped with blocks still in the spool; they are shipped at the next start", "blocks", len(left), "bytes", spool.Bytes())
 	}
 	return st, err
 }

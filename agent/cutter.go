@@ -108,13 +108,19 @@ type linkInfo struct {
 
 // Cut reads every source in order into blocks in the spool. Rereadable
 // sources resume where the last finished block ended. It returns when the
-// sources are exhausted (after finishing the last block) or ctx ends (after
-// discarding the unfinished block: its packets are read again next time, or
-// were from a source that cannot be).
+// sources are exhausted or ctx ends, after finishing the open block either
+// way (only a crash leaves a block unfinished). It returns ctx's error when
+// stopped.
 func Cut(ctx context.Context, cfg CutConfig, spool *Spool, sources Sources, log *slog.Logger, c *Counters) error {
 	ct := &cutter{cfg: cfg, spool: spool, log: log, c: c, pos: map[string]SourcePos{}}
 	defer ct.abandon()
 	for {
+		if ctx.Err() != nil {
+			if err := ct.finish(); err != nil {
+				return err
+			}
+			return ctx.Err()
+		}
 		src, err := sources.Next(ctx)
 		switch {
 		case err == io.EOF:
@@ -125,10 +131,12 @@ func Cut(ctx context.Context, cfg CutConfig, spool *Spool, sources Sources, log 
 				return err
 			}
 			continue
+		case err != nil && ctx.Err() != nil:
+			continue // finish the open block above
 		case err != nil:
 			return err
 		}
-		if err := ct.source(ctx, src); err != nil {
+		if err := ct.source(ctx, src); err != nil && ctx.Err() == nil {
 			return err
 		}
 	}
@@ -147,8 +155,14 @@ func (ct *cutter) source(ctx context.Context, src Source) error {
 		return nil
 	}
 	defer rc.Close()
+	// Closing the source unblocks a read that waits for packets (a quiet
+	// interface, an idle stdin) when the agent is stopped.
+	defer context.AfterFunc(ctx, func() { rc.Close() })()
 	counted := &countingReader{r: rc, n: &ct.c.SourceBytes}
 	rd, closer, err := pcap.NewReader(counted)
+	if err != nil && ctx.Err() != nil {
+		return ctx.Err()
+	}
 	if err != nil {
 		ct.c.BadSources.Add(1)
 		ct.log.Error("not a capture; skipping it", "source", src.Name, "err", err)
@@ -173,6 +187,9 @@ func (ct *cutter) source(ctx context.Context, src Source) error {
 		data, ci, err := rd.Next()
 		if err == io.EOF {
 			break
+		}
+		if err != nil && ctx.Err() != nil {
+			return ctx.Err()
 		}
 		if err != nil {
 			// The packets before the fault are kept; the rest of this

@@ -112,7 +112,7 @@ func sourcesOf(args []string) ([]agent.Source, error) {
 func agentCommand() command {
 	return command{
 		name:  "agent",
-		usage: "--site SITE [SOURCE...] [--watch DIR] (a SOURCE is a capture file, or - for stdin)",
+		usage: "--site SITE [SOURCE...] [--watch DIR] [--interface IFACE] (a SOURCE is a capture file, or - for stdin)",
 		short: "cut captures (files, or - for stdin) into sequence-numbered blocks, spool and ship them; ends when finite sources are shipped",
 		run: func(ctx context.Context, fs *flag.FlagSet, args []string) error {
 			var a agentFlags
@@ -120,11 +120,12 @@ func agentCommand() command {
 			watch := fs.String("watch", "", "`DIR` of rotated capture files (tcpdump -G, dnscap -t) to cut as each is closed; runs until stopped")
 			pattern := fs.String("pattern", "", "with --watch, only file names matching this shell `PATTERN`")
 			settle := fs.Duration("settle", 30*time.Second, "with --watch, a file that has not grown for this long is closed")
+			iface := fs.String("interface", "", "capture live from network `IFACE` (AF_PACKET; needs root or CAP_NET_RAW); runs until stopped")
 			pos, err := parseInterspersed(fs, args)
 			if err != nil {
 				return err
 			}
-			if len(pos) == 0 && *watch == "" {
+			if len(pos) == 0 && *watch == "" && *iface == "" {
 				return errUsage
 			}
 			cfg, err := a.config()
@@ -134,6 +135,13 @@ func agentCommand() command {
 			srcs, err := sourcesOf(pos)
 			if err != nil {
 				return err
+			}
+			if *iface != "" {
+				live, err := agent.LiveSource(*iface)
+				if err != nil {
+					return err
+				}
+				srcs = append(srcs, live)
 			}
 			var w *agent.Watch
 			if *watch != "" {

@@ -1,0 +1,10 @@
+//go:build !linux
+
+package agent
+
+import "fmt"
+
+// LiveSource is only available on Linux (AF_PACKET).
+func LiveSource(iface string) (Source, error) {
+	return Source{}, fmt.Errorf("live capture from %s needs Linux (AF_PACKET); pipe tcpdump -w - into the agent instead", iface)
+}
