@@ -8,6 +8,8 @@ import (
 	"path/filepath"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+
 	"golang.org/x/sync/errgroup"
 
 	"github.com/plumb-dev/plumb/block"
@@ -39,6 +41,8 @@ type Config struct {
 	// StopGrace is how long a stopped agent keeps shipping what it has
 	// spooled; 5 s when zero.
 	StopGrace time.Duration
+	// Metrics, when set, receives the agent's Prometheus metrics.
+	Metrics prometheus.Registerer
 	// Summary is how often a summary is logged; one minute when zero.
 	Summary time.Duration
 	Logger  *slog.Logger
@@ -113,6 +117,11 @@ func Run(ctx context.Context, cfg Config, sources []Source, watch *Watch) (Stats
 		}
 	}
 
+	if cfg.Metrics != nil {
+		if err := registerMetrics(cfg.Metrics, st, spool, prometheus.Labels{"queue": cfg.Queue, "instance": cfg.Instance}); err != nil {
+			return st, err
+		}
+	}
 	cutCfg := CutConfig{Queue: cfg.Queue, Instance: cfg.Instance, Codec: cfg.Codec, MaxBytes: cfg.MaxBytes, Interval: cfg.Interval, SpoolMax: cfg.SpoolMax}
 	sh := &Shipper{Spool: spool, Client: client, InFlight: cfg.InFlight, MaxWait: cfg.MaxBackoff, Log: log, Counters: st.Ship, FailFast: cfg.Once}
 	// The cutter stops with ctx, finishing its open block. The shipper

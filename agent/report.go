@@ -37,7 +37,7 @@ func report(ctx context.Context, cfg Config, spool *Spool, st Stats, log *slog.L
 					"packets", st.Cut.Packets.Load(), "blocks_cut", st.Cut.Blocks.Load(),
 					"blocks_acked", st.Ship.Acked.Load(), "spool_bytes", spool.Bytes(),
 					"dropped", st.Cut.Dropped.Load(), "upload_failures", st.Ship.Failures.Load(),
-					"lost_bytes", spool.LostBytes())
+					"lost_bytes", spool.LostBytes(), "oldest_unshipped", spool.OldestReady().Round(time.Second))
 			}
 		}
 	}

@@ -1,6 +1,9 @@
 package main
 
 import (
+	"net"
+	"net/http"
+
 	"cmp"
 	"context"
 	"flag"
@@ -11,6 +14,9 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"github.com/plumb-dev/plumb/agent"
 	"github.com/plumb-dev/plumb/codecs"
@@ -120,6 +126,7 @@ func agentCommand() command {
 			watch := fs.String("watch", "", "`DIR` of rotated capture files (tcpdump -G, dnscap -t) to cut as each is closed; runs until stopped")
 			pattern := fs.String("pattern", "", "with --watch, only file names matching this shell `PATTERN`")
 			settle := fs.Duration("settle", 30*time.Second, "with --watch, a file that has not grown for this long is closed")
+			metricsAddr := fs.String("metrics", "", "serve Prometheus metrics on `ADDR` (e.g. 127.0.0.1:9815) at /metrics")
 			iface := fs.String("interface", "", "capture live from network `IFACE` (AF_PACKET; needs root or CAP_NET_RAW); runs until stopped")
 			pos, err := parseInterspersed(fs, args)
 			if err != nil {
@@ -146,6 +153,15 @@ func agentCommand() command {
 			var w *agent.Watch
 			if *watch != "" {
 				w = &agent.Watch{Dir: *watch, Pattern: *pattern, Settle: *settle}
+			}
+			if *metricsAddr != "" {
+				reg := prometheus.NewRegistry()
+				cfg.Metrics = reg
+				stop, err := serveMetrics(ctx, *metricsAddr, reg)
+				if err != nil {
+					return err
+				}
+				defer stop()
 			}
 			_, err = agent.Run(ctx, cfg, srcs, w)
 			return err
@@ -197,4 +213,26 @@ func importCommand() command {
 			return nil
 		},
 	}
+}
+
+// serveMetrics serves reg at http://ADDR/metrics until stop is called.
+func serveMetrics(ctx context.Context, addr string, reg *prometheus.Registry) (stop func(), err error) {
+	lis, err := net.Listen("tcp", addr)
+	if err != nil {
+		return nil, fmt.Errorf("--metrics %s: %w", addr, err)
+	}
+	mux := http.NewServeMux()
+	mux.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
+	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		srv.Serve(lis)
+	}()
+	return func() {
+		shutdownCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 2*time.Second)
+		defer cancel()
+		srv.Shutdown(shutdownCtx)
+		<-done
+	}, nil
 }

@@ -9,6 +9,7 @@ import (
 	"hash"
 	"io"
 	"math/rand/v2"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -472,9 +473,10 @@ func TestAgentWatchRotation(t *testing.T) {
 	startPlumb(t, "serve", "--data", t.TempDir(), "--listen", addr, "--log-level", "warn")
 	waitListening(t, addr)
 	dir, spool := t.TempDir(), filepath.Join(t.TempDir(), "spool")
+	metrics := testenv.FreeAddr(t)
 	args := []string{"agent", "--server", addr, "--site", "rot", "--new-instance", "--spool", spool,
 		"--block-size", "16KiB", "--watch", dir, "--pattern", "*.pcap", "--settle", "700ms", "--log-level", "warn"}
-	agentProc := startPlumb(t, args...)
+	agentProc := startPlumb(t, append(args, "--metrics", metrics)...)
 
 	var want []packet
 	start := time.Date(2025, 5, 5, 15, 0, 0, 0, time.UTC)
@@ -512,6 +514,23 @@ func TestAgentWatchRotation(t *testing.T) {
 		time.Sleep(200 * time.Millisecond)
 	}
 	samePackets(t, "rotated files", got, want)
+	// The Prometheus endpoint agrees with the server.
+	st, _ := c.QueueStats(context.Background(), "pcap.sz")
+	resp, err := http.Get("http://" + metrics + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	for _, line := range []string{
+		fmt.Sprintf(`plumb_agent_packets_total{instance="rot",queue="pcap.sz"} %d`, len(want)),
+		fmt.Sprintf(`plumb_agent_blocks_acked_total{instance="rot",queue="pcap.sz"} %d`, st.Blocks),
+		`plumb_agent_spool_bytes{instance="rot",queue="pcap.sz"} 0`,
+	} {
+		if !strings.Contains(string(body), line+"\n") {
+			t.Errorf("metrics lack %q:\n%s", line, body)
+		}
+	}
 	agentProc.cmd.Process.Signal(syscall.SIGTERM)
 	if err := agentProc.cmd.Wait(); err != nil {
 		t.Fatalf("agent exit on SIGTERM: %v\n%s", err, agentProc.log)

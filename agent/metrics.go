@@ -1,0 +1,56 @@
+package agent
+
+import (
+	"os"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+// OldestReady returns the age of the oldest finished block not yet
+// acknowledged (0 when the spool is empty): how far behind shipping is.
+func (s *Spool) OldestReady() time.Duration {
+	ready, err := s.Ready()
+	if err != nil || len(ready) == 0 {
+		return 0
+	}
+	oldest := time.Time{}
+	for _, r := range ready {
+		if fi, err := os.Stat(r.Path); err == nil && (oldest.IsZero() || fi.ModTime().Before(oldest)) {
+			oldest = fi.ModTime()
+		}
+	}
+	if oldest.IsZero() {
+		return 0
+	}
+	return time.Since(oldest)
+}
+
+// registerMetrics exposes the run's counters on reg.
+func registerMetrics(reg prometheus.Registerer, st Stats, spool *Spool, labels prometheus.Labels) error {
+	counter := func(name, help string, f func() int64) prometheus.Collector {
+		return prometheus.NewCounterFunc(prometheus.CounterOpts{Namespace: "plumb_agent", Name: name, Help: help, ConstLabels: labels},
+			func() float64 { return float64(f()) })
+	}
+	gauge := func(name, help string, f func() float64) prometheus.Collector {
+		return prometheus.NewGaugeFunc(prometheus.GaugeOpts{Namespace: "plumb_agent", Name: name, Help: help, ConstLabels: labels}, f)
+	}
+	for _, c := range []prometheus.Collector{
+		counter("packets_total", "Packets cut into blocks.", st.Cut.Packets.Load),
+		counter("pcap_bytes_total", "Uncompressed pcap bytes cut into blocks.", st.Cut.BytesIn.Load),
+		counter("blocks_cut_total", "Blocks finished in the spool.", st.Cut.Blocks.Load),
+		counter("blocks_acked_total", "Blocks the server acknowledged (stored or duplicate).", st.Ship.Acked.Load),
+		counter("blocks_duplicate_total", "Blocks the server already held.", st.Ship.Duplicates.Load),
+		counter("upload_failures_total", "Failed upload attempts.", st.Ship.Failures.Load),
+		counter("packets_dropped_total", "Packets of live sources dropped while the spool was full.", st.Cut.Dropped.Load),
+		counter("source_errors_total", "Sources that could not be read in full.", st.Cut.BadSources.Load),
+		gauge("spool_bytes", "Bytes of finished blocks waiting for acknowledgement.", func() float64 { return float64(spool.Bytes()) }),
+		gauge("lost_bytes", "Bytes of blocks cut short by crashes from sources that cannot be read again.", func() float64 { return float64(spool.LostBytes()) }),
+		gauge("oldest_unshipped_seconds", "Age of the oldest block not yet acknowledged.", func() float64 { return spool.OldestReady().Seconds() }),
+	} {
+		if err := reg.Register(c); err != nil {
+			return err
+		}
+	}
+	return nil
+}
