@@ -11,7 +11,8 @@ FUZZ_TARGETS := \
 	./codecs:FuzzReaders \
 	./flight:FuzzTicket \
 	./flight:FuzzPutHeader \
-	./pcap:FuzzReader
+	./pcap:FuzzReader \
+	./agent:FuzzCut
 
 .PHONY: build test test-go test-python fuzz-short bench demo lint clean
 

@@ -34,6 +34,9 @@ import (
 // interface).
 type Spool struct {
 	dir string
+	// noSync skips fsync, for fuzzing only: the fuzzer needs speed, not
+	// durability.
+	noSync bool
 
 	mu    sync.Mutex
 	st    spoolState
@@ -185,7 +188,7 @@ func (s *Spool) Create(n block.Name) (*os.File, error) {
 // source positions after it, as one step (see the type's comment). f is
 // closed.
 func (s *Spool) Finish(f *os.File, n block.Name, pos map[string]SourcePos) error {
-	if err := f.Sync(); err != nil {
+	if err := s.fsync(f); err != nil {
 		f.Close()
 		return fmt.Errorf("spool: fsync block %s: %w", n, err)
 	}
@@ -210,7 +213,7 @@ func (s *Spool) Finish(f *os.File, n block.Name, pos map[string]SourcePos) error
 	if err := os.Rename(s.tempPath(n.String()), filepath.Join(s.dir, "ready", n.String())); err != nil {
 		return err
 	}
-	if err := syncDir(filepath.Join(s.dir, "ready")); err != nil {
+	if err := s.syncDir(filepath.Join(s.dir, "ready")); err != nil {
 		return err
 	}
 	s.bytes += fi.Size()
@@ -258,7 +261,7 @@ func (s *Spool) Remove(b ReadyBlock) error {
 	if err := os.Remove(b.Path); err != nil && !errors.Is(err, fs.ErrNotExist) {
 		return err
 	}
-	if err := syncDir(filepath.Dir(b.Path)); err != nil {
+	if err := s.syncDir(filepath.Dir(b.Path)); err != nil {
 		return err
 	}
 	s.mu.Lock()
@@ -309,7 +312,7 @@ func (s *Spool) saveLocked() error {
 		f.Close()
 		return err
 	}
-	if err := f.Sync(); err != nil {
+	if err := s.fsync(f); err != nil {
 		f.Close()
 		return err
 	}
@@ -319,7 +322,21 @@ func (s *Spool) saveLocked() error {
 	if err := os.Rename(tmp, s.statePath()); err != nil {
 		return err
 	}
-	return syncDir(s.dir)
+	return s.syncDir(s.dir)
+}
+
+func (s *Spool) fsync(f *os.File) error {
+	if s.noSync {
+		return nil
+	}
+	return f.Sync()
+}
+
+func (s *Spool) syncDir(dir string) error {
+	if s.noSync {
+		return nil
+	}
+	return syncDir(dir)
 }
 
 func syncDir(dir string) error {
