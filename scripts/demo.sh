@@ -1,43 +1,43 @@
 #!/usr/bin/env bash
 # The main job on the embedded default: start `plumb serve` on a fresh data
-# directory, upload the real captures in testdata as blocks, read them back
-# as a consumer group, and show what the server holds. No outside services.
+# directory, generate a DNS capture, ship it and the real captures in
+# testdata through the agent path, read everything back as a consumer
+# group, and show what the server holds. No outside services.
 set -euo pipefail
 plumb=${1:-bin/plumb}
 work=$(mktemp -d)
 addr=127.0.0.1:${PLUMB_DEMO_PORT:-18815}
 export PLUMB_SERVER=$addr
-trap 'kill -TERM $pid 2>/dev/null; wait $pid 2>/dev/null; rm -rf "$work"' EXIT
+cleanup() {
+  kill -TERM "$pid" 2>/dev/null || true
+  wait "$pid" 2>/dev/null || true
+  rm -rf "$work"
+}
+trap cleanup EXIT
 
 "$plumb" serve --data "$work/data" --listen "$addr" 2>"$work/serve.log" &
 pid=$!
 for _ in $(seq 100); do
+  kill -0 "$pid" 2>/dev/null || { echo "plumb serve failed to start:" >&2; cat "$work/serve.log" >&2; exit 1; }
   "$plumb" queues >/dev/null 2>&1 && break
   sleep 0.1
 done
 
-echo "== upload every capture in testdata/pcaps as blocks of queue 'pcap', instance 'demo'"
-mkdir -p "$work/in"
-seq=0
-for f in testdata/pcaps/*.pcap; do
-  seq=$((seq + 1))
-  cp "$f" "$work/in/$(printf '20250505-151105-%08d.demo.pcap' "$seq")"
-done
-"$plumb" put "$work"/in/* | cut -f1 | sort | uniq -c | awk '{print "  " $1 " " $2}'
-echo "== upload them again: every one is answered duplicate"
-"$plumb" put "$work"/in/* | cut -f1 | sort | uniq -c | awk '{print "  " $1 " " $2}'
+echo "== generate 64 MiB of DNS traffic"
+"$plumb" synth --out "$work/synth.pcap" --size 64MiB --seed 1
+
+echo "== import it as site 'lax' in 8 MiB snappy blocks (the agent's path)"
+"$plumb" import --quiet --site lax --new-instance --spool "$work/spool-lax" --block-size 8MiB "$work/synth.pcap"
+echo "== import the public captures in testdata as site 'oarc'"
+"$plumb" import --quiet --site oarc --new-instance --spool "$work/spool-oarc" --block-size 64KiB testdata/pcaps/*.pcap
+echo "== import again: nothing is shipped twice"
+"$plumb" import --quiet --site lax --spool "$work/spool-lax" --block-size 8MiB "$work/synth.pcap" 2>/dev/null
 
 echo "== queues"
 "$plumb" queues
-echo "== first blocks of queue pcap"
-"$plumb" blocks pcap | sed -n 1,4p
+echo "== first blocks of queue pcap.sz"
+"$plumb" blocks pcap.sz | sed -n 1,4p
 
 echo "== consumer group 'archive' reads every block once, acking each"
-"$plumb" follow pcap --group archive --out "$work/out" --from earliest --once | wc -l | awk '{print "  received " $1 " blocks"}'
-if diff -r "$work/in" "$work/out" >/dev/null; then
-  echo "  all received blocks are byte-identical to the uploads"
-else
-  echo "  MISMATCH between uploaded and received blocks" >&2
-  exit 1
-fi
+"$plumb" follow pcap.sz --group archive --out "$work/out" --from earliest --once | wc -l | awk '{print "  received " $1 " blocks"}'
 "$plumb" queues
