@@ -26,7 +26,7 @@ lint:
 test: lint build test-go test-python fuzz-short
 
 test-go:
-	$(GO) test -race -timeout 30m ./...
+	$(GO) test -race -count=1 -timeout 30m ./...
 
 test-python: build
 	PLUMB_BIN=$(CURDIR)/$(BIN) $(PYTEST) -q tests/python
