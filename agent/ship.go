@@ -92,22 +92,30 @@ func (sh *Shipper) Run(ctx context.Context, drain <-chan struct{}) error {
 		if refused != nil {
 			return refused
 		}
-		if len(ready) == 0 && drain != nil {
+		drained := false
+		if drain != nil {
 			select {
 			case <-drain:
-				// Sources are done; stop once nothing was added meanwhile.
-				if r, _ := sh.Spool.Ready(); len(r) == 0 {
-					return nil
-				}
-				continue
+				drained = true
 			default:
 			}
+		}
+		if drained && len(ready) == 0 {
+			// Sources are done; stop once nothing was added meanwhile.
+			if r, _ := sh.Spool.Ready(); len(r) == 0 {
+				return nil
+			}
+			continue
+		}
+		wake := drain
+		if drained {
+			wake = nil // closed: it would wake this loop at once, forever
 		}
 		select {
 		case <-ctx.Done():
 			return ctx.Err()
 		case <-changed:
-		case <-drain:
+		case <-wake:
 		case <-time.After(time.Second):
 		}
 	}
