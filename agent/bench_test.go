@@ -26,6 +26,7 @@ func BenchmarkCut(b *testing.B) {
 	f.Close()
 	fi, _ := os.Stat(src)
 	b.SetBytes(fi.Size())
+	b.ResetTimer()
 	for i := range b.N {
 		s, _, _ := OpenSpool(filepath.Join(dir, "spool", string(rune('a'+i%26))), "pcap.sz", "b")
 		s.SetLastSeq(0, false)

@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -98,6 +99,59 @@ type cutter struct {
 	packets int64
 	link    linkInfo
 	pos     map[string]SourcePos // source positions once this block is finished
+	nextSeq uint64
+
+	// Finishing a block (fsyncs and renames) runs on its own goroutine, in
+	// order, while the next block is cut: a live source is not left
+	// waiting in the kernel's ring while a large block is fsynced.
+	jobs    chan finishJob
+	pending atomic.Int64 // bytes of blocks queued or being finished
+	finDone chan struct{}
+	finMu   sync.Mutex
+	finErr  error
+}
+
+type finishJob struct {
+	f       *os.File
+	name    block.Name
+	pos     map[string]SourcePos
+	packets int64
+	bytes   int64
+	size    int64 // compressed size on disk
+}
+
+// finisher makes queued blocks durable in order. After a failure it
+// finishes nothing more: a later block's state would claim packets the
+// failed block never made durable. Those blocks are discarded and their
+// packets read again (or counted lost) at the next start.
+func (ct *cutter) finisher() {
+	defer close(ct.finDone)
+	for j := range ct.jobs {
+		if ct.finishError() != nil {
+			ct.spool.Discard(j.f, j.name)
+			ct.pending.Add(-j.size)
+			continue
+		}
+		// Uncounted for the moment Finish takes: never counted twice, so a
+		// writer waiting for room is woken by Finish's signal with the
+		// true total.
+		ct.pending.Add(-j.size)
+		err := ct.spool.Finish(j.f, j.name, j.pos)
+		if err != nil {
+			ct.finMu.Lock()
+			ct.finErr = err
+			ct.finMu.Unlock()
+			continue
+		}
+		ct.c.Blocks.Add(1)
+		ct.log.Debug("block cut", "block", j.name.String(), "packets", j.packets, "bytes", j.bytes)
+	}
+}
+
+func (ct *cutter) finishError() error {
+	ct.finMu.Lock()
+	defer ct.finMu.Unlock()
+	return ct.finErr
 }
 
 type linkInfo struct {
@@ -111,9 +165,26 @@ type linkInfo struct {
 // sources are exhausted or ctx ends, after finishing the open block either
 // way (only a crash leaves a block unfinished). It returns ctx's error when
 // stopped.
-func Cut(ctx context.Context, cfg CutConfig, spool *Spool, sources Sources, log *slog.Logger, c *Counters) error {
-	ct := &cutter{cfg: cfg, spool: spool, log: log, c: c, pos: map[string]SourcePos{}}
-	defer ct.abandon()
+func Cut(ctx context.Context, cfg CutConfig, spool *Spool, sources Sources, log *slog.Logger, c *Counters) (err error) {
+	next, ok := spool.NextSeq()
+	if !ok {
+		return errors.New("spool has no sequence state; the agent must learn the last sequence from the server first")
+	}
+	ct := &cutter{cfg: cfg, spool: spool, log: log, c: c, pos: map[string]SourcePos{}, nextSeq: next,
+		jobs: make(chan finishJob, 1), finDone: make(chan struct{})}
+	go ct.finisher()
+	defer func() {
+		ct.abandon()
+		close(ct.jobs)
+		<-ct.finDone
+		if ferr := ct.finishError(); ferr != nil && (err == nil || errors.Is(err, ctx.Err())) {
+			err = ferr
+		}
+	}()
+	return ct.run(ctx, sources)
+}
+
+func (ct *cutter) run(ctx context.Context, sources Sources) error {
 	for {
 		if ctx.Err() != nil {
 			if err := ct.finish(); err != nil {
@@ -155,9 +226,17 @@ func (ct *cutter) source(ctx context.Context, src Source) error {
 		return nil
 	}
 	defer rc.Close()
-	// Closing the source unblocks a read that waits for packets (a quiet
-	// interface, an idle stdin) when the agent is stopped.
-	defer context.AfterFunc(ctx, func() { rc.Close() })()
+	// When the agent is stopped, a source that can drain (a live capture)
+	// is asked to end after what it already holds; any other is closed,
+	// which also unblocks a read waiting on an idle stdin.
+	st, drains := rc.(interface{ Stop() })
+	defer context.AfterFunc(ctx, func() {
+		if drains {
+			st.Stop()
+		} else {
+			rc.Close()
+		}
+	})()
 	counted := &countingReader{r: rc, n: &ct.c.SourceBytes}
 	rd, closer, err := pcap.NewReader(counted)
 	if err != nil && ctx.Err() != nil {
@@ -181,14 +260,14 @@ func (ct *cutter) source(ctx context.Context, src Source) error {
 		}
 	}
 	for {
-		if err := ctx.Err(); err != nil {
+		if err := ctx.Err(); err != nil && !drains {
 			return err
 		}
 		data, ci, err := rd.Next()
 		if err == io.EOF {
 			break
 		}
-		if err != nil && ctx.Err() != nil {
+		if err != nil && ctx.Err() != nil && !drains {
 			return ctx.Err()
 		}
 		if err != nil {
@@ -217,13 +296,14 @@ func (ct *cutter) source(ctx context.Context, src Source) error {
 // waitForRoom holds a new block until the spool has room. A live source
 // cannot wait: its packet is dropped and counted instead.
 func (ct *cutter) waitForRoom(ctx context.Context, src Source) (dropped bool, err error) {
-	for ct.spool.Bytes() >= ct.cfg.SpoolMax {
+	full := func() bool { return ct.spool.Bytes()+ct.pending.Load() >= ct.cfg.SpoolMax }
+	for full() {
 		if src.Live {
 			ct.c.Dropped.Add(1)
 			return true, nil
 		}
 		changed := ct.spool.Changed()
-		if ct.spool.Bytes() < ct.cfg.SpoolMax {
+		if !full() {
 			break
 		}
 		select {
@@ -270,11 +350,10 @@ func (ct *cutter) packet(ctx context.Context, src Source, link linkInfo, ci gopa
 }
 
 func (ct *cutter) begin(link linkInfo, first time.Time) error {
-	seq, ok := ct.spool.NextSeq()
-	if !ok {
-		return errors.New("spool has no sequence state; the agent must learn the last sequence from the server first")
+	if err := ct.finishError(); err != nil {
+		return err
 	}
-	ct.name = block.Name{Time: first.UTC().Truncate(time.Second), Seq: seq, Instance: ct.cfg.Instance, Queue: ct.cfg.Queue}
+	ct.name = block.Name{Time: first.UTC().Truncate(time.Second), Seq: ct.nextSeq, Instance: ct.cfg.Instance, Queue: ct.cfg.Queue}
 	if err := ct.name.Validate(); err != nil {
 		return err
 	}
@@ -300,7 +379,8 @@ func (ct *cutter) begin(link linkInfo, first time.Time) error {
 	return nil
 }
 
-// finish makes the current block durable in the spool.
+// finish closes the current block and queues it to be made durable in
+// the spool.
 func (ct *cutter) finish() error {
 	if ct.f == nil {
 		return nil
@@ -311,13 +391,15 @@ func (ct *cutter) finish() error {
 	if err := ct.cw.Close(); err != nil {
 		return fmt.Errorf("block %s: %w", ct.name, err)
 	}
-	if err := ct.spool.Finish(ct.f, ct.name, ct.pos); err != nil {
-		return err
+	job := finishJob{f: ct.f, name: ct.name, pos: ct.pos, packets: ct.packets, bytes: ct.pw.Bytes}
+	if fi, err := ct.f.Stat(); err == nil {
+		job.size = fi.Size()
 	}
-	ct.c.Blocks.Add(1)
-	ct.log.Debug("block cut", "block", ct.name.String(), "packets", ct.packets, "bytes", ct.pw.Bytes)
+	ct.pending.Add(job.size)
 	ct.f, ct.pos = nil, map[string]SourcePos{}
-	return nil
+	ct.nextSeq++
+	ct.jobs <- job
+	return ct.finishError()
 }
 
 // abandon drops an unfinished block (on cancellation or error).

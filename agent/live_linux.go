@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"os"
 	"strings"
 	"sync/atomic"
@@ -20,12 +21,18 @@ import (
 // LiveSource captures from a network interface with AF_PACKET (no cgo;
 // needs root or CAP_NET_RAW). It is live: nothing can be read again after
 // a crash, and packets are dropped (and counted) while the spool is full.
-func LiveSource(iface string) (Source, error) {
+func LiveSource(iface string, log *slog.Logger) (Source, error) {
 	link, err := linkTypeOf(iface)
 	if err != nil {
 		return Source{}, err
 	}
-	return Source{Name: "live:" + iface, Live: true, Open: func() (io.ReadCloser, error) { return openLive(iface, link) }}, nil
+	return Source{Name: "live:" + iface, Live: true, Open: func() (io.ReadCloser, error) {
+		rc, err := openLive(iface, link)
+		if err == nil {
+			log.Info("live capture started", "interface", iface, "link_type", link.String())
+		}
+		return rc, err
+	}}, nil
 }
 
 // linkTypeOf tells an interface's framing from its ARPHRD type.
@@ -76,11 +83,14 @@ func (l *live) run(h *afpacket.TPacket, pw *io.PipeWriter, link layers.LinkType)
 	if err != nil {
 		return err
 	}
-	for !l.stop.Load() {
+	for {
 		data, ci, err := h.ZeroCopyReadPacketData()
 		if errors.Is(err, afpacket.ErrTimeout) {
 			if err := w.Flush(); err != nil {
 				return err
+			}
+			if l.stop.Load() {
+				return io.EOF // stopped, and the ring is drained
 			}
 			continue
 		}
@@ -91,10 +101,13 @@ func (l *live) run(h *afpacket.TPacket, pw *io.PipeWriter, link layers.LinkType)
 			return err
 		}
 	}
-	return io.EOF
 }
 
 func (l *live) Read(p []byte) (int, error) { return l.pr.Read(p) }
+
+// Stop ends the capture gracefully: what the kernel already captured is
+// still read (until the ring is quiet for one poll), then the stream ends.
+func (l *live) Stop() { l.stop.Store(true) }
 
 func (l *live) Close() error {
 	l.stop.Store(true)

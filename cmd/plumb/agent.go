@@ -144,7 +144,7 @@ func agentCommand() command {
 				return err
 			}
 			if *iface != "" {
-				live, err := agent.LiveSource(*iface)
+				live, err := agent.LiveSource(*iface, cfg.Logger)
 				if err != nil {
 					return err
 				}

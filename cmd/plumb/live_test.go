@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"strings"
 	"syscall"
 	"testing"
@@ -68,9 +69,27 @@ func TestAgentLiveCapture(t *testing.T) {
 	addr := testenv.FreeAddr(t)
 	startPlumb(t, "serve", "--data", t.TempDir(), "--listen", addr, "--log-level", "warn")
 	waitListening(t, addr)
-	agentProc := startPlumb(t, "agent", "--server", addr, "--site", "live", "--new-instance",
-		"--spool", t.TempDir(), "--block-size", "8KiB", "--interface", h.outer, "--log-level", "warn")
-	time.Sleep(time.Second) // the ring is set up
+	logPath := filepath.Join(t.TempDir(), "agent.log")
+	logFile, err := os.Create(logPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer logFile.Close()
+	agentCmd := exec.Command(os.Args[0], "agent", "--server", addr, "--site", "live", "--new-instance",
+		"--spool", t.TempDir(), "--block-size", "8KiB", "--interface", h.outer)
+	agentCmd.Env = append(os.Environ(), "PLUMB_TEST_AS_PLUMB=1")
+	agentCmd.Stdout, agentCmd.Stderr = logFile, logFile
+	if err := agentCmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { agentCmd.Process.Kill(); agentCmd.Wait() })
+	agentLog := func() string { b, _ := os.ReadFile(logPath); return string(b) }
+	for deadline := time.Now().Add(30 * time.Second); !strings.Contains(agentLog(), "live capture started"); {
+		if time.Now().After(deadline) {
+			t.Fatalf("agent did not start capturing within 30s:\n%s", agentLog())
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
 
 	const n = 300
 	send := exec.Command("ip", "netns", "exec", h.ns, python, "-c", fmt.Sprintf(`
@@ -83,17 +102,17 @@ for i in range(%d):
 	if out, err := send.CombinedOutput(); err != nil {
 		t.Fatalf("sender: %v\n%s", err, out)
 	}
-	time.Sleep(500 * time.Millisecond)
-	agentProc.cmd.Process.Signal(syscall.SIGTERM)
+	// Stop at once: what the kernel captured is still shipped.
+	agentCmd.Process.Signal(syscall.SIGTERM)
 	done := make(chan error, 1)
-	go func() { done <- agentProc.cmd.Wait() }()
+	go func() { done <- agentCmd.Wait() }()
 	select {
 	case err := <-done:
 		if err != nil {
-			t.Fatalf("agent exit on SIGTERM: %v\n%s", err, agentProc.log)
+			t.Fatalf("agent exit on SIGTERM: %v\n%s", err, agentLog())
 		}
 	case <-time.After(20 * time.Second):
-		t.Fatalf("agent did not stop within 20s of SIGTERM\n%s", agentProc.log)
+		t.Fatalf("agent did not stop within 20s of SIGTERM\n%s", agentLog())
 	}
 
 	c, err := flight.Dial(addr)
