@@ -20,9 +20,10 @@ import (
 // Config configures an agent or an import.
 type Config struct {
 	Server   string
-	Queue    string // e.g. pcap.sz
-	Instance string // site or capture host
-	Spool    string // spool directory
+	Security flight.Security // TLS and token for the server
+	Queue    string          // e.g. pcap.sz
+	Instance string          // site or capture host
+	Spool    string          // spool directory
 	Codec    codecs.Codec
 	MaxBytes int64
 	Interval time.Duration
@@ -104,7 +105,7 @@ func Run(ctx context.Context, cfg Config, sources []Source, watch *Watch) (Stats
 			break
 		}
 	}
-	client, err := flight.Dial(cfg.Server)
+	client, err := flight.DialSecure(cfg.Server, cfg.Security)
 	if err != nil {
 		return st, err
 	}

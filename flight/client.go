@@ -18,7 +18,6 @@ import (
 	aflight "github.com/apache/arrow-go/v18/arrow/flight"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/keepalive"
 	"google.golang.org/grpc/status"
 
@@ -38,16 +37,22 @@ type Client struct {
 
 // Dial connects to a server at addr (host:port). The connection is made
 // lazily; the first call reports an unreachable server.
-func Dial(addr string) (*Client, error) {
-	conn, err := grpc.NewClient(addr,
-		grpc.WithTransportCredentials(insecure.NewCredentials()),
+func Dial(addr string) (*Client, error) { return DialSecure(addr, Security{}) }
+
+// DialSecure connects with TLS and a token as sec says.
+func DialSecure(addr string, sec Security) (*Client, error) {
+	secOpts, err := sec.dialOptions()
+	if err != nil {
+		return nil, err
+	}
+	conn, err := grpc.NewClient(addr, append(secOpts,
 		grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(64<<20), grpc.ForceCodecV2(newCodec())),
 		grpc.WithKeepaliveParams(keepalive.ClientParameters{Time: 30 * time.Second, Timeout: 20 * time.Second}),
 		grpc.WithWriteBufferSize(1<<20),
 		grpc.WithReadBufferSize(1<<20),
 		grpc.WithInitialWindowSize(streamWindow),
 		grpc.WithInitialConnWindowSize(connWindow),
-	)
+	)...)
 	if err != nil {
 		return nil, fmt.Errorf("server %s: %w", addr, err)
 	}

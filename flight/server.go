@@ -181,18 +181,18 @@ const (
 // NewGRPCServer returns a gRPC server with Plumb's options: 64 MiB receive
 // limit, keepalive that permits client pings every 10 s, and panic recovery
 // that turns a panic into an Internal error instead of a crash.
-func NewGRPCServer(log *slog.Logger) *grpc.Server {
+func NewGRPCServer(log *slog.Logger, extra ...grpc.ServerOption) *grpc.Server {
 	recoverErr := func(method string, p any) error {
 		log.Error("panic in Flight call", "method", method, "panic", p, "stack", string(debug.Stack()))
 		return status.Errorf(codes.Internal, "internal error in %s; the server logged the details", method)
 	}
-	return grpc.NewServer(
-		grpc.MaxRecvMsgSize(64<<20),
+	return grpc.NewServer(append([]grpc.ServerOption{
+		grpc.MaxRecvMsgSize(64 << 20),
 		grpc.ForceServerCodecV2(newCodec()),
 		// Blocks are large: bigger socket buffers cut syscalls per byte, and
 		// fixed flow-control windows keep loopback and LAN links full.
-		grpc.WriteBufferSize(1<<20),
-		grpc.ReadBufferSize(1<<20),
+		grpc.WriteBufferSize(1 << 20),
+		grpc.ReadBufferSize(1 << 20),
 		grpc.InitialWindowSize(streamWindow),
 		grpc.InitialConnWindowSize(connWindow),
 		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: 10 * time.Second, PermitWithoutStream: true}),
@@ -213,7 +213,7 @@ func NewGRPCServer(log *slog.Logger) *grpc.Server {
 			}()
 			return h(srv, ss)
 		}),
-	)
+	}, extra...)...)
 }
 
 // statusOf turns an error into a gRPC status, keeping one that already is.

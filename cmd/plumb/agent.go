@@ -46,6 +46,10 @@ func (a *agentFlags) register(fs *flag.FlagSet) {
 	fs.DurationVar(&a.cfg.MaxBackoff, "max-backoff", 30*time.Second, "longest wait between upload attempts while the server is unreachable")
 	fs.BoolVar(&a.cfg.NewInstance, "new-instance", false, "this instance never shipped a block: start a fresh spool at sequence 1 without asking the server")
 	fs.StringVar(&a.logLevel, "log-level", "info", "log level: debug, info, warn, error")
+	fs.BoolVar(&a.cfg.Security.TLS, "tls", false, "connect with TLS, verifying the server against the system's roots")
+	fs.StringVar(&a.cfg.Security.CAFile, "tls-ca", "", "connect with TLS, verifying the server against the PEM roots in `FILE`")
+	fs.StringVar(&a.cfg.Security.ServerName, "tls-server-name", "", "`NAME` to verify in the server's certificate, when it differs from --server")
+	fs.StringVar(&a.cfg.Security.TokenFile, "token-file", "", "send the bearer token in `FILE` on every call")
 }
 
 func (a *agentFlags) config() (agent.Config, error) {
