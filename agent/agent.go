@@ -95,10 +95,12 @@ func Run(ctx context.Context, cfg Config, sources []Source, watch *Watch) (Stats
 		log.Warn("spool recovered after a crash", "promoted", rec.Promoted, "discarded_partial_blocks", rec.Discarded, "discarded_bytes", rec.DiscardedSize)
 	}
 	for _, s := range sources {
-		if !s.Rereadable && rec.DiscardedSize > 0 {
-			// A partial block was cut short and this run reads a source
-			// that cannot be rewound: those packets are gone. Say so.
-			log.Error("packets lost: a block cut short by a crash came from a source that cannot be read again", "lost_bytes", rec.DiscardedSize)
+		if !s.Rereadable && rec.Discarded > 0 {
+			// A block was cut short and this run reads a source that cannot
+			// be rewound: those packets are gone. Say so. (The bytes on
+			// disk undercount: the tail was still in the compressor.)
+			log.Error("packets lost: a block cut short by a crash came from a source that cannot be read again",
+				"partial_blocks", rec.Discarded, "lost_bytes_at_least", rec.DiscardedSize)
 			if err := spool.AddLost(rec.DiscardedSize); err != nil {
 				return st, err
 			}

@@ -547,3 +547,73 @@ func TestAgentWatchRotation(t *testing.T) {
 		t.Fatalf("restarted agent shipped %d more blocks of files already shipped", after.Blocks-before.Blocks)
 	}
 }
+
+// TestAgentStdinSIGKILL kills an agent reading stdin mid-block: the
+// packets of the cut-short block cannot be read again, so the restarted
+// agent reports them as lost, and the sequence numbers stay contiguous.
+func TestAgentStdinSIGKILL(t *testing.T) {
+	addr := testenv.FreeAddr(t)
+	startPlumb(t, "serve", "--data", t.TempDir(), "--listen", addr, "--log-level", "warn")
+	waitListening(t, addr)
+	dir := t.TempDir()
+	first := makeCapture(t, filepath.Join(dir, "first.pcap"), 3000, 8)
+	second := makeCapture(t, filepath.Join(dir, "second.pcap"), 500, 9)
+	spool := filepath.Join(dir, "spool")
+	args := []string{"agent", "--server", addr, "--site", "pipe", "--new-instance", "--spool", spool, "--block-size", "128KiB", "-"}
+
+	c, err := flight.Dial(addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	cmd := exec.Command(os.Args[0], args...)
+	cmd.Env = append(os.Environ(), "PLUMB_TEST_AS_PLUMB=1")
+	stdin, _ := cmd.StdinPipe()
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	raw, _ := os.ReadFile(filepath.Join(dir, "first.pcap"))
+	// Feed the first capture slowly; kill once two blocks are stored,
+	// while a third is being cut.
+	go func() {
+		for len(raw) > 0 {
+			n := min(len(raw), 32<<10)
+			if _, err := stdin.Write(raw[:n]); err != nil {
+				return
+			}
+			raw = raw[n:]
+			time.Sleep(20 * time.Millisecond)
+		}
+	}()
+	for deadline := time.Now().Add(30 * time.Second); ; {
+		st, _ := c.QueueStats(context.Background(), "pcap.sz")
+		if st.Blocks >= 2 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("no blocks within 30s")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	cmd.Process.Signal(syscall.SIGKILL)
+	cmd.Wait()
+
+	again := exec.Command(os.Args[0], args...)
+	again.Env = append(os.Environ(), "PLUMB_TEST_AS_PLUMB=1")
+	again.Stdin, _ = os.Open(filepath.Join(dir, "second.pcap"))
+	out, err := again.CombinedOutput()
+	if err != nil {
+		t.Fatalf("restarted agent: %v\n%s", err, out)
+	}
+	if !strings.Contains(string(out), "packets lost") {
+		t.Fatalf("the restarted agent does not report the lost partial block:\n%s", out)
+	}
+	got, nblocks := fetchInstance(t, c, "pcap.sz", "pipe") // checks 1..N contiguous
+	k := len(got) - len(second)
+	if k <= 0 || k >= len(first) {
+		t.Fatalf("%d packets on the server: want a prefix of the first capture (%d) and all of the second (%d)", len(got), len(first), len(second))
+	}
+	samePackets(t, "before the kill", got[:k], first[:k])
+	samePackets(t, "after the restart", got[k:], second)
+	t.Logf("%d blocks; %d of %d packets of the first feed arrived before the kill; its partial block was reported lost", nblocks, k, len(first))
+}
