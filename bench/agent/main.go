@@ -6,17 +6,16 @@
 package main
 
 import (
-	"context"
 	"flag"
 	"fmt"
 	"io"
 	"log"
-	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
-	"syscall"
 	"time"
+
+	"github.com/plumb-dev/plumb/bench/internal/benchkit"
 
 	"github.com/plumb-dev/plumb/codecs"
 	"github.com/plumb-dev/plumb/pcap"
@@ -108,19 +107,12 @@ func run(plumb, size string) error {
 		return err
 	}
 
-	addr, err := freeAddr()
+	// Server as its own process, as in production.
+	addr, stopServer, err := benchkit.StartServer(plumb, dir)
 	if err != nil {
 		return err
 	}
-	srv := exec.Command(plumb, "serve", "--data", filepath.Join(dir, "data"), "--listen", addr, "--log-level", "warn")
-	srv.Stderr = os.Stderr
-	if err := srv.Start(); err != nil {
-		return err
-	}
-	defer func() { srv.Process.Signal(syscall.SIGTERM); srv.Wait() }()
-	if err := waitListening(addr); err != nil {
-		return err
-	}
+	defer stopServer()
 	agent, err := timed("plumb import -> local server", n, func() error {
 		out, err := exec.Command(plumb, "import", "--quiet", "--server", addr, "--site", "bench", "--new-instance",
 			"--spool", filepath.Join(dir, "spool"), input).CombinedOutput()
@@ -187,26 +179,4 @@ func discard(path string) error {
 	defer f.Close()
 	_, err = io.Copy(io.Discard, f)
 	return err
-}
-
-func freeAddr() (string, error) {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return "", err
-	}
-	defer l.Close()
-	return l.Addr().String(), nil
-}
-
-func waitListening(addr string) error {
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	for ctx.Err() == nil {
-		if c, err := net.Dial("tcp", addr); err == nil {
-			c.Close()
-			return nil
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
-	return fmt.Errorf("server on %s did not start", addr)
 }

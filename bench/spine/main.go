@@ -19,8 +19,9 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
-	"syscall"
 	"time"
+
+	"github.com/plumb-dev/plumb/bench/internal/benchkit"
 
 	"github.com/plumb-dev/plumb/flight"
 )
@@ -80,19 +81,11 @@ func run(plumb string, size int64, n, reps int, dir string) error {
 	}
 
 	// Server as its own process, as in production.
-	addr, err := freeAddr()
+	addr, stopServer, err := benchkit.StartServer(plumb, dir)
 	if err != nil {
 		return err
 	}
-	srv := exec.Command(plumb, "serve", "--data", filepath.Join(dir, "data"), "--listen", addr, "--log-level", "warn")
-	srv.Stderr = os.Stderr
-	if err := srv.Start(); err != nil {
-		return err
-	}
-	defer func() { srv.Process.Signal(syscall.SIGTERM); srv.Wait() }()
-	if err := waitListening(addr); err != nil {
-		return err
-	}
+	defer stopServer()
 	c, err := flight.Dial(addr)
 	if err != nil {
 		return err
@@ -313,25 +306,4 @@ func pyarrowGet(addr string, names []string) (result, error) {
 		return r, fmt.Errorf("pyarrow reader said %q", out)
 	}
 	return r, nil
-}
-
-func freeAddr() (string, error) {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return "", err
-	}
-	defer l.Close()
-	return l.Addr().String(), nil
-}
-
-func waitListening(addr string) error {
-	deadline := time.Now().Add(30 * time.Second)
-	for time.Now().Before(deadline) {
-		if c, err := net.Dial("tcp", addr); err == nil {
-			c.Close()
-			return nil
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
-	return fmt.Errorf("server on %s did not start", addr)
 }
