@@ -1,6 +1,7 @@
 package state
 
 import (
+	"encoding/json"
 	"fmt"
 	"time"
 
@@ -155,7 +156,7 @@ func (d *DB) Reserve(queue, group, reserver string, visibility time.Duration) (B
 		c := dels.Cursor()
 		for k, v := c.Seek(u64(g.Floor + 1)); k != nil; k, v = c.Next() {
 			var del Delivery
-			if err := jsonUnmarshal(v, &del); err != nil {
+			if err := json.Unmarshal(v, &del); err != nil {
 				return err
 			}
 			if del.State == Unreserved || del.State == Reserved && now.After(del.Until) {
@@ -199,7 +200,7 @@ func (d *DB) NextExpiry(queue, group string) (time.Time, error) {
 		c := dels.Cursor()
 		for k, v := c.Seek(u64(g.Floor + 1)); k != nil; k, v = c.Next() {
 			var del Delivery
-			if err := jsonUnmarshal(v, &del); err != nil {
+			if err := json.Unmarshal(v, &del); err != nil {
 				return err
 			}
 			if del.State == Reserved && (next.IsZero() || del.Until.Before(next)) {
@@ -251,7 +252,7 @@ func (d *DB) Ack(queue, group string, ids []block.ID) (int, error) {
 		c := dels.Cursor()
 		for k, v := c.Seek(u64(g.Floor + 1)); k != nil; k, v = c.Next() {
 			var del Delivery
-			if err := jsonUnmarshal(v, &del); err != nil {
+			if err := json.Unmarshal(v, &del); err != nil {
 				return err
 			}
 			if del.State != Done {
@@ -279,7 +280,7 @@ func (d *DB) Groups(queue string) ([]GroupStats, error) {
 			if dels != nil {
 				if err := dels.ForEach(func(_, v []byte) error {
 					var del Delivery
-					if err := jsonUnmarshal(v, &del); err != nil {
+					if err := json.Unmarshal(v, &del); err != nil {
 						return err
 					}
 					switch {

@@ -326,8 +326,6 @@ func (d *DB) LastSerial(queue string) (uint64, error) {
 
 func bytesU64(b []byte) uint64 { return binary.BigEndian.Uint64(b) }
 
-func jsonUnmarshal(raw []byte, v any) error { return json.Unmarshal(raw, v) }
-
 // LastSeq returns the highest sequence number stored for an instance in a
 // queue, and false if the queue holds no block of that instance.
 func (d *DB) LastSeq(queue, instance string) (uint64, bool, error) {

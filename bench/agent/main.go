@@ -30,18 +30,12 @@ func main() {
 	}
 }
 
-type result struct {
-	name  string
-	bytes int64
-	secs  float64
-}
-
-func (r result) mbps() float64 { return float64(r.bytes) / 1e6 / r.secs }
+type result = benchkit.Result
 
 func timed(name string, bytes int64, f func() error) (result, error) {
 	start := time.Now()
 	err := f()
-	return result{name: name, bytes: bytes, secs: time.Since(start).Seconds()}, err
+	return result{Name: name, Bytes: bytes, Secs: time.Since(start).Seconds()}, err
 }
 
 func run(plumb, size string) error {
@@ -137,10 +131,10 @@ func run(plumb, size string) error {
 	fmt.Println()
 	fmt.Printf("%-36s %10s\n", "measurement (uncompressed pcap)", "MB/s")
 	for _, r := range []result{reader, snappy, agent, gz, zs} {
-		fmt.Printf("%-36s %10.0f\n", r.name, r.mbps())
+		fmt.Printf("%-36s %10.0f\n", r.Name, r.MBps())
 	}
-	slower := min(reader.mbps(), snappy.mbps())
-	fmt.Printf("\nagent / slower limit        = %5.0f%%  (aim >= 70%%)\n", 100*agent.mbps()/slower)
+	slower := min(reader.MBps(), snappy.MBps())
+	fmt.Printf("\nagent / slower limit        = %5.0f%%  (aim >= 70%%)\n", 100*agent.MBps()/slower)
 	fmt.Printf("\n%-20s %8s\n", "compressed size", "of input")
 	for _, c := range []struct {
 		name string

@@ -38,13 +38,7 @@ func main() {
 	}
 }
 
-type result struct {
-	name  string
-	bytes int64
-	secs  float64
-}
-
-func (r result) mbps() float64 { return float64(r.bytes) / 1e6 / r.secs }
+type result = benchkit.Result
 
 // best runs f reps times and keeps the fastest run: on a shared 2-core
 // machine the slower runs measure the neighbours, not the code.
@@ -55,7 +49,7 @@ func best(reps int, f func() (result, error)) (result, error) {
 		if err != nil {
 			return r, err
 		}
-		if i == 0 || r.secs < b.secs {
+		if i == 0 || r.Secs < b.Secs {
 			b = r
 		}
 	}
@@ -97,7 +91,7 @@ func run(plumb string, size int64, n, reps int, dir string) error {
 
 	// cp + fsync to the same disk: the limit for DoPut.
 	cp, err := best(reps, func() (result, error) {
-		r := result{name: "cp + fsync (same disk)", bytes: size * int64(n)}
+		r := result{Name: "cp + fsync (same disk)", Bytes: size * int64(n)}
 		start := time.Now()
 		for i := range n {
 			dst := filepath.Join(dir, fmt.Sprintf("cp-%d.bin", i))
@@ -108,7 +102,7 @@ func run(plumb string, size int64, n, reps int, dir string) error {
 				return r, err
 			}
 		}
-		r.secs = time.Since(start).Seconds()
+		r.Secs = time.Since(start).Seconds()
 		for i := range n {
 			os.Remove(filepath.Join(dir, fmt.Sprintf("cp-%d.bin", i)))
 		}
@@ -120,7 +114,7 @@ func run(plumb string, size int64, n, reps int, dir string) error {
 
 	rep := 0
 	put, err := best(reps, func() (result, error) {
-		r := result{name: "DoPut, Go client -> local store", bytes: size * int64(n)}
+		r := result{Name: "DoPut, Go client -> local store", Bytes: size * int64(n)}
 		rep++
 		start := time.Now()
 		for i := range n {
@@ -132,7 +126,7 @@ func run(plumb string, size int64, n, reps int, dir string) error {
 				return r, fmt.Errorf("put %s: %v %v", name, res, err)
 			}
 		}
-		r.secs = time.Since(start).Seconds()
+		r.Secs = time.Since(start).Seconds()
 		return r, nil
 	})
 	if err != nil {
@@ -149,7 +143,7 @@ func run(plumb string, size int64, n, reps int, dir string) error {
 	}
 
 	get, err := best(reps, func() (result, error) {
-		r := result{name: "DoGet -> Go client (SHA-256 checked)", bytes: size * int64(n)}
+		r := result{Name: "DoGet -> Go client (SHA-256 checked)", Bytes: size * int64(n)}
 		start := time.Now()
 		for _, name := range names {
 			s, err := c.Get(ctx, name)
@@ -164,7 +158,7 @@ func run(plumb string, size int64, n, reps int, dir string) error {
 			}
 			s.Close()
 		}
-		r.secs = time.Since(start).Seconds()
+		r.Secs = time.Since(start).Seconds()
 		return r, nil
 	})
 	if err != nil {
@@ -175,18 +169,18 @@ func run(plumb string, size int64, n, reps int, dir string) error {
 	if err != nil {
 		return err
 	}
-	py.bytes = size * int64(n)
+	py.Bytes = size * int64(n)
 
 	fmt.Println()
 	fmt.Printf("best of %d runs each\n", reps)
 	fmt.Printf("%-40s %10s\n", "measurement", "MB/s")
 	for _, r := range []result{cp, put, tcp, get, py} {
-		fmt.Printf("%-40s %10.0f\n", r.name, r.mbps())
+		fmt.Printf("%-40s %10.0f\n", r.Name, r.MBps())
 	}
 	fmt.Println()
-	fmt.Printf("DoPut / cp+fsync            = %5.0f%%  (aim >= 40%%)\n", 100*put.mbps()/cp.mbps())
-	fmt.Printf("DoGet Go / raw TCP          = %5.0f%%  (aim >= 50%%)\n", 100*get.mbps()/tcp.mbps())
-	fmt.Printf("DoGet pyarrow / raw TCP     = %5.0f%%  (aim >= 50%%)\n", 100*py.mbps()/tcp.mbps())
+	fmt.Printf("DoPut / cp+fsync            = %5.0f%%  (aim >= 40%%)\n", 100*put.MBps()/cp.MBps())
+	fmt.Printf("DoGet Go / raw TCP          = %5.0f%%  (aim >= 50%%)\n", 100*get.MBps()/tcp.MBps())
+	fmt.Printf("DoGet pyarrow / raw TCP     = %5.0f%%  (aim >= 50%%)\n", 100*py.MBps()/tcp.MBps())
 	return nil
 }
 
@@ -274,7 +268,7 @@ func rawTCP(src string, size int64, n int) (result, error) {
 	if err := <-done; err != nil {
 		return result{}, err
 	}
-	return result{name: "raw loopback TCP (file -> socket)", bytes: got, secs: time.Since(start).Seconds()}, nil
+	return result{Name: "raw loopback TCP (file -> socket)", Bytes: got, Secs: time.Since(start).Seconds()}, nil
 }
 
 const pyReader = `
@@ -301,8 +295,8 @@ func pyarrowGet(addr string, names []string) (result, error) {
 		return result{}, fmt.Errorf("pyarrow reader: %v\n%s", err, out)
 	}
 	var r result
-	r.name = "DoGet -> pyarrow (read_chunk)"
-	if _, err := fmt.Sscan(strings.TrimSpace(string(bytes.TrimSpace(out))), &r.bytes, &r.secs); err != nil {
+	r.Name = "DoGet -> pyarrow (read_chunk)"
+	if _, err := fmt.Sscan(strings.TrimSpace(string(bytes.TrimSpace(out))), &r.Bytes, &r.Secs); err != nil {
 		return r, fmt.Errorf("pyarrow reader said %q", out)
 	}
 	return r, nil

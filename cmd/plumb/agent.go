@@ -103,6 +103,25 @@ func parseSize(s string) (int64, error) {
 	return n * mult, nil
 }
 
+// parse reads the flags and arguments of agent or import and returns the
+// configuration and the sources named by the arguments. allowNone permits
+// no arguments (an agent may only watch or capture live).
+func (a *agentFlags) parse(fs *flag.FlagSet, args []string, allowNone func() bool) (agent.Config, []agent.Source, error) {
+	pos, err := parseInterspersed(fs, args)
+	if err != nil {
+		return agent.Config{}, nil, err
+	}
+	if len(pos) == 0 && !allowNone() {
+		return agent.Config{}, nil, errUsage
+	}
+	cfg, err := a.config()
+	if err != nil {
+		return cfg, nil, err
+	}
+	srcs, err := sourcesOf(pos)
+	return cfg, srcs, err
+}
+
 func sourcesOf(args []string) ([]agent.Source, error) {
 	var out []agent.Source
 	for _, a := range args {
@@ -132,18 +151,7 @@ func agentCommand() command {
 			settle := fs.Duration("settle", 30*time.Second, "with --watch, a file that has not grown for this long is closed")
 			metricsAddr := fs.String("metrics", "", "serve Prometheus metrics on `ADDR` (e.g. 127.0.0.1:9815) at /metrics")
 			iface := fs.String("interface", "", "capture live from network `IFACE` (AF_PACKET; needs root or CAP_NET_RAW); runs until stopped")
-			pos, err := parseInterspersed(fs, args)
-			if err != nil {
-				return err
-			}
-			if len(pos) == 0 && *watch == "" && *iface == "" {
-				return errUsage
-			}
-			cfg, err := a.config()
-			if err != nil {
-				return err
-			}
-			srcs, err := sourcesOf(pos)
+			cfg, srcs, err := a.parse(fs, args, func() bool { return *watch != "" || *iface != "" })
 			if err != nil {
 				return err
 			}
@@ -182,24 +190,13 @@ func importCommand() command {
 			var a agentFlags
 			a.register(fs)
 			quiet := fs.Bool("quiet", false, "no progress line")
-			pos, err := parseInterspersed(fs, args)
-			if err != nil {
-				return err
-			}
-			if len(pos) == 0 {
-				return errUsage
-			}
-			cfg, err := a.config()
+			cfg, srcs, err := a.parse(fs, args, func() bool { return false })
 			if err != nil {
 				return err
 			}
 			cfg.Once = true
 			if !*quiet {
 				cfg.Progress = os.Stderr
-			}
-			srcs, err := sourcesOf(pos)
-			if err != nil {
-				return err
 			}
 			start := time.Now()
 			st, err := agent.Run(ctx, cfg, srcs, nil)

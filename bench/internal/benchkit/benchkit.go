@@ -12,6 +12,16 @@ import (
 	"time"
 )
 
+// Result is one measurement: bytes moved in secs.
+type Result struct {
+	Name  string
+	Bytes int64
+	Secs  float64
+}
+
+// MBps is the measurement's throughput in MB/s.
+func (r Result) MBps() float64 { return float64(r.Bytes) / 1e6 / r.Secs }
+
 // StartServer runs `plumb serve` with its data under dir and waits until
 // it listens. Stop it with the returned function.
 func StartServer(plumb, dir string) (addr string, stop func(), err error) {
