@@ -1,0 +1,198 @@
+// Package pipeline holds users' jobs and the graph they merge into: the
+// job YAML and its validation, the merge rules that run each shared stage
+// once, and the graph's YAML and Graphviz renderings. It knows nothing of
+// the server; the engine runs what it describes.
+package pipeline
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"io"
+	"slices"
+	"strings"
+	"time"
+
+	"gopkg.in/yaml.v3"
+)
+
+// The abstractions a stage may run under.
+const (
+	Block  = "block"  // one run per block, any order, in parallel
+	Window = "window" // one run per complete window of blocks
+	Stream = "stream" // one long-running program fed blocks in order
+)
+
+// Where a new stage starts reading its inputs.
+const (
+	FromLatest   = "latest"   // only blocks that arrive after it
+	FromEarliest = "earliest" // every block its inputs retain
+)
+
+// Job is one user's pipeline: a list of stages.
+type Job struct {
+	Name  string `yaml:"job"`
+	Owner string `yaml:"owner,omitempty"`
+	// From says where the job's new stages start: FromLatest (default)
+	// or FromEarliest.
+	From   string   `yaml:"from,omitempty"`
+	Stages []*Stage `yaml:"stages"`
+}
+
+// Stage is one step of a job: inputs → program → outputs.
+type Stage struct {
+	Name        string   `yaml:"name"`
+	Inputs      []string `yaml:"inputs"`
+	Outputs     []string `yaml:"outputs"` // empty: the stage writes nothing downstream
+	Program     Program  `yaml:"program"`
+	Abstraction string   `yaml:"abstraction"`
+	// Timeout bounds one run; a run that passes it is killed and counts
+	// as a failed attempt. Zero: no limit.
+	Timeout   Duration    `yaml:"timeout,omitempty"`
+	Retention Retention   `yaml:"retention,omitempty"`
+	Window    *WindowSpec `yaml:"window,omitempty"`
+	Stream    *StreamSpec `yaml:"stream,omitempty"`
+	// Line is where the stage starts in its job file.
+	Line int `yaml:"-"`
+}
+
+// WindowSpec is the window of a window stage. It is validated now; window
+// stages run once windowing lands.
+type WindowSpec struct {
+	Size        string   `yaml:"size"`            // a duration ("24h") or a number of blocks
+	Start       string   `yaml:"start,omitempty"` // RFC 3339 phase or range start; UTC midnight when empty
+	End         string   `yaml:"end,omitempty"`
+	MaxWait     Duration `yaml:"max_wait,omitempty"`
+	MaxMissing  string   `yaml:"max_missing,omitempty"` // a count or a percentage
+	IdleTimeout Duration `yaml:"idle_timeout,omitempty"`
+	Ordering    string   `yaml:"ordering,omitempty"` // "any" (default) or "strict"
+}
+
+// StreamSpec is the gap policy of a stream stage.
+type StreamSpec struct {
+	GapWait Duration `yaml:"gap_wait,omitempty"`
+	GapThen string   `yaml:"gap_then,omitempty"` // "skip" or "stop"
+}
+
+// Duration is a time.Duration that also reads days ("30d").
+type Duration time.Duration
+
+// Retention says how long an output queue keeps a block: until every
+// subscriber is done with it (the default, empty), "forever", or a
+// duration.
+type Retention string
+
+// Retention values besides durations.
+const (
+	UntilConsumed Retention = ""
+	Forever       Retention = "forever"
+)
+
+// Problem is one thing wrong with a job file, at a line and column.
+type Problem struct {
+	File   string
+	Line   int
+	Column int
+	Field  string // e.g. "stages[1].inputs"
+	What   string
+}
+
+func (p Problem) String() string {
+	pos := p.File
+	if p.Line > 0 {
+		pos = fmt.Sprintf("%s:%d:%d", p.File, p.Line, p.Column)
+	}
+	if p.Field == "" {
+		return pos + ": " + p.What
+	}
+	return pos + ": " + p.Field + ": " + p.What
+}
+
+// Problems is every problem found in a job; it is the error ParseJob and
+// Merge return, so a user fixes them all in one go.
+type Problems []Problem
+
+func (ps Problems) Error() string {
+	var b strings.Builder
+	for i, p := range ps {
+		if i > 0 {
+			b.WriteByte('\n')
+		}
+		b.WriteString(p.String())
+	}
+	return b.String()
+}
+
+// ErrInvalidJob marks a job that was refused for what it says (as opposed
+// to a failure to read it); every Problems error matches it.
+var ErrInvalidJob = errors.New("invalid job")
+
+// Is lets errors.Is(err, ErrInvalidJob) match.
+func (ps Problems) Is(target error) bool { return target == ErrInvalidJob }
+
+// ParseJob reads and validates one job file; file names it in problems.
+// It checks everything that can be checked without the rest of the graph,
+// and reports every problem at once.
+func ParseJob(file string, r io.Reader) (*Job, error) {
+	src, err := io.ReadAll(io.LimitReader(r, maxJobBytes+1))
+	if err != nil {
+		return nil, fmt.Errorf("read job %s: %w", file, err)
+	}
+	if len(src) > maxJobBytes {
+		return nil, Problems{{File: file, What: fmt.Sprintf("job file is larger than %d bytes", maxJobBytes)}}
+	}
+	var doc yaml.Node
+	if err := yaml.Unmarshal(src, &doc); err != nil {
+		return nil, Problems{yamlProblem(file, err)}
+	}
+	p := &parser{file: file}
+	job := p.job(&doc)
+	if len(p.problems) > 0 {
+		return nil, p.problems
+	}
+	return job, nil
+}
+
+const maxJobBytes = 1 << 20
+
+// ParseJobBytes is ParseJob over bytes.
+func ParseJobBytes(file string, src []byte) (*Job, error) {
+	return ParseJob(file, bytes.NewReader(src))
+}
+
+func yamlProblem(file string, err error) Problem {
+	// yaml.v3 says "yaml: line N: what"; keep the line as a position.
+	msg := strings.TrimPrefix(err.Error(), "yaml: ")
+	var line int
+	if n, _ := fmt.Sscanf(msg, "line %d:", &line); n == 1 {
+		msg = strings.TrimSpace(msg[strings.Index(msg, ":")+1:])
+		return Problem{File: file, Line: line, Column: 1, What: msg}
+	}
+	return Problem{File: file, What: msg}
+}
+
+// Validate checks a job on its own (names, fields, programs); the graph
+// checks come in Merge.
+func (j *Job) Validate() error {
+	p := &parser{file: "job " + j.Name}
+	p.validate(j, nil)
+	if len(p.problems) > 0 {
+		return p.problems
+	}
+	return nil
+}
+
+// Marshal renders a job as YAML.
+func (j *Job) Marshal() []byte {
+	out, err := yaml.Marshal(j)
+	if err != nil {
+		panic(fmt.Sprintf("marshal job: %v", err)) // plain data never fails
+	}
+	return out
+}
+
+func sortedUnique(xs []string) []string {
+	out := slices.Clone(xs)
+	slices.Sort(out)
+	return slices.Compact(out)
+}
