@@ -110,7 +110,7 @@ func (s *Service) scan(ctx context.Context, w *blockWriter, t Ticket) error {
 		}
 	}
 	for {
-		arrived := s.arrived(t.Queue)
+		arrived := s.db.Changed(t.Queue)
 		page, err := s.db.Blocks(t.Queue, after, 64)
 		if err != nil {
 			return err
@@ -147,7 +147,7 @@ func (s *Service) serveGroup(ctx context.Context, w *blockWriter, t Ticket) erro
 	}
 	reader := uuid.NewString()
 	for {
-		arrived := s.arrived(t.Queue)
+		arrived := s.db.Changed(t.Queue)
 		b, ok, err := s.db.Reserve(t.Queue, t.Group, reader, vis)
 		if err != nil {
 			return err
@@ -156,9 +156,7 @@ func (s *Service) serveGroup(ctx context.Context, w *blockWriter, t Ticket) erro
 			if err := s.sendBlock(ctx, w, b); err != nil {
 				// This reader will not deliver it: let another have it now
 				// rather than after the visibility timeout.
-				if rerr := s.db.Release(t.Queue, t.Group, b.Serial, reader); rerr == nil {
-					s.notify(t.Queue)
-				}
+				s.db.Release(t.Queue, t.Group, b.Serial, reader)
 				return err
 			}
 			continue

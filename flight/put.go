@@ -292,7 +292,6 @@ func (s *Service) finish(ctx context.Context, stream aflight.FlightService_DoPut
 		}
 		st = commitSt
 		if st == state.Stored {
-			s.notify(u.name.Queue)
 			s.log.Debug("block stored", "block", u.hdr.Name, "size", u.hdr.Size)
 		}
 	}

@@ -8,7 +8,6 @@ import (
 	"net"
 	"path/filepath"
 	"runtime/debug"
-	"sync"
 	"time"
 
 	aflight "github.com/apache/arrow-go/v18/arrow/flight"
@@ -82,36 +81,12 @@ type Service struct {
 	// ctx ends when the server shuts down, so that follow streams end
 	// instead of holding up a graceful stop.
 	ctx context.Context
-
-	mu      sync.Mutex
-	waiters map[string]chan struct{} // queue → closed when a block arrives
 }
 
 // NewService returns a service over an open database and store.
 func NewService(ctx context.Context, cfg Config, db *state.DB, store blob.Store) *Service {
 	cfg.defaults()
-	return &Service{cfg: cfg, db: db, store: store, log: cfg.Logger, ctx: ctx, waiters: map[string]chan struct{}{}}
-}
-
-// arrived returns a channel closed when the next block of queue commits.
-func (s *Service) arrived(queue string) <-chan struct{} {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	ch, ok := s.waiters[queue]
-	if !ok {
-		ch = make(chan struct{})
-		s.waiters[queue] = ch
-	}
-	return ch
-}
-
-func (s *Service) notify(queue string) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if ch, ok := s.waiters[queue]; ok {
-		close(ch)
-		delete(s.waiters, queue)
-	}
+	return &Service{cfg: cfg, db: db, store: store, log: cfg.Logger, ctx: ctx}
 }
 
 // Run opens the data directory and store, serves Flight until ctx ends,

@@ -26,7 +26,7 @@ const (
 type Delivery struct {
 	State     DeliveryState `json:"state"`
 	Attempts  int           `json:"attempts"`
-	Until     time.Time     `json:"until,omitzero"`     // end of the reservation
+	Until     time.Time     `json:"until,omitzero"`     // end of the reservation, or of a retry backoff
 	Reserver  string        `json:"reserver,omitempty"` // who holds the reservation
 	LastError string        `json:"last_error,omitempty"`
 }
@@ -159,7 +159,7 @@ func (d *DB) Reserve(queue, group, reserver string, visibility time.Duration) (B
 			if err := json.Unmarshal(v, &del); err != nil {
 				return err
 			}
-			if del.State == Unreserved || del.State == Reserved && now.After(del.Until) {
+			if del.available(now) {
 				del.State, del.Until, del.Reserver = Reserved, now.Add(visibility), reserver
 				del.Attempts++
 				if err := putJSON(dels, k, del); err != nil {
@@ -285,6 +285,7 @@ func (d *DB) Groups(queue string) ([]GroupStats, error) {
 					}
 					switch {
 					case del.State == Reserved && now.After(del.Until), del.State == Unreserved:
+						// Counted as owed even while a retry backs off.
 						s.Unreserved++
 					case del.State == Reserved:
 						s.Reserved++
@@ -309,7 +310,7 @@ func (d *DB) Groups(queue string) ([]GroupStats, error) {
 // that could not deliver it (its stream broke mid-block). It does nothing
 // if the reservation has passed to another reader or the block is done.
 func (d *DB) Release(queue, group string, serial uint64, reserver string) error {
-	return d.bolt.Update(func(tx *bolt.Tx) error {
+	err := d.bolt.Update(func(tx *bolt.Tx) error {
 		dels, err := sub(tx, bucketDeliveries, queue, group)
 		if err != nil {
 			return err
@@ -321,4 +322,20 @@ func (d *DB) Release(queue, group string, serial uint64, reserver string) error 
 		del.State, del.Until, del.Reserver = Unreserved, time.Time{}, ""
 		return putJSON(dels, u64(serial), del)
 	})
+	if err == nil {
+		d.notify(queue)
+	}
+	return err
+}
+
+// available reports whether a delivery may be handed out now: unreserved
+// and past any retry backoff, or reserved with an expired deadline.
+func (del Delivery) available(now time.Time) bool {
+	switch del.State {
+	case Unreserved:
+		return !now.Before(del.Until)
+	case Reserved:
+		return now.After(del.Until)
+	}
+	return false
 }

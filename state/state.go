@@ -12,6 +12,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"sync"
 	"time"
 
 	bolt "go.etcd.io/bbolt"
@@ -65,6 +66,9 @@ const (
 type DB struct {
 	bolt *bolt.DB
 	now  func() time.Time
+
+	mu      sync.Mutex
+	waiters map[string]chan struct{} // queue → closed at its next change
 }
 
 // Options configure Open.
@@ -105,7 +109,33 @@ func Open(path string, opts Options) (*DB, error) {
 		db.Close()
 		return nil, err
 	}
-	return &DB{bolt: db, now: opts.Now}, nil
+	return &DB{bolt: db, now: opts.Now, waiters: map[string]chan struct{}{}}, nil
+}
+
+// Changed returns a channel closed at the next change of a queue that may
+// give a reader something to do: a block committed, a delivery released or
+// requeued. Changed("") fires on a change of any queue. Take the channel
+// before looking, so a change between looking and waiting is not missed.
+func (d *DB) Changed(queue string) <-chan struct{} {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	ch, ok := d.waiters[queue]
+	if !ok {
+		ch = make(chan struct{})
+		d.waiters[queue] = ch
+	}
+	return ch
+}
+
+func (d *DB) notify(queues ...string) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	for _, q := range append(queues, "") {
+		if ch, ok := d.waiters[q]; ok {
+			close(ch)
+			delete(d.waiters, q)
+		}
+	}
 }
 
 // Close closes the database.
@@ -182,58 +212,64 @@ func (d *DB) CommitBlock(b Block) (Block, Status, error) {
 		status Status
 	)
 	err := d.bolt.Update(func(tx *bolt.Tx) error {
-		blocks, err := sub(tx, bucketBlocks, b.Queue)
-		if err != nil {
-			return err
-		}
-		k := blockKey(b.Instance, b.Seq)
-		old, ok, err := getJSON[Block](blocks, k)
-		if err != nil {
-			return err
-		}
-		if ok {
-			out = old
-			if old.SHA256 != b.SHA256 || old.Size != b.Size {
-				return fmt.Errorf("%w: block %s is stored with sha256 %s (%d bytes); refusing sha256 %s (%d bytes); send it under a new sequence number or instance",
-					ErrConflict, old.Name, old.SHA256, old.Size, b.SHA256, b.Size)
-			}
-			status = Duplicate
-			return nil
-		}
-		arrivals, err := sub(tx, bucketArrivals, b.Queue)
-		if err != nil {
-			return err
-		}
-		if b.Serial, err = arrivals.NextSequence(); err != nil {
-			return err
-		}
-		b.Arrived = d.now().UTC()
-		if err := putJSON(blocks, k, b); err != nil {
-			return err
-		}
-		if err := arrivals.Put(u64(b.Serial), k); err != nil {
-			return err
-		}
-		queues := tx.Bucket(bucketQueues)
-		q, ok, err := getJSON[Queue](queues, []byte(b.Queue))
-		if err != nil {
-			return err
-		}
-		if !ok {
-			q = Queue{Name: b.Queue, Created: b.Arrived}
-		}
-		q.Blocks++
-		q.Bytes += b.Size
-		if err := putJSON(queues, []byte(b.Queue), q); err != nil {
-			return err
-		}
-		if err := addDeliveries(tx, b.Queue, b.Serial); err != nil {
-			return err
-		}
-		out, status = b, Stored
-		return nil
+		var err error
+		out, status, err = d.commitBlock(tx, b)
+		return err
 	})
+	if err == nil && status == Stored {
+		d.notify(b.Queue)
+	}
 	return out, status, err
+}
+
+func (d *DB) commitBlock(tx *bolt.Tx, b Block) (Block, Status, error) {
+	blocks, err := sub(tx, bucketBlocks, b.Queue)
+	if err != nil {
+		return Block{}, "", err
+	}
+	k := blockKey(b.Instance, b.Seq)
+	old, ok, err := getJSON[Block](blocks, k)
+	if err != nil {
+		return Block{}, "", err
+	}
+	if ok {
+		if old.SHA256 != b.SHA256 || old.Size != b.Size {
+			return old, "", fmt.Errorf("%w: block %s is stored with sha256 %s (%d bytes); refusing sha256 %s (%d bytes); send it under a new sequence number or instance",
+				ErrConflict, old.Name, old.SHA256, old.Size, b.SHA256, b.Size)
+		}
+		return old, Duplicate, nil
+	}
+	arrivals, err := sub(tx, bucketArrivals, b.Queue)
+	if err != nil {
+		return Block{}, "", err
+	}
+	if b.Serial, err = arrivals.NextSequence(); err != nil {
+		return Block{}, "", err
+	}
+	b.Arrived = d.now().UTC()
+	if err := putJSON(blocks, k, b); err != nil {
+		return Block{}, "", err
+	}
+	if err := arrivals.Put(u64(b.Serial), k); err != nil {
+		return Block{}, "", err
+	}
+	queues := tx.Bucket(bucketQueues)
+	q, ok, err := getJSON[Queue](queues, []byte(b.Queue))
+	if err != nil {
+		return Block{}, "", err
+	}
+	if !ok {
+		q = Queue{Name: b.Queue, Created: b.Arrived}
+	}
+	q.Blocks++
+	q.Bytes += b.Size
+	if err := putJSON(queues, []byte(b.Queue), q); err != nil {
+		return Block{}, "", err
+	}
+	if err := addDeliveries(tx, b.Queue, b.Serial); err != nil {
+		return Block{}, "", err
+	}
+	return b, Stored, nil
 }
 
 // Lookup returns the block with the given identity.

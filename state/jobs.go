@@ -1,0 +1,111 @@
+package state
+
+import (
+	"encoding/json"
+	"fmt"
+	"sort"
+	"time"
+
+	bolt "go.etcd.io/bbolt"
+)
+
+// JobState is where a submitted job stands.
+type JobState string
+
+// The states of a job.
+const (
+	JobAccepted  JobState = "accepted"
+	JobRejected  JobState = "rejected"
+	JobRetracted JobState = "retracted"
+)
+
+// Job is a submitted job as stored: its YAML source and its fate. The
+// merged graph is rebuilt from the accepted jobs in Order.
+type Job struct {
+	Name      string    `json:"name"`
+	Owner     string    `json:"owner,omitempty"`
+	State     JobState  `json:"state"`
+	Reason    string    `json:"reason,omitempty"`   // why it was rejected
+	Warnings  []string  `json:"warnings,omitempty"` // advice given when accepted
+	Source    string    `json:"source"`
+	Submitted time.Time `json:"submitted"`
+	Changed   time.Time `json:"changed"`
+	// Order is the job's place in the merge: a later job merges into the
+	// stages of earlier ones.
+	Order uint64 `json:"order"`
+}
+
+var bucketJobs = []byte("jobs")
+
+// PutJob stores a job's new version; an accepted job gets the next merge
+// order unless it already had one. It returns the job as stored.
+func (d *DB) PutJob(j Job) (Job, error) {
+	err := d.bolt.Update(func(tx *bolt.Tx) error {
+		jobs, err := tx.CreateBucketIfNotExists(bucketJobs)
+		if err != nil {
+			return err
+		}
+		old, ok, err := getJSON[Job](jobs, []byte(j.Name))
+		if err != nil {
+			return err
+		}
+		now := d.now().UTC()
+		j.Changed = now
+		if j.Submitted.IsZero() {
+			j.Submitted = now
+		}
+		if j.State == JobAccepted {
+			if ok && old.State == JobAccepted && old.Order != 0 {
+				j.Order = old.Order
+			} else if j.Order, err = jobs.NextSequence(); err != nil {
+				return err
+			}
+		}
+		return putJSON(jobs, []byte(j.Name), j)
+	})
+	return j, err
+}
+
+// GetJob returns one job.
+func (d *DB) GetJob(name string) (Job, error) {
+	var out Job
+	err := d.bolt.View(func(tx *bolt.Tx) error {
+		j, ok, err := getJSON[Job](tx.Bucket(bucketJobs), []byte(name))
+		if err == nil && !ok {
+			err = fmt.Errorf("job %q: %w", name, ErrNotFound)
+		}
+		out = j
+		return err
+	})
+	return out, err
+}
+
+// Jobs lists every job, accepted ones in merge order first.
+func (d *DB) Jobs() ([]Job, error) {
+	var out []Job
+	err := d.bolt.View(func(tx *bolt.Tx) error {
+		b := tx.Bucket(bucketJobs)
+		if b == nil {
+			return nil
+		}
+		return b.ForEach(func(_, v []byte) error {
+			var j Job
+			if err := json.Unmarshal(v, &j); err != nil {
+				return err
+			}
+			out = append(out, j)
+			return nil
+		})
+	})
+	sort.SliceStable(out, func(a, b int) bool {
+		ja, jb := out[a], out[b]
+		if (ja.State == JobAccepted) != (jb.State == JobAccepted) {
+			return ja.State == JobAccepted
+		}
+		if ja.State == JobAccepted {
+			return ja.Order < jb.Order
+		}
+		return ja.Name < jb.Name
+	})
+	return out, err
+}

@@ -1,0 +1,421 @@
+package state
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"time"
+
+	bolt "go.etcd.io/bbolt"
+)
+
+// ErrLostReservation is returned when a run commits or fails inputs it no
+// longer holds: its reservation expired and passed to another run, or the
+// block was finished by one. Nothing of the late run is published.
+var ErrLostReservation = errors.New("the run no longer holds its input's reservation")
+
+// ReserveJoin reserves, for one group, a block of the first queue together
+// with the blocks of the same instance and sequence number in every other
+// queue (a stage with several inputs joins them so). It takes the oldest
+// such set whose deliveries are all available, and returns the blocks in
+// queue order and false when none is complete now.
+func (d *DB) ReserveJoin(queues []string, group, reserver string, visibility time.Duration) ([]Block, bool, error) {
+	var out []Block
+	now := d.now()
+	err := d.bolt.Update(func(tx *bolt.Tx) error {
+		_, g, err := loadGroup(tx, queues[0], group)
+		if err != nil {
+			return err
+		}
+		dels, err := sub(tx, bucketDeliveries, queues[0], group)
+		if err != nil {
+			return err
+		}
+		arrivals, _ := sub(tx, bucketArrivals, queues[0])
+		c := dels.Cursor()
+		for k, v := c.Seek(u64(g.Floor + 1)); k != nil; k, v = c.Next() {
+			var del Delivery
+			if err := json.Unmarshal(v, &del); err != nil {
+				return err
+			}
+			if !del.available(now) {
+				continue
+			}
+			first, ok, err := getJSON[Block](mustSub(tx, bucketBlocks, queues[0]), arrivals.Get(k))
+			if err != nil || !ok {
+				return errors.Join(err, fmt.Errorf("delivery %d of group %q names a block queue %q does not hold", bytesU64(k), group, queues[0]))
+			}
+			set := []Block{first}
+			for _, q := range queues[1:] {
+				b, ok, err := getJSON[Block](mustSub(tx, bucketBlocks, q), blockKey(first.Instance, first.Seq))
+				if err != nil {
+					return err
+				}
+				if !ok {
+					break
+				}
+				od, ok, err := getJSON[Delivery](mustSub(tx, bucketDeliveries, q, group), u64(b.Serial))
+				if err != nil {
+					return err
+				}
+				if !ok || !od.available(now) {
+					break
+				}
+				set = append(set, b)
+			}
+			if len(set) < len(queues) {
+				continue
+			}
+			for _, b := range set {
+				bdels := mustSub(tx, bucketDeliveries, b.Queue, group)
+				del, _, err := getJSON[Delivery](bdels, u64(b.Serial))
+				if err != nil {
+					return err
+				}
+				del.State, del.Until, del.Reserver = Reserved, now.Add(visibility), reserver
+				del.Attempts++
+				if err := putJSON(bdels, u64(b.Serial), del); err != nil {
+					return err
+				}
+			}
+			out = set
+			return nil
+		}
+		return nil
+	})
+	return out, out != nil, err
+}
+
+// mustSub returns a nested bucket in a writable transaction, or nil when
+// it does not exist in a read-only one; getJSON treats nil as empty.
+func mustSub(tx *bolt.Tx, top []byte, names ...string) *bolt.Bucket {
+	b, _ := sub(tx, top, names...)
+	return b
+}
+
+// Backlog counts the blocks owed to a group that could be handed out now
+// or after a retry backoff: unreserved, or reserved past the deadline.
+func (d *DB) Backlog(queue, group string) (int64, error) {
+	var n int64
+	now := d.now()
+	err := d.bolt.View(func(tx *bolt.Tx) error {
+		groups, _ := sub(tx, bucketGroups, queue)
+		g, ok, err := getJSON[Group](groups, []byte(group))
+		if err != nil || !ok {
+			return err
+		}
+		dels, _ := sub(tx, bucketDeliveries, queue, group)
+		if dels == nil {
+			return nil
+		}
+		c := dels.Cursor()
+		for k, v := c.Seek(u64(g.Floor + 1)); k != nil; k, v = c.Next() {
+			var del Delivery
+			if err := json.Unmarshal(v, &del); err != nil {
+				return err
+			}
+			if del.State == Unreserved || del.State == Reserved && now.After(del.Until) {
+				n++
+			}
+		}
+		return nil
+	})
+	return n, err
+}
+
+// Run is one stage run's result: the inputs it reserved and the outputs
+// it made, each output's blob already durable.
+type Run struct {
+	Group    string
+	Reserver string
+	Inputs   []Block
+	Outputs  []Block
+}
+
+// CommitRun publishes a run in one transaction: its outputs are committed
+// and its inputs marked DONE for the group, or nothing happens. It fails
+// with ErrLostReservation when the run no longer holds every input, so a
+// timed-out or repeated run never publishes twice. An output whose
+// identity is already stored with the same checksum counts as published.
+func (d *DB) CommitRun(r Run) ([]Block, error) {
+	var out []Block
+	err := d.bolt.Update(func(tx *bolt.Tx) error {
+		out = out[:0]
+		if err := holds(tx, r); err != nil {
+			return err
+		}
+		for _, b := range r.Outputs {
+			stored, _, err := d.commitBlock(tx, b)
+			if err != nil {
+				return fmt.Errorf("output of a run on %s: %w", r.Inputs[0].Name, err)
+			}
+			out = append(out, stored)
+		}
+		return d.settle(tx, r, Done, "")
+	})
+	if err == nil {
+		for _, b := range r.Outputs {
+			d.notify(b.Queue)
+		}
+	}
+	return out, err
+}
+
+// FailRun records a failed attempt of a run: the inputs become FAULTY
+// with the error kept when attempts reached maxAttempts, else available
+// again from retryAt. It reports whether they became FAULTY.
+func (d *DB) FailRun(r Run, why string, maxAttempts int, retryAt time.Time) (bool, error) {
+	faulty := false
+	err := d.bolt.Update(func(tx *bolt.Tx) error {
+		if err := holds(tx, r); err != nil {
+			return err
+		}
+		del, _, err := getJSON[Delivery](mustSub(tx, bucketDeliveries, r.Inputs[0].Queue, r.Group), u64(r.Inputs[0].Serial))
+		if err != nil {
+			return err
+		}
+		if del.Attempts >= maxAttempts {
+			faulty = true
+			return d.settle(tx, r, Faulty, why)
+		}
+		for _, b := range r.Inputs {
+			dels := mustSub(tx, bucketDeliveries, b.Queue, r.Group)
+			del, _, err := getJSON[Delivery](dels, u64(b.Serial))
+			if err != nil {
+				return err
+			}
+			del.State, del.Until, del.Reserver, del.LastError = Unreserved, retryAt, "", why
+			if err := putJSON(dels, u64(b.Serial), del); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	return faulty, err
+}
+
+// holds checks that the run still holds each input's reservation.
+func holds(tx *bolt.Tx, r Run) error {
+	for _, b := range r.Inputs {
+		del, ok, err := getJSON[Delivery](mustSub(tx, bucketDeliveries, b.Queue, r.Group), u64(b.Serial))
+		if err != nil {
+			return err
+		}
+		if !ok || del.State != Reserved || del.Reserver != r.Reserver {
+			return fmt.Errorf("block %s for %s: %w", b.Name, r.Group, ErrLostReservation)
+		}
+	}
+	return nil
+}
+
+// settle puts a run's inputs in a final state and advances each group's
+// floor over finished deliveries.
+func (d *DB) settle(tx *bolt.Tx, r Run, st DeliveryState, why string) error {
+	for _, b := range r.Inputs {
+		dels := mustSub(tx, bucketDeliveries, b.Queue, r.Group)
+		del, _, err := getJSON[Delivery](dels, u64(b.Serial))
+		if err != nil {
+			return err
+		}
+		del.State, del.Until, del.Reserver = st, time.Time{}, ""
+		if why != "" {
+			del.LastError = why
+		}
+		if err := putJSON(dels, u64(b.Serial), del); err != nil {
+			return err
+		}
+		if err := advanceFloor(tx, b.Queue, r.Group); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// advanceFloor moves a group's floor over its leading DONE deliveries.
+func advanceFloor(tx *bolt.Tx, queue, group string) error {
+	groups, g, err := loadGroup(tx, queue, group)
+	if err != nil {
+		return err
+	}
+	dels := mustSub(tx, bucketDeliveries, queue, group)
+	c := dels.Cursor()
+	start := g.Floor
+	for k, v := c.Seek(u64(g.Floor + 1)); k != nil; k, v = c.Next() {
+		var del Delivery
+		if err := json.Unmarshal(v, &del); err != nil {
+			return err
+		}
+		if del.State != Done {
+			break
+		}
+		g.Floor = bytesU64(k)
+	}
+	if g.Floor == start {
+		return nil
+	}
+	return putJSON(groups, []byte(group), g)
+}
+
+// FaultyBlock is a block set aside for a group after its last attempt.
+type FaultyBlock struct {
+	Queue    string    `json:"queue"`
+	Group    string    `json:"group"`
+	Block    string    `json:"block"`
+	Serial   uint64    `json:"serial"`
+	Attempts int       `json:"attempts"`
+	Error    string    `json:"error"`
+	Time     time.Time `json:"time"`
+}
+
+// Faulty lists the FAULTY deliveries of a queue, or of every queue when
+// queue is empty.
+func (d *DB) Faulty(queue string) ([]FaultyBlock, error) {
+	var out []FaultyBlock
+	err := d.bolt.View(func(tx *bolt.Tx) error {
+		return tx.Bucket(bucketDeliveries).ForEachBucket(func(q []byte) error {
+			if queue != "" && string(q) != queue {
+				return nil
+			}
+			qb := tx.Bucket(bucketDeliveries).Bucket(q)
+			arrivals := mustSub(tx, bucketArrivals, string(q))
+			blocks := mustSub(tx, bucketBlocks, string(q))
+			return qb.ForEachBucket(func(g []byte) error {
+				return qb.Bucket(g).ForEach(func(k, v []byte) error {
+					if !bytes.Contains(v, []byte(`"`+Faulty+`"`)) {
+						return nil
+					}
+					var del Delivery
+					if err := json.Unmarshal(v, &del); err != nil || del.State != Faulty {
+						return err
+					}
+					b, _, err := getJSON[Block](blocks, arrivals.Get(k))
+					if err != nil {
+						return err
+					}
+					out = append(out, FaultyBlock{Queue: string(q), Group: string(g), Block: b.Name, Serial: bytesU64(k),
+						Attempts: del.Attempts, Error: del.LastError, Time: b.Time})
+					return nil
+				})
+			})
+		})
+	})
+	return out, err
+}
+
+// Retry hands FAULTY deliveries back for new attempts: those of one block
+// (by name) or, when name is empty, all of a queue's, or all of every
+// queue's when queue is empty too. It returns how many it requeued.
+func (d *DB) Retry(queue, name string) (int, error) {
+	n := 0
+	var touched []string
+	err := d.bolt.Update(func(tx *bolt.Tx) error {
+		n, touched = 0, touched[:0]
+		all := tx.Bucket(bucketDeliveries)
+		var queues [][]byte
+		all.ForEachBucket(func(q []byte) error { queues = append(queues, bytes.Clone(q)); return nil })
+		for _, q := range queues {
+			if queue != "" && string(q) != queue {
+				continue
+			}
+			qb := all.Bucket(q)
+			arrivals := mustSub(tx, bucketArrivals, string(q))
+			blocks := mustSub(tx, bucketBlocks, string(q))
+			var groups [][]byte
+			qb.ForEachBucket(func(g []byte) error { groups = append(groups, bytes.Clone(g)); return nil })
+			for _, g := range groups {
+				dels := qb.Bucket(g)
+				type change struct {
+					k   []byte
+					del Delivery
+				}
+				var changes []change
+				err := dels.ForEach(func(k, v []byte) error {
+					var del Delivery
+					if err := json.Unmarshal(v, &del); err != nil || del.State != Faulty {
+						return err
+					}
+					if name != "" {
+						b, _, err := getJSON[Block](blocks, arrivals.Get(k))
+						if err != nil || b.Name != name {
+							return err
+						}
+					}
+					del.State, del.Attempts, del.Until = Unreserved, 0, time.Time{}
+					changes = append(changes, change{bytes.Clone(k), del})
+					return nil
+				})
+				if err != nil {
+					return err
+				}
+				for _, c := range changes {
+					if err := putJSON(dels, c.k, c.del); err != nil {
+						return err
+					}
+				}
+				if len(changes) > 0 {
+					n += len(changes)
+					touched = append(touched, string(q))
+				}
+			}
+		}
+		return nil
+	})
+	if err == nil {
+		d.notify(touched...)
+	}
+	return n, err
+}
+
+// ResetReservations hands back every block a group has reserved, for a
+// server that restarts: the runs that held them died with the process.
+// The interrupted attempt is not counted, so crashes of the server never
+// make a block FAULTY.
+func (d *DB) ResetReservations(queue, group string) (int, error) {
+	n := 0
+	err := d.bolt.Update(func(tx *bolt.Tx) error {
+		n = 0
+		dels, _ := sub(tx, bucketDeliveries, queue, group)
+		type change struct {
+			k   []byte
+			del Delivery
+		}
+		var changes []change
+		if err := dels.ForEach(func(k, v []byte) error {
+			var del Delivery
+			if err := json.Unmarshal(v, &del); err != nil || del.State != Reserved {
+				return err
+			}
+			del.State, del.Until, del.Reserver = Unreserved, time.Time{}, ""
+			del.Attempts = max(del.Attempts-1, 0)
+			changes = append(changes, change{bytes.Clone(k), del})
+			return nil
+		}); err != nil {
+			return err
+		}
+		for _, c := range changes {
+			if err := putJSON(dels, c.k, c.del); err != nil {
+				return err
+			}
+		}
+		n = len(changes)
+		return nil
+	})
+	return n, err
+}
+
+// DeleteGroup removes a consumer group and everything it was owed, for a
+// stage that left the graph.
+func (d *DB) DeleteGroup(queue, group string) error {
+	return d.bolt.Update(func(tx *bolt.Tx) error {
+		if groups, _ := sub(tx, bucketGroups, queue); groups != nil {
+			if err := groups.Delete([]byte(group)); err != nil {
+				return err
+			}
+		}
+		if qd, _ := sub(tx, bucketDeliveries, queue); qd != nil && qd.Bucket([]byte(group)) != nil {
+			return qd.DeleteBucket([]byte(group))
+		}
+		return nil
+	})
+}

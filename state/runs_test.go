@@ -1,0 +1,114 @@
+package state
+
+import (
+	"errors"
+	"testing"
+	"time"
+)
+
+func inQueue(b Block, queue string) Block {
+	b.Queue = queue
+	b.Name = b.Name[:len(b.Name)-len("pcap.sz")] + queue
+	return b
+}
+
+// TestRunCommitsOnceWhateverTheTiming runs a stage over one block: a run
+// that lost its reservation to a second run can neither commit nor fail,
+// and the second run's commit publishes the output and finishes the input
+// in one step.
+func TestRunCommitsOnceWhateverTheTiming(t *testing.T) {
+	db, c := open(t)
+	if _, err := db.EnsureGroup("pcap.sz", "stage-a", Earliest); err != nil {
+		t.Fatal(err)
+	}
+	in, _, _ := db.CommitBlock(mk(1, "aa"))
+	first, ok, err := db.ReserveJoin([]string{"pcap.sz"}, "stage-a", "run1", time.Minute)
+	if err != nil || !ok || first[0].Serial != in.Serial {
+		t.Fatalf("reserve = %v %v %v", first, ok, err)
+	}
+	c.t = c.t.Add(2 * time.Minute) // run1 times out
+	second, ok, _ := db.ReserveJoin([]string{"pcap.sz"}, "stage-a", "run2", time.Minute)
+	if !ok {
+		t.Fatal("expired reservation not handed out again")
+	}
+	out := inQueue(mk(1, "cc"), "pcap.xz")
+	late := Run{Group: "stage-a", Reserver: "run1", Inputs: first, Outputs: []Block{out}}
+	if _, err := db.CommitRun(late); !errors.Is(err, ErrLostReservation) {
+		t.Fatalf("late commit = %v, want ErrLostReservation", err)
+	}
+	if _, err := db.FailRun(late, "x", 4, c.t); !errors.Is(err, ErrLostReservation) {
+		t.Fatalf("late failure = %v, want ErrLostReservation", err)
+	}
+	if _, err := db.Queue("pcap.xz"); !errors.Is(err, ErrNotFound) {
+		t.Fatalf("late run published: %v", err)
+	}
+	pub, err := db.CommitRun(Run{Group: "stage-a", Reserver: "run2", Inputs: second, Outputs: []Block{out}})
+	if err != nil || len(pub) != 1 || pub[0].Serial != 1 {
+		t.Fatalf("commit = %v, %v", pub, err)
+	}
+	if _, err := db.CommitRun(Run{Group: "stage-a", Reserver: "run2", Inputs: second, Outputs: []Block{out}}); !errors.Is(err, ErrLostReservation) {
+		t.Fatalf("second commit of the same run = %v", err)
+	}
+	if q, _ := db.Queue("pcap.xz"); q.Blocks != 1 {
+		t.Fatalf("output queue holds %d blocks", q.Blocks)
+	}
+	if n, _ := db.Backlog("pcap.sz", "stage-a"); n != 0 {
+		t.Fatalf("backlog after commit = %d", n)
+	}
+}
+
+func TestRunFailuresEndFaultyAndRetry(t *testing.T) {
+	db, c := open(t)
+	db.EnsureGroup("pcap.sz", "stage-a", Earliest)
+	db.CommitBlock(mk(1, "aa"))
+	db.CommitBlock(mk(2, "bb"))
+	for attempt := 1; attempt <= 4; attempt++ {
+		set, ok, err := db.ReserveJoin([]string{"pcap.sz"}, "stage-a", "r", time.Minute)
+		if err != nil || !ok || set[0].Seq != 1 {
+			t.Fatalf("attempt %d: reserve = %v %v %v", attempt, set, ok, err)
+		}
+		faulty, err := db.FailRun(Run{Group: "stage-a", Reserver: "r", Inputs: set}, "exit status 3: boom", 4, c.t.Add(time.Second))
+		if err != nil || faulty != (attempt == 4) {
+			t.Fatalf("attempt %d: faulty=%v err=%v", attempt, faulty, err)
+		}
+		if attempt < 4 {
+			// During the backoff the next block goes first.
+			set, ok, _ := db.ReserveJoin([]string{"pcap.sz"}, "stage-a", "other", time.Minute)
+			if attempt == 1 && (!ok || set[0].Seq != 2) {
+				t.Fatalf("during backoff got %v %v, want block 2", set, ok)
+			}
+			c.t = c.t.Add(2 * time.Second)
+		}
+	}
+	fb, err := db.Faulty("")
+	if err != nil || len(fb) != 1 || fb[0].Attempts != 4 || fb[0].Error != "exit status 3: boom" || fb[0].Group != "stage-a" {
+		t.Fatalf("faulty = %+v, %v", fb, err)
+	}
+	if n, err := db.Retry("pcap.sz", fb[0].Block); err != nil || n != 1 {
+		t.Fatalf("retry = %d, %v", n, err)
+	}
+	if set, ok, _ := db.ReserveJoin([]string{"pcap.sz"}, "stage-a", "r", time.Minute); !ok || set[0].Seq != 1 {
+		t.Fatalf("retried block not handed out: %v", set)
+	}
+	if n, _ := db.ResetReservations("pcap.sz", "stage-a"); n != 2 {
+		t.Fatalf("reset %d reservations, want 2", n)
+	}
+}
+
+func TestReserveJoinWaitsForEveryInput(t *testing.T) {
+	db, _ := open(t)
+	queues := []string{"pcap.sz", "dns.arrow"}
+	for _, q := range queues {
+		db.EnsureGroup(q, "join", Earliest)
+	}
+	db.CommitBlock(mk(1, "aa"))
+	db.CommitBlock(mk(2, "bb"))
+	db.CommitBlock(inQueue(mk(2, "cc"), "dns.arrow"))
+	set, ok, err := db.ReserveJoin(queues, "join", "r", time.Minute)
+	if err != nil || !ok || len(set) != 2 || set[0].Seq != 2 || set[1].Queue != "dns.arrow" || set[1].Seq != 2 {
+		t.Fatalf("join = %+v %v %v; want seq 2 from both queues", set, ok, err)
+	}
+	if _, ok, _ := db.ReserveJoin(queues, "join", "r", time.Minute); ok {
+		t.Fatal("seq 1 handed out without its dns.arrow half")
+	}
+}
