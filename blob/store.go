@@ -27,6 +27,8 @@ import (
 	"net/url"
 	"strings"
 	"time"
+
+	"github.com/plumb-dev/plumb/block"
 )
 
 // Errors a store returns; test with errors.Is.
@@ -35,6 +37,13 @@ var (
 	ErrMismatch = errors.New("blob does not match its declared size or checksum")
 	ErrBadKey   = errors.New("invalid blob key")
 )
+
+// BlockKey is where a block's bytes live in a store: one key per identity
+// and checksum, so a different upload (or a repeated stage run) of the same
+// identity can never overwrite stored bytes.
+func BlockKey(n block.Name, sum Sum) string {
+	return n.Queue + "/" + n.Instance + "/" + n.String() + ".sha256-" + sum.String()
+}
 
 // Sum is a SHA-256 digest.
 type Sum [sha256.Size]byte

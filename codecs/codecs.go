@@ -5,6 +5,7 @@
 package codecs
 
 import (
+	"bytes"
 	"errors"
 	"fmt"
 	"io"
@@ -68,6 +69,31 @@ func FromExt(name string) Codec {
 	for c, e := range exts {
 		if e != "" && e == ext {
 			return c
+		}
+	}
+	return None
+}
+
+// magics are the leading bytes of each compressed format.
+var magics = []struct {
+	magic []byte
+	codec Codec
+}{
+	{[]byte{0x1f, 0x8b}, Gzip},
+	{[]byte{0xfd, '7', 'z', 'X', 'Z', 0x00}, XZ},
+	{[]byte{0x28, 0xb5, 0x2f, 0xfd}, Zstd},
+	{[]byte("\xff\x06\x00\x00sNaPpY"), Snappy},
+}
+
+// SniffLen is how many leading bytes Sniff needs to tell every codec.
+const SniffLen = 10
+
+// Sniff tells a compressed stream's codec from its first bytes, or None
+// when they match no compressed format.
+func Sniff(head []byte) Codec {
+	for _, m := range magics {
+		if bytes.HasPrefix(head, m.magic) {
+			return m.codec
 		}
 	}
 	return None

@@ -46,7 +46,7 @@ func FuzzPutHeader(f *testing.F) {
 		if err != nil {
 			return
 		}
-		key := blobKey(n, sum)
+		key := blob.BlockKey(n, sum)
 		if err := blob.CheckKey(key); err != nil {
 			t.Fatalf("header %q gave an invalid key: %v", raw, err)
 		}

@@ -208,7 +208,7 @@ func (s *Service) begin(ctx context.Context, cmd PutCommand, raw []byte) (*uploa
 	if err != nil {
 		return nil, err
 	}
-	u := &upload{name: n, hdr: h, sum: sum, key: blobKey(n, sum)}
+	u := &upload{name: n, hdr: h, sum: sum, key: blob.BlockKey(n, sum)}
 	old, err := s.db.Lookup(n.ID())
 	switch {
 	case err == nil && old.SHA256 == sum.String() && old.Size == h.Size:
@@ -297,13 +297,6 @@ func (s *Service) finish(ctx context.Context, stream aflight.FlightService_DoPut
 	}
 	res, _ := json.Marshal(PutResult{Name: u.hdr.Name, Status: string(st)})
 	return stream.Send(&aflight.PutResult{AppMetadata: res})
-}
-
-// blobKey is where a block's bytes live in the store: one key per identity
-// and checksum, so a different upload of the same identity can never
-// overwrite stored bytes.
-func blobKey(n block.Name, sum blob.Sum) string {
-	return n.Queue + "/" + n.Instance + "/" + n.String() + ".sha256-" + sum.String()
 }
 
 func truncate(b []byte) string {

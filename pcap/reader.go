@@ -60,43 +60,30 @@ var magics = []struct {
 	{[]byte{0x0a, 0x0d, 0x0d, 0x0a}, FormatPcapNG, true},
 }
 
-// compressed maps the leading bytes of compressed streams to their codec.
-var compressed = []struct {
-	magic []byte
-	codec codecs.Codec
-}{
-	{[]byte{0x1f, 0x8b}, codecs.Gzip},
-	{[]byte{0xfd, '7', 'z', 'X', 'Z', 0x00}, codecs.XZ},
-	{[]byte{0x28, 0xb5, 0x2f, 0xfd}, codecs.Zstd},
-	{[]byte("\xff\x06\x00\x00sNaPpY"), codecs.Snappy},
-}
-
 // NewReader reads a capture from r, which may be compressed with gzip, xz,
 // zstd or snappy: the format and the compression are told from the first
 // bytes, never from a file name. Close the returned closer when done (it
 // releases a decompressor; it does not close r).
 func NewReader(r io.Reader) (*Reader, io.Closer, error) {
 	br := bufio.NewReaderSize(r, 1<<20)
-	head, err := br.Peek(10)
+	head, err := br.Peek(codecs.SniffLen)
 	if len(head) == 0 {
 		if err == nil || err == io.EOF {
 			return nil, nil, fmt.Errorf("%w: the input is empty", ErrNotCapture)
 		}
 		return nil, nil, err
 	}
-	for _, c := range compressed {
-		if bytes.HasPrefix(head, c.magic) {
-			dec, err := c.codec.NewReader(br)
-			if err != nil {
-				return nil, nil, err
-			}
-			rd, _, err := NewReader(dec)
-			if err != nil {
-				dec.Close()
-				return nil, nil, fmt.Errorf("%s-compressed input: %w", c.codec, err)
-			}
-			return rd, dec, nil
+	if c := codecs.Sniff(head); c != codecs.None {
+		dec, err := c.NewReader(br)
+		if err != nil {
+			return nil, nil, err
 		}
+		rd, _, err := NewReader(dec)
+		if err != nil {
+			dec.Close()
+			return nil, nil, fmt.Errorf("%s-compressed input: %w", c, err)
+		}
+		return rd, dec, nil
 	}
 	rd, err := newRawReader(br, head)
 	return rd, io.NopCloser(nil), err

@@ -15,13 +15,21 @@ import (
 // block was finished by one. Nothing of the late run is published.
 var ErrLostReservation = errors.New("the run no longer holds its input's reservation")
 
+// Reservation is a set of blocks reserved for one run.
+type Reservation struct {
+	Blocks []Block
+	// Attempt counts the runs the set has been handed to, this one
+	// included.
+	Attempt int
+}
+
 // ReserveJoin reserves, for one group, a block of the first queue together
 // with the blocks of the same instance and sequence number in every other
 // queue (a stage with several inputs joins them so). It takes the oldest
 // such set whose deliveries are all available, and returns the blocks in
 // queue order and false when none is complete now.
-func (d *DB) ReserveJoin(queues []string, group, reserver string, visibility time.Duration) ([]Block, bool, error) {
-	var out []Block
+func (d *DB) ReserveJoin(queues []string, group, reserver string, visibility time.Duration) (Reservation, bool, error) {
+	var out Reservation
 	now := d.now()
 	err := d.bolt.Update(func(tx *bolt.Tx) error {
 		_, g, err := loadGroup(tx, queues[0], group)
@@ -78,13 +86,16 @@ func (d *DB) ReserveJoin(queues []string, group, reserver string, visibility tim
 				if err := putJSON(bdels, u64(b.Serial), del); err != nil {
 					return err
 				}
+				if b.Queue == queues[0] {
+					out.Attempt = del.Attempts
+				}
 			}
-			out = set
+			out.Blocks = set
 			return nil
 		}
 		return nil
 	})
-	return out, out != nil, err
+	return out, out.Blocks != nil, err
 }
 
 // mustSub returns a nested bucket in a writable transaction, or nil when
@@ -419,3 +430,70 @@ func (d *DB) DeleteGroup(queue, group string) error {
 		return nil
 	})
 }
+
+// DeleteConsumed removes a block that every subscriber of its queue is
+// done with, and returns it so the caller can delete its blob. It does
+// nothing (false) while any group still owes it, or when no group ever
+// subscribed: a block nobody has read is never dropped.
+func (d *DB) DeleteConsumed(queue string, serial uint64) (Block, bool, error) {
+	var (
+		out     Block
+		deleted bool
+	)
+	err := d.bolt.Update(func(tx *bolt.Tx) error {
+		groups := mustSub(tx, bucketGroups, queue)
+		if groups == nil {
+			return nil
+		}
+		var names [][]byte
+		owed := 0
+		err := groups.ForEach(func(g, _ []byte) error {
+			del, ok, err := getJSON[Delivery](mustSub(tx, bucketDeliveries, queue, string(g)), u64(serial))
+			if err != nil || !ok {
+				return err
+			}
+			if del.State != Done {
+				return errStop
+			}
+			owed++
+			names = append(names, bytes.Clone(g))
+			return nil
+		})
+		if errors.Is(err, errStop) || owed == 0 {
+			return nil
+		}
+		if err != nil {
+			return err
+		}
+		arrivals := mustSub(tx, bucketArrivals, queue)
+		blocks := mustSub(tx, bucketBlocks, queue)
+		k := arrivals.Get(u64(serial))
+		b, ok, err := getJSON[Block](blocks, k)
+		if err != nil || !ok {
+			return err
+		}
+		for _, g := range names {
+			if err := mustSub(tx, bucketDeliveries, queue, string(g)).Delete(u64(serial)); err != nil {
+				return err
+			}
+		}
+		if err := blocks.Delete(k); err != nil {
+			return err
+		}
+		if err := arrivals.Delete(u64(serial)); err != nil {
+			return err
+		}
+		queues := tx.Bucket(bucketQueues)
+		q, _, err := getJSON[Queue](queues, []byte(queue))
+		if err != nil {
+			return err
+		}
+		q.Blocks--
+		q.Bytes -= b.Size
+		out, deleted = b, true
+		return putJSON(queues, []byte(queue), q)
+	})
+	return out, deleted, err
+}
+
+var errStop = errors.New("stop")

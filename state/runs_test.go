@@ -22,13 +22,15 @@ func TestRunCommitsOnceWhateverTheTiming(t *testing.T) {
 		t.Fatal(err)
 	}
 	in, _, _ := db.CommitBlock(mk(1, "aa"))
-	first, ok, err := db.ReserveJoin([]string{"pcap.sz"}, "stage-a", "run1", time.Minute)
-	if err != nil || !ok || first[0].Serial != in.Serial {
-		t.Fatalf("reserve = %v %v %v", first, ok, err)
+	res, ok, err := db.ReserveJoin([]string{"pcap.sz"}, "stage-a", "run1", time.Minute)
+	first := res.Blocks
+	if err != nil || !ok || first[0].Serial != in.Serial || res.Attempt != 1 {
+		t.Fatalf("reserve = %v %v %v", res, ok, err)
 	}
 	c.t = c.t.Add(2 * time.Minute) // run1 times out
-	second, ok, _ := db.ReserveJoin([]string{"pcap.sz"}, "stage-a", "run2", time.Minute)
-	if !ok {
+	res, ok, _ = db.ReserveJoin([]string{"pcap.sz"}, "stage-a", "run2", time.Minute)
+	second := res.Blocks
+	if !ok || res.Attempt != 2 {
 		t.Fatal("expired reservation not handed out again")
 	}
 	out := inQueue(mk(1, "cc"), "pcap.xz")
@@ -63,19 +65,19 @@ func TestRunFailuresEndFaultyAndRetry(t *testing.T) {
 	db.CommitBlock(mk(1, "aa"))
 	db.CommitBlock(mk(2, "bb"))
 	for attempt := 1; attempt <= 4; attempt++ {
-		set, ok, err := db.ReserveJoin([]string{"pcap.sz"}, "stage-a", "r", time.Minute)
-		if err != nil || !ok || set[0].Seq != 1 {
-			t.Fatalf("attempt %d: reserve = %v %v %v", attempt, set, ok, err)
+		res, ok, err := db.ReserveJoin([]string{"pcap.sz"}, "stage-a", "r", time.Minute)
+		if err != nil || !ok || res.Blocks[0].Seq != 1 || res.Attempt != attempt {
+			t.Fatalf("attempt %d: reserve = %v %v %v", attempt, res, ok, err)
 		}
-		faulty, err := db.FailRun(Run{Group: "stage-a", Reserver: "r", Inputs: set}, "exit status 3: boom", 4, c.t.Add(time.Second))
+		faulty, err := db.FailRun(Run{Group: "stage-a", Reserver: "r", Inputs: res.Blocks}, "exit status 3: boom", 4, c.t.Add(time.Second))
 		if err != nil || faulty != (attempt == 4) {
 			t.Fatalf("attempt %d: faulty=%v err=%v", attempt, faulty, err)
 		}
 		if attempt < 4 {
 			// During the backoff the next block goes first.
-			set, ok, _ := db.ReserveJoin([]string{"pcap.sz"}, "stage-a", "other", time.Minute)
-			if attempt == 1 && (!ok || set[0].Seq != 2) {
-				t.Fatalf("during backoff got %v %v, want block 2", set, ok)
+			res, ok, _ := db.ReserveJoin([]string{"pcap.sz"}, "stage-a", "other", time.Minute)
+			if attempt == 1 && (!ok || res.Blocks[0].Seq != 2) {
+				t.Fatalf("during backoff got %v %v, want block 2", res, ok)
 			}
 			c.t = c.t.Add(2 * time.Second)
 		}
@@ -87,8 +89,8 @@ func TestRunFailuresEndFaultyAndRetry(t *testing.T) {
 	if n, err := db.Retry("pcap.sz", fb[0].Block); err != nil || n != 1 {
 		t.Fatalf("retry = %d, %v", n, err)
 	}
-	if set, ok, _ := db.ReserveJoin([]string{"pcap.sz"}, "stage-a", "r", time.Minute); !ok || set[0].Seq != 1 {
-		t.Fatalf("retried block not handed out: %v", set)
+	if res, ok, _ := db.ReserveJoin([]string{"pcap.sz"}, "stage-a", "r", time.Minute); !ok || res.Blocks[0].Seq != 1 {
+		t.Fatalf("retried block not handed out: %v", res)
 	}
 	if n, _ := db.ResetReservations("pcap.sz", "stage-a"); n != 2 {
 		t.Fatalf("reset %d reservations, want 2", n)
@@ -104,7 +106,8 @@ func TestReserveJoinWaitsForEveryInput(t *testing.T) {
 	db.CommitBlock(mk(1, "aa"))
 	db.CommitBlock(mk(2, "bb"))
 	db.CommitBlock(inQueue(mk(2, "cc"), "dns.arrow"))
-	set, ok, err := db.ReserveJoin(queues, "join", "r", time.Minute)
+	res, ok, err := db.ReserveJoin(queues, "join", "r", time.Minute)
+	set := res.Blocks
 	if err != nil || !ok || len(set) != 2 || set[0].Seq != 2 || set[1].Queue != "dns.arrow" || set[1].Seq != 2 {
 		t.Fatalf("join = %+v %v %v; want seq 2 from both queues", set, ok, err)
 	}

@@ -1,0 +1,131 @@
+// Package builtin holds Plumb's in-process stages: decode, encode and
+// transcode between the codecs. Register adds them to an engine registry.
+package builtin
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net/url"
+
+	"github.com/plumb-dev/plumb/codecs"
+	"github.com/plumb-dev/plumb/engine"
+)
+
+// Register adds every built-in to reg. xz says how to make xz streams
+// (the system xz when found, else the Go encoder).
+func Register(reg *engine.Registry, xz XZ) {
+	reg.Add(engine.Factory{
+		Name: "decode",
+		Doc:  "Decompresses a block (snappy, xz, gzip or zstd, told from its first bytes); an uncompressed block passes through.",
+		New: func(args url.Values) (engine.Builtin, error) {
+			if err := engine.StrictArgs(args); err != nil {
+				return nil, err
+			}
+			return &Transcode{To: codecs.None}, nil
+		},
+	})
+	reg.Add(engine.Factory{
+		Name: "encode",
+		Doc:  "Compresses a block with ?codec=snappy|xz|gzip|zstd (default snappy).",
+		New: func(args url.Values) (engine.Builtin, error) {
+			to, err := codecArg(args, "codec")
+			if err != nil {
+				return nil, err
+			}
+			return &Transcode{To: to, Raw: true, XZ: xz}, nil
+		},
+	})
+	reg.Add(engine.Factory{
+		Name: "transcode",
+		Doc:  "Decompresses a block and compresses it again with ?to=snappy|xz|gzip|zstd|none in one pass, with no block stored between.",
+		New: func(args url.Values) (engine.Builtin, error) {
+			to, err := codecArg(args, "to")
+			if err != nil {
+				return nil, err
+			}
+			return &Transcode{To: to, XZ: xz}, nil
+		},
+	})
+}
+
+func codecArg(args url.Values, key string) (codecs.Codec, error) {
+	if err := engine.StrictArgs(args, key); err != nil {
+		return "", err
+	}
+	name := args.Get(key)
+	if name == "" {
+		return codecs.Snappy, nil
+	}
+	return codecs.Parse(name)
+}
+
+// Transcode decodes a block (unless Raw) and encodes it with To.
+type Transcode struct {
+	To  codecs.Codec
+	Raw bool // the input is not compressed: encode only
+	XZ  XZ
+}
+
+// Run implements engine.Builtin.
+func (t *Transcode) Run(ctx context.Context, in io.Reader, out io.Writer) error {
+	src := in
+	if !t.Raw {
+		br := bufio.NewReaderSize(in, 1<<20)
+		head, _ := br.Peek(codecs.SniffLen)
+		dec, err := codecs.Sniff(head).NewReader(br)
+		if err != nil {
+			return malformed(err)
+		}
+		defer dec.Close()
+		src = dec
+	}
+	if t.To == codecs.XZ {
+		return malformed(t.XZ.Encode(ctx, src, out))
+	}
+	enc, err := t.To.NewWriter(out)
+	if err != nil {
+		return err
+	}
+	if _, err := io.Copy(enc, readerCtx{ctx, src}); err != nil {
+		return malformed(err)
+	}
+	return enc.Close()
+}
+
+// Describe implements engine.Describer.
+func (t *Transcode) Describe() string {
+	if t.To == codecs.XZ {
+		return "xz encoder: " + t.XZ.Name()
+	}
+	return ""
+}
+
+// malformed marks a codec's verdict on corrupt input as malformed input.
+func malformed(err error) error {
+	var ce *codecs.CorruptError
+	if errors.As(err, &ce) {
+		return fmt.Errorf("%w: %v", engine.ErrMalformed, err)
+	}
+	return err
+}
+
+// readerCtx stops a long copy when the run is cancelled.
+type readerCtx struct {
+	ctx context.Context
+	r   io.Reader
+}
+
+func (r readerCtx) Read(p []byte) (int, error) {
+	if err := r.ctx.Err(); err != nil {
+		return 0, err
+	}
+	return r.r.Read(p)
+}
+
+var (
+	_ engine.Builtin   = (*Transcode)(nil)
+	_ engine.Describer = (*Transcode)(nil)
+)

@@ -1,0 +1,367 @@
+package engine
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"runtime"
+	"sort"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/plumb-dev/plumb/blob"
+	"github.com/plumb-dev/plumb/pipeline"
+	"github.com/plumb-dev/plumb/state"
+)
+
+// Policy is how worker slots are shared among stages.
+type Policy string
+
+// The slot policies.
+const (
+	// Backlog shares slots in proportion to each stage's backlog, at
+	// least one per stage with work.
+	Backlog Policy = "backlog"
+	// Static gives every stage an equal share, whatever its backlog; it
+	// is the baseline the benchmarks compare against.
+	Static Policy = "static"
+)
+
+// Config configures an engine.
+type Config struct {
+	// Slots is how many stage runs go at once; the number of CPUs when 0.
+	Slots int
+	// Policy shares the slots; Backlog when empty.
+	Policy Policy
+	// Tick is how often slots are re-shared; 1 s when 0.
+	Tick time.Duration
+	// MaxAttempts is how many runs a block gets before it is FAULTY; 4
+	// when 0.
+	MaxAttempts int
+	// Backoff is the wait after a first failed attempt, doubled after
+	// each further one; 1 s when 0.
+	Backoff time.Duration
+	// NoDedup runs every job's stages on their own, sharing nothing.
+	NoDedup bool
+	// Scratch is where runs write outputs before they are stored.
+	Scratch string
+	// Replication is how many copies of each byte the store writes (the
+	// R of the I/O intensity); 1 when 0.
+	Replication float64
+	// ChainAbove flags stages whose I/O intensity passes it (MB/s) as
+	// candidates to chain with a neighbour; 50 when 0.
+	ChainAbove float64
+	// Registerer receives the engine's metrics; none when nil.
+	Registerer prometheus.Registerer
+	Logger     *slog.Logger
+	Now        func() time.Time
+}
+
+func (c *Config) defaults() {
+	if c.Slots <= 0 {
+		c.Slots = runtime.NumCPU()
+	}
+	if c.Policy == "" {
+		c.Policy = Backlog
+	}
+	if c.Tick <= 0 {
+		c.Tick = time.Second
+	}
+	if c.MaxAttempts <= 0 {
+		c.MaxAttempts = 4
+	}
+	if c.Backoff <= 0 {
+		c.Backoff = time.Second
+	}
+	if c.Scratch == "" {
+		c.Scratch = os.TempDir()
+	}
+	if c.Replication <= 0 {
+		c.Replication = 1
+	}
+	if c.ChainAbove <= 0 {
+		c.ChainAbove = 50
+	}
+	if c.Logger == nil {
+		c.Logger = slog.Default()
+	}
+	if c.Now == nil {
+		c.Now = time.Now
+	}
+}
+
+// Engine runs the merged graph of accepted jobs.
+type Engine struct {
+	cfg     Config
+	db      *state.DB
+	store   blob.Store
+	reg     *Registry
+	log     *slog.Logger
+	metrics *metrics
+	ctx     context.Context // the Run context, once running
+	boot    string          // names this process's reservations
+
+	mu     sync.Mutex
+	graph  *pipeline.Graph
+	stages map[string]*stage // by node ID
+	kick   chan struct{}     // the graph changed or a run ended
+}
+
+// runSpec is what a run runs, fixed when it starts.
+type runSpec struct {
+	node  *pipeline.Node
+	steps []step
+}
+
+// stage is a node of the graph as the engine runs it. Its node, steps and
+// counts change under Engine.mu.
+type stage struct {
+	node    *pipeline.Node
+	group   string // the consumer group it reads its inputs as
+	steps   []step
+	running int
+	target  int
+	backlog int64
+	stats   StageStats
+	mu      sync.Mutex // guards stats
+	metrics *stageMetrics
+}
+
+// New returns an engine over a metadata database and a blob store, with
+// the graph of the jobs accepted before.
+func New(db *state.DB, store blob.Store, reg *Registry, cfg Config) (*Engine, error) {
+	cfg.defaults()
+	if err := os.MkdirAll(cfg.Scratch, 0o750); err != nil {
+		return nil, fmt.Errorf("scratch directory: %w", err)
+	}
+	e := &Engine{
+		cfg: cfg, db: db, store: store, reg: reg, log: cfg.Logger.With("component", "engine"),
+		metrics: newMetrics(cfg.Registerer), boot: uuid.NewString()[:8],
+		stages: map[string]*stage{}, kick: make(chan struct{}, 1), ctx: context.Background(),
+	}
+	if err := e.load(); err != nil {
+		return nil, err
+	}
+	return e, nil
+}
+
+// Run schedules stage runs until ctx ends, then waits for the runs in
+// flight to stop.
+func (e *Engine) Run(ctx context.Context) error {
+	e.mu.Lock()
+	e.ctx = ctx
+	e.mu.Unlock()
+	var runs sync.WaitGroup
+	defer runs.Wait()
+	ticker := time.NewTicker(e.cfg.Tick)
+	defer ticker.Stop()
+	reshare := true
+	for {
+		changed := e.db.Changed("")
+		if err := e.fill(ctx, &runs, reshare); err != nil {
+			e.log.Error("scheduling stage runs", "err", err)
+		}
+		reshare = false
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-ticker.C:
+			reshare = true
+		case <-changed:
+			reshare = e.idleStages()
+		case <-e.kick:
+		}
+	}
+}
+
+// idleStages reports whether a stage has no slot: new work there must
+// not wait for the next tick.
+func (e *Engine) idleStages() bool {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	for _, st := range e.stages {
+		if st.target == 0 {
+			return true
+		}
+	}
+	return false
+}
+
+func (e *Engine) poke() {
+	select {
+	case e.kick <- struct{}{}:
+	default:
+	}
+}
+
+// fill re-shares the slots when asked, then starts runs for every stage
+// below its share that has work.
+func (e *Engine) fill(ctx context.Context, runs *sync.WaitGroup, reshare bool) error {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	var errs []error
+	if reshare {
+		for _, st := range e.stages {
+			n, err := e.backlog(st)
+			if err != nil {
+				errs = append(errs, err)
+			}
+			st.backlog = n
+		}
+		e.share()
+	}
+	for _, st := range e.sorted() {
+		if st.node.Abstraction != pipeline.Block {
+			continue // window and stream stages run when those land
+		}
+		for st.running < st.target {
+			reserver := e.boot + "-" + uuid.NewString()[:8]
+			res, ok, err := e.db.ReserveJoin(st.node.Inputs, st.group, reserver, e.visibility(st))
+			if err != nil {
+				errs = append(errs, fmt.Errorf("stage %s: reserve: %w", st.node.Name, err))
+				break
+			}
+			if !ok {
+				break
+			}
+			st.running++
+			st.backlog = max(st.backlog-1, 0)
+			e.metrics.workers.WithLabelValues(st.node.Name).Set(float64(st.running))
+			spec := runSpec{node: st.node, steps: st.steps} // the graph may change under the run
+			runs.Go(func() {
+				if err := e.runBlock(ctx, st, spec, res, reserver); err != nil {
+					e.log.Error("stage run", "stage", st.node.Name, "block", res.Blocks[0].Name, "err", err)
+				}
+				e.mu.Lock()
+				st.running--
+				e.metrics.workers.WithLabelValues(st.node.Name).Set(float64(st.running))
+				e.mu.Unlock()
+				e.poke()
+			})
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// visibility is how long a run may hold its input before another run may
+// take it: past the stage's timeout, or a day for stages without one.
+func (e *Engine) visibility(st *stage) time.Duration {
+	if t := time.Duration(st.node.Timeout); t > 0 {
+		return t + time.Minute
+	}
+	return 24 * time.Hour
+}
+
+// backlog counts a stage's blocks that wait for a run (of its first
+// input: a join runs once per block of it).
+func (e *Engine) backlog(st *stage) (int64, error) {
+	n, err := e.db.Backlog(st.node.Inputs[0], st.group)
+	if err != nil {
+		return 0, fmt.Errorf("stage %s: backlog: %w", st.node.Name, err)
+	}
+	e.metrics.backlog.WithLabelValues(st.node.Name).Set(float64(n))
+	return n, nil
+}
+
+func (e *Engine) sorted() []*stage {
+	out := make([]*stage, 0, len(e.stages))
+	for _, st := range e.stages {
+		out = append(out, st)
+	}
+	// Most under-served first, so a scarce slot goes where it is owed.
+	sort.Slice(out, func(i, j int) bool {
+		di, dj := out[i].target-out[i].running, out[j].target-out[j].running
+		if di != dj {
+			return di > dj
+		}
+		return out[i].node.Name < out[j].node.Name
+	})
+	return out
+}
+
+// share sets every stage's target number of runs.
+func (e *Engine) share() {
+	stages := e.sorted()
+	if e.cfg.Policy == Static {
+		each := max(e.cfg.Slots/max(len(stages), 1), 1)
+		for _, st := range stages {
+			st.target = each
+		}
+		return
+	}
+	demand := make([]int64, len(stages))
+	for i, st := range stages {
+		demand[i] = st.backlog + int64(st.running)
+	}
+	for i, t := range Share(e.cfg.Slots, demand) {
+		stages[i].target = t
+	}
+}
+
+// Share divides slots among stages in proportion to their demand (blocks
+// waiting or running): at least one slot to every stage with demand, never
+// more than its demand, the remainder by largest fractional share.
+func Share(slots int, demand []int64) []int {
+	out := make([]int, len(demand))
+	var total int64
+	busy := 0
+	for i, d := range demand {
+		if d > 0 {
+			out[i] = 1
+			total += d
+			busy++
+		}
+	}
+	left := slots - busy
+	if left <= 0 || total == 0 {
+		return out
+	}
+	type frac struct {
+		i    int
+		rest float64
+	}
+	var fr []frac
+	for i, d := range demand {
+		if d == 0 {
+			continue
+		}
+		exact := float64(left) * float64(d) / float64(total)
+		add := min(int(exact), int(d)-1)
+		out[i] += add
+		fr = append(fr, frac{i, exact - float64(int(exact))})
+	}
+	sort.SliceStable(fr, func(a, b int) bool { return fr[a].rest > fr[b].rest })
+	given := 0
+	for _, x := range out {
+		given += x
+	}
+	for k := 0; given < slots && k < len(fr)*2; k++ {
+		f := fr[k%len(fr)]
+		if int64(out[f.i]) < demand[f.i] {
+			out[f.i]++
+			given++
+		}
+	}
+	return out
+}
+
+// Graph returns the merged graph in force.
+func (e *Engine) Graph() *pipeline.Graph {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return e.graph
+}
+
+// Registry returns the built-ins the engine knows.
+func (e *Engine) Registry() *Registry { return e.reg }
+
+func groupOf(n *pipeline.Node) string { return n.ID() }
+
+// isStageGroup tells the engine's consumer groups from users'.
+func isStageGroup(g string) bool { return strings.HasPrefix(g, "stage-") }

@@ -1,0 +1,405 @@
+package engine_test
+
+import (
+	"bytes"
+	"context"
+	"crypto/sha256"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"go.uber.org/goleak"
+
+	"github.com/plumb-dev/plumb/blob"
+	"github.com/plumb-dev/plumb/block"
+	"github.com/plumb-dev/plumb/codecs"
+	"github.com/plumb-dev/plumb/engine"
+	"github.com/plumb-dev/plumb/engine/builtin"
+	"github.com/plumb-dev/plumb/state"
+)
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+
+// rig is a server's data path without Flight: metadata, a blob
+// directory and an engine running the jobs submitted to it.
+type rig struct {
+	t     *testing.T
+	db    *state.DB
+	store blob.Store
+	eng   *engine.Engine
+	dir   string
+	stop  func()
+}
+
+func newRig(t *testing.T, cfg engine.Config) *rig {
+	t.Helper()
+	dir := t.TempDir()
+	db, err := state.Open(filepath.Join(dir, "meta.db"), state.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	store, err := blob.OpenDir(filepath.Join(dir, "blobs"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := &rig{t: t, db: db, store: store, dir: dir}
+	r.start(cfg)
+	t.Cleanup(func() {
+		r.stop()
+		if err := db.Check(); err != nil {
+			t.Errorf("metadata integrity: %v", err)
+		}
+		db.Close()
+	})
+	return r
+}
+
+func (r *rig) start(cfg engine.Config) {
+	r.t.Helper()
+	reg := engine.NewRegistry()
+	builtin.Register(reg, builtin.FindXZ())
+	if cfg.Backoff == 0 {
+		cfg.Backoff = 10 * time.Millisecond
+	}
+	cfg.Scratch = filepath.Join(r.dir, "tmp")
+	cfg.Tick = 50 * time.Millisecond
+	eng, err := engine.New(r.db, r.store, reg, cfg)
+	if err != nil {
+		r.t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { eng.Run(ctx); close(done) }()
+	r.eng = eng
+	r.stop = func() { cancel(); <-done }
+}
+
+// put stores a source block as an agent would.
+func (r *rig) put(queue string, seq uint64, data []byte) {
+	r.t.Helper()
+	n := block.Name{Time: time.Date(2025, 5, 5, 15, 0, int(seq), 0, time.UTC), Seq: seq, Instance: "lax", Queue: queue}
+	sum := blob.Sum(sha256.Sum256(data))
+	key := blob.BlockKey(n, sum)
+	if err := r.store.Put(context.Background(), key, bytes.NewReader(data), int64(len(data)), sum); err != nil {
+		r.t.Fatal(err)
+	}
+	if _, _, err := r.db.CommitBlock(state.Block{Name: n.String(), Queue: queue, Instance: n.Instance, Seq: seq, Time: n.Time,
+		Size: int64(len(data)), SHA256: sum.String(), Key: key}); err != nil {
+		r.t.Fatal(err)
+	}
+}
+
+func (r *rig) submit(src string) engine.SubmitResult {
+	r.t.Helper()
+	res, err := r.eng.Submit("test.yaml", []byte(src), "")
+	if err != nil {
+		r.t.Fatal(err)
+	}
+	return res
+}
+
+func (r *rig) mustAccept(src string) engine.SubmitResult {
+	r.t.Helper()
+	res := r.submit(src)
+	if res.State != "accepted" {
+		r.t.Fatalf("job rejected: %s", res.Reason)
+	}
+	return res
+}
+
+// wait polls until cond holds, failing after a generous deadline.
+func (r *rig) wait(what string, cond func() bool) {
+	r.t.Helper()
+	deadline := time.Now().Add(60 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			r.t.Fatalf("timed out waiting for %s; stats: %+v", what, r.eng.Stats())
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+func (r *rig) count(queue string) int64 {
+	q, err := r.db.Queue(queue)
+	if err != nil {
+		return 0
+	}
+	return q.Blocks
+}
+
+// read returns a stored block's bytes.
+func (r *rig) read(queue string, seq uint64) []byte {
+	r.t.Helper()
+	b, err := r.db.Lookup(block.ID{Queue: queue, Instance: "lax", Seq: seq})
+	if err != nil {
+		r.t.Fatal(err)
+	}
+	rc, err := r.store.Open(context.Background(), b.Key)
+	if err != nil {
+		r.t.Fatal(err)
+	}
+	defer rc.Close()
+	data, err := io.ReadAll(rc)
+	if err != nil {
+		r.t.Fatal(err)
+	}
+	return data
+}
+
+func snappy(t *testing.T, data []byte) []byte {
+	var b bytes.Buffer
+	w, _ := codecs.Snappy.NewWriter(&b)
+	w.Write(data)
+	if err := w.Close(); err != nil {
+		t.Fatal(err)
+	}
+	return b.Bytes()
+}
+
+func decode(t *testing.T, data []byte) []byte {
+	t.Helper()
+	head := data[:min(len(data), codecs.SniffLen)]
+	rc, err := codecs.Sniff(head).NewReader(bytes.NewReader(data))
+	if err != nil {
+		t.Fatal(err)
+	}
+	out, err := io.ReadAll(rc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return out
+}
+
+func payload(seq int) []byte {
+	return bytes.Repeat([]byte(fmt.Sprintf("block %d of DNS-ish data; ", seq)), 2000+seq)
+}
+
+// TestSharedStageRunsOnce: two users' archive jobs share their stage;
+// each block is transcoded once, stored once, and decodes to the input.
+func TestSharedStageRunsOnce(t *testing.T) {
+	r := newRig(t, engine.Config{Slots: 4})
+	r.put("pcap.sz", 1, snappy(t, payload(1))) // the queue exists before jobs name it
+	for _, user := range []string{"alice", "bob"} {
+		res := r.mustAccept(fmt.Sprintf(`
+job: %s-archive
+owner: %s
+from: earliest
+stages:
+  - {name: xz, inputs: [pcap.sz], program: "builtin:transcode?to=xz", outputs: [pcap.xz], retention: forever}
+`, user, user))
+		if len(res.Stages) != 1 || res.Stages[0] != "alice-archive/xz" {
+			t.Errorf("%s owns %v, want the shared alice-archive/xz", user, res.Stages)
+		}
+	}
+	for seq := 2; seq <= 8; seq++ {
+		r.put("pcap.sz", uint64(seq), snappy(t, payload(seq)))
+	}
+	r.wait("8 xz blocks", func() bool { return r.count("pcap.xz") == 8 })
+	for seq := 1; seq <= 8; seq++ {
+		if got := decode(t, r.read("pcap.xz", uint64(seq))); !bytes.Equal(got, payload(seq)) {
+			t.Fatalf("block %d: xz output decodes to %d bytes, want the %d input bytes", seq, len(got), len(payload(seq)))
+		}
+	}
+	st := r.eng.Stats()
+	if len(st) != 1 || st[0].Runs != 8 || len(st[0].Owners) != 2 || !strings.Contains(st[0].Detail, "xz") {
+		t.Fatalf("stats = %+v; want one stage, 8 runs, 2 owners, the xz encoder named", st)
+	}
+	if st[0].BytesIn == 0 || st[0].BytesOut == 0 || st[0].Intensity <= 0 {
+		t.Errorf("measurements missing: %+v", st[0])
+	}
+}
+
+// TestCrashingProgramEndsFaulty: one block makes the program fail every
+// time; it is set aside after 4 attempts with its stderr, and every other
+// block flows on.
+func TestCrashingProgramEndsFaulty(t *testing.T) {
+	r := newRig(t, engine.Config{Slots: 2})
+	script := filepath.Join(t.TempDir(), "picky.sh")
+	os.WriteFile(script, []byte(`#!/bin/sh
+data=$(cat)
+case "$data" in *poison*) echo "picky: found poison at byte 7" >&2; exit 3;; esac
+printf '%s' "$data" | tr a-z A-Z
+`), 0o755)
+	r.put("raw", 1, []byte("warm-up"))
+	r.mustAccept(fmt.Sprintf(`
+job: upper
+stages:
+  - {name: up, inputs: [raw], program: [%s], outputs: [raw.upper]}
+`, script))
+	for seq := 2; seq <= 10; seq++ {
+		data := fmt.Sprintf("block %d", seq)
+		if seq == 6 {
+			data = "a poison block"
+		}
+		r.put("raw", uint64(seq), []byte(data))
+	}
+	r.wait("8 outputs and a faulty block", func() bool {
+		fb, _ := r.db.Faulty("raw")
+		return r.count("raw.upper") == 8 && len(fb) == 1
+	})
+	fb, _ := r.db.Faulty("")
+	if fb[0].Attempts != 4 || !strings.Contains(fb[0].Error, "exit status 3") || !strings.Contains(fb[0].Error, "picky: found poison at byte 7") {
+		t.Errorf("faulty block = %+v; want 4 attempts, exit status and stderr", fb[0])
+	}
+	if got := string(r.read("raw.upper", 7)); got != "BLOCK 7" {
+		t.Errorf("block 7 = %q", got)
+	}
+	// Fixed program, requeued block: it flows.
+	os.WriteFile(script, []byte("#!/bin/sh\ntr a-z A-Z\n"), 0o755)
+	if n, err := r.db.Retry("", ""); err != nil || n != 1 {
+		t.Fatalf("retry = %d, %v", n, err)
+	}
+	r.wait("the retried block", func() bool { return r.count("raw.upper") == 9 })
+	if got := string(r.read("raw.upper", 6)); got != "A POISON BLOCK" {
+		t.Errorf("retried block = %q", got)
+	}
+}
+
+func TestTimeoutCountsAsFailure(t *testing.T) {
+	r := newRig(t, engine.Config{Slots: 1, MaxAttempts: 2})
+	r.put("raw", 1, []byte("x"))
+	r.mustAccept(`
+job: slow
+from: earliest
+stages:
+  - {name: nap, inputs: [raw], program: [sleep, "30"], outputs: [raw.slept], timeout: 200ms}
+`)
+	r.wait("the block to go faulty", func() bool { fb, _ := r.db.Faulty(""); return len(fb) == 1 })
+	fb, _ := r.db.Faulty("")
+	if !strings.Contains(fb[0].Error, "killed after its timeout") {
+		t.Errorf("faulty = %+v", fb[0])
+	}
+}
+
+// TestChainAndFIFOs runs a chain of a built-in and an executable as one
+// stage, and an executable that joins two inputs into two outputs over
+// named FIFOs.
+func TestChainAndFIFOs(t *testing.T) {
+	r := newRig(t, engine.Config{Slots: 4})
+	r.put("pcap.sz", 1, snappy(t, payload(1)))
+	join := filepath.Join(t.TempDir(), "join.sh")
+	os.WriteFile(join, []byte(`#!/bin/sh
+# Called as join.sh --in pcap.rev=PATH --in pcap.up=PATH --out both=PATH --out sizes=PATH.
+while [ $# -gt 1 ]; do
+  case "${2%%=*}" in
+    pcap.up) up=${2#*=};; pcap.rev) rev=${2#*=};; both) both=${2#*=};; sizes) sizes=${2#*=};;
+  esac
+  shift 2
+done
+cat "$rev" "$up" > "$both"
+echo done > "$sizes"
+`), 0o755)
+	r.mustAccept(fmt.Sprintf(`
+job: chains
+from: earliest
+stages:
+  - {name: up, inputs: [pcap.sz], program: [builtin:decode, [tr, a-z, A-Z]], outputs: [pcap.up], retention: forever}
+  - {name: rev, inputs: [pcap.sz], program: [builtin:decode, [rev]], outputs: [pcap.rev]}
+  - {name: join, inputs: [pcap.up, pcap.rev], program: [%s], outputs: [both, sizes]}
+`, join))
+	r.wait("the joined block", func() bool { return r.count("both") == 1 && r.count("sizes") == 1 })
+	if got, want := r.read("pcap.up", 1), bytes.ToUpper(payload(1)); !bytes.Equal(got, want) {
+		t.Fatalf("chained output: %d bytes, want %d", len(got), len(want))
+	}
+	rev := payload(1)
+	slices.Reverse(rev)
+	want := append(rev, bytes.ToUpper(payload(1))...)
+	if got := r.read("both", 1); !bytes.Equal(got, want) {
+		t.Errorf("joined output has %d bytes, want the reversed and the upper-cased block (%d bytes)", len(got), len(want))
+	}
+	if got := string(r.read("sizes", 1)); got != "done\n" {
+		t.Errorf("second output = %q", got)
+	}
+}
+
+func TestShare(t *testing.T) {
+	for _, c := range []struct {
+		slots  int
+		demand []int64
+		want   []int
+	}{
+		{8, []int64{0, 0}, []int{0, 0}},
+		{8, []int64{100, 0}, []int{8, 0}},
+		{8, []int64{3, 0}, []int{3, 0}},
+		{8, []int64{60, 20}, []int{6, 2}},
+		{4, []int64{1000, 1}, []int{3, 1}},
+		{2, []int64{5, 5, 5}, []int{1, 1, 1}},
+		{10, []int64{10, 10, 10}, []int{4, 3, 3}},
+	} {
+		got := engine.Share(c.slots, c.demand)
+		if fmt.Sprint(got) != fmt.Sprint(c.want) {
+			t.Errorf("Share(%d, %v) = %v, want %v", c.slots, c.demand, got, c.want)
+		}
+	}
+}
+
+func TestRetractKeepsSharedStageAndFromChoosesStart(t *testing.T) {
+	r := newRig(t, engine.Config{Slots: 2})
+	for seq := 1; seq <= 3; seq++ {
+		r.put("raw", uint64(seq), []byte(fmt.Sprintf("old %d", seq)))
+	}
+	share := "  - {name: up, inputs: [raw], program: [tr, a-z, A-Z], outputs: [raw.up], retention: forever}\n"
+	r.mustAccept("job: alice\nstages:\n" + share)                // from latest: old blocks are not hers
+	r.mustAccept("job: bob\nfrom: earliest\nstages:\n" + share + // merged: the stage keeps alice's start
+		"  - {name: rev, inputs: [raw], program: [rev], outputs: [raw.rev], retention: forever}\n") // new: replays
+	r.wait("bob's replay of the 3 old blocks", func() bool { return r.count("raw.rev") == 3 })
+	if n := r.count("raw.up"); n != 0 {
+		t.Errorf("the shared stage, started from latest, processed %d old blocks", n)
+	}
+	r.put("raw", 4, []byte("new 4"))
+	r.wait("block 4 through both stages", func() bool { return r.count("raw.up") == 1 && r.count("raw.rev") == 4 })
+
+	if err := r.eng.Retract("alice"); err != nil {
+		t.Fatal(err)
+	}
+	if len(r.eng.Graph().Stages) != 2 {
+		t.Fatalf("retracting one owner removed a shared stage:\n%s", r.eng.Graph().YAML())
+	}
+	r.put("raw", 5, []byte("new 5"))
+	r.wait("block 5 through the shared stage", func() bool { return r.count("raw.up") == 2 })
+
+	if err := r.eng.Retract("bob"); err != nil {
+		t.Fatal(err)
+	}
+	if n := len(r.eng.Graph().Stages); n != 0 {
+		t.Fatalf("%d stages left after every owner retracted", n)
+	}
+	if gs, _ := r.db.Groups("raw"); len(gs) != 0 {
+		t.Errorf("stages that left still subscribe: %+v", gs)
+	}
+	jobs, _ := r.eng.Jobs()
+	for _, j := range jobs {
+		if j.State != state.JobRetracted {
+			t.Errorf("job %s is %s", j.Name, j.State)
+		}
+	}
+}
+
+func TestRejectedJobsSayWhy(t *testing.T) {
+	r := newRig(t, engine.Config{Slots: 1})
+	r.put("pcap.sz", 1, snappy(t, payload(1)))
+	for _, c := range []struct{ src, want string }{
+		{"job: a\nstages:\n  - {name: s, inputs: [pcap.sz], program: builtin:nope, outputs: [x]}\n", `built-in "nope" is not known (known: decode, encode, transcode)`},
+		{"job: b\nstages:\n  - {name: s, inputs: [pcap.sz], program: [/no/such/prog], outputs: [x]}\n", `program "/no/such/prog" is not found`},
+		{"job: c\nstages:\n  - {name: s, inputs: [pcap.typo], program: builtin:decode, outputs: [x]}\n", "input queue pcap.typo holds no blocks"},
+		{"job: d\nstages:\n  - {name: s, inputs: [pcap.sz], program: \"builtin:encode?level=9\", outputs: [x]}\n", `unknown argument "level" (known: codec)`},
+	} {
+		res := r.submit(c.src)
+		if res.State != "rejected" || !strings.Contains(res.Reason, c.want) {
+			t.Errorf("%q: %+v; want rejected with %q", c.src, res, c.want)
+		}
+	}
+	// A job replaced by a bad version keeps running as it was.
+	r.mustAccept("job: keep\nstages:\n  - {name: s, inputs: [pcap.sz], program: builtin:decode, outputs: [pcap]}\n")
+	if res := r.submit("job: keep\nstages:\n  - {name: s, inputs: [pcap.sz], program: builtin:nope, outputs: [pcap]}\n"); res.State != "rejected" {
+		t.Fatalf("bad new version: %+v", res)
+	}
+	if j, _ := r.db.GetJob("keep"); j.State != state.JobAccepted || len(r.eng.Graph().Stages) != 1 {
+		t.Errorf("accepted job lost to a rejected new version: %+v", j)
+	}
+}

@@ -1,0 +1,268 @@
+package engine
+
+import (
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+
+	"github.com/plumb-dev/plumb/pipeline"
+	"github.com/plumb-dev/plumb/state"
+)
+
+// SubmitResult is the verdict on a submitted job.
+type SubmitResult struct {
+	Job      string   `json:"job"`
+	State    string   `json:"state"`
+	Reason   string   `json:"reason,omitempty"`
+	Warnings []string `json:"warnings,omitempty"`
+	// Stages are the graph's stages the job now owns, merged or new.
+	Stages []string `json:"stages,omitempty"`
+}
+
+// Submit parses, validates and merges a job. An accepted job takes
+// effect at once (between block runs); a job of the same name replaces
+// the earlier one only if the new version is accepted. A job refused for
+// what it says comes back with State rejected and every problem in
+// Reason, and err nil; err is for failures of the server.
+func (e *Engine) Submit(file string, src []byte, owner string) (SubmitResult, error) {
+	job, err := pipeline.ParseJobBytes(file, src)
+	if err != nil {
+		if errors.Is(err, pipeline.ErrInvalidJob) {
+			return e.reject(jobName(src), owner, src, err)
+		}
+		return SubmitResult{}, err
+	}
+	if owner != "" {
+		job.Owner = owner // the authenticated user wins over the file
+	}
+	if err := e.checkPrograms(file, job); err != nil {
+		return e.reject(job.Name, job.Owner, src, err)
+	}
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	jobs, err := e.acceptedJobs(job.Name)
+	if err != nil {
+		return SubmitResult{}, err
+	}
+	g, warns, err := pipeline.Merge(append(jobs, job), e.mergeOptions())
+	if err != nil {
+		return e.reject(job.Name, job.Owner, src, err)
+	}
+	var mine []string
+	for _, w := range warns {
+		if w.Job == job.Name {
+			mine = append(mine, w.What)
+		}
+	}
+	if _, err := e.db.PutJob(state.Job{Name: job.Name, Owner: job.Owner, State: state.JobAccepted, Source: string(src), Warnings: mine}); err != nil {
+		return SubmitResult{}, err
+	}
+	if err := e.apply(g); err != nil {
+		return SubmitResult{}, err
+	}
+	res := SubmitResult{Job: job.Name, State: string(state.JobAccepted), Warnings: mine}
+	for _, n := range g.Stages {
+		for _, o := range n.Owners {
+			if o.Job == job.Name {
+				res.Stages = append(res.Stages, n.Name)
+				break
+			}
+		}
+	}
+	e.log.Info("job accepted", "job", job.Name, "owner", job.Owner, "stages", res.Stages, "warnings", len(mine))
+	return res, nil
+}
+
+// jobName digs the job's name out of a file that does not parse, so the
+// rejection can be listed under it.
+func jobName(src []byte) string {
+	for _, line := range strings.Split(string(src), "\n") {
+		if v, ok := strings.CutPrefix(strings.TrimSpace(line), "job:"); ok {
+			return strings.Trim(strings.TrimSpace(v), `"'`)
+		}
+	}
+	return ""
+}
+
+func (e *Engine) reject(name, owner string, src []byte, why error) (SubmitResult, error) {
+	res := SubmitResult{Job: name, State: string(state.JobRejected), Reason: why.Error()}
+	if name == "" {
+		return res, nil
+	}
+	// An accepted job keeps running when a new version of it is refused.
+	if old, err := e.db.GetJob(name); err == nil && old.State == state.JobAccepted {
+		return res, nil
+	}
+	if _, err := e.db.PutJob(state.Job{Name: name, Owner: owner, State: state.JobRejected, Reason: res.Reason, Source: string(src)}); err != nil {
+		return SubmitResult{}, err
+	}
+	e.log.Info("job rejected", "job", name, "owner", owner, "reason", res.Reason)
+	return res, nil
+}
+
+// checkPrograms resolves every step now, so a job naming a built-in or an
+// executable the server lacks is refused at once, with the stage's line.
+func (e *Engine) checkPrograms(file string, job *pipeline.Job) error {
+	var problems pipeline.Problems
+	for _, s := range job.Stages {
+		if _, err := resolve(e.reg, s.Program); err != nil {
+			problems = append(problems, pipeline.Problem{File: file, Line: s.Line, Column: 1, Field: fmt.Sprintf("stage %q.program", s.Name), What: err.Error()})
+		}
+	}
+	if len(problems) > 0 {
+		return problems
+	}
+	return nil
+}
+
+// Retract withdraws a job. Its stages stop unless another job still owns
+// them.
+func (e *Engine) Retract(name string) error {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	old, err := e.db.GetJob(name)
+	if err != nil {
+		return err
+	}
+	if old.State != state.JobAccepted {
+		return fmt.Errorf("job %q is %s, not accepted; nothing to retract", name, old.State)
+	}
+	jobs, err := e.acceptedJobs(name)
+	if err != nil {
+		return err
+	}
+	g, _, err := pipeline.Merge(jobs, e.mergeOptions())
+	if err != nil {
+		return fmt.Errorf("the jobs left after retracting %q no longer merge: %w", name, err)
+	}
+	old.State = state.JobRetracted
+	if _, err := e.db.PutJob(old); err != nil {
+		return err
+	}
+	e.log.Info("job retracted", "job", name)
+	return e.apply(g)
+}
+
+// Jobs lists the jobs submitted, accepted ones first in merge order.
+func (e *Engine) Jobs() ([]state.Job, error) { return e.db.Jobs() }
+
+// acceptedJobs parses the accepted jobs in merge order, leaving out one
+// by name (being replaced or retracted).
+func (e *Engine) acceptedJobs(except string) ([]*pipeline.Job, error) {
+	all, err := e.db.Jobs()
+	if err != nil {
+		return nil, err
+	}
+	var out []*pipeline.Job
+	for _, sj := range all {
+		if sj.State != state.JobAccepted || sj.Name == except {
+			continue
+		}
+		j, err := pipeline.ParseJobBytes("job "+sj.Name, []byte(sj.Source))
+		if err != nil {
+			return nil, fmt.Errorf("stored job %q no longer parses: %w", sj.Name, err)
+		}
+		out = append(out, j)
+	}
+	return out, nil
+}
+
+func (e *Engine) mergeOptions() pipeline.Options {
+	return pipeline.Options{NoDedup: e.cfg.NoDedup, Exists: func(q string) bool {
+		_, err := e.db.Queue(q)
+		return err == nil
+	}}
+}
+
+// load builds the graph of the accepted jobs at start. A job that no
+// longer merges (a built-in removed, say) is marked rejected with the
+// reason rather than keeping the server from starting.
+func (e *Engine) load() error {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	jobs, err := e.acceptedJobs("")
+	if err != nil {
+		return err
+	}
+	var keep []*pipeline.Job
+	for _, j := range jobs {
+		if err := e.checkPrograms("job "+j.Name, j); err != nil {
+			e.demote(j.Name, err)
+			continue
+		}
+		if _, _, err := pipeline.Merge(append(slices.Clone(keep), j), pipeline.Options{NoDedup: e.cfg.NoDedup}); err != nil {
+			e.demote(j.Name, err)
+			continue
+		}
+		keep = append(keep, j)
+	}
+	g, _, err := pipeline.Merge(keep, pipeline.Options{NoDedup: e.cfg.NoDedup})
+	if err != nil {
+		return err
+	}
+	if err := e.apply(g); err != nil {
+		return err
+	}
+	// Runs of the previous process died with it.
+	for _, st := range e.stages {
+		for _, q := range st.node.Inputs {
+			if n, err := e.db.ResetReservations(q, st.group); err != nil {
+				return err
+			} else if n > 0 {
+				e.log.Info("reset reservations of runs interrupted by a restart", "stage", st.node.Name, "queue", q, "blocks", n)
+			}
+		}
+	}
+	return nil
+}
+
+func (e *Engine) demote(name string, why error) {
+	e.log.Error("accepted job no longer fits the server; marked rejected", "job", name, "err", why)
+	if old, err := e.db.GetJob(name); err == nil {
+		old.State, old.Reason = state.JobRejected, "on restart: "+why.Error()
+		e.db.PutJob(old)
+	}
+}
+
+// apply makes g the graph in force: new stages subscribe to their inputs,
+// stages that left the graph unsubscribe. Runs in flight finish under the
+// graph they started with. Called with e.mu held.
+func (e *Engine) apply(g *pipeline.Graph) error {
+	next := map[string]*stage{}
+	for _, n := range g.Stages {
+		id := n.ID()
+		if old := e.stages[id]; old != nil {
+			old.node = n // owners and program may have changed
+			if steps, err := resolve(e.reg, n.Program); err == nil {
+				old.steps = steps
+			}
+			next[id] = old
+			continue
+		}
+		steps, err := resolve(e.reg, n.Program)
+		if err != nil {
+			return fmt.Errorf("stage %s: %w", n.Name, err)
+		}
+		for _, q := range n.Inputs {
+			if _, err := e.db.EnsureGroup(q, groupOf(n), state.From(n.From)); err != nil {
+				return fmt.Errorf("stage %s: subscribe to %s: %w", n.Name, q, err)
+			}
+		}
+		next[id] = &stage{node: n, group: groupOf(n), steps: steps, metrics: e.metrics.stage(n.Name)}
+	}
+	for id, old := range e.stages {
+		if next[id] != nil {
+			continue
+		}
+		for _, q := range old.node.Inputs {
+			if err := e.db.DeleteGroup(q, old.group); err != nil {
+				return fmt.Errorf("stage %s left the graph: unsubscribe from %s: %w", old.node.Name, q, err)
+			}
+		}
+		e.log.Info("stage left the graph", "stage", old.node.Name)
+	}
+	e.graph, e.stages = g, next
+	e.poke()
+	return nil
+}

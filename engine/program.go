@@ -1,0 +1,305 @@
+package engine
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"sync"
+	"syscall"
+	"time"
+
+	"golang.org/x/sync/errgroup"
+
+	"github.com/plumb-dev/plumb/pipeline"
+)
+
+// step is one resolved step of a program.
+type step struct {
+	builtin Builtin
+	argv    []string
+}
+
+// resolve makes a program's steps runnable: built-ins from the registry,
+// executables found on PATH or relative to the server's directory.
+func resolve(reg *Registry, p pipeline.Program) ([]step, error) {
+	out := make([]step, len(p.Steps))
+	for i, st := range p.Steps {
+		if st.Builtin != "" {
+			b, err := reg.New(st.Builtin, st.Args)
+			if err != nil {
+				return nil, err
+			}
+			out[i] = step{builtin: b}
+			continue
+		}
+		if _, err := exec.LookPath(st.Argv[0]); err != nil {
+			return nil, fmt.Errorf("program %q is not found or not executable on the server: %v; install it there or give its absolute path", st.Argv[0], err)
+		}
+		out[i] = step{argv: st.Argv}
+	}
+	return out, nil
+}
+
+// port is one named input or output of a run.
+type port struct {
+	queue string
+	r     io.Reader // inputs
+	w     io.Writer // outputs
+}
+
+// outcome is what running a program cost and said.
+type outcome struct {
+	cpu    time.Duration // CPU of executables; busy time of built-ins
+	stderr string        // the last stderrKeep bytes of every executable's stderr
+}
+
+const stderrKeep = 4 << 10
+
+// execute runs a program over one set of inputs. A program with one input
+// and at most one output gets them as stdin and stdout, a chain of steps
+// connected by pipes; an executable with several gets named FIFOs as
+// --in QUEUE=PATH and --out QUEUE=PATH arguments.
+func execute(ctx context.Context, steps []step, ins, outs []port, scratch string) (outcome, error) {
+	tail := &tailBuffer{max: stderrKeep}
+	var cpu cpuCounter
+	var err error
+	if len(ins) == 1 && len(outs) <= 1 {
+		var out io.Writer = io.Discard
+		if len(outs) == 1 {
+			out = outs[0].w
+		}
+		err = chain(ctx, steps, ins[0].r, out, tail, &cpu)
+	} else {
+		err = withFIFOs(ctx, steps[0].argv, ins, outs, scratch, tail, &cpu)
+	}
+	if ctx.Err() != nil && errors.Is(context.Cause(ctx), errTimeout) {
+		err = fmt.Errorf("killed after its timeout: %w", errTimeout)
+	}
+	return outcome{cpu: cpu.total(), stderr: tail.String()}, err
+}
+
+var errTimeout = errors.New("stage timeout")
+
+// chain runs steps connected by OS pipes: in → step 1 → ... → out.
+func chain(ctx context.Context, steps []step, in io.Reader, out io.Writer, tail io.Writer, cpu *cpuCounter) error {
+	g, gctx := errgroup.WithContext(ctx)
+	errs := make([]error, len(steps))
+	src := in
+	for i, st := range steps {
+		var dst io.Writer = out
+		var pr, pw *os.File
+		if i < len(steps)-1 {
+			var err error
+			if pr, pw, err = os.Pipe(); err != nil {
+				return err
+			}
+			dst = pw
+		}
+		stepIn := src
+		g.Go(func() error {
+			errs[i] = runStep(gctx, st, stepIn, dst, tail, cpu)
+			// Close our ends so neighbours see EOF or EPIPE.
+			if pw != nil {
+				pw.Close()
+			}
+			if f, ok := stepIn.(*os.File); ok && i > 0 {
+				f.Close()
+			}
+			if errs[i] != nil && !isPipeErr(errs[i]) {
+				return errs[i]
+			}
+			return nil
+		})
+		if pr != nil {
+			src = pr
+		}
+	}
+	gerr := g.Wait()
+	// Report the step that failed first on its own account, not the
+	// neighbours that saw a broken pipe because of it.
+	for i, err := range errs {
+		if err != nil && !isPipeErr(err) {
+			if len(steps) > 1 {
+				return fmt.Errorf("step %d (%s): %w", i+1, stepName(steps[i]), err)
+			}
+			return err
+		}
+	}
+	if gerr != nil {
+		return gerr
+	}
+	for i, err := range errs {
+		if err != nil {
+			return fmt.Errorf("step %d (%s): %w", i+1, stepName(steps[i]), err)
+		}
+	}
+	return nil
+}
+
+func stepName(st step) string {
+	if st.builtin != nil {
+		return fmt.Sprintf("%T", st.builtin)
+	}
+	return st.argv[0]
+}
+
+func isPipeErr(err error) bool {
+	return errors.Is(err, syscall.EPIPE) || errors.Is(err, os.ErrClosed) || errors.Is(err, io.ErrClosedPipe)
+}
+
+func runStep(ctx context.Context, st step, in io.Reader, out io.Writer, tail io.Writer, cpu *cpuCounter) error {
+	if st.builtin != nil {
+		start := time.Now()
+		err := st.builtin.Run(ctx, in, out)
+		cpu.add(time.Since(start))
+		return err
+	}
+	cmd := command(ctx, st.argv)
+	cmd.Stdin, cmd.Stderr = in, tail
+	if out != io.Discard {
+		cmd.Stdout = out
+	}
+	err := cmd.Run()
+	if cmd.ProcessState != nil {
+		cpu.add(cmd.ProcessState.UserTime() + cmd.ProcessState.SystemTime())
+	}
+	return exitError(err)
+}
+
+// command prepares an executable in its own process group, so that a
+// timeout kills the program and anything it started.
+func command(ctx context.Context, argv []string) *exec.Cmd {
+	cmd := exec.CommandContext(ctx, argv[0], argv[1:]...)
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	cmd.Cancel = func() error { return syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL) }
+	cmd.WaitDelay = 5 * time.Second
+	return cmd
+}
+
+func exitError(err error) error {
+	var ee *exec.ExitError
+	if errors.As(err, &ee) {
+		if ws, ok := ee.Sys().(syscall.WaitStatus); ok && ws.Signaled() {
+			return fmt.Errorf("killed by signal %s", ws.Signal())
+		}
+		return fmt.Errorf("exit status %d", ee.ExitCode())
+	}
+	return err
+}
+
+// withFIFOs runs one executable over several inputs or outputs, each a
+// named FIFO in scratch.
+func withFIFOs(ctx context.Context, argv []string, ins, outs []port, scratch string, tail io.Writer, cpu *cpuCounter) error {
+	args := append([]string(nil), argv...)
+	var fifos []string
+	mk := func(flag string, p port) (string, error) {
+		path := filepath.Join(scratch, flag+"-"+p.queue)
+		if err := syscall.Mkfifo(path, 0o600); err != nil {
+			return "", fmt.Errorf("make FIFO for %s: %w", p.queue, err)
+		}
+		fifos = append(fifos, path)
+		args = append(args, "--"+flag, p.queue+"="+path)
+		return path, nil
+	}
+	var copiers sync.WaitGroup
+	copyErrs := make([]error, len(ins)+len(outs))
+	for i, p := range ins {
+		path, err := mk("in", p)
+		if err != nil {
+			return err
+		}
+		copiers.Go(func() {
+			f, err := os.OpenFile(path, os.O_WRONLY, 0)
+			if err == nil {
+				_, err = io.Copy(f, p.r)
+				f.Close()
+			}
+			copyErrs[i] = err
+		})
+	}
+	for i, p := range outs {
+		path, err := mk("out", p)
+		if err != nil {
+			return err
+		}
+		copiers.Go(func() {
+			f, err := os.OpenFile(path, os.O_RDONLY, 0)
+			if err == nil {
+				_, err = io.Copy(p.w, f)
+				f.Close()
+			}
+			copyErrs[len(ins)+i] = err
+		})
+	}
+	cmd := command(ctx, args)
+	cmd.Stderr = tail
+	err := exitError(cmd.Run())
+	if cmd.ProcessState != nil {
+		cpu.add(cmd.ProcessState.UserTime() + cmd.ProcessState.SystemTime())
+	}
+	// A FIFO the program never opened still blocks its copier in open:
+	// open the other end without blocking to let it go.
+	for i, path := range fifos {
+		mode := os.O_RDONLY
+		if i >= len(ins) {
+			mode = os.O_WRONLY
+		}
+		if f, err := os.OpenFile(path, mode|syscall.O_NONBLOCK, 0); err == nil {
+			f.Close()
+		}
+	}
+	copiers.Wait()
+	if err != nil {
+		return err
+	}
+	for i, cerr := range copyErrs {
+		if cerr != nil && !isPipeErr(cerr) {
+			return fmt.Errorf("FIFO %s: %w", fifos[i], cerr)
+		}
+	}
+	return nil
+}
+
+// tailBuffer keeps the last max bytes written to it.
+type tailBuffer struct {
+	mu  sync.Mutex
+	max int
+	buf []byte
+}
+
+func (t *tailBuffer) Write(p []byte) (int, error) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	t.buf = append(t.buf, p...)
+	if over := len(t.buf) - t.max; over > 0 {
+		t.buf = append(t.buf[:0], t.buf[over:]...)
+	}
+	return len(p), nil
+}
+
+func (t *tailBuffer) String() string {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return string(t.buf)
+}
+
+type cpuCounter struct {
+	mu sync.Mutex
+	d  time.Duration
+}
+
+func (c *cpuCounter) add(d time.Duration) {
+	c.mu.Lock()
+	c.d += d
+	c.mu.Unlock()
+}
+
+func (c *cpuCounter) total() time.Duration {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.d
+}

@@ -1,0 +1,111 @@
+// Package engine runs the merged pipeline graph: it schedules stage runs
+// over worker slots in proportion to each stage's backlog, runs each
+// program (built-in or executable, alone or chained by pipes) over a
+// block, and publishes the outputs and the release of the input in one
+// metadata transaction.
+package engine
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net/url"
+	"sort"
+	"strings"
+)
+
+// ErrMalformed marks input a program can never process (a corrupt block):
+// the block is set aside as faulty at once instead of being retried.
+var ErrMalformed = errors.New("malformed input")
+
+// Builtin is a stage that runs in the server's process. Its lifecycle:
+// the registry's New decodes its arguments strictly, fills defaults and
+// validates them (fast, no I/O); then Run is called once per block, from
+// many goroutines at once; it holds no metrics code (the runner measures).
+type Builtin interface {
+	// Run streams one block from in to out. Errors wrapping ErrMalformed
+	// set the block aside.
+	Run(ctx context.Context, in io.Reader, out io.Writer) error
+}
+
+// Describer is a Builtin that says how it works, e.g. which xz encoder
+// it drives; stats and metrics show it.
+type Describer interface {
+	Describe() string
+}
+
+// Factory makes a built-in from its arguments.
+type Factory struct {
+	Name string
+	Doc  string
+	New  func(args url.Values) (Builtin, error)
+}
+
+// Registry holds the built-in stages by name. It is a value built in main,
+// not filled by init, so tests can make their own.
+type Registry struct {
+	byName map[string]Factory
+}
+
+// NewRegistry returns an empty registry.
+func NewRegistry() *Registry { return &Registry{byName: map[string]Factory{}} }
+
+// Add registers a built-in; a second one of the same name panics, as that
+// is a programming error.
+func (r *Registry) Add(f Factory) {
+	if _, ok := r.byName[f.Name]; ok {
+		panic("engine: built-in " + f.Name + " registered twice")
+	}
+	r.byName[f.Name] = f
+}
+
+// New makes the named built-in with its arguments.
+func (r *Registry) New(name string, args url.Values) (Builtin, error) {
+	f, ok := r.byName[name]
+	if !ok {
+		return nil, fmt.Errorf("built-in %q is not known (known: %s)", name, strings.Join(r.Names(), ", "))
+	}
+	b, err := f.New(args)
+	if err != nil {
+		return nil, fmt.Errorf("builtin:%s: %w", name, err)
+	}
+	return b, nil
+}
+
+// Names lists the registered built-ins, sorted.
+func (r *Registry) Names() []string {
+	out := make([]string, 0, len(r.byName))
+	for n := range r.byName {
+		out = append(out, n)
+	}
+	sort.Strings(out)
+	return out
+}
+
+// Docs returns each built-in's documentation, sorted by name.
+func (r *Registry) Docs() []Factory {
+	out := make([]Factory, 0, len(r.byName))
+	for _, n := range r.Names() {
+		out = append(out, r.byName[n])
+	}
+	return out
+}
+
+// StrictArgs checks that args hold only the known keys, each once, so a
+// misspelt argument is refused instead of ignored.
+func StrictArgs(args url.Values, known ...string) error {
+	for k, v := range args {
+		ok := false
+		for _, kn := range known {
+			ok = ok || k == kn
+		}
+		if !ok {
+			return fmt.Errorf("unknown argument %q (known: %s)", k, strings.Join(known, ", "))
+		}
+		if len(v) > 1 {
+			return fmt.Errorf("argument %q given %d times", k, len(v))
+		}
+	}
+	return nil
+}

@@ -1,0 +1,232 @@
+package engine
+
+import (
+	"context"
+	"crypto/sha256"
+	"errors"
+	"fmt"
+	"hash"
+	"io"
+	"os"
+	"slices"
+	"strings"
+	"sync/atomic"
+	"time"
+
+	"github.com/plumb-dev/plumb/blob"
+	"github.com/plumb-dev/plumb/block"
+	"github.com/plumb-dev/plumb/pipeline"
+	"github.com/plumb-dev/plumb/state"
+)
+
+// runBlock runs a block stage over one reserved set of inputs and
+// publishes the result. It returns an error only for trouble with the
+// engine itself (metadata, store); a failing program is recorded on the
+// block.
+func (e *Engine) runBlock(ctx context.Context, st *stage, spec runSpec, res state.Reservation, reserver string) error {
+	inputs := res.Blocks
+	run := state.Run{Group: st.group, Reserver: reserver, Inputs: inputs}
+	start := e.cfg.Now()
+	m := runMeasure{wait: start.Sub(inputs[0].Arrived)}
+	outputs, out, err := e.process(ctx, spec, inputs, &m)
+	m.took = e.cfg.Now().Sub(start)
+	if ctx.Err() != nil && e.ctx.Err() != nil {
+		// The server is stopping: the reservation is reset on the next
+		// start without counting an attempt.
+		return nil
+	}
+	if err == nil {
+		run.Outputs = outputs
+		_, err = e.db.CommitRun(run)
+		if errors.Is(err, state.ErrLostReservation) {
+			e.log.Warn("run finished after its reservation passed to another run; its result is dropped", "stage", spec.node.Name, "block", inputs[0].Name)
+			st.count(&m, "lost")
+			return nil
+		}
+		if err != nil {
+			return fmt.Errorf("stage %s: commit the run on block %s: %w", spec.node.Name, inputs[0].Name, err)
+		}
+		st.count(&m, "ok")
+		e.afterCommit(ctx, inputs)
+		return nil
+	}
+	why := err.Error()
+	if out.stderr != "" {
+		why += "; stderr: " + out.stderr
+	}
+	maxAttempts := e.cfg.MaxAttempts
+	if errors.Is(err, ErrMalformed) {
+		maxAttempts = 0 // retrying cannot help
+	}
+	attempt := res.Attempt
+	retryAt := e.cfg.Now().Add(e.backoff(attempt))
+	faulty, ferr := e.db.FailRun(run, why, maxAttempts, retryAt)
+	switch {
+	case errors.Is(ferr, state.ErrLostReservation):
+		st.count(&m, "lost")
+	case ferr != nil:
+		return fmt.Errorf("stage %s: record the failure on block %s: %w", spec.node.Name, inputs[0].Name, ferr)
+	case faulty:
+		st.count(&m, "faulty")
+		e.log.Error("block set aside as faulty; list with `plumb faulty`, requeue with `plumb retry`",
+			"stage", spec.node.Name, "block", inputs[0].Name, "attempts", attempt, "err", err, "stderr", lastLine(out.stderr))
+	default:
+		st.count(&m, "failed")
+		e.log.Warn("stage run failed; will retry", "stage", spec.node.Name, "block", inputs[0].Name,
+			"attempt", attempt, "retry_at", retryAt, "err", err, "stderr", lastLine(out.stderr))
+	}
+	return nil
+}
+
+// afterCommit deletes inputs that every subscriber is now done with, when
+// their queue keeps blocks only until consumed. A failure here loses
+// nothing: the block merely stays.
+func (e *Engine) afterCommit(ctx context.Context, inputs []state.Block) {
+	for _, b := range inputs {
+		if !e.untilConsumed(b.Queue) {
+			continue
+		}
+		gone, ok, err := e.db.DeleteConsumed(b.Queue, b.Serial)
+		if err != nil {
+			e.log.Warn("delete a consumed block", "block", b.Name, "err", err)
+			continue
+		}
+		if ok {
+			if err := e.store.Delete(ctx, gone.Key); err != nil {
+				e.log.Warn("delete a consumed block's bytes; fsck will remove them", "block", b.Name, "err", err)
+			}
+		}
+	}
+}
+
+// untilConsumed reports whether a queue keeps its blocks only until every
+// subscriber is done: a queue a stage produces without a retention.
+// Source queues are kept until a retention says otherwise.
+func (e *Engine) untilConsumed(queue string) bool {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	for _, st := range e.stages {
+		if slices.Contains(st.node.Outputs, queue) {
+			return st.node.Retention == pipeline.UntilConsumed
+		}
+	}
+	return false
+}
+
+// backoff is the wait before the next attempt: Backoff doubled per
+// attempt made, capped at a minute.
+func (e *Engine) backoff(attempts int) time.Duration {
+	d := e.cfg.Backoff << max(attempts-1, 0)
+	return min(d, time.Minute)
+}
+
+func lastLine(s string) string {
+	s = strings.TrimSpace(s)
+	if i := strings.LastIndexByte(s, '\n'); i >= 0 {
+		return s[i+1:]
+	}
+	return s
+}
+
+// runMeasure is what one run read, wrote and cost.
+type runMeasure struct {
+	in   atomic.Int64
+	out  int64
+	took time.Duration // processing time
+	cpu  time.Duration
+	wait time.Duration // from the input's arrival to the run's start
+}
+
+// process streams the inputs through the program into durable output
+// blobs, and returns the output blocks to commit.
+func (e *Engine) process(ctx context.Context, spec runSpec, inputs []state.Block, m *runMeasure) ([]state.Block, outcome, error) {
+	if t := time.Duration(spec.node.Timeout); t > 0 {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeoutCause(ctx, t, errTimeout)
+		defer cancel()
+	}
+	scratch, err := os.MkdirTemp(e.cfg.Scratch, "run-")
+	if err != nil {
+		return nil, outcome{}, fmt.Errorf("scratch space for a run: %w (is %s writable?)", err, e.cfg.Scratch)
+	}
+	defer os.RemoveAll(scratch)
+
+	var ins []port
+	for _, b := range inputs {
+		rc, err := e.store.Open(ctx, b.Key)
+		if err != nil {
+			return nil, outcome{}, fmt.Errorf("open input block %s: %w", b.Name, err)
+		}
+		defer rc.Close()
+		ins = append(ins, port{queue: b.Queue, r: &countReader{r: rc, n: &m.in}})
+	}
+	var outs []port
+	var files []*hashFile
+	for _, q := range spec.node.Outputs {
+		f, err := os.CreateTemp(scratch, "out-")
+		if err != nil {
+			return nil, outcome{}, err
+		}
+		hf := &hashFile{f: f, h: sha256.New()}
+		defer f.Close()
+		files = append(files, hf)
+		outs = append(outs, port{queue: q, w: hf})
+	}
+	res, err := execute(ctx, spec.steps, ins, outs, scratch)
+	m.cpu = res.cpu
+	if err != nil {
+		return nil, res, err
+	}
+	name, err := block.Parse(inputs[0].Name)
+	if err != nil {
+		return nil, res, fmt.Errorf("input block name %s: %w", inputs[0].Name, err)
+	}
+	var blocks []state.Block
+	for i, q := range spec.node.Outputs {
+		hf := files[i]
+		m.out += hf.n
+		var sum blob.Sum
+		copy(sum[:], hf.h.Sum(nil))
+		on := name
+		on.Queue = q
+		key := blob.BlockKey(on, sum)
+		if _, err := hf.f.Seek(0, io.SeekStart); err != nil {
+			return nil, res, err
+		}
+		if err := e.store.Put(ctx, key, hf.f, hf.n, sum); err != nil {
+			return nil, res, fmt.Errorf("store output block %s: %w", on, err)
+		}
+		blocks = append(blocks, state.Block{
+			Name: on.String(), Queue: q, Instance: on.Instance, Seq: on.Seq, Time: on.Time,
+			Size: hf.n, SHA256: sum.String(), Key: key,
+		})
+	}
+	return blocks, res, nil
+}
+
+// hashFile is an output being written: a scratch file, its hash and size.
+type hashFile struct {
+	f *os.File
+	h hash.Hash
+	n int64
+}
+
+func (h *hashFile) Write(p []byte) (int, error) {
+	n, err := h.f.Write(p)
+	h.h.Write(p[:n])
+	h.n += int64(n)
+	return n, err
+}
+
+// countReader counts bytes read; inputs are read concurrently when a
+// program takes several.
+type countReader struct {
+	r io.Reader
+	n *atomic.Int64
+}
+
+func (c *countReader) Read(p []byte) (int, error) {
+	n, err := c.r.Read(p)
+	c.n.Add(int64(n))
+	return n, err
+}

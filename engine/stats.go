@@ -1,0 +1,142 @@
+package engine
+
+import (
+	"sort"
+
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+// StageStats is what a stage has done since the server started.
+type StageStats struct {
+	Stage    string   `json:"stage"`
+	ID       string   `json:"id"`
+	Inputs   []string `json:"inputs"`
+	Outputs  []string `json:"outputs"`
+	Owners   []string `json:"owners"`
+	Program  string   `json:"program"`
+	Detail   string   `json:"detail,omitempty"` // e.g. which xz encoder
+	Backlog  int64    `json:"backlog"`
+	Workers  int      `json:"workers"`
+	Target   int      `json:"target"`
+	Runs     int64    `json:"runs"`
+	Failed   int64    `json:"failed"`
+	Faulty   int64    `json:"faulty"`
+	BytesIn  int64    `json:"bytes_in"`
+	BytesOut int64    `json:"bytes_out"`
+	// ProcessingSeconds is the wall time of runs (P), CPUSeconds the CPU
+	// of their programs, QueueWaitSeconds the time inputs waited.
+	ProcessingSeconds float64 `json:"processing_seconds"`
+	CPUSeconds        float64 `json:"cpu_seconds"`
+	QueueWaitSeconds  float64 `json:"queue_wait_seconds"`
+	// Intensity is (I + R·O)/P in MB/s; ChainCandidate says it passed the
+	// threshold, so chaining the stage with a neighbour would save I/O.
+	Intensity      float64 `json:"intensity_mb_s"`
+	ChainCandidate bool    `json:"chain_candidate,omitempty"`
+}
+
+// count adds one finished run to the stage's measurements.
+func (st *stage) count(m *runMeasure, result string) {
+	in := m.in.Load()
+	st.mu.Lock()
+	switch result {
+	case "ok":
+		st.stats.Runs++
+		st.stats.BytesIn += in
+		st.stats.BytesOut += m.out
+		st.stats.ProcessingSeconds += m.took.Seconds()
+		st.stats.QueueWaitSeconds += m.wait.Seconds()
+	case "failed":
+		st.stats.Failed++
+	case "faulty":
+		st.stats.Failed++
+		st.stats.Faulty++
+	}
+	st.stats.CPUSeconds += m.cpu.Seconds()
+	st.mu.Unlock()
+	sm := st.metrics
+	sm.runs.WithLabelValues(result).Inc()
+	if result == "ok" {
+		sm.bytesIn.Add(float64(in))
+		sm.bytesOut.Add(float64(m.out))
+		sm.processing.Add(m.took.Seconds())
+		sm.wait.Observe(m.wait.Seconds())
+	}
+	sm.cpu.Add(m.cpu.Seconds())
+}
+
+// Stats returns every stage's measurements, sorted by name.
+func (e *Engine) Stats() []StageStats {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	var out []StageStats
+	for id, st := range e.stages {
+		st.mu.Lock()
+		s := st.stats
+		st.mu.Unlock()
+		n := st.node
+		s.Stage, s.ID, s.Inputs, s.Outputs, s.Program = n.Name, id, n.Inputs, n.Outputs, n.Program.String()
+		s.Owners = nil
+		for _, o := range n.Owners {
+			s.Owners = append(s.Owners, o.Job+"/"+o.Stage)
+		}
+		for _, step := range st.steps {
+			if d, ok := step.builtin.(Describer); ok && d.Describe() != "" {
+				s.Detail = d.Describe()
+			}
+		}
+		s.Backlog, s.Workers, s.Target = st.backlog, st.running, st.target
+		if s.ProcessingSeconds > 0 {
+			s.Intensity = (float64(s.BytesIn) + e.cfg.Replication*float64(s.BytesOut)) / s.ProcessingSeconds / 1e6
+			s.ChainCandidate = s.Intensity > e.cfg.ChainAbove
+		}
+		out = append(out, s)
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].Stage < out[j].Stage })
+	return out
+}
+
+// metrics are the engine's Prometheus series, labelled by stage name.
+type metrics struct {
+	backlog    *prometheus.GaugeVec
+	workers    *prometheus.GaugeVec
+	runs       *prometheus.CounterVec
+	bytesIn    *prometheus.CounterVec
+	bytesOut   *prometheus.CounterVec
+	processing *prometheus.CounterVec
+	cpu        *prometheus.CounterVec
+	wait       *prometheus.HistogramVec
+}
+
+type stageMetrics struct {
+	runs                               *prometheus.CounterVec
+	bytesIn, bytesOut, processing, cpu prometheus.Counter
+	wait                               prometheus.Observer
+}
+
+func newMetrics(reg prometheus.Registerer) *metrics {
+	stage := []string{"stage"}
+	m := &metrics{
+		backlog:    prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "plumb_stage_backlog_blocks", Help: "Blocks waiting for a run of the stage."}, stage),
+		workers:    prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "plumb_stage_workers", Help: "Runs of the stage in progress."}, stage),
+		runs:       prometheus.NewCounterVec(prometheus.CounterOpts{Name: "plumb_stage_runs_total", Help: "Finished runs by result (ok, failed, faulty, lost)."}, []string{"stage", "result"}),
+		bytesIn:    prometheus.NewCounterVec(prometheus.CounterOpts{Name: "plumb_stage_bytes_in_total", Help: "Bytes read by successful runs (I)."}, stage),
+		bytesOut:   prometheus.NewCounterVec(prometheus.CounterOpts{Name: "plumb_stage_bytes_out_total", Help: "Bytes written by successful runs (O)."}, stage),
+		processing: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "plumb_stage_processing_seconds_total", Help: "Wall time of successful runs (P)."}, stage),
+		cpu:        prometheus.NewCounterVec(prometheus.CounterOpts{Name: "plumb_stage_cpu_seconds_total", Help: "CPU seconds of stage programs (busy seconds for built-ins)."}, stage),
+		wait: prometheus.NewHistogramVec(prometheus.HistogramOpts{Name: "plumb_stage_queue_wait_seconds", Help: "Time from an input block's arrival to the start of its run.",
+			Buckets: prometheus.ExponentialBuckets(0.01, 4, 10)}, stage),
+	}
+	if reg != nil {
+		reg.MustRegister(m.backlog, m.workers, m.runs, m.bytesIn, m.bytesOut, m.processing, m.cpu, m.wait)
+	}
+	return m
+}
+
+func (m *metrics) stage(name string) *stageMetrics {
+	return &stageMetrics{
+		runs:    m.runs.MustCurryWith(prometheus.Labels{"stage": name}),
+		bytesIn: m.bytesIn.WithLabelValues(name), bytesOut: m.bytesOut.WithLabelValues(name),
+		processing: m.processing.WithLabelValues(name), cpu: m.cpu.WithLabelValues(name),
+		wait: m.wait.WithLabelValues(name),
+	}
+}
