@@ -176,6 +176,7 @@ func (e *Engine) Run(ctx context.Context) error {
 		case <-changed:
 			reshare = e.idleStages()
 		case <-e.kick:
+			reshare = true // the graph changed or a run ended
 		}
 	}
 }

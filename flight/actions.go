@@ -54,6 +54,35 @@ var actions = map[string]action{
 		desc: `The blocks of a queue in arrival order, one JSON result each. Body {"queue","after":SERIAL,"limit":N}.`,
 		run:  (*Service).listBlocks,
 	},
+
+	"submit-job": {
+		desc: `Submit a job (YAML). Body {"file","yaml"}; answers {"job","state":"accepted"|"rejected","reason","warnings","stages"}.`,
+		run:  (*Service).submitJob,
+	},
+	"retract-job": {
+		desc: `Retract an accepted job; its stages stop unless another job owns them. Body {"job"}.`,
+		run:  (*Service).retractJob,
+	},
+	"list-jobs": {
+		desc: `Every submitted job with its state, reason and warnings, one result each.`,
+		run:  (*Service).listJobs,
+	},
+	"graph": {
+		desc: `The merged graph. Body {"format":"yaml"|"dot"}; answers {"yaml"} or {"dot"}.`,
+		run:  (*Service).graph,
+	},
+	"stats": {
+		desc: `Per stage: backlog, workers, runs, bytes in and out, processing and CPU seconds, I/O intensity; one result each.`,
+		run:  (*Service).stageStats,
+	},
+	"faulty": {
+		desc: `Blocks set aside after their last attempt, with the error kept; one result each. Body {"queue"} or {} for all.`,
+		run:  (*Service).faulty,
+	},
+	"retry": {
+		desc: `Requeue faulty blocks: {"queue","block"} for one, {"queue"} for a queue's, {} for all; answers {"requeued": N}.`,
+		run:  (*Service).retry,
+	},
 }
 
 // ListActions implements Flight.

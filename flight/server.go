@@ -17,6 +17,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/plumb-dev/plumb/blob"
+	"github.com/plumb-dev/plumb/engine"
 	"github.com/plumb-dev/plumb/state"
 )
 
@@ -45,6 +46,12 @@ type Config struct {
 	Ready func(addr net.Addr)
 	// Now is the clock; time.Now when nil.
 	Now func() time.Time
+	// Registry holds the built-in stages; with nil the server runs no
+	// pipelines.
+	Registry *engine.Registry
+	// Engine configures the pipeline engine; its Scratch defaults to
+	// DATA/tmp.
+	Engine engine.Config
 }
 
 func (c *Config) defaults() {
@@ -76,6 +83,7 @@ type Service struct {
 	cfg   Config
 	db    *state.DB
 	store blob.Store
+	eng   *engine.Engine // nil: no pipelines
 	log   *slog.Logger
 
 	// ctx ends when the server shuts down, so that follow streams end
@@ -118,6 +126,30 @@ func Run(ctx context.Context, cfg Config) (err error) {
 	srvCtx, stop := context.WithCancel(ctx)
 	defer stop()
 	svc := NewService(srvCtx, cfg, db, store)
+	engDone := make(chan struct{})
+	if cfg.Registry != nil {
+		ecfg := cfg.Engine
+		if ecfg.Scratch == "" {
+			ecfg.Scratch = filepath.Join(cfg.Data, "tmp")
+		}
+		if ecfg.Logger == nil {
+			ecfg.Logger = cfg.Logger
+		}
+		if ecfg.Now == nil {
+			ecfg.Now = cfg.Now
+		}
+		eng, err := engine.New(db, store, cfg.Registry, ecfg)
+		if err != nil {
+			lis.Close()
+			return fmt.Errorf("start the pipeline engine: %w", err)
+		}
+		svc.eng = eng
+		go func() { defer close(engDone); eng.Run(srvCtx) }()
+	} else {
+		close(engDone)
+	}
+	// Stage runs stop before the metadata closes.
+	defer func() { stop(); <-engDone }()
 	gs := NewGRPCServer(cfg.Logger)
 	aflight.RegisterFlightServiceServer(gs, svc)
 

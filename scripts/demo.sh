@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # The main job on the embedded default: start `plumb serve` on a fresh data
 # directory, generate a DNS capture, ship it and the real captures in
-# testdata through the agent path, read everything back as a consumer
-# group, and show what the server holds. No outside services.
+# testdata through the agent path, submit two users' jobs that share their
+# first stage, wait for them to drain, and show the merged graph, the
+# stage statistics and what each queue holds. No outside services.
 set -euo pipefail
 plumb=${1:-bin/plumb}
 work=$(mktemp -d)
@@ -38,6 +39,17 @@ echo "== queues"
 echo "== first blocks of queue pcap.sz"
 "$plumb" blocks pcap.sz | sed -n 1,4p
 
-echo "== consumer group 'archive' reads every block once, acking each"
-"$plumb" follow pcap.sz --group archive --out "$work/out" --from earliest --once | wc -l | awk '{print "  received " $1 " blocks"}'
+echo "== a consumer group reads every block once, acking each"
+"$plumb" follow pcap.sz --group demo --out "$work/out" --from earliest --once | wc -l | awk '{print "  received " $1 " blocks"}'
+
+echo "== alice and bob submit their jobs; both start with the same decode stage"
+"$plumb" job submit examples/jobs/alice-archive.yaml examples/jobs/bob-summary.yaml
+echo "== the merged graph (the shared stage has two owners)"
+"$plumb" graph
+echo "== stage statistics once the pipelines have drained"
+"$plumb" stats --wait
+echo "== what each queue holds (pcap, read by both, is gone once both are done with it)"
 "$plumb" queues
+echo "== bob's summary of the first block"
+first=$("$plumb" blocks pcap.info | awk 'NR==2 {print $1}')
+"$plumb" get -o - "$first"

@@ -14,6 +14,10 @@ func serverFlag(fs *flag.FlagSet) *string {
 	return fs.String("server", cmp.Or(os.Getenv("PLUMB_SERVER"), "127.0.0.1:8815"), "server `ADDR` (also from PLUMB_SERVER)")
 }
 
+// optionalArg as clientCommand's nargs takes zero or one argument; -1
+// takes one or more.
+const optionalArg = -2
+
 // clientCommand is a subcommand that talks to a server: it parses the
 // flags (before or after the arguments), checks the argument count, dials
 // --server and hands the client to do.
@@ -29,7 +33,10 @@ func clientCommand(name, usage, short string, nargs int, flags func(fs *flag.Fla
 			if err != nil {
 				return err
 			}
-			if nargs >= 0 && len(pos) != nargs || nargs < 0 && len(pos) == 0 {
+			switch {
+			case nargs == optionalArg && len(pos) > 1,
+				nargs >= 0 && len(pos) != nargs,
+				nargs == -1 && len(pos) == 0:
 				return errUsage
 			}
 			c, err := flight.Dial(*server)

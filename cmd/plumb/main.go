@@ -36,6 +36,11 @@ func commands() []command {
 		agentCommand(),
 		importCommand(),
 		synthCommand(),
+		jobCommand(),
+		graphCommand(),
+		statsCommand(),
+		faultyCommand(),
+		retryCommand(),
 	}
 }
 

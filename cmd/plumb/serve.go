@@ -3,11 +3,16 @@ package main
 import (
 	"context"
 	"flag"
+	"fmt"
 	"log/slog"
 	"os"
 	"time"
 
+	"github.com/plumb-dev/plumb/engine"
+	"github.com/plumb-dev/plumb/engine/builtin"
 	"github.com/plumb-dev/plumb/flight"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
 )
 
 func serveCommand() command {
@@ -21,6 +26,13 @@ func serveCommand() command {
 			fs.StringVar(&cfg.Store, "store", "", "blob store `URL`: file:///DIR or s3://BUCKET?endpoint=HOST:PORT (credentials from AWS_ACCESS_KEY_ID/AWS_SECRET_ACCESS_KEY); default DATA/blobs")
 			fs.StringVar(&cfg.Listen, "listen", "127.0.0.1:8815", "`ADDR` to serve Arrow Flight on")
 			fs.DurationVar(&cfg.Visibility, "visibility", 60*time.Second, "how long a block handed to a consumer group stays reserved without an ack")
+			fs.IntVar(&cfg.Engine.Slots, "slots", 0, "stage runs at once (worker slots); 0 means one per CPU")
+			policy := fs.String("workers", "backlog", "how slots are shared: backlog (in proportion to each stage's backlog) or static (equal split)")
+			fs.BoolVar(&cfg.Engine.NoDedup, "no-dedup", false, "run every job's stages on their own, sharing nothing (to measure what merging saves)")
+			fs.DurationVar(&cfg.Engine.Tick, "tick", time.Second, "how often slots are re-shared")
+			fs.Float64Var(&cfg.Engine.Replication, "replication", 1, "copies the store writes of each byte, for the I/O intensity (1 for a directory)")
+			fs.Float64Var(&cfg.Engine.ChainAbove, "chain-above", 50, "flag stages above this I/O intensity (MB/s) as candidates to chain")
+			metricsAddr := fs.String("metrics", "", "serve Prometheus metrics on http://`ADDR`/metrics")
 			level := fs.String("log-level", "info", "log level: debug, info, warn, error")
 			if err := fs.Parse(args); err != nil {
 				return err
@@ -33,6 +45,24 @@ func serveCommand() command {
 				return err
 			}
 			cfg.Logger = slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: lv}))
+			switch p := engine.Policy(*policy); p {
+			case engine.Backlog, engine.Static:
+				cfg.Engine.Policy = p
+			default:
+				return fmt.Errorf("--workers %q: want backlog or static", *policy)
+			}
+			cfg.Registry = engine.NewRegistry()
+			builtin.Register(cfg.Registry, builtin.FindXZ())
+			if *metricsAddr != "" {
+				reg := prometheus.NewRegistry()
+				reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+				cfg.Engine.Registerer = reg
+				stop, err := serveMetrics(ctx, *metricsAddr, reg)
+				if err != nil {
+					return err
+				}
+				defer stop()
+			}
 			return flight.Run(ctx, cfg)
 		},
 	}

@@ -1,5 +1,6 @@
 // Package builtin holds Plumb's in-process stages: decode, encode and
-// transcode between the codecs. Register adds them to an engine registry.
+// transcode between the codecs, and capture summaries. Register adds them
+// to an engine registry.
 package builtin
 
 import (
@@ -17,6 +18,7 @@ import (
 // Register adds every built-in to reg. xz says how to make xz streams
 // (the system xz when found, else the Go encoder).
 func Register(reg *engine.Registry, xz XZ) {
+	registerPcapInfo(reg)
 	reg.Add(engine.Factory{
 		Name: "decode",
 		Doc:  "Decompresses a block (snappy, xz, gzip or zstd, told from its first bytes); an uncompressed block passes through.",

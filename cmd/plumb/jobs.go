@@ -1,0 +1,193 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"os"
+	"os/exec"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/plumb-dev/plumb/block"
+	"github.com/plumb-dev/plumb/flight"
+)
+
+func jobCommand() command {
+	return clientCommand("job", "submit FILE... | retract NAME | list", "submit, retract and list pipeline jobs", -1, nil,
+		func(ctx context.Context, c *flight.Client, args []string) error {
+			switch verb, rest := args[0], args[1:]; {
+			case verb == "submit" && len(rest) > 0:
+				var refused int
+				for _, file := range rest {
+					src, err := os.ReadFile(file)
+					if err != nil {
+						return err
+					}
+					res, err := c.SubmitJob(ctx, file, src)
+					if err != nil {
+						return fmt.Errorf("submit %s: %w", file, err)
+					}
+					if res.State != "accepted" {
+						refused++
+						fmt.Fprintf(os.Stderr, "job %s rejected:\n%s\n", res.Job, indent(res.Reason))
+						continue
+					}
+					fmt.Printf("job %s accepted; its stages: %s\n", res.Job, strings.Join(res.Stages, ", "))
+					for _, w := range res.Warnings {
+						fmt.Fprintf(os.Stderr, "warning: %s\n", w)
+					}
+				}
+				if refused > 0 {
+					return fmt.Errorf("%d of %d jobs rejected", refused, len(rest))
+				}
+				return nil
+			case verb == "retract" && len(rest) == 1:
+				if err := c.RetractJob(ctx, rest[0]); err != nil {
+					return err
+				}
+				fmt.Printf("job %s retracted\n", rest[0])
+				return nil
+			case verb == "list" && len(rest) == 0:
+				jobs, err := c.Jobs(ctx)
+				if err != nil {
+					return err
+				}
+				tw := tabwriter.NewWriter(os.Stdout, 0, 4, 2, ' ', 0)
+				fmt.Fprintln(tw, "JOB\tOWNER\tSTATE\tCHANGED\tREASON")
+				for _, j := range jobs {
+					reason, _, _ := strings.Cut(j.Reason, "\n")
+					fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\n", j.Name, j.Owner, j.State, j.Changed.Format("2006-01-02 15:04:05"), reason)
+				}
+				return tw.Flush()
+			}
+			return errUsage
+		})
+}
+
+func indent(s string) string { return "  " + strings.ReplaceAll(s, "\n", "\n  ") }
+
+func graphCommand() command {
+	var dot, svg *bool
+	return clientCommand("graph", "", "print the merged pipeline graph (YAML, or --dot / --svg for Graphviz)", 0,
+		func(fs *flag.FlagSet) {
+			dot = fs.Bool("dot", false, "print Graphviz DOT")
+			svg = fs.Bool("svg", false, "render SVG through Graphviz's dot (must be installed)")
+		},
+		func(ctx context.Context, c *flight.Client, _ []string) error {
+			g, err := c.Graph(ctx, *dot || *svg)
+			if err != nil || !*svg {
+				fmt.Print(g)
+				return err
+			}
+			path, err := exec.LookPath("dot")
+			if err != nil {
+				return errors.New("--svg needs Graphviz's dot (apt install graphviz); --dot prints the source")
+			}
+			cmd := exec.CommandContext(ctx, path, "-Tsvg")
+			cmd.Stdin, cmd.Stdout, cmd.Stderr = strings.NewReader(g), os.Stdout, os.Stderr
+			return cmd.Run()
+		})
+}
+
+func statsCommand() command {
+	var wait *bool
+	return clientCommand("stats", "", "list stages with backlog, workers, bytes, CPU and I/O intensity", 0,
+		func(fs *flag.FlagSet) {
+			wait = fs.Bool("wait", false, "first wait until every stage is idle (no backlog, no run), showing progress")
+		},
+		func(ctx context.Context, c *flight.Client, _ []string) error {
+			st, err := c.Stats(ctx)
+			if err != nil {
+				return err
+			}
+			for idle := 0; *wait && idle < 2; {
+				backlog, runs := int64(0), 0
+				for _, s := range st {
+					backlog += s.Backlog
+					runs += s.Workers
+				}
+				if backlog == 0 && runs == 0 {
+					idle++ // twice in a row, so a run that just ended has published
+				} else {
+					idle = 0
+					fmt.Fprintf(os.Stderr, "\rwaiting: %d blocks in backlog, %d runs in progress   ", backlog, runs)
+				}
+				select {
+				case <-ctx.Done():
+					return ctx.Err()
+				case <-time.After(500 * time.Millisecond):
+				}
+				if st, err = c.Stats(ctx); err != nil {
+					return err
+				}
+			}
+			if *wait {
+				fmt.Fprintf(os.Stderr, "\r%60s\r", "")
+			}
+			tw := tabwriter.NewWriter(os.Stdout, 0, 4, 2, ' ', 0)
+			fmt.Fprintln(tw, "STAGE\tOWNERS\tBACKLOG\tWORKERS\tRUNS\tFAILED\tFAULTY\tIN MB\tOUT MB\tPROC s\tCPU s\tWAIT s\tMB/s\t")
+			var notes []string
+			for _, s := range st {
+				flag := ""
+				if s.ChainCandidate {
+					flag = "chain?"
+					notes = append(notes, fmt.Sprintf("%s moves %.0f MB/s of I/O: chain it with a neighbour (program: [a, b]) to skip storing its blocks", s.Stage, s.Intensity))
+				}
+				fmt.Fprintf(tw, "%s\t%d\t%d\t%d\t%d\t%d\t%d\t%.1f\t%.1f\t%.2f\t%.2f\t%.2f\t%.1f\t%s\n", s.Stage, len(s.Owners), s.Backlog, s.Workers,
+					s.Runs, s.Failed, s.Faulty, float64(s.BytesIn)/1e6, float64(s.BytesOut)/1e6, s.ProcessingSeconds, s.CPUSeconds, s.QueueWaitSeconds, s.Intensity, flag)
+				if s.Detail != "" {
+					notes = append(notes, s.Stage+": "+s.Detail)
+				}
+			}
+			if err := tw.Flush(); err != nil {
+				return err
+			}
+			for _, n := range notes {
+				fmt.Println(n)
+			}
+			return nil
+		})
+}
+
+func faultyCommand() command {
+	return clientCommand("faulty", "[QUEUE]", "list blocks set aside after their last attempt, with the error", optionalArg, nil,
+		func(ctx context.Context, c *flight.Client, pos []string) error {
+			q := ""
+			if len(pos) == 1 {
+				q = pos[0]
+			}
+			fb, err := c.Faulty(ctx, q)
+			if err != nil {
+				return err
+			}
+			for _, b := range fb {
+				fmt.Printf("%s\tfor %s\tafter %d attempts: %s\n", b.Block, b.Group, b.Attempts, b.Error)
+			}
+			if len(fb) > 0 {
+				fmt.Fprintf(os.Stderr, "%d faulty; fix the cause, then `plumb retry` requeues them\n", len(fb))
+			}
+			return nil
+		})
+}
+
+func retryCommand() command {
+	return clientCommand("retry", "[QUEUE | BLOCK]", "requeue faulty blocks: one block, a queue's, or all", optionalArg, nil,
+		func(ctx context.Context, c *flight.Client, pos []string) error {
+			var q, name string
+			if len(pos) == 1 {
+				if _, err := block.Parse(pos[0]); err == nil {
+					name = pos[0]
+				} else {
+					q = pos[0]
+				}
+			}
+			n, err := c.Retry(ctx, q, name)
+			if err == nil {
+				fmt.Printf("requeued %d blocks\n", n)
+			}
+			return err
+		})
+}

@@ -1,0 +1,206 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"fmt"
+	"io"
+	"math/rand/v2"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/plumb-dev/plumb/codecs"
+	"github.com/plumb-dev/plumb/flight"
+	"github.com/plumb-dev/plumb/internal/testenv"
+)
+
+// snappyBlock is a source block: random-ish bytes, snappy-compressed, and
+// the SHA-256 of the bytes a decode stage must produce from it.
+func snappyBlock(t *testing.T, seq int) (flight.Source, string) {
+	r := rand.New(rand.NewPCG(uint64(seq), 3))
+	raw := make([]byte, 32<<10+r.IntN(128<<10))
+	for i := range raw {
+		raw[i] = "abcdefgh"[r.IntN(8)] // compressible, like captures
+	}
+	var z bytes.Buffer
+	w, _ := codecs.Snappy.NewWriter(&z)
+	w.Write(raw)
+	if err := w.Close(); err != nil {
+		t.Fatal(err)
+	}
+	data := z.Bytes()
+	sum := sha256.Sum256(data)
+	want := sha256.Sum256(raw)
+	return flight.Source{
+		Name: fmt.Sprintf("20250505-151105-%08d.site1.pcap.sz", seq), Size: int64(len(data)), SHA256: hex.EncodeToString(sum[:]),
+		Open: func() (io.ReadCloser, error) { return io.NopCloser(bytes.NewReader(data)), nil },
+	}, hex.EncodeToString(want[:])
+}
+
+// TestPipelineSurvivesServerKill SIGKILLs the server while stage runs are
+// in flight, several times, then lets the pipeline drain: every input
+// block has exactly one output in each derived queue, each with the
+// checksum the stage must produce, and none is faulty.
+func TestPipelineSurvivesServerKill(t *testing.T) {
+	const blocks = 60
+	data := t.TempDir()
+	addr := testenv.FreeAddr(t)
+	ctx := context.Background()
+	job := filepath.Join(t.TempDir(), "job.yaml")
+	os.WriteFile(job, []byte(`
+job: crashy
+from: earliest
+stages:
+  - {name: decode, inputs: [pcap.sz], program: builtin:decode, outputs: [pcap], retention: forever}
+  - {name: slow-copy, inputs: [pcap], program: [sh, -c, "sleep 0.05; cat"], outputs: [pcap.copy], retention: forever}
+`), 0o644)
+
+	serve := func() (*plumbProc, *flight.Client) {
+		p := startPlumb(t, "serve", "--data", data, "--listen", addr, "--slots", "4", "--log-level", "warn")
+		waitListening(t, addr)
+		c, err := flight.Dial(addr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { c.Close() })
+		return p, c
+	}
+	p, c := serve()
+	want := map[string]string{} // output name → SHA-256 it must have
+	for seq := 1; seq <= blocks; seq++ {
+		src, sum := snappyBlock(t, seq)
+		if _, err := c.Put(ctx, src); err != nil {
+			t.Fatal(err)
+		}
+		want[strings.TrimSuffix(src.Name, ".sz")] = sum
+		want[strings.TrimSuffix(src.Name, ".sz")+".copy"] = sum
+	}
+	if res, err := c.SubmitJob(ctx, "job.yaml", mustRead(t, job)); err != nil || res.State != "accepted" {
+		t.Fatalf("submit = %+v, %v", res, err)
+	}
+	rng := rand.New(rand.NewPCG(11, 11))
+	for kill := 1; kill <= 4; kill++ {
+		time.Sleep(time.Duration(100+rng.IntN(400)) * time.Millisecond)
+		p.cmd.Process.Signal(os.Kill)
+		p.cmd.Wait()
+		p, c = serve()
+	}
+	deadline := time.Now().Add(2 * time.Minute)
+	for {
+		pc, _ := c.Blocks(ctx, "pcap.copy")
+		if len(pc) >= blocks {
+			break
+		}
+		if time.Now().After(deadline) {
+			st, _ := c.Stats(ctx)
+			t.Fatalf("pipeline did not drain: %d of %d outputs; stats %+v\n%s", len(pc), blocks, st, p.log)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	for _, q := range []string{"pcap", "pcap.copy"} {
+		got, err := c.Blocks(ctx, q)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(got) != blocks {
+			t.Errorf("queue %s holds %d blocks, want exactly %d", q, len(got), blocks)
+		}
+		for _, b := range got {
+			if want[b.Name] != b.SHA256 {
+				t.Errorf("%s: sha256 %s, want %s", b.Name, b.SHA256, want[b.Name])
+			}
+		}
+	}
+	// Each published output reads back whole and matches its checksum.
+	s, err := c.Get(ctx, "20250505-151105-00000007.site1.pcap.copy")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !s.Next() {
+		t.Fatalf("read output: %v", s.Err())
+	}
+	if n, err := io.Copy(io.Discard, s); err != nil || n == 0 {
+		t.Fatalf("read output: %d bytes, %v", n, err)
+	}
+	s.Close()
+	if fb, err := c.Faulty(ctx, ""); err != nil || len(fb) != 0 {
+		t.Errorf("faulty after crashes = %+v, %v (a server crash must not count as a failed attempt)", fb, err)
+	}
+}
+
+// plumbExec runs plumb as a separate process, as from a shell, and
+// returns its stdout, stderr and exit code.
+func plumbExec(t *testing.T, args ...string) (string, string, int) {
+	t.Helper()
+	cmd := exec.Command(os.Args[0], args...)
+	cmd.Env = append(os.Environ(), "PLUMB_TEST_AS_PLUMB=1")
+	var out, errb bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &errb
+	err := cmd.Run()
+	code := 0
+	if ee, ok := err.(*exec.ExitError); ok {
+		code = ee.ExitCode()
+	} else if err != nil {
+		t.Fatal(err)
+	}
+	return out.String(), errb.String(), code
+}
+
+func mustRead(t *testing.T, path string) []byte {
+	t.Helper()
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b
+}
+
+// TestJobCommands drives the job verbs as a user would.
+func TestJobCommands(t *testing.T) {
+	data := t.TempDir()
+	addr := testenv.FreeAddr(t)
+	startPlumb(t, "serve", "--data", data, "--listen", addr, "--log-level", "warn")
+	waitListening(t, addr)
+	c, _ := flight.Dial(addr)
+	defer c.Close()
+	src, _ := snappyBlock(t, 1)
+	if _, err := c.Put(context.Background(), src); err != nil {
+		t.Fatal(err)
+	}
+	out, errOut, code := plumbExec(t, "job", "submit", "--server", addr, "../../examples/jobs/alice-archive.yaml", "../../examples/jobs/bob-summary.yaml")
+	if code != 0 || !strings.Contains(out, "job bob-summary accepted; its stages: alice-archive/decode, bob-summary/summary") {
+		t.Fatalf("submit: %d\n%s\n%s", code, out, errOut)
+	}
+	bad := filepath.Join(t.TempDir(), "bad.yaml")
+	os.WriteFile(bad, []byte("job: bad\nstages:\n  - name: s\n    inputs: [pcap.sz]\n    program: builtin:nope\n    outputs: [pcap.xz]\n"), 0o644)
+	_, errOut, code = plumbExec(t, "job", "submit", "--server", addr, bad)
+	if code == 0 || !strings.Contains(errOut, "job bad rejected") || !strings.Contains(errOut, "3:1: stage \"s\".program: built-in \"nope\" is not known") {
+		t.Fatalf("bad job: exit %d, stderr:\n%s", code, errOut)
+	}
+	out, _, _ = plumbExec(t, "job", "list", "--server", addr)
+	for _, want := range []string{"alice-archive  alice", "bad", "rejected"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("job list lacks %q:\n%s", want, out)
+		}
+	}
+	out, _, code = plumbExec(t, "graph", "--dot", "--server", addr)
+	if code != 0 || !strings.Contains(out, "merged: 2 owners") || !strings.Contains(out, "digraph plumb") {
+		t.Errorf("graph --dot:\n%s", out)
+	}
+	out, _, code = plumbExec(t, "stats", "--wait", "--server", addr)
+	if code != 0 || !strings.Contains(out, "alice-archive/decode") || !strings.Contains(out, "xz encoder") {
+		t.Errorf("stats:\n%s", out)
+	}
+	if _, errOut, code := plumbExec(t, "job", "retract", "--server", addr, "nosuch"); code == 0 || !strings.Contains(errOut, "plumb job list") {
+		t.Errorf("retract of an unknown job: %d %s", code, errOut)
+	}
+	if out, _, code := plumbExec(t, "job", "retract", "--server", addr, "alice-archive"); code != 0 || !strings.Contains(out, "retracted") {
+		t.Errorf("retract: %d %s", code, out)
+	}
+}

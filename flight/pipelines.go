@@ -1,0 +1,225 @@
+package flight
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	"github.com/plumb-dev/plumb/block"
+	"github.com/plumb-dev/plumb/engine"
+	"github.com/plumb-dev/plumb/pipeline"
+	"github.com/plumb-dev/plumb/state"
+)
+
+// SubmitJobRequest is the body of the submit-job action.
+type SubmitJobRequest struct {
+	File string `json:"file,omitempty"` // named in error positions
+	YAML string `json:"yaml"`
+}
+
+// GraphRequest is the body of the graph action.
+type GraphRequest struct {
+	Format string `json:"format,omitempty"` // "yaml" (default) or "dot"
+}
+
+// GraphResult answers the graph action.
+type GraphResult struct {
+	YAML string `json:"yaml,omitempty"`
+	DOT  string `json:"dot,omitempty"`
+}
+
+// RetryRequest is the body of the retry action; empty fields mean all.
+type RetryRequest struct {
+	Queue string `json:"queue,omitempty"`
+	Block string `json:"block,omitempty"`
+}
+
+func (s *Service) engine() (*engine.Engine, error) {
+	if s.eng == nil {
+		return nil, status.Error(codes.Unimplemented, "this server runs no pipelines")
+	}
+	return s.eng, nil
+}
+
+func (s *Service) submitJob(_ context.Context, body []byte) (any, error) {
+	eng, err := s.engine()
+	if err != nil {
+		return nil, err
+	}
+	var req SubmitJobRequest
+	if err := decodeStrict(body, &req); err != nil {
+		return nil, badBody("submit-job", body, err)
+	}
+	if req.File == "" {
+		req.File = "job.yaml"
+	}
+	return eng.Submit(req.File, []byte(req.YAML), "")
+}
+
+func (s *Service) retractJob(_ context.Context, body []byte) (any, error) {
+	eng, err := s.engine()
+	if err != nil {
+		return nil, err
+	}
+	var req struct {
+		Job string `json:"job"`
+	}
+	if err := decodeStrict(body, &req); err != nil {
+		return nil, badBody("retract-job", body, err)
+	}
+	if err := eng.Retract(req.Job); err != nil {
+		if errors.Is(err, state.ErrNotFound) {
+			return nil, status.Errorf(codes.NotFound, "%v; list jobs with `plumb job list`", err)
+		}
+		return nil, status.Error(codes.FailedPrecondition, err.Error())
+	}
+	return map[string]string{"retracted": req.Job}, nil
+}
+
+func (s *Service) listJobs(context.Context, []byte) (any, error) {
+	eng, err := s.engine()
+	if err != nil {
+		return nil, err
+	}
+	jobs, err := eng.Jobs()
+	return listOf(jobs), err
+}
+
+func (s *Service) graph(_ context.Context, body []byte) (any, error) {
+	eng, err := s.engine()
+	if err != nil {
+		return nil, err
+	}
+	var req GraphRequest
+	if len(body) > 0 {
+		if err := decodeStrict(body, &req); err != nil {
+			return nil, badBody("graph", body, err)
+		}
+	}
+	g := eng.Graph()
+	switch req.Format {
+	case "", "yaml":
+		return GraphResult{YAML: string(g.YAML())}, nil
+	case "dot":
+		notes := map[string]pipeline.Annotation{}
+		for _, st := range eng.Stats() {
+			notes[st.ID] = pipeline.Annotation{Backlog: st.Backlog, Workers: st.Workers, Faulty: st.Faulty}
+		}
+		return GraphResult{DOT: string(g.DOT(notes))}, nil
+	}
+	return nil, badBody("graph", body, fmt.Errorf("format %q: want yaml or dot", req.Format))
+}
+
+func (s *Service) stageStats(context.Context, []byte) (any, error) {
+	eng, err := s.engine()
+	if err != nil {
+		return nil, err
+	}
+	return listOf(eng.Stats()), nil
+}
+
+func (s *Service) faulty(_ context.Context, body []byte) (any, error) {
+	var req struct {
+		Queue string `json:"queue,omitempty"`
+	}
+	if len(body) > 0 {
+		if err := decodeStrict(body, &req); err != nil {
+			return nil, badBody("faulty", body, err)
+		}
+	}
+	fb, err := s.db.Faulty(req.Queue)
+	return listOf(fb), err
+}
+
+func (s *Service) retry(_ context.Context, body []byte) (any, error) {
+	var req RetryRequest
+	if len(body) > 0 {
+		if err := decodeStrict(body, &req); err != nil {
+			return nil, badBody("retry", body, err)
+		}
+	}
+	if req.Block != "" {
+		n, err := block.Parse(req.Block)
+		if err != nil {
+			return nil, badBody("retry", body, err)
+		}
+		req.Queue = n.Queue
+	}
+	n, err := s.db.Retry(req.Queue, req.Block)
+	return map[string]int{"requeued": n}, err
+}
+
+func listOf[T any](xs []T) []any {
+	out := make([]any, len(xs))
+	for i, x := range xs {
+		out[i] = x
+	}
+	return out
+}
+
+// SubmitJob submits a job file's YAML; a refused job comes back with
+// State "rejected" and the reason, not as an error.
+func (c *Client) SubmitJob(ctx context.Context, file string, yaml []byte) (engine.SubmitResult, error) {
+	var res engine.SubmitResult
+	err := c.action(ctx, "submit-job", SubmitJobRequest{File: file, YAML: string(yaml)}, func(raw []byte) error {
+		return json.Unmarshal(raw, &res)
+	})
+	return res, err
+}
+
+// RetractJob retracts an accepted job.
+func (c *Client) RetractJob(ctx context.Context, name string) error {
+	return c.action(ctx, "retract-job", map[string]string{"job": name}, func([]byte) error { return nil })
+}
+
+// Jobs lists the submitted jobs.
+func (c *Client) Jobs(ctx context.Context) ([]state.Job, error) {
+	return collect[state.Job](ctx, c, "list-jobs", struct{}{})
+}
+
+// Graph returns the merged graph as YAML, or as Graphviz DOT.
+func (c *Client) Graph(ctx context.Context, dot bool) (string, error) {
+	req := GraphRequest{Format: "yaml"}
+	if dot {
+		req.Format = "dot"
+	}
+	var res GraphResult
+	err := c.action(ctx, "graph", req, func(raw []byte) error { return json.Unmarshal(raw, &res) })
+	return res.YAML + res.DOT, err
+}
+
+// Stats returns every stage's measurements.
+func (c *Client) Stats(ctx context.Context) ([]engine.StageStats, error) {
+	return collect[engine.StageStats](ctx, c, "stats", struct{}{})
+}
+
+// Faulty lists the faulty blocks of a queue, or of all when queue is "".
+func (c *Client) Faulty(ctx context.Context, queue string) ([]state.FaultyBlock, error) {
+	return collect[state.FaultyBlock](ctx, c, "faulty", map[string]string{"queue": queue})
+}
+
+// Retry requeues faulty blocks: one by name, a queue's, or all.
+func (c *Client) Retry(ctx context.Context, queue, name string) (int, error) {
+	var res struct {
+		Requeued int `json:"requeued"`
+	}
+	err := c.action(ctx, "retry", RetryRequest{Queue: queue, Block: name}, func(raw []byte) error { return json.Unmarshal(raw, &res) })
+	return res.Requeued, err
+}
+
+func collect[T any](ctx context.Context, c *Client, typ string, body any) ([]T, error) {
+	var out []T
+	err := c.action(ctx, typ, body, func(raw []byte) error {
+		var x T
+		if err := json.Unmarshal(raw, &x); err != nil {
+			return err
+		}
+		out = append(out, x)
+		return nil
+	})
+	return out, err
+}
