@@ -12,7 +12,8 @@ FUZZ_TARGETS := \
 	./flight:FuzzTicket \
 	./flight:FuzzPutHeader \
 	./pcap:FuzzReader \
-	./agent:FuzzCut
+	./agent:FuzzCut \
+	./pipeline:FuzzParseJob
 
 .PHONY: build test test-go test-python fuzz-short bench demo lint clean
 
