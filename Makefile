@@ -42,6 +42,7 @@ fuzz-short:
 bench: build
 	$(GO) run ./bench/spine -plumb $(CURDIR)/$(BIN)
 	$(GO) run ./bench/agent -plumb $(CURDIR)/$(BIN)
+	$(GO) run ./bench/pipeline -plumb $(CURDIR)/$(BIN)
 
 demo: build
 	./scripts/demo.sh $(BIN)

@@ -102,11 +102,12 @@ func run(plumb, size string) error {
 	}
 
 	// Server as its own process, as in production.
-	addr, stopServer, err := benchkit.StartServer(plumb, dir)
+	srv, err := benchkit.StartServer(plumb, dir)
 	if err != nil {
 		return err
 	}
-	defer stopServer()
+	defer srv.Stop()
+	addr := srv.Addr
 	agent, err := timed("plumb import -> local server", n, func() error {
 		out, err := exec.Command(plumb, "import", "--quiet", "--server", addr, "--site", "bench", "--new-instance",
 			"--spool", filepath.Join(dir, "spool"), input).CombinedOutput()

@@ -75,11 +75,12 @@ func run(plumb string, size int64, n, reps int, dir string) error {
 	}
 
 	// Server as its own process, as in production.
-	addr, stopServer, err := benchkit.StartServer(plumb, dir)
+	srv, err := benchkit.StartServer(plumb, dir)
 	if err != nil {
 		return err
 	}
-	defer stopServer()
+	defer srv.Stop()
+	addr := srv.Addr
 	c, err := flight.Dial(addr)
 	if err != nil {
 		return err

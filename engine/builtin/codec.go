@@ -19,6 +19,7 @@ import (
 // (the system xz when found, else the Go encoder).
 func Register(reg *engine.Registry, xz XZ) {
 	registerPcapInfo(reg)
+	registerCPUWork(reg)
 	reg.Add(engine.Factory{
 		Name: "decode",
 		Doc:  "Decompresses a block (snappy, xz, gzip or zstd, told from its first bytes); an uncompressed block passes through.",

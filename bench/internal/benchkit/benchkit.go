@@ -3,11 +3,14 @@
 package benchkit
 
 import (
+	"bytes"
 	"fmt"
 	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
+	"strings"
 	"syscall"
 	"time"
 )
@@ -22,27 +25,60 @@ type Result struct {
 // MBps is the measurement's throughput in MB/s.
 func (r Result) MBps() float64 { return float64(r.Bytes) / 1e6 / r.Secs }
 
-// StartServer runs `plumb serve` with its data under dir and waits until
-// it listens. Stop it with the returned function.
-func StartServer(plumb, dir string) (addr string, stop func(), err error) {
+// Server is a running plumb server process.
+type Server struct {
+	Addr string
+	cmd  *exec.Cmd
+}
+
+// StartServer runs `plumb serve` with its data under dir and extra flags,
+// and waits until it listens. Stop it with Stop.
+func StartServer(plumb, dir string, extra ...string) (*Server, error) {
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
-		return "", nil, err
+		return nil, err
 	}
-	addr = l.Addr().String()
+	addr := l.Addr().String()
 	l.Close()
-	srv := exec.Command(plumb, "serve", "--data", filepath.Join(dir, "data"), "--listen", addr, "--log-level", "warn")
+	args := append([]string{"serve", "--data", filepath.Join(dir, "data"), "--listen", addr, "--log-level", "warn"}, extra...)
+	srv := exec.Command(plumb, args...)
 	srv.Stderr = os.Stderr
 	if err := srv.Start(); err != nil {
-		return "", nil, err
+		return nil, err
 	}
-	stop = func() { srv.Process.Signal(syscall.SIGTERM); srv.Wait() }
+	s := &Server{Addr: addr, cmd: srv}
 	for deadline := time.Now().Add(30 * time.Second); time.Now().Before(deadline); time.Sleep(20 * time.Millisecond) {
 		if c, err := net.Dial("tcp", addr); err == nil {
 			c.Close()
-			return addr, stop, nil
+			return s, nil
 		}
 	}
-	stop()
-	return "", nil, fmt.Errorf("plumb serve on %s did not start within 30s", addr)
+	s.Stop()
+	return nil, fmt.Errorf("plumb serve on %s did not start within 30s", addr)
+}
+
+// Stop ends the server with SIGTERM and waits for it.
+func (s *Server) Stop() {
+	s.cmd.Process.Signal(syscall.SIGTERM)
+	s.cmd.Wait()
+}
+
+// CPU returns the CPU time the server and its reaped children have used,
+// from /proc (Linux).
+func (s *Server) CPU() (time.Duration, error) {
+	raw, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", s.cmd.Process.Pid))
+	if err != nil {
+		return 0, err
+	}
+	// Fields after the command name (which may hold spaces) in ")".
+	f := strings.Fields(string(raw[bytes.LastIndexByte(raw, ')')+2:]))
+	var ticks int64
+	for _, i := range []int{11, 12, 13, 14} { // utime stime cutime cstime
+		n, err := strconv.ParseInt(f[i], 10, 64)
+		if err != nil {
+			return 0, err
+		}
+		ticks += n
+	}
+	return time.Duration(ticks) * time.Second / 100, nil // USER_HZ is 100 on Linux
 }
