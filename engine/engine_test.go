@@ -403,3 +403,40 @@ func TestRejectedJobsSayWhy(t *testing.T) {
 		t.Errorf("accepted job lost to a rejected new version: %+v", j)
 	}
 }
+
+// TestConsumedBlocksAreDeleted: a derived queue without a retention keeps
+// a block until every stage reading it is done; source queues and queues
+// with a retention keep theirs.
+func TestConsumedBlocksAreDeleted(t *testing.T) {
+	r := newRig(t, engine.Config{Slots: 2})
+	r.put("pcap.sz", 1, snappy(t, payload(1)))
+	r.mustAccept(`
+job: two-readers
+from: earliest
+stages:
+  - {name: decode, inputs: [pcap.sz], program: builtin:decode, outputs: [pcap]}
+  - {name: a, inputs: [pcap], program: builtin:cpuwork, outputs: [pcap.a], retention: forever}
+  - {name: b, inputs: [pcap], program: [cat], outputs: [pcap.b], retention: forever}
+`)
+	for seq := 2; seq <= 5; seq++ {
+		r.put("pcap.sz", uint64(seq), snappy(t, payload(seq)))
+	}
+	r.wait("both readers", func() bool { return r.count("pcap.a") == 5 && r.count("pcap.b") == 5 })
+	r.wait("the intermediate blocks to go", func() bool { return r.count("pcap") == 0 })
+	var left []string
+	r.store.List(context.Background(), func(i blob.Info) error {
+		if strings.HasPrefix(i.Key, "pcap/") {
+			left = append(left, i.Key)
+		}
+		return nil
+	})
+	if len(left) != 0 {
+		t.Errorf("bytes of consumed blocks left in the store: %v", left)
+	}
+	if r.count("pcap.sz") != 5 {
+		t.Errorf("source queue holds %d blocks, want all 5 kept", r.count("pcap.sz"))
+	}
+	if got := decode(t, snappy(t, r.read("pcap.b", 3))); !bytes.Equal(got, payload(3)) {
+		t.Error("output b differs from its input")
+	}
+}

@@ -55,6 +55,12 @@ func (e *Engine) Submit(file string, src []byte, owner string) (SubmitResult, er
 			mine = append(mine, w.What)
 		}
 	}
+	for _, s := range job.Stages {
+		if s.Abstraction != pipeline.Block {
+			mine = append(mine, fmt.Sprintf("stage %q is a %s stage: it is accepted and its inputs are kept for it, but %s stages do not run yet on this server",
+				s.Name, s.Abstraction, s.Abstraction))
+		}
+	}
 	if _, err := e.db.PutJob(state.Job{Name: job.Name, Owner: job.Owner, State: state.JobAccepted, Source: string(src), Warnings: mine}); err != nil {
 		return SubmitResult{}, err
 	}
@@ -250,6 +256,7 @@ func (e *Engine) apply(g *pipeline.Graph) error {
 			}
 		}
 		next[id] = &stage{node: n, group: groupOf(n), steps: steps, metrics: e.metrics.stage(n.Name)}
+		e.metrics.info.WithLabelValues(n.Name, n.Program.String(), detail(steps)).Set(1)
 	}
 	for id, old := range e.stages {
 		if next[id] != nil {
@@ -260,6 +267,7 @@ func (e *Engine) apply(g *pipeline.Graph) error {
 				return fmt.Errorf("stage %s left the graph: unsubscribe from %s: %w", old.node.Name, q, err)
 			}
 		}
+		e.metrics.info.DeleteLabelValues(old.node.Name, old.node.Program.String(), detail(old.steps))
 		e.log.Info("stage left the graph", "stage", old.node.Name)
 	}
 	e.graph, e.stages = g, next

@@ -99,6 +99,18 @@ func (e *Engine) afterCommit(ctx context.Context, inputs []state.Block) {
 	}
 }
 
+// Acked lets the engine delete blocks a consumer group has just acked, when
+// that was the last subscriber their queue kept them for.
+func (e *Engine) Acked(ctx context.Context, ids []block.ID) {
+	var bs []state.Block
+	for _, id := range ids {
+		if b, err := e.db.Lookup(id); err == nil {
+			bs = append(bs, b)
+		}
+	}
+	e.afterCommit(ctx, bs)
+}
+
 // untilConsumed reports whether a queue keeps its blocks only until every
 // subscriber is done: a queue a stage produces without a retention.
 // Source queues are kept until a retention says otherwise.

@@ -2,6 +2,7 @@ package engine
 
 import (
 	"sort"
+	"strings"
 
 	"github.com/prometheus/client_golang/prometheus"
 )
@@ -79,11 +80,7 @@ func (e *Engine) Stats() []StageStats {
 		for _, o := range n.Owners {
 			s.Owners = append(s.Owners, o.Job+"/"+o.Stage)
 		}
-		for _, step := range st.steps {
-			if d, ok := step.builtin.(Describer); ok && d.Describe() != "" {
-				s.Detail = d.Describe()
-			}
-		}
+		s.Detail = detail(st.steps)
 		s.Backlog, s.Workers, s.Target = st.backlog, st.running, st.target
 		if s.ProcessingSeconds > 0 {
 			s.Intensity = (float64(s.BytesIn) + e.cfg.Replication*float64(s.BytesOut)) / s.ProcessingSeconds / 1e6
@@ -105,6 +102,7 @@ type metrics struct {
 	processing *prometheus.CounterVec
 	cpu        *prometheus.CounterVec
 	wait       *prometheus.HistogramVec
+	info       *prometheus.GaugeVec
 }
 
 type stageMetrics struct {
@@ -123,11 +121,13 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 		bytesOut:   prometheus.NewCounterVec(prometheus.CounterOpts{Name: "plumb_stage_bytes_out_total", Help: "Bytes written by successful runs (O)."}, stage),
 		processing: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "plumb_stage_processing_seconds_total", Help: "Wall time of successful runs (P)."}, stage),
 		cpu:        prometheus.NewCounterVec(prometheus.CounterOpts{Name: "plumb_stage_cpu_seconds_total", Help: "CPU seconds of stage programs (busy seconds for built-ins)."}, stage),
+		info: prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "plumb_stage_info", Help: "1 per stage, with its program and how it runs (e.g. which xz encoder) as labels."},
+			[]string{"stage", "program", "detail"}),
 		wait: prometheus.NewHistogramVec(prometheus.HistogramOpts{Name: "plumb_stage_queue_wait_seconds", Help: "Time from an input block's arrival to the start of its run.",
 			Buckets: prometheus.ExponentialBuckets(0.01, 4, 10)}, stage),
 	}
 	if reg != nil {
-		reg.MustRegister(m.backlog, m.workers, m.runs, m.bytesIn, m.bytesOut, m.processing, m.cpu, m.wait)
+		reg.MustRegister(m.backlog, m.workers, m.runs, m.bytesIn, m.bytesOut, m.processing, m.cpu, m.wait, m.info)
 	}
 	return m
 }
@@ -139,4 +139,15 @@ func (m *metrics) stage(name string) *stageMetrics {
 		processing: m.processing.WithLabelValues(name), cpu: m.cpu.WithLabelValues(name),
 		wait: m.wait.WithLabelValues(name),
 	}
+}
+
+// detail joins what a program's built-ins say about how they run.
+func detail(steps []step) string {
+	var parts []string
+	for _, st := range steps {
+		if d, ok := st.builtin.(Describer); ok && d.Describe() != "" {
+			parts = append(parts, d.Describe())
+		}
+	}
+	return strings.Join(parts, "; ")
 }

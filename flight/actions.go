@@ -162,6 +162,9 @@ func (s *Service) ack(ctx context.Context, body []byte) (any, error) {
 	if err != nil {
 		return nil, err
 	}
+	if s.eng != nil {
+		s.eng.Acked(ctx, ids)
+	}
 	return map[string]int{"acked": n}, nil
 }
 

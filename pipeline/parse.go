@@ -157,14 +157,14 @@ func (p *parser) job(doc *yaml.Node) *Job {
 	default:
 		for i, sn := range st.Content {
 			field := fmt.Sprintf("stages[%d]", i)
+			if name := peekName(sn); name != "" {
+				field = fmt.Sprintf("stage %q", name)
+			}
 			sf := p.fields(sn, field, "name", "inputs", "outputs", "program", "abstraction", "timeout", "retention", "window", "stream")
 			if sf == nil {
 				continue
 			}
 			name := p.str(sf["name"], field+".name")
-			if name != "" {
-				field = fmt.Sprintf("stage %q", name)
-			}
 			s := &Stage{
 				Name:        name,
 				Inputs:      p.strings(sf["inputs"], field+".inputs"),
@@ -197,6 +197,20 @@ func (p *parser) job(doc *yaml.Node) *Job {
 	}
 	p.validate(j, nodes)
 	return j
+}
+
+// peekName returns a stage mapping's name, so that problems found while
+// reading its other fields can say which stage they are in.
+func peekName(n *yaml.Node) string {
+	if n.Kind != yaml.MappingNode {
+		return ""
+	}
+	for i := 0; i+1 < len(n.Content); i += 2 {
+		if n.Content[i].Value == "name" && n.Content[i+1].Kind == yaml.ScalarNode {
+			return n.Content[i+1].Value
+		}
+	}
+	return ""
 }
 
 func (p *parser) window(n *yaml.Node, field string) *WindowSpec {

@@ -1,0 +1,143 @@
+package builtin
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"net/url"
+	"os/exec"
+	"strings"
+	"testing"
+
+	"github.com/gopacket/gopacket/layers"
+
+	"github.com/plumb-dev/plumb/codecs"
+	"github.com/plumb-dev/plumb/engine"
+	"github.com/plumb-dev/plumb/internal/testenv"
+	"github.com/plumb-dev/plumb/pcap"
+	"github.com/plumb-dev/plumb/synth"
+)
+
+func dnsCapture(t *testing.T, size int64) []byte {
+	t.Helper()
+	var b bytes.Buffer
+	w, err := pcap.NewWriter(&b, layers.LinkTypeEthernet, 65535, false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := synth.Generate(context.Background(), w, synth.Config{Seed: 5, MaxBytes: size}); err != nil {
+		t.Fatal(err)
+	}
+	if err := w.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	return b.Bytes()
+}
+
+func registry() *engine.Registry {
+	reg := engine.NewRegistry()
+	Register(reg, FindXZ())
+	return reg
+}
+
+func run(t *testing.T, b engine.Builtin, in []byte) ([]byte, error) {
+	var out bytes.Buffer
+	err := b.Run(context.Background(), bytes.NewReader(in), &out)
+	return out.Bytes(), err
+}
+
+// TestArchiveMatchesXZ6: the archive stage compresses DNS captures to
+// within 5% of `xz -6`, says which encoder it drives, and decodes back.
+func TestArchiveMatchesXZ6(t *testing.T) {
+	xzPath := testenv.Tool(t, "xz")
+	raw := dnsCapture(t, 8<<20)
+	sz, err := run(t, &Transcode{To: codecs.Snappy, Raw: true}, raw)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := registry().New("transcode", url.Values{"to": {"xz"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if d := b.(engine.Describer).Describe(); !strings.Contains(d, "XZ Utils") {
+		t.Errorf("describe = %q; want the system xz named", d)
+	}
+	got, err := run(t, b, sz)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command(xzPath, "-6", "-c")
+	cmd.Stdin = bytes.NewReader(raw)
+	ref, err := cmd.Output()
+	if err != nil {
+		t.Fatal(err)
+	}
+	ratio := float64(len(got)) / float64(len(ref))
+	t.Logf("xz -6: %.1f%% of %d bytes; archive stage: %.1f%% (%.3f of xz -6)", 100*float64(len(ref))/float64(len(raw)), len(raw),
+		100*float64(len(got))/float64(len(raw)), ratio)
+	if ratio > 1.05 {
+		t.Errorf("archive is %.3f of xz -6's size; want within 5%%", ratio)
+	}
+	back, err := run(t, &Transcode{To: codecs.None}, got)
+	if err != nil || !bytes.Equal(back, raw) {
+		t.Fatalf("archive does not decode to the capture: %d bytes, %v", len(back), err)
+	}
+	// Without the system xz the Go encoder is used and says so.
+	goXZ := &Transcode{To: codecs.XZ, XZ: XZ{}}
+	if !strings.Contains(goXZ.Describe(), "ulikunitz") {
+		t.Errorf("Go encoder describes itself as %q", goXZ.Describe())
+	}
+	gz, err := run(t, goXZ, sz)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("Go xz encoder: %.1f%% (%.3f of xz -6)", 100*float64(len(gz))/float64(len(raw)), float64(len(gz))/float64(len(ref)))
+}
+
+func TestBuiltinsSetCorruptBlocksAside(t *testing.T) {
+	raw := dnsCapture(t, 256<<10)
+	sz, _ := run(t, &Transcode{To: codecs.Snappy, Raw: true}, raw)
+	bad := bytes.Clone(sz)
+	bad[len(bad)/2] ^= 0xff
+	for _, name := range []string{"decode", "transcode", "pcapinfo"} {
+		b, err := registry().New(name, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := run(t, b, bad); !errors.Is(err, engine.ErrMalformed) {
+			t.Errorf("%s over a corrupt block: %v; want ErrMalformed", name, err)
+		}
+		if _, err := run(t, b, sz); err != nil {
+			t.Errorf("%s over a good block: %v", name, err)
+		}
+	}
+	info, _ := run(t, PcapInfo{}, sz)
+	if !strings.Contains(string(info), "link_type: Ethernet") || !strings.Contains(string(info), "truncated: false") {
+		t.Errorf("pcapinfo = %s", info)
+	}
+}
+
+func TestBuiltinArgumentsAreStrict(t *testing.T) {
+	reg := registry()
+	for _, c := range []struct {
+		name string
+		args url.Values
+		want string
+	}{
+		{"encode", url.Values{"codec": {"lz4"}}, "unsupported codec"},
+		{"transcode", url.Values{"too": {"xz"}}, `unknown argument "too" (known: to)`},
+		{"cpuwork", url.Values{"rounds": {"0"}}, "want a whole number from 1 to 1000"},
+		{"decode", url.Values{"x": {"1"}}, `unknown argument "x"`},
+		{"dns", nil, `built-in "dns" is not known (known: cpuwork, decode, encode, pcapinfo, transcode)`},
+	} {
+		if _, err := reg.New(c.name, c.args); err == nil || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("%s %v: %v; want %q", c.name, c.args, err, c.want)
+		}
+	}
+	// cpuwork copies its block through, whatever the rounds.
+	w, _ := reg.New("cpuwork", url.Values{"rounds": {"3"}, "heavy": {"6"}})
+	in := append([]byte("H"), bytes.Repeat([]byte("x"), 3<<20)...)
+	if out, err := run(t, w, in); err != nil || !bytes.Equal(out, in) {
+		t.Errorf("cpuwork changed its block: %d bytes, %v", len(out), err)
+	}
+}
