@@ -17,6 +17,7 @@ import (
 
 	"github.com/plumb-dev/plumb/block"
 	"github.com/plumb-dev/plumb/codecs"
+	"github.com/plumb-dev/plumb/internal/countio"
 	"github.com/plumb-dev/plumb/pcap"
 )
 
@@ -237,7 +238,7 @@ func (ct *cutter) source(ctx context.Context, src Source) error {
 			rc.Close()
 		}
 	})()
-	counted := &countingReader{r: rc, n: &ct.c.SourceBytes}
+	counted := &countio.Reader{R: rc, N: &ct.c.SourceBytes}
 	rd, closer, err := pcap.NewReader(counted)
 	if err != nil && ctx.Err() != nil {
 		return ctx.Err()
@@ -408,15 +409,4 @@ func (ct *cutter) abandon() {
 		ct.spool.Discard(ct.f, ct.name)
 		ct.f = nil
 	}
-}
-
-type countingReader struct {
-	r io.Reader
-	n *atomic.Int64
-}
-
-func (c *countingReader) Read(p []byte) (int, error) {
-	n, err := c.r.Read(p)
-	c.n.Add(int64(n))
-	return n, err
 }

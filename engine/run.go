@@ -15,6 +15,7 @@ import (
 
 	"github.com/plumb-dev/plumb/blob"
 	"github.com/plumb-dev/plumb/block"
+	"github.com/plumb-dev/plumb/internal/countio"
 	"github.com/plumb-dev/plumb/pipeline"
 	"github.com/plumb-dev/plumb/state"
 )
@@ -170,7 +171,7 @@ func (e *Engine) process(ctx context.Context, spec runSpec, inputs []state.Block
 			return nil, outcome{}, fmt.Errorf("open input block %s: %w", b.Name, err)
 		}
 		defer rc.Close()
-		ins = append(ins, port{queue: b.Queue, r: &countReader{r: rc, n: &m.in}})
+		ins = append(ins, port{queue: b.Queue, r: &countio.Reader{R: rc, N: &m.in}})
 	}
 	var outs []port
 	var files []*hashFile
@@ -227,18 +228,5 @@ func (h *hashFile) Write(p []byte) (int, error) {
 	n, err := h.f.Write(p)
 	h.h.Write(p[:n])
 	h.n += int64(n)
-	return n, err
-}
-
-// countReader counts bytes read; inputs are read concurrently when a
-// program takes several.
-type countReader struct {
-	r io.Reader
-	n *atomic.Int64
-}
-
-func (c *countReader) Read(p []byte) (int, error) {
-	n, err := c.r.Read(p)
-	c.n.Add(int64(n))
 	return n, err
 }

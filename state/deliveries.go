@@ -139,48 +139,11 @@ func loadGroup(tx *bolt.Tx, queue, group string) (*bolt.Bucket, Group, error) {
 // visibility timeout: UNRESERVED, or RESERVED with an expired deadline. It
 // returns false when nothing is available now.
 func (d *DB) Reserve(queue, group, reserver string, visibility time.Duration) (Block, bool, error) {
-	var (
-		out   Block
-		found bool
-	)
-	now := d.now()
-	err := d.bolt.Update(func(tx *bolt.Tx) error {
-		_, g, err := loadGroup(tx, queue, group)
-		if err != nil {
-			return err
-		}
-		dels, err := sub(tx, bucketDeliveries, queue, group)
-		if err != nil {
-			return err
-		}
-		c := dels.Cursor()
-		for k, v := c.Seek(u64(g.Floor + 1)); k != nil; k, v = c.Next() {
-			var del Delivery
-			if err := json.Unmarshal(v, &del); err != nil {
-				return err
-			}
-			if del.available(now) {
-				del.State, del.Until, del.Reserver = Reserved, now.Add(visibility), reserver
-				del.Attempts++
-				if err := putJSON(dels, k, del); err != nil {
-					return err
-				}
-				blocks, _ := sub(tx, bucketBlocks, queue)
-				arrivals, _ := sub(tx, bucketArrivals, queue)
-				b, ok, err := getJSON[Block](blocks, arrivals.Get(k))
-				if err != nil {
-					return err
-				}
-				if !ok {
-					return fmt.Errorf("delivery %d of group %q names a block queue %q does not hold", bytesU64(k), group, queue)
-				}
-				out, found = b, true
-				return nil
-			}
-		}
-		return nil
-	})
-	return out, found, err
+	res, ok, err := d.ReserveJoin([]string{queue}, group, reserver, visibility)
+	if !ok {
+		return Block{}, false, err
+	}
+	return res.Blocks[0], true, err
 }
 
 // NextExpiry returns the earliest end of a reservation of the group, or
@@ -188,28 +151,39 @@ func (d *DB) Reserve(queue, group, reserver string, visibility time.Duration) (B
 func (d *DB) NextExpiry(queue, group string) (time.Time, error) {
 	var next time.Time
 	err := d.bolt.View(func(tx *bolt.Tx) error {
-		groups, _ := sub(tx, bucketGroups, queue)
-		g, _, err := getJSON[Group](groups, []byte(group))
-		if err != nil {
-			return err
-		}
-		dels, _ := sub(tx, bucketDeliveries, queue, group)
-		if dels == nil {
-			return nil
-		}
-		c := dels.Cursor()
-		for k, v := c.Seek(u64(g.Floor + 1)); k != nil; k, v = c.Next() {
-			var del Delivery
-			if err := json.Unmarshal(v, &del); err != nil {
-				return err
-			}
+		return eachOwed(tx, queue, group, func(_ []byte, del Delivery) (bool, error) {
 			if del.State == Reserved && (next.IsZero() || del.Until.Before(next)) {
 				next = del.Until
 			}
-		}
-		return nil
+			return false, nil
+		})
 	})
 	return next, err
+}
+
+// eachOwed calls fn with each delivery of a group past its floor, in
+// serial order, until fn says it is done. A group that does not exist has
+// none.
+func eachOwed(tx *bolt.Tx, queue, group string, fn func(serial []byte, del Delivery) (done bool, err error)) error {
+	g, ok, err := getJSON[Group](mustSub(tx, bucketGroups, queue), []byte(group))
+	if err != nil || !ok {
+		return err
+	}
+	dels := mustSub(tx, bucketDeliveries, queue, group)
+	if dels == nil {
+		return nil
+	}
+	c := dels.Cursor()
+	for k, v := c.Seek(u64(g.Floor + 1)); k != nil; k, v = c.Next() {
+		var del Delivery
+		if err := json.Unmarshal(v, &del); err != nil {
+			return err
+		}
+		if done, err := fn(k, del); done || err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // Ack marks blocks DONE for a group. Each must be owed to the group; acking
@@ -218,8 +192,7 @@ func (d *DB) NextExpiry(queue, group string) (time.Time, error) {
 func (d *DB) Ack(queue, group string, ids []block.ID) (int, error) {
 	n := 0
 	err := d.bolt.Update(func(tx *bolt.Tx) error {
-		groups, g, err := loadGroup(tx, queue, group)
-		if err != nil {
+		if _, _, err := loadGroup(tx, queue, group); err != nil {
 			return err
 		}
 		blocks, _ := sub(tx, bucketBlocks, queue)
@@ -248,19 +221,7 @@ func (d *DB) Ack(queue, group string, ids []block.ID) (int, error) {
 			}
 			n++
 		}
-		// Advance the floor over the leading run of DONE deliveries.
-		c := dels.Cursor()
-		for k, v := c.Seek(u64(g.Floor + 1)); k != nil; k, v = c.Next() {
-			var del Delivery
-			if err := json.Unmarshal(v, &del); err != nil {
-				return err
-			}
-			if del.State != Done {
-				break
-			}
-			g.Floor = bytesU64(k)
-		}
-		return putJSON(groups, []byte(group), g)
+		return advanceFloor(tx, queue, group)
 	})
 	return n, err
 }

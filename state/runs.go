@@ -32,68 +32,48 @@ func (d *DB) ReserveJoin(queues []string, group, reserver string, visibility tim
 	var out Reservation
 	now := d.now()
 	err := d.bolt.Update(func(tx *bolt.Tx) error {
-		_, g, err := loadGroup(tx, queues[0], group)
-		if err != nil {
+		if _, _, err := loadGroup(tx, queues[0], group); err != nil {
 			return err
 		}
-		dels, err := sub(tx, bucketDeliveries, queues[0], group)
-		if err != nil {
-			return err
-		}
-		arrivals, _ := sub(tx, bucketArrivals, queues[0])
-		c := dels.Cursor()
-		for k, v := c.Seek(u64(g.Floor + 1)); k != nil; k, v = c.Next() {
-			var del Delivery
-			if err := json.Unmarshal(v, &del); err != nil {
-				return err
-			}
+		arrivals := mustSub(tx, bucketArrivals, queues[0])
+		return eachOwed(tx, queues[0], group, func(k []byte, del Delivery) (bool, error) {
 			if !del.available(now) {
-				continue
+				return false, nil
 			}
 			first, ok, err := getJSON[Block](mustSub(tx, bucketBlocks, queues[0]), arrivals.Get(k))
 			if err != nil || !ok {
-				return errors.Join(err, fmt.Errorf("delivery %d of group %q names a block queue %q does not hold", bytesU64(k), group, queues[0]))
+				return false, errors.Join(err, fmt.Errorf("delivery %d of group %q names a block queue %q does not hold", bytesU64(k), group, queues[0]))
 			}
 			set := []Block{first}
 			for _, q := range queues[1:] {
 				b, ok, err := getJSON[Block](mustSub(tx, bucketBlocks, q), blockKey(first.Instance, first.Seq))
-				if err != nil {
-					return err
-				}
-				if !ok {
-					break
+				if err != nil || !ok {
+					return false, err
 				}
 				od, ok, err := getJSON[Delivery](mustSub(tx, bucketDeliveries, q, group), u64(b.Serial))
-				if err != nil {
-					return err
-				}
-				if !ok || !od.available(now) {
-					break
+				if err != nil || !ok || !od.available(now) {
+					return false, err
 				}
 				set = append(set, b)
-			}
-			if len(set) < len(queues) {
-				continue
 			}
 			for _, b := range set {
 				bdels := mustSub(tx, bucketDeliveries, b.Queue, group)
 				del, _, err := getJSON[Delivery](bdels, u64(b.Serial))
 				if err != nil {
-					return err
+					return false, err
 				}
 				del.State, del.Until, del.Reserver = Reserved, now.Add(visibility), reserver
 				del.Attempts++
 				if err := putJSON(bdels, u64(b.Serial), del); err != nil {
-					return err
+					return false, err
 				}
 				if b.Queue == queues[0] {
 					out.Attempt = del.Attempts
 				}
 			}
 			out.Blocks = set
-			return nil
-		}
-		return nil
+			return true, nil
+		})
 	})
 	return out, out.Blocks != nil, err
 }
@@ -111,26 +91,12 @@ func (d *DB) Backlog(queue, group string) (int64, error) {
 	var n int64
 	now := d.now()
 	err := d.bolt.View(func(tx *bolt.Tx) error {
-		groups, _ := sub(tx, bucketGroups, queue)
-		g, ok, err := getJSON[Group](groups, []byte(group))
-		if err != nil || !ok {
-			return err
-		}
-		dels, _ := sub(tx, bucketDeliveries, queue, group)
-		if dels == nil {
-			return nil
-		}
-		c := dels.Cursor()
-		for k, v := c.Seek(u64(g.Floor + 1)); k != nil; k, v = c.Next() {
-			var del Delivery
-			if err := json.Unmarshal(v, &del); err != nil {
-				return err
-			}
+		return eachOwed(tx, queue, group, func(_ []byte, del Delivery) (bool, error) {
 			if del.State == Unreserved || del.State == Reserved && now.After(del.Until) {
 				n++
 			}
-		}
-		return nil
+			return false, nil
+		})
 	})
 	return n, err
 }
@@ -249,21 +215,16 @@ func advanceFloor(tx *bolt.Tx, queue, group string) error {
 	if err != nil {
 		return err
 	}
-	dels := mustSub(tx, bucketDeliveries, queue, group)
-	c := dels.Cursor()
 	start := g.Floor
-	for k, v := c.Seek(u64(g.Floor + 1)); k != nil; k, v = c.Next() {
-		var del Delivery
-		if err := json.Unmarshal(v, &del); err != nil {
-			return err
-		}
+	err = eachOwed(tx, queue, group, func(k []byte, del Delivery) (bool, error) {
 		if del.State != Done {
-			break
+			return true, nil
 		}
 		g.Floor = bytesU64(k)
-	}
-	if g.Floor == start {
-		return nil
+		return false, nil
+	})
+	if err != nil || g.Floor == start {
+		return err
 	}
 	return putJSON(groups, []byte(group), g)
 }
