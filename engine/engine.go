@@ -298,7 +298,9 @@ func (e *Engine) share() {
 	}
 	demand := make([]int64, len(stages))
 	for i, st := range stages {
-		demand[i] = st.backlog + int64(st.running)
+		if st.node.Abstraction == pipeline.Block { // others do not run yet
+			demand[i] = st.backlog + int64(st.running)
+		}
 	}
 	for i, t := range Share(e.cfg.Slots, demand) {
 		stages[i].target = t
