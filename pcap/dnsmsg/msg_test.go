@@ -1,0 +1,120 @@
+package dnsmsg
+
+import (
+	"bytes"
+	"encoding/binary"
+	"errors"
+	"strings"
+	"testing"
+
+	"github.com/gopacket/gopacket"
+	"github.com/gopacket/gopacket/layers"
+)
+
+// build serialises a message with gopacket, an independent encoder.
+func build(t testing.TB, d *layers.DNS) []byte {
+	buf := gopacket.NewSerializeBuffer()
+	if err := d.SerializeTo(buf, gopacket.SerializeOptions{FixLengths: true}); err != nil {
+		t.Fatal(err)
+	}
+	return buf.Bytes()
+}
+
+func TestParse(t *testing.T) {
+	q := build(t, &layers.DNS{
+		ID: 0xbeef, RD: true, OpCode: layers.DNSOpCodeQuery,
+		Questions: []layers.DNSQuestion{{Name: []byte("WWW.Example.COM"), Type: layers.DNSTypeAAAA, Class: layers.DNSClassIN}},
+		Additionals: []layers.DNSResourceRecord{{Type: layers.DNSTypeOPT, Class: 1232, TTL: 0x01008000,
+			OPT: []layers.DNSOPT{{Code: layers.DNSOptionCodeNSID}}}},
+	})
+	m, err := Parse(q)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := Message{ID: 0xbeef, RD: true, QDCount: 1, ARCount: 1, HasQuestion: true, QName: "www.example.com", QType: 28, QClass: 1,
+		EDNS: true, UDPSize: 1232, DO: true, EDNSOptions: true, Rcode: 1 << 4}
+	if m != want {
+		t.Errorf("got  %+v\nwant %+v", m, want)
+	}
+
+	// A response whose answer points back at the question's name.
+	r := build(t, &layers.DNS{
+		ID: 7, QR: true, AA: true, ResponseCode: layers.DNSResponseCodeNXDomain,
+		Questions: []layers.DNSQuestion{{Name: []byte("a.b"), Type: layers.DNSTypeA, Class: layers.DNSClassIN}},
+		Authorities: []layers.DNSResourceRecord{{Name: []byte("b"), Type: layers.DNSTypeSOA, Class: layers.DNSClassIN,
+			SOA: layers.DNSSOA{MName: []byte("ns.b"), RName: []byte("h.b")}}},
+	})
+	m, err = Parse(r)
+	if err != nil || !m.QR || !m.AA || m.Rcode != 3 || m.NSCount != 1 || m.QName != "a.b" || m.EDNS {
+		t.Errorf("response = %+v, %v", m, err)
+	}
+}
+
+func TestNames(t *testing.T) {
+	for _, c := range []struct {
+		wire []byte
+		want string
+		err  string
+	}{
+		{[]byte{0}, ".", ""},
+		{[]byte{3, 'A', '.', 'b', 0}, `a\.b`, ""},
+		{[]byte{2, 0, ' ', 1, '\\', 0}, `\000\032.\\`, ""},
+		{[]byte{0xc0, 12}, "", "compression pointers loop"}, // points at itself
+		{[]byte{5, 'a'}, "", "runs past the end"},
+		{[]byte{0x80}, "", "label type 0x80"},
+	} {
+		msg := make([]byte, HeaderLen, HeaderLen+len(c.wire)+4)
+		binary.BigEndian.PutUint16(msg[4:], 1) // one question
+		msg = append(append(msg, c.wire...), 0, 1, 0, 1)
+		m, err := Parse(msg)
+		switch {
+		case c.err == "" && (err != nil || m.QName != c.want):
+			t.Errorf("%q: %q, %v; want %q", c.wire, m.QName, err, c.want)
+		case c.err != "" && (err == nil || !strings.Contains(err.Error(), c.err) || !errors.Is(err, ErrMalformed)):
+			t.Errorf("%q: error %v; want %q", c.wire, err, c.err)
+		}
+	}
+	// 255 bytes of name is the limit.
+	long := bytes.Repeat([]byte{63}, 1)
+	for range 4 {
+		long = append(long, bytes.Repeat([]byte{'x'}, 63)...)
+		long = append(long, 63)
+	}
+	msg := append(make([]byte, HeaderLen), long...)
+	binary.BigEndian.PutUint16(msg[4:], 1)
+	if _, err := Parse(msg); err == nil || !strings.Contains(err.Error(), "longer than 255") {
+		t.Errorf("over-long name: %v", err)
+	}
+	if m, err := Parse([]byte{1, 2, 3}); err == nil || m.ID != 0 {
+		t.Errorf("short message: %+v %v", m, err)
+	}
+}
+
+// FuzzParse never panics, and where gopacket's decoder also reads a
+// message whole, both agree on its header and first question.
+func FuzzParse(f *testing.F) {
+	f.Add(build(f, &layers.DNS{ID: 1, Questions: []layers.DNSQuestion{{Name: []byte("example.com"), Type: 1, Class: 1}}}))
+	f.Add(build(f, &layers.DNS{ID: 2, QR: true, Questions: []layers.DNSQuestion{{Name: []byte("a"), Type: 1, Class: 1}},
+		Answers: []layers.DNSResourceRecord{{Name: []byte("a"), Type: 1, Class: 1, IP: []byte{1, 2, 3, 4}}}}))
+	f.Add([]byte{0, 0, 0, 0, 0, 1, 0, 0, 0, 0, 0, 0, 0xc0, 12, 0, 1, 0, 1})
+	f.Fuzz(func(t *testing.T, b []byte) {
+		m, err := Parse(b)
+		if err != nil {
+			if !errors.Is(err, ErrMalformed) {
+				t.Fatalf("error %v is not ErrMalformed", err)
+			}
+			return
+		}
+		var d layers.DNS
+		if d.DecodeFromBytes(b, gopacket.NilDecodeFeedback) != nil {
+			return
+		}
+		if d.ID != m.ID || d.QR != m.QR || uint8(d.OpCode) != m.Opcode || d.QDCount != m.QDCount || d.ANCount != m.ANCount {
+			t.Fatalf("header differs: gopacket %+v, ours %+v", d, m)
+		}
+		if len(d.Questions) > 0 && !strings.Contains(m.QName, "\\") && m.QName != "." &&
+			!strings.EqualFold(string(d.Questions[0].Name), m.QName) {
+			t.Fatalf("qname: gopacket %q, ours %q", d.Questions[0].Name, m.QName)
+		}
+	})
+}

@@ -1,0 +1,140 @@
+// Package dnsrec finds the DNS messages in a capture and makes one record
+// of each: it decodes frames (netpkt), reassembles IP fragments and DNS
+// over TCP (dnstcp), reads each message (dnsmsg), and writes the records
+// as Arrow columns.
+package dnsrec
+
+import (
+	"net/netip"
+	"time"
+
+	"github.com/gopacket/gopacket/layers"
+
+	"github.com/plumb-dev/plumb/pcap/dnsmsg"
+	"github.com/plumb-dev/plumb/pcap/dnstcp"
+	"github.com/plumb-dev/plumb/pcap/netpkt"
+)
+
+// Record is one DNS message.
+type Record struct {
+	Time             time.Time
+	Src, Dst         netip.Addr
+	SrcPort, DstPort uint16
+	TCP              bool
+	IPVersion        uint8
+	Size             int // message bytes, without the TCP length prefix
+	Msg              dnsmsg.Message
+	// Err is why the message could not be read whole; Msg holds what was
+	// read before the fault.
+	Err error
+}
+
+// Stats counts what an Extractor saw.
+type Stats struct {
+	Packets      int64
+	Messages     int64
+	UDP, TCP     int64
+	Malformed    int64 // messages that did not parse whole
+	Undecodable  int64 // frames that ended inside a header or were not IP
+	Fragments    int64
+	Reassembled  int64 // datagrams made whole from fragments
+	TCPSkipped   int   // holes given up on
+	TCPEvicted   int   // streams dropped for room
+	DefragDropped int
+}
+
+// Extractor turns frames into records.
+type Extractor struct {
+	link  layers.LinkType
+	ports map[uint16]bool
+	frag  netpkt.Defrag
+	tcp   dnstcp.Reassembler
+	pkt   netpkt.Packet
+	stats Stats
+	emit  func(*Record)
+	rec   Record
+}
+
+// DefaultPorts are where DNS is read: unicast DNS on 53. mDNS (5353) and
+// LLMNR are other protocols.
+var DefaultPorts = []uint16{53}
+
+// NewExtractor returns an extractor for frames of a link type that calls
+// emit with each record (valid during the call).
+func NewExtractor(link layers.LinkType, ports []uint16, emit func(*Record)) *Extractor {
+	if len(ports) == 0 {
+		ports = DefaultPorts
+	}
+	x := &Extractor{link: link, ports: map[uint16]bool{}, emit: emit}
+	for _, p := range ports {
+		x.ports[p] = true
+	}
+	return x
+}
+
+// Packet takes one frame seen at time t.
+func (x *Extractor) Packet(t time.Time, frame []byte) {
+	x.stats.Packets++
+	p := &x.pkt
+	if err := netpkt.Decode(x.link, frame, p); err != nil {
+		x.stats.Undecodable++
+		return
+	}
+	if p.Fragment {
+		x.stats.Fragments++
+		if !x.frag.Add(t, p) {
+			return
+		}
+		x.stats.Reassembled++
+	}
+	if !x.ports[p.SrcPort] && !x.ports[p.DstPort] {
+		return
+	}
+	switch p.Proto {
+	case netpkt.ProtoUDP:
+		if len(p.Payload) == 0 {
+			return // nothing to read; not a message
+		}
+		x.record(t, p.Src, p.Dst, p.SrcPort, p.DstPort, false, p.IPVersion, p.Payload)
+	case netpkt.ProtoTCP:
+		ipv := p.IPVersion
+		x.tcp.Add(t, p, func(k dnstcp.Key, mt time.Time, msg []byte) {
+			x.record(mt, k.Src, k.Dst, k.SrcPort, k.DstPort, true, ipv, msg)
+		})
+	}
+}
+
+// Flush emits the messages still held by TCP streams (beyond holes), at
+// the end of the capture.
+func (x *Extractor) Flush() {
+	x.tcp.Flush(func(k dnstcp.Key, mt time.Time, msg []byte) {
+		v := uint8(4)
+		if k.Src.Is6() {
+			v = 6
+		}
+		x.record(mt, k.Src, k.Dst, k.SrcPort, k.DstPort, true, v, msg)
+	})
+}
+
+// Stats returns the counts so far.
+func (x *Extractor) Stats() Stats {
+	s := x.stats
+	s.TCPSkipped, s.TCPEvicted, s.DefragDropped = x.tcp.Skipped, x.tcp.Evicted, x.frag.Dropped
+	return s
+}
+
+func (x *Extractor) record(t time.Time, src, dst netip.Addr, sport, dport uint16, tcp bool, ipv uint8, msg []byte) {
+	r := &x.rec
+	*r = Record{Time: t, Src: src, Dst: dst, SrcPort: sport, DstPort: dport, TCP: tcp, IPVersion: ipv, Size: len(msg)}
+	r.Msg, r.Err = dnsmsg.Parse(msg)
+	x.stats.Messages++
+	if tcp {
+		x.stats.TCP++
+	} else {
+		x.stats.UDP++
+	}
+	if r.Err != nil {
+		x.stats.Malformed++
+	}
+	x.emit(r)
+}

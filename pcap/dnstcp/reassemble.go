@@ -1,0 +1,272 @@
+// Package dnstcp turns TCP segments into the DNS messages they carry
+// (RFC 1035 §4.2.2: each message behind a two-byte length). It follows
+// each direction of each connection on its own: in order, out of order,
+// retransmitted or overlapping segments, several messages in a segment
+// and one message across many, and connections that began before the
+// capture. Memory is bounded: per stream, in total, and by an idle
+// timeout in packet time.
+//
+// Holes: when a stream's missing bytes do not arrive while later data
+// piles up (or by the end), the stream resumes at the next segment that
+// starts with a plausible message, as tshark does by default. A message
+// is plausible when its length is at least a DNS header and it parses.
+package dnstcp
+
+import (
+	"container/list"
+	"encoding/binary"
+	"net/netip"
+	"slices"
+	"time"
+
+	"github.com/plumb-dev/plumb/pcap/dnsmsg"
+	"github.com/plumb-dev/plumb/pcap/netpkt"
+)
+
+// Key names one direction of a connection.
+type Key struct {
+	Src, Dst         netip.Addr
+	SrcPort, DstPort uint16
+}
+
+// Emit receives a message: the direction it travelled, the time of the
+// segment that completed it, and its bytes (valid only during the call).
+type Emit func(k Key, t time.Time, msg []byte)
+
+// Reassembler follows TCP streams. The zero value is ready, with defaults.
+type Reassembler struct {
+	// MaxStreams bounds the streams followed at once; the least recently
+	// active goes first. 65536 when zero.
+	MaxStreams int
+	// MaxPending bounds the out-of-order bytes one stream holds before it
+	// gives up on its hole. 256 KiB when zero.
+	MaxPending int
+	// Idle drops streams without a segment for this long in packet time.
+	// 2 minutes when zero.
+	Idle time.Duration
+
+	streams map[Key]*list.Element // of *stream
+	lru     list.List             // front: most recently active
+	sweep   time.Time
+
+	// Counters for reports and tests.
+	Evicted, Skipped int // streams evicted for room; holes given up on
+}
+
+type stream struct {
+	key          Key
+	started      bool
+	next         uint32 // the sequence number of the next in-order byte
+	synced       bool   // buf starts at a message boundary
+	buf          []byte // in-order bytes not yet made into messages
+	pending      []segment
+	pendingBytes int
+	last         time.Time
+}
+
+type segment struct {
+	seq  uint32
+	data []byte
+}
+
+func (r *Reassembler) init() {
+	if r.streams != nil {
+		return
+	}
+	r.streams = map[Key]*list.Element{}
+	if r.MaxStreams == 0 {
+		r.MaxStreams = 1 << 16
+	}
+	if r.MaxPending == 0 {
+		r.MaxPending = 256 << 10
+	}
+	if r.Idle == 0 {
+		r.Idle = 2 * time.Minute
+	}
+}
+
+// Streams returns how many streams are followed now.
+func (r *Reassembler) Streams() int { return len(r.streams) }
+
+// Add takes one TCP segment seen at time now and emits the messages it
+// completes.
+func (r *Reassembler) Add(now time.Time, p *netpkt.Packet, emit Emit) {
+	r.init()
+	r.expire(now, emit)
+	k := Key{p.Src, p.Dst, p.SrcPort, p.DstPort}
+	el := r.streams[k]
+	if p.Flags&netpkt.FlagRST != 0 {
+		if el != nil {
+			r.remove(el)
+		}
+		return
+	}
+	if el == nil {
+		if len(p.Payload) == 0 && p.Flags&netpkt.FlagSYN == 0 {
+			return // a pure ACK or FIN must not start a stream
+		}
+		for len(r.streams) >= r.MaxStreams {
+			r.remove(r.lru.Back())
+			r.Evicted++
+		}
+		el = r.lru.PushFront(&stream{key: k})
+		r.streams[k] = el
+	} else {
+		r.lru.MoveToFront(el)
+	}
+	s := el.Value.(*stream)
+	s.last = now
+	seq := p.Seq
+	if p.Flags&netpkt.FlagSYN != 0 {
+		*s = stream{key: k, started: true, next: seq + 1, synced: true, last: now}
+		seq++
+	}
+	if len(p.Payload) > 0 {
+		if !s.started {
+			s.started, s.next = true, seq
+		}
+		s.add(seq, p.Payload)
+		if s.pendingBytes > r.MaxPending {
+			s.skipHole()
+			r.Skipped++
+		}
+		s.extract(now, emit)
+	}
+	if p.Flags&netpkt.FlagFIN != 0 && len(s.pending) == 0 {
+		r.remove(el) // nothing more will come; what is left is a partial message
+	}
+}
+
+// add places a segment: appended when in order (trimmed of bytes already
+// seen), kept aside when beyond a hole.
+func (s *stream) add(seq uint32, data []byte) {
+	d := int32(seq - s.next)
+	switch {
+	case d > 0:
+		if slices.ContainsFunc(s.pending, func(g segment) bool { return g.seq == seq && len(g.data) >= len(data) }) {
+			return // a retransmission of a segment already held
+		}
+		s.pending = append(s.pending, segment{seq, slices.Clone(data)})
+		s.pendingBytes += len(data)
+		return
+	case d < 0:
+		if int(-d) >= len(data) {
+			return // all seen before
+		}
+		data = data[-d:]
+	}
+	s.buf = append(s.buf, data...)
+	s.next += uint32(len(data))
+	s.drain()
+}
+
+// drain moves held segments that now continue the stream into it.
+func (s *stream) drain() {
+	for moved := true; moved && len(s.pending) > 0; {
+		moved = false
+		for i := 0; i < len(s.pending); i++ {
+			g := s.pending[i]
+			d := int32(g.seq - s.next)
+			if d > 0 {
+				continue
+			}
+			s.pending = slices.Delete(s.pending, i, i+1)
+			s.pendingBytes -= len(g.data)
+			i--
+			if int(-d) < len(g.data) {
+				s.buf = append(s.buf, g.data[-d:]...)
+				s.next += uint32(len(g.data) + int(d))
+				moved = true
+			}
+		}
+	}
+}
+
+// skipHole gives up on the bytes missing before the earliest held
+// segment: the partial message in buf is dropped and the stream resumes
+// at that segment, looking for a message boundary.
+func (s *stream) skipHole() {
+	if len(s.pending) == 0 {
+		return
+	}
+	first := slices.MinFunc(s.pending, func(a, b segment) int { return int(int32(a.seq - b.seq)) })
+	s.buf = s.buf[:0]
+	s.next = first.seq
+	s.synced = false
+	s.drain()
+}
+
+// maxMessage is the largest message a two-byte length can announce.
+const maxMessage = 65535
+
+// extract emits every whole message at the head of the stream.
+func (s *stream) extract(now time.Time, emit Emit) {
+	for len(s.buf) >= 2 {
+		l := int(binary.BigEndian.Uint16(s.buf))
+		if !s.synced && l < dnsmsg.HeaderLen {
+			s.buf = s.buf[:0] // not a boundary; resume at the next segment
+			return
+		}
+		if len(s.buf) < 2+l {
+			return
+		}
+		msg := s.buf[2 : 2+l]
+		if !s.synced {
+			if _, err := dnsmsg.Parse(msg); err != nil {
+				s.buf = s.buf[:0]
+				return
+			}
+			s.synced = true
+		}
+		if l > 0 {
+			emit(s.key, now, msg)
+		}
+		s.buf = s.buf[2+l:]
+	}
+	if len(s.buf) == 0 {
+		s.buf = nil // let the backing array go between messages
+	} else if cap(s.buf) > 2*maxMessage+4 {
+		s.buf = slices.Clone(s.buf)
+	}
+}
+
+func (r *Reassembler) remove(el *list.Element) {
+	delete(r.streams, el.Value.(*stream).key)
+	r.lru.Remove(el)
+}
+
+// expire drops streams idle for longer than Idle, after giving up on
+// their holes; it runs at most once a second of packet time.
+func (r *Reassembler) expire(now time.Time, emit Emit) {
+	if now.Sub(r.sweep) < time.Second && !now.Before(r.sweep) {
+		return
+	}
+	r.sweep = now
+	for el := r.lru.Back(); el != nil; el = r.lru.Back() {
+		s := el.Value.(*stream)
+		if now.Sub(s.last) <= r.Idle {
+			return
+		}
+		r.finish(s, emit)
+		r.remove(el)
+	}
+}
+
+// finish salvages what a stream holds beyond its holes.
+func (r *Reassembler) finish(s *stream, emit Emit) {
+	for len(s.pending) > 0 {
+		s.skipHole()
+		r.Skipped++
+		s.extract(s.last, emit)
+	}
+}
+
+// Flush ends every stream, emitting the messages that lie beyond holes
+// (at the end of a block, or of a capture).
+func (r *Reassembler) Flush(emit Emit) {
+	r.init()
+	for el := r.lru.Back(); el != nil; el = r.lru.Back() {
+		r.finish(el.Value.(*stream), emit)
+		r.remove(el)
+	}
+}

@@ -1,0 +1,148 @@
+package netpkt
+
+import (
+	"net/netip"
+	"slices"
+	"time"
+)
+
+// Defrag puts IPv4 and IPv6 fragments back together. Memory is bounded:
+// datagrams unfinished for Timeout (in packet time) are dropped, and when
+// the buffered bytes pass MaxBytes the oldest datagrams go first. Where
+// fragments overlap, the bytes that arrived first win (what most stacks
+// do, and what makes a duplicated fragment harmless).
+type Defrag struct {
+	Timeout  time.Duration // 30 s when zero
+	MaxBytes int           // 32 MiB when zero
+
+	pending    map[fragKey]*datagram
+	bytes      int
+	lastExpire time.Time
+	// Dropped counts datagrams given up on (timed out, evicted, or
+	// inconsistent).
+	Dropped int
+}
+
+type fragKey struct {
+	src, dst netip.Addr
+	id       uint32
+	proto    uint8
+}
+
+type datagram struct {
+	first  time.Time
+	pieces []piece
+	total  int // the datagram's length, once the last fragment arrived
+	size   int
+}
+
+type piece struct {
+	off  int
+	data []byte
+}
+
+// maxDatagram bounds a reassembled datagram (an IP packet's payload).
+const maxDatagram = 65535
+
+// Add takes a fragment (p.Fragment set) seen at time now. When it
+// completes its datagram, Add fills p with the whole datagram's transport
+// header and payload and returns true; the payload is valid until the next
+// call.
+func (d *Defrag) Add(now time.Time, p *Packet) bool {
+	if d.pending == nil {
+		d.pending = map[fragKey]*datagram{}
+		if d.Timeout == 0 {
+			d.Timeout = 30 * time.Second
+		}
+		if d.MaxBytes == 0 {
+			d.MaxBytes = 32 << 20
+		}
+	}
+	d.expire(now)
+	k := fragKey{p.Src, p.Dst, p.FragID, p.Proto}
+	dg := d.pending[k]
+	if dg == nil {
+		dg = &datagram{first: now, total: -1}
+		d.pending[k] = dg
+	}
+	end := p.FragOffset + len(p.Payload)
+	if end > maxDatagram || !p.MoreFrags && dg.total >= 0 && dg.total != end {
+		d.drop(k, dg) // impossible or contradictory lengths
+		return false
+	}
+	if !p.MoreFrags {
+		dg.total = end
+	}
+	dg.pieces = append(dg.pieces, piece{p.FragOffset, slices.Clone(p.Payload)})
+	dg.size += len(p.Payload)
+	d.bytes += len(p.Payload)
+	for d.bytes > d.MaxBytes && len(d.pending) > 0 {
+		d.evictOldest()
+	}
+	if d.pending[k] == nil || dg.total < 0 {
+		return false
+	}
+	whole, ok := dg.assemble()
+	if !ok {
+		return false
+	}
+	d.bytes -= dg.size
+	delete(d.pending, k)
+	p.Fragment = false
+	if Transport(p, whole) != nil {
+		return false
+	}
+	return true
+}
+
+// assemble returns the datagram when its pieces cover 0..total. Pieces
+// are laid in arrival order and a byte once written stays: the first
+// arrival wins an overlap.
+func (dg *datagram) assemble() ([]byte, bool) {
+	out := make([]byte, dg.total)
+	have := make([]bool, dg.total)
+	n := 0
+	for _, pc := range dg.pieces {
+		for i, c := range pc.data {
+			if j := pc.off + i; j < dg.total && !have[j] {
+				out[j], have[j] = c, true
+				n++
+			}
+		}
+	}
+	return out, n == dg.total
+}
+
+func (d *Defrag) expire(now time.Time) {
+	if now.Sub(d.lastExpire) < time.Second && !now.Before(d.lastExpire) {
+		return // a sweep a second is enough
+	}
+	d.lastExpire = now
+	for k, dg := range d.pending {
+		if now.Sub(dg.first) > d.Timeout {
+			d.drop(k, dg)
+		}
+	}
+}
+
+func (d *Defrag) evictOldest() {
+	var (
+		oldK  fragKey
+		oldDG *datagram
+	)
+	for k, dg := range d.pending {
+		if oldDG == nil || dg.first.Before(oldDG.first) {
+			oldK, oldDG = k, dg
+		}
+	}
+	d.drop(oldK, oldDG)
+}
+
+func (d *Defrag) drop(k fragKey, dg *datagram) {
+	d.bytes -= dg.size
+	delete(d.pending, k)
+	d.Dropped++
+}
+
+// Pending returns how many datagrams wait for fragments.
+func (d *Defrag) Pending() int { return len(d.pending) }
