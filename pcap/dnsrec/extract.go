@@ -31,15 +31,15 @@ type Record struct {
 
 // Stats counts what an Extractor saw.
 type Stats struct {
-	Packets      int64
-	Messages     int64
-	UDP, TCP     int64
-	Malformed    int64 // messages that did not parse whole
-	Undecodable  int64 // frames that ended inside a header or were not IP
-	Fragments    int64
-	Reassembled  int64 // datagrams made whole from fragments
-	TCPSkipped   int   // holes given up on
-	TCPEvicted   int   // streams dropped for room
+	Packets       int64
+	Messages      int64
+	UDP, TCP      int64
+	Malformed     int64 // messages that did not parse whole
+	Undecodable   int64 // frames that ended inside a header or were not IP
+	Fragments     int64
+	Reassembled   int64 // datagrams made whole from fragments
+	TCPSkipped    int   // holes given up on
+	TCPEvicted    int   // streams dropped for room
 	DefragDropped int
 }
 
