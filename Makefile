@@ -17,7 +17,10 @@ FUZZ_TARGETS := \
 	./flight:FuzzPutHeader:50000x \
 	./pcap:FuzzReader:100000x \
 	./agent:FuzzCut:3000x \
-	./pipeline:FuzzParseJob:200000x
+	./pipeline:FuzzParseJob:200000x \
+	./pcap/dnsmsg:FuzzParse:200000x \
+	./pcap/netpkt:FuzzDecode:200000x \
+	./pcap/dnstcp:FuzzReassemble:150000x
 
 .PHONY: build test test-go test-python fuzz-short bench demo lint clean
 

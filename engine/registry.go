@@ -13,6 +13,8 @@ import (
 	"net/url"
 	"sort"
 	"strings"
+
+	"github.com/plumb-dev/plumb/block"
 )
 
 // ErrMalformed marks input a program can never process (a corrupt block):
@@ -27,6 +29,21 @@ type Builtin interface {
 	// Run streams one block from in to out. Errors wrapping ErrMalformed
 	// set the block aside.
 	Run(ctx context.Context, in io.Reader, out io.Writer) error
+}
+
+type blockKey struct{}
+
+// WithBlock tells a Builtin which input block it reads (for outputs that
+// name their block, such as DNS records carrying the site and sequence
+// number).
+func WithBlock(ctx context.Context, name block.Name) context.Context {
+	return context.WithValue(ctx, blockKey{}, name)
+}
+
+// BlockOf returns the input block a run reads, when the runner said.
+func BlockOf(ctx context.Context) (block.Name, bool) {
+	n, ok := ctx.Value(blockKey{}).(block.Name)
+	return n, ok
 }
 
 // Describer is a Builtin that says how it works, e.g. which xz encoder

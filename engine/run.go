@@ -185,14 +185,14 @@ func (e *Engine) process(ctx context.Context, spec runSpec, inputs []state.Block
 		files = append(files, hf)
 		outs = append(outs, port{queue: q, w: hf})
 	}
-	res, err := execute(ctx, spec.steps, ins, outs, scratch)
+	name, err := block.Parse(inputs[0].Name)
+	if err != nil {
+		return nil, outcome{}, fmt.Errorf("input block name %s: %w", inputs[0].Name, err)
+	}
+	res, err := execute(WithBlock(ctx, name), spec.steps, ins, outs, scratch)
 	m.cpu = res.cpu
 	if err != nil {
 		return nil, res, err
-	}
-	name, err := block.Parse(inputs[0].Name)
-	if err != nil {
-		return nil, res, fmt.Errorf("input block name %s: %w", inputs[0].Name, err)
 	}
 	var blocks []state.Block
 	for i, q := range spec.node.Outputs {

@@ -4,17 +4,24 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"io"
 	"net/url"
+	"os"
 	"os/exec"
 	"strings"
 	"testing"
 
+	"github.com/apache/arrow-go/v18/arrow"
+	"github.com/apache/arrow-go/v18/arrow/array"
+	"github.com/apache/arrow-go/v18/arrow/ipc"
 	"github.com/gopacket/gopacket/layers"
 
+	"github.com/plumb-dev/plumb/block"
 	"github.com/plumb-dev/plumb/codecs"
 	"github.com/plumb-dev/plumb/engine"
 	"github.com/plumb-dev/plumb/internal/testenv"
 	"github.com/plumb-dev/plumb/pcap"
+	"github.com/plumb-dev/plumb/pcap/dnsrec"
 	"github.com/plumb-dev/plumb/synth"
 )
 
@@ -128,7 +135,8 @@ func TestBuiltinArgumentsAreStrict(t *testing.T) {
 		{"transcode", url.Values{"too": {"xz"}}, `unknown argument "too" (known: to)`},
 		{"cpuwork", url.Values{"rounds": {"0"}}, "want a whole number from 1 to 1000"},
 		{"decode", url.Values{"x": {"1"}}, `unknown argument "x"`},
-		{"dns", nil, `built-in "dns" is not known (known: cpuwork, decode, encode, pcapinfo, transcode)`},
+		{"nosuch", nil, `built-in "nosuch" is not known (known: cpuwork, decode, dns, encode, pcapinfo, transcode)`},
+		{"dns", url.Values{"ports": {"53,x"}}, "want port numbers"},
 	} {
 		if _, err := reg.New(c.name, c.args); err == nil || !strings.Contains(err.Error(), c.want) {
 			t.Errorf("%s %v: %v; want %q", c.name, c.args, err, c.want)
@@ -139,5 +147,67 @@ func TestBuiltinArgumentsAreStrict(t *testing.T) {
 	in := append([]byte("H"), bytes.Repeat([]byte("x"), 3<<20)...)
 	if out, err := run(t, w, in); err != nil || !bytes.Equal(out, in) {
 		t.Errorf("cpuwork changed its block: %d bytes, %v", len(out), err)
+	}
+}
+
+// TestDNSWritesArrow runs builtin:dns over a snappy-compressed real
+// capture and reads the Arrow file back as a consumer would.
+func TestDNSWritesArrow(t *testing.T) {
+	raw, err := os.ReadFile("../../testdata/pcaps/dnscap__dns.pcap")
+	if err != nil {
+		t.Fatal(err)
+	}
+	sz, _ := run(t, &Transcode{To: codecs.Snappy, Raw: true}, raw)
+	b, err := registry().New("dns", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	n, _ := block.Parse("20161020-151621-00000042.lax.pcap.sz")
+	var out bytes.Buffer
+	if err := b.Run(engine.WithBlock(context.Background(), n), bytes.NewReader(sz), &out); err != nil {
+		t.Fatal(err)
+	}
+	f, err := ipc.NewFileReader(bytes.NewReader(out.Bytes()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	if !f.Schema().Equal(dnsrec.Schema) {
+		t.Errorf("schema = %s", f.Schema())
+	}
+	rec, err := f.Record(0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	col := func(name string) arrow.Array { return rec.Column(f.Schema().FieldIndices(name)[0]) }
+	if rec.NumRows() != 82 {
+		t.Fatalf("%d rows, want the 82 messages tshark finds", rec.NumRows())
+	}
+	if got := col("instance").(*array.String).Value(0); got != "lax" {
+		t.Errorf("instance = %q", got)
+	}
+	if got := col("seq").(*array.Uint64).Value(0); got != 42 {
+		t.Errorf("seq = %d", got)
+	}
+	if got := col("qname").(*array.String).Value(0); got != "google.com" {
+		t.Errorf("first qname = %q", got)
+	}
+	if got := col("src").(*array.String).Value(0); got != "172.17.0.10" {
+		t.Errorf("first src = %q", got)
+	}
+	if got := col("transport").(*array.String).Value(1); got != "udp" {
+		t.Errorf("transport = %q", got)
+	}
+	// Garbage is set aside, not crashed on; an empty capture gives an
+	// empty table.
+	if err := b.Run(context.Background(), strings.NewReader("not a capture at all"), io.Discard); !errors.Is(err, engine.ErrMalformed) {
+		t.Errorf("garbage: %v", err)
+	}
+	out.Reset()
+	if err := b.Run(context.Background(), bytes.NewReader(raw[:24]), &out); err != nil {
+		t.Fatalf("header-only capture: %v", err)
+	}
+	if f, err := ipc.NewFileReader(bytes.NewReader(out.Bytes())); err != nil || f.NumRecords() != 0 {
+		t.Errorf("header-only capture: %v", err)
 	}
 }

@@ -20,6 +20,7 @@ import (
 func Register(reg *engine.Registry, xz XZ) {
 	registerPcapInfo(reg)
 	registerCPUWork(reg)
+	registerDNS(reg)
 	reg.Add(engine.Factory{
 		Name: "decode",
 		Doc:  "Decompresses a block (snappy, xz, gzip or zstd, told from its first bytes); an uncompressed block passes through.",

@@ -1,0 +1,198 @@
+package dnstcp
+
+import (
+	"encoding/binary"
+	"fmt"
+	"math/rand/v2"
+	"net/netip"
+	"testing"
+	"time"
+
+	"github.com/plumb-dev/plumb/pcap/netpkt"
+)
+
+var (
+	client = netip.MustParseAddr("192.0.2.1")
+	server = netip.MustParseAddr("192.0.2.53")
+	t0     = time.Unix(1700000000, 0)
+)
+
+// message makes a DNS query of n bytes (n >= 17) with the given id.
+func message(id uint16, n int) []byte {
+	m := make([]byte, n)
+	binary.BigEndian.PutUint16(m, id)
+	binary.BigEndian.PutUint16(m[4:], 1) // one question: the root, type and class
+	m[12] = 0
+	binary.BigEndian.PutUint16(m[13:], 1)
+	binary.BigEndian.PutUint16(m[15:], 1)
+	return m[:17]
+}
+
+// wire is the bytes of messages on a TCP connection.
+func wire(msgs ...[]byte) []byte {
+	var b []byte
+	for _, m := range msgs {
+		b = binary.BigEndian.AppendUint16(b, uint16(len(m)))
+		b = append(b, m...)
+	}
+	return b
+}
+
+type seg struct {
+	off   int
+	data  []byte
+	flags uint8
+}
+
+// run feeds segments of a stream that starts at isn and returns the ids of
+// the messages emitted, in order.
+func run(r *Reassembler, isn uint32, segs []seg) []uint16 {
+	var ids []uint16
+	emit := func(k Key, _ time.Time, msg []byte) {
+		if k.Src != client {
+			panic("wrong direction")
+		}
+		ids = append(ids, binary.BigEndian.Uint16(msg))
+	}
+	for i, s := range segs {
+		p := netpkt.Packet{Src: client, Dst: server, SrcPort: 40000, DstPort: 53, Proto: netpkt.ProtoTCP,
+			Seq: isn + uint32(s.off), Flags: s.flags | netpkt.FlagACK, Payload: s.data}
+		r.Add(t0.Add(time.Duration(i)*time.Millisecond), &p, emit)
+	}
+	r.Flush(emit)
+	return ids
+}
+
+func ones(n int) []int {
+	out := make([]int, n)
+	for i := range out {
+		out[i] = 1
+	}
+	return out
+}
+
+func cut(b []byte, sizes ...int) []seg {
+	var out []seg
+	off := 0
+	for _, n := range sizes {
+		out = append(out, seg{off: 1 + off, data: b[off : off+n]})
+		off += n
+	}
+	if off < len(b) {
+		out = append(out, seg{off: 1 + off, data: b[off:]})
+	}
+	return out
+}
+
+func TestReassembly(t *testing.T) {
+	b := wire(message(1, 17), message(2, 17), message(3, 17))
+	syn := seg{off: 0, flags: netpkt.FlagSYN}
+	for _, c := range []struct {
+		name string
+		segs []seg
+		want string
+	}{
+		{"one segment, several messages", append([]seg{syn}, cut(b)...), "[1 2 3]"},
+		{"byte by byte", append([]seg{syn}, cut(b, ones(len(b))...)...), "[1 2 3]"},
+		{"out of order", func() []seg {
+			s := cut(b, 10, 10, 10, 10)
+			return []seg{syn, s[0], s[2], s[1], s[4], s[3]}
+		}(), "[1 2 3]"},
+		{"retransmitted and overlapping", func() []seg {
+			s := cut(b, 10, 10, 10)
+			over := seg{off: 6, data: b[5:25]} // overlaps s[0] and s[1]
+			return []seg{syn, s[0], s[0], over, s[1], s[2], s[3], s[2]}
+		}(), "[1 2 3]"},
+		{"no handshake, starts at a message", cut(b, 19, 19), "[1 2 3]"},
+		{"no handshake, starts mid-message", cut(b, 19, 19)[1:], "[2 3]"},
+		{"a hole loses one message; the stream resumes", func() []seg {
+			s := cut(b, 19, 19)
+			return []seg{syn, s[0], s[2]} // message 2 never arrives
+		}(), "[1 3]"},
+		{"pure ACKs and FIN start nothing", []seg{{off: 5, flags: netpkt.FlagFIN}, {off: 9}}, "[]"},
+	} {
+		if got := fmt.Sprint(run(&Reassembler{}, 1000, c.segs)); got != c.want {
+			t.Errorf("%s: %s, want %s", c.name, got, c.want)
+		}
+	}
+}
+
+func TestReassemblyBounds(t *testing.T) {
+	r := &Reassembler{MaxStreams: 10, MaxPending: 1 << 10}
+	emit := func(Key, time.Time, []byte) {}
+	// A flood of half-open connections never holds more than MaxStreams.
+	for i := range 1000 {
+		p := netpkt.Packet{Src: client, Dst: server, SrcPort: uint16(1024 + i), DstPort: 53, Proto: netpkt.ProtoTCP,
+			Seq: 1, Flags: netpkt.FlagACK, Payload: []byte{0, 200, 1, 2, 3}}
+		r.Add(t0, &p, emit)
+	}
+	if r.Streams() > 10 || r.Evicted < 990 {
+		t.Errorf("%d streams, %d evicted", r.Streams(), r.Evicted)
+	}
+	// Data beyond a hole is bounded per stream.
+	for i := range 100 {
+		p := netpkt.Packet{Src: client, Dst: server, SrcPort: 9, DstPort: 53, Proto: netpkt.ProtoTCP,
+			Seq: uint32(10000 + i*100), Flags: netpkt.FlagACK, Payload: make([]byte, 100)}
+		if i == 0 {
+			p.Seq = 1
+		}
+		r.Add(t0, &p, emit)
+	}
+	el := r.streams[Key{client, server, 9, 53}]
+	if el == nil || el.Value.(*stream).pendingBytes > 1<<10 {
+		t.Error("held bytes beyond a hole are not bounded")
+	}
+	// Streams idle past the timeout go.
+	late := netpkt.Packet{Src: server, Dst: client, SrcPort: 53, DstPort: 1, Proto: netpkt.ProtoTCP, Seq: 1, Payload: []byte{0}}
+	r.Add(t0.Add(time.Hour), &late, emit)
+	if r.Streams() != 1 {
+		t.Errorf("%d streams after an hour of silence", r.Streams())
+	}
+}
+
+// FuzzReassemble cuts a stream of messages into segments, delivers them in
+// a shuffled order with duplicates, and checks every message comes out
+// once, in order.
+func FuzzReassemble(f *testing.F) {
+	f.Add(uint64(1), uint8(3), []byte{5, 9, 1, 30})
+	f.Add(uint64(7), uint8(10), []byte{1, 1, 1, 1, 1, 1, 1})
+	f.Fuzz(func(t *testing.T, seed uint64, n uint8, sizes []byte) {
+		rng := rand.New(rand.NewPCG(seed, 0))
+		var msgs [][]byte
+		for i := range int(n%20) + 1 {
+			msgs = append(msgs, message(uint16(i+1), 17))
+		}
+		b := wire(msgs...)
+		var cuts []int
+		for _, s := range sizes {
+			cuts = append(cuts, int(s%40)+1)
+		}
+		var segs []seg
+		off := 0
+		for i := 0; off < len(b); i++ {
+			size := len(b) - off
+			if i < len(cuts) {
+				size = min(size, cuts[i])
+			}
+			segs = append(segs, seg{off: 1 + off, data: b[off : off+size]})
+			off += size
+		}
+		// Shuffle within a window (real reordering is local) and repeat a few.
+		for i := range segs {
+			j := min(i+rng.IntN(4), len(segs)-1)
+			segs[i], segs[j] = segs[j], segs[i]
+		}
+		for range rng.IntN(3) {
+			segs = append(segs, segs[rng.IntN(len(segs))])
+		}
+		got := run(&Reassembler{}, rng.Uint32(), append([]seg{{flags: netpkt.FlagSYN}}, segs...))
+		if len(got) != len(msgs) {
+			t.Fatalf("%d messages out of %d: %v", len(got), len(msgs), got)
+		}
+		for i, id := range got {
+			if id != uint16(i+1) {
+				t.Fatalf("out of order: %v", got)
+			}
+		}
+	})
+}
