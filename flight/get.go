@@ -16,7 +16,7 @@ import (
 	"github.com/plumb-dev/plumb/state"
 )
 
-const ticketForms = `{"block": NAME} or {"queue": Q, "group": G, "follow": true|false, "from": "earliest"|"latest"}`
+const ticketForms = `{"block": NAME}, {"queue": Q, "group": G, "follow": true|false, "from": "earliest"|"latest"} or {"records": Q, ...}`
 
 // parseTicket decodes and validates a DoGet ticket.
 func parseTicket(raw []byte) (Ticket, error) {
@@ -64,6 +64,14 @@ func parseTicket(raw []byte) (Ticket, error) {
 
 // DoGet streams one block, a queue's blocks, or a consumer group's blocks.
 func (s *Service) DoGet(tkt *aflight.Ticket, stream aflight.FlightService_DoGetServer) error {
+	var probe struct {
+		Records string `json:"records"`
+	}
+	if json.Unmarshal(tkt.GetTicket(), &probe) == nil && probe.Records != "" {
+		ctx, cancel := mergeDone(stream.Context(), s.ctx)
+		defer cancel()
+		return s.serveRecords(ctx, tkt.GetTicket(), stream)
+	}
 	t, err := parseTicket(tkt.GetTicket())
 	if err != nil {
 		return err

@@ -1,0 +1,64 @@
+"""DNS messages as a table: a team runs builtin:dns over captures and reads
+the rows with pyarrow and pandas through a records ticket."""
+import json
+import time
+
+import pyarrow.flight as fl
+import pytest
+
+from conftest import TESTDATA, put_blocks
+
+JOB = """
+job: dns
+from: earliest
+stages:
+  - {name: dns, inputs: [pcap], program: builtin:dns, outputs: [dns.arrow], retention: forever}
+"""
+
+
+def records(client, **ticket):
+    return client.do_get(fl.Ticket(json.dumps(ticket).encode()))
+
+
+def test_records_ticket_reads_dns_rows_as_pandas(server):
+    c = server.client()
+    udp = (TESTDATA / "pcaps" / "dnscap__dns.pcap").read_bytes()
+    tcp = (TESTDATA / "pcaps" / "dnscap__dnso1tcp.pcap").read_bytes()
+    put_blocks(c, "pcap", "lax", [("20161020-151621-00000001.lax.pcap", udp),
+                                  ("20161020-151700-00000002.lax.pcap", tcp)])
+    [res] = [json.loads(r.body.to_pybytes()) for r in c.do_action(fl.Action("submit-job", json.dumps({"yaml": JOB}).encode()))]
+    assert res["state"] == "accepted", res
+    deadline = time.time() + 30
+    while True:
+        [st] = [json.loads(r.body.to_pybytes()) for r in c.do_action(fl.Action("stats", b"{}"))]
+        if st["runs"] == 2:
+            break
+        assert time.time() < deadline, st
+        time.sleep(0.1)
+
+    df = records(c, records="dns.arrow").read_pandas()
+    assert len(df) == 164
+    assert (df["transport"] == "udp").sum() == 82 and (df["transport"] == "tcp").sum() == 82
+    assert set(df["instance"]) == {"lax"} and set(df["seq"]) == {1, 2}
+    assert str(df["time"].dtype) == "datetime64[ns, UTC]"
+    assert df.loc[0, "qname"] == "google.com" and df.loc[0, "src"] == "172.17.0.10"
+    assert not df["malformed"].any()
+
+    responses = records(c, records="dns.arrow", columns=["seq", "id", "qname", "rcode"],
+                        filter=[{"column": "qr", "op": "=", "value": True},
+                                {"column": "transport", "op": "=", "value": "tcp"}]).read_pandas()
+    assert list(responses.columns) == ["seq", "id", "qname", "rcode"]
+    assert len(responses) == 41 and set(responses["seq"]) == {2}
+
+    # A sequence range picks blocks; an empty selection is an empty table.
+    assert len(records(c, records="dns.arrow", **{"from": 2, "to": 2}).read_pandas()) == 82
+    empty = records(c, records="dns.arrow", instance="nowhere", columns=["qname"]).read_pandas()
+    assert len(empty) == 0 and list(empty.columns) == ["qname"]
+
+
+def test_records_ticket_errors_name_the_problem(server):
+    c = server.client()
+    with pytest.raises(Exception, match='no column "nope"'):
+        records(c, records="dns.arrow", columns=["nope"]).read_all()
+    with pytest.raises(Exception, match="want an RFC 3339 time or a sequence number"):
+        records(c, records="dns.arrow", **{"from": "yesterday"}).read_all()
