@@ -384,7 +384,7 @@ func TestRejectedJobsSayWhy(t *testing.T) {
 	r := newRig(t, engine.Config{Slots: 1})
 	r.put("pcap.sz", 1, snappy(t, payload(1)))
 	for _, c := range []struct{ src, want string }{
-		{"job: a\nstages:\n  - {name: s, inputs: [pcap.sz], program: builtin:nope, outputs: [x]}\n", `built-in "nope" is not known (known: cpuwork, decode, dns, encode, pcapinfo, transcode)`},
+		{"job: a\nstages:\n  - {name: s, inputs: [pcap.sz], program: builtin:nope, outputs: [x]}\n", `built-in "nope" is not known (known: cpuwork, decode, dns, encode, flowhash, pcapinfo, transcode)`},
 		{"job: b\nstages:\n  - {name: s, inputs: [pcap.sz], program: [/no/such/prog], outputs: [x]}\n", `program "/no/such/prog" is not found`},
 		{"job: c\nstages:\n  - {name: s, inputs: [pcap.typo], program: builtin:decode, outputs: [x]}\n", "input queue pcap.typo holds no blocks"},
 		{"job: d\nstages:\n  - {name: s, inputs: [pcap.sz], program: \"builtin:encode?level=9\", outputs: [x]}\n", `unknown argument "level" (known: codec)`},
@@ -438,5 +438,38 @@ stages:
 	}
 	if got := decode(t, snappy(t, r.read("pcap.b", 3))); !bytes.Equal(got, payload(3)) {
 		t.Error("output b differs from its input")
+	}
+}
+
+func TestFlowHashStage(t *testing.T) {
+	r := newRig(t, engine.Config{Slots: 2})
+	raw, err := os.ReadFile("../testdata/pcaps/dnscap__dnso1tcp.pcap")
+	if err != nil {
+		t.Fatal(err)
+	}
+	r.put("pcap", 1, raw)
+	if res := r.submit("job: bad\nstages:\n  - {name: s, inputs: [pcap], program: \"builtin:flowhash?n=2\", outputs: [pcap.h0, pcap.x]}\n"); res.State != "rejected" ||
+		!strings.Contains(res.Reason, "flowhash?n=2 writes outputs named QUEUE.h0 … QUEUE.h1") {
+		t.Errorf("bad outputs: %+v", res)
+	}
+	if res := r.submit("job: bad2\nstages:\n  - {name: s, inputs: [pcap], program: builtin:decode, outputs: [a, b]}\n"); res.State != "rejected" ||
+		!strings.Contains(res.Reason, "builtin:decode writes one output; 2 are listed") {
+		t.Errorf("two outputs of decode: %+v", res)
+	}
+	r.mustAccept(`
+job: split
+from: earliest
+stages:
+  - {name: s, inputs: [pcap], program: "builtin:flowhash?n=3", outputs: [pcap.h0, pcap.h1, pcap.h2], retention: forever}
+`)
+	r.wait("three outputs", func() bool { return r.count("pcap.h0")+r.count("pcap.h1")+r.count("pcap.h2") == 3 })
+	var total int
+	for _, q := range []string{"pcap.h0", "pcap.h1", "pcap.h2"} {
+		total += len(r.read(q, 1))
+	}
+	// One TCP connection: all of it in one output, the others empty
+	// captures (a header each).
+	if total != len(raw)+2*24 {
+		t.Errorf("outputs hold %d bytes, want the %d of the capture plus two empty headers", total, len(raw))
 	}
 }

@@ -112,7 +112,11 @@ func (e *Engine) reject(name, owner string, src []byte, why error) (SubmitResult
 func (e *Engine) checkPrograms(file string, job *pipeline.Job) error {
 	var problems pipeline.Problems
 	for _, s := range job.Stages {
-		if _, err := resolve(e.reg, s.Program); err != nil {
+		steps, err := resolve(e.reg, s.Program)
+		if err == nil {
+			err = checkOutputs(steps, s.Outputs)
+		}
+		if err != nil {
 			problems = append(problems, pipeline.Problem{File: file, Line: s.Line, Column: 1, Field: fmt.Sprintf("stage %q.program", s.Name), What: err.Error()})
 		}
 	}
@@ -272,5 +276,23 @@ func (e *Engine) apply(g *pipeline.Graph) error {
 	}
 	e.graph, e.stages = g, next
 	e.poke()
+	return nil
+}
+
+// checkOutputs refuses built-ins asked for outputs they cannot write.
+func checkOutputs(steps []step, outputs []string) error {
+	if len(outputs) <= 1 {
+		return nil
+	}
+	for _, st := range steps {
+		if st.builtin == nil {
+			continue
+		}
+		sp, ok := st.builtin.(Splitter)
+		if !ok || len(steps) > 1 {
+			return fmt.Errorf("%s writes one output; %d are listed", stepName(st), len(outputs))
+		}
+		return sp.CheckOutputs(outputs)
+	}
 	return nil
 }

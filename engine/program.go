@@ -19,6 +19,7 @@ import (
 
 // step is one resolved step of a program.
 type step struct {
+	name    string // builtin:NAME or the executable, for messages
 	builtin Builtin
 	argv    []string
 }
@@ -33,13 +34,13 @@ func resolve(reg *Registry, p pipeline.Program) ([]step, error) {
 			if err != nil {
 				return nil, err
 			}
-			out[i] = step{builtin: b}
+			out[i] = step{name: pipeline.BuiltinPrefix + st.Builtin, builtin: b}
 			continue
 		}
 		if _, err := exec.LookPath(st.Argv[0]); err != nil {
 			return nil, fmt.Errorf("program %q is not found or not executable on the server: %v; install it there or give its absolute path", st.Argv[0], err)
 		}
-		out[i] = step{argv: st.Argv}
+		out[i] = step{name: st.Argv[0], argv: st.Argv}
 	}
 	return out, nil
 }
@@ -67,7 +68,15 @@ func execute(ctx context.Context, steps []step, ins, outs []port, scratch string
 	tail := &tailBuffer{max: stderrKeep}
 	var cpu cpuCounter
 	var err error
-	if len(ins) == 1 && len(outs) <= 1 {
+	if sp, ok := steps[0].builtin.(Splitter); ok && len(steps) == 1 && len(outs) > 1 {
+		m := make(map[string]io.Writer, len(outs))
+		for _, o := range outs {
+			m[o.queue] = o.w
+		}
+		start := time.Now()
+		err = sp.Split(ctx, ins[0].r, m)
+		cpu.add(time.Since(start))
+	} else if len(ins) == 1 && len(outs) <= 1 {
 		var out io.Writer = io.Discard
 		if len(outs) == 1 {
 			out = outs[0].w
@@ -140,12 +149,7 @@ func chain(ctx context.Context, steps []step, in io.Reader, out io.Writer, tail 
 	return nil
 }
 
-func stepName(st step) string {
-	if st.builtin != nil {
-		return fmt.Sprintf("%T", st.builtin)
-	}
-	return st.argv[0]
-}
+func stepName(st step) string { return st.name }
 
 func isPipeErr(err error) bool {
 	return errors.Is(err, syscall.EPIPE) || errors.Is(err, os.ErrClosed) || errors.Is(err, io.ErrClosedPipe)

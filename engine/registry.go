@@ -46,6 +46,17 @@ func BlockOf(ctx context.Context) (block.Name, bool) {
 	return n, ok
 }
 
+// Splitter is a Builtin that writes several outputs, each chosen by its
+// queue's name (flowhash writes QUEUE.h0 … QUEUE.h{N-1}).
+type Splitter interface {
+	Builtin
+	// CheckOutputs says whether the stage's output queues fit; it runs
+	// when the job is submitted.
+	CheckOutputs(queues []string) error
+	// Split streams one block from in to the outputs, keyed by queue.
+	Split(ctx context.Context, in io.Reader, outs map[string]io.Writer) error
+}
+
 // Describer is a Builtin that says how it works, e.g. which xz encoder
 // it drives; stats and metrics show it.
 type Describer interface {

@@ -114,8 +114,8 @@ func (p Program) check(inputs, outputs int) error {
 		return errors.New("a chain of steps reads one input and writes at most one output")
 	}
 	for _, st := range p.Steps {
-		if st.Builtin != "" && (inputs > 1 || outputs > 1) {
-			return fmt.Errorf("builtin:%s reads one input and writes at most one output; use an executable for several", st.Builtin)
+		if st.Builtin != "" && inputs > 1 {
+			return fmt.Errorf("builtin:%s reads one input; use an executable for several", st.Builtin)
 		}
 	}
 	return nil

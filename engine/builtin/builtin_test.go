@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"net/url"
 	"os"
@@ -22,6 +23,7 @@ import (
 	"github.com/plumb-dev/plumb/internal/testenv"
 	"github.com/plumb-dev/plumb/pcap"
 	"github.com/plumb-dev/plumb/pcap/dnsrec"
+	"github.com/plumb-dev/plumb/pcap/netpkt"
 	"github.com/plumb-dev/plumb/synth"
 )
 
@@ -135,7 +137,7 @@ func TestBuiltinArgumentsAreStrict(t *testing.T) {
 		{"transcode", url.Values{"too": {"xz"}}, `unknown argument "too" (known: to)`},
 		{"cpuwork", url.Values{"rounds": {"0"}}, "want a whole number from 1 to 1000"},
 		{"decode", url.Values{"x": {"1"}}, `unknown argument "x"`},
-		{"nosuch", nil, `built-in "nosuch" is not known (known: cpuwork, decode, dns, encode, pcapinfo, transcode)`},
+		{"nosuch", nil, `built-in "nosuch" is not known (known: cpuwork, decode, dns, encode, flowhash, pcapinfo, transcode)`},
 		{"dns", url.Values{"ports": {"53,x"}}, "want port numbers"},
 	} {
 		if _, err := reg.New(c.name, c.args); err == nil || !strings.Contains(err.Error(), c.want) {
@@ -209,5 +211,83 @@ func TestDNSWritesArrow(t *testing.T) {
 	}
 	if f, err := ipc.NewFileReader(bytes.NewReader(out.Bytes())); err != nil || f.NumRecords() != 0 {
 		t.Errorf("header-only capture: %v", err)
+	}
+}
+
+// TestFlowHashKeepsFlowsTogether splits real captures four ways: every
+// packet lands in exactly one output, both directions of a connection and
+// every fragment of a datagram in the same one.
+func TestFlowHashKeepsFlowsTogether(t *testing.T) {
+	b, err := registry().New("flowhash", url.Values{"n": {"4"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	sp := b.(engine.Splitter)
+	queues := []string{"pcap.h0", "pcap.h1", "pcap.h2", "pcap.h3"}
+	if err := sp.CheckOutputs(queues); err != nil {
+		t.Fatal(err)
+	}
+	if err := sp.CheckOutputs([]string{"pcap.h0", "pcap.h1", "pcap.h7", "x"}); err == nil {
+		t.Error("outputs that do not fit were accepted")
+	}
+	for _, name := range []string{"dnscap__dnso1tcp.pcap", "dnscap__frags.pcap", "zeek__dns-edns-ecs.pcap"} {
+		raw, err := os.ReadFile("../../testdata/pcaps/" + name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		bufs := make([]bytes.Buffer, 4)
+		outs := map[string]io.Writer{}
+		for i, q := range queues {
+			outs[q] = &bufs[i]
+		}
+		if err := sp.Split(context.Background(), bytes.NewReader(raw), outs); err != nil {
+			t.Fatal(err)
+		}
+		total := 0
+		flows := map[string]int{} // flow (either direction) → output
+		for i := range bufs {
+			r, closer, err := pcap.NewReader(bytes.NewReader(bufs[i].Bytes()))
+			if err != nil {
+				t.Fatalf("%s output %d is not a capture: %v", name, i, err)
+			}
+			for {
+				data, _, err := r.Next()
+				if err != nil {
+					break
+				}
+				total++
+				var p netpkt.Packet
+				if netpkt.Decode(r.LinkType, data, &p) != nil {
+					continue
+				}
+				// A flow is the 5-tuple either way round; a fragment's flow
+				// is its datagram.
+				a, b := fmt.Sprint(p.Src, ":", p.SrcPort), fmt.Sprint(p.Dst, ":", p.DstPort)
+				if a > b {
+					a, b = b, a
+				}
+				key := fmt.Sprint(a, " ", b, " ", p.Proto)
+				if p.Fragment {
+					key = fmt.Sprint("datagram ", p.Src, " ", p.Dst, " ", p.FragID)
+				}
+				if o, ok := flows[key]; ok && o != i {
+					t.Errorf("%s: %s in outputs %d and %d", name, key, o, i)
+				}
+				flows[key] = i
+			}
+			closer.Close()
+		}
+		r, closer, _ := pcap.NewReader(bytes.NewReader(raw))
+		want := 0
+		for {
+			if _, _, err := r.Next(); err != nil {
+				break
+			}
+			want++
+		}
+		closer.Close()
+		if total != want {
+			t.Errorf("%s: %d packets out, %d in", name, total, want)
+		}
 	}
 }

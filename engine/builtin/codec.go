@@ -21,6 +21,7 @@ func Register(reg *engine.Registry, xz XZ) {
 	registerPcapInfo(reg)
 	registerCPUWork(reg)
 	registerDNS(reg)
+	registerFlowHash(reg)
 	reg.Add(engine.Factory{
 		Name: "decode",
 		Doc:  "Decompresses a block (snappy, xz, gzip or zstd, told from its first bytes); an uncompressed block passes through.",
