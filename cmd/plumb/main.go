@@ -41,6 +41,7 @@ func commands() []command {
 		statsCommand(),
 		faultyCommand(),
 		retryCommand(),
+		rssacCommand(),
 	}
 }
 

@@ -137,7 +137,7 @@ func TestBuiltinArgumentsAreStrict(t *testing.T) {
 		{"transcode", url.Values{"too": {"xz"}}, `unknown argument "too" (known: to)`},
 		{"cpuwork", url.Values{"rounds": {"0"}}, "want a whole number from 1 to 1000"},
 		{"decode", url.Values{"x": {"1"}}, `unknown argument "x"`},
-		{"nosuch", nil, `built-in "nosuch" is not known (known: cpuwork, decode, dns, encode, flowhash, pcapinfo, transcode)`},
+		{"nosuch", nil, `built-in "nosuch" is not known (known: cpuwork, decode, dns, encode, flowhash, pcapinfo, rssac, transcode)`},
 		{"dns", url.Values{"ports": {"53,x"}}, "want port numbers"},
 	} {
 		if _, err := reg.New(c.name, c.args); err == nil || !strings.Contains(err.Error(), c.want) {

@@ -22,6 +22,7 @@ func Register(reg *engine.Registry, xz XZ) {
 	registerCPUWork(reg)
 	registerDNS(reg)
 	registerFlowHash(reg)
+	registerRSSAC(reg)
 	reg.Add(engine.Factory{
 		Name: "decode",
 		Doc:  "Decompresses a block (snappy, xz, gzip or zstd, told from its first bytes); an uncompressed block passes through.",

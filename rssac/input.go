@@ -1,0 +1,121 @@
+package rssac
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"io"
+	"net/netip"
+	"time"
+
+	"github.com/apache/arrow-go/v18/arrow"
+	"github.com/apache/arrow-go/v18/arrow/array"
+	"github.com/apache/arrow-go/v18/arrow/ipc"
+
+	"github.com/plumb-dev/plumb/pcap"
+	"github.com/plumb-dev/plumb/pcap/dnsmsg"
+	"github.com/plumb-dev/plumb/pcap/dnsrec"
+)
+
+// Window limits what a Day counts: messages in [From, To).
+type Window struct{ From, To time.Time }
+
+func (w Window) has(t time.Time) bool { return !t.Before(w.From) && t.Before(w.To) }
+
+// UTCDay is the window of the UTC day holding t.
+func UTCDay(t time.Time) Window {
+	from := t.UTC().Truncate(24 * time.Hour)
+	return Window{from, from.Add(24 * time.Hour)}
+}
+
+// arrowMagic starts an Arrow IPC file.
+var arrowMagic = []byte("ARROW1")
+
+// AddFile counts the messages of one input: an Arrow file of DNS records
+// (a dns.arrow block) or a capture, told apart by their first bytes.
+func (d *Day) AddFile(data []byte, w Window) error {
+	if bytes.HasPrefix(data, arrowMagic) {
+		return d.addArrow(data, w)
+	}
+	return d.addCapture(bytes.NewReader(data), w)
+}
+
+func (d *Day) addArrow(data []byte, w Window) error {
+	f, err := ipc.NewFileReader(bytes.NewReader(data))
+	if err != nil {
+		return fmt.Errorf("read DNS records: %w", err)
+	}
+	defer f.Close()
+	for i := 0; i < f.NumRecords(); i++ {
+		rec, err := f.RecordBatch(i)
+		if err != nil {
+			return fmt.Errorf("read DNS records, batch %d: %w", i, err)
+		}
+		if err := d.addBatch(rec, w); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func column[T arrow.Array](rec arrow.RecordBatch, name string) (T, error) {
+	var zero T
+	idx := rec.Schema().FieldIndices(name)
+	if len(idx) == 0 {
+		return zero, fmt.Errorf("DNS records lack column %q; are these dns.arrow blocks?", name)
+	}
+	c, ok := rec.Column(idx[0]).(T)
+	if !ok {
+		return zero, fmt.Errorf("DNS records: column %q has type %s", name, rec.Column(idx[0]).DataType())
+	}
+	return c, nil
+}
+
+func (d *Day) addBatch(rec arrow.RecordBatch, w Window) error {
+	ts, err1 := column[*array.Timestamp](rec, "time")
+	src, err2 := column[*array.String](rec, "src")
+	tr, err3 := column[*array.String](rec, "transport")
+	ipv, err4 := column[*array.Uint8](rec, "ip_version")
+	qr, err5 := column[*array.Boolean](rec, "qr")
+	size, err6 := column[*array.Uint32](rec, "size")
+	rcode, err7 := column[*array.Uint16](rec, "rcode")
+	if err := errors.Join(err1, err2, err3, err4, err5, err6, err7); err != nil {
+		return err
+	}
+	for i := 0; i < int(rec.NumRows()); i++ {
+		t := time.Unix(0, int64(ts.Value(i))).UTC()
+		if !w.has(t) || size.Value(i) < dnsmsg.HeaderLen {
+			continue
+		}
+		a, _ := netip.ParseAddr(src.Value(i))
+		d.Add(Message{Time: t, Src: a, TCP: tr.Value(i) == "tcp", IPv6: ipv.Value(i) == 6, Response: qr.Value(i),
+			Size: int(size.Value(i)), Rcode: rcode.Value(i)})
+	}
+	return nil
+}
+
+func (d *Day) addCapture(r io.Reader, w Window) error {
+	pr, closer, err := pcap.NewReader(r)
+	if err != nil {
+		return err
+	}
+	defer closer.Close()
+	x := dnsrec.NewExtractor(pr.LinkType, nil, func(rec *dnsrec.Record) {
+		if w.has(rec.Time) && rec.Size >= dnsmsg.HeaderLen {
+			d.Add(Message{Time: rec.Time, Src: rec.Src, TCP: rec.TCP, IPv6: rec.IPVersion == 6, Response: rec.Msg.QR,
+				Size: rec.Size, Rcode: rec.Msg.Rcode})
+		}
+	})
+	for {
+		data, ci, err := pr.Next()
+		if err == io.EOF || errors.Is(err, pcap.ErrTruncated) {
+			break
+		}
+		if err != nil {
+			return err
+		}
+		x.Packet(ci.Timestamp, data)
+	}
+	x.Flush()
+	return nil
+}
