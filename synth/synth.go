@@ -34,6 +34,11 @@ type Config struct {
 	// Fractions of exchanges over TCP (a connection carries 1 to 4
 	// queries), over IPv6, and with EDNS0.
 	TCP, IPv6, EDNS float64
+	// The harder parts of real traffic, as fractions of exchanges (see
+	// AttackMix): random-subdomain flood queries, TCP flood connections,
+	// fragmented large responses, reordered TCP connections and malformed
+	// queries.
+	RandomSubdomain, TCPFlood, Fragments, Reorder, Malformed float64
 }
 
 // Defaults fills unset fields with a root-server-like mix.
@@ -54,11 +59,12 @@ func (c *Config) Defaults() {
 
 // Stats counts what was generated.
 type Stats struct {
-	Packets  int64
-	Queries  int64
-	Messages int64 // DNS messages: queries and responses
-	UDP, TCP int64 // messages by transport
-	Bytes    int64
+	Packets   int64
+	Queries   int64
+	Messages  int64 // DNS messages: queries and responses
+	UDP, TCP  int64 // messages by transport
+	Malformed int64 // messages cut short on purpose (counted in Messages)
+	Bytes     int64
 }
 
 var (
@@ -231,12 +237,28 @@ func (g *gen) exchange(t time.Time) error {
 	if v6 {
 		srv.ip = server6
 	}
-	if g.r.Float64() < g.cfg.TCP {
+	c := &g.cfg
+	if attack := c.RandomSubdomain + c.TCPFlood; attack > 0 {
+		switch x := g.r.Float64(); {
+		case x < c.RandomSubdomain:
+			return g.randomSubdomain(t, cli, srv)
+		case x < attack:
+			return g.tcpFlood(t, cli, srv)
+		}
+	}
+	if c.Malformed > 0 && g.r.Float64() < c.Malformed {
+		return g.malformedQuery(t, cli, srv)
+	}
+	if g.r.Float64() < c.TCP {
 		return g.tcpConn(t, cli, srv)
 	}
 	q, resp := g.messages()
 	if err := g.udp(t, cli, srv, q); err != nil {
 		return err
+	}
+	if c.Fragments > 0 && g.r.Float64() < c.Fragments {
+		g.bigResponse(resp)
+		return g.fragmented(t.Add(g.rtt()), srv, cli, resp)
 	}
 	return g.udp(t.Add(g.rtt()), srv, cli, resp)
 }

@@ -14,6 +14,7 @@ import (
 // segments, as real stacks do), and the close.
 func (g *gen) tcpConn(t time.Time, cli, srv endpoint) error {
 	c := &tcpState{g: g, cli: cli, srv: srv, cseq: g.r.Uint32(), sseq: g.r.Uint32(), t: t}
+	c.reorder = g.cfg.Reorder > 0 && g.r.Float64() < g.cfg.Reorder
 	step := func() { c.t = c.t.Add(time.Duration(20+g.r.IntN(300)) * time.Microsecond) }
 	if err := c.seg(true, tcpFlags{syn: true}, nil); err != nil {
 		return err
@@ -77,15 +78,19 @@ type tcpState struct {
 	cli, srv   endpoint
 	cseq, sseq uint32
 	t          time.Time
+	reorder    bool // send a message's segments out of order, some twice
 }
 
 // send writes data from one side, in one segment or split in two, and the
 // other side's ACK.
 func (c *tcpState) send(fromClient bool, data []byte) error {
 	parts := [][]byte{data}
-	if len(data) > 4 && c.g.r.IntN(10) < 3 {
+	if len(data) > 4 && (c.reorder || c.g.r.IntN(10) < 3) {
 		cut := 1 + c.g.r.IntN(len(data)-1)
 		parts = [][]byte{data[:cut], data[cut:]}
+	}
+	if c.reorder && len(parts) == 2 {
+		return c.sendReordered(fromClient, parts)
 	}
 	for _, p := range parts {
 		if err := c.seg(fromClient, tcpFlags{ack: true, psh: true}, p); err != nil {
@@ -114,4 +119,26 @@ func (c *tcpState) seg(fromClient bool, f tcpFlags, payload []byte) error {
 	}
 	tcp.SetNetworkLayerForChecksum(netl)
 	return c.g.write(c.t, c.g.eth(src, et), ipl, tcp, gopacket.Payload(payload))
+}
+
+// sendReordered sends the second part before the first, then the first
+// twice (a retransmission), then the other side's ACK.
+func (c *tcpState) sendReordered(fromClient bool, parts [][]byte) error {
+	seq := &c.cseq
+	if !fromClient {
+		seq = &c.sseq
+	}
+	start := *seq
+	for _, i := range []int{1, 0, 0} {
+		*seq = start
+		if i == 1 {
+			*seq += uint32(len(parts[0]))
+		}
+		if err := c.seg(fromClient, tcpFlags{ack: true, psh: true}, parts[i]); err != nil {
+			return err
+		}
+		c.t = c.t.Add(time.Duration(5+c.g.r.IntN(50)) * time.Microsecond)
+	}
+	*seq = start + uint32(len(parts[0])+len(parts[1]))
+	return c.seg(!fromClient, tcpFlags{ack: true}, nil)
 }

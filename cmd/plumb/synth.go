@@ -32,11 +32,35 @@ func synthCommand() command {
 			fs.Float64Var(&cfg.TCP, "tcp", 0.05, "fraction of exchanges over TCP (each TCP connection carries 1 to 4 queries)")
 			fs.Float64Var(&cfg.IPv6, "ipv6", 0.3, "fraction of queries over IPv6")
 			fs.Float64Var(&cfg.EDNS, "edns", 0.7, "fraction of queries with EDNS0")
+			mix := fs.String("mix", "normal", "traffic mix: normal, or attack (random-subdomain flood, TCP floods, fragmented answers, reordered TCP, malformed queries); the fractions below override it")
+			fractions := map[string]*float64{"random-subdomain": &cfg.RandomSubdomain, "tcp-flood": &cfg.TCPFlood,
+				"fragments": &cfg.Fragments, "reorder": &cfg.Reorder, "malformed": &cfg.Malformed}
+			fs.Float64Var(&cfg.RandomSubdomain, "random-subdomain", 0, "fraction of exchanges that are random-subdomain flood queries")
+			fs.Float64Var(&cfg.TCPFlood, "tcp-flood", 0, "fraction of exchanges that are abandoned TCP connections")
+			fs.Float64Var(&cfg.Fragments, "fragments", 0, "fraction of UDP answers made large and sent as IP fragments")
+			fs.Float64Var(&cfg.Reorder, "reorder", 0, "fraction of TCP connections with reordered and retransmitted segments")
+			fs.Float64Var(&cfg.Malformed, "malformed", 0, "fraction of queries cut short inside the question")
 			if err := fs.Parse(args); err != nil {
 				return err
 			}
 			if *out == "" || fs.NArg() != 0 {
 				return errUsage
+			}
+			switch *mix {
+			case "normal":
+			case "attack":
+				given := map[string]float64{} // fractions on the command line win
+				fs.Visit(func(f *flag.Flag) {
+					if p, ok := fractions[f.Name]; ok {
+						given[f.Name] = *p
+					}
+				})
+				synth.AttackMix(&cfg)
+				for name, v := range given {
+					*fractions[name] = v
+				}
+			default:
+				return fmt.Errorf("--mix %q: want normal or attack", *mix)
 			}
 			var err error
 			if cfg.Start, err = time.Parse(time.RFC3339, *start); err != nil {
