@@ -51,6 +51,7 @@ bench: build
 	$(GO) run ./bench/spine -plumb $(CURDIR)/$(BIN)
 	$(GO) run ./bench/agent -plumb $(CURDIR)/$(BIN)
 	$(GO) run ./bench/pipeline -plumb $(CURDIR)/$(BIN)
+	$(GO) run ./bench/dns -plumb $(CURDIR)/$(BIN)
 
 demo: build
 	./scripts/demo.sh $(BIN)

@@ -42,6 +42,7 @@ func commands() []command {
 		faultyCommand(),
 		retryCommand(),
 		rssacCommand(),
+		dnsCommand(),
 	}
 }
 

@@ -55,6 +55,7 @@ func (d *DNS) Run(ctx context.Context, in io.Reader, out io.Writer) error {
 	if err != nil {
 		return err
 	}
+	defer w.Close() // ends its writer on early returns; the last Close below reports
 	var werr error
 	x := dnsrec.NewExtractor(r.LinkType, d.Ports, func(rec *dnsrec.Record) {
 		if werr == nil {

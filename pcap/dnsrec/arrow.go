@@ -53,80 +53,156 @@ var Schema = arrow.NewSchema([]arrow.Field{
 const BatchRows = 64 << 10
 
 // Writer writes records as an Arrow IPC file, ZSTD-compressed, in
-// batches of BatchRows.
+// batches of BatchRows. Compressing and writing a batch happens on a
+// goroutine of its own while the next batch fills, so extraction and
+// compression use two cores.
 type Writer struct {
 	instance string
 	seq      uint64
 	b        *array.RecordBuilder
 	f        *ipc.FileWriter
+	c        cols
 	rows     int
 	addr     []byte
 	// Rows counts the rows written.
 	Rows int64
+
+	batches chan arrow.RecordBatch
+	done    chan error // the writing goroutine's verdict
+	closed  bool
 }
 
-// NewWriter starts an IPC file on w for the records of one block.
+// NewWriter starts an IPC file on w for the records of one block. Close
+// it, even after an error, to end its writing goroutine.
 func NewWriter(w io.Writer, instance string, seq uint64) (*Writer, error) {
-	f, err := ipc.NewFileWriter(w, ipc.WithSchema(Schema), ipc.WithZstd())
+	f, err := ipc.NewFileWriter(w, ipc.WithSchema(Schema), ipc.WithZstd(), ipc.WithCompressConcurrency(2))
 	if err != nil {
 		return nil, err
 	}
-	return &Writer{instance: instance, seq: seq, b: array.NewRecordBuilder(memory.DefaultAllocator, Schema), f: f}, nil
+	wr := &Writer{instance: instance, seq: seq, b: array.NewRecordBuilder(memory.DefaultAllocator, Schema), f: f,
+		batches: make(chan arrow.RecordBatch, 1), done: make(chan error, 1)}
+	wr.c = typed(wr.b)
+	go wr.write()
+	return wr, nil
+}
+
+// write writes batches until the channel closes; after an error it only
+// releases them.
+func (w *Writer) write() {
+	var err error
+	for rec := range w.batches {
+		if err == nil {
+			if err = w.f.Write(rec); err != nil {
+				err = fmt.Errorf("write DNS records: %w", err)
+			}
+		}
+		rec.Release()
+	}
+	w.done <- err
+}
+
+// cols are the builders of each column, typed once.
+type cols struct {
+	instance, src, dst, transport, qname, errs                  *array.StringBuilder
+	seq                                                         *array.Uint64Builder
+	time                                                        *array.TimestampBuilder
+	ipVersion, opcode, ednsVersion                              *array.Uint8Builder
+	size                                                        *array.Uint32Builder
+	sport, dport, id, rcode, qd, an, ns, ar, qtype, qclass, udp *array.Uint16Builder
+	flags                                                       [6]*array.BooleanBuilder // aa tc rd ra ad cd
+	qr, edns, do, ednsOptions, malformed                        *array.BooleanBuilder
+}
+
+func typed(b *array.RecordBuilder) cols {
+	f := b.Fields()
+	c := cols{
+		instance: f[0].(*array.StringBuilder), seq: f[1].(*array.Uint64Builder), time: f[2].(*array.TimestampBuilder),
+		src: f[3].(*array.StringBuilder), dst: f[4].(*array.StringBuilder), sport: f[5].(*array.Uint16Builder),
+		dport: f[6].(*array.Uint16Builder), transport: f[7].(*array.StringBuilder), ipVersion: f[8].(*array.Uint8Builder),
+		size: f[9].(*array.Uint32Builder), id: f[10].(*array.Uint16Builder), qr: f[11].(*array.BooleanBuilder),
+		opcode: f[12].(*array.Uint8Builder), rcode: f[19].(*array.Uint16Builder), qd: f[20].(*array.Uint16Builder),
+		an: f[21].(*array.Uint16Builder), ns: f[22].(*array.Uint16Builder), ar: f[23].(*array.Uint16Builder),
+		qname: f[24].(*array.StringBuilder), qtype: f[25].(*array.Uint16Builder), qclass: f[26].(*array.Uint16Builder),
+		edns: f[27].(*array.BooleanBuilder), ednsVersion: f[28].(*array.Uint8Builder), udp: f[29].(*array.Uint16Builder),
+		do: f[30].(*array.BooleanBuilder), ednsOptions: f[31].(*array.BooleanBuilder), malformed: f[32].(*array.BooleanBuilder),
+		errs: f[33].(*array.StringBuilder),
+	}
+	for i := range c.flags {
+		c.flags[i] = f[13+i].(*array.BooleanBuilder)
+	}
+	return c
+}
+
+// reserve makes room for a batch in every fixed-width column, so rows
+// append without a capacity check each.
+func (c *cols) reserve(n int) {
+	for _, b := range []array.Builder{c.seq, c.time, c.ipVersion, c.opcode, c.ednsVersion, c.size, c.sport, c.dport, c.id,
+		c.rcode, c.qd, c.an, c.ns, c.ar, c.qtype, c.qclass, c.udp, c.qr, c.edns, c.do, c.ednsOptions, c.malformed} {
+		b.Reserve(n)
+	}
+	for _, b := range c.flags {
+		b.Reserve(n)
+	}
 }
 
 // Add appends a record.
 func (w *Writer) Add(r *Record) error {
-	f := w.b.Fields()
+	c := &w.c
+	if w.rows == 0 {
+		c.reserve(BatchRows)
+	}
 	m := &r.Msg
-	f[0].(*array.StringBuilder).Append(w.instance)
-	f[1].(*array.Uint64Builder).Append(w.seq)
-	f[2].(*array.TimestampBuilder).Append(arrow.Timestamp(r.Time.UnixNano()))
+	c.instance.Append(w.instance)
+	c.seq.UnsafeAppend(w.seq)
+	c.time.UnsafeAppend(arrow.Timestamp(r.Time.UnixNano()))
 	w.addr = r.Src.AppendTo(w.addr[:0])
-	f[3].(*array.StringBuilder).BinaryBuilder.Append(w.addr)
+	c.src.BinaryBuilder.Append(w.addr)
 	w.addr = r.Dst.AppendTo(w.addr[:0])
-	f[4].(*array.StringBuilder).BinaryBuilder.Append(w.addr)
-	f[5].(*array.Uint16Builder).Append(r.SrcPort)
-	f[6].(*array.Uint16Builder).Append(r.DstPort)
+	c.dst.BinaryBuilder.Append(w.addr)
+	c.sport.UnsafeAppend(r.SrcPort)
+	c.dport.UnsafeAppend(r.DstPort)
 	if r.TCP {
-		f[7].(*array.StringBuilder).Append("tcp")
+		c.transport.Append("tcp")
 	} else {
-		f[7].(*array.StringBuilder).Append("udp")
+		c.transport.Append("udp")
 	}
-	f[8].(*array.Uint8Builder).Append(r.IPVersion)
-	f[9].(*array.Uint32Builder).Append(uint32(r.Size))
-	f[10].(*array.Uint16Builder).Append(m.ID)
-	f[11].(*array.BooleanBuilder).Append(m.QR)
-	f[12].(*array.Uint8Builder).Append(m.Opcode)
-	for i, v := range []bool{m.AA, m.TC, m.RD, m.RA, m.AD, m.CD} {
-		f[13+i].(*array.BooleanBuilder).Append(v)
+	c.ipVersion.UnsafeAppend(r.IPVersion)
+	c.size.UnsafeAppend(uint32(r.Size))
+	c.id.UnsafeAppend(m.ID)
+	c.qr.UnsafeAppend(m.QR)
+	c.opcode.UnsafeAppend(m.Opcode)
+	for i, v := range [6]bool{m.AA, m.TC, m.RD, m.RA, m.AD, m.CD} {
+		c.flags[i].UnsafeAppend(v)
 	}
-	for i, v := range []uint16{m.Rcode, m.QDCount, m.ANCount, m.NSCount, m.ARCount} {
-		f[19+i].(*array.Uint16Builder).Append(v)
-	}
+	c.rcode.UnsafeAppend(m.Rcode)
+	c.qd.UnsafeAppend(m.QDCount)
+	c.an.UnsafeAppend(m.ANCount)
+	c.ns.UnsafeAppend(m.NSCount)
+	c.ar.UnsafeAppend(m.ARCount)
 	if m.HasQuestion {
-		f[24].(*array.StringBuilder).Append(m.QName)
-		f[25].(*array.Uint16Builder).Append(m.QType)
-		f[26].(*array.Uint16Builder).Append(m.QClass)
+		c.qname.Append(m.QName)
+		c.qtype.UnsafeAppend(m.QType)
+		c.qclass.UnsafeAppend(m.QClass)
 	} else {
-		f[24].AppendNull()
-		f[25].AppendNull()
-		f[26].AppendNull()
+		c.qname.AppendNull()
+		c.qtype.UnsafeAppendBoolToBitmap(false)
+		c.qclass.UnsafeAppendBoolToBitmap(false)
 	}
-	f[27].(*array.BooleanBuilder).Append(m.EDNS)
+	c.edns.UnsafeAppend(m.EDNS)
 	if m.EDNS {
-		f[28].(*array.Uint8Builder).Append(m.EDNSVersion)
-		f[29].(*array.Uint16Builder).Append(m.UDPSize)
+		c.ednsVersion.UnsafeAppend(m.EDNSVersion)
+		c.udp.UnsafeAppend(m.UDPSize)
 	} else {
-		f[28].AppendNull()
-		f[29].AppendNull()
+		c.ednsVersion.UnsafeAppendBoolToBitmap(false)
+		c.udp.UnsafeAppendBoolToBitmap(false)
 	}
-	f[30].(*array.BooleanBuilder).Append(m.DO)
-	f[31].(*array.BooleanBuilder).Append(m.EDNSOptions)
-	f[32].(*array.BooleanBuilder).Append(r.Err != nil)
+	c.do.UnsafeAppend(m.DO)
+	c.ednsOptions.UnsafeAppend(m.EDNSOptions)
+	c.malformed.UnsafeAppend(r.Err != nil)
 	if r.Err != nil {
-		f[33].(*array.StringBuilder).Append(r.Err.Error())
+		c.errs.Append(r.Err.Error())
 	} else {
-		f[33].AppendNull()
+		c.errs.AppendNull()
 	}
 	w.rows++
 	w.Rows++
@@ -140,20 +216,31 @@ func (w *Writer) flush() error {
 	if w.rows == 0 {
 		return nil
 	}
-	rec := w.b.NewRecordBatch()
-	defer rec.Release()
 	w.rows = 0
-	if err := w.f.Write(rec); err != nil {
-		return fmt.Errorf("write DNS records: %w", err)
+	select {
+	case err := <-w.done: // the writer stopped early
+		w.done <- err
+		return err
+	case w.batches <- w.b.NewRecordBatch():
+		return nil
 	}
-	return nil
 }
 
 // Close writes the last batch and the file's footer. A block without a
-// message still makes a valid file with the schema and no rows.
+// message still makes a valid file with the schema and no rows. Closing
+// twice does nothing.
 func (w *Writer) Close() error {
+	if w.closed {
+		return nil
+	}
+	w.closed = true
 	defer w.b.Release()
-	if err := w.flush(); err != nil {
+	err := w.flush()
+	close(w.batches)
+	if werr := <-w.done; werr != nil {
+		return werr
+	}
+	if err != nil {
 		return err
 	}
 	return w.f.Close()

@@ -46,7 +46,7 @@ type Stats struct {
 // Extractor turns frames into records.
 type Extractor struct {
 	link  layers.LinkType
-	ports map[uint16]bool
+	ports *[1 << 16]bool
 	frag  netpkt.Defrag
 	tcp   dnstcp.Reassembler
 	pkt   netpkt.Packet
@@ -65,7 +65,7 @@ func NewExtractor(link layers.LinkType, ports []uint16, emit func(*Record)) *Ext
 	if len(ports) == 0 {
 		ports = DefaultPorts
 	}
-	x := &Extractor{link: link, ports: map[uint16]bool{}, emit: emit}
+	x := &Extractor{link: link, ports: new([1 << 16]bool), emit: emit}
 	for _, p := range ports {
 		x.ports[p] = true
 	}

@@ -1,0 +1,98 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"time"
+
+	"github.com/plumb-dev/plumb/pcap"
+	"github.com/plumb-dev/plumb/pcap/dnsrec"
+)
+
+func dnsCommand() command {
+	return command{
+		name:  "dns",
+		usage: "[-o OUT.arrow] CAPTURE",
+		short: "extract the DNS messages of a capture into an Arrow file, as builtin:dns does",
+		run: func(ctx context.Context, fs *flag.FlagSet, args []string) error {
+			out := fs.String("o", "", "Arrow IPC `FILE` to write (default: count only)")
+			instance := fs.String("instance", "local", "instance (site) written in each row")
+			seq := fs.Uint64("seq", 0, "sequence number written in each row")
+			files, err := parseInterspersed(fs, args)
+			if err != nil {
+				return err
+			}
+			if len(files) != 1 {
+				return errUsage
+			}
+			f, err := os.Open(files[0])
+			if err != nil {
+				return err
+			}
+			defer f.Close()
+			r, closer, err := pcap.NewReader(f)
+			if err != nil {
+				return fmt.Errorf("%s: %w", files[0], err)
+			}
+			defer closer.Close()
+			var dst io.Writer = io.Discard
+			var of *os.File
+			if *out != "" {
+				if of, err = os.Create(*out); err != nil {
+					return err
+				}
+				defer of.Close()
+				dst = of
+			}
+			w, err := dnsrec.NewWriter(dst, *instance, *seq)
+			if err != nil {
+				return err
+			}
+			defer w.Close() // ends its writer on early returns
+			var werr error
+			x := dnsrec.NewExtractor(r.LinkType, nil, func(rec *dnsrec.Record) {
+				if werr == nil {
+					werr = w.Add(rec)
+				}
+			})
+			start := time.Now()
+			for n := 0; ; n++ {
+				if n%65536 == 0 && ctx.Err() != nil {
+					return ctx.Err()
+				}
+				data, ci, err := r.Next()
+				if err == io.EOF || errors.Is(err, pcap.ErrTruncated) {
+					if err != io.EOF {
+						fmt.Fprintf(os.Stderr, "warning: %s: %v; the last record was dropped\n", files[0], err)
+					}
+					break
+				}
+				if err != nil {
+					return fmt.Errorf("%s: %w", files[0], err)
+				}
+				x.Packet(ci.Timestamp, data)
+				if werr != nil {
+					return werr
+				}
+			}
+			x.Flush()
+			if err := errors.Join(werr, w.Close()); err != nil {
+				return err
+			}
+			if of != nil {
+				if err := of.Close(); err != nil {
+					return err
+				}
+			}
+			st := x.Stats()
+			secs := time.Since(start).Seconds()
+			fmt.Fprintf(os.Stderr, "%d packets, %d DNS messages (%d UDP, %d TCP, %d malformed) in %.2fs: %.0f packets/s\n",
+				st.Packets, st.Messages, st.UDP, st.TCP, st.Malformed, secs, float64(st.Packets)/secs)
+			return nil
+		},
+	}
+}
