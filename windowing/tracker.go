@@ -1,0 +1,671 @@
+package windowing
+
+import (
+	"fmt"
+	"math"
+	"slices"
+	"sort"
+	"time"
+)
+
+// Block is what the tracker knows of a block.
+type Block struct {
+	Instance string
+	Seq      uint64
+	Time     time.Time // event time (first packet)
+	Arrived  time.Time // when the server stored it
+	Name     string    // carried through to firings
+}
+
+// Kind classifies an arriving block.
+type Kind string
+
+// The kinds of Add's verdict.
+const (
+	InWindow   Kind = "in-window"
+	InSeveral  Kind = "in-several-windows"
+	LateBlock  Kind = "late"
+	Duplicate  Kind = "duplicate"
+	OutOfLeft  Kind = "out-of-left-boundary"
+	OutOfRight Kind = "out-of-right-boundary"
+	Unwanted   Kind = "unwanted"
+)
+
+// WindowID names a window: its site ("" when windows span all sites) and
+// its index (time windows: k of Phase + k·Size; block windows: k of
+// FirstSeq + k·SizeBlocks).
+type WindowID struct {
+	Instance string
+	Index    int64
+}
+
+func (id WindowID) String() string {
+	if id.Instance == "" {
+		return fmt.Sprintf("all/%d", id.Index)
+	}
+	return fmt.Sprintf("%s/%d", id.Instance, id.Index)
+}
+
+// SeqRef names a block of a site.
+type SeqRef struct {
+	Instance string
+	Seq      uint64
+}
+
+// Reason says why a window fired.
+type Reason string
+
+// Reasons.
+const (
+	Complete   Reason = "complete"
+	MaxWait    Reason = "max_wait"
+	MaxMissing Reason = "max_missing"
+	Idle       Reason = "idle_timeout"
+	Forced     Reason = "forced"
+	Revised    Reason = "late_block"
+)
+
+// Firing is a window handed to its consumer.
+type Firing struct {
+	ID       WindowID
+	From, To time.Time // time windows
+	// FirstSeq and LastSeq bound a block window's sequence numbers.
+	FirstSeq, LastSeq uint64
+	Revision          int
+	Reason            Reason
+	Blocks            []Block  // in site and sequence order
+	Missing           []SeqRef // known to be missing between the brackets
+	Late              []SeqRef // arrived after an earlier firing
+	At                time.Time
+}
+
+// Status is an open window, for operators: what it holds and waits for.
+type Status struct {
+	ID       WindowID
+	From, To time.Time
+	Present  []SeqRef
+	Missing  []SeqRef
+	// Bracketed says a block beyond the end has arrived; WaitUntil is
+	// when max_wait lets it fire (zero: no max_wait, or not bracketed).
+	Bracketed bool
+	WaitUntil time.Time
+	// Blocked names the earlier window a strict ordering waits for.
+	Blocked *WindowID
+}
+
+type site struct {
+	name    string
+	blocks  map[uint64]Block
+	order   []uint64 // present seqs, sorted
+	holes   map[uint64]struct{}
+	maxSeq  uint64
+	last    time.Time // last arrival
+	lowOpen int64     // lowest window index not yet fired
+	hasLow  bool
+}
+
+type window struct {
+	id       WindowID
+	fired    bool
+	revision int
+	members  []Block // at the last firing
+	late     []SeqRef
+	refire   bool
+}
+
+// Tracker follows arrivals and decides firings.
+type Tracker struct {
+	spec    Spec
+	sites   map[string]*site
+	windows map[WindowID]*window
+	wanted  map[string]bool
+}
+
+// New returns a tracker for a valid spec.
+func New(spec Spec) (*Tracker, error) {
+	spec.Defaults()
+	if err := spec.Validate(); err != nil {
+		return nil, err
+	}
+	t := &Tracker{spec: spec, sites: map[string]*site{}, windows: map[WindowID]*window{}}
+	if len(spec.Instances) > 0 {
+		t.wanted = map[string]bool{}
+		for _, i := range spec.Instances {
+			t.wanted[i] = true
+		}
+	}
+	return t, nil
+}
+
+// Spec returns the tracker's spec with defaults filled.
+func (t *Tracker) Spec() Spec { return t.spec }
+
+// index returns the window index holding event time tm.
+func (t *Tracker) index(tm time.Time) int64 {
+	d := tm.Sub(t.spec.Phase)
+	idx := int64(d / t.spec.Size)
+	if d < 0 && d%t.spec.Size != 0 {
+		idx--
+	}
+	return idx
+}
+
+func (t *Tracker) bounds(idx int64) (time.Time, time.Time) {
+	from := t.spec.Phase.Add(time.Duration(idx) * t.spec.Size)
+	return from, from.Add(t.spec.Size)
+}
+
+func (t *Tracker) blockIndex(seq uint64) int64 {
+	if seq < t.spec.FirstSeq {
+		return -1
+	}
+	return int64((seq - t.spec.FirstSeq) / t.spec.SizeBlocks)
+}
+
+// inRange reports whether window idx lies inside the spec's range.
+func (t *Tracker) inRange(idx int64) bool {
+	if t.spec.SizeBlocks > 0 {
+		return idx >= 0
+	}
+	from, to := t.bounds(idx)
+	return (t.spec.From.IsZero() || !from.Before(t.spec.From)) && (t.spec.To.IsZero() || !to.After(t.spec.To))
+}
+
+func (t *Tracker) windowOf(instance string, idx int64) *window {
+	if t.spec.AllInstances {
+		instance = ""
+	}
+	id := WindowID{instance, idx}
+	w := t.windows[id]
+	if w == nil {
+		w = &window{id: id}
+		t.windows[id] = w
+	}
+	return w
+}
+
+// Add takes an arriving block and classifies it.
+func (t *Tracker) Add(b Block) Kind {
+	if t.wanted != nil && !t.wanted[b.Instance] {
+		return Unwanted
+	}
+	s := t.sites[b.Instance]
+	if s == nil {
+		s = &site{name: b.Instance, blocks: map[uint64]Block{}, holes: map[uint64]struct{}{}}
+		t.sites[b.Instance] = s
+	}
+	if _, dup := s.blocks[b.Seq]; dup {
+		return Duplicate
+	}
+	s.blocks[b.Seq] = b
+	i, _ := slices.BinarySearch(s.order, b.Seq)
+	s.order = slices.Insert(s.order, i, b.Seq)
+	switch {
+	case len(s.order) == 1:
+	case b.Seq > s.maxSeq:
+		for q := s.maxSeq + 1; q < b.Seq && len(s.holes) < maxHoles; q++ {
+			s.holes[q] = struct{}{}
+		}
+	default:
+		delete(s.holes, b.Seq)
+	}
+	s.maxSeq = max(s.maxSeq, b.Seq)
+	if b.Arrived.After(s.last) {
+		s.last = b.Arrived
+	}
+	idxs := t.indexesOf(s, b)
+	kind := InWindow
+	if len(idxs) > 1 {
+		kind = InSeveral
+	}
+	inside := false
+	for _, idx := range idxs {
+		if !t.inRange(idx) {
+			continue
+		}
+		inside = true
+		w := t.windowOf(b.Instance, idx)
+		if w.fired {
+			kind = LateBlock
+			w.late = append(w.late, SeqRef{b.Instance, b.Seq})
+			if t.spec.Late == LateRefire {
+				w.refire = true
+			}
+			continue
+		}
+		if !s.hasLow || idx < s.lowOpen {
+			s.lowOpen, s.hasLow = idx, true
+		}
+	}
+	if !inside {
+		if t.spec.SizeBlocks == 0 && !t.spec.From.IsZero() && b.Time.Before(t.spec.From) {
+			return OutOfLeft
+		}
+		return OutOfRight
+	}
+	return kind
+}
+
+// maxHoles bounds the missing sequence numbers remembered per site, so a
+// wild jump in numbering cannot exhaust memory.
+const maxHoles = 1 << 20
+
+// indexesOf returns the windows a block belongs to under the cutoff.
+func (t *Tracker) indexesOf(s *site, b Block) []int64 {
+	if t.spec.SizeBlocks > 0 {
+		return []int64{t.blockIndex(b.Seq)}
+	}
+	idx := t.index(b.Time)
+	if t.spec.Cutoff == CutoffStart {
+		return []int64{idx}
+	}
+	// The block straddles a boundary when the next block starts in a later
+	// window; while the next block is unknown, it counts where it starts.
+	next, ok := s.blocks[b.Seq+1]
+	if !ok || t.index(next.Time) == idx || next.Time.Equal(t.spec.Phase.Add(time.Duration(idx+1)*t.spec.Size)) {
+		return []int64{idx}
+	}
+	if t.spec.Cutoff == CutoffNext {
+		return []int64{idx + 1}
+	}
+	return []int64{idx, idx + 1}
+}
+
+// members returns a site's blocks of window idx, and the sequence range
+// (lo, hi) exclusive that must be present for the window to be complete;
+// bracketed is false when no block lies beyond the end yet, left false
+// when the start is not bracketed.
+func (t *Tracker) members(s *site, idx int64) (blocks []Block, lo, hi uint64, left, right bool, beyondSince time.Time) {
+	if t.spec.SizeBlocks > 0 {
+		first := t.spec.FirstSeq + uint64(idx)*t.spec.SizeBlocks
+		lo, hi = first-1, first+t.spec.SizeBlocks
+		for q := first; q < hi; q++ {
+			if b, ok := s.blocks[q]; ok {
+				blocks = append(blocks, b)
+			}
+		}
+		for _, q := range s.order[sort.Search(len(s.order), func(i int) bool { return s.order[i] >= hi }):] {
+			if a := s.blocks[q].Arrived; beyondSince.IsZero() || a.Before(beyondSince) {
+				beyondSince = a
+			}
+		}
+		return blocks, lo, hi, true, true, beyondSince // the range is known: no brackets needed
+	}
+	from, to := t.bounds(idx)
+	// L: the last present block starting before from; R: the first
+	// starting at or after to. Times grow with sequence numbers.
+	li := sort.Search(len(s.order), func(i int) bool { return !s.blocks[s.order[i]].Time.Before(from) })
+	ri := sort.Search(len(s.order), func(i int) bool { return !s.blocks[s.order[i]].Time.Before(to) })
+	switch {
+	case li > 0:
+		lo, left = s.order[li-1], true
+	case li < len(s.order) && s.order[li] == t.spec.FirstSeq:
+		lo, left = t.spec.FirstSeq-1, true // the stream began in this window
+	case li < len(s.order):
+		lo = s.order[li] - 1
+	}
+	if ri < len(s.order) {
+		hi, right = s.order[ri], true
+		for _, q := range s.order[ri:] {
+			if a := s.blocks[q].Arrived; beyondSince.IsZero() || a.Before(beyondSince) {
+				beyondSince = a
+			}
+		}
+	} else {
+		hi = s.maxSeq + 1
+	}
+	for _, q := range s.order[li:ri] {
+		b := s.blocks[q]
+		if slices.Contains(t.indexesOf(s, b), idx) {
+			blocks = append(blocks, b)
+		}
+	}
+	// Under cutoff next/both, the straddling block before from belongs
+	// here too.
+	if t.spec.Cutoff != CutoffStart && li > 0 {
+		b := s.blocks[s.order[li-1]]
+		if slices.Contains(t.indexesOf(s, b), idx) {
+			blocks = append([]Block{b}, blocks...)
+		}
+	}
+	return blocks, lo, hi, left, right, beyondSince
+}
+
+// missing returns the holes of a site strictly between lo and hi.
+func (s *site) missing(lo, hi uint64) []SeqRef {
+	var out []SeqRef
+	if hi-lo > uint64(len(s.holes))*4 {
+		for q := range s.holes {
+			if q > lo && q < hi {
+				out = append(out, SeqRef{s.name, q})
+			}
+		}
+		slices.SortFunc(out, func(a, b SeqRef) int { return int(a.Seq) - int(b.Seq) })
+		return out
+	}
+	for q := lo + 1; q < hi; q++ {
+		if _, ok := s.blocks[q]; !ok {
+			out = append(out, SeqRef{s.name, q})
+		}
+	}
+	return out
+}
+
+// Due returns the windows that fire at now, each marked fired.
+func (t *Tracker) Due(now time.Time) []Firing {
+	var out []Firing
+	names := make([]string, 0, len(t.sites))
+	for n := range t.sites {
+		names = append(names, n)
+	}
+	sort.Strings(names)
+	if t.spec.AllInstances {
+		return t.dueAll(now, names)
+	}
+	for _, n := range names {
+		s := t.sites[n]
+		if !s.hasLow {
+			continue
+		}
+		top := t.topIndex(s)
+		for idx := s.lowOpen; idx <= top; idx++ {
+			w := t.windowOf(n, idx)
+			if w.fired {
+				if idx == s.lowOpen {
+					s.lowOpen++
+				}
+				continue
+			}
+			if !t.inRange(idx) {
+				if idx == s.lowOpen {
+					s.lowOpen++
+				}
+				continue
+			}
+			f, ok := t.decide(s, w, now)
+			if !ok {
+				if t.spec.Ordering == StrictOrder {
+					break
+				}
+				continue
+			}
+			out = append(out, f)
+			if idx == s.lowOpen {
+				s.lowOpen++
+			}
+		}
+	}
+	return append(out, t.refires(now)...)
+}
+
+// topIndex is the window of a site's latest block.
+func (t *Tracker) topIndex(s *site) int64 {
+	if len(s.order) == 0 {
+		return s.lowOpen
+	}
+	last := s.blocks[s.order[len(s.order)-1]]
+	if t.spec.SizeBlocks > 0 {
+		return t.blockIndex(last.Seq)
+	}
+	return t.index(last.Time)
+}
+
+// decide fires a site's window if it may fire now.
+func (t *Tracker) decide(s *site, w *window, now time.Time) (Firing, bool) {
+	blocks, lo, hi, left, right, beyond := t.members(s, w.id.Index)
+	miss := s.missing(lo, hi)
+	var reason Reason
+	switch {
+	case left && right && len(miss) == 0:
+		reason = Complete
+	case left && right && t.allowedMissing(len(miss), int(hi-lo-1)):
+		reason = MaxMissing
+	case !beyond.IsZero() && t.spec.MaxWait > 0 && !now.Before(beyond.Add(t.spec.MaxWait)):
+		reason = MaxWait
+	case t.spec.IdleTimeout > 0 && beyond.IsZero() && len(blocks) > 0 && !now.Before(s.last.Add(t.spec.IdleTimeout)):
+		reason = Idle
+	default:
+		return Firing{}, false
+	}
+	return t.fire(w, blocks, miss, reason, now), true
+}
+
+// allowedMissing reports whether a bracketed window may fire with n of
+// its total sequence numbers missing.
+func (t *Tracker) allowedMissing(n, total int) bool {
+	if t.spec.MaxMissing > 0 && n <= t.spec.MaxMissing {
+		return true
+	}
+	return t.spec.MaxMissingPct > 0 && total > 0 && float64(n) <= math.Floor(t.spec.MaxMissingPct/100*float64(total))
+}
+
+func (t *Tracker) fire(w *window, blocks []Block, miss []SeqRef, reason Reason, now time.Time) Firing {
+	w.fired = true
+	w.revision++
+	w.members = blocks
+	f := Firing{ID: w.id, Revision: w.revision, Reason: reason, Blocks: blocks, Missing: miss, Late: slices.Clone(w.late), At: now}
+	if t.spec.SizeBlocks > 0 {
+		f.FirstSeq = t.spec.FirstSeq + uint64(w.id.Index)*t.spec.SizeBlocks
+		f.LastSeq = f.FirstSeq + t.spec.SizeBlocks - 1
+	} else {
+		f.From, f.To = t.bounds(w.id.Index)
+	}
+	return f
+}
+
+// refires fires again the windows that late blocks changed, when the spec
+// asks for it.
+func (t *Tracker) refires(now time.Time) []Firing {
+	var ids []WindowID
+	for id, w := range t.windows {
+		if w.refire {
+			ids = append(ids, id)
+		}
+	}
+	slices.SortFunc(ids, func(a, b WindowID) int {
+		if a.Instance != b.Instance {
+			return cmpString(a.Instance, b.Instance)
+		}
+		return int(a.Index - b.Index)
+	})
+	var out []Firing
+	for _, id := range ids {
+		w := t.windows[id]
+		w.refire = false
+		var blocks []Block
+		var miss []SeqRef
+		for _, s := range t.sitesOf(id) {
+			b, lo, hi, _, _, _ := t.members(s, id.Index)
+			blocks = append(blocks, b...)
+			miss = append(miss, s.missing(lo, hi)...)
+		}
+		out = append(out, t.fire(w, blocks, miss, Revised, now))
+	}
+	return out
+}
+
+func (t *Tracker) sitesOf(id WindowID) []*site {
+	if id.Instance != "" {
+		return []*site{t.sites[id.Instance]}
+	}
+	names := make([]string, 0, len(t.sites))
+	for n := range t.sites {
+		names = append(names, n)
+	}
+	sort.Strings(names)
+	out := make([]*site, len(names))
+	for i, n := range names {
+		out[i] = t.sites[n]
+	}
+	return out
+}
+
+func cmpString(a, b string) int {
+	switch {
+	case a < b:
+		return -1
+	case a > b:
+		return 1
+	}
+	return 0
+}
+
+// dueAll decides windows that span every site: complete when each site's
+// part is; max_wait counts from the earliest arrival beyond the end at any
+// site.
+func (t *Tracker) dueAll(now time.Time, names []string) []Firing {
+	low, top, any := int64(math.MaxInt64), int64(math.MinInt64), false
+	for _, n := range names {
+		s := t.sites[n]
+		if !s.hasLow {
+			continue
+		}
+		any = true
+		low, top = min(low, s.lowOpen), max(top, t.topIndex(s))
+	}
+	if !any {
+		return nil
+	}
+	var out []Firing
+	for idx := low; idx <= top; idx++ {
+		w := t.windowOf("", idx)
+		if w.fired || !t.inRange(idx) {
+			continue
+		}
+		var (
+			blocks             []Block
+			miss               []SeqRef
+			complete, bracketd = true, true
+			beyond             time.Time
+			idle               = t.spec.IdleTimeout > 0
+		)
+		for _, n := range names {
+			s := t.sites[n]
+			b, lo, hi, left, right, bs := t.members(s, idx)
+			m := s.missing(lo, hi)
+			blocks, miss = append(blocks, b...), append(miss, m...)
+			complete = complete && left && right && len(m) == 0
+			bracketd = bracketd && right
+			if right && (beyond.IsZero() || bs.Before(beyond)) {
+				beyond = bs
+			}
+			idle = idle && now.Sub(s.last) >= t.spec.IdleTimeout
+		}
+		var reason Reason
+		switch {
+		case complete:
+			reason = Complete
+		case bracketd && t.allowedMissing(len(miss), 0):
+			reason = MaxMissing
+		case !beyond.IsZero() && t.spec.MaxWait > 0 && !now.Before(beyond.Add(t.spec.MaxWait)):
+			reason = MaxWait
+		case idle && len(blocks) > 0:
+			reason = Idle
+		default:
+			if t.spec.Ordering == StrictOrder {
+				return append(out, t.refires(now)...)
+			}
+			continue
+		}
+		out = append(out, t.fire(w, blocks, miss, reason, now))
+	}
+	return append(out, t.refires(now)...)
+}
+
+// WindowAt names the window of a site holding event time tm (time
+// windows) or sequence number seq (block windows).
+func (t *Tracker) WindowAt(instance string, tm time.Time, seq uint64) WindowID {
+	if t.spec.AllInstances {
+		instance = ""
+	}
+	if t.spec.SizeBlocks > 0 {
+		return WindowID{instance, t.blockIndex(seq)}
+	}
+	return WindowID{instance, t.index(tm)}
+}
+
+// Force fires a window now, whatever it waits for.
+func (t *Tracker) Force(id WindowID, now time.Time) (Firing, error) {
+	w := t.windows[id]
+	if w == nil || w.fired {
+		return Firing{}, fmt.Errorf("window %s is not open", id)
+	}
+	var blocks []Block
+	var miss []SeqRef
+	for _, s := range t.sitesOf(id) {
+		if s == nil {
+			return Firing{}, fmt.Errorf("window %s: no such site", id)
+		}
+		b, lo, hi, _, _, _ := t.members(s, id.Index)
+		blocks = append(blocks, b...)
+		miss = append(miss, s.missing(lo, hi)...)
+	}
+	return t.fire(w, blocks, miss, Forced, now), nil
+}
+
+// MarkFired records a window fired before (at revision), as after a
+// restart replays the arrivals.
+func (t *Tracker) MarkFired(id WindowID, revision int) {
+	w := t.windows[id]
+	if w == nil {
+		w = &window{id: id}
+		t.windows[id] = w
+	}
+	w.fired, w.revision, w.refire, w.late = true, revision, false, nil
+}
+
+// Open lists the windows waiting to fire, per site in index order.
+func (t *Tracker) Open(now time.Time) []Status {
+	var out []Status
+	for _, s := range t.sitesOf(WindowID{}) {
+		if !s.hasLow {
+			continue
+		}
+		var blocked *WindowID
+		for idx := s.lowOpen; idx <= t.topIndex(s); idx++ {
+			w := t.windowOf(s.name, idx)
+			if w.fired || !t.inRange(idx) {
+				continue
+			}
+			blocks, lo, hi, _, right, beyond := t.members(s, idx)
+			st := Status{ID: w.id, Missing: s.missing(lo, hi), Bracketed: right && !beyond.IsZero(), Blocked: blocked}
+			if t.spec.SizeBlocks == 0 {
+				st.From, st.To = t.bounds(idx)
+			}
+			for _, b := range blocks {
+				st.Present = append(st.Present, SeqRef{b.Instance, b.Seq})
+			}
+			if !beyond.IsZero() && t.spec.MaxWait > 0 {
+				st.WaitUntil = beyond.Add(t.spec.MaxWait)
+			}
+			out = append(out, st)
+			if t.spec.Ordering == StrictOrder && blocked == nil {
+				id := w.id
+				blocked = &id
+			}
+		}
+	}
+	return out
+}
+
+// NextCheck returns when Due may next fire something by the clock alone
+// (max_wait or idle_timeout), or zero when only arrivals can.
+func (t *Tracker) NextCheck(now time.Time) time.Time {
+	var next time.Time
+	consider := func(at time.Time) {
+		if !at.IsZero() && (next.IsZero() || at.Before(next)) {
+			next = at
+		}
+	}
+	for _, st := range t.Open(now) {
+		consider(st.WaitUntil)
+	}
+	if t.spec.IdleTimeout > 0 {
+		for _, s := range t.sites {
+			if s.hasLow {
+				consider(s.last.Add(t.spec.IdleTimeout))
+			}
+		}
+	}
+	return next
+}
