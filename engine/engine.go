@@ -131,6 +131,7 @@ type stage struct {
 	stats   StageStats
 	mu      sync.Mutex // guards stats
 	metrics *stageMetrics
+	win     *windowState // window stages
 }
 
 // New returns an engine over a metadata database and a blob store, with
@@ -218,8 +219,31 @@ func (e *Engine) fill(ctx context.Context, runs *sync.WaitGroup, reshare bool) e
 		e.share()
 	}
 	for _, st := range e.sorted() {
+		if st.win != nil {
+			if st.running > 0 {
+				continue // one window run at a time keeps windows in order
+			}
+			due, err := e.dueWindows(st, e.cfg.Now())
+			if err != nil {
+				errs = append(errs, fmt.Errorf("stage %s: %w", st.node.Name, err))
+				continue
+			}
+			if len(due) == 0 {
+				continue
+			}
+			st.running++
+			spec := runSpec{node: st.node, steps: st.steps}
+			runs.Go(func() {
+				e.runWindows(ctx, st, spec, due)
+				e.mu.Lock()
+				st.running--
+				e.mu.Unlock()
+				e.poke()
+			})
+			continue
+		}
 		if st.node.Abstraction != pipeline.Block {
-			continue // window and stream stages run when those land
+			continue // stream stages run when those land
 		}
 		for st.running < st.target {
 			reserver := e.boot + "-" + uuid.NewString()[:8]

@@ -82,13 +82,18 @@ func (r *rig) start(cfg engine.Config) {
 // put stores a source block as an agent would.
 func (r *rig) put(queue string, seq uint64, data []byte) {
 	r.t.Helper()
-	n := block.Name{Time: time.Date(2025, 5, 5, 15, 0, int(seq), 0, time.UTC), Seq: seq, Instance: "lax", Queue: queue}
+	r.putName(block.Name{Time: time.Date(2025, 5, 5, 15, 0, int(seq), 0, time.UTC), Seq: seq, Instance: "lax", Queue: queue}, data)
+}
+
+func (r *rig) putName(n block.Name, data []byte) {
+	r.t.Helper()
+	seq := n.Seq
 	sum := blob.Sum(sha256.Sum256(data))
 	key := blob.BlockKey(n, sum)
 	if err := r.store.Put(context.Background(), key, bytes.NewReader(data), int64(len(data)), sum); err != nil {
 		r.t.Fatal(err)
 	}
-	if _, _, err := r.db.CommitBlock(state.Block{Name: n.String(), Queue: queue, Instance: n.Instance, Seq: seq, Time: n.Time,
+	if _, _, err := r.db.CommitBlock(state.Block{Name: n.String(), Queue: n.Queue, Instance: n.Instance, Seq: seq, Time: n.Time,
 		Size: int64(len(data)), SHA256: sum.String(), Key: key}); err != nil {
 		r.t.Fatal(err)
 	}
@@ -130,6 +135,26 @@ func (r *rig) count(queue string) int64 {
 		return 0
 	}
 	return q.Blocks
+}
+
+// readName returns a stored block's bytes by name.
+func (r *rig) readName(t *testing.T, name string) []byte {
+	t.Helper()
+	n, err := block.Parse(name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := r.db.Lookup(n.ID())
+	if err != nil {
+		t.Fatalf("%s: %v", name, err)
+	}
+	rc, err := r.store.Open(context.Background(), b.Key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rc.Close()
+	data, _ := io.ReadAll(rc)
+	return data
 }
 
 // read returns a stored block's bytes.

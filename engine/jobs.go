@@ -56,7 +56,7 @@ func (e *Engine) Submit(file string, src []byte, owner string) (SubmitResult, er
 		}
 	}
 	for _, s := range job.Stages {
-		if s.Abstraction != pipeline.Block {
+		if s.Abstraction == pipeline.Stream {
 			mine = append(mine, fmt.Sprintf("stage %q is a %s stage: it is accepted and its inputs are kept for it, but %s stages do not run yet on this server",
 				s.Name, s.Abstraction, s.Abstraction))
 		}
@@ -115,6 +115,11 @@ func (e *Engine) checkPrograms(file string, job *pipeline.Job) error {
 		steps, err := resolve(e.reg, s.Program)
 		if err == nil {
 			err = checkOutputs(steps, s.Outputs)
+		}
+		if err == nil && s.Abstraction == pipeline.Window {
+			if _, err = windowSpec(s.Window); err == nil && len(s.Inputs) != 1 {
+				err = errors.New("a window stage reads one input queue")
+			}
 		}
 		if err != nil {
 			problems = append(problems, pipeline.Problem{File: file, Line: s.Line, Column: 1, Field: fmt.Sprintf("stage %q.program", s.Name), What: err.Error()})
@@ -259,7 +264,13 @@ func (e *Engine) apply(g *pipeline.Graph) error {
 				return fmt.Errorf("stage %s: subscribe to %s: %w", n.Name, q, err)
 			}
 		}
-		next[id] = &stage{node: n, group: groupOf(n), steps: steps, metrics: e.metrics.stage(n.Name)}
+		st := &stage{node: n, group: groupOf(n), steps: steps, metrics: e.metrics.stage(n.Name)}
+		if n.Abstraction == pipeline.Window {
+			if st.win, err = e.newWindowState(n, st.group); err != nil {
+				return err
+			}
+		}
+		next[id] = st
 		e.metrics.info.WithLabelValues(n.Name, n.Program.String(), detail(steps)).Set(1)
 	}
 	for id, old := range e.stages {

@@ -2,6 +2,7 @@ package pipeline
 
 import (
 	"fmt"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -214,7 +215,7 @@ func peekName(n *yaml.Node) string {
 }
 
 func (p *parser) window(n *yaml.Node, field string) *WindowSpec {
-	f := p.fields(n, field, "size", "start", "end", "max_wait", "max_missing", "idle_timeout", "ordering")
+	f := p.fields(n, field, "size", "start", "end", "max_wait", "max_missing", "idle_timeout", "ordering", "cutoff", "late", "per_instance", "instances")
 	if f == nil {
 		return nil
 	}
@@ -226,6 +227,10 @@ func (p *parser) window(n *yaml.Node, field string) *WindowSpec {
 		MaxMissing:  p.str(f["max_missing"], field+".max_missing"),
 		IdleTimeout: p.duration(f["idle_timeout"], field+".idle_timeout"),
 		Ordering:    p.str(f["ordering"], field+".ordering"),
+		Cutoff:      p.str(f["cutoff"], field+".cutoff"),
+		Late:        p.str(f["late"], field+".late"),
+		PerInstance: p.str(f["per_instance"], field+".per_instance"),
+		Instances:   p.strings(f["instances"], field+".instances"),
 	}
 }
 
@@ -362,9 +367,20 @@ func (p *parser) checkWindow(n *yaml.Node, field string, w *WindowSpec) {
 			p.add(n, field+".max_missing", "%q: want a number of blocks or a percentage such as 1%%", m)
 		}
 	}
-	switch w.Ordering {
-	case "", "any", "strict":
-	default:
-		p.add(n, field+".ordering", "%q: want any or strict", w.Ordering)
+	for _, c := range []struct{ name, v, want string }{
+		{"ordering", w.Ordering, "any strict"}, {"cutoff", w.Cutoff, "start next both"},
+		{"late", w.Late, "report refire"}, {"per_instance", w.PerInstance, "each all"},
+	} {
+		if c.v != "" && !slices.Contains(strings.Fields(c.want), c.v) {
+			p.add(n, field+"."+c.name, "%q: want %s", c.v, strings.ReplaceAll(c.want, " ", " or "))
+		}
+	}
+	if w.End != "" && w.Start == "" {
+		p.add(n, field+".end", "a range needs its start too")
+	}
+	for _, i := range w.Instances {
+		if block.ValidateInstance(i) != nil {
+			p.add(n, field+".instances", "%q is not a valid instance name", i)
+		}
 	}
 }

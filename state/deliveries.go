@@ -49,6 +49,9 @@ type Group struct {
 	// Floor is a serial below which every delivery is DONE, so Reserve
 	// need not scan them again.
 	Floor uint64 `json:"floor"`
+	// Start is the serial after which the group is owed blocks: 0 from
+	// earliest, the newest serial at creation from latest.
+	Start uint64 `json:"start"`
 }
 
 // GroupStats counts a group's deliveries by state.
@@ -115,6 +118,7 @@ func (d *DB) EnsureGroup(queue, group string, from From) (Group, error) {
 			}
 		} else {
 			g.Floor = arrivals.Sequence()
+			g.Start = g.Floor
 		}
 		out = g
 		return putJSON(groups, []byte(group), g)

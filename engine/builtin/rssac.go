@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"net/url"
+	"os"
 
 	"github.com/plumb-dev/plumb/engine"
 	"github.com/plumb-dev/plumb/rssac"
@@ -32,18 +33,43 @@ func registerRSSAC(reg *engine.Registry) {
 // RSSAC computes RSSAC002 metrics.
 type RSSAC struct{ Service string }
 
-// Run implements engine.Builtin.
+// Run implements engine.Builtin. As a window stage it reads the window's
+// blocks and counts the window's span; as a block stage, its block's UTC
+// day.
 func (r *RSSAC) Run(ctx context.Context, in io.Reader, out io.Writer) error {
-	name, ok := engine.BlockOf(ctx)
-	if !ok {
-		return errors.New("builtin:rssac needs its block's event time to choose the day")
-	}
 	data, err := io.ReadAll(in)
 	if err != nil {
 		return err
 	}
-	day := rssac.UTCDay(name.Time)
 	d := rssac.NewDay()
+	win, isWindow, err := engine.ParseWindowInput(data)
+	if err != nil {
+		return fmt.Errorf("%w: window input: %v", engine.ErrMalformed, err)
+	}
+	if isWindow {
+		span := rssac.Window{From: win.Window.From, To: win.Window.To}
+		if span.From.IsZero() {
+			return errors.New("builtin:rssac counts time windows (window.size: 24h), not windows of a number of blocks")
+		}
+		for _, b := range win.Blocks {
+			if err := ctx.Err(); err != nil {
+				return err
+			}
+			block, err := os.ReadFile(b.Path)
+			if err != nil {
+				return err
+			}
+			if err := d.AddFile(block, span); err != nil {
+				return fmt.Errorf("%w: block %s: %v", engine.ErrMalformed, b.Name, err)
+			}
+		}
+		return d.Write(out, r.Service, span.From)
+	}
+	name, ok := engine.BlockOf(ctx)
+	if !ok {
+		return errors.New("builtin:rssac needs its block's event time to choose the day")
+	}
+	day := rssac.UTCDay(name.Time)
 	if err := d.AddFile(data, day); err != nil {
 		return fmt.Errorf("%w: %v", engine.ErrMalformed, err)
 	}

@@ -1,0 +1,407 @@
+package engine
+
+import (
+	"bytes"
+	"context"
+	"crypto/sha256"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"sort"
+	"time"
+
+	"gopkg.in/yaml.v3"
+
+	"github.com/plumb-dev/plumb/blob"
+	"github.com/plumb-dev/plumb/block"
+	"github.com/plumb-dev/plumb/pipeline"
+	"github.com/plumb-dev/plumb/state"
+	"github.com/plumb-dev/plumb/windowing"
+)
+
+// WindowInput is what a window stage's program reads on stdin: the window,
+// its blocks as files, and what is missing or late. Built-ins read it with
+// ParseWindowInput.
+type WindowInput struct {
+	Window struct {
+		Stage    string    `yaml:"stage"`
+		ID       string    `yaml:"id"`
+		Instance string    `yaml:"instance"` // "all" for windows across sites
+		From     time.Time `yaml:"from,omitempty"`
+		To       time.Time `yaml:"to,omitempty"`
+		FirstSeq uint64    `yaml:"first_seq,omitempty"`
+		LastSeq  uint64    `yaml:"last_seq,omitempty"`
+		Revision int       `yaml:"revision"`
+		Reason   string    `yaml:"reason"`
+	} `yaml:"window"`
+	Blocks []struct {
+		Name     string    `yaml:"name"`
+		Instance string    `yaml:"instance"`
+		Seq      uint64    `yaml:"seq"`
+		Time     time.Time `yaml:"time"`
+		Path     string    `yaml:"path"`
+	} `yaml:"blocks"`
+	Missing []string `yaml:"missing"` // INSTANCE:SEQ
+	Late    []string `yaml:"late"`
+}
+
+// windowInputPrefix starts every WindowInput document, so a built-in can
+// tell one from a block.
+const windowInputPrefix = "window:\n"
+
+// ParseWindowInput reads a window stage's input document; ok is false
+// when the input is not one (a built-in run as a block stage).
+func ParseWindowInput(data []byte) (WindowInput, bool, error) {
+	var in WindowInput
+	if !bytes.HasPrefix(data, []byte(windowInputPrefix)) {
+		return in, false, nil
+	}
+	err := yaml.Unmarshal(data, &in)
+	return in, true, err
+}
+
+// windowSpec turns a job's window spec into the tracker's.
+func windowSpec(w *pipeline.WindowSpec) (windowing.Spec, error) {
+	var s windowing.Spec
+	if w == nil {
+		return s, errors.New("a window stage needs window.size")
+	}
+	if d, err := pipeline.ParseDuration(w.Size); err == nil && d > 0 {
+		s.Size = time.Duration(d)
+	} else if n, err := fmt.Sscan(w.Size, &s.SizeBlocks); n != 1 || err != nil {
+		return s, fmt.Errorf("window.size %q: want a duration or a number of blocks", w.Size)
+	}
+	if w.Start != "" {
+		t, err := time.Parse(time.RFC3339, w.Start)
+		if err != nil {
+			return s, fmt.Errorf("window.start: %w", err)
+		}
+		s.Phase = t
+		if w.End != "" {
+			end, err := time.Parse(time.RFC3339, w.End)
+			if err != nil {
+				return s, fmt.Errorf("window.end: %w", err)
+			}
+			s.From, s.To = t, end
+		}
+	}
+	s.MaxWait, s.IdleTimeout = time.Duration(w.MaxWait), time.Duration(w.IdleTimeout)
+	var err error
+	if s.MaxMissing, s.MaxMissingPct, err = windowing.ParseMissing(w.MaxMissing); err != nil {
+		return s, err
+	}
+	s.Ordering, s.Cutoff, s.Late = windowing.Ordering(w.Ordering), windowing.Cutoff(w.Cutoff), windowing.Late(w.Late)
+	s.AllInstances = w.PerInstance == "all"
+	s.Instances = w.Instances
+	s.Defaults()
+	return s, s.Validate()
+}
+
+// windowState is a window stage as the engine runs it.
+type windowState struct {
+	tracker *windowing.Tracker
+	queue    string
+	after    uint64 // the last serial fed to the tracker
+	retry    []pendingWindow
+	released map[string]uint64 // per site, the sequence number released up to
+}
+
+type pendingWindow struct {
+	f        windowing.Firing
+	attempts int
+	notUntil time.Time
+}
+
+// newWindowState builds a window stage's tracker and replays what it has
+// seen: the input queue's blocks since the stage subscribed, then the
+// windows it already fired, so a restart fires nothing twice.
+func (e *Engine) newWindowState(n *pipeline.Node, group string) (*windowState, error) {
+	if len(n.Inputs) != 1 {
+		return nil, fmt.Errorf("stage %s: a window stage reads one input queue", n.Name)
+	}
+	spec, err := windowSpec(n.Window)
+	if err != nil {
+		return nil, fmt.Errorf("stage %s: %w", n.Name, err)
+	}
+	tr, err := windowing.New(spec)
+	if err != nil {
+		return nil, fmt.Errorf("stage %s: %w", n.Name, err)
+	}
+	ws := &windowState{tracker: tr, queue: n.Inputs[0], released: map[string]uint64{}}
+	g, err := e.db.EnsureGroup(ws.queue, group, state.From(n.From))
+	if err != nil {
+		return nil, err
+	}
+	ws.after = g.Start
+	if err := e.feed(ws); err != nil {
+		return nil, err
+	}
+	recs, err := e.db.Windows(group)
+	if err != nil {
+		return nil, err
+	}
+	for _, r := range recs {
+		if id, ok := parseWindowID(r.ID); ok {
+			tr.MarkFired(id, r.Revision)
+		}
+	}
+	return ws, nil
+}
+
+func parseWindowID(s string) (windowing.WindowID, bool) {
+	var id windowing.WindowID
+	i := bytes.LastIndexByte([]byte(s), '/')
+	if i < 0 {
+		return id, false
+	}
+	if _, err := fmt.Sscan(s[i+1:], &id.Index); err != nil {
+		return id, false
+	}
+	if id.Instance = s[:i]; id.Instance == "all" {
+		id.Instance = ""
+	}
+	return id, true
+}
+
+// feed gives the tracker the blocks that arrived since the last feed.
+func (e *Engine) feed(ws *windowState) error {
+	for {
+		bs, err := e.db.Blocks(ws.queue, ws.after, 1000)
+		if err != nil {
+			return err
+		}
+		for _, b := range bs {
+			ws.after = b.Serial
+			ws.tracker.Add(windowing.Block{Instance: b.Instance, Seq: b.Seq, Time: b.Time, Arrived: b.Arrived, Name: b.Name})
+		}
+		if len(bs) < 1000 {
+			return nil
+		}
+	}
+}
+
+// dueWindows feeds a window stage and returns the windows to run now.
+func (e *Engine) dueWindows(st *stage, now time.Time) ([]pendingWindow, error) {
+	ws := st.win
+	if err := e.feed(ws); err != nil {
+		return nil, err
+	}
+	var run, wait []pendingWindow
+	for _, p := range ws.retry {
+		if now.Before(p.notUntil) {
+			wait = append(wait, p)
+		} else {
+			run = append(run, p)
+		}
+	}
+	ws.retry = wait
+	for _, f := range ws.tracker.Due(now) {
+		run = append(run, pendingWindow{f: f})
+	}
+	return run, nil
+}
+
+// runWindows runs fired windows one after another, in order.
+func (e *Engine) runWindows(ctx context.Context, st *stage, spec runSpec, ws []pendingWindow) {
+	for _, p := range ws {
+		if ctx.Err() != nil {
+			return
+		}
+		err := e.runWindow(ctx, st, spec, p.f)
+		if err == nil || ctx.Err() != nil {
+			continue
+		}
+		p.attempts++
+		if p.attempts < e.cfg.MaxAttempts {
+			p.notUntil = e.cfg.Now().Add(e.backoff(p.attempts))
+			e.log.Warn("window run failed; will retry", "stage", spec.node.Name, "window", p.f.ID.String(), "attempt", p.attempts, "err", err)
+			e.mu.Lock()
+			st.win.retry = append(st.win.retry, p)
+			e.mu.Unlock()
+			continue
+		}
+		e.log.Error("window set aside after its last attempt; see `plumb windows`", "stage", spec.node.Name, "window", p.f.ID.String(), "err", err)
+		rec := e.windowRecord(st, p.f)
+		rec.Error = err.Error()
+		if _, cerr := e.db.CommitWindow(rec, st.win.queue, nil, nil); cerr != nil {
+			e.log.Error("record a faulty window", "stage", spec.node.Name, "window", p.f.ID.String(), "err", cerr)
+		}
+	}
+}
+
+func (e *Engine) windowRecord(st *stage, f windowing.Firing) state.WindowRecord {
+	rec := state.WindowRecord{Stage: st.group, ID: idText(f.ID), Revision: f.Revision, Reason: string(f.Reason),
+		From: f.From, To: f.To, Fired: e.cfg.Now().UTC()}
+	for _, b := range f.Blocks {
+		rec.Blocks = append(rec.Blocks, b.Name)
+	}
+	for _, m := range f.Missing {
+		rec.Missing = append(rec.Missing, fmt.Sprintf("%s:%d", m.Instance, m.Seq))
+	}
+	for _, l := range f.Late {
+		rec.Late = append(rec.Late, fmt.Sprintf("%s:%d", l.Instance, l.Seq))
+	}
+	return rec
+}
+
+func idText(id windowing.WindowID) string {
+	if id.Instance == "" {
+		return fmt.Sprintf("all/%d", id.Index)
+	}
+	return id.String()
+}
+
+// runWindow runs one window: its blocks as files, the listing on stdin,
+// outputs stored, then outputs, record and release committed at once.
+func (e *Engine) runWindow(ctx context.Context, st *stage, spec runSpec, f windowing.Firing) error {
+	if t := time.Duration(spec.node.Timeout); t > 0 {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeoutCause(ctx, t, errTimeout)
+		defer cancel()
+	}
+	scratch, err := os.MkdirTemp(e.cfg.Scratch, "window-")
+	if err != nil {
+		return err
+	}
+	defer os.RemoveAll(scratch)
+	var in WindowInput
+	in.Window.Stage, in.Window.ID, in.Window.Instance = spec.node.Name, idText(f.ID), f.ID.Instance
+	if in.Window.Instance == "" {
+		in.Window.Instance = "all"
+	}
+	in.Window.From, in.Window.To, in.Window.FirstSeq, in.Window.LastSeq = f.From, f.To, f.FirstSeq, f.LastSeq
+	in.Window.Revision, in.Window.Reason = f.Revision, string(f.Reason)
+	m := runMeasure{}
+	for _, b := range f.Blocks {
+		path := filepath.Join(scratch, b.Name)
+		n, err := e.materialize(ctx, st.win.queue, b, path)
+		if err != nil {
+			return err
+		}
+		m.in.Add(n)
+		in.Blocks = append(in.Blocks, struct {
+			Name     string    `yaml:"name"`
+			Instance string    `yaml:"instance"`
+			Seq      uint64    `yaml:"seq"`
+			Time     time.Time `yaml:"time"`
+			Path     string    `yaml:"path"`
+		}{b.Name, b.Instance, b.Seq, b.Time, path})
+	}
+	rec := e.windowRecord(st, f)
+	in.Missing, in.Late = rec.Missing, rec.Late
+	doc, err := yaml.Marshal(in)
+	if err != nil {
+		return err
+	}
+	var outs []port
+	var files []*hashFile
+	for _, q := range spec.node.Outputs {
+		fh, err := os.CreateTemp(scratch, "out-")
+		if err != nil {
+			return err
+		}
+		defer fh.Close()
+		hf := &hashFile{f: fh, h: sha256.New()}
+		files = append(files, hf)
+		outs = append(outs, port{queue: q, w: hf})
+	}
+	start := e.cfg.Now()
+	res, err := execute(ctx, spec.steps, []port{{queue: st.win.queue, r: bytes.NewReader(doc)}}, outs, scratch)
+	m.took, m.cpu = e.cfg.Now().Sub(start), res.cpu
+	if err != nil {
+		st.count(&m, "failed")
+		if res.stderr != "" {
+			err = fmt.Errorf("%w; stderr: %s", err, lastLine(res.stderr))
+		}
+		return err
+	}
+	// Outputs are named after the window: its site (or "all"), its start,
+	// and a sequence number of index·100 + revision, so each revision is
+	// its own block.
+	name := block.Name{Time: f.From, Seq: uint64(f.ID.Index)*100 + uint64(f.Revision), Instance: in.Window.Instance}
+	if f.From.IsZero() && len(f.Blocks) > 0 {
+		name.Time = f.Blocks[0].Time
+	}
+	var blocks []state.Block
+	for i, q := range spec.node.Outputs {
+		hf := files[i]
+		m.out += hf.n
+		var sum blob.Sum
+		copy(sum[:], hf.h.Sum(nil))
+		on := name
+		on.Queue = q
+		key := blob.BlockKey(on, sum)
+		if _, err := hf.f.Seek(0, io.SeekStart); err != nil {
+			return err
+		}
+		if err := e.store.Put(ctx, key, hf.f, hf.n, sum); err != nil {
+			return fmt.Errorf("store output block %s: %w", on, err)
+		}
+		blocks = append(blocks, state.Block{Name: on.String(), Queue: q, Instance: on.Instance, Seq: on.Seq, Time: on.Time,
+			Size: hf.n, SHA256: sum.String(), Key: key})
+	}
+	consumed, err := e.releasable(st.win, f)
+	if err != nil {
+		return err
+	}
+	if _, err := e.db.CommitWindow(rec, st.win.queue, consumed, blocks); err != nil {
+		return fmt.Errorf("commit window %s: %w", rec.ID, err)
+	}
+	st.count(&m, "ok")
+	e.log.Info("window fired", "stage", spec.node.Name, "window", rec.ID, "revision", f.Revision, "reason", f.Reason,
+		"blocks", len(f.Blocks), "missing", len(f.Missing), "late", len(f.Late))
+	return nil
+}
+
+// materialize copies a block into the run's scratch space.
+func (e *Engine) materialize(ctx context.Context, queue string, b windowing.Block, path string) (int64, error) {
+	sb, err := e.db.Lookup(block.ID{Queue: queue, Instance: b.Instance, Seq: b.Seq})
+	if err != nil {
+		return 0, fmt.Errorf("window block %s: %w", b.Name, err)
+	}
+	rc, err := e.store.Open(ctx, sb.Key)
+	if err != nil {
+		return 0, fmt.Errorf("window block %s: %w", b.Name, err)
+	}
+	defer rc.Close()
+	f, err := os.Create(path)
+	if err != nil {
+		return 0, err
+	}
+	n, err := io.Copy(f, rc)
+	return n, errors.Join(err, f.Close())
+}
+
+// releasable returns the blocks a fired window lets go: each site's blocks
+// before the window's first member. The window's own blocks stay owed
+// until the next window fires, as its left bracket may be among them.
+func (e *Engine) releasable(ws *windowState, f windowing.Firing) ([]state.Block, error) {
+	first := map[string]uint64{}
+	for _, b := range f.Blocks {
+		if s, ok := first[b.Instance]; !ok || b.Seq < s {
+			first[b.Instance] = b.Seq
+		}
+	}
+	var out []state.Block
+	sites := make([]string, 0, len(first))
+	for s := range first {
+		sites = append(sites, s)
+	}
+	sort.Strings(sites)
+	for _, site := range sites {
+		for seq := first[site] - 1; seq > ws.released[site]; seq-- {
+			b, err := e.db.Lookup(block.ID{Queue: ws.queue, Instance: site, Seq: seq})
+			if errors.Is(err, state.ErrNotFound) {
+				continue // deleted, or never there
+			}
+			if err != nil {
+				return nil, err
+			}
+			out = append(out, b)
+		}
+		ws.released[site] = max(ws.released[site], first[site]-1)
+	}
+	return out, nil
+}

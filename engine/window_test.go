@@ -1,0 +1,134 @@
+package engine_test
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/gopacket/gopacket/layers"
+
+	"github.com/plumb-dev/plumb/block"
+	"github.com/plumb-dev/plumb/engine"
+	"github.com/plumb-dev/plumb/pcap"
+	"github.com/plumb-dev/plumb/synth"
+)
+
+// capture generates a few minutes of DNS traffic starting at start.
+func capture(t *testing.T, seed uint64, start time.Time) []byte {
+	var b bytes.Buffer
+	w, _ := pcap.NewWriter(&b, layers.LinkTypeEthernet, 65535, false)
+	if _, err := synth.Generate(context.Background(), w, synth.Config{Seed: seed, Start: start, Duration: 2 * time.Minute, Rate: 20}); err != nil {
+		t.Fatal(err)
+	}
+	w.Flush()
+	return b.Bytes()
+}
+
+func (r *rig) putAt(queue, site string, seq uint64, tm time.Time, data []byte) {
+	r.t.Helper()
+	n := block.Name{Time: tm, Seq: seq, Instance: site, Queue: queue}
+	r.putName(n, data)
+}
+
+// TestDailyRSSACWindow: a daily RSSAC window for three sites. One block
+// of one site is withheld: that site's window waits, fires after max_wait
+// listing the block missing, then fires again as revision 2 when it comes.
+func TestDailyRSSACWindow(t *testing.T) {
+	r := newRig(t, engine.Config{Slots: 2})
+	day := time.Date(2025, 5, 5, 0, 0, 0, 0, time.UTC)
+	sites := []string{"ams", "lax", "nrt"}
+	// The queue exists before the job names it.
+	r.putAt("pcap", "ams", 1, day.Add(1*time.Hour), capture(t, 1, day.Add(1*time.Hour)))
+	r.mustAccept(`
+job: rssac
+from: earliest
+stages:
+  - name: daily
+    abstraction: window
+    window: {size: 24h, max_wait: 1s, late: refire}
+    inputs: [pcap]
+    program: builtin:rssac?service=x.root-servers.net
+    outputs: [rssac.yaml]
+    retention: forever
+`)
+	for i, site := range sites {
+		for seq := uint64(1); seq <= 4; seq++ {
+			if site == "ams" && seq == 1 {
+				continue // already there
+			}
+			if site == "lax" && seq == 3 {
+				continue // withheld
+			}
+			tm := day.Add(time.Duration(seq) * time.Hour * 5)
+			r.putAt("pcap", site, seq, tm, capture(t, uint64(10*i)+seq, tm))
+		}
+		// The next day's first block brackets the day.
+		next := day.Add(25 * time.Hour)
+		r.putAt("pcap", site, 5, next, capture(t, uint64(10*i)+5, next))
+	}
+	r.wait("ams and nrt at once, lax after max_wait", func() bool { return r.count("rssac.yaml") == 3 })
+	wins := r.windows(t)
+	if !strings.Contains(wins, "lax/20213 rev 1 max_wait missing=[lax:3]") || !strings.Contains(wins, "ams/20213 rev 1 complete") {
+		t.Fatalf("windows:\n%s", wins)
+	}
+	tm := day.Add(15 * time.Hour)
+	r.putAt("pcap", "lax", 3, tm, capture(t, 13, tm))
+	r.wait("revision 2 of lax's day", func() bool { return r.count("rssac.yaml") == 4 })
+	if wins := r.windows(t); !strings.Contains(wins, "lax/20213 rev 2 late_block missing=[] late=[lax:3]") {
+		t.Fatalf("windows:\n%s", wins)
+	}
+	rev1 := string(r.readName(t, "20250505-000000-02021301.lax.rssac.yaml"))
+	rev2 := string(r.readName(t, "20250505-000000-02021302.lax.rssac.yaml"))
+	if !strings.Contains(rev1, "metric: traffic-volume") || rev1 == rev2 {
+		t.Fatalf("revision 1:\n%s\nrevision 2:\n%s", rev1, rev2)
+	}
+	if !strings.Contains(rev2, "start-period: 2025-05-05T00:00:00Z") {
+		t.Errorf("revision 2:\n%s", rev2)
+	}
+}
+
+func (r *rig) windows(t *testing.T) string {
+	var b strings.Builder
+	for _, st := range r.eng.Stats() {
+		recs, err := r.db.Windows(st.ID)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, w := range recs {
+			fmt.Fprintf(&b, "%s rev %d %s missing=%v late=%v\n", w.ID, w.Revision, w.Reason, w.Missing, w.Late)
+		}
+	}
+	return strings.ReplaceAll(b.String(), "missing=[] late=[]", "")
+}
+
+// TestWindowsSurviveRestart: after a restart the fired windows do not
+// fire again, and the open ones still fire when their blocks come.
+func TestWindowsSurviveRestart(t *testing.T) {
+	r := newRig(t, engine.Config{Slots: 2})
+	day := time.Date(2025, 5, 5, 0, 0, 0, 0, time.UTC)
+	r.putAt("raw", "lax", 1, day, []byte("first"))
+	r.mustAccept(`
+job: hourly
+from: earliest
+stages:
+  - {name: h, abstraction: window, window: {size: 1h}, inputs: [raw], program: [wc, -c], outputs: [raw.count], retention: forever}
+`)
+	for seq := uint64(2); seq <= 4; seq++ {
+		r.putAt("raw", "lax", seq, day.Add(time.Duration(seq-1)*30*time.Minute), []byte(fmt.Sprint("block ", seq)))
+	}
+	r.wait("the first hour", func() bool { return r.count("raw.count") == 1 })
+	r.stop()
+	r.start(engine.Config{Slots: 2})
+	r.putAt("raw", "lax", 5, day.Add(2*time.Hour), []byte("fifth"))
+	r.wait("the second hour", func() bool { return r.count("raw.count") == 2 })
+	time.Sleep(200 * time.Millisecond) // a refire of the first hour would come now
+	if n := r.count("raw.count"); n != 2 {
+		t.Fatalf("%d window outputs after a restart; want 2", n)
+	}
+	if out := r.readName(t, "20250505-010000-48511301.lax.raw.count"); len(bytes.TrimSpace(out)) == 0 {
+		t.Error("the second hour's output is empty")
+	}
+}
