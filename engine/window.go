@@ -101,7 +101,7 @@ func windowSpec(w *pipeline.WindowSpec) (windowing.Spec, error) {
 
 // windowState is a window stage as the engine runs it.
 type windowState struct {
-	tracker *windowing.Tracker
+	tracker  *windowing.Tracker
 	queue    string
 	after    uint64 // the last serial fed to the tracker
 	retry    []pendingWindow
