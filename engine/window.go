@@ -405,3 +405,100 @@ func (e *Engine) releasable(ws *windowState, f windowing.Firing) ([]state.Block,
 	}
 	return out, nil
 }
+
+// WindowView is a window stage's window, open or fired, for operators.
+type WindowView struct {
+	Stage    string    `json:"stage"`
+	ID       string    `json:"id"`
+	State    string    `json:"state"` // waiting, fired, faulty
+	From     time.Time `json:"from,omitzero"`
+	To       time.Time `json:"to,omitzero"`
+	Revision int       `json:"revision,omitempty"`
+	Reason   string    `json:"reason,omitempty"`
+	Blocks   int       `json:"blocks"`
+	Missing  []string  `json:"missing,omitempty"`
+	Late     []string  `json:"late,omitempty"`
+	// For waiting windows: whether a block beyond the end came, when
+	// max_wait lets it fire, and which window a strict order waits for.
+	Bracketed bool      `json:"bracketed,omitempty"`
+	WaitUntil time.Time `json:"wait_until,omitzero"`
+	BlockedBy string    `json:"blocked_by,omitempty"`
+	Error     string    `json:"error,omitempty"`
+}
+
+// Windows lists the windows of every window stage (or of one, by name or
+// ID): those waiting, with what they wait for, then those fired.
+func (e *Engine) Windows(stage string) ([]WindowView, error) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	var out []WindowView
+	now := e.cfg.Now()
+	for _, st := range e.sorted() {
+		if st.win == nil || stage != "" && stage != st.node.Name && stage != st.group {
+			continue
+		}
+		if err := e.feed(st.win); err != nil {
+			return nil, err
+		}
+		for _, s := range st.win.tracker.Open(now) {
+			v := WindowView{Stage: st.node.Name, ID: idText(s.ID), State: "waiting", From: s.From, To: s.To,
+				Blocks: len(s.Present), Bracketed: s.Bracketed, WaitUntil: s.WaitUntil}
+			for _, m := range s.Missing {
+				v.Missing = append(v.Missing, fmt.Sprintf("%s:%d", m.Instance, m.Seq))
+			}
+			if s.Blocked != nil {
+				v.BlockedBy = idText(*s.Blocked)
+			}
+			out = append(out, v)
+		}
+		recs, err := e.db.Windows(st.group)
+		if err != nil {
+			return nil, err
+		}
+		for _, r := range recs {
+			v := WindowView{Stage: st.node.Name, ID: r.ID, State: "fired", From: r.From, To: r.To, Revision: r.Revision,
+				Reason: r.Reason, Blocks: len(r.Blocks), Missing: r.Missing, Late: r.Late, Error: r.Error}
+			if r.Error != "" {
+				v.State = "faulty"
+			}
+			out = append(out, v)
+		}
+	}
+	if stage != "" && out == nil {
+		if _, ok := e.stageNamed(stage); !ok {
+			return nil, fmt.Errorf("no window stage %q; `plumb graph` lists the stages", stage)
+		}
+	}
+	return out, nil
+}
+
+func (e *Engine) stageNamed(name string) (*stage, bool) {
+	for _, st := range e.stages {
+		if st.node.Name == name || st.group == name {
+			return st, st.win != nil
+		}
+	}
+	return nil, false
+}
+
+// FireWindow fires a waiting window now, with whatever it holds, as an
+// operator decides; it runs at the stage's next turn.
+func (e *Engine) FireWindow(stage, id string) error {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	st, ok := e.stageNamed(stage)
+	if !ok {
+		return fmt.Errorf("no window stage %q; `plumb windows` lists them", stage)
+	}
+	wid, ok := parseWindowID(id)
+	if !ok {
+		return fmt.Errorf("window %q: want SITE/INDEX as `plumb windows` shows", id)
+	}
+	f, err := st.win.tracker.Force(wid, e.cfg.Now())
+	if err != nil {
+		return err
+	}
+	st.win.retry = append(st.win.retry, pendingWindow{f: f})
+	e.poke()
+	return nil
+}

@@ -132,3 +132,42 @@ stages:
 		t.Error("the second hour's output is empty")
 	}
 }
+
+// TestWaitingWindowIsVisibleAndCanBeForced: a window stuck on a missing
+// block shows what it waits for, and an operator can fire it.
+func TestWaitingWindowIsVisibleAndCanBeForced(t *testing.T) {
+	r := newRig(t, engine.Config{Slots: 2})
+	day := time.Date(2025, 5, 5, 0, 0, 0, 0, time.UTC)
+	r.putAt("raw", "lax", 1, day, []byte("1"))
+	r.mustAccept(`
+job: hourly
+from: earliest
+stages:
+  - {name: h, abstraction: window, window: {size: 1h, ordering: strict}, inputs: [raw], program: [cat], outputs: [raw.all], retention: forever}
+`)
+	r.putAt("raw", "lax", 3, day.Add(40*time.Minute), []byte("3"))
+	r.putAt("raw", "lax", 4, day.Add(70*time.Minute), []byte("4"))
+	r.putAt("raw", "lax", 5, day.Add(130*time.Minute), []byte("5"))
+	var ws []engine.WindowView
+	r.wait("three waiting windows", func() bool {
+		var err error
+		ws, err = r.eng.Windows("hourly/h")
+		return err == nil && len(ws) == 3
+	})
+	// Hour 0 misses block 2; hour 1 is complete but waits behind it; hour
+	// 2 has no block past its end yet.
+	if ws[0].State != "waiting" || fmt.Sprint(ws[0].Missing) != "[lax:2]" || !ws[0].Bracketed || ws[1].BlockedBy != ws[0].ID || ws[2].Bracketed {
+		t.Fatalf("windows = %+v", ws)
+	}
+	if _, err := r.eng.Windows("nosuch"); err == nil {
+		t.Error("unknown stage accepted")
+	}
+	if err := r.eng.FireWindow("hourly/h", ws[0].ID); err != nil {
+		t.Fatal(err)
+	}
+	r.wait("the forced window and the one behind it", func() bool { return r.count("raw.all") == 2 })
+	ws, _ = r.eng.Windows("hourly/h")
+	if len(ws) != 3 || ws[0].State != "waiting" || ws[1].Reason != "forced" || ws[2].Reason != "complete" {
+		t.Fatalf("after forcing: %+v", ws)
+	}
+}

@@ -79,6 +79,14 @@ var actions = map[string]action{
 		desc: `Blocks set aside after their last attempt, with the error kept; one result each. Body {"queue"} or {} for all.`,
 		run:  (*Service).faulty,
 	},
+	"windows": {
+		desc: `Window stages' windows: waiting ones with present and missing blocks, max_wait deadline and what a strict order waits for; fired ones with revision, reason, missing and late blocks. Body {"stage"} or {}.`,
+		run:  (*Service).windows,
+	},
+	"fire-window": {
+		desc: `Fire a waiting window now with what it holds. Body {"stage","window":"SITE/INDEX"}.`,
+		run:  (*Service).fireWindow,
+	},
 	"retry": {
 		desc: `Requeue faulty blocks: {"queue","block"} for one, {"queue"} for a queue's, {} for all; answers {"requeued": N}.`,
 		run:  (*Service).retry,

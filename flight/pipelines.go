@@ -153,6 +153,54 @@ func (s *Service) retry(_ context.Context, body []byte) (any, error) {
 	return map[string]int{"requeued": n}, err
 }
 
+func (s *Service) windows(_ context.Context, body []byte) (any, error) {
+	eng, err := s.engine()
+	if err != nil {
+		return nil, err
+	}
+	var req struct {
+		Stage string `json:"stage,omitempty"`
+	}
+	if len(body) > 0 {
+		if err := decodeStrict(body, &req); err != nil {
+			return nil, badBody("windows", body, err)
+		}
+	}
+	ws, err := eng.Windows(req.Stage)
+	if err != nil {
+		return nil, status.Error(codes.NotFound, err.Error())
+	}
+	return listOf(ws), nil
+}
+
+func (s *Service) fireWindow(_ context.Context, body []byte) (any, error) {
+	eng, err := s.engine()
+	if err != nil {
+		return nil, err
+	}
+	var req struct {
+		Stage  string `json:"stage"`
+		Window string `json:"window"`
+	}
+	if err := decodeStrict(body, &req); err != nil {
+		return nil, badBody("fire-window", body, err)
+	}
+	if err := eng.FireWindow(req.Stage, req.Window); err != nil {
+		return nil, status.Error(codes.FailedPrecondition, err.Error())
+	}
+	return map[string]string{"fired": req.Window}, nil
+}
+
+// Windows lists window stages' windows, waiting and fired.
+func (c *Client) Windows(ctx context.Context, stage string) ([]engine.WindowView, error) {
+	return collect[engine.WindowView](ctx, c, "windows", map[string]string{"stage": stage})
+}
+
+// FireWindow fires a waiting window now.
+func (c *Client) FireWindow(ctx context.Context, stage, window string) error {
+	return c.action(ctx, "fire-window", map[string]string{"stage": stage, "window": window}, func([]byte) error { return nil })
+}
+
 func listOf[T any](xs []T) []any {
 	out := make([]any, len(xs))
 	for i, x := range xs {

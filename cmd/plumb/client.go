@@ -15,8 +15,11 @@ func serverFlag(fs *flag.FlagSet) *string {
 }
 
 // optionalArg as clientCommand's nargs takes zero or one argument; -1
-// takes one or more.
-const optionalArg = -2
+// takes one or more; anyArgs any number (the command checks).
+const (
+	optionalArg = -2
+	anyArgs     = -3
+)
 
 // clientCommand is a subcommand that talks to a server: it parses the
 // flags (before or after the arguments), checks the argument count, dials

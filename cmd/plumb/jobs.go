@@ -191,3 +191,53 @@ func retryCommand() command {
 			return err
 		})
 }
+
+func windowsCommand() command {
+	return clientCommand("windows", "[STAGE] | fire STAGE WINDOW", "list window stages' windows (waiting, fired), or fire one now", -3, nil,
+		func(ctx context.Context, c *flight.Client, args []string) error {
+			if len(args) == 3 && args[0] == "fire" {
+				if err := c.FireWindow(ctx, args[1], args[2]); err != nil {
+					return err
+				}
+				fmt.Printf("window %s of %s fired\n", args[2], args[1])
+				return nil
+			}
+			if len(args) > 1 {
+				return errUsage
+			}
+			stage := ""
+			if len(args) == 1 {
+				stage = args[0]
+			}
+			ws, err := c.Windows(ctx, stage)
+			if err != nil {
+				return err
+			}
+			tw := tabwriter.NewWriter(os.Stdout, 0, 4, 2, ' ', 0)
+			fmt.Fprintln(tw, "STAGE\tWINDOW\tFROM\tSTATE\tREV\tBLOCKS\tMISSING\tLATE\tWAITING FOR")
+			for _, w := range ws {
+				waiting := ""
+				switch {
+				case w.State == "faulty":
+					waiting = w.Error
+				case w.State == "fired":
+					waiting = w.Reason
+				case w.BlockedBy != "":
+					waiting = "window " + w.BlockedBy + " (strict order)"
+				case !w.Bracketed:
+					waiting = "a block past the end"
+				case !w.WaitUntil.IsZero():
+					waiting = "missing blocks until " + w.WaitUntil.Format(time.RFC3339)
+				default:
+					waiting = "missing blocks"
+				}
+				from := ""
+				if !w.From.IsZero() {
+					from = w.From.Format(time.RFC3339)
+				}
+				fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%d\t%d\t%s\t%s\t%s\n", w.Stage, w.ID, from, w.State, w.Revision, w.Blocks,
+					strings.Join(w.Missing, ","), strings.Join(w.Late, ","), waiting)
+			}
+			return tw.Flush()
+		})
+}

@@ -43,6 +43,7 @@ func commands() []command {
 		retryCommand(),
 		rssacCommand(),
 		dnsCommand(),
+		windowsCommand(),
 	}
 }
 
