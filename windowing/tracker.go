@@ -102,11 +102,15 @@ type site struct {
 	last    time.Time // last arrival
 	lowOpen int64     // lowest window index not yet fired
 	hasLow  bool
+	dirty   bool      // a block came since the last evaluation
+	wake    time.Time // when max_wait or idle_timeout may fire a window
 }
 
 type window struct {
-	id       WindowID
-	fired    bool
+	id          WindowID
+	beyond      time.Time // earliest arrival past the end, once known
+	beyondKnown bool
+	fired       bool
 	revision int
 	members  []Block // at the last firing
 	late     []SeqRef
@@ -213,6 +217,21 @@ func (t *Tracker) Add(b Block) Kind {
 	if b.Arrived.After(s.last) {
 		s.last = b.Arrived
 	}
+	s.dirty = true
+	// The block may be the first past the end of open windows.
+	if s.hasLow && !t.spec.AllInstances {
+		var top int64
+		if t.spec.SizeBlocks > 0 {
+			top = t.blockIndex(b.Seq) - 1
+		} else {
+			top = t.index(b.Time) - 1 // windows ending at or before b starts
+		}
+		for idx := s.lowOpen; idx <= top; idx++ {
+			if w := t.windows[WindowID{b.Instance, idx}]; w != nil && w.beyondKnown && (w.beyond.IsZero() || b.Arrived.Before(w.beyond)) {
+				w.beyond = b.Arrived
+			}
+		}
+	}
 	idxs := t.indexesOf(s, b)
 	kind := InWindow
 	if len(idxs) > 1 {
@@ -271,64 +290,100 @@ func (t *Tracker) indexesOf(s *site, b Block) []int64 {
 	return []int64{idx, idx + 1}
 }
 
-// members returns a site's blocks of window idx, and the sequence range
-// (lo, hi) exclusive that must be present for the window to be complete;
-// bracketed is false when no block lies beyond the end yet, left false
-// when the start is not bracketed.
-func (t *Tracker) members(s *site, idx int64) (blocks []Block, lo, hi uint64, left, right bool, beyondSince time.Time) {
+// span is where a window stands: the sequence range (lo, hi) exclusive
+// that must be present, whether its start and end are bracketed, and the
+// earliest arrival of a block beyond its end (zero: none yet).
+type span struct {
+	li, ri      int // s.order[li:ri] start in the window (time windows)
+	lo, hi      uint64
+	left, right bool
+	beyond      time.Time
+}
+
+// bracket finds a window's span on a site.
+func (t *Tracker) bracket(s *site, w *window) span {
+	idx := w.id.Index
+	var sp span
 	if t.spec.SizeBlocks > 0 {
 		first := t.spec.FirstSeq + uint64(idx)*t.spec.SizeBlocks
-		lo, hi = first-1, first+t.spec.SizeBlocks
-		for q := first; q < hi; q++ {
-			if b, ok := s.blocks[q]; ok {
-				blocks = append(blocks, b)
-			}
-		}
-		for _, q := range s.order[sort.Search(len(s.order), func(i int) bool { return s.order[i] >= hi }):] {
-			if a := s.blocks[q].Arrived; beyondSince.IsZero() || a.Before(beyondSince) {
-				beyondSince = a
-			}
-		}
-		return blocks, lo, hi, true, true, beyondSince // the range is known: no brackets needed
+		sp.lo, sp.hi, sp.left, sp.right = first-1, first+t.spec.SizeBlocks, true, true // the range is known: no brackets needed
+		sp.ri = sort.Search(len(s.order), func(i int) bool { return s.order[i] >= sp.hi })
+		sp.beyond = t.beyond(s, w, sp.ri)
+		return sp
 	}
 	from, to := t.bounds(idx)
 	// L: the last present block starting before from; R: the first
 	// starting at or after to. Times grow with sequence numbers.
-	li := sort.Search(len(s.order), func(i int) bool { return !s.blocks[s.order[i]].Time.Before(from) })
-	ri := sort.Search(len(s.order), func(i int) bool { return !s.blocks[s.order[i]].Time.Before(to) })
+	sp.li = sort.Search(len(s.order), func(i int) bool { return !s.blocks[s.order[i]].Time.Before(from) })
+	sp.ri = sort.Search(len(s.order), func(i int) bool { return !s.blocks[s.order[i]].Time.Before(to) })
 	switch {
-	case li > 0:
-		lo, left = s.order[li-1], true
-	case li < len(s.order) && s.order[li] == t.spec.FirstSeq:
-		lo, left = t.spec.FirstSeq-1, true // the stream began in this window
-	case li < len(s.order):
-		lo = s.order[li] - 1
+	case sp.li > 0:
+		sp.lo, sp.left = s.order[sp.li-1], true
+	case sp.li < len(s.order) && s.order[sp.li] == t.spec.FirstSeq:
+		sp.lo, sp.left = t.spec.FirstSeq-1, true // the stream began in this window
+	case sp.li < len(s.order):
+		sp.lo = s.order[sp.li] - 1
 	}
-	if ri < len(s.order) {
-		hi, right = s.order[ri], true
+	if sp.ri < len(s.order) {
+		sp.hi, sp.right = s.order[sp.ri], true
+		sp.beyond = t.beyond(s, w, sp.ri)
+	} else {
+		sp.hi = s.maxSeq + 1
+	}
+	return sp
+}
+
+// beyond returns the earliest arrival of a block past a window's end. It
+// is found once by a scan, then kept up to date by Add.
+func (t *Tracker) beyond(s *site, w *window, ri int) time.Time {
+	if !w.beyondKnown {
+		w.beyondKnown = true
 		for _, q := range s.order[ri:] {
-			if a := s.blocks[q].Arrived; beyondSince.IsZero() || a.Before(beyondSince) {
-				beyondSince = a
+			if a := s.blocks[q].Arrived; w.beyond.IsZero() || a.Before(w.beyond) {
+				w.beyond = a
 			}
 		}
-	} else {
-		hi = s.maxSeq + 1
 	}
-	for _, q := range s.order[li:ri] {
+	return w.beyond
+}
+
+// collect returns a window's blocks on a site.
+func (t *Tracker) collect(s *site, idx int64, sp span) []Block {
+	var blocks []Block
+	if t.spec.SizeBlocks > 0 {
+		for q := sp.lo + 1; q < sp.hi; q++ {
+			if b, ok := s.blocks[q]; ok {
+				blocks = append(blocks, b)
+			}
+		}
+		return blocks
+	}
+	for _, q := range s.order[sp.li:sp.ri] {
 		b := s.blocks[q]
-		if slices.Contains(t.indexesOf(s, b), idx) {
+		if t.spec.Cutoff == CutoffStart || slices.Contains(t.indexesOf(s, b), idx) {
 			blocks = append(blocks, b)
 		}
 	}
 	// Under cutoff next/both, the straddling block before from belongs
 	// here too.
-	if t.spec.Cutoff != CutoffStart && li > 0 {
-		b := s.blocks[s.order[li-1]]
+	if t.spec.Cutoff != CutoffStart && sp.li > 0 {
+		b := s.blocks[s.order[sp.li-1]]
 		if slices.Contains(t.indexesOf(s, b), idx) {
 			blocks = append([]Block{b}, blocks...)
 		}
 	}
-	return blocks, lo, hi, left, right, beyondSince
+	return blocks
+}
+
+// members returns a site's blocks of window idx with its span.
+func (t *Tracker) members(s *site, idx int64) (blocks []Block, lo, hi uint64, left, right bool, beyondSince time.Time) {
+	w := t.windowOf(s.name, idx)
+	if t.spec.AllInstances {
+		// Windows across sites keep no per-site cache.
+		w = &window{id: WindowID{s.name, idx}}
+	}
+	sp := t.bracket(s, w)
+	return t.collect(s, idx, sp), sp.lo, sp.hi, sp.left, sp.right, sp.beyond
 }
 
 // missing returns the holes of a site strictly between lo and hi.
@@ -364,9 +419,10 @@ func (t *Tracker) Due(now time.Time) []Firing {
 	}
 	for _, n := range names {
 		s := t.sites[n]
-		if !s.hasLow {
-			continue
+		if !s.hasLow || !s.dirty && (s.wake.IsZero() || now.Before(s.wake)) {
+			continue // nothing came and no deadline passed
 		}
+		s.dirty, s.wake = false, time.Time{}
 		top := t.topIndex(s)
 		for idx := s.lowOpen; idx <= top; idx++ {
 			w := t.windowOf(n, idx)
@@ -410,24 +466,37 @@ func (t *Tracker) topIndex(s *site) int64 {
 	return t.index(last.Time)
 }
 
-// decide fires a site's window if it may fire now.
+// decide fires a site's window if it may fire now; otherwise it notes
+// when the clock alone may fire it.
 func (t *Tracker) decide(s *site, w *window, now time.Time) (Firing, bool) {
-	blocks, lo, hi, left, right, beyond := t.members(s, w.id.Index)
-	miss := s.missing(lo, hi)
+	sp := t.bracket(s, w)
+	miss := s.missing(sp.lo, sp.hi)
 	var reason Reason
 	switch {
-	case left && right && len(miss) == 0:
+	case sp.left && sp.right && len(miss) == 0:
 		reason = Complete
-	case left && right && t.allowedMissing(len(miss), int(hi-lo-1)):
+	case sp.left && sp.right && t.allowedMissing(len(miss), int(sp.hi-sp.lo-1)):
 		reason = MaxMissing
-	case !beyond.IsZero() && t.spec.MaxWait > 0 && !now.Before(beyond.Add(t.spec.MaxWait)):
+	case !sp.beyond.IsZero() && t.spec.MaxWait > 0 && !now.Before(sp.beyond.Add(t.spec.MaxWait)):
 		reason = MaxWait
-	case t.spec.IdleTimeout > 0 && beyond.IsZero() && len(blocks) > 0 && !now.Before(s.last.Add(t.spec.IdleTimeout)):
+	case t.spec.IdleTimeout > 0 && sp.beyond.IsZero() && !now.Before(s.last.Add(t.spec.IdleTimeout)) && len(t.collect(s, w.id.Index, sp)) > 0:
 		reason = Idle
 	default:
+		if !sp.beyond.IsZero() && t.spec.MaxWait > 0 {
+			s.wakeAt(sp.beyond.Add(t.spec.MaxWait))
+		}
+		if t.spec.IdleTimeout > 0 && sp.beyond.IsZero() {
+			s.wakeAt(s.last.Add(t.spec.IdleTimeout))
+		}
 		return Firing{}, false
 	}
-	return t.fire(w, blocks, miss, reason, now), true
+	return t.fire(w, t.collect(s, w.id.Index, sp), miss, reason, now), true
+}
+
+func (s *site) wakeAt(at time.Time) {
+	if s.wake.IsZero() || at.Before(s.wake) {
+		s.wake = at
+	}
 }
 
 // allowedMissing reports whether a bracketed window may fire with n of
@@ -649,21 +718,19 @@ func (t *Tracker) Open(now time.Time) []Status {
 }
 
 // NextCheck returns when Due may next fire something by the clock alone
-// (max_wait or idle_timeout), or zero when only arrivals can.
+// (max_wait or idle_timeout), or zero when only arrivals can. It is
+// accurate after a call of Due.
 func (t *Tracker) NextCheck(now time.Time) time.Time {
 	var next time.Time
-	consider := func(at time.Time) {
-		if !at.IsZero() && (next.IsZero() || at.Before(next)) {
-			next = at
+	for _, s := range t.sites {
+		if !s.wake.IsZero() && (next.IsZero() || s.wake.Before(next)) {
+			next = s.wake
 		}
 	}
-	for _, st := range t.Open(now) {
-		consider(st.WaitUntil)
-	}
-	if t.spec.IdleTimeout > 0 {
+	if t.spec.AllInstances && t.spec.IdleTimeout > 0 {
 		for _, s := range t.sites {
-			if s.hasLow {
-				consider(s.last.Add(t.spec.IdleTimeout))
+			if at := s.last.Add(t.spec.IdleTimeout); s.hasLow && (next.IsZero() || at.Before(next)) {
+				next = at
 			}
 		}
 	}
