@@ -111,10 +111,10 @@ type window struct {
 	beyond      time.Time // earliest arrival past the end, once known
 	beyondKnown bool
 	fired       bool
-	revision int
-	members  []Block // at the last firing
-	late     []SeqRef
-	refire   bool
+	revision    int
+	members     []Block // at the last firing
+	late        []SeqRef
+	refire      bool
 }
 
 // Tracker follows arrivals and decides firings.
