@@ -22,7 +22,7 @@ FUZZ_TARGETS := \
 	./pcap/netpkt:FuzzDecode:200000x \
 	./pcap/dnstcp:FuzzReassemble:150000x
 
-.PHONY: build test test-go test-python fuzz-short bench demo lint clean
+.PHONY: build test test-go test-python fuzz-short bench bench-windows demo lint clean
 
 build:
 	$(GO) build -o $(BIN) ./cmd/plumb
@@ -52,6 +52,10 @@ bench: build
 	$(GO) run ./bench/agent -plumb $(CURDIR)/$(BIN)
 	$(GO) run ./bench/pipeline -plumb $(CURDIR)/$(BIN)
 	$(GO) run ./bench/dns -plumb $(CURDIR)/$(BIN)
+	$(GO) run ./bench/windows -plumb $(CURDIR)/$(BIN)
+
+bench-windows: build
+	$(GO) run ./bench/windows -plumb $(CURDIR)/$(BIN)
 
 demo: build
 	./scripts/demo.sh $(BIN)

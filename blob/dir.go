@@ -187,3 +187,14 @@ func (d *Dir) List(ctx context.Context, fn func(Info) error) error {
 		return fn(Info{Key: filepath.ToSlash(rel), Size: fi.Size(), ModTime: fi.ModTime()})
 	})
 }
+
+// Link makes a hard link to a blob at dst, so a reader can have the
+// blob as a file without a copy. Blobs are immutable, so the link can
+// never see them change; deleting the blob leaves the link's bytes.
+func (d *Dir) Link(key, dst string) error {
+	p, err := d.path(key)
+	if err != nil {
+		return err
+	}
+	return os.Link(p, dst)
+}

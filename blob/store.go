@@ -38,6 +38,11 @@ var (
 	ErrBadKey   = errors.New("invalid blob key")
 )
 
+// Linker is a store whose blobs are local files that can be hard-linked.
+type Linker interface {
+	Link(key, dst string) error
+}
+
 // BlockKey is where a block's bytes live in a store: one key per identity
 // and checksum, so a different upload (or a repeated stage run) of the same
 // identity can never overwrite stored bytes.

@@ -233,7 +233,7 @@ func (e *Engine) runWindows(ctx context.Context, st *stage, spec runSpec, ws []p
 
 func (e *Engine) windowRecord(st *stage, f windowing.Firing) state.WindowRecord {
 	rec := state.WindowRecord{Stage: st.group, ID: idText(f.ID), Revision: f.Revision, Reason: string(f.Reason),
-		From: f.From, To: f.To, Fired: e.cfg.Now().UTC()}
+		From: f.From, To: f.To, Fired: f.At.UTC()}
 	for _, b := range f.Blocks {
 		rec.Blocks = append(rec.Blocks, b.Name)
 	}
@@ -355,11 +355,17 @@ func (e *Engine) runWindow(ctx context.Context, st *stage, spec runSpec, f windo
 	return nil
 }
 
-// materialize copies a block into the run's scratch space.
+// materialize puts a block in the run's scratch space: a hard link when
+// the store is a local directory, a copy otherwise.
 func (e *Engine) materialize(ctx context.Context, queue string, b windowing.Block, path string) (int64, error) {
 	sb, err := e.db.Lookup(block.ID{Queue: queue, Instance: b.Instance, Seq: b.Seq})
 	if err != nil {
 		return 0, fmt.Errorf("window block %s: %w", b.Name, err)
+	}
+	if l, ok := e.store.(blob.Linker); ok {
+		if err := l.Link(sb.Key, path); err == nil {
+			return sb.Size, nil
+		}
 	}
 	rc, err := e.store.Open(ctx, sb.Key)
 	if err != nil {
@@ -424,6 +430,7 @@ type WindowView struct {
 	WaitUntil time.Time `json:"wait_until,omitzero"`
 	BlockedBy string    `json:"blocked_by,omitempty"`
 	Error     string    `json:"error,omitempty"`
+	Fired     time.Time `json:"fired,omitzero"`
 }
 
 // Windows lists the windows of every window stage (or of one, by name or
@@ -457,7 +464,7 @@ func (e *Engine) Windows(stage string) ([]WindowView, error) {
 		}
 		for _, r := range recs {
 			v := WindowView{Stage: st.node.Name, ID: r.ID, State: "fired", From: r.From, To: r.To, Revision: r.Revision,
-				Reason: r.Reason, Blocks: len(r.Blocks), Missing: r.Missing, Late: r.Late, Error: r.Error}
+				Reason: r.Reason, Blocks: len(r.Blocks), Missing: r.Missing, Late: r.Late, Error: r.Error, Fired: r.Fired}
 			if r.Error != "" {
 				v.State = "faulty"
 			}

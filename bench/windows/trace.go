@@ -171,7 +171,11 @@ func (tr *trace) oracle() map[string]map[int]*truth {
 			// Brackets: the last block before from, the first at or after to.
 			li := sort.Search(len(bs), func(i int) bool { return !bs[i].t.Before(from) })
 			ri := sort.Search(len(bs), func(i int) bool { return !bs[i].t.Before(to) })
-			if ri >= len(bs) || tt.lost > 0 || li >= len(bs) && len(tt.members) == 0 {
+			if li == 0 && len(tt.members) == 0 {
+				delete(out[site], d) // before the site's stream began: no window
+				continue
+			}
+			if ri >= len(bs) || tt.lost > 0 {
 				continue // never decidable within the trace, or lossy
 			}
 			dec := bs[ri].arrives
