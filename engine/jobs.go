@@ -117,7 +117,7 @@ func (e *Engine) checkPrograms(file string, job *pipeline.Job) error {
 			err = checkOutputs(steps, s.Outputs)
 		}
 		if err == nil && s.Abstraction == pipeline.Window {
-			if _, err = windowSpec(s.Window); err == nil && len(s.Inputs) != 1 {
+			if _, err = WindowSpec(s.Window); err == nil && len(s.Inputs) != 1 {
 				err = errors.New("a window stage reads one input queue")
 			}
 		}

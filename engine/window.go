@@ -62,8 +62,8 @@ func ParseWindowInput(data []byte) (WindowInput, bool, error) {
 	return in, true, err
 }
 
-// windowSpec turns a job's window spec into the tracker's.
-func windowSpec(w *pipeline.WindowSpec) (windowing.Spec, error) {
+// WindowSpec turns a job's window spec into the tracker's.
+func WindowSpec(w *pipeline.WindowSpec) (windowing.Spec, error) {
 	var s windowing.Spec
 	if w == nil {
 		return s, errors.New("a window stage needs window.size")
@@ -121,7 +121,7 @@ func (e *Engine) newWindowState(n *pipeline.Node, group string) (*windowState, e
 	if len(n.Inputs) != 1 {
 		return nil, fmt.Errorf("stage %s: a window stage reads one input queue", n.Name)
 	}
-	spec, err := windowSpec(n.Window)
+	spec, err := WindowSpec(n.Window)
 	if err != nil {
 		return nil, fmt.Errorf("stage %s: %w", n.Name, err)
 	}

@@ -16,7 +16,7 @@ import (
 	"github.com/plumb-dev/plumb/state"
 )
 
-const ticketForms = `{"block": NAME}, {"queue": Q, "group": G, "follow": true|false, "from": "earliest"|"latest"} or {"records": Q, ...}`
+const ticketForms = `{"block": NAME}, {"queue": Q, "group": G, "follow": true|false, "from": "earliest"|"latest"}, {"records": Q, ...} or {"window": Q, "spec": {...}, "group": G}`
 
 // parseTicket decodes and validates a DoGet ticket.
 func parseTicket(raw []byte) (Ticket, error) {
@@ -66,10 +66,14 @@ func parseTicket(raw []byte) (Ticket, error) {
 func (s *Service) DoGet(tkt *aflight.Ticket, stream aflight.FlightService_DoGetServer) error {
 	var probe struct {
 		Records string `json:"records"`
+		Window  string `json:"window"`
 	}
-	if json.Unmarshal(tkt.GetTicket(), &probe) == nil && probe.Records != "" {
+	if json.Unmarshal(tkt.GetTicket(), &probe) == nil && (probe.Records != "" || probe.Window != "") {
 		ctx, cancel := mergeDone(stream.Context(), s.ctx)
 		defer cancel()
+		if probe.Window != "" {
+			return s.serveWindows(ctx, tkt.GetTicket(), stream)
+		}
 		return s.serveRecords(ctx, tkt.GetTicket(), stream)
 	}
 	t, err := parseTicket(tkt.GetTicket())

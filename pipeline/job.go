@@ -59,17 +59,17 @@ type Stage struct {
 // WindowSpec is the window of a window stage. It is validated now; window
 // stages run once windowing lands.
 type WindowSpec struct {
-	Size        string   `yaml:"size"`            // a duration ("24h") or a number of blocks
-	Start       string   `yaml:"start,omitempty"` // RFC 3339 phase; with end, a one-off range; UTC midnight when empty
-	End         string   `yaml:"end,omitempty"`
-	MaxWait     Duration `yaml:"max_wait,omitempty"`
-	MaxMissing  string   `yaml:"max_missing,omitempty"` // a count or a percentage
-	IdleTimeout Duration `yaml:"idle_timeout,omitempty"`
-	Ordering    string   `yaml:"ordering,omitempty"`     // "any" (default) or "strict"
-	Cutoff      string   `yaml:"cutoff,omitempty"`       // "start" (default), "next" or "both"
-	Late        string   `yaml:"late,omitempty"`         // "report" (default) or "refire"
-	PerInstance string   `yaml:"per_instance,omitempty"` // "each" (default) or "all"
-	Instances   []string `yaml:"instances,omitempty"`    // only these sites
+	Size        string   `yaml:"size" json:"size"`                       // a duration ("24h") or a number of blocks
+	Start       string   `yaml:"start,omitempty" json:"start,omitempty"` // RFC 3339 phase; with end, a one-off range; UTC midnight when empty
+	End         string   `yaml:"end,omitempty" json:"end,omitempty"`
+	MaxWait     Duration `yaml:"max_wait,omitempty" json:"max_wait,omitempty"`
+	MaxMissing  string   `yaml:"max_missing,omitempty" json:"max_missing,omitempty"` // a count or a percentage
+	IdleTimeout Duration `yaml:"idle_timeout,omitempty" json:"idle_timeout,omitempty"`
+	Ordering    string   `yaml:"ordering,omitempty" json:"ordering,omitempty"`         // "any" (default) or "strict"
+	Cutoff      string   `yaml:"cutoff,omitempty" json:"cutoff,omitempty"`             // "start" (default), "next" or "both"
+	Late        string   `yaml:"late,omitempty" json:"late,omitempty"`                 // "report" (default) or "refire"
+	PerInstance string   `yaml:"per_instance,omitempty" json:"per_instance,omitempty"` // "each" (default) or "all"
+	Instances   []string `yaml:"instances,omitempty" json:"instances,omitempty"`       // only these sites
 }
 
 // StreamSpec is the gap policy of a stream stage.

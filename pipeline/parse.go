@@ -1,6 +1,7 @@
 package pipeline
 
 import (
+	"encoding/json"
 	"fmt"
 	"slices"
 	"strconv"
@@ -138,6 +139,20 @@ func (d Duration) String() string {
 
 // MarshalYAML writes the duration as it would be written by hand.
 func (d Duration) MarshalYAML() (any, error) { return d.String(), nil }
+
+// MarshalJSON writes the duration as text ("30m", "2d").
+func (d Duration) MarshalJSON() ([]byte, error) { return json.Marshal(d.String()) }
+
+// UnmarshalJSON reads a duration written as text.
+func (d *Duration) UnmarshalJSON(b []byte) error {
+	var s string
+	if err := json.Unmarshal(b, &s); err != nil {
+		return fmt.Errorf("duration %s: want text such as \"30m\" or \"2d\"", b)
+	}
+	v, err := ParseDuration(s)
+	*d = v
+	return err
+}
 
 func (p *parser) job(doc *yaml.Node) *Job {
 	if doc.Kind == 0 || len(doc.Content) == 0 {

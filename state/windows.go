@@ -36,7 +36,8 @@ func windowKey(id string, revision int) []byte {
 
 // CommitWindow publishes a fired window in one transaction: its outputs,
 // its record, and the release of the input blocks it consumed (DONE for
-// the stage's group on queue). A record of the same window and revision
+// the group rec.Stage on queue; a record kept for another reader, such as
+// a window stream, consumes nothing). A record of the same window and revision
 // already there means a repeated run: nothing is published twice, and the
 // stored outputs are returned.
 func (d *DB) CommitWindow(rec WindowRecord, queue string, consumed []Block, outputs []Block) (bool, error) {
@@ -62,7 +63,7 @@ func (d *DB) CommitWindow(rec WindowRecord, queue string, consumed []Block, outp
 			return err
 		}
 		dels := mustSub(tx, bucketDeliveries, queue, rec.Stage)
-		if dels == nil {
+		if dels == nil || len(consumed) == 0 {
 			return nil
 		}
 		for _, b := range consumed {
