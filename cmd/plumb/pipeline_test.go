@@ -15,9 +15,14 @@ import (
 	"testing"
 	"time"
 
+	"github.com/gopacket/gopacket/layers"
+	"github.com/plumb-dev/plumb/block"
 	"github.com/plumb-dev/plumb/codecs"
+	"github.com/plumb-dev/plumb/engine"
 	"github.com/plumb-dev/plumb/flight"
 	"github.com/plumb-dev/plumb/internal/testenv"
+	"github.com/plumb-dev/plumb/pcap"
+	"github.com/plumb-dev/plumb/synth"
 )
 
 // snappyBlock is a source block: random-ish bytes, snappy-compressed, and
@@ -202,5 +207,115 @@ func TestJobCommands(t *testing.T) {
 	}
 	if out, _, code := plumbExec(t, "job", "retract", "--server", addr, "alice-archive"); code != 0 || !strings.Contains(out, "retracted") {
 		t.Errorf("retract: %d %s", code, out)
+	}
+}
+
+// TestDailyRSSACWindowThroughServer: generated DNS traffic of three sites
+// shipped to a real server, a daily RSSAC window stage, one block withheld:
+// the site's day waits, fires after max_wait with that block missing, and
+// fires again as revision 2 when the block comes.
+func TestDailyRSSACWindowThroughServer(t *testing.T) {
+	addr := testenv.FreeAddr(t)
+	startPlumb(t, "serve", "--data", t.TempDir(), "--listen", addr, "--log-level", "warn", "--tick", "100ms")
+	waitListening(t, addr)
+	c, err := flight.Dial(addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	ctx := context.Background()
+	day := time.Date(2025, 5, 5, 0, 0, 0, 0, time.UTC)
+	put := func(site string, seq uint64, tm time.Time) {
+		t.Helper()
+		var b bytes.Buffer
+		w, _ := pcap.NewWriter(&b, layers.LinkTypeEthernet, 65535, false)
+		if _, err := synth.Generate(ctx, w, synth.Config{Seed: seq*31 + uint64(len(site)), Start: tm, Duration: time.Minute, Rate: 30}); err != nil {
+			t.Fatal(err)
+		}
+		w.Flush()
+		data := b.Bytes()
+		sum := sha256.Sum256(data)
+		n := block.Name{Time: tm, Seq: seq, Instance: site, Queue: "pcap"}
+		if _, err := c.Put(ctx, flight.Source{Name: n.String(), Size: int64(len(data)), SHA256: hex.EncodeToString(sum[:]),
+			Open: func() (io.ReadCloser, error) { return io.NopCloser(bytes.NewReader(data)), nil }}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	put("ams", 1, day.Add(time.Hour))
+	res, err := c.SubmitJob(ctx, "rssac.yaml", []byte(`
+job: rssac
+from: earliest
+stages:
+  - name: daily
+    abstraction: window
+    window: {size: 24h, max_wait: 2s, late: refire}
+    inputs: [pcap]
+    program: builtin:rssac?service=x.root-servers.net
+    outputs: [rssac.yaml]
+    retention: forever
+`))
+	if err != nil || res.State != "accepted" {
+		t.Fatalf("submit: %+v %v", res, err)
+	}
+	for _, site := range []string{"ams", "lax", "nrt"} {
+		for seq := uint64(1); seq <= 4; seq++ {
+			if site == "ams" && seq == 1 || site == "lax" && seq == 3 {
+				continue
+			}
+			put(site, seq, day.Add(time.Duration(seq)*5*time.Hour))
+		}
+		put(site, 5, day.Add(25*time.Hour)) // the next day brackets this one
+	}
+	fired := func() map[string]engine.WindowView {
+		ws, err := c.Windows(ctx, "rssac/daily")
+		if err != nil {
+			t.Fatal(err)
+		}
+		out := map[string]engine.WindowView{}
+		for _, w := range ws {
+			if w.State == "fired" {
+				out[fmt.Sprintf("%s rev %d", w.ID, w.Revision)] = w
+			}
+		}
+		return out
+	}
+	waitFor := func(what string, cond func(map[string]engine.WindowView) bool) map[string]engine.WindowView {
+		t.Helper()
+		deadline := time.Now().Add(60 * time.Second)
+		for {
+			ws := fired()
+			if cond(ws) {
+				return ws
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("timed out waiting for %s; fired: %v", what, ws)
+			}
+			time.Sleep(100 * time.Millisecond)
+		}
+	}
+	ws := waitFor("three days", func(ws map[string]engine.WindowView) bool { return len(ws) == 3 })
+	if w := ws["lax/20213 rev 1"]; w.Reason != "max_wait" || fmt.Sprint(w.Missing) != "[lax:3]" {
+		t.Fatalf("lax's day = %+v", w)
+	}
+	if w := ws["ams/20213 rev 1"]; w.Reason != "complete" || w.Blocks != 4 {
+		t.Fatalf("ams's day = %+v", w)
+	}
+	put("lax", 3, day.Add(15*time.Hour))
+	ws = waitFor("revision 2", func(ws map[string]engine.WindowView) bool { return len(ws) == 4 })
+	if w := ws["lax/20213 rev 2"]; len(w.Missing) != 0 || fmt.Sprint(w.Late) != "[lax:3]" || w.Blocks != 4 {
+		t.Fatalf("revision 2 = %+v", w)
+	}
+	bs, err := c.Blocks(ctx, "rssac.yaml")
+	if err != nil || len(bs) != 4 {
+		t.Fatalf("rssac.yaml holds %d blocks: %v", len(bs), err)
+	}
+	s, err := c.Get(ctx, "20250505-000000-02021302.lax.rssac.yaml")
+	if err != nil || !s.Next() {
+		t.Fatalf("get revision 2: %v", err)
+	}
+	doc, _ := io.ReadAll(s)
+	s.Close()
+	if !strings.Contains(string(doc), "service: x.root-servers.net") || !strings.Contains(string(doc), "metric: unique-sources") {
+		t.Errorf("revision 2:\n%s", doc)
 	}
 }
