@@ -87,6 +87,38 @@ var actions = map[string]action{
 		desc: `Fire a waiting window now with what it holds. Body {"stage","window":"SITE/INDEX"}.`,
 		run:  (*Service).fireWindow,
 	},
+	"peek-next": {
+		desc: `Where a stream consumer stands: the next sequence number, whether it is present, the gap (1 present, k+1 with k missing, 0 caught up, negative for a late block behind the cursor), late blocks, and nanoseconds since it last advanced. Body {"queue","instance","consumer","from"}.`,
+		run:  (*Service).peekNext,
+	},
+	"process-next": {
+		desc: `The block at a stream consumer's cursor and its ticket; commit it to advance. Body {"queue","instance","consumer"}.`,
+		run:  (*Service).processNext,
+	},
+	"commit": {
+		desc: `Advance a stream consumer past the block it processed. Body {"queue","instance","consumer","seq"}.`,
+		run:  (*Service).commitStream,
+	},
+	"skip": {
+		desc: `Move a stream consumer past a missing block on purpose; the skip is recorded. Body {"queue","instance","consumer"}.`,
+		run:  (*Service).skipStream,
+	},
+	"put-state": {
+		desc: `Set keys of a stream consumer's small state (an empty value deletes). Body {"queue","instance","consumer","state":{...}}.`,
+		run:  (*Service).putState,
+	},
+	"get-state": {
+		desc: `A stream consumer's cursor, state, skips and checkpoint. Body {"queue","instance","consumer"}.`,
+		run:  (*Service).getState,
+	},
+	"list-state": {
+		desc: `Every stream consumer of a queue with its cursor and state, one result each. Body {"queue"}.`,
+		run:  (*Service).listState,
+	},
+	"checkpoint": {
+		desc: `Save a stream consumer's cursor and state together (with "state" given, that state); a stream from "checkpoint" resumes there. Body {"queue","instance","consumer","state"}.`,
+		run:  (*Service).checkpoint,
+	},
 	"retry": {
 		desc: `Requeue faulty blocks: {"queue","block"} for one, {"queue"} for a queue's, {} for all; answers {"requeued": N}.`,
 		run:  (*Service).retry,

@@ -355,6 +355,11 @@ func (c *Client) action(ctx context.Context, typ string, body any, each func([]b
 // Stream reads blocks from a DoGet. Next moves to the next block; Read
 // reads its bytes and checks its SHA-256 at the end.
 type Stream struct {
+	// OnEvent, when set, receives the app_metadata of batches that are
+	// not blocks: stream events (gaps, skips, late blocks) and window
+	// headers. Without it they are skipped.
+	OnEvent func(meta []byte)
+
 	rr     *aflight.Reader
 	cancel context.CancelFunc
 	hdr    Header
@@ -376,18 +381,27 @@ func (s *Stream) Next() bool {
 			return false
 		}
 	}
-	if !s.rr.Next() {
-		s.err = s.rr.Err()
-		return false
-	}
-	meta := s.rr.LatestAppMetadata()
-	if len(meta) == 0 {
-		s.err = errors.New("protocol error: a block's first batch has no header")
-		return false
-	}
-	if err := json.Unmarshal(meta, &s.hdr); err != nil {
-		s.err = fmt.Errorf("protocol error: block header %q: %w", meta, err)
-		return false
+	for {
+		if !s.rr.Next() {
+			s.err = s.rr.Err()
+			return false
+		}
+		meta := s.rr.LatestAppMetadata()
+		if len(meta) == 0 {
+			s.err = errors.New("protocol error: a block's first batch has no header")
+			return false
+		}
+		s.hdr = Header{}
+		if err := json.Unmarshal(meta, &s.hdr); err != nil {
+			s.err = fmt.Errorf("protocol error: block header %q: %w", meta, err)
+			return false
+		}
+		if s.hdr.Name != "" {
+			break
+		}
+		if s.OnEvent != nil { // not a block: an event or a window header
+			s.OnEvent(meta)
+		}
 	}
 	s.left, s.h = s.hdr.Size, sha256.New()
 	s.take()

@@ -16,7 +16,7 @@ import (
 	"github.com/plumb-dev/plumb/state"
 )
 
-const ticketForms = `{"block": NAME}, {"queue": Q, "group": G, "follow": true|false, "from": "earliest"|"latest"}, {"records": Q, ...} or {"window": Q, "spec": {...}, "group": G}`
+const ticketForms = `{"block": NAME}, {"queue": Q, "group": G, "follow": true|false, "from": "earliest"|"latest"}, {"records": Q, ...} {"window": Q, "spec": {...}, "group": G} or {"stream": Q, "instance", "consumer"}`
 
 // parseTicket decodes and validates a DoGet ticket.
 func parseTicket(raw []byte) (Ticket, error) {
@@ -67,12 +67,16 @@ func (s *Service) DoGet(tkt *aflight.Ticket, stream aflight.FlightService_DoGetS
 	var probe struct {
 		Records string `json:"records"`
 		Window  string `json:"window"`
+		Stream  string `json:"stream"`
 	}
-	if json.Unmarshal(tkt.GetTicket(), &probe) == nil && (probe.Records != "" || probe.Window != "") {
+	if json.Unmarshal(tkt.GetTicket(), &probe) == nil && (probe.Records != "" || probe.Window != "" || probe.Stream != "") {
 		ctx, cancel := mergeDone(stream.Context(), s.ctx)
 		defer cancel()
-		if probe.Window != "" {
+		switch {
+		case probe.Window != "":
 			return s.serveWindows(ctx, tkt.GetTicket(), stream)
+		case probe.Stream != "":
+			return s.serveStream(ctx, tkt.GetTicket(), stream)
 		}
 		return s.serveRecords(ctx, tkt.GetTicket(), stream)
 	}

@@ -44,6 +44,7 @@ func commands() []command {
 		rssacCommand(),
 		dnsCommand(),
 		windowsCommand(),
+		streamCommand(),
 	}
 }
 

@@ -1,0 +1,106 @@
+package main
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"time"
+
+	"github.com/gopacket/gopacket/layers"
+
+	"github.com/plumb-dev/plumb/flight"
+	"github.com/plumb-dev/plumb/pcap"
+	"github.com/plumb-dev/plumb/pipeline"
+)
+
+func streamCommand() command {
+	var (
+		instance, consumer, from, gapThen *string
+		follow                            *bool
+		gapWait                           *time.Duration
+	)
+	return clientCommand("stream", "QUEUE --instance SITE", "write one site's blocks in sequence order as one continuous capture on stdout", 1,
+		func(fs *flag.FlagSet) {
+			instance = fs.String("instance", "", "the site whose stream to read (required)")
+			consumer = fs.String("consumer", "cli", "the stream consumer: the server keeps its cursor")
+			from = fs.String("from", "earliest", "where to start: earliest, checkpoint, or a sequence number")
+			follow = fs.Bool("follow", false, "keep waiting for new blocks")
+			gapWait = fs.Duration("gap-wait", 0, "at a missing block, wait this long (0: forever)")
+			gapThen = fs.String("gap-then", "skip", "after --gap-wait: skip the missing block, or stop")
+		},
+		func(ctx context.Context, c *flight.Client, args []string) error {
+			if *instance == "" {
+				return errUsage
+			}
+			t := flight.StreamTicket{Stream: args[0], Instance: *instance, Consumer: *consumer, Follow: *follow}
+			t.From, _ = json.Marshal(*from)
+			if *gapWait > 0 {
+				t.Gap = &flight.GapPolicy{Wait: pipeline.Duration(*gapWait), Then: *gapThen}
+			}
+			s, err := c.Stream(ctx, t)
+			if err != nil {
+				return err
+			}
+			defer s.Close()
+			s.OnEvent = func(meta []byte) { fmt.Fprintf(os.Stderr, "plumb stream: %s\n", meta) }
+			out := bufio.NewWriterSize(os.Stdout, 1<<20)
+			var (
+				w    *pcap.Writer
+				link layers.LinkType
+			)
+			for s.Next() {
+				// Each block is a capture (any codec); the stream is one
+				// capture: the first block's header, then every packet.
+				r, closer, err := pcap.NewReader(s)
+				if err != nil {
+					return fmt.Errorf("block %s: %w", s.Header().Name, err)
+				}
+				if w == nil {
+					if w, err = pcap.NewWriter(out, r.LinkType, r.Snaplen, r.Nanos); err != nil {
+						return err
+					}
+					link = r.LinkType
+				} else if r.LinkType != link {
+					closer.Close()
+					return fmt.Errorf("block %s has link type %s, the stream %s; read it with plumb get", s.Header().Name, r.LinkType, link)
+				}
+				for {
+					data, ci, err := r.Next()
+					if err == io.EOF || errors.Is(err, pcap.ErrTruncated) {
+						break
+					}
+					if err != nil {
+						closer.Close()
+						return fmt.Errorf("block %s: %w", s.Header().Name, err)
+					}
+					if err := w.WritePacket(ci, data); err != nil {
+						closer.Close()
+						return err
+					}
+				}
+				closer.Close()
+				// Read to the block's end so its SHA-256 is checked.
+				if _, err := io.Copy(io.Discard, s); err != nil {
+					return err
+				}
+				if err := w.Flush(); err != nil {
+					return err
+				}
+			}
+			if err := s.Err(); err != nil {
+				return err
+			}
+			if w == nil {
+				return nil
+			}
+			if err := w.Flush(); err != nil {
+				return err
+			}
+			return out.Flush()
+		})
+}

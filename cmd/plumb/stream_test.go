@@ -1,0 +1,173 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"io"
+	"math/rand/v2"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/gopacket/gopacket/layers"
+
+	"github.com/plumb-dev/plumb/block"
+	"github.com/plumb-dev/plumb/codecs"
+	"github.com/plumb-dev/plumb/flight"
+	"github.com/plumb-dev/plumb/internal/testenv"
+	"github.com/plumb-dev/plumb/pcap"
+)
+
+// cutBlocks splits packets into snappy-compressed capture blocks of a
+// site, named with their first packet's time, as an agent would.
+func cutBlocks(t *testing.T, pkts []packet, per int, site string) []flight.Source {
+	var out []flight.Source
+	for i, seq := 0, uint64(1); i < len(pkts); i, seq = i+per, seq+1 {
+		part := pkts[i:min(i+per, len(pkts))]
+		var b bytes.Buffer
+		z, _ := codecs.Snappy.NewWriter(&b)
+		w, _ := pcap.NewWriter(z, layers.LinkTypeEthernet, 65535, false)
+		for _, p := range part {
+			w.WritePacket(p.ci, p.data)
+		}
+		w.Flush()
+		z.Close()
+		data := b.Bytes()
+		sum := sha256.Sum256(data)
+		n := block.Name{Time: part[0].ci.Timestamp, Seq: seq, Instance: site, Queue: "pcap.sz"}
+		out = append(out, flight.Source{Name: n.String(), Size: int64(len(data)), SHA256: hex.EncodeToString(sum[:]),
+			Open: func() (io.ReadCloser, error) { return io.NopCloser(bytes.NewReader(data)), nil }})
+	}
+	return out
+}
+
+// TestStreamToTcpdump: a site's blocks uploaded out of order and one twice
+// come out of `plumb stream | tcpdump -r - -w out.pcap` as the original
+// capture: every packet once, in time order.
+func TestStreamToTcpdump(t *testing.T) {
+	tcpdump := testenv.Tool(t, "tcpdump")
+	addr := testenv.FreeAddr(t)
+	startPlumb(t, "serve", "--data", t.TempDir(), "--listen", addr, "--log-level", "warn")
+	waitListening(t, addr)
+	c, err := flight.Dial(addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	dir := t.TempDir()
+	pkts := makeCapture(t, filepath.Join(dir, "orig.pcap"), 3000, 5)
+	blocks := cutBlocks(t, pkts, 250, "lax")
+	order := rand.New(rand.NewPCG(1, 2)).Perm(len(blocks))
+	order = append(order, order[3]) // a duplicate
+	for _, i := range order {
+		if _, err := c.Put(context.Background(), blocks[i]); err != nil {
+			t.Fatal(err)
+		}
+	}
+	out := filepath.Join(dir, "out.pcap")
+	stream := exec.Command(os.Args[0], "stream", "pcap.sz", "--instance", "lax", "--server", addr)
+	stream.Env = append(os.Environ(), "PLUMB_TEST_AS_PLUMB=1")
+	td := exec.Command(tcpdump, "-r", "-", "-w", out)
+	pipe, _ := stream.StdoutPipe()
+	td.Stdin = pipe
+	var serr, terr bytes.Buffer
+	stream.Stderr, td.Stderr = &serr, &terr
+	if err := td.Start(); err != nil {
+		t.Fatal(err)
+	}
+	if err := stream.Run(); err != nil {
+		t.Fatalf("plumb stream: %v\n%s", err, serr.String())
+	}
+	if err := td.Wait(); err != nil {
+		t.Fatalf("tcpdump: %v\n%s", err, terr.String())
+	}
+	f, _ := os.Open(out)
+	defer f.Close()
+	got := readPackets(t, f)
+	samePackets(t, "stream through tcpdump", got, pkts)
+}
+
+// TestStreamGaps: a withheld block is a gap event; with gap.then skip the
+// stream moves on after the wait and records the skip; the block arriving
+// later is reported late, not inserted.
+func TestStreamGaps(t *testing.T) {
+	addr := testenv.FreeAddr(t)
+	startPlumb(t, "serve", "--data", t.TempDir(), "--listen", addr, "--log-level", "warn")
+	waitListening(t, addr)
+	c, err := flight.Dial(addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	ctx := context.Background()
+	pkts := makeCapture(t, filepath.Join(t.TempDir(), "orig.pcap"), 500, 6)
+	blocks := cutBlocks(t, pkts, 100, "ams") // seqs 1..5
+	for i, b := range blocks {
+		if i != 2 {
+			c.Put(ctx, b)
+		}
+	}
+	req := flight.StreamRequest{Queue: "pcap.sz", Instance: "ams", Consumer: "ids"}
+	var p struct {
+		Next    uint64 `json:"next"`
+		Present bool   `json:"present"`
+		Gap     int64  `json:"gap"`
+		Late    []uint64
+	}
+	for seq := uint64(1); seq <= 2; seq++ {
+		var pr flight.ProcessResult
+		if err := c.StreamAction(ctx, "process-next", req, &pr); err != nil || pr.Seq != seq {
+			t.Fatalf("process-next = %+v, %v", pr, err)
+		}
+		r := req
+		r.Seq = seq
+		if err := c.StreamAction(ctx, "commit", r, nil); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := c.StreamAction(ctx, "peek-next", req, &p); err != nil || p.Next != 3 || p.Present || p.Gap != 2 {
+		t.Fatalf("peek at the withheld block = %+v, %v", p, err)
+	}
+	// The stream ticket, from this consumer's cursor, waits 300 ms at the
+	// hole, then skips it.
+	tk := flight.StreamTicket{Stream: "pcap.sz", Instance: "ams", Consumer: "ids", Gap: &flight.GapPolicy{Wait: 300_000_000, Then: "skip"}}
+	tk.From, _ = json.Marshal("3")
+	s, err := c.Stream(ctx, tk)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var events []string
+	s.OnEvent = func(meta []byte) { events = append(events, string(meta)) }
+	var names []string
+	start := time.Now()
+	for s.Next() {
+		names = append(names, s.Header().Name)
+	}
+	s.Close()
+	if err := s.Err(); err != nil {
+		t.Fatal(err)
+	}
+	if time.Since(start) < 300*time.Millisecond || len(names) != 2 || !strings.Contains(names[0], "-00000004.") {
+		t.Fatalf("stream gave %v after %v", names, time.Since(start))
+	}
+	if len(events) != 2 || !strings.Contains(events[0], `"event":"gap","next":3,"missing":1`) || !strings.Contains(events[1], `"event":"skipped","next":3`) {
+		t.Fatalf("events = %v", events)
+	}
+	c.Put(ctx, blocks[2]) // the withheld block, late
+	if err := c.StreamAction(ctx, "peek-next", req, &p); err != nil || p.Gap != -3 || len(p.Late) != 1 || p.Late[0] != 3 {
+		t.Fatalf("peek after the late block = %+v, %v", p, err)
+	}
+	var cur struct {
+		Next    uint64   `json:"next"`
+		Skipped []uint64 `json:"skipped"`
+	}
+	if err := c.StreamAction(ctx, "get-state", req, &cur); err != nil || cur.Next != 6 || len(cur.Skipped) != 1 || cur.Skipped[0] != 3 {
+		t.Fatalf("cursor = %+v, %v", cur, err)
+	}
+}

@@ -1,0 +1,276 @@
+package flight
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"time"
+
+	aflight "github.com/apache/arrow-go/v18/arrow/flight"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	"github.com/plumb-dev/plumb/block"
+	"github.com/plumb-dev/plumb/pipeline"
+	"github.com/plumb-dev/plumb/state"
+)
+
+// StreamRequest names a stream consumer in the stream actions.
+type StreamRequest struct {
+	Queue    string            `json:"queue"`
+	Instance string            `json:"instance"`
+	Consumer string            `json:"consumer"`
+	Seq      uint64            `json:"seq,omitempty"`   // commit
+	State    map[string]string `json:"state,omitempty"` // put-state, checkpoint
+	From     string            `json:"from,omitempty"`  // open: earliest, checkpoint or a sequence number
+}
+
+func (r *StreamRequest) check(action string, body []byte) error {
+	if err := decodeStrict(body, r); err != nil {
+		return badBody(action, body, err)
+	}
+	for _, err := range []error{block.ValidateQueue(r.Queue), block.ValidateInstance(r.Instance), block.ValidateGroup(r.Consumer)} {
+		if err != nil {
+			return badBody(action, body, err)
+		}
+	}
+	return nil
+}
+
+// streamAction runs one stream action on an opened cursor.
+func (s *Service) streamAction(name string, body []byte, fn func(r StreamRequest) (any, error)) (any, error) {
+	var r StreamRequest
+	if err := r.check(name, body); err != nil {
+		return nil, err
+	}
+	if _, err := s.db.OpenCursor(r.Queue, r.Instance, r.Consumer, r.From); err != nil {
+		return nil, status.Error(codes.InvalidArgument, err.Error())
+	}
+	res, err := fn(r)
+	switch {
+	case errors.Is(err, state.ErrNotPresent), errors.Is(err, state.ErrPresent):
+		return nil, status.Error(codes.FailedPrecondition, err.Error())
+	case err != nil:
+		return nil, statusOf(err, codes.InvalidArgument)
+	}
+	return res, nil
+}
+
+func (s *Service) peekNext(_ context.Context, body []byte) (any, error) {
+	return s.streamAction("peek-next", body, func(r StreamRequest) (any, error) {
+		return s.db.PeekNext(r.Queue, r.Instance, r.Consumer)
+	})
+}
+
+// ProcessResult answers process-next: the block to read and its ticket.
+type ProcessResult struct {
+	Seq    uint64 `json:"seq"`
+	Block  string `json:"block"`
+	Ticket Ticket `json:"ticket"`
+}
+
+func (s *Service) processNext(_ context.Context, body []byte) (any, error) {
+	return s.streamAction("process-next", body, func(r StreamRequest) (any, error) {
+		b, err := s.db.ProcessNext(r.Queue, r.Instance, r.Consumer)
+		return ProcessResult{Seq: b.Seq, Block: b.Name, Ticket: Ticket{Block: b.Name}}, err
+	})
+}
+
+func (s *Service) commitStream(_ context.Context, body []byte) (any, error) {
+	return s.streamAction("commit", body, func(r StreamRequest) (any, error) {
+		return s.db.Commit(r.Queue, r.Instance, r.Consumer, r.Seq)
+	})
+}
+
+func (s *Service) skipStream(_ context.Context, body []byte) (any, error) {
+	return s.streamAction("skip", body, func(r StreamRequest) (any, error) {
+		return s.db.Skip(r.Queue, r.Instance, r.Consumer)
+	})
+}
+
+func (s *Service) putState(_ context.Context, body []byte) (any, error) {
+	return s.streamAction("put-state", body, func(r StreamRequest) (any, error) {
+		c, err := s.db.PutState(r.Queue, r.Instance, r.Consumer, r.State)
+		return c.State, err
+	})
+}
+
+func (s *Service) getState(_ context.Context, body []byte) (any, error) {
+	return s.streamAction("get-state", body, func(r StreamRequest) (any, error) {
+		return s.db.GetCursor(r.Queue, r.Instance, r.Consumer)
+	})
+}
+
+func (s *Service) listState(_ context.Context, body []byte) (any, error) {
+	var r struct {
+		Queue string `json:"queue"`
+	}
+	if err := decodeStrict(body, &r); err != nil {
+		return nil, badBody("list-state", body, err)
+	}
+	cs, err := s.db.Cursors(r.Queue)
+	return listOf(cs), err
+}
+
+func (s *Service) checkpoint(_ context.Context, body []byte) (any, error) {
+	return s.streamAction("checkpoint", body, func(r StreamRequest) (any, error) {
+		return s.db.SaveCheckpoint(r.Queue, r.Instance, r.Consumer, r.State)
+	})
+}
+
+// StreamTicket reads one site's blocks of a queue in sequence order, as a
+// stream consumer with a server-side cursor.
+type StreamTicket struct {
+	Stream   string          `json:"stream"` // the queue
+	Instance string          `json:"instance"`
+	Consumer string          `json:"consumer"`
+	From     json.RawMessage `json:"from,omitempty"` // "checkpoint" (default), "earliest" or a sequence number
+	Follow   bool            `json:"follow,omitempty"`
+	Gap      *GapPolicy      `json:"gap,omitempty"`
+}
+
+// GapPolicy says what a stream does at a missing block: wait that long
+// for it, then skip it (recorded) or stop. Without one it waits forever.
+type GapPolicy struct {
+	Wait pipeline.Duration `json:"wait"`
+	Then string            `json:"then"`
+}
+
+// StreamEvent is a zero-row batch's app_metadata on a stream: a gap at
+// the cursor, a skip, late blocks, or the end of a stopped stream.
+type StreamEvent struct {
+	Event   string   `json:"event"` // "gap", "skipped", "late", "stopped"
+	Next    uint64   `json:"next"`
+	Missing uint64   `json:"missing,omitempty"` // blocks missing before the next present one
+	Late    []uint64 `json:"late,omitempty"`
+}
+
+func (s *Service) serveStream(ctx context.Context, raw []byte, stream aflight.FlightService_DoGetServer) error {
+	var t StreamTicket
+	if err := decodeStrict(raw, &t); err != nil {
+		return status.Errorf(codes.InvalidArgument, "stream ticket %q: %v; want {\"stream\": QUEUE, \"instance\", \"consumer\", \"from\", \"follow\", \"gap\": {\"wait\": \"10s\", \"then\": \"skip\"|\"stop\"}}", truncate(raw), err)
+	}
+	for _, err := range []error{block.ValidateQueue(t.Stream), block.ValidateInstance(t.Instance), block.ValidateGroup(t.Consumer)} {
+		if err != nil {
+			return status.Errorf(codes.InvalidArgument, "stream ticket: %v", err)
+		}
+	}
+	from := "checkpoint"
+	if len(t.From) > 0 {
+		var str string
+		if json.Unmarshal(t.From, &str) == nil {
+			from = str
+		} else {
+			from = string(t.From)
+		}
+	}
+	if t.Gap != nil && t.Gap.Then != "skip" && t.Gap.Then != "stop" {
+		return status.Errorf(codes.InvalidArgument, "stream ticket: gap.then %q: want skip or stop", t.Gap.Then)
+	}
+	if _, err := s.db.OpenCursor(t.Stream, t.Instance, t.Consumer, from); err != nil {
+		return status.Error(codes.InvalidArgument, err.Error())
+	}
+	w, err := newBlockWriter(stream)
+	if err != nil {
+		return statusOf(err, codes.Unavailable)
+	}
+	event := func(e StreamEvent) error {
+		meta, _ := json.Marshal(e)
+		return w.write(0, nil, 0, meta)
+	}
+	var holeSince time.Time // when the stream reached the current hole
+	var holeAt uint64
+	for {
+		changed := s.db.Changed(t.Stream)
+		p, err := s.db.PeekNext(t.Stream, t.Instance, t.Consumer)
+		if err != nil {
+			return statusOf(err, codes.Internal)
+		}
+		if len(p.Late) > 0 {
+			if err := event(StreamEvent{Event: "late", Next: p.Next, Late: p.Late}); err != nil {
+				return err
+			}
+		}
+		if p.Present {
+			b, err := s.db.ProcessNext(t.Stream, t.Instance, t.Consumer)
+			if err != nil {
+				return statusOf(err, codes.Internal)
+			}
+			if err := s.sendBlock(ctx, w, b); err != nil {
+				return statusOf(err, codes.Unavailable)
+			}
+			if _, err := s.db.Commit(t.Stream, t.Instance, t.Consumer, b.Seq); err != nil {
+				return statusOf(err, codes.Internal)
+			}
+			continue
+		}
+		wait := time.Minute
+		if p.Gap > 1 { // a hole, with blocks after it
+			if holeAt != p.Next || holeSince.IsZero() {
+				holeAt, holeSince = p.Next, s.cfg.Now()
+				if err := event(StreamEvent{Event: "gap", Next: p.Next, Missing: uint64(p.Gap - 1)}); err != nil {
+					return err
+				}
+			}
+			if t.Gap != nil {
+				left := time.Duration(t.Gap.Wait) - s.cfg.Now().Sub(holeSince)
+				if left <= 0 {
+					if t.Gap.Then == "stop" {
+						return event(StreamEvent{Event: "stopped", Next: p.Next, Missing: uint64(p.Gap - 1)})
+					}
+					if _, err := s.db.Skip(t.Stream, t.Instance, t.Consumer); err != nil {
+						return statusOf(err, codes.Internal)
+					}
+					if err := event(StreamEvent{Event: "skipped", Next: p.Next}); err != nil {
+						return err
+					}
+					holeSince = time.Time{}
+					continue
+				}
+				wait = min(wait, left)
+			}
+		} else if !t.Follow {
+			return nil // caught up
+		}
+		timer := time.NewTimer(wait)
+		select {
+		case <-ctx.Done():
+			timer.Stop()
+			return nil
+		case <-changed:
+		case <-timer.C:
+		}
+		timer.Stop()
+	}
+}
+
+// Stream reads a stream ticket: blocks in order, with events between.
+func (c *Client) Stream(ctx context.Context, t StreamTicket) (*Stream, error) {
+	raw, err := json.Marshal(t)
+	if err != nil {
+		return nil, err
+	}
+	ctx, cancel := context.WithCancel(ctx)
+	rpc, err := c.fc.DoGet(ctx, &aflight.Ticket{Ticket: raw})
+	if err != nil {
+		cancel()
+		return nil, err
+	}
+	rr, err := aflight.NewRecordReader(rpc)
+	if err != nil {
+		cancel()
+		return nil, err
+	}
+	return &Stream{rr: rr, cancel: cancel}, nil
+}
+
+// StreamAction calls a stream action and decodes its answer into out.
+func (c *Client) StreamAction(ctx context.Context, action string, req StreamRequest, out any) error {
+	return c.action(ctx, action, req, func(raw []byte) error {
+		if out == nil {
+			return nil
+		}
+		return json.Unmarshal(raw, out)
+	})
+}
+

@@ -1,0 +1,311 @@
+package state
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"maps"
+	"slices"
+	"time"
+
+	bolt "go.etcd.io/bbolt"
+)
+
+// Cursor is a stream consumer's place in one site's ordered stream of a
+// queue, with its small key-value state and its last checkpoint.
+type Cursor struct {
+	Queue    string            `json:"queue"`
+	Instance string            `json:"instance"`
+	Consumer string            `json:"consumer"`
+	Next     uint64            `json:"next"`     // the next sequence number to process
+	Pending  bool              `json:"pending"`  // Next was handed out, not yet committed
+	Advanced time.Time         `json:"advanced"` // when the cursor last moved
+	Skipped  []uint64          `json:"skipped,omitempty"`
+	Late     []uint64          `json:"late,omitempty"` // skipped blocks that arrived after, reported
+	State    map[string]string `json:"state,omitempty"`
+	// Checkpoint is where a restarted consumer resumes: a cursor and the
+	// state that went with it, stored together.
+	Checkpoint *Checkpoint `json:"checkpoint,omitempty"`
+}
+
+// Checkpoint is a cursor position and state saved atomically.
+type Checkpoint struct {
+	Next  uint64            `json:"next"`
+	State map[string]string `json:"state,omitempty"`
+	At    time.Time         `json:"at"`
+}
+
+// MaxStreamState bounds a consumer's state: it is for counters and
+// offsets, not data.
+const MaxStreamState = 64 << 10
+
+var (
+	bucketStreams = []byte("streams") // queue → instance\x00consumer → Cursor
+
+	// ErrNotPresent: the block at the cursor has not arrived.
+	ErrNotPresent = errors.New("the next block of the stream has not arrived")
+	// ErrPresent: skip refuses to pass a block that is there.
+	ErrPresent = errors.New("the next block is present; process it instead of skipping")
+)
+
+func cursorKey(instance, consumer string) []byte {
+	return append(append([]byte(instance), 0), consumer...)
+}
+
+// firstSeq returns the lowest sequence number of an instance in a queue.
+func firstSeq(tx *bolt.Tx, queue, instance string) (uint64, bool) {
+	blocks := mustSub(tx, bucketBlocks, queue)
+	if blocks == nil {
+		return 0, false
+	}
+	prefix := append([]byte(instance), 0)
+	k, _ := blocks.Cursor().Seek(prefix)
+	if k == nil || !bytes.HasPrefix(k, prefix) || len(k) != len(prefix)+8 {
+		return 0, false
+	}
+	return bytesU64(k[len(prefix):]), true
+}
+
+// present reports whether the block of an instance's seq is stored.
+func present(tx *bolt.Tx, queue, instance string, seq uint64) bool {
+	blocks := mustSub(tx, bucketBlocks, queue)
+	return blocks != nil && blocks.Get(blockKey(instance, seq)) != nil
+}
+
+// nextPresent returns the lowest stored seq of an instance at or after seq.
+func nextPresent(tx *bolt.Tx, queue, instance string, seq uint64) (uint64, bool) {
+	blocks := mustSub(tx, bucketBlocks, queue)
+	if blocks == nil {
+		return 0, false
+	}
+	prefix := append([]byte(instance), 0)
+	k, _ := blocks.Cursor().Seek(blockKey(instance, seq))
+	if k == nil || !bytes.HasPrefix(k, prefix) || len(k) != len(prefix)+8 {
+		return 0, false
+	}
+	return bytesU64(k[len(prefix):]), true
+}
+
+// OpenCursor returns a consumer's cursor, creating it at from: "earliest"
+// (the first stored block of the instance, or 1), "checkpoint" (its last
+// checkpoint, or earliest), or a sequence number. An existing cursor moves
+// to from unless from is empty.
+func (d *DB) OpenCursor(queue, instance, consumer, from string) (Cursor, error) {
+	var c Cursor
+	err := d.bolt.Update(func(tx *bolt.Tx) error {
+		sb, err := sub(tx, bucketStreams, queue)
+		if err != nil {
+			return err
+		}
+		k := cursorKey(instance, consumer)
+		old, ok, err := getJSON[Cursor](sb, k)
+		if err != nil {
+			return err
+		}
+		c = old
+		if !ok {
+			c = Cursor{Queue: queue, Instance: instance, Consumer: consumer, Advanced: d.now().UTC()}
+			if from == "" {
+				from = "earliest"
+			}
+		}
+		switch from {
+		case "":
+		case "earliest":
+			c.Next = 1
+			if s, ok := firstSeq(tx, queue, instance); ok {
+				c.Next = s
+			}
+		case "checkpoint":
+			if c.Checkpoint != nil {
+				c.Next, c.State = c.Checkpoint.Next, maps.Clone(c.Checkpoint.State)
+			} else if s, ok := firstSeq(tx, queue, instance); ok {
+				c.Next = s
+			} else {
+				c.Next = 1
+			}
+		default:
+			var n uint64
+			if _, err := fmt.Sscan(from, &n); err != nil || n == 0 {
+				return fmt.Errorf("from %q: want earliest, checkpoint or a sequence number", from)
+			}
+			c.Next = n
+		}
+		c.Pending = false
+		return putJSON(sb, k, c)
+	})
+	return c, err
+}
+
+// updateCursor changes a cursor in one transaction.
+func (d *DB) updateCursor(queue, instance, consumer string, fn func(tx *bolt.Tx, c *Cursor) error) (Cursor, error) {
+	var c Cursor
+	err := d.bolt.Update(func(tx *bolt.Tx) error {
+		sb, err := sub(tx, bucketStreams, queue)
+		if err != nil {
+			return err
+		}
+		k := cursorKey(instance, consumer)
+		cur, ok, err := getJSON[Cursor](sb, k)
+		if err != nil {
+			return err
+		}
+		if !ok {
+			return fmt.Errorf("stream consumer %q of %s/%s: %w (open it with a stream ticket or peek-next first)", consumer, queue, instance, ErrNotFound)
+		}
+		if err := fn(tx, &cur); err != nil {
+			return err
+		}
+		c = cur
+		return putJSON(sb, k, cur)
+	})
+	return c, err
+}
+
+// Peek is where a stream stands for a consumer.
+type Peek struct {
+	Next    uint64 `json:"next"`
+	Present bool   `json:"present"`
+	// Gap is 1 when the next block is present, k+1 when k blocks are
+	// missing before the next present one, 0 when none is stored past the
+	// cursor, and seq-next (negative) when a block arrived behind the
+	// cursor (Late lists those, each reported once).
+	Gap   int64         `json:"gap"`
+	Late  []uint64      `json:"late,omitempty"`
+	Since time.Duration `json:"since_ns"` // since the cursor last moved
+}
+
+// PeekNext reports the next block of a consumer's stream without moving.
+func (d *DB) PeekNext(queue, instance, consumer string) (Peek, error) {
+	var p Peek
+	now := d.now()
+	_, err := d.updateCursor(queue, instance, consumer, func(tx *bolt.Tx, c *Cursor) error {
+		p = Peek{Next: c.Next, Since: now.Sub(c.Advanced)}
+		// Skipped blocks that came since are late: reported once.
+		for _, s := range c.Skipped {
+			if present(tx, queue, instance, s) && !slices.Contains(c.Late, s) {
+				p.Late = append(p.Late, s)
+				c.Late = append(c.Late, s)
+			}
+		}
+		switch n, ok := nextPresent(tx, queue, instance, c.Next); {
+		case ok && n == c.Next:
+			p.Present, p.Gap = true, 1
+		case ok:
+			p.Gap = int64(n-c.Next) + 1
+		}
+		if len(p.Late) > 0 {
+			p.Gap = int64(p.Late[0]) - int64(c.Next) // behind the cursor: negative
+		}
+		return nil
+	})
+	return p, err
+}
+
+// ProcessNext hands out the block at the cursor; the cursor moves when
+// the consumer commits it.
+func (d *DB) ProcessNext(queue, instance, consumer string) (Block, error) {
+	var b Block
+	_, err := d.updateCursor(queue, instance, consumer, func(tx *bolt.Tx, c *Cursor) error {
+		blk, ok, err := getJSON[Block](mustSub(tx, bucketBlocks, queue), blockKey(instance, c.Next))
+		if err != nil {
+			return err
+		}
+		if !ok {
+			return fmt.Errorf("%s/%s seq %d: %w", queue, instance, c.Next, ErrNotPresent)
+		}
+		b, c.Pending = blk, true
+		return nil
+	})
+	return b, err
+}
+
+// Commit moves the cursor past seq, which must be the cursor's block.
+func (d *DB) Commit(queue, instance, consumer string, seq uint64) (Cursor, error) {
+	now := d.now().UTC()
+	return d.updateCursor(queue, instance, consumer, func(tx *bolt.Tx, c *Cursor) error {
+		if seq != c.Next {
+			return fmt.Errorf("commit of seq %d: the cursor is at %d", seq, c.Next)
+		}
+		c.Next, c.Pending, c.Advanced = c.Next+1, false, now
+		return nil
+	})
+}
+
+// Skip moves the cursor past a missing block on purpose, and records it.
+func (d *DB) Skip(queue, instance, consumer string) (Cursor, error) {
+	now := d.now().UTC()
+	return d.updateCursor(queue, instance, consumer, func(tx *bolt.Tx, c *Cursor) error {
+		if present(tx, queue, instance, c.Next) {
+			return fmt.Errorf("%s/%s seq %d: %w", queue, instance, c.Next, ErrPresent)
+		}
+		c.Skipped = append(c.Skipped, c.Next)
+		c.Next, c.Pending, c.Advanced = c.Next+1, false, now
+		return nil
+	})
+}
+
+// PutState sets (or with an empty value deletes) keys of a consumer's
+// state.
+func (d *DB) PutState(queue, instance, consumer string, kv map[string]string) (Cursor, error) {
+	return d.updateCursor(queue, instance, consumer, func(tx *bolt.Tx, c *Cursor) error {
+		if c.State == nil {
+			c.State = map[string]string{}
+		}
+		for k, v := range kv {
+			if v == "" {
+				delete(c.State, k)
+			} else {
+				c.State[k] = v
+			}
+		}
+		size := 0
+		for k, v := range c.State {
+			size += len(k) + len(v)
+		}
+		if size > MaxStreamState {
+			return fmt.Errorf("stream state of %q would be %d bytes; it holds at most %d (keep data in outputs, not state)", consumer, size, MaxStreamState)
+		}
+		return nil
+	})
+}
+
+// GetCursor returns a consumer's cursor and state.
+func (d *DB) GetCursor(queue, instance, consumer string) (Cursor, error) {
+	return d.updateCursor(queue, instance, consumer, func(*bolt.Tx, *Cursor) error { return nil })
+}
+
+// SaveCheckpoint stores the cursor and the state together, so a consumer
+// restarting from its checkpoint resumes exactly there. With state nil
+// the current state is saved.
+func (d *DB) SaveCheckpoint(queue, instance, consumer string, state map[string]string) (Cursor, error) {
+	now := d.now().UTC()
+	return d.updateCursor(queue, instance, consumer, func(tx *bolt.Tx, c *Cursor) error {
+		if state != nil {
+			c.State = maps.Clone(state)
+		}
+		c.Checkpoint = &Checkpoint{Next: c.Next, State: maps.Clone(c.State), At: now}
+		return nil
+	})
+}
+
+// Cursors lists a queue's stream consumers.
+func (d *DB) Cursors(queue string) ([]Cursor, error) {
+	var out []Cursor
+	err := d.bolt.View(func(tx *bolt.Tx) error {
+		sb := mustSub(tx, bucketStreams, queue)
+		if sb == nil {
+			return nil
+		}
+		return sb.ForEach(func(_, v []byte) error {
+			var cur Cursor
+			if err := json.Unmarshal(v, &cur); err != nil {
+				return err
+			}
+			out = append(out, cur)
+			return nil
+		})
+	})
+	return out, err
+}

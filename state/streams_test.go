@@ -1,0 +1,73 @@
+package state
+
+import (
+	"errors"
+	"testing"
+	"time"
+)
+
+func TestStreamCursor(t *testing.T) {
+	db, c := open(t)
+	for _, seq := range []uint64{1, 2, 4} {
+		db.CommitBlock(mk(seq, "s"))
+	}
+	cur, err := db.OpenCursor("pcap.sz", "lax", "ids", "")
+	if err != nil || cur.Next != 1 {
+		t.Fatalf("open = %+v, %v", cur, err)
+	}
+	if p, _ := db.PeekNext("pcap.sz", "lax", "ids"); !p.Present || p.Gap != 1 || p.Next != 1 {
+		t.Fatalf("peek = %+v", p)
+	}
+	for seq := uint64(1); seq <= 2; seq++ {
+		b, err := db.ProcessNext("pcap.sz", "lax", "ids")
+		if err != nil || b.Seq != seq {
+			t.Fatalf("process %d = %+v, %v", seq, b, err)
+		}
+		if _, err := db.Commit("pcap.sz", "lax", "ids", seq); err != nil {
+			t.Fatal(err)
+		}
+	}
+	c.t = c.t.Add(time.Minute)
+	p, _ := db.PeekNext("pcap.sz", "lax", "ids")
+	if p.Present || p.Gap != 2 || p.Next != 3 || p.Since != time.Minute {
+		t.Fatalf("peek at a hole = %+v; want next 3 absent, gap 2, a minute since", p)
+	}
+	if _, err := db.ProcessNext("pcap.sz", "lax", "ids"); !errors.Is(err, ErrNotPresent) {
+		t.Fatalf("process of a missing block = %v", err)
+	}
+	if _, err := db.PutState("pcap.sz", "lax", "ids", map[string]string{"packets": "42"}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := db.SaveCheckpoint("pcap.sz", "lax", "ids", nil); err != nil {
+		t.Fatal(err)
+	}
+	cur, err = db.Skip("pcap.sz", "lax", "ids")
+	if err != nil || cur.Next != 4 || len(cur.Skipped) != 1 {
+		t.Fatalf("skip = %+v, %v", cur, err)
+	}
+	if _, err := db.Skip("pcap.sz", "lax", "ids"); !errors.Is(err, ErrPresent) {
+		t.Fatalf("skip of a present block = %v", err)
+	}
+	// The skipped block arrives: reported late, once, not inserted.
+	db.CommitBlock(mk(3, "s"))
+	p, _ = db.PeekNext("pcap.sz", "lax", "ids")
+	if p.Gap != -1 || len(p.Late) != 1 || p.Late[0] != 3 || p.Next != 4 {
+		t.Fatalf("peek after a late block = %+v", p)
+	}
+	if p, _ = db.PeekNext("pcap.sz", "lax", "ids"); len(p.Late) != 0 || p.Gap != 1 {
+		t.Fatalf("late reported twice: %+v", p)
+	}
+	db.PutState("pcap.sz", "lax", "ids", map[string]string{"packets": "99"})
+	// A restart from the checkpoint resumes at 3 with its state.
+	cur, err = db.OpenCursor("pcap.sz", "lax", "ids", "checkpoint")
+	if err != nil || cur.Next != 3 || cur.State["packets"] != "42" {
+		t.Fatalf("from checkpoint = %+v, %v", cur, err)
+	}
+	big := map[string]string{"x": string(make([]byte, MaxStreamState+1))}
+	if _, err := db.PutState("pcap.sz", "lax", "ids", big); err == nil {
+		t.Error("oversized state accepted")
+	}
+	if _, err := db.PeekNext("pcap.sz", "lax", "nobody"); !errors.Is(err, ErrNotFound) {
+		t.Errorf("unknown consumer = %v", err)
+	}
+}
