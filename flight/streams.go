@@ -273,4 +273,3 @@ func (c *Client) StreamAction(ctx context.Context, action string, req StreamRequ
 		return json.Unmarshal(raw, out)
 	})
 }
-
