@@ -8,6 +8,7 @@ import (
 	"io"
 	"slices"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/apache/arrow-go/v18/arrow"
@@ -116,6 +117,17 @@ func (s *Service) serveRecords(ctx context.Context, raw []byte, stream aflight.F
 			break
 		}
 	}
+	// Rows come in event-time order of their blocks, whatever order the
+	// blocks arrived in (stage runs finish in any order).
+	slices.SortStableFunc(blocks, func(a, b state.Block) int {
+		if c := a.Time.Compare(b.Time); c != 0 {
+			return c
+		}
+		if a.Instance != b.Instance {
+			return strings.Compare(a.Instance, b.Instance)
+		}
+		return cmpOrdered(int64(a.Seq), int64(b.Seq))
+	})
 	var w *aflight.Writer
 	defer func() {
 		if w != nil {
