@@ -132,6 +132,7 @@ type stage struct {
 	mu      sync.Mutex // guards stats
 	metrics *stageMetrics
 	win     *windowState // window stages
+	stream  *streamState // stream stages
 }
 
 // New returns an engine over a metadata database and a blob store, with
@@ -242,8 +243,11 @@ func (e *Engine) fill(ctx context.Context, runs *sync.WaitGroup, reshare bool) e
 			})
 			continue
 		}
-		if st.node.Abstraction != pipeline.Block {
-			continue // stream stages run when those land
+		if st.stream != nil {
+			if err := e.startStreams(ctx, runs, st); err != nil {
+				errs = append(errs, fmt.Errorf("stage %s: %w", st.node.Name, err))
+			}
+			continue
 		}
 		for st.running < st.target {
 			reserver := e.boot + "-" + uuid.NewString()[:8]

@@ -23,7 +23,13 @@ import (
 	"github.com/plumb-dev/plumb/state"
 )
 
-func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+func TestMain(m *testing.M) {
+	if os.Getenv("PLUMB_TEST_COUNTER") == "1" {
+		counterMain()
+		os.Exit(0)
+	}
+	goleak.VerifyTestMain(m)
+}
 
 // rig is a server's data path without Flight: metadata, a blob
 // directory and an engine running the jobs submitted to it.

@@ -55,12 +55,7 @@ func (e *Engine) Submit(file string, src []byte, owner string) (SubmitResult, er
 			mine = append(mine, w.What)
 		}
 	}
-	for _, s := range job.Stages {
-		if s.Abstraction == pipeline.Stream {
-			mine = append(mine, fmt.Sprintf("stage %q is a %s stage: it is accepted and its inputs are kept for it, but %s stages do not run yet on this server",
-				s.Name, s.Abstraction, s.Abstraction))
-		}
-	}
+
 	if _, err := e.db.PutJob(state.Job{Name: job.Name, Owner: job.Owner, State: state.JobAccepted, Source: string(src), Warnings: mine}); err != nil {
 		return SubmitResult{}, err
 	}
@@ -120,6 +115,9 @@ func (e *Engine) checkPrograms(file string, job *pipeline.Job) error {
 			if _, err = WindowSpec(s.Window); err == nil && len(s.Inputs) != 1 {
 				err = errors.New("a window stage reads one input queue")
 			}
+		}
+		if err == nil && s.Abstraction == pipeline.Stream && (len(s.Inputs) != 1 || len(steps) != 1 || steps[0].argv == nil) {
+			err = errors.New("a stream stage runs one executable over one input queue")
 		}
 		if err != nil {
 			problems = append(problems, pipeline.Problem{File: file, Line: s.Line, Column: 1, Field: fmt.Sprintf("stage %q.program", s.Name), What: err.Error()})
@@ -265,10 +263,16 @@ func (e *Engine) apply(g *pipeline.Graph) error {
 			}
 		}
 		st := &stage{node: n, group: groupOf(n), steps: steps, metrics: e.metrics.stage(n.Name)}
-		if n.Abstraction == pipeline.Window {
+		switch n.Abstraction {
+		case pipeline.Window:
 			if st.win, err = e.newWindowState(n, st.group); err != nil {
 				return err
 			}
+		case pipeline.Stream:
+			if len(n.Inputs) != 1 {
+				return fmt.Errorf("stage %s: a stream stage reads one input queue", n.Name)
+			}
+			st.stream = &streamState{queue: n.Inputs[0], running: map[string]bool{}}
 		}
 		next[id] = st
 		e.metrics.info.WithLabelValues(n.Name, n.Program.String(), detail(steps)).Set(1)

@@ -309,3 +309,40 @@ func (d *DB) Cursors(queue string) ([]Cursor, error) {
 	})
 	return out, err
 }
+
+// CheckpointAt stores a checkpoint at a given next sequence number with
+// the state a stream program reported for it: the program has processed
+// every block before next.
+func (d *DB) CheckpointAt(queue, instance, consumer string, next uint64, st map[string]string) (Cursor, error) {
+	now := d.now().UTC()
+	return d.updateCursor(queue, instance, consumer, func(tx *bolt.Tx, c *Cursor) error {
+		c.State = maps.Clone(st)
+		c.Checkpoint = &Checkpoint{Next: next, State: maps.Clone(st), At: now}
+		return nil
+	})
+}
+
+// Instances lists the instances with blocks in a queue, sorted.
+func (d *DB) Instances(queue string) ([]string, error) {
+	var out []string
+	err := d.bolt.View(func(tx *bolt.Tx) error {
+		blocks := mustSub(tx, bucketBlocks, queue)
+		if blocks == nil {
+			return nil
+		}
+		c := blocks.Cursor()
+		for k, _ := c.First(); k != nil; {
+			i := bytes.IndexByte(k, 0)
+			if i < 0 {
+				k, _ = c.Next()
+				continue
+			}
+			inst := string(k[:i])
+			out = append(out, inst)
+			// Jump past every key of this instance.
+			k, _ = c.Seek(append([]byte(inst), 1))
+		}
+		return nil
+	})
+	return out, err
+}

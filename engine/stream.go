@@ -1,0 +1,349 @@
+package engine
+
+import (
+	"bufio"
+	"context"
+	"crypto/sha256"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/gopacket/gopacket/layers"
+
+	"github.com/plumb-dev/plumb/blob"
+	"github.com/plumb-dev/plumb/block"
+	"github.com/plumb-dev/plumb/pcap"
+	"github.com/plumb-dev/plumb/state"
+)
+
+// A stream stage runs its program once per site and keeps it running. The
+// program reads the site's blocks in sequence order on stdin as one
+// continuous capture (one pcap header, then every packet). Two more pipes
+// let it checkpoint:
+//
+//   - fd 3 ($PLUMB_BLOCKS_FD): a line "block SEQ PACKETS" after each
+//     block's packets, so the program knows where blocks end;
+//   - fd 4 ($PLUMB_CHECKPOINT_FD): the program writes "checkpoint SEQ
+//     STATE" once it has processed every block up to SEQ, STATE being one
+//     line of its own (JSON, say).
+//
+// When the program exits it is started again, with backoff, from its last
+// checkpoint: the blocks after SEQ, and $PLUMB_STATE holding STATE. What
+// it writes on stdout becomes output blocks, cut every StreamCutBytes or
+// StreamCutEvery.
+
+// Stream output cuts.
+const (
+	StreamCutBytes = 1 << 20
+	StreamCutEvery = 10 * time.Second
+)
+
+type streamState struct {
+	queue   string
+	running map[string]bool // per instance
+}
+
+// streamConsumer is the cursor name of a stage on a site's stream.
+func streamConsumer(group string) string { return group }
+
+// startStreams starts a runner for every site of a stream stage's input
+// that has none. Called with e.mu held.
+func (e *Engine) startStreams(ctx context.Context, runs *sync.WaitGroup, st *stage) error {
+	insts, err := e.db.Instances(st.stream.queue)
+	if err != nil {
+		return err
+	}
+	for _, inst := range insts {
+		if st.stream.running[inst] {
+			continue
+		}
+		st.stream.running[inst] = true
+		spec := runSpec{node: st.node, steps: st.steps}
+		runs.Go(func() {
+			e.runStream(ctx, st, spec, inst)
+			e.mu.Lock()
+			st.stream.running[inst] = false
+			e.mu.Unlock()
+		})
+	}
+	return nil
+}
+
+// runStream keeps a site's program running until ctx ends or the stage
+// leaves the graph.
+func (e *Engine) runStream(ctx context.Context, st *stage, spec runSpec, inst string) {
+	log := e.log.With("stage", spec.node.Name, "instance", inst)
+	for attempt := 0; ctx.Err() == nil; attempt++ {
+		e.mu.Lock()
+		gone := e.stages[st.node.ID()] != st
+		e.mu.Unlock()
+		if gone {
+			return
+		}
+		start := time.Now()
+		err := e.streamOnce(ctx, st, spec, inst)
+		if ctx.Err() != nil {
+			return
+		}
+		if time.Since(start) > time.Minute {
+			attempt = 0 // it ran a good while: start the backoff over
+		}
+		wait := e.backoff(attempt + 1)
+		log.Warn("stream program ended; restarting from its last checkpoint", "err", err, "in", wait)
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(wait):
+		}
+	}
+}
+
+// streamOnce runs the program once, from the last checkpoint, until it
+// exits.
+func (e *Engine) streamOnce(ctx context.Context, st *stage, spec runSpec, inst string) error {
+	queue, consumer := st.stream.queue, streamConsumer(st.group)
+	cur, err := e.db.OpenCursor(queue, inst, consumer, "checkpoint")
+	if err != nil {
+		return err
+	}
+	if len(spec.steps) != 1 || spec.steps[0].argv == nil {
+		return errors.New("a stream stage runs one executable")
+	}
+	stateJSON := ""
+	if cur.Checkpoint != nil {
+		stateJSON = cur.Checkpoint.State["state"]
+	}
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	cmd := command(ctx, spec.steps[0].argv)
+	blocksR, blocksW, err := os.Pipe()
+	if err != nil {
+		return err
+	}
+	ckR, ckW, err := os.Pipe()
+	if err != nil {
+		blocksR.Close()
+		blocksW.Close()
+		return err
+	}
+	cmd.ExtraFiles = []*os.File{blocksR, ckW} // fd 3 and 4
+	cmd.Env = append(os.Environ(), "PLUMB_BLOCKS_FD=3", "PLUMB_CHECKPOINT_FD=4", "PLUMB_STATE="+stateJSON,
+		"PLUMB_INSTANCE="+inst, "PLUMB_QUEUE="+queue)
+	stdin, err := cmd.StdinPipe()
+	if err != nil {
+		return err
+	}
+	stdout, err := cmd.StdoutPipe()
+	if err != nil {
+		return err
+	}
+	tail := &tailBuffer{max: stderrKeep}
+	cmd.Stderr = tail
+	if err := cmd.Start(); err != nil {
+		return fmt.Errorf("start %s: %w", spec.steps[0].argv[0], err)
+	}
+	blocksR.Close()
+	ckW.Close()
+	var wg sync.WaitGroup
+	wg.Go(func() { // checkpoints the program reports
+		sc := bufio.NewScanner(ckR)
+		sc.Buffer(nil, state.MaxStreamState)
+		for sc.Scan() {
+			f := strings.SplitN(sc.Text(), " ", 3)
+			if len(f) < 2 || f[0] != "checkpoint" {
+				continue
+			}
+			seq, err := strconv.ParseUint(f[1], 10, 64)
+			if err != nil {
+				continue
+			}
+			st := map[string]string{}
+			if len(f) == 3 {
+				st["state"] = f[2]
+			}
+			if _, err := e.db.CheckpointAt(queue, inst, consumer, seq+1, st); err != nil {
+				e.log.Warn("stream checkpoint", "stage", spec.node.Name, "instance", inst, "err", err)
+			}
+		}
+		ckR.Close()
+	})
+	wg.Go(func() { // the program's output, cut into blocks
+		if err := e.streamOutputs(ctx, spec, inst, stdout); err != nil && ctx.Err() == nil {
+			e.log.Warn("stream output", "stage", spec.node.Name, "instance", inst, "err", err)
+		}
+	})
+	feedErr := make(chan error, 1)
+	wg.Go(func() {
+		err := e.feedStream(ctx, queue, inst, consumer, stdin, blocksW)
+		stdin.Close()
+		blocksW.Close()
+		feedErr <- err
+	})
+	err = cmd.Wait()
+	cancel()
+	wg.Wait()
+	if ferr := <-feedErr; err == nil && ferr != nil && !errors.Is(ferr, context.Canceled) {
+		err = ferr
+	}
+	if err != nil && tail.String() != "" {
+		err = fmt.Errorf("%v; stderr: %s", exitError(err), lastLine(tail.String()))
+	}
+	return err
+}
+
+// feedStream writes a site's blocks from the cursor on as one capture.
+func (e *Engine) feedStream(ctx context.Context, queue, inst, consumer string, stdin io.Writer, blocks io.Writer) error {
+	out := bufio.NewWriterSize(stdin, 1<<20)
+	var (
+		w    *pcap.Writer
+		link layers.LinkType
+	)
+	for {
+		changed := e.db.Changed(queue)
+		p, err := e.db.PeekNext(queue, inst, consumer)
+		if err != nil {
+			return err
+		}
+		if !p.Present {
+			// A stream stage waits for a missing block; skipping is for
+			// consumers that choose it (peek-next, skip).
+			select {
+			case <-ctx.Done():
+				return ctx.Err()
+			case <-changed:
+			case <-time.After(time.Second):
+			}
+			continue
+		}
+		b, err := e.db.ProcessNext(queue, inst, consumer)
+		if err != nil {
+			return err
+		}
+		rc, err := e.store.Open(ctx, b.Key)
+		if err != nil {
+			return fmt.Errorf("block %s: %w", b.Name, err)
+		}
+		r, closer, err := pcap.NewReader(rc)
+		if err != nil {
+			rc.Close()
+			return fmt.Errorf("block %s is not a capture: %w", b.Name, err)
+		}
+		if w == nil {
+			if w, err = pcap.NewWriter(out, r.LinkType, r.Snaplen, r.Nanos); err != nil {
+				closer.Close()
+				rc.Close()
+				return err
+			}
+			link = r.LinkType
+		} else if r.LinkType != link {
+			closer.Close()
+			rc.Close()
+			return fmt.Errorf("block %s has link type %s, the stream %s", b.Name, r.LinkType, link)
+		}
+		packets := 0
+		for {
+			data, ci, err := r.Next()
+			if err == io.EOF || errors.Is(err, pcap.ErrTruncated) {
+				break
+			}
+			if err != nil {
+				closer.Close()
+				rc.Close()
+				return fmt.Errorf("block %s: %w", b.Name, err)
+			}
+			if err := w.WritePacket(ci, data); err != nil {
+				closer.Close()
+				rc.Close()
+				return err
+			}
+			packets++
+		}
+		closer.Close()
+		rc.Close()
+		if err := w.Flush(); err != nil {
+			return err
+		}
+		if err := out.Flush(); err != nil {
+			return err
+		}
+		if _, err := fmt.Fprintf(blocks, "block %d %d\n", b.Seq, packets); err != nil {
+			return err
+		}
+		if _, err := e.db.Commit(queue, inst, consumer, b.Seq); err != nil {
+			return err
+		}
+	}
+}
+
+// streamOutputs cuts a program's stdout into output blocks.
+func (e *Engine) streamOutputs(ctx context.Context, spec runSpec, inst string, stdout io.Reader) error {
+	if len(spec.node.Outputs) == 0 {
+		_, err := io.Copy(io.Discard, stdout)
+		return err
+	}
+	q := spec.node.Outputs[0]
+	seq, _, err := e.db.LastSeq(q, inst)
+	if err != nil {
+		return err
+	}
+	lines := make(chan []byte, 64)
+	go func() {
+		defer close(lines)
+		br := bufio.NewReaderSize(stdout, 64<<10)
+		for {
+			line, err := br.ReadBytes('\n')
+			if len(line) > 0 {
+				lines <- line
+			}
+			if err != nil {
+				return
+			}
+		}
+	}()
+	var buf []byte
+	var first time.Time
+	flush := func() error {
+		if len(buf) == 0 {
+			return nil
+		}
+		seq++
+		n := block.Name{Time: first.UTC().Truncate(time.Second), Seq: seq, Instance: inst, Queue: q}
+		sum := blob.Sum(sha256.Sum256(buf))
+		key := blob.BlockKey(n, sum)
+		if err := e.store.Put(context.WithoutCancel(ctx), key, strings.NewReader(string(buf)), int64(len(buf)), sum); err != nil {
+			return err
+		}
+		_, _, err := e.db.CommitBlock(state.Block{Name: n.String(), Queue: q, Instance: inst, Seq: seq, Time: n.Time,
+			Size: int64(len(buf)), SHA256: sum.String(), Key: key})
+		buf = buf[:0]
+		return err
+	}
+	tick := time.NewTicker(StreamCutEvery)
+	defer tick.Stop()
+	for {
+		select {
+		case line, ok := <-lines:
+			if !ok {
+				return flush()
+			}
+			if len(buf) == 0 {
+				first = e.cfg.Now()
+			}
+			buf = append(buf, line...)
+			if len(buf) >= StreamCutBytes {
+				if err := flush(); err != nil {
+					return err
+				}
+			}
+		case <-tick.C:
+			if err := flush(); err != nil {
+				return err
+			}
+		}
+	}
+}
