@@ -20,12 +20,13 @@ import (
 	"github.com/plumb-dev/plumb/codecs"
 	"github.com/plumb-dev/plumb/engine"
 	"github.com/plumb-dev/plumb/engine/builtin"
+	"github.com/plumb-dev/plumb/internal/testprog"
 	"github.com/plumb-dev/plumb/state"
 )
 
 func TestMain(m *testing.M) {
-	if os.Getenv("PLUMB_TEST_COUNTER") == "1" {
-		counterMain()
+	if os.Getenv(testprog.CounterEnv) == "1" {
+		testprog.CounterMain()
 		os.Exit(0)
 	}
 	goleak.VerifyTestMain(m)

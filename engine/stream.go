@@ -18,6 +18,7 @@ import (
 	"github.com/plumb-dev/plumb/blob"
 	"github.com/plumb-dev/plumb/block"
 	"github.com/plumb-dev/plumb/pcap"
+	"github.com/plumb-dev/plumb/pipeline"
 	"github.com/plumb-dev/plumb/state"
 )
 
@@ -107,7 +108,14 @@ func (e *Engine) runStream(ctx context.Context, st *stage, spec runSpec, inst st
 // exits.
 func (e *Engine) streamOnce(ctx context.Context, st *stage, spec runSpec, inst string) error {
 	queue, consumer := st.stream.queue, streamConsumer(st.group)
-	cur, err := e.db.OpenCursor(queue, inst, consumer, "checkpoint")
+	// A site's stream starts at its first block, seq 1, even when later
+	// ones came first (a stage upstream finishes blocks in any order);
+	// after that, at the last checkpoint.
+	from := "1"
+	if c, err := e.db.GetCursor(queue, inst, consumer); err == nil && c.Checkpoint != nil {
+		from = "checkpoint"
+	}
+	cur, err := e.db.OpenCursor(queue, inst, consumer, from)
 	if err != nil {
 		return err
 	}
@@ -179,7 +187,7 @@ func (e *Engine) streamOnce(ctx context.Context, st *stage, spec runSpec, inst s
 	})
 	feedErr := make(chan error, 1)
 	wg.Go(func() {
-		err := e.feedStream(ctx, queue, inst, consumer, stdin, blocksW)
+		err := e.feedStream(ctx, spec.node.Stream, queue, inst, consumer, stdin, blocksW)
 		stdin.Close()
 		blocksW.Close()
 		feedErr <- err
@@ -197,11 +205,15 @@ func (e *Engine) streamOnce(ctx context.Context, st *stage, spec runSpec, inst s
 }
 
 // feedStream writes a site's blocks from the cursor on as one capture.
-func (e *Engine) feedStream(ctx context.Context, queue, inst, consumer string, stdin io.Writer, blocks io.Writer) error {
+// At a missing block it waits; with the stage's stream.gap_wait and
+// gap_then: skip, it skips the block (recorded) after that wait.
+func (e *Engine) feedStream(ctx context.Context, gap *pipeline.StreamSpec, queue, inst, consumer string, stdin io.Writer, blocks io.Writer) error {
 	out := bufio.NewWriterSize(stdin, 1<<20)
 	var (
-		w    *pcap.Writer
-		link layers.LinkType
+		w         *pcap.Writer
+		link      layers.LinkType
+		holeAt    uint64
+		holeSince time.Time
 	)
 	for {
 		changed := e.db.Changed(queue)
@@ -210,8 +222,17 @@ func (e *Engine) feedStream(ctx context.Context, queue, inst, consumer string, s
 			return err
 		}
 		if !p.Present {
-			// A stream stage waits for a missing block; skipping is for
-			// consumers that choose it (peek-next, skip).
+			if p.Gap > 1 && gap != nil && gap.GapThen == "skip" && gap.GapWait > 0 {
+				if holeAt != p.Next || holeSince.IsZero() {
+					holeAt, holeSince = p.Next, e.cfg.Now()
+				} else if e.cfg.Now().Sub(holeSince) >= time.Duration(gap.GapWait) {
+					if _, err := e.db.Skip(queue, inst, consumer); err != nil {
+						return err
+					}
+					e.log.Warn("stream skipped a missing block", "queue", queue, "instance", inst, "seq", p.Next)
+					continue
+				}
+			}
 			select {
 			case <-ctx.Done():
 				return ctx.Err()

@@ -1,7 +1,6 @@
 package engine_test
 
 import (
-	"bufio"
 	"encoding/json"
 	"fmt"
 	"math/rand/v2"
@@ -9,7 +8,6 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
-	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -17,53 +15,6 @@ import (
 	"github.com/plumb-dev/plumb/engine"
 	"github.com/plumb-dev/plumb/pcap"
 )
-
-// counterMain is a stream program: it counts packets and checkpoints the
-// count every two blocks. Run as the test binary with PLUMB_TEST_COUNTER=1.
-func counterMain() {
-	var st struct{ Packets, Blocks int }
-	if s := os.Getenv("PLUMB_STATE"); s != "" {
-		json.Unmarshal([]byte(s), &st)
-	}
-	base := st
-	lines := make(chan [2]int, 1024) // seq, packets
-	go func() {
-		sc := bufio.NewScanner(os.NewFile(3, "blocks"))
-		for sc.Scan() {
-			f := strings.Fields(sc.Text())
-			seq, _ := strconv.Atoi(f[1])
-			n, _ := strconv.Atoi(f[2])
-			lines <- [2]int{seq, n}
-		}
-		close(lines)
-	}()
-	ck := os.NewFile(4, "checkpoints")
-	var read atomic.Int64 // packets read since start
-	go func() {
-		r, _, err := pcap.NewReader(os.Stdin)
-		if err != nil {
-			return
-		}
-		for {
-			if _, _, err := r.Next(); err != nil {
-				return
-			}
-			read.Add(1)
-		}
-	}()
-	boundary, blocks := 0, 0 // through the last finished block
-	for l := range lines {
-		boundary += l[1]
-		for read.Load() < int64(boundary) {
-			time.Sleep(time.Millisecond)
-		}
-		blocks++
-		if (base.Blocks+blocks)%2 == 0 {
-			b, _ := json.Marshal(struct{ Packets, Blocks int }{base.Packets + boundary, base.Blocks + blocks})
-			fmt.Fprintf(ck, "checkpoint %d %s\n", l[0], b)
-		}
-	}
-}
 
 // TestStreamStageSurvivesKills: a counting stream program is SIGKILLed at
 // random moments; restarted from its checkpoints, its final count equals
@@ -125,4 +76,54 @@ func killCounters(t *testing.T) {
 		}
 		syscall.Kill(pid, syscall.SIGKILL)
 	}
+}
+
+// TestParallelStreamsByFlow is the recipe for parallel stateful
+// consumers: builtin:flowhash splits each block four ways by flow, and
+// four stream stages each follow one part. Together they count every
+// packet once.
+func TestParallelStreamsByFlow(t *testing.T) {
+	r := newRig(t, engine.Config{Slots: 4})
+	day := time.Date(2025, 5, 5, 0, 0, 0, 0, time.UTC)
+	var total int
+	for seq := uint64(1); seq <= 6; seq++ {
+		tm := day.Add(time.Duration(seq) * time.Minute)
+		data := capture(t, seq+100, tm)
+		rd, closer, _ := pcap.NewReader(strings.NewReader(string(data)))
+		for {
+			if _, _, err := rd.Next(); err != nil {
+				break
+			}
+			total++
+		}
+		closer.Close()
+		r.putAt("pcap", "lax", seq, tm, data)
+	}
+	prog := filepath.Join(t.TempDir(), "counter.sh")
+	os.WriteFile(prog, []byte(fmt.Sprintf("#!/bin/sh\nPLUMB_TEST_COUNTER=1 exec %q\n", os.Args[0])), 0o755)
+	job := "job: split\nfrom: earliest\nstages:\n" +
+		"  - {name: hash, inputs: [pcap], program: \"builtin:flowhash?n=4\", outputs: [pcap.h0, pcap.h1, pcap.h2, pcap.h3], retention: forever}\n"
+	for i := range 4 {
+		job += fmt.Sprintf("  - {name: ids%d, abstraction: stream, inputs: [pcap.h%d], program: [%s]}\n", i, i, prog)
+	}
+	r.mustAccept(job)
+	r.wait("four counts summing to every packet", func() bool {
+		sum := 0
+		for _, st := range r.eng.Stats() {
+			if len(st.Inputs) != 1 || !strings.HasPrefix(st.Inputs[0], "pcap.h") {
+				continue
+			}
+			cur, err := r.db.GetCursor(st.Inputs[0], "lax", st.ID)
+			if err != nil || cur.Checkpoint == nil {
+				return false
+			}
+			var s struct{ Packets, Blocks int }
+			json.Unmarshal([]byte(cur.Checkpoint.State["state"]), &s)
+			if s.Blocks != 6 {
+				return false
+			}
+			sum += s.Packets
+		}
+		return sum == total
+	})
 }
