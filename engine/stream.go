@@ -174,9 +174,11 @@ func (e *Engine) streamOnce(ctx context.Context, st *stage, spec runSpec, inst s
 			if len(f) == 3 {
 				st["state"] = f[2]
 			}
-			if _, err := e.db.CheckpointAt(queue, inst, consumer, seq+1, st); err != nil {
+			released, err := e.db.CheckpointAt(queue, inst, consumer, seq+1, st)
+			if err != nil {
 				e.log.Warn("stream checkpoint", "stage", spec.node.Name, "instance", inst, "err", err)
 			}
+			e.afterCommit(ctx, released) // blocks kept only for this stage may go
 		}
 		ckR.Close()
 	})

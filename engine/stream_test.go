@@ -81,7 +81,7 @@ func killCounters(t *testing.T) {
 // TestParallelStreamsByFlow is the recipe for parallel stateful
 // consumers: builtin:flowhash splits each block four ways by flow, and
 // four stream stages each follow one part. Together they count every
-// packet once.
+// packet once, and their checkpoints release the hash blocks.
 func TestParallelStreamsByFlow(t *testing.T) {
 	r := newRig(t, engine.Config{Slots: 4})
 	day := time.Date(2025, 5, 5, 0, 0, 0, 0, time.UTC)
@@ -102,7 +102,7 @@ func TestParallelStreamsByFlow(t *testing.T) {
 	prog := filepath.Join(t.TempDir(), "counter.sh")
 	os.WriteFile(prog, []byte(fmt.Sprintf("#!/bin/sh\nPLUMB_TEST_COUNTER=1 exec %q\n", os.Args[0])), 0o755)
 	job := "job: split\nfrom: earliest\nstages:\n" +
-		"  - {name: hash, inputs: [pcap], program: \"builtin:flowhash?n=4\", outputs: [pcap.h0, pcap.h1, pcap.h2, pcap.h3], retention: forever}\n"
+		"  - {name: hash, inputs: [pcap], program: \"builtin:flowhash?n=4\", outputs: [pcap.h0, pcap.h1, pcap.h2, pcap.h3]}\n"
 	for i := range 4 {
 		job += fmt.Sprintf("  - {name: ids%d, abstraction: stream, inputs: [pcap.h%d], program: [%s]}\n", i, i, prog)
 	}
@@ -125,5 +125,10 @@ func TestParallelStreamsByFlow(t *testing.T) {
 			sum += s.Packets
 		}
 		return sum == total
+	})
+	// The hash queues keep blocks until consumed: checkpointed past, the
+	// stream stages let them go.
+	r.wait("the consumed hash blocks to go", func() bool {
+		return r.count("pcap.h0")+r.count("pcap.h1")+r.count("pcap.h2")+r.count("pcap.h3") == 0
 	})
 }

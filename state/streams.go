@@ -312,14 +312,52 @@ func (d *DB) Cursors(queue string) ([]Cursor, error) {
 
 // CheckpointAt stores a checkpoint at a given next sequence number with
 // the state a stream program reported for it: the program has processed
-// every block before next.
-func (d *DB) CheckpointAt(queue, instance, consumer string, next uint64, st map[string]string) (Cursor, error) {
+// every block before next. When the consumer is also a consumer group of
+// the queue (a stream stage), the blocks before next are released for it,
+// so retention may let them go; it returns those blocks.
+func (d *DB) CheckpointAt(queue, instance, consumer string, next uint64, st map[string]string) ([]Block, error) {
 	now := d.now().UTC()
-	return d.updateCursor(queue, instance, consumer, func(tx *bolt.Tx, c *Cursor) error {
+	var released []Block
+	_, err := d.updateCursor(queue, instance, consumer, func(tx *bolt.Tx, c *Cursor) error {
+		released = released[:0]
+		from := uint64(1)
+		if c.Checkpoint != nil {
+			from = c.Checkpoint.Next
+		}
 		c.State = maps.Clone(st)
 		c.Checkpoint = &Checkpoint{Next: next, State: maps.Clone(st), At: now}
-		return nil
+		dels := mustSub(tx, bucketDeliveries, queue, consumer)
+		if dels == nil {
+			return nil
+		}
+		blocks := mustSub(tx, bucketBlocks, queue)
+		for seq := from; seq < next; seq++ {
+			b, ok, err := getJSON[Block](blocks, blockKey(instance, seq))
+			if err != nil {
+				return err
+			}
+			if !ok {
+				continue
+			}
+			del, ok, err := getJSON[Delivery](dels, u64(b.Serial))
+			if err != nil {
+				return err
+			}
+			if !ok || del.State == Done {
+				continue
+			}
+			del.State, del.Until, del.Reserver = Done, time.Time{}, ""
+			if err := putJSON(dels, u64(b.Serial), del); err != nil {
+				return err
+			}
+			released = append(released, b)
+		}
+		if len(released) == 0 {
+			return nil
+		}
+		return advanceFloor(tx, queue, consumer)
 	})
+	return released, err
 }
 
 // Instances lists the instances with blocks in a queue, sorted.

@@ -19,11 +19,16 @@ import (
 
 	"github.com/plumb-dev/plumb/flight"
 	"github.com/plumb-dev/plumb/internal/testenv"
+	"github.com/plumb-dev/plumb/internal/testprog"
 )
 
 // TestMain lets the test binary run as plumb, so tests can start, SIGKILL
 // and restart real server processes.
 func TestMain(m *testing.M) {
+	if os.Getenv(testprog.CounterEnv) == "1" { // a stream program a server started
+		testprog.CounterMain()
+		os.Exit(0)
+	}
 	if os.Getenv("PLUMB_TEST_AS_PLUMB") == "1" {
 		os.Exit(run(os.Args[1:], os.Stdout, os.Stderr))
 	}

@@ -21,6 +21,7 @@ import (
 	"github.com/plumb-dev/plumb/codecs"
 	"github.com/plumb-dev/plumb/flight"
 	"github.com/plumb-dev/plumb/internal/testenv"
+	"github.com/plumb-dev/plumb/internal/testprog"
 	"github.com/plumb-dev/plumb/pcap"
 )
 
@@ -169,5 +170,82 @@ func TestStreamGaps(t *testing.T) {
 	}
 	if err := c.StreamAction(ctx, "get-state", req, &cur); err != nil || cur.Next != 6 || len(cur.Skipped) != 1 || cur.Skipped[0] != 3 {
 		t.Fatalf("cursor = %+v, %v", cur, err)
+	}
+}
+
+// TestStreamStageSurvivesServerKill SIGKILLs the server while a stream
+// stage counts packets; restarted, the stage resumes from its last
+// checkpoint and the count ends exact.
+func TestStreamStageSurvivesServerKill(t *testing.T) {
+	data := t.TempDir()
+	addr := testenv.FreeAddr(t)
+	serve := func() *plumbProc {
+		p := startPlumb(t, "serve", "--data", data, "--listen", addr, "--log-level", "warn")
+		waitListening(t, addr)
+		return p
+	}
+	p := serve()
+	c, err := flight.Dial(addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	ctx := context.Background()
+	pkts := makeCapture(t, filepath.Join(t.TempDir(), "orig.pcap"), 6000, 9)
+	blocks := cutBlocks(t, pkts, 200, "lax") // 30 blocks
+	if _, err := c.Put(ctx, blocks[0]); err != nil {
+		t.Fatal(err)
+	}
+	prog := filepath.Join(t.TempDir(), "counter.sh")
+	os.WriteFile(prog, []byte("#!/bin/sh\n"+testprog.CounterEnv+"=1 exec "+os.Args[0]+"\n"), 0o755)
+	res, err := c.SubmitJob(ctx, "ids.yaml", []byte("job: ids\nfrom: earliest\nstages:\n  - {name: count, abstraction: stream, inputs: [pcap.sz], program: ["+prog+"]}\n"))
+	if err != nil || res.State != "accepted" {
+		t.Fatalf("submit: %+v %v", res, err)
+	}
+	st, err := c.Stats(ctx)
+	if err != nil || len(st) != 1 {
+		t.Fatalf("stats: %v %v", st, err)
+	}
+	consumer := st[0].ID
+	// Ship the blocks in three parts, killing the server while the stage
+	// streams each.
+	rng := rand.New(rand.NewPCG(4, 4))
+	for part := range 3 {
+		for _, b := range blocks[1+part*10 : min(1+(part+1)*10, len(blocks))] {
+			if _, err := c.Put(ctx, b); err != nil {
+				t.Fatal(err)
+			}
+		}
+		time.Sleep(time.Duration(rng.IntN(40)) * time.Millisecond)
+		p.cmd.Process.Signal(os.Kill)
+		p.cmd.Wait()
+		p = serve()
+		c.Close()
+		if c, err = flight.Dial(addr); err != nil {
+			t.Fatal(err)
+		}
+	}
+	deadline := time.Now().Add(60 * time.Second)
+	for {
+		var cur struct {
+			Checkpoint *struct {
+				State map[string]string `json:"state"`
+			} `json:"checkpoint"`
+		}
+		err := c.StreamAction(ctx, "get-state", flight.StreamRequest{Queue: "pcap.sz", Instance: "lax", Consumer: consumer}, &cur)
+		if err == nil && cur.Checkpoint != nil {
+			var s struct{ Packets, Blocks int }
+			json.Unmarshal([]byte(cur.Checkpoint.State["state"]), &s)
+			if s.Blocks == len(blocks) {
+				if s.Packets != len(pkts) {
+					t.Fatalf("counted %d packets of %d", s.Packets, len(pkts))
+				}
+				return
+			}
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("no final count: %+v %v\n%s", cur, err, p.log)
+		}
+		time.Sleep(100 * time.Millisecond)
 	}
 }
