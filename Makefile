@@ -53,6 +53,7 @@ bench: build
 	$(GO) run ./bench/pipeline -plumb $(CURDIR)/$(BIN)
 	$(GO) run ./bench/dns -plumb $(CURDIR)/$(BIN)
 	$(GO) run ./bench/windows -plumb $(CURDIR)/$(BIN)
+	$(GO) run ./bench/streams -plumb $(CURDIR)/$(BIN)
 
 bench-windows: build
 	$(GO) run ./bench/windows -plumb $(CURDIR)/$(BIN)
