@@ -394,7 +394,8 @@ func (d *DB) DeleteGroup(queue, group string) error {
 
 // DeleteConsumed removes a block that every subscriber of its queue is
 // done with, and returns it so the caller can delete its blob. It does
-// nothing (false) while any group still owes it, or when no group ever
+// nothing (false) while any group still owes it, while a stream consumer
+// of its site has not checkpointed past it, or when no group ever
 // subscribed: a block nobody has read is never dropped.
 func (d *DB) DeleteConsumed(queue string, serial uint64) (Block, bool, error) {
 	var (
@@ -432,6 +433,25 @@ func (d *DB) DeleteConsumed(queue string, serial uint64) (Block, bool, error) {
 		b, ok, err := getJSON[Block](blocks, k)
 		if err != nil || !ok {
 			return err
+		}
+		// Stream consumers keep what they have not checkpointed past.
+		if sb := mustSub(tx, bucketStreams, queue); sb != nil {
+			held := false
+			err := sb.ForEach(func(_, v []byte) error {
+				var c Cursor
+				if err := json.Unmarshal(v, &c); err != nil {
+					return err
+				}
+				pos := c.Next
+				if c.Checkpoint != nil {
+					pos = c.Checkpoint.Next
+				}
+				held = held || c.Instance == b.Instance && b.Seq >= pos
+				return nil
+			})
+			if err != nil || held {
+				return err
+			}
 		}
 		for _, g := range names {
 			if err := mustSub(tx, bucketDeliveries, queue, string(g)).Delete(u64(serial)); err != nil {

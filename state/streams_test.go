@@ -4,6 +4,8 @@ import (
 	"errors"
 	"testing"
 	"time"
+
+	"github.com/plumb-dev/plumb/block"
 )
 
 func TestStreamCursor(t *testing.T) {
@@ -69,5 +71,25 @@ func TestStreamCursor(t *testing.T) {
 	}
 	if _, err := db.PeekNext("pcap.sz", "lax", "nobody"); !errors.Is(err, ErrNotFound) {
 		t.Errorf("unknown consumer = %v", err)
+	}
+}
+
+// TestStreamConsumersHoldBlocks: a block every group is done with stays
+// while a stream consumer of its site has not checkpointed past it.
+func TestStreamConsumersHoldBlocks(t *testing.T) {
+	db, _ := open(t)
+	db.EnsureGroup("pcap.sz", "g", Earliest)
+	b1, _, _ := db.CommitBlock(mk(1, "a"))
+	db.CommitBlock(mk(2, "b"))
+	db.OpenCursor("pcap.sz", "lax", "ids", "earliest")
+	if _, err := db.Ack("pcap.sz", "g", []block.ID{b1.ID()}); err != nil {
+		t.Fatal(err)
+	}
+	if _, ok, err := db.DeleteConsumed("pcap.sz", b1.Serial); err != nil || ok {
+		t.Fatalf("deleted a block a stream consumer has not passed: %v %v", ok, err)
+	}
+	db.CheckpointAt("pcap.sz", "lax", "ids", 2, nil)
+	if _, ok, err := db.DeleteConsumed("pcap.sz", b1.Serial); err != nil || !ok {
+		t.Fatalf("block 1 not deleted once checkpointed past: %v %v", ok, err)
 	}
 }
