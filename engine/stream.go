@@ -122,6 +122,10 @@ func (e *Engine) streamOnce(ctx context.Context, st *stage, spec runSpec, inst s
 	if len(spec.steps) != 1 || spec.steps[0].argv == nil {
 		return errors.New("a stream stage runs one executable")
 	}
+	keepBlocks, keepFor, err := spec.node.Stream.ReplayLimits()
+	if err != nil {
+		return err
+	}
 	stateJSON := ""
 	if cur.Checkpoint != nil {
 		stateJSON = cur.Checkpoint.State["state"]
@@ -174,7 +178,7 @@ func (e *Engine) streamOnce(ctx context.Context, st *stage, spec runSpec, inst s
 			if len(f) == 3 {
 				st["state"] = f[2]
 			}
-			released, err := e.db.CheckpointAt(queue, inst, consumer, seq+1, st)
+			released, err := e.db.CheckpointAt(queue, inst, consumer, seq+1, st, keepBlocks, keepFor)
 			if err != nil {
 				e.log.Warn("stream checkpoint", "stage", spec.node.Name, "instance", inst, "err", err)
 			}

@@ -10,6 +10,7 @@ import (
 	"fmt"
 	"io"
 	"slices"
+	"strconv"
 	"strings"
 	"time"
 
@@ -76,6 +77,25 @@ type WindowSpec struct {
 type StreamSpec struct {
 	GapWait Duration `yaml:"gap_wait,omitempty"`
 	GapThen string   `yaml:"gap_then,omitempty"` // "skip" or "stop"
+	// Replay keeps blocks behind the last checkpoint so the stage can go
+	// back: a duration of event time ("2h") or a number of blocks.
+	Replay string `yaml:"replay,omitempty"`
+}
+
+// ReplayLimits reads Replay: how many blocks, or how much event time,
+// to keep behind a checkpoint.
+func (s *StreamSpec) ReplayLimits() (blocks uint64, span time.Duration, err error) {
+	if s == nil || s.Replay == "" {
+		return 0, 0, nil
+	}
+	if n, err := strconv.ParseUint(s.Replay, 10, 32); err == nil {
+		return n, 0, nil
+	}
+	d, err := ParseDuration(s.Replay)
+	if err != nil {
+		return 0, 0, fmt.Errorf("replay %q: want a duration of event time such as 2h, or a number of blocks", s.Replay)
+	}
+	return 0, time.Duration(d), nil
 }
 
 // Duration is a time.Duration that also reads days ("30d").

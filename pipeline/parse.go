@@ -250,11 +250,16 @@ func (p *parser) window(n *yaml.Node, field string) *WindowSpec {
 }
 
 func (p *parser) stream(n *yaml.Node, field string) *StreamSpec {
-	f := p.fields(n, field, "gap_wait", "gap_then")
+	f := p.fields(n, field, "gap_wait", "gap_then", "replay")
 	if f == nil {
 		return nil
 	}
-	return &StreamSpec{GapWait: p.duration(f["gap_wait"], field+".gap_wait"), GapThen: p.str(f["gap_then"], field+".gap_then")}
+	s := &StreamSpec{GapWait: p.duration(f["gap_wait"], field+".gap_wait"), GapThen: p.str(f["gap_then"], field+".gap_then"),
+		Replay: p.str(f["replay"], field+".replay")}
+	if _, _, err := s.ReplayLimits(); err != nil {
+		p.add(f["replay"], field+".replay", "%v", err)
+	}
+	return s
 }
 
 // validate checks a job on its own. nodes, when given, hold each stage's

@@ -34,6 +34,8 @@ type Checkpoint struct {
 	Next  uint64            `json:"next"`
 	State map[string]string `json:"state,omitempty"`
 	At    time.Time         `json:"at"`
+	// Released: the blocks before it are released for replay retention.
+	Released uint64 `json:"released,omitempty"`
 }
 
 // MaxStreamState bounds a consumer's state: it is for counters and
@@ -314,28 +316,48 @@ func (d *DB) Cursors(queue string) ([]Cursor, error) {
 // the state a stream program reported for it: the program has processed
 // every block before next. When the consumer is also a consumer group of
 // the queue (a stream stage), the blocks before next are released for it,
-// so retention may let them go; it returns those blocks.
-func (d *DB) CheckpointAt(queue, instance, consumer string, next uint64, st map[string]string) ([]Block, error) {
+// so retention may let them go; it returns those blocks. keepBlocks and
+// keepFor hold back that many blocks, or that much event time, behind the
+// checkpoint, so the consumer can replay them; they are released by
+// later checkpoints.
+func (d *DB) CheckpointAt(queue, instance, consumer string, next uint64, st map[string]string, keepBlocks uint64, keepFor time.Duration) ([]Block, error) {
 	now := d.now().UTC()
 	var released []Block
 	_, err := d.updateCursor(queue, instance, consumer, func(tx *bolt.Tx, c *Cursor) error {
 		released = released[:0]
 		from := uint64(1)
-		if c.Checkpoint != nil {
-			from = c.Checkpoint.Next
+		if c.Checkpoint != nil && c.Checkpoint.Released > 0 {
+			from = c.Checkpoint.Released
 		}
 		c.State = maps.Clone(st)
-		c.Checkpoint = &Checkpoint{Next: next, State: maps.Clone(st), At: now}
+		ck := &Checkpoint{Next: next, State: maps.Clone(st), At: now, Released: from}
+		c.Checkpoint = ck
 		dels := mustSub(tx, bucketDeliveries, queue, consumer)
 		if dels == nil {
 			return nil
 		}
 		blocks := mustSub(tx, bucketBlocks, queue)
-		for seq := from; seq < next; seq++ {
+		upTo := next // release the blocks before this
+		if keepBlocks > 0 {
+			upTo = next - min(keepBlocks, next)
+		}
+		var horizon time.Time
+		if keepFor > 0 {
+			last, ok, err := getJSON[Block](blocks, blockKey(instance, next-1))
+			if err != nil || !ok {
+				return err // without the newest block's time, keep all
+			}
+			horizon = last.Time.Add(-keepFor)
+		}
+		for seq := from; seq < upTo; seq++ {
 			b, ok, err := getJSON[Block](blocks, blockKey(instance, seq))
 			if err != nil {
 				return err
 			}
+			if ok && keepFor > 0 && !b.Time.Before(horizon) {
+				break // times grow with seq: the rest are within the replay span
+			}
+			ck.Released = seq + 1
 			if !ok {
 				continue
 			}

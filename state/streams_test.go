@@ -2,6 +2,7 @@ package state
 
 import (
 	"errors"
+	"fmt"
 	"testing"
 	"time"
 
@@ -88,8 +89,42 @@ func TestStreamConsumersHoldBlocks(t *testing.T) {
 	if _, ok, err := db.DeleteConsumed("pcap.sz", b1.Serial); err != nil || ok {
 		t.Fatalf("deleted a block a stream consumer has not passed: %v %v", ok, err)
 	}
-	db.CheckpointAt("pcap.sz", "lax", "ids", 2, nil)
+	db.CheckpointAt("pcap.sz", "lax", "ids", 2, nil, 0, 0)
 	if _, ok, err := db.DeleteConsumed("pcap.sz", b1.Serial); err != nil || !ok {
 		t.Fatalf("block 1 not deleted once checkpointed past: %v %v", ok, err)
+	}
+}
+
+// TestReplayKeepsBlocksBehindTheCheckpoint: with replay limits, a stream
+// stage's checkpoints release only the blocks beyond them.
+func TestReplayKeepsBlocksBehindTheCheckpoint(t *testing.T) {
+	db, _ := open(t)
+	db.EnsureGroup("pcap.sz", "stage", Earliest)
+	for seq := uint64(1); seq <= 8; seq++ {
+		b := mk(seq, "x")
+		b.Time = b.Time.Add(time.Duration(seq) * time.Minute)
+		db.CommitBlock(b)
+	}
+	db.OpenCursor("pcap.sz", "lax", "stage", "1")
+	seqs := func(bs []Block) (out []uint64) {
+		for _, b := range bs {
+			out = append(out, b.Seq)
+		}
+		return out
+	}
+	// Two blocks kept behind: a checkpoint at 5 releases 1 and 2.
+	rel, err := db.CheckpointAt("pcap.sz", "lax", "stage", 5, nil, 2, 0)
+	if err != nil || fmt.Sprint(seqs(rel)) != "[1 2]" {
+		t.Fatalf("released %v, %v", seqs(rel), err)
+	}
+	// Three minutes of event time kept: a checkpoint at 8 (block 7 at
+	// minute 7) keeps 4..7, releases 3.
+	rel, _ = db.CheckpointAt("pcap.sz", "lax", "stage", 8, nil, 0, 3*time.Minute)
+	if fmt.Sprint(seqs(rel)) != "[3]" {
+		t.Fatalf("released %v by time", seqs(rel))
+	}
+	cur, _ := db.GetCursor("pcap.sz", "lax", "stage")
+	if cur.Checkpoint.Released != 4 {
+		t.Errorf("released up to %d, want 4", cur.Checkpoint.Released)
 	}
 }
