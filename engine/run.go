@@ -194,27 +194,39 @@ func (e *Engine) process(ctx context.Context, spec runSpec, inputs []state.Block
 	if err != nil {
 		return nil, res, err
 	}
-	var blocks []state.Block
-	for i, q := range spec.node.Outputs {
+	blocks, out, err := e.storeOutputs(ctx, name, spec.node.Outputs, files)
+	m.out += out
+	if err != nil {
+		return nil, res, err
+	}
+	return blocks, res, nil
+}
+
+// storeOutputs stores each output of a run as a block named like name in
+// its queue, and returns the blocks to commit and the bytes written.
+func (e *Engine) storeOutputs(ctx context.Context, name block.Name, queues []string, files []*hashFile) ([]state.Block, int64, error) {
+	var (
+		blocks []state.Block
+		bytes  int64
+	)
+	for i, q := range queues {
 		hf := files[i]
-		m.out += hf.n
+		bytes += hf.n
 		var sum blob.Sum
 		copy(sum[:], hf.h.Sum(nil))
 		on := name
 		on.Queue = q
 		key := blob.BlockKey(on, sum)
 		if _, err := hf.f.Seek(0, io.SeekStart); err != nil {
-			return nil, res, err
+			return nil, bytes, err
 		}
 		if err := e.store.Put(ctx, key, hf.f, hf.n, sum); err != nil {
-			return nil, res, fmt.Errorf("store output block %s: %w", on, err)
+			return nil, bytes, fmt.Errorf("store output block %s: %w", on, err)
 		}
-		blocks = append(blocks, state.Block{
-			Name: on.String(), Queue: q, Instance: on.Instance, Seq: on.Seq, Time: on.Time,
-			Size: hf.n, SHA256: sum.String(), Key: key,
-		})
+		blocks = append(blocks, state.Block{Name: on.String(), Queue: q, Instance: on.Instance, Seq: on.Seq, Time: on.Time,
+			Size: hf.n, SHA256: sum.String(), Key: key})
 	}
-	return blocks, res, nil
+	return blocks, bytes, nil
 }
 
 // hashFile is an output being written: a scratch file, its hash and size.

@@ -324,23 +324,10 @@ func (e *Engine) runWindow(ctx context.Context, st *stage, spec runSpec, f windo
 	if f.From.IsZero() && len(f.Blocks) > 0 {
 		name.Time = f.Blocks[0].Time
 	}
-	var blocks []state.Block
-	for i, q := range spec.node.Outputs {
-		hf := files[i]
-		m.out += hf.n
-		var sum blob.Sum
-		copy(sum[:], hf.h.Sum(nil))
-		on := name
-		on.Queue = q
-		key := blob.BlockKey(on, sum)
-		if _, err := hf.f.Seek(0, io.SeekStart); err != nil {
-			return err
-		}
-		if err := e.store.Put(ctx, key, hf.f, hf.n, sum); err != nil {
-			return fmt.Errorf("store output block %s: %w", on, err)
-		}
-		blocks = append(blocks, state.Block{Name: on.String(), Queue: q, Instance: on.Instance, Seq: on.Seq, Time: on.Time,
-			Size: hf.n, SHA256: sum.String(), Key: key})
+	blocks, out, err := e.storeOutputs(ctx, name, spec.node.Outputs, files)
+	m.out += out
+	if err != nil {
+		return err
 	}
 	consumed, err := e.releasable(st.win, f)
 	if err != nil {

@@ -242,8 +242,14 @@ func (c *Client) Get(ctx context.Context, name string) (*Stream, error) {
 }
 
 // DoGet opens a block stream for a ticket.
-func (c *Client) DoGet(ctx context.Context, t Ticket) (*Stream, error) {
-	raw, _ := json.Marshal(t)
+func (c *Client) DoGet(ctx context.Context, t Ticket) (*Stream, error) { return c.doGet(ctx, t) }
+
+// doGet opens a stream of blocks for any ticket.
+func (c *Client) doGet(ctx context.Context, ticket any) (*Stream, error) {
+	raw, err := json.Marshal(ticket)
+	if err != nil {
+		return nil, err
+	}
 	ctx, cancel := context.WithCancel(ctx)
 	rpc, err := c.fc.DoGet(ctx, &aflight.Ticket{Ticket: raw})
 	if err != nil {

@@ -246,22 +246,7 @@ func (s *Service) serveStream(ctx context.Context, raw []byte, stream aflight.Fl
 
 // Stream reads a stream ticket: blocks in order, with events between.
 func (c *Client) Stream(ctx context.Context, t StreamTicket) (*Stream, error) {
-	raw, err := json.Marshal(t)
-	if err != nil {
-		return nil, err
-	}
-	ctx, cancel := context.WithCancel(ctx)
-	rpc, err := c.fc.DoGet(ctx, &aflight.Ticket{Ticket: raw})
-	if err != nil {
-		cancel()
-		return nil, err
-	}
-	rr, err := aflight.NewRecordReader(rpc)
-	if err != nil {
-		cancel()
-		return nil, err
-	}
-	return &Stream{rr: rr, cancel: cancel}, nil
+	return c.doGet(ctx, t)
 }
 
 // StreamAction calls a stream action and decodes its answer into out.

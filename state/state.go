@@ -193,6 +193,23 @@ func getJSON[T any](b *bolt.Bucket, key []byte) (T, bool, error) {
 	return v, true, json.Unmarshal(raw, &v)
 }
 
+// listJSON decodes every value of a bucket (none when it is nil).
+func listJSON[T any](b *bolt.Bucket) ([]T, error) {
+	var out []T
+	if b == nil {
+		return nil, nil
+	}
+	err := b.ForEach(func(_, v []byte) error {
+		var x T
+		if err := json.Unmarshal(v, &x); err != nil {
+			return err
+		}
+		out = append(out, x)
+		return nil
+	})
+	return out, err
+}
+
 func putJSON(b *bolt.Bucket, key []byte, v any) error {
 	raw, err := json.Marshal(v)
 	if err != nil {

@@ -2,7 +2,6 @@ package state
 
 import (
 	"bytes"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"maps"
@@ -296,18 +295,9 @@ func (d *DB) SaveCheckpoint(queue, instance, consumer string, state map[string]s
 func (d *DB) Cursors(queue string) ([]Cursor, error) {
 	var out []Cursor
 	err := d.bolt.View(func(tx *bolt.Tx) error {
-		sb := mustSub(tx, bucketStreams, queue)
-		if sb == nil {
-			return nil
-		}
-		return sb.ForEach(func(_, v []byte) error {
-			var cur Cursor
-			if err := json.Unmarshal(v, &cur); err != nil {
-				return err
-			}
-			out = append(out, cur)
-			return nil
-		})
+		var err error
+		out, err = listJSON[Cursor](mustSub(tx, bucketStreams, queue))
+		return err
 	})
 	return out, err
 }

@@ -1,7 +1,6 @@
 package state
 
 import (
-	"encoding/json"
 	"fmt"
 	"time"
 
@@ -93,18 +92,9 @@ func (d *DB) CommitWindow(rec WindowRecord, queue string, consumed []Block, outp
 func (d *DB) Windows(stage string) ([]WindowRecord, error) {
 	var out []WindowRecord
 	err := d.bolt.View(func(tx *bolt.Tx) error {
-		ws := mustSub(tx, bucketWindows, stage)
-		if ws == nil {
-			return nil
-		}
-		return ws.ForEach(func(_, v []byte) error {
-			var r WindowRecord
-			if err := json.Unmarshal(v, &r); err != nil {
-				return err
-			}
-			out = append(out, r)
-			return nil
-		})
+		var err error
+		out, err = listJSON[WindowRecord](mustSub(tx, bucketWindows, stage))
+		return err
 	})
 	return out, err
 }
