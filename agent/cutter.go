@@ -238,6 +238,19 @@ func (ct *cutter) source(ctx context.Context, src Source) error {
 			rc.Close()
 		}
 	})()
+	// A growing file that pauses finishes the block being cut, from
+	// within its Read: the cutter is between packets there.
+	if g, ok := rc.(interface{ OnIdle(func()) }); ok {
+		g.OnIdle(func() {
+			if ct.f == nil {
+				return
+			}
+			ct.log.Debug("source idle; finishing the block being cut", "source", src.Name, "block", ct.name)
+			if err := ct.finish(); err != nil {
+				ct.log.Error("finish block", "block", ct.name, "err", err)
+			}
+		})
+	}
 	counted := &countio.Reader{R: rc, N: &ct.c.SourceBytes}
 	rd, closer, err := pcap.NewReader(counted)
 	if err != nil && ctx.Err() != nil {
@@ -409,4 +422,74 @@ func (ct *cutter) abandon() {
 		ct.spool.Discard(ct.f, ct.name)
 		ct.f = nil
 	}
+}
+
+// GrowingSource reads a capture file that is still being written
+// (`tcpdump -w FILE`), as tail -f does: at its end it waits for more.
+// It never ends by itself; stop the agent to stop it. After a restart it
+// is read again from the start, skipping the packets already cut.
+// When the file has not grown for idle, the block being cut is finished
+// and shipped, so a quiet writer's packets do not wait for the next ones.
+func GrowingSource(path string, poll, idle time.Duration) (Source, error) {
+	abs, err := filepath.Abs(path)
+	if err != nil {
+		return Source{}, err
+	}
+	if fi, err := os.Stat(abs); err != nil {
+		return Source{}, err
+	} else if fi.IsDir() {
+		return Source{}, fmt.Errorf("%s is a directory; --follow takes a capture file (use --watch for a directory)", path)
+	}
+	if poll <= 0 {
+		poll = 200 * time.Millisecond
+	}
+	return Source{Name: abs, Rereadable: true, Open: func() (io.ReadCloser, error) {
+		f, err := os.Open(abs)
+		if err != nil {
+			return nil, err
+		}
+		return &growingFile{f: f, poll: poll, idle: idle, closed: make(chan struct{})}, nil
+	}}, nil
+}
+
+// growingFile reads a file that grows: at its end it waits instead of
+// returning io.EOF, until closed.
+type growingFile struct {
+	f      *os.File
+	poll   time.Duration
+	closed chan struct{}
+	once   sync.Once
+	// onIdle runs, on the reading goroutine, once the file has not grown
+	// for idle.
+	idle   time.Duration
+	onIdle func()
+}
+
+// OnIdle sets what to do when the file stops growing for a while.
+func (g *growingFile) OnIdle(fn func()) { g.onIdle = fn }
+
+func (g *growingFile) Read(p []byte) (int, error) {
+	var since time.Time
+	for {
+		n, err := g.f.Read(p)
+		if n > 0 || err != io.EOF {
+			return n, err
+		}
+		if since.IsZero() {
+			since = time.Now()
+		} else if g.onIdle != nil && g.idle > 0 && time.Since(since) >= g.idle {
+			g.onIdle()
+			since = time.Now().Add(24 * time.Hour) // once per pause
+		}
+		select {
+		case <-g.closed:
+			return 0, os.ErrClosed
+		case <-time.After(g.poll):
+		}
+	}
+}
+
+func (g *growingFile) Close() error {
+	g.once.Do(func() { close(g.closed) })
+	return g.f.Close()
 }

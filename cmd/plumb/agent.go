@@ -141,19 +141,27 @@ func sourcesOf(args []string) ([]agent.Source, error) {
 func agentCommand() command {
 	return command{
 		name:  "agent",
-		usage: "--site SITE [SOURCE...] [--watch DIR] [--interface IFACE] (a SOURCE is a capture file, or - for stdin)",
+		usage: "--site SITE [SOURCE...] [--watch DIR] [--follow FILE] [--interface IFACE] (a SOURCE is a capture file, or - for stdin)",
 		short: "cut captures (files, or - for stdin) into sequence-numbered blocks, spool and ship them; ends when finite sources are shipped",
 		run: func(ctx context.Context, fs *flag.FlagSet, args []string) error {
 			var a agentFlags
 			a.register(fs)
 			watch := fs.String("watch", "", "`DIR` of rotated capture files (tcpdump -G, dnscap -t) to cut as each is closed; runs until stopped")
 			pattern := fs.String("pattern", "", "with --watch, only file names matching this shell `PATTERN`")
-			settle := fs.Duration("settle", 30*time.Second, "with --watch, a file that has not grown for this long is closed")
+			settle := fs.Duration("settle", 30*time.Second, "with --watch, a file that has not grown for this long is closed; with --follow, the block being cut is shipped")
 			metricsAddr := fs.String("metrics", "", "serve Prometheus metrics on `ADDR` (e.g. 127.0.0.1:9815) at /metrics")
 			iface := fs.String("interface", "", "capture live from network `IFACE` (AF_PACKET; needs root or CAP_NET_RAW); runs until stopped")
-			cfg, srcs, err := a.parse(fs, args, func() bool { return *watch != "" || *iface != "" })
+			follow := fs.String("follow", "", "a capture `FILE` still being written (tcpdump -w FILE): read it as it grows, like tail -f; runs until stopped")
+			cfg, srcs, err := a.parse(fs, args, func() bool { return *watch != "" || *iface != "" || *follow != "" })
 			if err != nil {
 				return err
+			}
+			if *follow != "" {
+				g, err := agent.GrowingSource(*follow, 0, *settle)
+				if err != nil {
+					return err
+				}
+				srcs = append(srcs, g)
 			}
 			if *iface != "" {
 				live, err := agent.LiveSource(*iface, cfg.Logger)

@@ -617,3 +617,83 @@ func TestAgentStdinSIGKILL(t *testing.T) {
 	samePackets(t, "after the restart", got[k:], second)
 	t.Logf("%d blocks; %d of %d packets of the first feed arrived before the kill; its partial block was reported lost", nblocks, k, len(first))
 }
+
+// TestAgentFollowsGrowingFile: a capture still being written, packets
+// appended in pieces (a record sometimes split across two writes), is
+// shipped as it grows; an agent SIGKILLed midway and restarted ships
+// every packet exactly once.
+func TestAgentFollowsGrowingFile(t *testing.T) {
+	addr := testenv.FreeAddr(t)
+	startPlumb(t, "serve", "--data", t.TempDir(), "--listen", addr, "--log-level", "warn")
+	waitListening(t, addr)
+	dir := t.TempDir()
+	whole := filepath.Join(dir, "whole.pcap")
+	pkts := makeCapture(t, whole, 4000, 12)
+	raw, _ := os.ReadFile(whole)
+	growing := filepath.Join(dir, "live.pcap")
+	f, err := os.Create(growing)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	f.Write(raw[:24+100]) // the header and the start of a packet
+	spool := filepath.Join(dir, "spool")
+	args := []string{"agent", "--server", addr, "--site", "tail", "--new-instance", "--spool", spool,
+		"--block-size", "256KiB", "--settle", "300ms", "--follow", growing}
+	ag := startPlumb(t, args...)
+	rng := rand.New(rand.NewPCG(8, 8))
+	off := 24 + 100
+	for part := 0; off < len(raw); part++ {
+		n := min(len(raw)-off, 5000+rng.IntN(60000))
+		f.Write(raw[off : off+n])
+		off += n
+		time.Sleep(20 * time.Millisecond)
+		if part == 20 {
+			ag.cmd.Process.Signal(os.Kill)
+			ag.cmd.Wait()
+			ag = startPlumb(t, args...) // the spool knows where it was
+		}
+	}
+	c, err := flight.Dial(addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	deadline := time.Now().Add(60 * time.Second)
+	for {
+		if got, _ := fetchCount(t, c, "pcap.sz", "tail"); got >= len(pkts) || time.Now().After(deadline) {
+			break
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+	got, blocks := fetchInstance(t, c, "pcap.sz", "tail")
+	samePackets(t, "a followed growing file", got, pkts)
+	if blocks < 3 {
+		t.Errorf("%d blocks; the file should have been cut as it grew", blocks)
+	}
+	ag.cmd.Process.Signal(syscall.SIGTERM)
+	ag.cmd.Wait()
+}
+
+// fetchCount counts the packets an instance's blocks hold so far.
+func fetchCount(t *testing.T, c *flight.Client, queue, instance string) (int, error) {
+	bs, err := c.Blocks(context.Background(), queue)
+	if err != nil {
+		return 0, err
+	}
+	n := 0
+	for _, b := range bs {
+		if b.Instance != instance {
+			continue
+		}
+		s, err := c.Get(context.Background(), b.Name)
+		if err != nil || !s.Next() {
+			return n, err
+		}
+		dec, _ := codecs.Snappy.NewReader(s)
+		n += len(readPackets(t, dec))
+		dec.Close()
+		s.Close()
+	}
+	return n, nil
+}
