@@ -487,3 +487,39 @@ func TestShutdownEndsFollowers(t *testing.T) {
 		t.Fatalf("follower error = %v, want Unavailable", s.Err())
 	}
 }
+
+// TestHopelessReadRefused: a read whose deadline is shorter than its
+// estimated transfer is refused at once with DEADLINE_EXCEEDED and the
+// estimate, not served late; with time enough it is served.
+func TestHopelessReadRefused(t *testing.T) {
+	ts := startServer(t, Config{})
+	data := randBytes(96<<20, 3) // about 1.4 s at the assumed 100 MB/s and a safety factor of 1.5
+	name := "20250505-151105-00000001.lax.pcap.sz"
+	if _, err := ts.c.Put(context.Background(), bytesSource(name, data)); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
+	defer cancel()
+	s, err := ts.c.Get(ctx, name)
+	if err == nil {
+		s.Next()
+		err = s.Err()
+		s.Close()
+	}
+	// The server's refusal names its estimate; a client-side timeout
+	// would not.
+	if status.Code(err) != codes.DeadlineExceeded || !strings.Contains(err.Error(), "need about") {
+		t.Fatalf("hopeless read: %v; want the server's DEADLINE_EXCEEDED with its estimate", err)
+	}
+	ctx2, cancel2 := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel2()
+	s, err = ts.c.Get(ctx2, name)
+	if err != nil || !s.Next() {
+		t.Fatalf("read with time enough: %v %v", err, s.Err())
+	}
+	n, err := io.Copy(io.Discard, s)
+	s.Close()
+	if err != nil || n != int64(len(data)) {
+		t.Fatalf("read %d bytes: %v", n, err)
+	}
+}

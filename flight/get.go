@@ -12,6 +12,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
+	"github.com/plumb-dev/plumb/admission"
 	"github.com/plumb-dev/plumb/block"
 	"github.com/plumb-dev/plumb/state"
 )
@@ -200,13 +201,28 @@ func (s *Service) serveGroup(ctx context.Context, w *blockWriter, t Ticket) erro
 
 // sendBlock streams one block as (offset, data) batches of ChunkSize.
 func (s *Service) sendBlock(ctx context.Context, w *blockWriter, b state.Block) error {
+	// Reads wait for a transfer slot; under least-laxity-first a read that
+	// can no longer meet its deadline is refused now, not served late.
+	done, err := s.adm.Acquire(ctx, b.Size)
+	if errors.Is(err, admission.ErrHopeless) {
+		return status.Errorf(codes.DeadlineExceeded, "block %s: %v; ask with a later deadline", b.Name, err)
+	}
+	if err != nil {
+		return err
+	}
+	var sent int64
+	defer func() { done(sent) }()
 	rc, err := s.store.Open(ctx, b.Key)
 	if err != nil {
 		return fmt.Errorf("block %s: %w", b.Name, err)
 	}
 	defer rc.Close()
 	meta, _ := json.Marshal(Header{Name: b.Name, Size: b.Size, SHA256: b.SHA256})
-	return w.copyBlock(b.Name, rc, b.Size, meta)
+	if err := w.copyBlock(b.Name, rc, b.Size, meta); err != nil {
+		return err
+	}
+	sent = b.Size
+	return nil
 }
 
 // mergeDone returns a context that ends when either parent does.

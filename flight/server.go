@@ -16,6 +16,7 @@ import (
 	"google.golang.org/grpc/keepalive"
 	"google.golang.org/grpc/status"
 
+	"github.com/plumb-dev/plumb/admission"
 	"github.com/plumb-dev/plumb/blob"
 	"github.com/plumb-dev/plumb/engine"
 	"github.com/plumb-dev/plumb/state"
@@ -36,6 +37,11 @@ type Config struct {
 	// MaxBlockSize bounds the declared size of an uploaded block; 16 GiB
 	// when zero.
 	MaxBlockSize int64
+	// ReadPolicy orders block reads waiting for a transfer slot: llf
+	// (least laxity first, refusing hopeless reads; default) or fifo.
+	ReadPolicy admission.Policy
+	// ReadSlots is how many block transfers run at once; 16 when 0.
+	ReadSlots int
 	// ShutdownGrace is how long in-flight calls get to finish on shutdown;
 	// 10 s when zero.
 	ShutdownGrace time.Duration
@@ -84,6 +90,7 @@ type Service struct {
 	db    *state.DB
 	store blob.Store
 	eng   *engine.Engine // nil: no pipelines
+	adm   *admission.Controller
 	log   *slog.Logger
 
 	// ctx ends when the server shuts down, so that follow streams end
@@ -94,7 +101,8 @@ type Service struct {
 // NewService returns a service over an open database and store.
 func NewService(ctx context.Context, cfg Config, db *state.DB, store blob.Store) *Service {
 	cfg.defaults()
-	return &Service{cfg: cfg, db: db, store: store, log: cfg.Logger, ctx: ctx}
+	adm := admission.New(admission.Config{Policy: cfg.ReadPolicy, Slots: cfg.ReadSlots, Now: cfg.Now})
+	return &Service{cfg: cfg, db: db, store: store, adm: adm, log: cfg.Logger, ctx: ctx}
 }
 
 // Run opens the data directory and store, serves Flight until ctx ends,

@@ -8,6 +8,7 @@ import (
 	"os"
 	"time"
 
+	"github.com/plumb-dev/plumb/admission"
 	"github.com/plumb-dev/plumb/engine"
 	"github.com/plumb-dev/plumb/engine/builtin"
 	"github.com/plumb-dev/plumb/flight"
@@ -33,6 +34,8 @@ func serveCommand() command {
 			fs.Float64Var(&cfg.Engine.Replication, "replication", 1, "copies the store writes of each byte, for the I/O intensity (1 for a directory)")
 			fs.Float64Var(&cfg.Engine.ChainAbove, "chain-above", 50, "flag stages above this I/O intensity (MB/s) as candidates to chain")
 			metricsAddr := fs.String("metrics", "", "serve Prometheus metrics on http://`ADDR`/metrics")
+			readPolicy := fs.String("read-policy", "llf", "order of block reads waiting for a slot: llf (least laxity first; reads that cannot meet their deadline are refused) or fifo")
+			fs.IntVar(&cfg.ReadSlots, "read-slots", 16, "block transfers at once")
 			level := fs.String("log-level", "info", "log level: debug, info, warn, error")
 			if err := fs.Parse(args); err != nil {
 				return err
@@ -50,6 +53,12 @@ func serveCommand() command {
 				cfg.Engine.Policy = p
 			default:
 				return fmt.Errorf("--workers %q: want backlog or static", *policy)
+			}
+			switch p := admission.Policy(*readPolicy); p {
+			case admission.LLF, admission.FIFO:
+				cfg.ReadPolicy = p
+			default:
+				return fmt.Errorf("--read-policy %q: want llf or fifo", *readPolicy)
 			}
 			cfg.Registry = engine.NewRegistry()
 			builtin.Register(cfg.Registry, builtin.FindXZ())

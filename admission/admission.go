@@ -1,0 +1,242 @@
+// Package admission decides which waiting reads the server serves next
+// when its read capacity (concurrent transfers) is used up. Under the
+// least-laxity-first policy a read's laxity is its deadline minus now
+// minus its estimated transfer time; the read with the least laxity goes
+// first, and a read whose laxity has gone negative is refused at once
+// rather than served late. Reads without a deadline age: they are ordered
+// as if due a fixed time after they arrived, so they never starve. Under
+// FIFO reads go in arrival order and nothing is refused.
+//
+// The clock is passed in, so tests and benchmarks run on virtual time.
+package admission
+
+import (
+	"container/heap"
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+)
+
+// Policy orders waiting reads.
+type Policy string
+
+// Policies.
+const (
+	FIFO Policy = "fifo"
+	LLF  Policy = "llf"
+)
+
+// ErrHopeless is returned for a read that cannot finish by its deadline;
+// the error says the estimate.
+var ErrHopeless = errors.New("the read cannot finish before its deadline")
+
+// Config configures a Controller.
+type Config struct {
+	Policy Policy
+	// Slots is how many transfers run at once; 16 when 0.
+	Slots int
+	// Rate is the throughput assumed before any is measured, in bytes per
+	// second per transfer; 100 MB/s when 0.
+	Rate float64
+	// Safety multiplies transfer estimates; 1.5 when 0.
+	Safety float64
+	// Aging is how long after arriving a read without a deadline counts as
+	// due, for ordering; 2 s when 0.
+	Aging time.Duration
+	// Now is the clock; time.Now when nil.
+	Now func() time.Time
+}
+
+// Controller admits reads.
+type Controller struct {
+	cfg  Config
+	mu   sync.Mutex
+	busy int
+	wait waitHeap
+	seq  uint64
+	rate float64 // measured bytes per second per transfer (EWMA)
+}
+
+// New returns a controller.
+func New(cfg Config) *Controller {
+	if cfg.Policy == "" {
+		cfg.Policy = LLF
+	}
+	if cfg.Slots <= 0 {
+		cfg.Slots = 16
+	}
+	if cfg.Rate <= 0 {
+		cfg.Rate = 100e6
+	}
+	if cfg.Safety <= 0 {
+		cfg.Safety = 1.5
+	}
+	if cfg.Aging <= 0 {
+		cfg.Aging = 2 * time.Second
+	}
+	if cfg.Now == nil {
+		cfg.Now = time.Now
+	}
+	c := &Controller{cfg: cfg, rate: cfg.Rate}
+	c.wait.ctl = c
+	return c
+}
+
+type waiter struct {
+	size     int64
+	deadline time.Time // zero: none
+	arrived  time.Time
+	seq      uint64
+	ready    chan error
+	index    int
+}
+
+// due is when a waiter counts as due for ordering.
+func (c *Controller) due(w *waiter) time.Time {
+	if w.deadline.IsZero() {
+		return w.arrived.Add(c.cfg.Aging)
+	}
+	return w.deadline
+}
+
+// Estimate is the expected transfer time of size bytes.
+func (c *Controller) Estimate(size int64) time.Duration {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.estimate(size)
+}
+
+func (c *Controller) estimate(size int64) time.Duration {
+	return time.Duration(float64(size) / c.rate * c.cfg.Safety * float64(time.Second))
+}
+
+// laxity is the slack of a read at now.
+func (c *Controller) laxity(w *waiter, now time.Time) time.Duration {
+	return c.due(w).Sub(now) - c.estimate(w.size)
+}
+
+// Acquire waits for a transfer slot for a read of size bytes that must
+// finish by the context's deadline (if any). Call the returned done with
+// the bytes sent when the transfer ends. Under LLF a hopeless read gets
+// ErrHopeless, at once or when it would next be chosen.
+func (c *Controller) Acquire(ctx context.Context, size int64) (done func(sent int64), err error) {
+	deadline, _ := ctx.Deadline()
+	now := c.cfg.Now()
+	c.mu.Lock()
+	w := &waiter{size: size, deadline: deadline, arrived: now, seq: c.seq, ready: make(chan error, 1)}
+	c.seq++
+	if c.cfg.Policy == LLF && !deadline.IsZero() && c.laxity(w, now) < 0 {
+		est := c.estimate(size)
+		c.mu.Unlock()
+		return nil, fmt.Errorf("%w: %d bytes need about %v, %v are left", ErrHopeless, size, est.Round(time.Millisecond), deadline.Sub(now).Round(time.Millisecond))
+	}
+	if c.busy < c.cfg.Slots && c.wait.Len() == 0 {
+		c.busy++
+		c.mu.Unlock()
+		return c.release(now), nil
+	}
+	heap.Push(&c.wait, w)
+	c.mu.Unlock()
+	select {
+	case err := <-w.ready:
+		if err != nil {
+			return nil, err
+		}
+		return c.release(c.cfg.Now()), nil
+	case <-ctx.Done():
+		c.mu.Lock()
+		if w.index >= 0 {
+			heap.Remove(&c.wait, w.index)
+			c.mu.Unlock()
+			return nil, ctx.Err()
+		}
+		c.mu.Unlock()
+		// Granted while giving up: hand the slot on.
+		if err := <-w.ready; err == nil {
+			c.release(c.cfg.Now())(0)
+		}
+		return nil, ctx.Err()
+	}
+}
+
+// release returns the done func of a granted slot.
+func (c *Controller) release(start time.Time) func(sent int64) {
+	var once sync.Once
+	return func(sent int64) {
+		once.Do(func() {
+			now := c.cfg.Now()
+			c.mu.Lock()
+			defer c.mu.Unlock()
+			if d := now.Sub(start); sent > 64<<10 && d > 0 {
+				// Measured throughput, smoothed.
+				c.rate = 0.8*c.rate + 0.2*float64(sent)/d.Seconds()
+			}
+			c.busy--
+			c.grant(now)
+		})
+	}
+}
+
+// grant hands free slots to waiters, refusing hopeless ones under LLF.
+func (c *Controller) grant(now time.Time) {
+	for c.busy < c.cfg.Slots && c.wait.Len() > 0 {
+		w := heap.Pop(&c.wait).(*waiter)
+		if c.cfg.Policy == LLF && !w.deadline.IsZero() && c.laxity(w, now) < 0 {
+			w.ready <- fmt.Errorf("%w: %d bytes need about %v, %v are left after waiting %v", ErrHopeless, w.size,
+				c.estimate(w.size).Round(time.Millisecond), w.deadline.Sub(now).Round(time.Millisecond), now.Sub(w.arrived).Round(time.Millisecond))
+			continue
+		}
+		c.busy++
+		w.ready <- nil
+	}
+}
+
+// Waiting returns how many reads wait.
+func (c *Controller) Waiting() int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.wait.Len()
+}
+
+// waitHeap orders waiters by the policy.
+type waitHeap struct {
+	items []*waiter
+	ctl   *Controller
+}
+
+func (h waitHeap) Len() int { return len(h.items) }
+
+func (h waitHeap) Less(i, j int) bool {
+	a, b := h.items[i], h.items[j]
+	if h.ctl == nil || h.ctl.cfg.Policy == FIFO {
+		return a.seq < b.seq
+	}
+	// Least laxity first: earliest due minus estimate; the clock cancels.
+	la := h.ctl.due(a).Add(-h.ctl.estimate(a.size))
+	lb := h.ctl.due(b).Add(-h.ctl.estimate(b.size))
+	if !la.Equal(lb) {
+		return la.Before(lb)
+	}
+	return a.seq < b.seq
+}
+
+func (h waitHeap) Swap(i, j int) {
+	h.items[i], h.items[j] = h.items[j], h.items[i]
+	h.items[i].index, h.items[j].index = i, j
+}
+
+func (h *waitHeap) Push(x any) {
+	w := x.(*waiter)
+	w.index = len(h.items)
+	h.items = append(h.items, w)
+}
+
+func (h *waitHeap) Pop() any {
+	old := h.items
+	w := old[len(old)-1]
+	h.items = old[:len(old)-1]
+	w.index = -1
+	return w
+}
