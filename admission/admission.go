@@ -40,7 +40,7 @@ type Config struct {
 	// Rate is the throughput assumed before any is measured, in bytes per
 	// second per transfer; 100 MB/s when 0.
 	Rate float64
-	// Safety multiplies transfer estimates; 1.5 when 0.
+	// Safety multiplies transfer estimates; 1.2 when 0.
 	Safety float64
 	// Aging is how long after arriving a read without a deadline counts as
 	// due, for ordering; 2 s when 0.
@@ -51,12 +51,14 @@ type Config struct {
 
 // Controller admits reads.
 type Controller struct {
-	cfg  Config
-	mu   sync.Mutex
-	busy int
-	wait waitHeap
-	seq  uint64
-	rate float64 // measured bytes per second per transfer (EWMA)
+	cfg     Config
+	mu      sync.Mutex
+	busy    int
+	wait    waitHeap
+	seq     uint64
+	rate    float64       // measured bytes per second per transfer (EWMA)
+	over    time.Duration // measured fixed cost of a transfer (EWMA)
+	running time.Duration // estimated work of the transfers in progress
 }
 
 // New returns a controller.
@@ -71,7 +73,7 @@ func New(cfg Config) *Controller {
 		cfg.Rate = 100e6
 	}
 	if cfg.Safety <= 0 {
-		cfg.Safety = 1.5
+		cfg.Safety = 1.2
 	}
 	if cfg.Aging <= 0 {
 		cfg.Aging = 2 * time.Second
@@ -91,6 +93,7 @@ type waiter struct {
 	seq      uint64
 	ready    chan error
 	index    int
+	est      time.Duration // estimated work, once granted
 }
 
 // due is when a waiter counts as due for ordering.
@@ -109,12 +112,29 @@ func (c *Controller) Estimate(size int64) time.Duration {
 }
 
 func (c *Controller) estimate(size int64) time.Duration {
-	return time.Duration(float64(size) / c.rate * c.cfg.Safety * float64(time.Second))
+	return time.Duration((float64(c.over) + float64(size)/c.rate*float64(time.Second)) * c.cfg.Safety)
 }
 
-// laxity is the slack of a read at now.
+// laxity is the slack of a read at now, were it granted a slot at once.
 func (c *Controller) laxity(w *waiter, now time.Time) time.Duration {
 	return c.due(w).Sub(now) - c.estimate(w.size)
+}
+
+// key orders waiters under LLF: the latest moment a read can start.
+func (c *Controller) key(w *waiter) time.Time { return c.due(w).Add(-c.estimate(w.size)) }
+
+// queued estimates how long a read would wait for a slot: the work of the
+// transfers in progress and of the waiters that go before it, shared by
+// the slots.
+func (c *Controller) queued(w *waiter) time.Duration {
+	work := c.running
+	k := c.key(w)
+	for _, o := range c.wait.items {
+		if o != w && !c.key(o).After(k) {
+			work += c.estimate(o.size)
+		}
+	}
+	return work / time.Duration(c.cfg.Slots)
 }
 
 // Acquire waits for a transfer slot for a read of size bytes that must
@@ -127,15 +147,24 @@ func (c *Controller) Acquire(ctx context.Context, size int64) (done func(sent in
 	c.mu.Lock()
 	w := &waiter{size: size, deadline: deadline, arrived: now, seq: c.seq, ready: make(chan error, 1)}
 	c.seq++
-	if c.cfg.Policy == LLF && !deadline.IsZero() && c.laxity(w, now) < 0 {
-		est := c.estimate(size)
-		c.mu.Unlock()
-		return nil, fmt.Errorf("%w: %d bytes need about %v, %v are left", ErrHopeless, size, est.Round(time.Millisecond), deadline.Sub(now).Round(time.Millisecond))
+	if c.cfg.Policy == LLF && !deadline.IsZero() {
+		wait := time.Duration(0)
+		if c.busy >= c.cfg.Slots {
+			wait = c.queued(w)
+		}
+		if c.laxity(w, now)-wait < 0 {
+			est := c.estimate(size)
+			c.mu.Unlock()
+			return nil, fmt.Errorf("%w: %d bytes need about %v after about %v of waiting, %v are left", ErrHopeless, size,
+				est.Round(time.Millisecond), wait.Round(time.Millisecond), deadline.Sub(now).Round(time.Millisecond))
+		}
 	}
 	if c.busy < c.cfg.Slots && c.wait.Len() == 0 {
 		c.busy++
+		est := c.estimate(size)
+		c.running += est
 		c.mu.Unlock()
-		return c.release(now), nil
+		return c.release(now, est), nil
 	}
 	heap.Push(&c.wait, w)
 	c.mu.Unlock()
@@ -144,7 +173,7 @@ func (c *Controller) Acquire(ctx context.Context, size int64) (done func(sent in
 		if err != nil {
 			return nil, err
 		}
-		return c.release(c.cfg.Now()), nil
+		return c.release(c.cfg.Now(), w.est), nil
 	case <-ctx.Done():
 		c.mu.Lock()
 		if w.index >= 0 {
@@ -155,40 +184,57 @@ func (c *Controller) Acquire(ctx context.Context, size int64) (done func(sent in
 		c.mu.Unlock()
 		// Granted while giving up: hand the slot on.
 		if err := <-w.ready; err == nil {
-			c.release(c.cfg.Now())(0)
+			c.release(c.cfg.Now(), w.est)(0)
 		}
 		return nil, ctx.Err()
 	}
 }
 
 // release returns the done func of a granted slot.
-func (c *Controller) release(start time.Time) func(sent int64) {
+func (c *Controller) release(start time.Time, est time.Duration) func(sent int64) {
 	var once sync.Once
 	return func(sent int64) {
 		once.Do(func() {
 			now := c.cfg.Now()
 			c.mu.Lock()
 			defer c.mu.Unlock()
-			if d := now.Sub(start); sent > 64<<10 && d > 0 {
-				// Measured throughput, smoothed.
-				c.rate = 0.8*c.rate + 0.2*float64(sent)/d.Seconds()
+			// Learn the transfer model, smoothed: big transfers tell the
+			// rate, small ones the fixed cost.
+			if d := now.Sub(start); d > 0 && sent > 0 {
+				if sent >= 256<<10 {
+					c.rate = 0.8*c.rate + 0.2*float64(sent)/d.Seconds()
+				} else if sent <= 16<<10 {
+					c.over = time.Duration(0.8*float64(c.over) + 0.2*float64(d))
+				}
 			}
 			c.busy--
+			c.running -= est
 			c.grant(now)
 		})
 	}
 }
 
-// grant hands free slots to waiters, refusing hopeless ones under LLF.
+// grant hands free slots to waiters; under LLF it first refuses every
+// waiter that can no longer make its deadline, so none holds a slot in
+// vain or waits to be late.
 func (c *Controller) grant(now time.Time) {
-	for c.busy < c.cfg.Slots && c.wait.Len() > 0 {
-		w := heap.Pop(&c.wait).(*waiter)
-		if c.cfg.Policy == LLF && !w.deadline.IsZero() && c.laxity(w, now) < 0 {
+	if c.cfg.Policy == LLF {
+		for i := 0; i < len(c.wait.items); {
+			w := c.wait.items[i]
+			if w.deadline.IsZero() || c.laxity(w, now) >= 0 {
+				i++
+				continue
+			}
+			heap.Remove(&c.wait, i)
 			w.ready <- fmt.Errorf("%w: %d bytes need about %v, %v are left after waiting %v", ErrHopeless, w.size,
 				c.estimate(w.size).Round(time.Millisecond), w.deadline.Sub(now).Round(time.Millisecond), now.Sub(w.arrived).Round(time.Millisecond))
-			continue
 		}
+	}
+	for c.busy < c.cfg.Slots && c.wait.Len() > 0 {
+		w := heap.Pop(&c.wait).(*waiter)
+		w.est = c.estimate(w.size)
 		c.busy++
+		c.running += w.est
 		w.ready <- nil
 	}
 }
@@ -214,8 +260,7 @@ func (h waitHeap) Less(i, j int) bool {
 		return a.seq < b.seq
 	}
 	// Least laxity first: earliest due minus estimate; the clock cancels.
-	la := h.ctl.due(a).Add(-h.ctl.estimate(a.size))
-	lb := h.ctl.due(b).Add(-h.ctl.estimate(b.size))
+	la, lb := h.ctl.key(a), h.ctl.key(b)
 	if !la.Equal(lb) {
 		return la.Before(lb)
 	}

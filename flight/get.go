@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"time"
 
 	aflight "github.com/apache/arrow-go/v18/arrow/flight"
@@ -217,8 +218,12 @@ func (s *Service) sendBlock(ctx context.Context, w *blockWriter, b state.Block) 
 		return fmt.Errorf("block %s: %w", b.Name, err)
 	}
 	defer rc.Close()
+	var r io.Reader = rc
+	if s.cfg.ReadRate > 0 {
+		r = &paced{ctx: ctx, r: rc, rate: s.cfg.ReadRate / float64(max(s.cfg.ReadSlots, 1)), start: time.Now()}
+	}
 	meta, _ := json.Marshal(Header{Name: b.Name, Size: b.Size, SHA256: b.SHA256})
-	if err := w.copyBlock(b.Name, rc, b.Size, meta); err != nil {
+	if err := w.copyBlock(b.Name, r, b.Size, meta); err != nil {
 		return err
 	}
 	sent = b.Size
@@ -230,4 +235,29 @@ func mergeDone(a, b context.Context) (context.Context, context.CancelFunc) {
 	ctx, cancel := context.WithCancelCause(a)
 	stop := context.AfterFunc(b, func() { cancel(context.Cause(b)) })
 	return ctx, func() { stop(); cancel(errors.New("done")) }
+}
+
+// paced reads no faster than rate bytes per second: a transfer's share of
+// the server's read cap.
+type paced struct {
+	ctx   context.Context
+	r     io.Reader
+	rate  float64
+	start time.Time
+	n     int64
+}
+
+func (p *paced) Read(b []byte) (int, error) {
+	n, err := p.r.Read(b)
+	p.n += int64(n)
+	if ahead := time.Duration(float64(p.n)/p.rate*float64(time.Second)) - time.Since(p.start); ahead > 0 {
+		t := time.NewTimer(ahead)
+		defer t.Stop()
+		select {
+		case <-p.ctx.Done():
+			return n, p.ctx.Err()
+		case <-t.C:
+		}
+	}
+	return n, err
 }

@@ -42,6 +42,9 @@ type Config struct {
 	ReadPolicy admission.Policy
 	// ReadSlots is how many block transfers run at once; 16 when 0.
 	ReadSlots int
+	// ReadRate caps block reads at this many bytes per second in all,
+	// shared by the slots; 0 for no cap.
+	ReadRate float64
 	// ShutdownGrace is how long in-flight calls get to finish on shutdown;
 	// 10 s when zero.
 	ShutdownGrace time.Duration

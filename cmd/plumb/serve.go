@@ -36,6 +36,7 @@ func serveCommand() command {
 			metricsAddr := fs.String("metrics", "", "serve Prometheus metrics on http://`ADDR`/metrics")
 			readPolicy := fs.String("read-policy", "llf", "order of block reads waiting for a slot: llf (least laxity first; reads that cannot meet their deadline are refused) or fifo")
 			fs.IntVar(&cfg.ReadSlots, "read-slots", 16, "block transfers at once")
+			fs.Float64Var(&cfg.ReadRate, "read-rate", 0, "cap block reads at this many bytes per second in all (0: no cap)")
 			level := fs.String("log-level", "info", "log level: debug, info, warn, error")
 			if err := fs.Parse(args); err != nil {
 				return err
