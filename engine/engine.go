@@ -104,6 +104,8 @@ type Engine struct {
 	reg     *Registry
 	log     *slog.Logger
 	metrics *metrics
+	lat     *latencies
+	latm    *latencyMetrics
 	ctx     context.Context // the Run context, once running
 	boot    string          // names this process's reservations
 
@@ -145,6 +147,7 @@ func New(db *state.DB, store blob.Store, reg *Registry, cfg Config) (*Engine, er
 	e := &Engine{
 		cfg: cfg, db: db, store: store, reg: reg, log: cfg.Logger.With("component", "engine"),
 		metrics: newMetrics(cfg.Registerer), boot: uuid.NewString()[:8],
+		lat: newLatencies(cfg.Now), latm: newLatencyMetrics(cfg.Registerer),
 		stages: map[string]*stage{}, kick: make(chan struct{}, 1), ctx: context.Background(),
 	}
 	if err := e.load(); err != nil {

@@ -48,6 +48,7 @@ func (e *Engine) runBlock(ctx context.Context, st *stage, spec runSpec, res stat
 			return fmt.Errorf("stage %s: commit the run on block %s: %w", spec.node.Name, inputs[0].Name, err)
 		}
 		st.count(&m, "ok")
+		e.outputLatency(spec.node.Name, inputs)
 		e.afterCommit(ctx, inputs)
 		return nil
 	}

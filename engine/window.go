@@ -337,6 +337,11 @@ func (e *Engine) runWindow(ctx context.Context, st *stage, spec runSpec, f windo
 		return fmt.Errorf("commit window %s: %w", rec.ID, err)
 	}
 	st.count(&m, "ok")
+	var ins []state.Block
+	for _, b := range f.Blocks {
+		ins = append(ins, state.Block{Arrived: b.Arrived, Time: b.Time})
+	}
+	e.outputLatency(spec.node.Name, ins)
 	e.log.Info("window fired", "stage", spec.node.Name, "window", rec.ID, "revision", f.Revision, "reason", f.Reason,
 		"blocks", len(f.Blocks), "missing", len(f.Missing), "late", len(f.Late))
 	return nil

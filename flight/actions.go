@@ -119,6 +119,10 @@ var actions = map[string]action{
 		desc: `Save a stream consumer's cursor and state together (with "state" given, that state); a stream from "checkpoint" resumes there. Body {"queue","instance","consumer","state"}.`,
 		run:  (*Service).checkpoint,
 	},
+	"status": {
+		desc: `How far behind each stage and consumer group is: backlog, workers, age of the oldest block owed, and arrival-to-output (or delivery) and event-to-output p50/p99 over the last hour; one result each.`,
+		run:  (*Service).status,
+	},
 	"retry": {
 		desc: `Requeue faulty blocks: {"queue","block"} for one, {"queue"} for a queue's, {} for all; answers {"requeued": N}.`,
 		run:  (*Service).retry,
@@ -203,6 +207,7 @@ func (s *Service) ack(ctx context.Context, body []byte) (any, error) {
 		return nil, err
 	}
 	if s.eng != nil {
+		s.eng.Delivered(req.Queue, req.Group, ids)
 		s.eng.Acked(ctx, ids)
 	}
 	return map[string]int{"acked": n}, nil

@@ -191,6 +191,20 @@ func (s *Service) fireWindow(_ context.Context, body []byte) (any, error) {
 	return map[string]string{"fired": req.Window}, nil
 }
 
+func (s *Service) status(ctx context.Context, _ []byte) (any, error) {
+	eng, err := s.engine()
+	if err != nil {
+		return nil, err
+	}
+	rows, err := eng.Status(ctx)
+	return listOf(rows), err
+}
+
+// Status reports how far behind each stage and consumer group is.
+func (c *Client) Status(ctx context.Context) ([]engine.StatusRow, error) {
+	return collect[engine.StatusRow](ctx, c, "status", struct{}{})
+}
+
 // Windows lists window stages' windows, waiting and fired.
 func (c *Client) Windows(ctx context.Context, stage string) ([]engine.WindowView, error) {
 	return collect[engine.WindowView](ctx, c, "windows", map[string]string{"stage": stage})

@@ -478,3 +478,28 @@ func (d *DB) DeleteConsumed(queue string, serial uint64) (Block, bool, error) {
 }
 
 var errStop = errors.New("stop")
+
+// OldestOwed returns the arrival time of the oldest block a group still
+// owes (not done, not set aside), and false when it owes none.
+func (d *DB) OldestOwed(queue, group string) (time.Time, bool, error) {
+	var (
+		at    time.Time
+		found bool
+	)
+	err := d.bolt.View(func(tx *bolt.Tx) error {
+		arrivals := mustSub(tx, bucketArrivals, queue)
+		blocks := mustSub(tx, bucketBlocks, queue)
+		return eachOwed(tx, queue, group, func(k []byte, del Delivery) (bool, error) {
+			if del.State == Done || del.State == Faulty {
+				return false, nil
+			}
+			b, ok, err := getJSON[Block](blocks, arrivals.Get(k))
+			if err != nil || !ok {
+				return false, err
+			}
+			at, found = b.Arrived, true
+			return true, nil
+		})
+	})
+	return at, found, err
+}

@@ -241,3 +241,30 @@ func windowsCommand() command {
 			return tw.Flush()
 		})
 }
+
+func statusCommand() command {
+	return clientCommand("status", "", "how far behind each stage and consumer group is: backlog, oldest block owed, latency p50/p99", 0, nil,
+		func(ctx context.Context, c *flight.Client, _ []string) error {
+			rows, err := c.Status(ctx)
+			if err != nil {
+				return err
+			}
+			d := func(x time.Duration) string {
+				if x == 0 {
+					return "-"
+				}
+				return x.Round(time.Millisecond).String()
+			}
+			tw := tabwriter.NewWriter(os.Stdout, 0, 4, 2, ' ', 0)
+			fmt.Fprintln(tw, "STAGE / GROUP\tQUEUE\tBACKLOG\tWORKERS\tOLDEST OWED\tARRIVAL→OUT p50\tp99\tEVENT→OUT p50\tp99\tSAMPLES")
+			for _, r := range rows {
+				who := r.Stage
+				if r.Kind == "group" {
+					who = "group " + r.Group
+				}
+				fmt.Fprintf(tw, "%s\t%s\t%d\t%d\t%s\t%s\t%s\t%s\t%s\t%d\n", who, r.Queue, r.Backlog, r.Workers, d(r.OldestAge),
+					d(r.ArrivalTo.P50), d(r.ArrivalTo.P99), d(r.EventTo.P50), d(r.EventTo.P99), r.ArrivalTo.Samples)
+			}
+			return tw.Flush()
+		})
+}

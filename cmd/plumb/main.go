@@ -45,6 +45,7 @@ func commands() []command {
 		dnsCommand(),
 		windowsCommand(),
 		streamCommand(),
+		statusCommand(),
 	}
 }
 

@@ -202,6 +202,10 @@ func TestJobCommands(t *testing.T) {
 	if code != 0 || !strings.Contains(out, "alice-archive/decode") || !strings.Contains(out, "xz encoder") {
 		t.Errorf("stats:\n%s", out)
 	}
+	out, _, code = plumbExec(t, "status", "--server", addr)
+	if code != 0 || !strings.Contains(out, "alice-archive/decode") || !strings.Contains(out, "OLDEST OWED") {
+		t.Errorf("status:\n%s", out)
+	}
 	if _, errOut, code := plumbExec(t, "job", "retract", "--server", addr, "nosuch"); code == 0 || !strings.Contains(errOut, "plumb job list") {
 		t.Errorf("retract of an unknown job: %d %s", code, errOut)
 	}
