@@ -48,6 +48,8 @@ echo "== the merged graph (the shared stage has two owners)"
 "$plumb" graph
 echo "== stage statistics once the pipelines have drained"
 "$plumb" stats --wait
+echo "== how far behind each stage is"
+"$plumb" status
 echo "== what each queue holds (pcap, read by both, is gone once both are done with it)"
 "$plumb" queues
 echo "== bob's summary of the first block"
