@@ -20,6 +20,8 @@ import (
 	"github.com/plumb-dev/plumb/blob"
 	"github.com/plumb-dev/plumb/engine"
 	"github.com/plumb-dev/plumb/state"
+	"github.com/plumb-dev/plumb/web"
+	"github.com/prometheus/client_golang/prometheus"
 )
 
 // Config configures a server.
@@ -61,6 +63,16 @@ type Config struct {
 	// Engine configures the pipeline engine; its Scratch defaults to
 	// DATA/tmp.
 	Engine engine.Config
+	// HTTP, when set, is the address of the dashboard, /metrics, /healthz
+	// and /readyz; HTTPReady gets its listening address.
+	HTTP      string
+	HTTPReady func(addr net.Addr)
+	// Gatherer serves /metrics on the HTTP listener; the default registry
+	// when nil.
+	Gatherer prometheus.Gatherer
+	// LatencyEvery is how often the dashboard samples latency for its
+	// chart; a minute when zero.
+	LatencyEvery time.Duration
 }
 
 func (c *Config) defaults() {
@@ -161,6 +173,21 @@ func Run(ctx context.Context, cfg Config) (err error) {
 	}
 	// Stage runs stop before the metadata closes.
 	defer func() { stop(); <-engDone }()
+	if cfg.HTTP != "" {
+		dash := web.New(svc.eng, db, cfg.Gatherer, cfg.Logger)
+		hlis, err := net.Listen("tcp", cfg.HTTP)
+		if err != nil {
+			lis.Close()
+			return fmt.Errorf("listen on %s: %w (choose another with --http)", cfg.HTTP, err)
+		}
+		httpDone := make(chan struct{})
+		go func() { defer close(httpDone); dash.Serve(srvCtx, hlis, cfg.LatencyEvery) }()
+		defer func() { stop(); <-httpDone }()
+		cfg.Logger.Info("plumb serving the dashboard", "url", "http://"+hlis.Addr().String()+"/")
+		if cfg.HTTPReady != nil {
+			cfg.HTTPReady(hlis.Addr())
+		}
+	}
 	gs := NewGRPCServer(cfg.Logger)
 	aflight.RegisterFlightServiceServer(gs, svc)
 

@@ -304,3 +304,41 @@ func (del Delivery) available(now time.Time) bool {
 	}
 	return false
 }
+
+// DeliveriesOf returns, for each given block serial of a queue, its
+// delivery to each group that is owed it (a block a group never owed, or
+// one already deleted, has no entry), in one read.
+func (d *DB) DeliveriesOf(queue string, serials []uint64) (map[uint64]map[string]Delivery, error) {
+	out := make(map[uint64]map[string]Delivery, len(serials))
+	now := d.now()
+	err := d.bolt.View(func(tx *bolt.Tx) error {
+		groups, _ := sub(tx, bucketGroups, queue)
+		if groups == nil {
+			return nil
+		}
+		return groups.ForEach(func(name, _ []byte) error {
+			dels, _ := sub(tx, bucketDeliveries, queue, string(name))
+			if dels == nil {
+				return nil
+			}
+			for _, s := range serials {
+				del, ok, err := getJSON[Delivery](dels, u64(s))
+				if err != nil {
+					return err
+				}
+				if !ok {
+					continue
+				}
+				if del.State == Reserved && now.After(del.Until) {
+					del.State = Unreserved // its reservation lapsed
+				}
+				if out[s] == nil {
+					out[s] = map[string]Delivery{}
+				}
+				out[s][string(name)] = del
+			}
+			return nil
+		})
+	})
+	return out, err
+}

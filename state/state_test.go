@@ -133,6 +133,21 @@ func TestGroupsReserveAck(t *testing.T) {
 		t.Fatalf("early stats = %+v; want 2 done, 2 reserved", s)
 	}
 
+	// Per block and group, as the dashboard's queue page shows them:
+	// early has 1 and 3 done, 2 and 4 reserved; late was never owed 1..3
+	// and its reservation of 4 has lapsed.
+	dels, err := db.DeliveriesOf("pcap.sz", []uint64{1, 2, 3, 4, 5})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var states []string
+	for s := uint64(1); s <= 5; s++ {
+		states = append(states, fmt.Sprintf("%d:%s/%s", s, dels[s]["early"].State, dels[s]["late"].State))
+	}
+	if got := fmt.Sprint(states); got != "[1:DONE/ 2:RESERVED/ 3:DONE/ 4:RESERVED/UNRESERVED 5:/]" {
+		t.Fatalf("DeliveriesOf = %s", got)
+	}
+
 	if _, err := db.Ack("pcap.sz", "nope", nil); !errors.Is(err, ErrNotFound) {
 		t.Fatalf("ack on a missing group = %v", err)
 	}

@@ -225,7 +225,7 @@ func importCommand() command {
 }
 
 // serveMetrics serves reg at http://ADDR/metrics until stop is called.
-func serveMetrics(ctx context.Context, addr string, reg *prometheus.Registry) (stop func(), err error) {
+func serveMetrics(ctx context.Context, addr string, reg prometheus.Gatherer) (stop func(), err error) {
 	lis, err := net.Listen("tcp", addr)
 	if err != nil {
 		return nil, fmt.Errorf("--metrics %s: %w", addr, err)

@@ -33,7 +33,9 @@ func serveCommand() command {
 			fs.DurationVar(&cfg.Engine.Tick, "tick", time.Second, "how often slots are re-shared")
 			fs.Float64Var(&cfg.Engine.Replication, "replication", 1, "copies the store writes of each byte, for the I/O intensity (1 for a directory)")
 			fs.Float64Var(&cfg.Engine.ChainAbove, "chain-above", 50, "flag stages above this I/O intensity (MB/s) as candidates to chain")
-			metricsAddr := fs.String("metrics", "", "serve Prometheus metrics on http://`ADDR`/metrics")
+			fs.StringVar(&cfg.HTTP, "http", "", "serve the dashboard, /metrics, /healthz and /readyz on http://`ADDR`/ (e.g. 127.0.0.1:8816)")
+			fs.DurationVar(&cfg.LatencyEvery, "latency-every", time.Minute, "how often the dashboard samples latency for its chart (it keeps 1440 samples)")
+			metricsAddr := fs.String("metrics", "", "serve only Prometheus metrics on http://`ADDR`/metrics (--http serves them too)")
 			readPolicy := fs.String("read-policy", "llf", "order of block reads waiting for a slot: llf (least laxity first; reads that cannot meet their deadline are refused) or fifo")
 			fs.IntVar(&cfg.ReadSlots, "read-slots", 16, "block transfers at once")
 			fs.Float64Var(&cfg.ReadRate, "read-rate", 0, "cap block reads at this many bytes per second in all (0: no cap)")
@@ -63,11 +65,13 @@ func serveCommand() command {
 			}
 			cfg.Registry = engine.NewRegistry()
 			builtin.Register(cfg.Registry, builtin.FindXZ())
-			if *metricsAddr != "" {
+			if *metricsAddr != "" || cfg.HTTP != "" {
 				reg := prometheus.NewRegistry()
 				reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
-				cfg.Engine.Registerer = reg
-				stop, err := serveMetrics(ctx, *metricsAddr, reg)
+				cfg.Engine.Registerer, cfg.Gatherer = reg, reg
+			}
+			if *metricsAddr != "" {
+				stop, err := serveMetrics(ctx, *metricsAddr, cfg.Gatherer)
 				if err != nil {
 					return err
 				}

@@ -1,0 +1,370 @@
+// Plumb dashboard: reads the server's JSON and draws it. No libraries, so
+// it works offline; every name from a job or a block goes into the page as
+// text, never as markup.
+'use strict';
+
+const SVG = 'http://www.w3.org/2000/svg';
+const REFRESH_MS = 2000;
+
+// el builds an element: attrs are attributes (on* are listeners), kids are
+// nodes or strings.
+function el(ns, tag, attrs, ...kids) {
+  const e = ns ? document.createElementNS(ns, tag) : document.createElement(tag);
+  for (const [k, v] of Object.entries(attrs || {})) {
+    if (v === undefined || v === null || v === false) continue;
+    if (k.startsWith('on')) e.addEventListener(k.slice(2), v);
+    else e.setAttribute(k, v === true ? '' : String(v));
+  }
+  for (const k of kids.flat()) {
+    if (k === undefined || k === null || k === false) continue;
+    e.append(k instanceof Node ? k : document.createTextNode(String(k)));
+  }
+  return e;
+}
+const h = (tag, attrs, ...kids) => el(null, tag, attrs, ...kids);
+const s = (tag, attrs, ...kids) => el(SVG, tag, attrs, ...kids);
+
+async function get(path) {
+  const r = await fetch(path, { headers: { Accept: 'application/json' } });
+  if (!r.ok) throw new Error(`${path}: ${r.status} ${(await r.text()).trim()}`);
+  return r.json();
+}
+
+function bytes(n) {
+  const units = ['B', 'KiB', 'MiB', 'GiB', 'TiB'];
+  let i = 0;
+  while (n >= 1024 && i < units.length - 1) { n /= 1024; i++; }
+  return `${i ? n.toFixed(1) : n} ${units[i]}`;
+}
+
+// dur formats nanoseconds (or milliseconds with ms=true) for people.
+function dur(ns, ms) {
+  let sec = ms ? ns / 1e3 : ns / 1e9;
+  if (!isFinite(sec)) return '–';
+  const sign = sec < 0 ? '-' : '';
+  sec = Math.abs(sec);
+  if (sec < 1) return `${sign}${Math.round(sec * 1000)}ms`;
+  if (sec < 60) return `${sign}${sec.toFixed(1)}s`;
+  if (sec < 3600) return `${sign}${Math.floor(sec / 60)}m${Math.round(sec % 60)}s`;
+  if (sec < 86400) return `${sign}${Math.floor(sec / 3600)}h${Math.round((sec % 3600) / 60)}m`;
+  return `${sign}${Math.floor(sec / 86400)}d${Math.round((sec % 86400) / 3600)}h`;
+}
+
+const when = t => (t ? new Date(t).toISOString().replace('.000Z', 'Z') : '');
+
+// ---- the graph ----------------------------------------------------------
+
+const STAGE_W = 200, STAGE_H = 62, QUEUE_RX = 82, QUEUE_RY = 20, COL_W = 260, ROW_H = 86, PAD = 24;
+
+// layout places queues and stages in columns by depth: a source queue is in
+// column 0, a stage one right of its deepest input, its outputs one right
+// of it. Within a column nodes sit near the mean height of their inputs.
+function layout(g) {
+  const producer = new Map();
+  for (const st of g.stages) for (const q of st.outputs) producer.set(q, st);
+  const rank = new Map();
+  const rankOf = (key, depth) => {
+    if (rank.has(key)) return rank.get(key);
+    if (depth > 200) return 0; // a cycle; the engine refuses them, but never hang
+    let r = 0;
+    if (key.startsWith('q:')) {
+      const p = producer.get(key.slice(2));
+      if (p) r = rankOf('s:' + p.id, depth + 1) + 1;
+    } else {
+      const st = g.stages.find(x => 's:' + x.id === key);
+      for (const q of st.inputs) r = Math.max(r, rankOf('q:' + q, depth + 1) + 1);
+    }
+    rank.set(key, r);
+    return r;
+  };
+  const queues = new Set(g.queues);
+  for (const st of g.stages) for (const q of [...st.inputs, ...st.outputs]) queues.add(q);
+  const nodes = [];
+  for (const q of queues) nodes.push({ key: 'q:' + q, kind: 'queue', name: q, rank: rankOf('q:' + q, 0) });
+  for (const st of g.stages) nodes.push({ key: 's:' + st.id, kind: 'stage', stage: st, rank: rankOf('s:' + st.id, 0) });
+  const byKey = new Map(nodes.map(n => [n.key, n]));
+  const preds = n => n.kind === 'queue'
+    ? (producer.has(n.name) ? ['s:' + producer.get(n.name).id] : [])
+    : n.stage.inputs.map(q => 'q:' + q);
+  const cols = [];
+  for (const n of nodes) (cols[n.rank] ||= []).push(n);
+  cols.forEach((col, c) => {
+    if (c > 0) {
+      for (const n of col) {
+        const ys = preds(n).map(k => byKey.get(k).y).filter(y => y !== undefined);
+        n.want = ys.length ? ys.reduce((a, b) => a + b, 0) / ys.length : 0;
+      }
+      col.sort((a, b) => a.want - b.want);
+    }
+    col.forEach((n, i) => {
+      n.x = PAD + STAGE_W / 2 + c * COL_W;
+      n.y = PAD + ROW_H / 2 + i * ROW_H;
+    });
+  });
+  const edges = [];
+  for (const st of g.stages) {
+    for (const q of st.inputs) edges.push([byKey.get('q:' + q), byKey.get('s:' + st.id)]);
+    for (const q of st.outputs) edges.push([byKey.get('s:' + st.id), byKey.get('q:' + q)]);
+  }
+  const width = PAD * 2 + STAGE_W + Math.max(0, cols.length - 1) * COL_W;
+  const height = PAD * 2 + Math.max(1, ...cols.map(c => c.length)) * ROW_H;
+  return { nodes, edges, width, height };
+}
+
+const halfWidth = n => (n.kind === 'queue' ? QUEUE_RX : STAGE_W / 2);
+
+function drawGraph(g, queues) {
+  const { nodes, edges, width, height } = layout(g);
+  const blocksOf = new Map(queues.map(q => [q.name, q]));
+  const svg = s('svg', { class: 'graph', viewBox: `0 0 ${width} ${height}`, width, height, role: 'img',
+    'aria-label': 'the merged pipeline graph' });
+  svg.append(s('defs', {}, s('marker', { id: 'arrow', viewBox: '0 0 10 10', refX: 10, refY: 5, markerWidth: 7, markerHeight: 7, orient: 'auto' },
+    s('path', { d: 'M0,0 L10,5 L0,10 z', fill: '#98a2b3' }))));
+  for (const [a, b] of edges) {
+    const x1 = a.x + halfWidth(a), x2 = b.x - halfWidth(b), mx = (x1 + x2) / 2;
+    svg.append(s('path', { class: 'edge', d: `M${x1},${a.y} C${mx},${a.y} ${mx},${b.y} ${x2},${b.y}`, 'marker-end': 'url(#arrow)' }));
+  }
+  for (const n of nodes) {
+    if (n.kind === 'queue') {
+      const q = blocksOf.get(n.name);
+      const detail = q ? `${q.blocks} blocks · ${bytes(q.bytes)}` : 'no blocks yet';
+      svg.append(s('g', { class: 'node queue', 'data-queue': n.name, tabindex: 0,
+        onclick: () => { location.hash = '#/queue/' + encodeURIComponent(n.name); } },
+        s('title', {}, `queue ${n.name}: ${detail}`),
+        s('ellipse', { cx: n.x, cy: n.y, rx: QUEUE_RX, ry: QUEUE_RY }),
+        s('text', { x: n.x, y: n.y - 6, class: 'name' }, n.name),
+        s('text', { x: n.x, y: n.y + 9, class: 'detail' }, detail)));
+      continue;
+    }
+    const st = n.stage;
+    const x = n.x - STAGE_W / 2, y = n.y - STAGE_H / 2;
+    const owners = st.owners && st.owners.length ? st.owners.join('\n  ') : '(none)';
+    const tip = `${st.name}${st.merged ? ' (merged: shared by ' + st.owners.length + ' jobs)' : ''}\n` +
+      `program: ${st.program}\nabstraction: ${st.abstraction || 'block'}\nowners:\n  ${owners}`;
+    const g1 = s('g', { class: `node stage${st.merged ? ' merged' : ''}${st.backlog > 0 ? ' busy' : ''}`,
+      'data-stage': st.name, 'data-id': st.id, 'data-backlog': st.backlog, 'data-workers': st.workers, 'data-faulty': st.faulty,
+      tabindex: 0, onclick: () => { location.hash = '#/queue/' + encodeURIComponent(st.inputs[0]); } },
+      s('title', {}, tip));
+    if (st.merged) g1.append(s('rect', { class: 'outer', x: x - 4, y: y - 4, width: STAGE_W + 8, height: STAGE_H + 8, rx: 8 }));
+    g1.append(s('rect', { class: 'box', x, y, width: STAGE_W, height: STAGE_H, rx: 5 }));
+    g1.append(s('text', { x: n.x, y: y + 14, class: 'name' }, clip(st.name, 28)));
+    g1.append(s('text', { x: n.x, y: y + 32, class: 'load' }, `backlog ${st.backlog} · workers ${st.workers}`));
+    if (st.faulty > 0) g1.append(s('text', { x: n.x, y: y + 49, class: 'faulty' }, `faulty ${st.faulty}`));
+    else if (st.merged) g1.append(s('text', { x: n.x, y: y + 49, class: 'detail' }, `merged · ${st.owners.length} owners`));
+    svg.append(g1);
+  }
+  return svg;
+}
+
+function clip(t, n) { return t.length > n ? t.slice(0, n - 1) + '…' : t; }
+
+async function graphPage() {
+  const [g, queues] = await Promise.all([get('/api/graph'), get('/api/queues')]);
+  const faulty = g.stages.reduce((a, st) => a + st.faulty, 0);
+  return [
+    h('h1', {}, 'Pipeline graph'),
+    h('p', { class: 'muted' }, `${g.stages.length} stages over ${g.queues.length} queues. ` +
+      'Ovals are queues, boxes are stages; a double border marks a stage several jobs share. ' +
+      'Hover for owners; click for the queue.',
+      faulty ? h('span', { class: 'bad' }, ` ${faulty} faulty blocks.`) : ''),
+    g.stages.length || g.queues.length ? drawGraph(g, queues) : h('p', {}, 'No queues or jobs yet. Submit one with `plumb job submit FILE.yaml`.'),
+  ];
+}
+
+// ---- queues ---------------------------------------------------------------
+
+async function queuesPage() {
+  const qs = await get('/api/queues');
+  return [
+    h('h1', {}, 'Queues'),
+    qs.length === 0 ? h('p', {}, 'No queues yet.') :
+      h('table', { id: 'queues' },
+        h('tr', {}, h('th', {}, 'queue'), h('th', { class: 'num' }, 'blocks'), h('th', { class: 'num' }, 'bytes'), h('th', {}, 'created')),
+        qs.map(q => h('tr', { class: 'link', 'data-queue': q.name, onclick: () => { location.hash = '#/queue/' + encodeURIComponent(q.name); } },
+          h('td', {}, h('a', { href: '#/queue/' + encodeURIComponent(q.name) }, q.name)),
+          h('td', { class: 'num' }, q.blocks), h('td', { class: 'num' }, bytes(q.bytes)), h('td', {}, when(q.created))))),
+  ];
+}
+
+async function queuePage(name) {
+  const p = await get('/api/queue/' + encodeURIComponent(name));
+  const groups = p.groups.map(g => g.group);
+  return [
+    h('h1', {}, `Queue ${p.queue.name}`),
+    h('dl', { class: 'facts' },
+      h('dt', {}, 'blocks'), h('dd', { id: 'queue-blocks' }, `${p.queue.blocks} (${bytes(p.queue.bytes)})`),
+      h('dt', {}, 'retention'), h('dd', {}, p.retention),
+      h('dt', {}, 'written by'), h('dd', {}, p.producer || 'agents and uploads'),
+      h('dt', {}, 'read by'), h('dd', {}, p.readers.length ? p.readers.join(', ') : 'no stage')),
+    h('h2', {}, 'Subscribers'),
+    p.groups.length === 0 ? h('p', { class: 'muted' }, 'None.') :
+      h('table', { id: 'groups' },
+        h('tr', {}, h('th', {}, 'group'), ...['owed', 'reserved', 'done', 'faulty'].map(c => h('th', { class: 'num' }, c))),
+        p.groups.map(g => h('tr', {}, h('td', {}, g.group), h('td', { class: 'num' }, g.unreserved), h('td', { class: 'num' }, g.reserved),
+          h('td', { class: 'num' }, g.done), h('td', { class: 'num' + (g.faulty ? ' bad' : '') }, g.faulty)))),
+    h('h2', {}, `Newest blocks (${p.blocks.length} shown)`),
+    h('table', { id: 'blocks' },
+      h('tr', {}, h('th', {}, 'block'), h('th', { class: 'num' }, 'size'), h('th', {}, 'arrived'), groups.map(g => h('th', {}, g))),
+      p.blocks.map(b => h('tr', { 'data-block': b.name },
+        h('td', {}, b.name), h('td', { class: 'num' }, bytes(b.size)), h('td', {}, when(b.arrived)),
+        groups.map(g => {
+          const d = (b.states || {})[g];
+          if (!d) return h('td', { class: 'muted' }, '–');
+          return h('td', { class: 'state-' + d.state, title: d.last_error || '' }, d.state.toLowerCase(),
+            d.attempts > 1 ? ` (${d.attempts} tries)` : '');
+        })))),
+  ];
+}
+
+// ---- windows --------------------------------------------------------------
+
+const siteOf = w => w.id.split('/')[0];
+
+function waitText(w, now) {
+  if (w.state !== 'waiting') return w.reason || w.state;
+  if (w.blocked_by) return `in order after ${w.blocked_by}`;
+  if (!w.bracketed) return 'for a block beyond its end';
+  if (w.wait_until) {
+    const left = new Date(w.wait_until).getTime() - now;
+    return left > 0 ? `max_wait ends in ${dur(left, true)}` : 'max_wait over; firing';
+  }
+  return 'for the missing blocks (no max_wait)';
+}
+
+async function windowsPage() {
+  const ws = await get('/api/windows');
+  const now = Date.now();
+  const open = ws.filter(w => w.state === 'waiting');
+  const done = ws.filter(w => w.state !== 'waiting');
+  const row = w => h('tr', { class: 'link', 'data-window': `${w.stage} ${w.id}`,
+    onclick: () => { location.hash = `#/window/${encodeURIComponent(w.stage)}/${encodeURIComponent(w.id)}${w.revision ? '/' + w.revision : ''}`; } },
+    h('td', {}, w.stage), h('td', {}, siteOf(w)), h('td', {}, `${when(w.from)} – ${when(w.to)}`),
+    h('td', { class: 'num' }, w.blocks), h('td', { class: 'num' + (w.missing && w.missing.length ? ' bad' : '') }, (w.missing || []).length),
+    h('td', {}, w.state === 'faulty' ? h('span', { class: 'bad' }, 'faulty') : waitText(w, now)));
+  const head = last => h('tr', {}, h('th', {}, 'stage'), h('th', {}, 'site'), h('th', {}, 'window'),
+    h('th', { class: 'num' }, 'present'), h('th', { class: 'num' }, 'missing'), h('th', {}, last));
+  return [
+    h('h1', {}, 'Windows'),
+    h('h2', {}, `Open (${open.length})`),
+    open.length ? h('table', { id: 'open-windows' }, head('waiting'), open.map(row)) : h('p', { class: 'muted' }, 'No window is waiting.'),
+    h('h2', {}, `Fired (${done.length})`),
+    done.length ? h('table', { id: 'fired-windows' }, head('why'), done.map(row)) : h('p', { class: 'muted' }, 'None yet.'),
+  ];
+}
+
+async function windowPage(stage, id, rev) {
+  const ws = await get('/api/windows');
+  const w = ws.find(x => x.stage === stage && x.id === id && (rev ? String(x.revision) === rev : x.state === 'waiting')) ||
+    ws.find(x => x.stage === stage && x.id === id);
+  if (!w) return [h('h1', {}, `Window ${id}`), h('p', {}, `No window ${id} of ${stage} now; it may have fired and aged out.`)];
+  const list = xs => (xs && xs.length ? h('div', { class: 'seqs' }, xs.join(' ')) : h('span', { class: 'muted' }, 'none'));
+  return [
+    h('h1', { id: 'window-title' }, `Window ${w.id} of ${w.stage}`),
+    h('dl', { class: 'facts' },
+      h('dt', {}, 'site'), h('dd', {}, siteOf(w)),
+      h('dt', {}, 'state'), h('dd', { id: 'window-state' }, w.state + (w.revision ? ` (revision ${w.revision})` : '')),
+      h('dt', {}, 'from'), h('dd', {}, when(w.from)),
+      h('dt', {}, 'to'), h('dd', {}, when(w.to)),
+      h('dt', {}, 'blocks present'), h('dd', {}, w.blocks),
+      h('dt', {}, 'missing'), h('dd', { id: 'window-missing' }, list(w.missing)),
+      h('dt', {}, 'late'), h('dd', {}, list(w.late)),
+      h('dt', {}, w.state === 'waiting' ? 'waiting' : 'why'), h('dd', {}, waitText(w, Date.now())),
+      w.fired ? [h('dt', {}, 'fired'), h('dd', {}, when(w.fired))] : [],
+      w.error ? [h('dt', {}, 'error'), h('dd', { class: 'bad' }, w.error)] : []),
+    h('p', {}, h('a', { href: '#/windows' }, '← all windows')),
+  ];
+}
+
+// ---- latency --------------------------------------------------------------
+
+const seriesKey = r => (r.kind === 'stage' ? `stage ${r.stage}` : `${r.queue} → ${r.group}`);
+
+function chart(points, w = 420, ht = 160) {
+  const left = 48, bottom = 20, top = 8, right = 8;
+  const ts = points.map(p => p.t), vs = points.flatMap(p => [p.p50, p.p99]);
+  const t0 = Math.min(...ts), t1 = Math.max(...ts, t0 + 1);
+  const vmax = Math.max(...vs, 1);
+  const X = t => left + ((t - t0) / (t1 - t0)) * (w - left - right);
+  const Y = v => top + (1 - v / vmax) * (ht - top - bottom);
+  const line = k => points.map(p => `${X(p.t).toFixed(1)},${Y(p[k]).toFixed(1)}`).join(' ');
+  return s('svg', { class: 'chart', width: w, height: ht, viewBox: `0 0 ${w} ${ht}` },
+    s('line', { class: 'axis', x1: left, y1: ht - bottom, x2: w - right, y2: ht - bottom }),
+    s('line', { class: 'axis', x1: left, y1: top, x2: left, y2: ht - bottom }),
+    s('text', { x: left - 4, y: top + 8, 'text-anchor': 'end' }, dur(vmax)),
+    s('text', { x: left - 4, y: ht - bottom, 'text-anchor': 'end' }, '0'),
+    s('text', { x: left, y: ht - 4 }, new Date(t0).toISOString().slice(11, 19)),
+    s('text', { x: w - right, y: ht - 4, 'text-anchor': 'end' }, new Date(t1).toISOString().slice(11, 19)),
+    s('polyline', { class: 'p99', points: line('p99') }),
+    s('polyline', { class: 'p50', points: line('p50') }));
+}
+
+async function latencyPage() {
+  const [hist, now] = await Promise.all([get('/api/latency'), get('/api/status')]);
+  const series = new Map();
+  for (const pt of hist) {
+    const t = new Date(pt.at).getTime();
+    for (const r of pt.rows) {
+      if (!r.arrival_to.samples) continue;
+      const k = seriesKey(r);
+      if (!series.has(k)) series.set(k, []);
+      series.get(k).push({ t, p50: r.arrival_to.p50_ns, p99: r.arrival_to.p99_ns });
+    }
+  }
+  return [
+    h('h1', {}, 'Latency'),
+    h('p', { class: 'muted' }, 'From a block\'s arrival to its stage output (stages) or its delivery (subscribers), over the last hour at each sample.'),
+    h('table', { id: 'status' },
+      h('tr', {}, h('th', {}, 'stage or subscriber'), h('th', {}, 'queue'), h('th', { class: 'num' }, 'backlog'), h('th', { class: 'num' }, 'oldest owed'),
+        h('th', { class: 'num' }, 'p50'), h('th', { class: 'num' }, 'p99'), h('th', { class: 'num' }, 'samples')),
+      now.map(r => h('tr', { 'data-series': seriesKey(r) },
+        h('td', {}, r.kind === 'stage' ? r.stage : r.group), h('td', {}, r.queue), h('td', { class: 'num' }, r.backlog),
+        h('td', { class: 'num' }, r.oldest_age_ns ? dur(r.oldest_age_ns) : '–'),
+        h('td', { class: 'num' }, r.arrival_to.samples ? dur(r.arrival_to.p50_ns) : '–'),
+        h('td', { class: 'num' }, r.arrival_to.samples ? dur(r.arrival_to.p99_ns) : '–'),
+        h('td', { class: 'num' }, r.arrival_to.samples)))),
+    h('h2', {}, 'Over time'),
+    h('p', { class: 'legend' }, h('span', { class: 'p50' }, '— p50'), h('span', { class: 'p99' }, '— p99')),
+    series.size === 0 ? h('p', { class: 'muted' }, 'No block has gone through yet.') :
+      h('div', { class: 'charts' }, [...series].map(([k, pts]) => h('figure', { 'data-chart': k }, h('figcaption', {}, k), chart(pts)))),
+  ];
+}
+
+// ---- routing --------------------------------------------------------------
+
+function route() {
+  const parts = (location.hash.replace(/^#\/?/, '') || 'graph').split('/').map(decodeURIComponent);
+  switch (parts[0]) {
+    case 'queues': return ['queues', queuesPage];
+    case 'queue': return ['queues', () => queuePage(parts[1])];
+    case 'windows': return ['windows', windowsPage];
+    case 'window': return ['windows', () => windowPage(parts[1], parts[2], parts[3])];
+    case 'latency': return ['latency', latencyPage];
+    default: return ['graph', graphPage];
+  }
+}
+
+let timer = null, generation = 0;
+
+async function render() {
+  clearTimeout(timer);
+  const gen = ++generation;
+  const [nav, page] = route();
+  for (const a of document.querySelectorAll('nav a')) a.classList.toggle('active', a.dataset.nav === nav);
+  const err = document.getElementById('error');
+  try {
+    const kids = await page();
+    if (gen !== generation) return; // the user moved on meanwhile
+    document.getElementById('view').replaceChildren(...kids.flat());
+    err.hidden = true;
+    document.getElementById('updated').textContent = 'updated ' + new Date().toISOString().slice(11, 19) + 'Z';
+    document.body.dataset.ready = nav;
+  } catch (e) {
+    if (gen !== generation) return;
+    err.textContent = `Could not load this page: ${e.message}. Retrying.`;
+    err.hidden = false;
+  }
+  timer = setTimeout(render, REFRESH_MS);
+}
+
+window.addEventListener('hashchange', render);
+render();

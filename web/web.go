@@ -1,0 +1,314 @@
+// Package web is the operator dashboard: a small embedded web UI and the
+// JSON it reads (the merged graph with backlog and workers, queues,
+// windows, latency), plus /metrics, /healthz and /readyz, all on one
+// listener. The UI is plain HTML, CSS and JavaScript with no outside
+// libraries, so it works offline.
+package web
+
+import (
+	"context"
+	"embed"
+	"encoding/json"
+	"errors"
+	"io/fs"
+	"log/slog"
+	"net"
+	"net/http"
+	"slices"
+	"sync"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+
+	"github.com/plumb-dev/plumb/engine"
+	"github.com/plumb-dev/plumb/pipeline"
+	"github.com/plumb-dev/plumb/state"
+)
+
+//go:embed ui
+var ui embed.FS
+
+// Server serves the dashboard.
+type Server struct {
+	eng    *engine.Engine
+	db     *state.DB
+	gather prometheus.Gatherer
+	log    *slog.Logger
+
+	mu      sync.Mutex
+	history []point // latency samples for the chart, oldest first
+}
+
+// point is the status of every stage at one moment.
+type point struct {
+	At   time.Time          `json:"at"`
+	Rows []engine.StatusRow `json:"rows"`
+}
+
+// historyKeep bounds the latency chart: a sample a minute for a day.
+const historyKeep = 24 * 60
+
+// New returns a dashboard over a running engine (nil when the server runs
+// no pipelines) and its metadata. gather serves /metrics; nil serves the
+// default registry.
+func New(eng *engine.Engine, db *state.DB, gather prometheus.Gatherer, log *slog.Logger) *Server {
+	if gather == nil {
+		gather = prometheus.DefaultGatherer
+	}
+	return &Server{eng: eng, db: db, gather: gather, log: log}
+}
+
+// Handler returns the dashboard's routes.
+func (s *Server) Handler() http.Handler {
+	mux := http.NewServeMux()
+	static, _ := fs.Sub(ui, "ui")
+	mux.Handle("GET /", http.FileServerFS(static))
+	mux.Handle("GET /metrics", promhttp.HandlerFor(s.gather, promhttp.HandlerOpts{}))
+	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) { w.Write([]byte("ok\n")) })
+	mux.HandleFunc("GET /readyz", func(w http.ResponseWriter, r *http.Request) {
+		if _, err := s.db.Queues(); err != nil {
+			http.Error(w, "metadata: "+err.Error(), http.StatusServiceUnavailable)
+			return
+		}
+		w.Write([]byte("ready\n"))
+	})
+	mux.HandleFunc("GET /api/graph", s.graph)
+	mux.HandleFunc("GET /api/queues", s.queues)
+	mux.HandleFunc("GET /api/queue/{name}", s.queue)
+	mux.HandleFunc("GET /api/windows", s.windows)
+	mux.HandleFunc("GET /api/status", s.status)
+	mux.HandleFunc("GET /api/latency", s.latency)
+	return mux
+}
+
+// Serve serves on lis until ctx ends, sampling latency every interval (a
+// minute when zero) for the chart.
+func (s *Server) Serve(ctx context.Context, lis net.Listener, every time.Duration) error {
+	if every <= 0 {
+		every = time.Minute
+	}
+	srv := &http.Server{Handler: s.Handler(), ReadHeaderTimeout: 10 * time.Second}
+	var wg sync.WaitGroup
+	defer wg.Wait()
+	wg.Go(func() { s.sample(ctx, every) })
+	errc := make(chan error, 1)
+	go func() { errc <- srv.Serve(lis) }()
+	select {
+	case <-ctx.Done():
+		sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		srv.Shutdown(sctx)
+		<-errc
+		return nil
+	case err := <-errc:
+		return err
+	}
+}
+
+func (s *Server) sample(ctx context.Context, every time.Duration) {
+	t := time.NewTicker(every)
+	defer t.Stop()
+	if s.eng == nil {
+		return
+	}
+	for {
+		if rows, err := s.eng.Status(ctx); err == nil {
+			s.mu.Lock()
+			s.history = append(s.history, point{time.Now().UTC(), rows})
+			if len(s.history) > historyKeep {
+				s.history = slices.Delete(s.history, 0, len(s.history)-historyKeep)
+			}
+			s.mu.Unlock()
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+	}
+}
+
+func reply(w http.ResponseWriter, v any, err error) {
+	if err != nil {
+		http.Error(w, err.Error(), http.StatusInternalServerError)
+		return
+	}
+	w.Header().Set("Content-Type", "application/json")
+	json.NewEncoder(w).Encode(v)
+}
+
+// GraphStage is a stage as the graph page draws it.
+type GraphStage struct {
+	Name        string   `json:"name"`
+	ID          string   `json:"id"`
+	Inputs      []string `json:"inputs"`
+	Outputs     []string `json:"outputs"`
+	Program     string   `json:"program"`
+	Abstraction string   `json:"abstraction"`
+	Owners      []string `json:"owners"`
+	Merged      bool     `json:"merged"`
+	Backlog     int64    `json:"backlog"`
+	Workers     int      `json:"workers"`
+	Faulty      int64    `json:"faulty"`
+}
+
+// Graph is the merged graph with live numbers.
+type Graph struct {
+	Stages []GraphStage `json:"stages"`
+	Queues []string     `json:"queues"`
+}
+
+func (s *Server) graph(w http.ResponseWriter, _ *http.Request) {
+	if s.eng == nil {
+		reply(w, Graph{Queues: []string{}, Stages: []GraphStage{}}, nil)
+		return
+	}
+	g := s.eng.Graph()
+	stats := map[string]engine.StageStats{}
+	for _, st := range s.eng.Stats() {
+		stats[st.ID] = st
+	}
+	out := Graph{Queues: []string{}, Stages: []GraphStage{}}
+	if g == nil {
+		g = &pipeline.Graph{}
+	}
+	out.Queues = append(out.Queues, g.Queues()...)
+	for _, n := range g.Stages {
+		st := stats[n.ID()]
+		gs := GraphStage{Name: n.Name, ID: n.ID(), Inputs: n.Inputs, Outputs: n.Outputs, Program: n.Program.String(),
+			Abstraction: n.Abstraction, Merged: n.Merged, Backlog: st.Backlog, Workers: st.Workers, Faulty: st.Faulty}
+		for _, o := range n.Owners {
+			owner := o.Job + "/" + o.Stage
+			if o.User != "" {
+				owner += " (" + o.User + ")"
+			}
+			gs.Owners = append(gs.Owners, owner)
+		}
+		if gs.Outputs == nil {
+			gs.Outputs = []string{}
+		}
+		out.Stages = append(out.Stages, gs)
+	}
+	reply(w, out, nil)
+}
+
+func (s *Server) queues(w http.ResponseWriter, _ *http.Request) {
+	qs, err := s.db.Queues()
+	if qs == nil {
+		qs = []state.Queue{}
+	}
+	reply(w, qs, err)
+}
+
+// QueuePage is one queue: its newest blocks, its readers and retention.
+type QueuePage struct {
+	Queue     state.Queue        `json:"queue"`
+	Retention string             `json:"retention"`
+	Producer  string             `json:"producer,omitempty"`
+	Readers   []string           `json:"readers"`
+	Groups    []state.GroupStats `json:"groups"`
+	Blocks    []QueueBlock       `json:"blocks"` // the newest first, up to 200
+}
+
+// QueueBlock is a block with where it stands with each subscriber.
+type QueueBlock struct {
+	state.Block
+	States map[string]state.Delivery `json:"states"` // by group
+}
+
+// queuePageBlocks bounds the queue page.
+const queuePageBlocks = 200
+
+func (s *Server) queue(w http.ResponseWriter, r *http.Request) {
+	name := r.PathValue("name")
+	q, err := s.db.Queue(name)
+	if errors.Is(err, state.ErrNotFound) {
+		http.Error(w, err.Error(), http.StatusNotFound)
+		return
+	}
+	if err != nil {
+		reply(w, nil, err)
+		return
+	}
+	page := QueuePage{Queue: q, Retention: "kept (source queue)", Readers: []string{}}
+	if g := s.graphOrNil(); g != nil {
+		for _, n := range g.Stages {
+			if slices.Contains(n.Outputs, name) {
+				page.Producer = n.Name
+				page.Retention = string(n.Retention)
+				if n.Retention == pipeline.UntilConsumed {
+					page.Retention = "until every reader is done"
+				}
+			}
+		}
+		for _, n := range g.Readers(name) {
+			page.Readers = append(page.Readers, n.Name)
+		}
+	}
+	if page.Groups, err = s.db.Groups(name); err != nil {
+		reply(w, nil, err)
+		return
+	}
+	last, err := s.db.LastSerial(name)
+	if err != nil {
+		reply(w, nil, err)
+		return
+	}
+	blocks, err := s.db.Blocks(name, last-min(last, queuePageBlocks), queuePageBlocks)
+	if err != nil {
+		reply(w, nil, err)
+		return
+	}
+	serials := make([]uint64, len(blocks))
+	for i, b := range blocks {
+		serials[i] = b.Serial
+	}
+	dels, err := s.db.DeliveriesOf(name, serials)
+	page.Blocks = make([]QueueBlock, 0, len(blocks))
+	for _, b := range slices.Backward(blocks) {
+		page.Blocks = append(page.Blocks, QueueBlock{Block: b, States: dels[b.Serial]})
+	}
+	reply(w, page, err)
+}
+
+func (s *Server) graphOrNil() *pipeline.Graph {
+	if s.eng == nil {
+		return nil
+	}
+	return s.eng.Graph()
+}
+
+func (s *Server) windows(w http.ResponseWriter, _ *http.Request) {
+	if s.eng == nil {
+		reply(w, []engine.WindowView{}, nil)
+		return
+	}
+	ws, err := s.eng.Windows("")
+	if ws == nil {
+		ws = []engine.WindowView{}
+	}
+	reply(w, ws, err)
+}
+
+func (s *Server) status(w http.ResponseWriter, r *http.Request) {
+	if s.eng == nil {
+		reply(w, []engine.StatusRow{}, nil)
+		return
+	}
+	rows, err := s.eng.Status(r.Context())
+	if rows == nil {
+		rows = []engine.StatusRow{}
+	}
+	reply(w, rows, err)
+}
+
+func (s *Server) latency(w http.ResponseWriter, _ *http.Request) {
+	s.mu.Lock()
+	h := slices.Clone(s.history)
+	s.mu.Unlock()
+	if h == nil {
+		h = []point{}
+	}
+	reply(w, h, nil)
+}

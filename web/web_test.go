@@ -1,0 +1,232 @@
+package web_test
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/json"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"go.uber.org/goleak"
+
+	"github.com/plumb-dev/plumb/blob"
+	"github.com/plumb-dev/plumb/block"
+	"github.com/plumb-dev/plumb/engine"
+	"github.com/plumb-dev/plumb/engine/builtin"
+	"github.com/plumb-dev/plumb/state"
+	"github.com/plumb-dev/plumb/web"
+)
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+
+// rig is a server's data path without Flight: metadata, a blob directory
+// and an engine running two teams' jobs that share a stage, one of whose
+// blocks a picky program refuses.
+type rig struct {
+	db    *state.DB
+	store blob.Store
+	eng   *engine.Engine
+	reg   *prometheus.Registry
+}
+
+func newRig(t *testing.T) *rig {
+	t.Helper()
+	dir := t.TempDir()
+	db, err := state.Open(filepath.Join(dir, "meta.db"), state.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	store, err := blob.OpenDir(filepath.Join(dir, "blobs"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	reg := prometheus.NewRegistry()
+	builtins := engine.NewRegistry()
+	builtin.Register(builtins, builtin.FindXZ())
+	eng, err := engine.New(db, store, builtins, engine.Config{Slots: 2, Scratch: filepath.Join(dir, "tmp"),
+		Tick: 20 * time.Millisecond, Backoff: time.Millisecond, Registerer: reg})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { defer close(done); eng.Run(ctx) }()
+	t.Cleanup(func() { cancel(); <-done; db.Close() })
+	return &rig{db: db, store: store, eng: eng, reg: reg}
+}
+
+func (r *rig) put(t *testing.T, seq uint64, data string) {
+	t.Helper()
+	n := block.Name{Time: time.Date(2025, 5, 5, 15, 0, int(seq), 0, time.UTC), Seq: seq, Instance: "lax", Queue: "raw"}
+	sum := blob.Sum(sha256.Sum256([]byte(data)))
+	key := blob.BlockKey(n, sum)
+	if err := r.store.Put(context.Background(), key, strings.NewReader(data), int64(len(data)), sum); err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := r.db.CommitBlock(state.Block{Name: n.String(), Queue: n.Queue, Instance: n.Instance, Seq: seq, Time: n.Time,
+		Size: int64(len(data)), SHA256: sum.String(), Key: key}); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func getJSON[T any](t *testing.T, url string) T {
+	t.Helper()
+	resp, err := http.Get(url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != 200 || !strings.HasPrefix(resp.Header.Get("Content-Type"), "application/json") {
+		body, _ := io.ReadAll(resp.Body)
+		t.Fatalf("GET %s: %s %s", url, resp.Status, body)
+	}
+	var v T
+	if err := json.NewDecoder(resp.Body).Decode(&v); err != nil {
+		t.Fatalf("GET %s: %v", url, err)
+	}
+	return v
+}
+
+func getText(t *testing.T, url string) (int, string, string) {
+	t.Helper()
+	resp, err := http.Get(url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	body, _ := io.ReadAll(resp.Body)
+	return resp.StatusCode, resp.Header.Get("Content-Type"), string(body)
+}
+
+func TestDashboardAPI(t *testing.T) {
+	r := newRig(t)
+	script := filepath.Join(t.TempDir(), "picky.sh")
+	os.WriteFile(script, []byte("#!/bin/sh\ndata=$(cat)\ncase \"$data\" in *poison*) echo picky: poison >&2; exit 3;; esac\nprintf '%s' \"$data\"\n"), 0o755)
+	r.put(t, 1, "block 1") // a job may only read a queue that exists
+	for i, job := range []string{"alice", "bob"} {
+		src := fmt.Sprintf("job: %s\nowner: %s\nfrom: earliest\nstages:\n  - {name: clean, inputs: [raw], program: [%s], outputs: [raw.clean]}\n"+
+			"  - {name: mine, inputs: [raw.clean], program: [cat], outputs: [raw.%d]}\n", job, job, script, i)
+		if res, err := r.eng.Submit(job+".yaml", []byte(src), ""); err != nil || res.State != "accepted" {
+			t.Fatalf("submit %s: %+v %v", job, res, err)
+		}
+	}
+	for seq := uint64(2); seq <= 4; seq++ {
+		data := fmt.Sprintf("block %d", seq)
+		if seq == 3 {
+			data = "poison"
+		}
+		r.put(t, seq, data)
+	}
+	srv := httptest.NewServer(web.New(r.eng, r.db, r.reg, slog.Default()).Handler())
+	defer srv.Close()
+
+	deadline := time.Now().Add(60 * time.Second)
+	var g web.Graph
+	for {
+		g = getJSON[web.Graph](t, srv.URL+"/api/graph")
+		var faulty int64
+		for _, st := range g.Stages {
+			faulty += st.Faulty
+		}
+		if faulty == 1 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("no faulty block shown after 60s: %+v", g)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	if len(g.Stages) != 3 || strings.Join(g.Queues, " ") != "raw raw.0 raw.1 raw.clean" {
+		t.Fatalf("graph: %d stages, queues %v; want the shared clean stage and two of mine", len(g.Stages), g.Queues)
+	}
+	for _, st := range g.Stages {
+		if st.Name == "alice/clean" && (!st.Merged || len(st.Owners) != 2 || st.Faulty != 1) {
+			t.Errorf("shared stage = %+v; want merged, two owners, one faulty block", st)
+		}
+	}
+
+	page := getJSON[web.QueuePage](t, srv.URL+"/api/queue/raw")
+	if page.Queue.Blocks != 4 || len(page.Blocks) != 4 || page.Blocks[0].Seq != 4 || page.Producer != "" ||
+		strings.Join(page.Readers, ",") != "alice/clean" {
+		t.Fatalf("queue page: %+v", page)
+	}
+	for _, b := range page.Blocks {
+		want := state.Done
+		if b.Seq == 3 {
+			want = state.Faulty
+		}
+		if len(b.States) != 1 {
+			t.Fatalf("block %s states %v; want one subscriber", b.Name, b.States)
+		}
+		for group, d := range b.States {
+			if d.State != want {
+				t.Errorf("block %s in %s: %s; want %s", b.Name, group, d.State, want)
+			}
+		}
+	}
+	if code, _, body := getText(t, srv.URL+"/api/queue/nosuch"); code != 404 || !strings.Contains(body, "nosuch") {
+		t.Errorf("unknown queue: %d %s", code, body)
+	}
+	if code, _, body := getText(t, srv.URL+"/metrics"); code != 200 || !strings.Contains(body, `plumb_stage_runs_total{result="faulty",stage="alice/clean"} 1`) {
+		t.Errorf("/metrics: %d, no faulty run counted:\n%.2000s", code, body)
+	}
+	for path, want := range map[string]string{"/healthz": "ok", "/readyz": "ready", "/": `<script src="app.js"`, "/app.js": "function drawGraph"} {
+		if code, _, body := getText(t, srv.URL+path); code != 200 || !strings.Contains(body, want) {
+			t.Errorf("GET %s: %d, want %q in:\n%.300s", path, code, want, body)
+		}
+	}
+	if _, ct, _ := getText(t, srv.URL+"/app.js"); !strings.Contains(ct, "javascript") {
+		t.Errorf("app.js served as %q", ct)
+	}
+	if st := getJSON[[]engine.StatusRow](t, srv.URL+"/api/status"); len(st) != 3 {
+		t.Errorf("status rows: %+v", st)
+	}
+}
+
+type sample struct {
+	At   time.Time          `json:"at"`
+	Rows []engine.StatusRow `json:"rows"`
+}
+
+// TestServeSamplesLatency: the chart's history starts with a sample at
+// once and grows each interval; Serve returns when its context ends.
+func TestServeSamplesLatency(t *testing.T) {
+	r := newRig(t)
+	r.put(t, 1, "x")
+	if res, err := r.eng.Submit("j.yaml", []byte("job: j\nfrom: earliest\nstages:\n  - {name: c, inputs: [raw], program: [cat], outputs: [raw.c]}\n"), ""); err != nil || res.State != "accepted" {
+		t.Fatal(res, err)
+	}
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- web.New(r.eng, r.db, nil, slog.Default()).Serve(ctx, lis, 10*time.Millisecond) }()
+	url := "http://" + lis.Addr().String() + "/api/latency"
+	deadline := time.Now().Add(60 * time.Second)
+	for {
+		h := getJSON[[]sample](t, url)
+		if n := len(h); n >= 3 && h[n-1].Rows[0].ArrivalTo.Samples == 1 && h[n-1].At.After(h[0].At) {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("latency history never showed the block's run; %d samples, the last: %+v", len(h), h[len(h)-1])
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	cancel()
+	if err := <-done; err != nil {
+		t.Fatalf("Serve after cancel: %v", err)
+	}
+}
