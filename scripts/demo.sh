@@ -8,6 +8,7 @@ set -euo pipefail
 plumb=${1:-bin/plumb}
 work=$(mktemp -d)
 addr=127.0.0.1:${PLUMB_DEMO_PORT:-18815}
+web=127.0.0.1:${PLUMB_DEMO_HTTP_PORT:-18816}
 export PLUMB_SERVER=$addr
 cleanup() {
   kill -TERM "$pid" 2>/dev/null || true
@@ -16,7 +17,7 @@ cleanup() {
 }
 trap cleanup EXIT
 
-"$plumb" serve --data "$work/data" --listen "$addr" 2>"$work/serve.log" &
+"$plumb" serve --data "$work/data" --listen "$addr" --http "$web" --latency-every 2s 2>"$work/serve.log" &
 pid=$!
 for _ in $(seq 100); do
   kill -0 "$pid" 2>/dev/null || { echo "plumb serve failed to start:" >&2; cat "$work/serve.log" >&2; exit 1; }
@@ -24,6 +25,7 @@ for _ in $(seq 100); do
   sleep 0.1
 done
 
+echo "== the dashboard is at http://$web/ while the demo runs (PLUMB_DEMO_WAIT=1 keeps it up at the end)"
 echo "== generate 64 MiB of DNS traffic"
 "$plumb" synth --out "$work/synth.pcap" --size 64MiB --seed 1
 
@@ -55,3 +57,6 @@ echo "== what each queue holds (pcap, read by both, is gone once both are done w
 echo "== bob's summary of the first block"
 first=$("$plumb" blocks pcap.info | awk 'NR==2 {print $1}')
 "$plumb" get -o - "$first"
+if [ -n "${PLUMB_DEMO_WAIT:-}" ]; then
+  read -r -p "== the dashboard is at http://$web/; press Enter to stop the server " _
+fi

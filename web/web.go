@@ -114,6 +114,9 @@ func (s *Server) sample(ctx context.Context, every time.Duration) {
 	}
 	for {
 		if rows, err := s.eng.Status(ctx); err == nil {
+			if rows == nil {
+				rows = []engine.StatusRow{} // no stages yet
+			}
 			s.mu.Lock()
 			s.history = append(s.history, point{time.Now().UTC(), rows})
 			if len(s.history) > historyKeep {
@@ -203,12 +206,15 @@ func (s *Server) queues(w http.ResponseWriter, _ *http.Request) {
 
 // QueuePage is one queue: its newest blocks, its readers and retention.
 type QueuePage struct {
-	Queue     state.Queue        `json:"queue"`
-	Retention string             `json:"retention"`
-	Producer  string             `json:"producer,omitempty"`
-	Readers   []string           `json:"readers"`
-	Groups    []state.GroupStats `json:"groups"`
-	Blocks    []QueueBlock       `json:"blocks"` // the newest first, up to 200
+	Queue     state.Queue `json:"queue"`
+	Retention string      `json:"retention"`
+	Producer  string      `json:"producer,omitempty"`
+	Readers   []string    `json:"readers"`
+	// Names gives the stage behind each stage's subscription, whose group
+	// name is the stage's identity.
+	Names  map[string]string  `json:"names"`
+	Groups []state.GroupStats `json:"groups"`
+	Blocks []QueueBlock       `json:"blocks"` // the newest first, up to 200
 }
 
 // QueueBlock is a block with where it stands with each subscriber.
@@ -231,7 +237,7 @@ func (s *Server) queue(w http.ResponseWriter, r *http.Request) {
 		reply(w, nil, err)
 		return
 	}
-	page := QueuePage{Queue: q, Retention: "kept (source queue)", Readers: []string{}}
+	page := QueuePage{Queue: q, Retention: "kept (source queue)", Readers: []string{}, Names: map[string]string{}}
 	if g := s.graphOrNil(); g != nil {
 		for _, n := range g.Stages {
 			if slices.Contains(n.Outputs, name) {
@@ -244,6 +250,7 @@ func (s *Server) queue(w http.ResponseWriter, r *http.Request) {
 		}
 		for _, n := range g.Readers(name) {
 			page.Readers = append(page.Readers, n.Name)
+			page.Names[n.ID()] = n.Name
 		}
 	}
 	if page.Groups, err = s.db.Groups(name); err != nil {

@@ -200,11 +200,11 @@ async function queuePage(name) {
     p.groups.length === 0 ? h('p', { class: 'muted' }, 'None.') :
       h('table', { id: 'groups' },
         h('tr', {}, h('th', {}, 'group'), ...['owed', 'reserved', 'done', 'faulty'].map(c => h('th', { class: 'num' }, c))),
-        p.groups.map(g => h('tr', {}, h('td', {}, g.group), h('td', { class: 'num' }, g.unreserved), h('td', { class: 'num' }, g.reserved),
+        p.groups.map(g => h('tr', {}, h('td', { title: g.group }, p.names[g.group] || g.group), h('td', { class: 'num' }, g.unreserved), h('td', { class: 'num' }, g.reserved),
           h('td', { class: 'num' }, g.done), h('td', { class: 'num' + (g.faulty ? ' bad' : '') }, g.faulty)))),
     h('h2', {}, `Newest blocks (${p.blocks.length} shown)`),
     h('table', { id: 'blocks' },
-      h('tr', {}, h('th', {}, 'block'), h('th', { class: 'num' }, 'size'), h('th', {}, 'arrived'), groups.map(g => h('th', {}, g))),
+      h('tr', {}, h('th', {}, 'block'), h('th', { class: 'num' }, 'size'), h('th', {}, 'arrived'), groups.map(g => h('th', { title: g }, p.names[g] || g))),
       p.blocks.map(b => h('tr', { 'data-block': b.name },
         h('td', {}, b.name), h('td', { class: 'num' }, bytes(b.size)), h('td', {}, when(b.arrived)),
         groups.map(g => {
@@ -236,7 +236,7 @@ async function windowsPage() {
   const now = Date.now();
   const open = ws.filter(w => w.state === 'waiting');
   const done = ws.filter(w => w.state !== 'waiting');
-  const row = w => h('tr', { class: 'link', 'data-window': `${w.stage} ${w.id}`,
+  const row = w => h('tr', { class: 'link', 'data-window': `${w.stage} ${w.id}`, 'data-missing': (w.missing || []).length,
     onclick: () => { location.hash = `#/window/${encodeURIComponent(w.stage)}/${encodeURIComponent(w.id)}${w.revision ? '/' + w.revision : ''}`; } },
     h('td', {}, w.stage), h('td', {}, siteOf(w)), h('td', {}, `${when(w.from)} – ${when(w.to)}`),
     h('td', { class: 'num' }, w.blocks), h('td', { class: 'num' + (w.missing && w.missing.length ? ' bad' : '') }, (w.missing || []).length),
@@ -303,7 +303,7 @@ async function latencyPage() {
   const series = new Map();
   for (const pt of hist) {
     const t = new Date(pt.at).getTime();
-    for (const r of pt.rows) {
+    for (const r of pt.rows || []) {
       if (!r.arrival_to.samples) continue;
       const k = seriesKey(r);
       if (!series.has(k)) series.set(k, []);

@@ -1,0 +1,322 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/chromedp/chromedp"
+	"github.com/gopacket/gopacket/layers"
+	"gopkg.in/yaml.v3"
+
+	"github.com/plumb-dev/plumb/block"
+	"github.com/plumb-dev/plumb/codecs"
+	"github.com/plumb-dev/plumb/flight"
+	"github.com/plumb-dev/plumb/internal/testenv"
+	"github.com/plumb-dev/plumb/pcap"
+	"github.com/plumb-dev/plumb/synth"
+)
+
+// artifacts is where browser tests leave their screenshots for people.
+func artifacts(t *testing.T) string {
+	dir := os.Getenv("PLUMB_ARTIFACTS")
+	if dir == "" {
+		dir = filepath.Join("..", "..", "artifacts")
+	}
+	dir = filepath.Join(dir, t.Name())
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	return dir
+}
+
+// captureBlock is a minute of generated DNS traffic as a snappy block.
+func captureBlock(t *testing.T, site string, seq uint64, at time.Time) flight.Source {
+	t.Helper()
+	var raw bytes.Buffer
+	w, _ := pcap.NewWriter(&raw, layers.LinkTypeEthernet, 65535, false)
+	if _, err := synth.Generate(context.Background(), w, synth.Config{Seed: seq, Start: at, Duration: time.Minute, Rate: 20}); err != nil {
+		t.Fatal(err)
+	}
+	w.Flush()
+	var z bytes.Buffer
+	zw, _ := codecs.Snappy.NewWriter(&z)
+	zw.Write(raw.Bytes())
+	if err := zw.Close(); err != nil {
+		t.Fatal(err)
+	}
+	data := z.Bytes()
+	sum := sha256.Sum256(data)
+	return flight.Source{Name: block.Name{Time: at, Seq: seq, Instance: site, Queue: "pcap.sz"}.String(), Size: int64(len(data)),
+		SHA256: hex.EncodeToString(sum[:]), Open: func() (io.ReadCloser, error) { return io.NopCloser(bytes.NewReader(data)), nil }}
+}
+
+// statsBacklog runs `plumb stats` and returns each stage's backlog and
+// faulty count as it prints them.
+func statsBacklog(t *testing.T, addr string) map[string][2]int {
+	t.Helper()
+	out, errOut, code := plumbExec(t, "stats", "--server", addr)
+	if code != 0 {
+		t.Fatalf("plumb stats: exit %d: %s", code, errOut)
+	}
+	got := map[string][2]int{}
+	lines := strings.Split(strings.TrimSpace(out), "\n")
+	head := strings.Fields(lines[0])
+	backlog, faulty := slices.Index(head, "BACKLOG"), slices.Index(head, "FAULTY")
+	for _, l := range lines[1:] {
+		f := strings.Fields(l)
+		if len(f) <= faulty || strings.Contains(l, ": ") {
+			continue // a note under the table
+		}
+		b, _ := strconv.Atoi(f[backlog])
+		n, _ := strconv.Atoi(f[faulty])
+		got[f[0]] = [2]int{b, n}
+	}
+	return got
+}
+
+// TestDashboardInBrowser drives Debian's Chromium, headless, over the
+// dashboard of a real server running four users' jobs (two sharing a
+// stage, a window stage with a block missing, a stage that refuses every
+// block): every stage and queue of `plumb graph` is drawn, the backlog and
+// faulty numbers are those of `plumb stats`, a queue and a window can be
+// clicked through, and no page raises a JavaScript error.
+func TestDashboardInBrowser(t *testing.T) {
+	chromium := testenv.Tool(t, "chromium")
+	addr, web := testenv.FreeAddr(t), testenv.FreeAddr(t)
+	startPlumb(t, "serve", "--data", t.TempDir(), "--listen", addr, "--http", web, "--log-level", "warn",
+		"--tick", "100ms", "--latency-every", "200ms")
+	waitListening(t, addr)
+	waitListening(t, web)
+	c, err := flight.Dial(addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	ctx := context.Background()
+
+	hour := time.Date(2025, 5, 5, 15, 0, 0, 0, time.UTC)
+	put := func(seq uint64, at time.Time) {
+		t.Helper()
+		if _, err := c.Put(ctx, captureBlock(t, "lax", seq, at)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	put(1, hour.Add(5*time.Minute))
+	for _, f := range []string{"alice-archive.yaml", "bob-summary.yaml"} {
+		if out, errOut, code := plumbExec(t, "job", "submit", "--server", addr, filepath.Join("..", "..", "examples", "jobs", f)); code != 0 {
+			t.Fatalf("submit %s: %s %s", f, out, errOut)
+		}
+	}
+	for _, job := range []string{`
+job: carol
+owner: carol
+from: earliest
+stages:
+  - {name: hourly, abstraction: window, window: {size: 1h}, inputs: [pcap.sz], program: [wc, -c], outputs: [pcap.count], retention: forever}
+`, `
+job: dave
+owner: dave
+from: earliest
+stages:
+  - {name: picky, inputs: [pcap.sz], program: [sh, -c, "echo picky: refuses every block >&2; exit 3"]}
+`} {
+		if res, err := c.SubmitJob(ctx, "job.yaml", []byte(job)); err != nil || res.State != "accepted" {
+			t.Fatalf("submit: %+v %v", res, err)
+		}
+	}
+	// Block 3 never comes: carol's 15:00 window waits for it, bracketed
+	// by block 5 in the next hour.
+	put(2, hour.Add(20*time.Minute))
+	put(4, hour.Add(40*time.Minute))
+	put(5, hour.Add(70*time.Minute))
+
+	var graph struct {
+		Stages []struct {
+			Name            string
+			Inputs, Outputs []string
+		}
+	}
+	out, _, code := plumbExec(t, "graph", "--server", addr)
+	if err := yaml.Unmarshal([]byte(out), &graph); err != nil || code != 0 || len(graph.Stages) != 5 {
+		t.Fatalf("plumb graph (exit %d, %v):\n%s", code, err, out)
+	}
+
+	// The browser, with every uncaught exception, console error and
+	// failed load counted.
+	opts := append(slices.Clone(chromedp.DefaultExecAllocatorOptions[:]), chromedp.ExecPath(chromium), chromedp.NoSandbox,
+		chromedp.WindowSize(1500, 1000))
+	actx, cancel := chromedp.NewExecAllocator(ctx, opts...)
+	defer cancel()
+	bctx, cancel := chromedp.NewContext(actx)
+	defer cancel()
+	if err := chromedp.Do(bctx); err != nil { // starts the browser, which lives as long as bctx
+		t.Fatalf("start %s: %v", chromium, err)
+	}
+	var mu sync.Mutex
+	var jsErrors []string
+	cctx, stopConsole := context.WithCancel(bctx)
+	var console sync.WaitGroup
+	messages := chromedp.Console(cctx)
+	console.Go(func() {
+		for m, err := range messages {
+			if err != nil {
+				return
+			}
+			if m.Type == chromedp.ConsoleError || m.Type == chromedp.ConsoleException {
+				mu.Lock()
+				jsErrors = append(jsErrors, fmt.Sprintf("%s (%s:%d)", m, m.URL, m.Line+1))
+				mu.Unlock()
+			}
+		}
+	})
+	defer func() { stopConsole(); console.Wait() }()
+	art := artifacts(t)
+	shot := func(name string) chromedp.Action[chromedp.Void] {
+		return chromedp.Func(func(ctx context.Context, tg *chromedp.Target) error {
+			png, err := chromedp.FullScreenshot(100)(ctx, tg)
+			if err != nil {
+				return err
+			}
+			return os.WriteFile(filepath.Join(art, name+".png"), png, 0o644)
+		})
+	}
+	do := func(what string, steps ...chromedp.Action[chromedp.Void]) {
+		t.Helper()
+		actx, cancel := context.WithTimeout(bctx, time.Minute)
+		defer cancel()
+		if err := chromedp.Do(actx, steps...); err != nil {
+			// What the page showed instead, for the person reading the log.
+			sctx, cancel := context.WithTimeout(bctx, 10*time.Second)
+			defer cancel()
+			chromedp.Do(sctx, shot("failed"))
+			text, _ := chromedp.Run(sctx, chromedp.Evaluate[string](`document.body.innerText`))
+			t.Fatalf("%s: %v; the page (screenshot failed.png) reads:\n%.2000s", what, err, text)
+		}
+	}
+	do("open the graph", chromedp.Navigate("http://"+web+"/"), chromedp.WaitVisible(chromedp.CSS(`svg.graph g.stage`)))
+
+	// Refresh the page's numbers, read them, and compare with plumb stats
+	// until the pipeline settles: the shared stages idle, dave's blocks
+	// all faulty, carol's window holding its blocks.
+	type drawn struct {
+		Stages  map[string][2]int `json:"stages"`
+		Queues  []string          `json:"queues"`
+		Red     string            `json:"red"`
+		Doubles []string          `json:"doubles"`
+	}
+	var page drawn
+	var stats map[string][2]int
+	deadline := time.Now().Add(90 * time.Second)
+	for {
+		page = browse(t, bctx, "read the graph", chromedp.Evaluate[drawn](`render().then(() => {
+			const out = {stages: {}, queues: [], red: '', doubles: []};
+			for (const g of document.querySelectorAll('svg.graph g.stage')) {
+				out.stages[g.dataset.stage] = [+g.dataset.backlog, +g.dataset.faulty];
+				if (g.querySelector('rect.outer')) out.doubles.push(g.dataset.stage);
+			}
+			for (const g of document.querySelectorAll('svg.graph g.queue')) out.queues.push(g.dataset.queue);
+			const f = document.querySelector('svg.graph text.faulty');
+			if (f) out.red = getComputedStyle(f).fill + ' ' + f.textContent;
+			return out;
+		})`, chromedp.EvalAwaitPromise))
+		stats = statsBacklog(t, addr)
+		settled := stats["dave/picky"] == [2]int{0, 4} && stats["alice-archive/decode"] == [2]int{0, 0} &&
+			stats["alice-archive/archive"] == [2]int{0, 0} && stats["bob-summary/summary"] == [2]int{0, 0} && stats["carol/hourly"][0] > 0
+		if settled && fmt.Sprint(page.Stages) == fmt.Sprint(stats) {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the page's backlog and faulty numbers never matched plumb stats on a settled pipeline:\npage:  %v\nstats: %v", page.Stages, stats)
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+	for _, st := range graph.Stages {
+		if _, ok := page.Stages[st.Name]; !ok {
+			t.Errorf("stage %s of plumb graph is not drawn", st.Name)
+		}
+		for _, q := range append(st.Inputs, st.Outputs...) {
+			if !slices.Contains(page.Queues, q) {
+				t.Errorf("queue %s of plumb graph is not drawn", q)
+			}
+		}
+	}
+	if page.Red != "rgb(201, 42, 42) faulty 4" {
+		t.Errorf("dave's faulty blocks drawn as %q; want red 'faulty 4'", page.Red)
+	}
+	if fmt.Sprint(page.Doubles) != "[alice-archive/decode]" {
+		t.Errorf("stages drawn as merged: %v; want only the decode stage alice and bob share", page.Doubles)
+	}
+	owners := browse(t, bctx, "hover text", chromedp.TextContent(chromedp.CSS(`g.stage[data-stage="alice-archive/decode"] title`)))
+	if !strings.Contains(owners, "alice-archive/decode (alice)") || !strings.Contains(owners, "bob-summary/decode (bob)") {
+		t.Errorf("the shared stage's owners on hover: %q", owners)
+	}
+	do("screenshot", shot("graph"))
+
+	// Click through to the source queue: each block's state per subscriber.
+	do("open the queue", chromedp.Click(chromedp.CSS(`g.queue[data-queue="pcap.sz"] ellipse`)), chromedp.WaitVisible(chromedp.ID(`blocks`)), shot("queue"))
+	table := browse(t, bctx, "read the blocks", chromedp.Evaluate[[][]string](`[...document.querySelectorAll('#blocks tr')].map(tr => [...tr.children].map(c => c.textContent))`))
+	if len(table) != 5 {
+		t.Fatalf("queue page lists %d rows; want a header and 4 blocks: %v", len(table), table)
+	}
+	decode, picky := slices.Index(table[0], "alice-archive/decode"), slices.Index(table[0], "dave/picky")
+	if decode < 0 || picky < 0 {
+		t.Fatalf("queue page columns %v lack the subscribers alice-archive/decode and dave/picky", table[0])
+	}
+	for _, row := range table[1:] {
+		if row[decode] != "done" || !strings.HasPrefix(row[picky], "faulty") {
+			t.Errorf("block %s: decode %q, picky %q; want done and faulty", row[0], row[decode], row[picky])
+		}
+	}
+
+	// Click through to carol's open window: block 3 is missing.
+	do("open the window", chromedp.Click(chromedp.CSS(`nav a[data-nav="windows"]`)),
+		chromedp.WaitVisible(chromedp.CSS(`#open-windows tr[data-missing="1"]`)),
+		chromedp.Click(chromedp.CSS(`#open-windows tr[data-missing="1"] td`)),
+		chromedp.WaitVisible(chromedp.ID(`window-missing`)), shot("window"))
+	missing := browse(t, bctx, "read the window", chromedp.Text(chromedp.ID(`window-missing`)))
+	state := browse(t, bctx, "read the window", chromedp.Text(chromedp.ID(`window-state`)))
+	if missing != "lax:3" || state != "waiting" {
+		t.Errorf("window page: state %q, missing %q; want waiting for lax:3", state, missing)
+	}
+	do("back to the windows", chromedp.NavigateBack(), chromedp.WaitVisible(chromedp.ID(`open-windows`)), shot("windows"))
+
+	// The latency chart has a series for the stages that ran.
+	do("open latency", chromedp.Click(chromedp.CSS(`nav a[data-nav="latency"]`)), chromedp.WaitVisible(chromedp.ID(`status`)),
+		chromedp.WaitVisible(chromedp.CSS(`figure[data-chart] svg`)), shot("latency"))
+	charts := browse(t, bctx, "read the charts", chromedp.Evaluate[[]string](`[...document.querySelectorAll('figure[data-chart]')].map(f => f.dataset.chart)`))
+	if !slices.Contains(charts, "stage alice-archive/archive") {
+		t.Errorf("latency charts %v lack alice's archive stage", charts)
+	}
+
+	time.Sleep(300 * time.Millisecond) // the last page's messages
+	mu.Lock()
+	defer mu.Unlock()
+	if len(jsErrors) > 0 {
+		t.Errorf("the pages raised %d JavaScript errors:\n%s", len(jsErrors), strings.Join(jsErrors, "\n"))
+	}
+	t.Logf("screenshots in %s", art)
+}
+
+// browse runs one browser action with a minute to finish.
+func browse[T any](t *testing.T, ctx context.Context, what string, a chromedp.Action[T]) T {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(ctx, time.Minute)
+	defer cancel()
+	v, err := chromedp.Run(ctx, a)
+	if err != nil {
+		t.Fatalf("%s: %v", what, err)
+	}
+	return v
+}
