@@ -15,6 +15,9 @@ FUZZ_TARGETS := \
 	./codecs:FuzzReaders:200000x \
 	./flight:FuzzTicket:40000x \
 	./flight:FuzzPutHeader:50000x \
+	./flight:FuzzTicketAccess:20000x \
+	./auth:FuzzVerify:300000x \
+	./auth:FuzzAllowed:300000x \
 	./pcap:FuzzReader:100000x \
 	./agent:FuzzCut:3000x \
 	./pipeline:FuzzParseJob:200000x \

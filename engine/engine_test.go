@@ -583,3 +583,37 @@ func histogramCount(t *testing.T, reg *prometheus.Registry, name string) uint64 
 	t.Fatalf("no metric %s", name)
 	return 0
 }
+
+// TestProgramsGetCleanEnvironment: an executable sees none of the
+// server's environment (where secrets live) and starts in a directory of
+// its own that is gone after the run.
+func TestProgramsGetCleanEnvironment(t *testing.T) {
+	t.Setenv("PLUMB_SECRET", "hunter2")
+	t.Setenv("AWS_SECRET_ACCESS_KEY", "hunter3")
+	r := newRig(t, engine.Config{Slots: 1})
+	r.put("raw", 1, []byte("x"))
+	r.mustAccept(`
+job: env
+from: earliest
+stages:
+  - {name: e, inputs: [raw], program: [sh, -c, 'echo "dir=$PWD home=$HOME"; env | sort'], outputs: [raw.env]}
+`)
+	r.put("raw", 2, []byte("y"))
+	r.wait("two runs", func() bool { return r.count("raw.env") == 2 })
+	one, two := string(r.read("raw.env", 1)), string(r.read("raw.env", 2))
+	for _, out := range []string{one, two} {
+		if strings.Contains(out, "hunter") || strings.Contains(out, "PLUMB_SECRET") {
+			t.Errorf("a program saw the server's environment:\n%s", out)
+		}
+		dir, _, _ := strings.Cut(strings.TrimPrefix(out, "dir="), " ")
+		if !strings.HasPrefix(dir, filepath.Join(r.dir, "tmp")) || !strings.Contains(out, "home="+dir) {
+			t.Errorf("a program ran outside a directory of its own:\n%s", out)
+		}
+		if _, err := os.Stat(dir); !os.IsNotExist(err) {
+			t.Errorf("the run's directory %s outlived the run", dir)
+		}
+	}
+	if strings.SplitN(one, " ", 2)[0] == strings.SplitN(two, " ", 2)[0] {
+		t.Errorf("two runs shared a directory: %s", strings.SplitN(one, " ", 2)[0])
+	}
+}

@@ -26,6 +26,13 @@ type SubmitResult struct {
 // what it says comes back with State rejected and every problem in
 // Reason, and err nil; err is for failures of the server.
 func (e *Engine) Submit(file string, src []byte, owner string) (SubmitResult, error) {
+	return e.SubmitChecked(file, src, owner, nil)
+}
+
+// SubmitChecked is Submit with a check of the parsed job, such as whether
+// its owner may read its inputs and write its outputs; an error from
+// authorize rejects the job with that reason.
+func (e *Engine) SubmitChecked(file string, src []byte, owner string, authorize func(*pipeline.Job) error) (SubmitResult, error) {
 	job, err := pipeline.ParseJobBytes(file, src)
 	if err != nil {
 		if errors.Is(err, pipeline.ErrInvalidJob) {
@@ -35,6 +42,11 @@ func (e *Engine) Submit(file string, src []byte, owner string) (SubmitResult, er
 	}
 	if owner != "" {
 		job.Owner = owner // the authenticated user wins over the file
+	}
+	if authorize != nil {
+		if err := authorize(job); err != nil {
+			return e.reject(job.Name, job.Owner, src, err)
+		}
 	}
 	if err := e.checkPrograms(file, job); err != nil {
 		return e.reject(job.Name, job.Owner, src, err)

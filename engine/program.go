@@ -1,6 +1,7 @@
 package engine
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -8,6 +9,8 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
+	"strings"
 	"sync"
 	"syscall"
 	"time"
@@ -40,7 +43,14 @@ func resolve(reg *Registry, p pipeline.Program) ([]step, error) {
 		if _, err := exec.LookPath(st.Argv[0]); err != nil {
 			return nil, fmt.Errorf("program %q is not found or not executable on the server: %v; install it there or give its absolute path", st.Argv[0], err)
 		}
-		out[i] = step{name: st.Argv[0], argv: st.Argv}
+		argv := slices.Clone(st.Argv)
+		if strings.Contains(argv[0], "/") {
+			// Relative to the server's directory, not the run's own one.
+			if abs, err := filepath.Abs(argv[0]); err == nil {
+				argv[0] = abs
+			}
+		}
+		out[i] = step{name: st.Argv[0], argv: argv}
 	}
 	return out, nil
 }
@@ -65,6 +75,12 @@ const stderrKeep = 4 << 10
 // connected by pipes; an executable with several gets named FIFOs as
 // --in QUEUE=PATH and --out QUEUE=PATH arguments.
 func execute(ctx context.Context, steps []step, ins, outs []port, scratch string) (outcome, error) {
+	// Executables start in a directory of their own inside the run's
+	// scratch space, removed with it.
+	work := filepath.Join(scratch, "work")
+	if err := os.Mkdir(work, 0o700); err != nil {
+		return outcome{}, err
+	}
 	tail := &tailBuffer{max: stderrKeep}
 	var cpu cpuCounter
 	var err error
@@ -81,9 +97,9 @@ func execute(ctx context.Context, steps []step, ins, outs []port, scratch string
 		if len(outs) == 1 {
 			out = outs[0].w
 		}
-		err = chain(ctx, steps, ins[0].r, out, tail, &cpu)
+		err = chain(ctx, steps, ins[0].r, out, tail, &cpu, work)
 	} else {
-		err = withFIFOs(ctx, steps[0].argv, ins, outs, scratch, tail, &cpu)
+		err = withFIFOs(ctx, steps[0].argv, ins, outs, scratch, tail, &cpu, work)
 	}
 	if ctx.Err() != nil && errors.Is(context.Cause(ctx), errTimeout) {
 		err = fmt.Errorf("killed after its timeout: %w", errTimeout)
@@ -94,7 +110,7 @@ func execute(ctx context.Context, steps []step, ins, outs []port, scratch string
 var errTimeout = errors.New("stage timeout")
 
 // chain runs steps connected by OS pipes: in → step 1 → ... → out.
-func chain(ctx context.Context, steps []step, in io.Reader, out io.Writer, tail io.Writer, cpu *cpuCounter) error {
+func chain(ctx context.Context, steps []step, in io.Reader, out io.Writer, tail io.Writer, cpu *cpuCounter, dir string) error {
 	g, gctx := errgroup.WithContext(ctx)
 	errs := make([]error, len(steps))
 	src := in
@@ -110,7 +126,7 @@ func chain(ctx context.Context, steps []step, in io.Reader, out io.Writer, tail 
 		}
 		stepIn := src
 		g.Go(func() error {
-			errs[i] = runStep(gctx, st, stepIn, dst, tail, cpu)
+			errs[i] = runStep(gctx, st, stepIn, dst, tail, cpu, dir)
 			// Close our ends so neighbours see EOF or EPIPE.
 			if pw != nil {
 				pw.Close()
@@ -155,14 +171,14 @@ func isPipeErr(err error) bool {
 	return errors.Is(err, syscall.EPIPE) || errors.Is(err, os.ErrClosed) || errors.Is(err, io.ErrClosedPipe)
 }
 
-func runStep(ctx context.Context, st step, in io.Reader, out io.Writer, tail io.Writer, cpu *cpuCounter) error {
+func runStep(ctx context.Context, st step, in io.Reader, out io.Writer, tail io.Writer, cpu *cpuCounter, dir string) error {
 	if st.builtin != nil {
 		start := time.Now()
 		err := st.builtin.Run(ctx, in, out)
 		cpu.add(time.Since(start))
 		return err
 	}
-	cmd := command(ctx, st.argv)
+	cmd := command(ctx, st.argv, dir)
 	cmd.Stdin, cmd.Stderr = in, tail
 	if out != io.Discard {
 		cmd.Stdout = out
@@ -175,9 +191,13 @@ func runStep(ctx context.Context, st step, in io.Reader, out io.Writer, tail io.
 }
 
 // command prepares an executable in its own process group, so that a
-// timeout kills the program and anything it started.
-func command(ctx context.Context, argv []string) *exec.Cmd {
+// timeout kills the program and anything it started, in dir and with a
+// clean environment: the server's secrets and settings are not the
+// program's business.
+func command(ctx context.Context, argv []string, dir string) *exec.Cmd {
 	cmd := exec.CommandContext(ctx, argv[0], argv[1:]...)
+	cmd.Dir = dir
+	cmd.Env = cleanEnv(dir)
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 	cmd.Cancel = func() error { return syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL) }
 	cmd.WaitDelay = 5 * time.Second
@@ -197,7 +217,7 @@ func exitError(err error) error {
 
 // withFIFOs runs one executable over several inputs or outputs, each a
 // named FIFO in scratch.
-func withFIFOs(ctx context.Context, argv []string, ins, outs []port, scratch string, tail io.Writer, cpu *cpuCounter) error {
+func withFIFOs(ctx context.Context, argv []string, ins, outs []port, scratch string, tail io.Writer, cpu *cpuCounter, dir string) error {
 	args := append([]string(nil), argv...)
 	var fifos []string
 	mk := func(flag string, p port) (string, error) {
@@ -239,7 +259,7 @@ func withFIFOs(ctx context.Context, argv []string, ins, outs []port, scratch str
 			copyErrs[len(ins)+i] = err
 		})
 	}
-	cmd := command(ctx, args)
+	cmd := command(ctx, args, dir)
 	cmd.Stderr = tail
 	err := exitError(cmd.Run())
 	if cmd.ProcessState != nil {
@@ -306,4 +326,10 @@ func (c *cpuCounter) total() time.Duration {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	return c.d
+}
+
+// cleanEnv is all a stage program gets from its environment: the PATH to
+// find its tools, a home and temporary directory of its own, UTF-8 and UTC.
+func cleanEnv(dir string) []string {
+	return []string{"PATH=" + cmp.Or(os.Getenv("PATH"), "/usr/local/bin:/usr/bin:/bin"), "HOME=" + dir, "TMPDIR=" + dir, "LANG=C.UTF-8", "TZ=UTC"}
 }

@@ -132,7 +132,12 @@ func (e *Engine) streamOnce(ctx context.Context, st *stage, spec runSpec, inst s
 	}
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	cmd := command(ctx, spec.steps[0].argv)
+	work, err := os.MkdirTemp(e.cfg.Scratch, "stream-")
+	if err != nil {
+		return fmt.Errorf("scratch space for a stream: %w (is %s writable?)", err, e.cfg.Scratch)
+	}
+	defer os.RemoveAll(work)
+	cmd := command(ctx, spec.steps[0].argv, work)
 	blocksR, blocksW, err := os.Pipe()
 	if err != nil {
 		return err
@@ -144,7 +149,7 @@ func (e *Engine) streamOnce(ctx context.Context, st *stage, spec runSpec, inst s
 		return err
 	}
 	cmd.ExtraFiles = []*os.File{blocksR, ckW} // fd 3 and 4
-	cmd.Env = append(os.Environ(), "PLUMB_BLOCKS_FD=3", "PLUMB_CHECKPOINT_FD=4", "PLUMB_STATE="+stateJSON,
+	cmd.Env = append(cmd.Env, "PLUMB_BLOCKS_FD=3", "PLUMB_CHECKPOINT_FD=4", "PLUMB_STATE="+stateJSON,
 		"PLUMB_INSTANCE="+inst, "PLUMB_QUEUE="+queue)
 	stdin, err := cmd.StdinPipe()
 	if err != nil {

@@ -12,6 +12,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
+	"github.com/plumb-dev/plumb/auth"
 	"github.com/plumb-dev/plumb/block"
 	"github.com/plumb-dev/plumb/state"
 )
@@ -202,6 +203,9 @@ func (s *Service) ack(ctx context.Context, body []byte) (any, error) {
 		}
 		ids = append(ids, n.ID())
 	}
+	if err := s.allow(ctx, auth.Read, req.Queue, "ack"); err != nil {
+		return nil, err
+	}
 	n, err := s.db.Ack(req.Queue, req.Group, ids)
 	if err != nil {
 		return nil, err
@@ -229,6 +233,11 @@ func (s *Service) lastSeq(ctx context.Context, body []byte) (any, error) {
 	}
 	if err := block.ValidateInstance(req.Instance); err != nil {
 		return nil, badBody("last-seq", body, err)
+	}
+	if !s.may(ctx, auth.Write, req.Queue) { // an agent asks where to go on
+		if err := s.allow(ctx, auth.Read, req.Queue, "last-seq"); err != nil {
+			return nil, err
+		}
 	}
 	seq, found, err := s.db.LastSeq(req.Queue, req.Instance)
 	return LastSeqResult{Seq: seq, Found: found}, err
@@ -259,6 +268,9 @@ func (s *Service) queueStats(ctx context.Context, body []byte) (any, error) {
 	if err := block.ValidateQueue(req.Queue); err != nil {
 		return nil, badBody("queue-stats", body, err)
 	}
+	if err := s.allow(ctx, auth.Read, req.Queue, "queue-stats"); err != nil {
+		return nil, err
+	}
 	return s.stats(req.Queue)
 }
 
@@ -269,6 +281,9 @@ func (s *Service) listBlocks(ctx context.Context, body []byte) (any, error) {
 	}
 	if err := block.ValidateQueue(req.Queue); err != nil {
 		return nil, badBody("list-blocks", body, err)
+	}
+	if err := s.allow(ctx, auth.Read, req.Queue, "list-blocks"); err != nil {
+		return nil, err
 	}
 	if req.Limit <= 0 || req.Limit > 100000 {
 		req.Limit = 1000
@@ -303,13 +318,17 @@ func (s *Service) flightInfo(q state.Queue) (*aflight.FlightInfo, error) {
 	}, nil
 }
 
-// ListFlights implements Flight: one flight per queue.
+// ListFlights implements Flight: one flight per queue the caller may
+// read.
 func (s *Service) ListFlights(_ *aflight.Criteria, stream aflight.FlightService_ListFlightsServer) error {
 	qs, err := s.db.Queues()
 	if err != nil {
 		return statusOf(err, codes.Internal)
 	}
 	for _, q := range qs {
+		if !s.may(stream.Context(), auth.Read, q.Name) {
+			continue
+		}
 		fi, err := s.flightInfo(q)
 		if err != nil {
 			return statusOf(err, codes.Internal)
@@ -321,12 +340,15 @@ func (s *Service) ListFlights(_ *aflight.Criteria, stream aflight.FlightService_
 	return nil
 }
 
-func (s *Service) queueOf(desc *aflight.FlightDescriptor) (state.Queue, error) {
+func (s *Service) queueOf(ctx context.Context, desc *aflight.FlightDescriptor) (state.Queue, error) {
 	if desc == nil || desc.Type != aflight.DescriptorPATH || len(desc.Path) != 1 {
 		return state.Queue{}, status.Error(codes.InvalidArgument, "want a path descriptor [QUEUE]")
 	}
 	if err := block.ValidateQueue(desc.Path[0]); err != nil {
 		return state.Queue{}, status.Error(codes.InvalidArgument, err.Error())
+	}
+	if err := s.allow(ctx, auth.Read, desc.Path[0], "flight info"); err != nil {
+		return state.Queue{}, err
 	}
 	q, err := s.db.Queue(desc.Path[0])
 	if err != nil {
@@ -337,7 +359,7 @@ func (s *Service) queueOf(desc *aflight.FlightDescriptor) (state.Queue, error) {
 
 // GetFlightInfo implements Flight for a path descriptor [queue].
 func (s *Service) GetFlightInfo(ctx context.Context, desc *aflight.FlightDescriptor) (*aflight.FlightInfo, error) {
-	q, err := s.queueOf(desc)
+	q, err := s.queueOf(ctx, desc)
 	if err != nil {
 		return nil, err
 	}
@@ -347,7 +369,7 @@ func (s *Service) GetFlightInfo(ctx context.Context, desc *aflight.FlightDescrip
 
 // GetSchema implements Flight: every queue has the block schema.
 func (s *Service) GetSchema(ctx context.Context, desc *aflight.FlightDescriptor) (*aflight.SchemaResult, error) {
-	if _, err := s.queueOf(desc); err != nil {
+	if _, err := s.queueOf(ctx, desc); err != nil {
 		return nil, err
 	}
 	return &aflight.SchemaResult{Schema: aflight.SerializeSchema(BlockSchema, memory.DefaultAllocator)}, nil

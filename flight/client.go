@@ -27,8 +27,9 @@ import (
 
 // Client is a Go client of a Plumb server.
 type Client struct {
-	conn *grpc.ClientConn
-	fc   aflight.FlightServiceClient
+	conn   *grpc.ClientConn
+	fc     aflight.FlightServiceClient
+	tokens *tokenHolder // the token of Security.User's login
 	// Retries is how many times a put is tried again after a transient
 	// error (the server unreachable or restarting). Safe because the
 	// server answers a re-sent block as a duplicate.
@@ -41,7 +42,8 @@ func Dial(addr string) (*Client, error) { return DialSecure(addr, Security{}) }
 
 // DialSecure connects with TLS and a token as sec says.
 func DialSecure(addr string, sec Security) (*Client, error) {
-	secOpts, err := sec.dialOptions()
+	tokens := &tokenHolder{}
+	secOpts, err := sec.dialOptions(tokens)
 	if err != nil {
 		return nil, err
 	}
@@ -56,7 +58,16 @@ func DialSecure(addr string, sec Security) (*Client, error) {
 	if err != nil {
 		return nil, fmt.Errorf("server %s: %w", addr, err)
 	}
-	return &Client{conn: conn, fc: aflight.NewFlightServiceClient(conn), Retries: 5}, nil
+	c := &Client{conn: conn, fc: aflight.NewFlightServiceClient(conn), tokens: tokens, Retries: 5}
+	if sec.User != "" {
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		if _, err := c.Login(ctx, sec.User, sec.Secret); err != nil {
+			conn.Close()
+			return nil, fmt.Errorf("log in to %s as %s: %w", addr, sec.User, err)
+		}
+	}
+	return c, nil
 }
 
 // Close closes the connection.

@@ -14,6 +14,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/plumb-dev/plumb/admission"
+	"github.com/plumb-dev/plumb/auth"
 	"github.com/plumb-dev/plumb/block"
 	"github.com/plumb-dev/plumb/state"
 )
@@ -72,6 +73,14 @@ func (s *Service) DoGet(tkt *aflight.Ticket, stream aflight.FlightService_DoGetS
 		Stream  string `json:"stream"`
 	}
 	if json.Unmarshal(tkt.GetTicket(), &probe) == nil && (probe.Records != "" || probe.Window != "" || probe.Stream != "") {
+		for _, q := range []string{probe.Records, probe.Window, probe.Stream} {
+			if q == "" {
+				continue
+			}
+			if err := s.allow(stream.Context(), auth.Read, q, "read"); err != nil {
+				return err
+			}
+		}
 		ctx, cancel := mergeDone(stream.Context(), s.ctx)
 		defer cancel()
 		switch {
@@ -84,6 +93,14 @@ func (s *Service) DoGet(tkt *aflight.Ticket, stream aflight.FlightService_DoGetS
 	}
 	t, err := parseTicket(tkt.GetTicket())
 	if err != nil {
+		return err
+	}
+	q := t.Queue
+	if t.Block != "" {
+		n, _ := block.Parse(t.Block)
+		q = n.Queue
+	}
+	if err := s.allow(stream.Context(), auth.Read, q, "read"); err != nil {
 		return err
 	}
 	ctx, cancel := mergeDone(stream.Context(), s.ctx)

@@ -5,10 +5,12 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
 
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
+	"github.com/plumb-dev/plumb/auth"
 	"github.com/plumb-dev/plumb/block"
 	"github.com/plumb-dev/plumb/engine"
 	"github.com/plumb-dev/plumb/pipeline"
@@ -45,7 +47,7 @@ func (s *Service) engine() (*engine.Engine, error) {
 	return s.eng, nil
 }
 
-func (s *Service) submitJob(_ context.Context, body []byte) (any, error) {
+func (s *Service) submitJob(ctx context.Context, body []byte) (any, error) {
 	eng, err := s.engine()
 	if err != nil {
 		return nil, err
@@ -57,10 +59,39 @@ func (s *Service) submitJob(_ context.Context, body []byte) (any, error) {
 	if req.File == "" {
 		req.File = "job.yaml"
 	}
-	return eng.Submit(req.File, []byte(req.YAML), "")
+	if s.authz == nil {
+		return eng.Submit(req.File, []byte(req.YAML), "")
+	}
+	owner := caller(ctx)
+	return eng.SubmitChecked(req.File, []byte(req.YAML), owner, func(job *pipeline.Job) error {
+		var ps pipeline.Problems
+		if old, err := s.db.GetJob(job.Name); err == nil && old.Owner != owner && old.State == state.JobAccepted && !s.may(ctx, auth.Admin, "") {
+			ps = append(ps, pipeline.Problem{File: req.File, Line: 1, Column: 1, Field: "job",
+				What: fmt.Sprintf("job %s belongs to %s; choose another name", job.Name, old.Owner)})
+		}
+		for _, st := range job.Stages {
+			for _, q := range st.Inputs {
+				if !s.may(ctx, auth.Read, q) {
+					ps = append(ps, pipeline.Problem{File: req.File, Line: st.Line, Column: 1, Field: fmt.Sprintf("stage %q.inputs", st.Name),
+						What: fmt.Sprintf("user %s may not read queue %s; an admin grants it with a rule in the users file", owner, q)})
+				}
+			}
+			for _, q := range st.Outputs {
+				if !s.may(ctx, auth.Write, q) {
+					ps = append(ps, pipeline.Problem{File: req.File, Line: st.Line, Column: 1, Field: fmt.Sprintf("stage %q.outputs", st.Name),
+						What: fmt.Sprintf("user %s may not write queue %s; an admin grants it with a rule in the users file", owner, q)})
+				}
+			}
+		}
+		if len(ps) > 0 {
+			s.audit.Warn("denied", "audit", true, "user", owner, "action", "submit-job", "job", job.Name, "why", ps.Error())
+			return ps
+		}
+		return nil
+	})
 }
 
-func (s *Service) retractJob(_ context.Context, body []byte) (any, error) {
+func (s *Service) retractJob(ctx context.Context, body []byte) (any, error) {
 	eng, err := s.engine()
 	if err != nil {
 		return nil, err
@@ -71,6 +102,13 @@ func (s *Service) retractJob(_ context.Context, body []byte) (any, error) {
 	if err := decodeStrict(body, &req); err != nil {
 		return nil, badBody("retract-job", body, err)
 	}
+	if s.authz != nil {
+		if old, err := s.db.GetJob(req.Job); err == nil && old.Owner != caller(ctx) {
+			if err := s.allow(ctx, auth.Admin, "", "retract job "+req.Job+" of "+old.Owner); err != nil {
+				return nil, err
+			}
+		}
+	}
 	if err := eng.Retract(req.Job); err != nil {
 		if errors.Is(err, state.ErrNotFound) {
 			return nil, status.Errorf(codes.NotFound, "%v; list jobs with `plumb job list`", err)
@@ -80,16 +118,44 @@ func (s *Service) retractJob(_ context.Context, body []byte) (any, error) {
 	return map[string]string{"retracted": req.Job}, nil
 }
 
-func (s *Service) listJobs(context.Context, []byte) (any, error) {
+func (s *Service) listJobs(ctx context.Context, _ []byte) (any, error) {
 	eng, err := s.engine()
 	if err != nil {
 		return nil, err
 	}
 	jobs, err := eng.Jobs()
+	if s.authz != nil && !s.may(ctx, auth.Admin, "") {
+		jobs = slices.DeleteFunc(jobs, func(j state.Job) bool { return j.Owner != caller(ctx) })
+	}
 	return listOf(jobs), err
 }
 
-func (s *Service) graph(_ context.Context, body []byte) (any, error) {
+// readable reports whether the caller may read every input of a stage,
+// which is what it takes to see the stage.
+func (s *Service) readable(ctx context.Context, inputs []string) bool {
+	for _, q := range inputs {
+		if !s.may(ctx, auth.Read, q) {
+			return false
+		}
+	}
+	return true
+}
+
+// visibleGraph is the part of the merged graph the caller may see.
+func (s *Service) visibleGraph(ctx context.Context, g *pipeline.Graph) *pipeline.Graph {
+	if s.authz == nil || g == nil {
+		return g
+	}
+	out := &pipeline.Graph{}
+	for _, n := range g.Stages {
+		if s.readable(ctx, n.Inputs) {
+			out.Stages = append(out.Stages, n)
+		}
+	}
+	return out
+}
+
+func (s *Service) graph(ctx context.Context, body []byte) (any, error) {
 	eng, err := s.engine()
 	if err != nil {
 		return nil, err
@@ -100,7 +166,7 @@ func (s *Service) graph(_ context.Context, body []byte) (any, error) {
 			return nil, badBody("graph", body, err)
 		}
 	}
-	g := eng.Graph()
+	g := s.visibleGraph(ctx, eng.Graph())
 	switch req.Format {
 	case "", "yaml":
 		return GraphResult{YAML: string(g.YAML())}, nil
@@ -114,15 +180,16 @@ func (s *Service) graph(_ context.Context, body []byte) (any, error) {
 	return nil, badBody("graph", body, fmt.Errorf("format %q: want yaml or dot", req.Format))
 }
 
-func (s *Service) stageStats(context.Context, []byte) (any, error) {
+func (s *Service) stageStats(ctx context.Context, _ []byte) (any, error) {
 	eng, err := s.engine()
 	if err != nil {
 		return nil, err
 	}
-	return listOf(eng.Stats()), nil
+	stats := slices.DeleteFunc(eng.Stats(), func(st engine.StageStats) bool { return !s.readable(ctx, st.Inputs) })
+	return listOf(stats), nil
 }
 
-func (s *Service) faulty(_ context.Context, body []byte) (any, error) {
+func (s *Service) faulty(ctx context.Context, body []byte) (any, error) {
 	var req struct {
 		Queue string `json:"queue,omitempty"`
 	}
@@ -132,10 +199,11 @@ func (s *Service) faulty(_ context.Context, body []byte) (any, error) {
 		}
 	}
 	fb, err := s.db.Faulty(req.Queue)
+	fb = slices.DeleteFunc(fb, func(b state.FaultyBlock) bool { return !s.may(ctx, auth.Read, b.Queue) })
 	return listOf(fb), err
 }
 
-func (s *Service) retry(_ context.Context, body []byte) (any, error) {
+func (s *Service) retry(ctx context.Context, body []byte) (any, error) {
 	var req RetryRequest
 	if len(body) > 0 {
 		if err := decodeStrict(body, &req); err != nil {
@@ -149,11 +217,25 @@ func (s *Service) retry(_ context.Context, body []byte) (any, error) {
 		}
 		req.Queue = n.Queue
 	}
+	if err := s.allow(ctx, auth.Admin, req.Queue, "retry"); err != nil {
+		return nil, err
+	}
 	n, err := s.db.Retry(req.Queue, req.Block)
 	return map[string]int{"requeued": n}, err
 }
 
-func (s *Service) windows(_ context.Context, body []byte) (any, error) {
+// stageInputs maps each stage's name and ID to its inputs.
+func (s *Service) stageInputs() map[string][]string {
+	in := map[string][]string{}
+	if g := s.eng.Graph(); g != nil {
+		for _, n := range g.Stages {
+			in[n.Name], in[n.ID()] = n.Inputs, n.Inputs
+		}
+	}
+	return in
+}
+
+func (s *Service) windows(ctx context.Context, body []byte) (any, error) {
 	eng, err := s.engine()
 	if err != nil {
 		return nil, err
@@ -170,10 +252,12 @@ func (s *Service) windows(_ context.Context, body []byte) (any, error) {
 	if err != nil {
 		return nil, status.Error(codes.NotFound, err.Error())
 	}
+	in := s.stageInputs()
+	ws = slices.DeleteFunc(ws, func(w engine.WindowView) bool { return !s.readable(ctx, in[w.Stage]) })
 	return listOf(ws), nil
 }
 
-func (s *Service) fireWindow(_ context.Context, body []byte) (any, error) {
+func (s *Service) fireWindow(ctx context.Context, body []byte) (any, error) {
 	eng, err := s.engine()
 	if err != nil {
 		return nil, err
@@ -184,6 +268,17 @@ func (s *Service) fireWindow(_ context.Context, body []byte) (any, error) {
 	}
 	if err := decodeStrict(body, &req); err != nil {
 		return nil, badBody("fire-window", body, err)
+	}
+	if s.authz != nil {
+		in, ok := s.stageInputs()[req.Stage]
+		if !ok {
+			return nil, status.Errorf(codes.NotFound, "no window stage %q; `plumb windows` lists them", req.Stage)
+		}
+		for _, q := range in {
+			if err := s.allow(ctx, auth.Admin, q, "fire window "+req.Window+" of "+req.Stage); err != nil {
+				return nil, err
+			}
+		}
 	}
 	if err := eng.FireWindow(req.Stage, req.Window); err != nil {
 		return nil, status.Error(codes.FailedPrecondition, err.Error())
@@ -197,6 +292,7 @@ func (s *Service) status(ctx context.Context, _ []byte) (any, error) {
 		return nil, err
 	}
 	rows, err := eng.Status(ctx)
+	rows = slices.DeleteFunc(rows, func(r engine.StatusRow) bool { return !s.may(ctx, auth.Read, r.Queue) })
 	return listOf(rows), err
 }
 

@@ -14,6 +14,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
+	"github.com/plumb-dev/plumb/auth"
 	"github.com/plumb-dev/plumb/blob"
 	"github.com/plumb-dev/plumb/block"
 	"github.com/plumb-dev/plumb/state"
@@ -206,6 +207,9 @@ func parseHeader(cmd PutCommand, raw []byte, maxSize int64) (Header, block.Name,
 func (s *Service) begin(ctx context.Context, cmd PutCommand, raw []byte) (*upload, error) {
 	h, n, sum, err := parseHeader(cmd, raw, s.cfg.MaxBlockSize)
 	if err != nil {
+		return nil, err
+	}
+	if err := s.allow(ctx, auth.Write, n.Queue, "upload block "+n.String()); err != nil {
 		return nil, err
 	}
 	u := &upload{name: n, hdr: h, sum: sum, key: blob.BlockKey(n, sum)}

@@ -6,17 +6,23 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
+	"os"
+	"os/signal"
 	"path/filepath"
 	"runtime/debug"
+	"sync"
+	"syscall"
 	"time"
 
 	aflight "github.com/apache/arrow-go/v18/arrow/flight"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/keepalive"
 	"google.golang.org/grpc/status"
 
 	"github.com/plumb-dev/plumb/admission"
+	"github.com/plumb-dev/plumb/auth"
 	"github.com/plumb-dev/plumb/blob"
 	"github.com/plumb-dev/plumb/engine"
 	"github.com/plumb-dev/plumb/state"
@@ -73,6 +79,17 @@ type Config struct {
 	// LatencyEvery is how often the dashboard samples latency for its
 	// chart; a minute when zero.
 	LatencyEvery time.Duration
+
+	// Users is the users file; when set every call must authenticate and
+	// the file's rules decide what each user may do. Without it the server
+	// serves loopback addresses only, unless InsecureNoAuth.
+	Users          string
+	InsecureNoAuth bool
+	// TokenTTL is how long a login's bearer token lasts; 12 h when zero.
+	TokenTTL time.Duration
+	// TLSCert and TLSKey turn on TLS; ClientCA also requires client
+	// certificates signed by it (mutual TLS), whose common name is the user.
+	TLSCert, TLSKey, ClientCA string
 }
 
 func (c *Config) defaults() {
@@ -100,6 +117,8 @@ func (c *Config) defaults() {
 // blob store.
 type Service struct {
 	aflight.BaseFlightServer
+	authz *auth.Authority // nil when authentication is off
+	audit *slog.Logger
 
 	cfg   Config
 	db    *state.DB
@@ -117,7 +136,26 @@ type Service struct {
 func NewService(ctx context.Context, cfg Config, db *state.DB, store blob.Store) *Service {
 	cfg.defaults()
 	adm := admission.New(admission.Config{Policy: cfg.ReadPolicy, Slots: cfg.ReadSlots, Now: cfg.Now})
-	return &Service{cfg: cfg, db: db, store: store, adm: adm, log: cfg.Logger, ctx: ctx}
+	return &Service{cfg: cfg, db: db, store: store, adm: adm, log: cfg.Logger, audit: cfg.Logger.With("log", "audit"), ctx: ctx}
+}
+
+// reloadOnHUP rereads the users file on each SIGHUP until ctx ends.
+func reloadOnHUP(ctx context.Context, authz *auth.Authority, log *slog.Logger) {
+	hup := make(chan os.Signal, 1)
+	signal.Notify(hup, syscall.SIGHUP)
+	defer signal.Stop(hup)
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-hup:
+			if err := authz.Reload(); err != nil {
+				log.Error("users file not reloaded; the previous one stays in force", "err", err)
+				continue
+			}
+			log.Info("users file reloaded", "users", authz.Users())
+		}
+	}
 }
 
 // Run opens the data directory and store, serves Flight until ctx ends,
@@ -127,6 +165,28 @@ func Run(ctx context.Context, cfg Config) (err error) {
 	cfg.defaults()
 	if cfg.Data == "" {
 		return errors.New("no data directory; pass --data DIR")
+	}
+	var authz *auth.Authority
+	if cfg.Users == "" {
+		for flag, addr := range map[string]string{"--listen": cfg.Listen, "--http": cfg.HTTP} {
+			if addr != "" && !IsLoopback(addr) && !cfg.InsecureNoAuth {
+				return fmt.Errorf("refusing to serve on %s (%s) without authentication: pass --users FILE (create users with `plumb user add NAME --group G --users FILE`), "+
+					"or --insecure-no-auth if something in front of Plumb authenticates", addr, flag)
+			}
+		}
+		cfg.Logger.Warn("authentication is off (no --users): every caller may do everything; serving on loopback only unless --insecure-no-auth", "listen", cfg.Listen)
+	} else {
+		key, err := auth.SignKey(filepath.Join(cfg.Data, "auth.key"))
+		if err != nil {
+			return fmt.Errorf("token signing key: %w", err)
+		}
+		if authz, err = auth.NewAuthority(cfg.Users, key, cfg.TokenTTL, cfg.Now); err != nil {
+			return err
+		}
+		cfg.Logger.Info("authentication is on", "users", cfg.Users, "count", authz.Users(), "tls", cfg.TLSCert != "", "mtls", cfg.ClientCA != "")
+	}
+	if cfg.ClientCA != "" && cfg.TLSCert == "" {
+		return errors.New("--client-ca needs --tls-cert and --tls-key")
 	}
 	if cfg.Store == "" {
 		cfg.Store = "file://" + filepath.Join(cfg.Data, "blobs")
@@ -149,6 +209,23 @@ func Run(ctx context.Context, cfg Config) (err error) {
 	srvCtx, stop := context.WithCancel(ctx)
 	defer stop()
 	svc := NewService(srvCtx, cfg, db, store)
+	svc.authz = authz
+	var grpcOpts []grpc.ServerOption
+	if cfg.TLSCert != "" {
+		tcfg, err := serverTLS(cfg.TLSCert, cfg.TLSKey, cfg.ClientCA)
+		if err != nil {
+			lis.Close()
+			return err
+		}
+		grpcOpts = append(grpcOpts, grpc.Creds(credentials.NewTLS(tcfg)))
+	}
+	if authz != nil {
+		a := &authenticator{authz: authz, audit: svc.audit}
+		grpcOpts = append(grpcOpts, grpc.ChainUnaryInterceptor(a.unary), grpc.ChainStreamInterceptor(a.stream))
+		var wg sync.WaitGroup
+		defer func() { stop(); wg.Wait() }()
+		wg.Go(func() { reloadOnHUP(srvCtx, authz, cfg.Logger) })
+	}
 	engDone := make(chan struct{})
 	if cfg.Registry != nil {
 		ecfg := cfg.Engine
@@ -175,6 +252,9 @@ func Run(ctx context.Context, cfg Config) (err error) {
 	defer func() { stop(); <-engDone }()
 	if cfg.HTTP != "" {
 		dash := web.New(svc.eng, db, cfg.Gatherer, cfg.Logger)
+		if authz != nil {
+			dash.WithAuth(authz)
+		}
 		hlis, err := net.Listen("tcp", cfg.HTTP)
 		if err != nil {
 			lis.Close()
@@ -188,7 +268,7 @@ func Run(ctx context.Context, cfg Config) (err error) {
 			cfg.HTTPReady(hlis.Addr())
 		}
 	}
-	gs := NewGRPCServer(cfg.Logger)
+	gs := NewGRPCServer(cfg.Logger, grpcOpts...)
 	aflight.RegisterFlightServiceServer(gs, svc)
 
 	errc := make(chan error, 1)

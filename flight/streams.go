@@ -10,6 +10,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
+	"github.com/plumb-dev/plumb/auth"
 	"github.com/plumb-dev/plumb/block"
 	"github.com/plumb-dev/plumb/pipeline"
 	"github.com/plumb-dev/plumb/state"
@@ -38,9 +39,12 @@ func (r *StreamRequest) check(action string, body []byte) error {
 }
 
 // streamAction runs one stream action on an opened cursor.
-func (s *Service) streamAction(name string, body []byte, fn func(r StreamRequest) (any, error)) (any, error) {
+func (s *Service) streamAction(ctx context.Context, name string, body []byte, fn func(r StreamRequest) (any, error)) (any, error) {
 	var r StreamRequest
 	if err := r.check(name, body); err != nil {
+		return nil, err
+	}
+	if err := s.allow(ctx, auth.Read, r.Queue, name); err != nil {
 		return nil, err
 	}
 	if _, err := s.db.OpenCursor(r.Queue, r.Instance, r.Consumer, r.From); err != nil {
@@ -56,8 +60,8 @@ func (s *Service) streamAction(name string, body []byte, fn func(r StreamRequest
 	return res, nil
 }
 
-func (s *Service) peekNext(_ context.Context, body []byte) (any, error) {
-	return s.streamAction("peek-next", body, func(r StreamRequest) (any, error) {
+func (s *Service) peekNext(ctx context.Context, body []byte) (any, error) {
+	return s.streamAction(ctx, "peek-next", body, func(r StreamRequest) (any, error) {
 		return s.db.PeekNext(r.Queue, r.Instance, r.Consumer)
 	})
 }
@@ -69,51 +73,54 @@ type ProcessResult struct {
 	Ticket Ticket `json:"ticket"`
 }
 
-func (s *Service) processNext(_ context.Context, body []byte) (any, error) {
-	return s.streamAction("process-next", body, func(r StreamRequest) (any, error) {
+func (s *Service) processNext(ctx context.Context, body []byte) (any, error) {
+	return s.streamAction(ctx, "process-next", body, func(r StreamRequest) (any, error) {
 		b, err := s.db.ProcessNext(r.Queue, r.Instance, r.Consumer)
 		return ProcessResult{Seq: b.Seq, Block: b.Name, Ticket: Ticket{Block: b.Name}}, err
 	})
 }
 
-func (s *Service) commitStream(_ context.Context, body []byte) (any, error) {
-	return s.streamAction("commit", body, func(r StreamRequest) (any, error) {
+func (s *Service) commitStream(ctx context.Context, body []byte) (any, error) {
+	return s.streamAction(ctx, "commit", body, func(r StreamRequest) (any, error) {
 		return s.db.Commit(r.Queue, r.Instance, r.Consumer, r.Seq)
 	})
 }
 
-func (s *Service) skipStream(_ context.Context, body []byte) (any, error) {
-	return s.streamAction("skip", body, func(r StreamRequest) (any, error) {
+func (s *Service) skipStream(ctx context.Context, body []byte) (any, error) {
+	return s.streamAction(ctx, "skip", body, func(r StreamRequest) (any, error) {
 		return s.db.Skip(r.Queue, r.Instance, r.Consumer)
 	})
 }
 
-func (s *Service) putState(_ context.Context, body []byte) (any, error) {
-	return s.streamAction("put-state", body, func(r StreamRequest) (any, error) {
+func (s *Service) putState(ctx context.Context, body []byte) (any, error) {
+	return s.streamAction(ctx, "put-state", body, func(r StreamRequest) (any, error) {
 		c, err := s.db.PutState(r.Queue, r.Instance, r.Consumer, r.State)
 		return c.State, err
 	})
 }
 
-func (s *Service) getState(_ context.Context, body []byte) (any, error) {
-	return s.streamAction("get-state", body, func(r StreamRequest) (any, error) {
+func (s *Service) getState(ctx context.Context, body []byte) (any, error) {
+	return s.streamAction(ctx, "get-state", body, func(r StreamRequest) (any, error) {
 		return s.db.GetCursor(r.Queue, r.Instance, r.Consumer)
 	})
 }
 
-func (s *Service) listState(_ context.Context, body []byte) (any, error) {
+func (s *Service) listState(ctx context.Context, body []byte) (any, error) {
 	var r struct {
 		Queue string `json:"queue"`
 	}
 	if err := decodeStrict(body, &r); err != nil {
 		return nil, badBody("list-state", body, err)
 	}
+	if err := s.allow(ctx, auth.Read, r.Queue, "list-state"); err != nil {
+		return nil, err
+	}
 	cs, err := s.db.Cursors(r.Queue)
 	return listOf(cs), err
 }
 
-func (s *Service) checkpoint(_ context.Context, body []byte) (any, error) {
-	return s.streamAction("checkpoint", body, func(r StreamRequest) (any, error) {
+func (s *Service) checkpoint(ctx context.Context, body []byte) (any, error) {
+	return s.streamAction(ctx, "checkpoint", body, func(r StreamRequest) (any, error) {
 		return s.db.SaveCheckpoint(r.Queue, r.Instance, r.Consumer, r.State)
 	})
 }

@@ -21,6 +21,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
+	"github.com/plumb-dev/plumb/auth"
 	"github.com/plumb-dev/plumb/engine"
 	"github.com/plumb-dev/plumb/pipeline"
 	"github.com/plumb-dev/plumb/state"
@@ -35,6 +36,9 @@ type Server struct {
 	db     *state.DB
 	gather prometheus.Gatherer
 	log    *slog.Logger
+
+	authz  *auth.Authority // nil: no login
+	logins loginCache
 
 	mu      sync.Mutex
 	history []point // latency samples for the chart, oldest first
@@ -61,12 +65,21 @@ func New(eng *engine.Engine, db *state.DB, gather prometheus.Gatherer, log *slog
 
 // Handler returns the dashboard's routes.
 func (s *Server) Handler() http.Handler {
-	mux := http.NewServeMux()
+	mux, open := http.NewServeMux(), http.NewServeMux()
 	static, _ := fs.Sub(ui, "ui")
 	mux.Handle("GET /", http.FileServerFS(static))
-	mux.Handle("GET /metrics", promhttp.HandlerFor(s.gather, promhttp.HandlerOpts{}))
-	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) { w.Write([]byte("ok\n")) })
-	mux.HandleFunc("GET /readyz", func(w http.ResponseWriter, r *http.Request) {
+	metrics := promhttp.HandlerFor(s.gather, promhttp.HandlerOpts{})
+	mux.HandleFunc("GET /metrics", func(w http.ResponseWriter, r *http.Request) {
+		if !s.may(r, auth.Admin, "") {
+			http.Error(w, "metrics name every stage and queue: they need admin on \"*\"", http.StatusForbidden)
+			return
+		}
+		metrics.ServeHTTP(w, r)
+	})
+	open.Handle("/", s.requireLogin(mux))
+	// Probes need no login.
+	open.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) { w.Write([]byte("ok\n")) })
+	open.HandleFunc("GET /readyz", func(w http.ResponseWriter, r *http.Request) {
 		if _, err := s.db.Queues(); err != nil {
 			http.Error(w, "metadata: "+err.Error(), http.StatusServiceUnavailable)
 			return
@@ -79,7 +92,7 @@ func (s *Server) Handler() http.Handler {
 	mux.HandleFunc("GET /api/windows", s.windows)
 	mux.HandleFunc("GET /api/status", s.status)
 	mux.HandleFunc("GET /api/latency", s.latency)
-	return mux
+	return open
 }
 
 // Serve serves on lis until ctx ends, sampling latency every interval (a
@@ -162,7 +175,7 @@ type Graph struct {
 	Queues []string     `json:"queues"`
 }
 
-func (s *Server) graph(w http.ResponseWriter, _ *http.Request) {
+func (s *Server) graph(w http.ResponseWriter, r *http.Request) {
 	if s.eng == nil {
 		reply(w, Graph{Queues: []string{}, Stages: []GraphStage{}}, nil)
 		return
@@ -173,9 +186,15 @@ func (s *Server) graph(w http.ResponseWriter, _ *http.Request) {
 		stats[st.ID] = st
 	}
 	out := Graph{Queues: []string{}, Stages: []GraphStage{}}
-	if g == nil {
-		g = &pipeline.Graph{}
+	visible := &pipeline.Graph{}
+	if g != nil {
+		for _, n := range g.Stages {
+			if s.readsAll(r, n.Inputs) { // a user sees the stages over data it may read
+				visible.Stages = append(visible.Stages, n)
+			}
+		}
 	}
+	g = visible
 	out.Queues = append(out.Queues, g.Queues()...)
 	for _, n := range g.Stages {
 		st := stats[n.ID()]
@@ -196,8 +215,9 @@ func (s *Server) graph(w http.ResponseWriter, _ *http.Request) {
 	reply(w, out, nil)
 }
 
-func (s *Server) queues(w http.ResponseWriter, _ *http.Request) {
+func (s *Server) queues(w http.ResponseWriter, r *http.Request) {
 	qs, err := s.db.Queues()
+	qs = slices.DeleteFunc(qs, func(q state.Queue) bool { return !s.may(r, auth.Read, q.Name) })
 	if qs == nil {
 		qs = []state.Queue{}
 	}
@@ -228,6 +248,10 @@ const queuePageBlocks = 200
 
 func (s *Server) queue(w http.ResponseWriter, r *http.Request) {
 	name := r.PathValue("name")
+	if !s.may(r, auth.Read, name) {
+		http.Error(w, "you may not read queue "+name, http.StatusForbidden)
+		return
+	}
 	q, err := s.db.Queue(name)
 	if errors.Is(err, state.ErrNotFound) {
 		http.Error(w, err.Error(), http.StatusNotFound)
@@ -286,12 +310,19 @@ func (s *Server) graphOrNil() *pipeline.Graph {
 	return s.eng.Graph()
 }
 
-func (s *Server) windows(w http.ResponseWriter, _ *http.Request) {
+func (s *Server) windows(w http.ResponseWriter, r *http.Request) {
 	if s.eng == nil {
 		reply(w, []engine.WindowView{}, nil)
 		return
 	}
 	ws, err := s.eng.Windows("")
+	inputs := map[string][]string{}
+	if g := s.eng.Graph(); g != nil {
+		for _, n := range g.Stages {
+			inputs[n.Name] = n.Inputs
+		}
+	}
+	ws = slices.DeleteFunc(ws, func(v engine.WindowView) bool { return !s.readsAll(r, inputs[v.Stage]) })
 	if ws == nil {
 		ws = []engine.WindowView{}
 	}
@@ -304,16 +335,27 @@ func (s *Server) status(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	rows, err := s.eng.Status(r.Context())
+	rows = s.readableRows(r, rows)
 	if rows == nil {
 		rows = []engine.StatusRow{}
 	}
 	reply(w, rows, err)
 }
 
-func (s *Server) latency(w http.ResponseWriter, _ *http.Request) {
+// readableRows keeps the status rows of queues the user may read.
+func (s *Server) readableRows(r *http.Request, rows []engine.StatusRow) []engine.StatusRow {
+	return slices.DeleteFunc(slices.Clone(rows), func(row engine.StatusRow) bool { return !s.may(r, auth.Read, row.Queue) })
+}
+
+func (s *Server) latency(w http.ResponseWriter, r *http.Request) {
 	s.mu.Lock()
 	h := slices.Clone(s.history)
 	s.mu.Unlock()
+	if s.authz != nil {
+		for i := range h {
+			h[i].Rows = s.readableRows(r, h[i].Rows)
+		}
+	}
 	if h == nil {
 		h = []point{}
 	}

@@ -12,6 +12,7 @@ import (
 	"net/http/httptest"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -19,6 +20,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"go.uber.org/goleak"
 
+	"github.com/plumb-dev/plumb/auth"
 	"github.com/plumb-dev/plumb/blob"
 	"github.com/plumb-dev/plumb/block"
 	"github.com/plumb-dev/plumb/engine"
@@ -228,5 +230,82 @@ func TestServeSamplesLatency(t *testing.T) {
 	cancel()
 	if err := <-done; err != nil {
 		t.Fatalf("Serve after cancel: %v", err)
+	}
+}
+
+// TestDashboardLogin: with auth on, every page needs a login, probes do
+// not, and each user sees only what the users file lets it read.
+func TestDashboardLogin(t *testing.T) {
+	r := newRig(t)
+	r.put(t, 1, "block 1")
+	for i, job := range []string{"alice", "bob"} {
+		src := fmt.Sprintf("job: %s\nfrom: earliest\nstages:\n  - {name: clean, inputs: [raw], program: [cat], outputs: [raw.clean]}\n"+
+			"  - {name: mine, inputs: [raw.clean], program: [cat], outputs: [raw.%d]}\n", job, i)
+		if res, err := r.eng.Submit(job+".yaml", []byte(src), ""); err != nil || res.State != "accepted" {
+			t.Fatalf("submit %s: %+v %v", job, res, err)
+		}
+	}
+	file := filepath.Join(t.TempDir(), "users.yaml")
+	f, _ := auth.LoadOrNew(file)
+	anaSecret, _ := f.AddUser("ana", []string{"analysts"})
+	opsSecret, _ := f.AddUser("ops", []string{"operators"})
+	f.Rules = []auth.Rule{
+		{Queues: "raw.*", Groups: []string{"analysts"}, Allow: []auth.Perm{auth.Read}},
+		{Queues: "*", Groups: []string{"operators"}, Allow: []auth.Perm{auth.Admin}},
+	}
+	f.Save(file)
+	authz, err := auth.NewAuthority(file, []byte(strings.Repeat("k", 32)), time.Hour, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := httptest.NewServer(web.New(r.eng, r.db, r.reg, slog.Default()).WithAuth(authz).Handler())
+	defer srv.Close()
+	get := func(path, user, secret string) (int, string, http.Header) {
+		req, _ := http.NewRequest("GET", srv.URL+path, nil)
+		if user != "" {
+			req.SetBasicAuth(user, secret)
+		}
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		body, _ := io.ReadAll(resp.Body)
+		return resp.StatusCode, string(body), resp.Header
+	}
+	for _, path := range []string{"/", "/api/graph", "/api/queues", "/metrics"} {
+		if code, _, h := get(path, "", ""); code != 401 || !strings.HasPrefix(h.Get("WWW-Authenticate"), "Basic") {
+			t.Errorf("GET %s without login: %d %v", path, code, h)
+		}
+	}
+	if code, _, _ := get("/api/graph", "ana", opsSecret); code != 401 {
+		t.Errorf("wrong secret: %d", code)
+	}
+	for _, path := range []string{"/healthz", "/readyz"} {
+		if code, _, _ := get(path, "", ""); code != 200 {
+			t.Errorf("probe %s needs a login: %d", path, code)
+		}
+	}
+	code, body, _ := get("/api/graph", "ana", anaSecret)
+	var g web.Graph
+	json.Unmarshal([]byte(body), &g)
+	var names []string
+	for _, st := range g.Stages {
+		names = append(names, st.Name)
+	}
+	if code != 200 || strings.Join(names, ",") != "alice/mine,bob/mine" || slices.Contains(g.Queues, "raw") {
+		t.Errorf("ana's graph: %d %v %v; want only the stages over raw.clean", code, names, g.Queues)
+	}
+	if code, _, _ := get("/api/queue/raw", "ana", anaSecret); code != 403 {
+		t.Errorf("ana reads queue raw: %d", code)
+	}
+	if code, _, _ := get("/metrics", "ana", anaSecret); code != 403 {
+		t.Errorf("ana reads metrics: %d", code)
+	}
+	if code, body, _ := get("/api/queue/raw", "ops", opsSecret); code != 200 || !strings.Contains(body, `"name":"raw"`) {
+		t.Errorf("ops reads queue raw: %d", code)
+	}
+	if code, _, _ := get("/metrics", "ops", opsSecret); code != 200 {
+		t.Errorf("ops reads metrics: %d", code)
 	}
 }

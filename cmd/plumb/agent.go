@@ -49,7 +49,9 @@ func (a *agentFlags) register(fs *flag.FlagSet) {
 	fs.BoolVar(&a.cfg.Security.TLS, "tls", false, "connect with TLS, verifying the server against the system's roots")
 	fs.StringVar(&a.cfg.Security.CAFile, "tls-ca", "", "connect with TLS, verifying the server against the PEM roots in `FILE`")
 	fs.StringVar(&a.cfg.Security.ServerName, "tls-server-name", "", "`NAME` to verify in the server's certificate, when it differs from --server")
-	fs.StringVar(&a.cfg.Security.TokenFile, "token-file", "", "send the bearer token in `FILE` on every call")
+	fs.StringVar(&a.cfg.Security.CertFile, "tls-client-cert", "", "present the PEM client certificate in `FILE` (mutual TLS; with --tls-client-key)")
+	fs.StringVar(&a.cfg.Security.KeyFile, "tls-client-key", "", "the PEM private key of --tls-client-cert in `FILE`")
+	fs.StringVar(&a.cfg.Security.TokenFile, "token-file", "", "send the API key or bearer token in `FILE` on every call")
 }
 
 func (a *agentFlags) config() (agent.Config, error) {

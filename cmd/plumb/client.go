@@ -29,6 +29,7 @@ func clientCommand(name, usage, short string, nargs int, flags func(fs *flag.Fla
 	return command{name: name, usage: usage, short: short,
 		run: func(ctx context.Context, fs *flag.FlagSet, args []string) error {
 			server := serverFlag(fs)
+			sec := securityFlags(fs)
 			if flags != nil {
 				flags(fs)
 			}
@@ -42,11 +43,27 @@ func clientCommand(name, usage, short string, nargs int, flags func(fs *flag.Fla
 				nargs == -1 && len(pos) == 0:
 				return errUsage
 			}
-			c, err := flight.Dial(*server)
+			sec.Secret = os.Getenv("PLUMB_SECRET")
+			c, err := flight.DialSecure(*server, *sec)
 			if err != nil {
 				return err
 			}
 			defer c.Close()
 			return do(ctx, c, pos)
 		}}
+}
+
+// securityFlags adds how to reach a server that wants TLS or a login:
+// --tls, --tls-ca, --tls-server-name, --token-file (or PLUMB_TOKEN_FILE),
+// --user (or PLUMB_USER, with the secret in PLUMB_SECRET).
+func securityFlags(fs *flag.FlagSet) *flight.Security {
+	var sec flight.Security
+	fs.BoolVar(&sec.TLS, "tls", false, "connect with TLS, verifying the server against the system's roots")
+	fs.StringVar(&sec.CAFile, "tls-ca", os.Getenv("PLUMB_TLS_CA"), "connect with TLS, verifying the server against the PEM roots in `FILE` (also PLUMB_TLS_CA)")
+	fs.StringVar(&sec.ServerName, "tls-server-name", "", "`NAME` to verify in the server's certificate, when it differs from --server")
+	fs.StringVar(&sec.CertFile, "tls-client-cert", "", "present the PEM client certificate in `FILE` (mutual TLS; with --tls-client-key)")
+	fs.StringVar(&sec.KeyFile, "tls-client-key", "", "the PEM private key of --tls-client-cert in `FILE`")
+	fs.StringVar(&sec.TokenFile, "token-file", os.Getenv("PLUMB_TOKEN_FILE"), "send the token or API key in `FILE` on every call (also PLUMB_TOKEN_FILE)")
+	fs.StringVar(&sec.User, "user", os.Getenv("PLUMB_USER"), "log in as `NAME` with the secret in PLUMB_SECRET (also PLUMB_USER)")
+	return &sec
 }

@@ -46,6 +46,8 @@ func commands() []command {
 		windowsCommand(),
 		streamCommand(),
 		statusCommand(),
+		userCommand(),
+		loginCommand(),
 	}
 }
 

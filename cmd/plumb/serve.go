@@ -39,6 +39,12 @@ func serveCommand() command {
 			readPolicy := fs.String("read-policy", "llf", "order of block reads waiting for a slot: llf (least laxity first; reads that cannot meet their deadline are refused) or fifo")
 			fs.IntVar(&cfg.ReadSlots, "read-slots", 16, "block transfers at once")
 			fs.Float64Var(&cfg.ReadRate, "read-rate", 0, "cap block reads at this many bytes per second in all (0: no cap)")
+			fs.StringVar(&cfg.Users, "users", "", "users `FILE` (plumb user add): every call must authenticate and the file's rules decide who may do what; reread on SIGHUP")
+			fs.BoolVar(&cfg.InsecureNoAuth, "insecure-no-auth", false, "serve a non-loopback address without --users (only behind something that authenticates)")
+			fs.DurationVar(&cfg.TokenTTL, "token-ttl", 12*time.Hour, "how long a login's bearer token lasts")
+			fs.StringVar(&cfg.TLSCert, "tls-cert", "", "serve TLS with the PEM certificate in `FILE` (with --tls-key)")
+			fs.StringVar(&cfg.TLSKey, "tls-key", "", "the PEM private key of --tls-cert in `FILE`")
+			fs.StringVar(&cfg.ClientCA, "client-ca", "", "require client certificates signed by the PEM CA in `FILE` (mutual TLS); a certificate's common name is its user")
 			level := fs.String("log-level", "info", "log level: debug, info, warn, error")
 			if err := fs.Parse(args); err != nil {
 				return err

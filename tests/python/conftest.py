@@ -39,11 +39,11 @@ def free_port():
 
 
 class Server:
-    def __init__(self, plumb_bin, data):
+    def __init__(self, plumb_bin, data, extra=()):
         self.addr = f"127.0.0.1:{free_port()}"
         self.log = open(data.parent / "serve.log", "wb")
         self.proc = subprocess.Popen(
-            [plumb_bin, "serve", "--data", str(data), "--listen", self.addr],
+            [plumb_bin, "serve", "--data", str(data), "--listen", self.addr, *extra],
             stdout=self.log, stderr=subprocess.STDOUT)
         deadline = time.time() + 20
         while True:
@@ -73,10 +73,10 @@ def server(plumb_bin, tmp_path):
     s.stop()
 
 
-def put_blocks(client, queue, instance, blocks, header_as_message=False):
+def put_blocks(client, queue, instance, blocks, header_as_message=False, options=None):
     """Upload [(name, bytes)] as a user would with pyarrow; return the PutResults."""
     cmd = json.dumps({"queue": queue, "instance": instance}).encode()
-    writer, reader = client.do_put(fl.FlightDescriptor.for_command(cmd), BLOCK_SCHEMA)
+    writer, reader = client.do_put(fl.FlightDescriptor.for_command(cmd), BLOCK_SCHEMA, options=options)
     for name, data in blocks:
         header = json.dumps({"name": name, "size": len(data),
                              "sha256": hashlib.sha256(data).hexdigest()}).encode()

@@ -1,0 +1,463 @@
+// Package auth holds who may do what on a Plumb server: users and their
+// groups from a users file (secrets kept only as hashes), the bearer
+// tokens a login returns, the API keys agents use, and the rules that give
+// groups read, write or admin on queues by name pattern. It knows nothing
+// of Flight or HTTP; the servers call it.
+package auth
+
+import (
+	"bytes"
+	"crypto/hmac"
+	"crypto/rand"
+	"crypto/sha256"
+	"crypto/subtle"
+	"encoding/base64"
+	"encoding/binary"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path"
+	"path/filepath"
+	"regexp"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+
+	"golang.org/x/crypto/bcrypt"
+	"gopkg.in/yaml.v3"
+)
+
+// Perm is what a rule allows on a queue.
+type Perm string
+
+// The permissions. Read covers blocks, records, windows, streams and the
+// queue's listing; write is uploading blocks to a queue (agents) and
+// producing it from a job; admin is retrying faulty blocks, firing
+// windows, and (on every queue, "*") managing jobs of others.
+const (
+	Read  Perm = "read"
+	Write Perm = "write"
+	Admin Perm = "admin"
+)
+
+// Identity is an authenticated caller.
+type Identity struct {
+	User   string   `json:"user"`
+	Groups []string `json:"groups"`
+	// Via says how the caller proved it: password, token, key or cert.
+	Via string `json:"via"`
+}
+
+// Rule gives groups permissions on the queues whose names match a
+// pattern (path.Match syntax: "*", "dns.*", "pcap.?z").
+type Rule struct {
+	Queues string   `yaml:"queues"`
+	Groups []string `yaml:"groups"`
+	Allow  []Perm   `yaml:"allow"`
+}
+
+// User is one entry of the users file.
+type User struct {
+	// Secret is the bcrypt hash of the user's secret.
+	Secret string   `yaml:"secret"`
+	Groups []string `yaml:"groups"`
+	// Keys are long-lived API keys, for agents: an ID and the SHA-256 of
+	// the key (the keys are random, so a fast hash is enough).
+	Keys []Key `yaml:"keys,omitempty"`
+}
+
+// Key is an API key as the users file keeps it.
+type Key struct {
+	ID      string    `yaml:"id"`
+	SHA256  string    `yaml:"sha256"`
+	Created time.Time `yaml:"created"`
+}
+
+// File is the users file.
+type File struct {
+	Users map[string]*User `yaml:"users"`
+	Rules []Rule           `yaml:"rules"`
+}
+
+var nameRE = regexp.MustCompile(`^[a-z0-9][a-z0-9._-]{0,63}$`)
+
+// ValidName checks a user or group name.
+func ValidName(what, n string) error {
+	if !nameRE.MatchString(n) {
+		return fmt.Errorf("%s name %q: use 1-64 of a-z, 0-9, '.', '_', '-', starting with a letter or digit", what, n)
+	}
+	return nil
+}
+
+// Load reads and checks a users file. A file readable by others is
+// refused: it holds the hashes.
+func Load(file string) (*File, error) {
+	fi, err := os.Stat(file)
+	if err != nil {
+		return nil, fmt.Errorf("users file: %w", err)
+	}
+	if fi.Mode().Perm()&0o077 != 0 {
+		return nil, fmt.Errorf("users file %s is readable by others (mode %v); chmod 600 it", file, fi.Mode().Perm())
+	}
+	raw, err := os.ReadFile(file)
+	if err != nil {
+		return nil, fmt.Errorf("users file: %w", err)
+	}
+	var f File
+	dec := yaml.NewDecoder(bytes.NewReader(raw))
+	dec.KnownFields(true)
+	if err := dec.Decode(&f); err != nil && !errors.Is(err, io.EOF) { // an empty file has no users
+		return nil, fmt.Errorf("users file %s: %w", file, err)
+	}
+	if err := f.check(); err != nil {
+		return nil, fmt.Errorf("users file %s: %w", file, err)
+	}
+	return &f, nil
+}
+
+func (f *File) check() error {
+	if f.Users == nil {
+		f.Users = map[string]*User{}
+	}
+	keys := map[string]string{}
+	for name, u := range f.Users {
+		if err := ValidName("user", name); err != nil {
+			return err
+		}
+		if u == nil {
+			return fmt.Errorf("user %s has no entry", name)
+		}
+		if _, err := bcrypt.Cost([]byte(u.Secret)); err != nil {
+			return fmt.Errorf("user %s: secret is not a bcrypt hash (create users with `plumb user add`)", name)
+		}
+		for _, g := range u.Groups {
+			if err := ValidName("group", g); err != nil {
+				return fmt.Errorf("user %s: %w", name, err)
+			}
+		}
+		for _, k := range u.Keys {
+			if other, dup := keys[k.ID]; dup {
+				return fmt.Errorf("key %s belongs to both %s and %s", k.ID, other, name)
+			}
+			if len(k.SHA256) != 64 {
+				return fmt.Errorf("user %s: key %s has no SHA-256", name, k.ID)
+			}
+			keys[k.ID] = name
+		}
+	}
+	for i, r := range f.Rules {
+		if _, err := path.Match(r.Queues, ""); err != nil || r.Queues == "" {
+			return fmt.Errorf("rule %d: queues %q is not a valid pattern", i+1, r.Queues)
+		}
+		if len(r.Groups) == 0 || len(r.Allow) == 0 {
+			return fmt.Errorf("rule %d (%s): needs groups and allow", i+1, r.Queues)
+		}
+		for _, p := range r.Allow {
+			if p != Read && p != Write && p != Admin {
+				return fmt.Errorf("rule %d (%s): allow %q: want read, write or admin", i+1, r.Queues, p)
+			}
+		}
+	}
+	return nil
+}
+
+// Save writes the file atomically, readable by its owner only.
+func (f *File) Save(file string) error {
+	raw, err := yaml.Marshal(f)
+	if err != nil {
+		return err
+	}
+	tmp, err := os.CreateTemp(filepath.Dir(file), ".users-*.yaml")
+	if err != nil {
+		return err
+	}
+	defer os.Remove(tmp.Name())
+	if err := tmp.Chmod(0o600); err != nil {
+		tmp.Close()
+		return err
+	}
+	hdr := "# Plumb users: secrets are bcrypt hashes, keys SHA-256. Edit rules by hand;\n# add users with `plumb user add`. The server rereads this file on SIGHUP.\n"
+	if _, err := tmp.WriteString(hdr + string(raw)); err != nil {
+		tmp.Close()
+		return err
+	}
+	if err := tmp.Sync(); err != nil {
+		tmp.Close()
+		return err
+	}
+	if err := tmp.Close(); err != nil {
+		return err
+	}
+	return os.Rename(tmp.Name(), file)
+}
+
+// LoadOrNew loads a users file, or returns an empty one if it does not
+// exist yet.
+func LoadOrNew(file string) (*File, error) {
+	if _, err := os.Stat(file); errors.Is(err, os.ErrNotExist) {
+		return &File{Users: map[string]*User{}}, nil
+	}
+	return Load(file)
+}
+
+// randomText returns n random bytes as unpadded base64url.
+func randomText(n int) string {
+	b := make([]byte, n)
+	rand.Read(b)
+	return base64.RawURLEncoding.EncodeToString(b)
+}
+
+// AddUser creates a user (or replaces its secret and groups) and returns
+// the new secret, which is shown once and kept only as a hash.
+func (f *File) AddUser(name string, groups []string) (string, error) {
+	if err := ValidName("user", name); err != nil {
+		return "", err
+	}
+	for _, g := range groups {
+		if err := ValidName("group", g); err != nil {
+			return "", err
+		}
+	}
+	secret := randomText(24)
+	hash, err := bcrypt.GenerateFromPassword([]byte(secret), bcrypt.DefaultCost)
+	if err != nil {
+		return "", err
+	}
+	u := f.Users[name]
+	if u == nil {
+		u = &User{}
+		f.Users[name] = u
+	}
+	u.Secret, u.Groups = string(hash), slices.Clone(groups)
+	return secret, nil
+}
+
+// keyPrefix starts every API key, so a key is told from a token at once.
+const keyPrefix = "pk."
+
+// AddKey creates an API key for a user and returns it, shown once.
+func (f *File) AddKey(name string, now time.Time) (string, error) {
+	u := f.Users[name]
+	if u == nil {
+		return "", fmt.Errorf("no user %q; create it with `plumb user add %s --group G`", name, name)
+	}
+	idb := make([]byte, 6)
+	rand.Read(idb)
+	id := hex.EncodeToString(idb)
+	secret := randomText(32)
+	sum := sha256.Sum256([]byte(secret))
+	u.Keys = append(u.Keys, Key{ID: id, SHA256: hex.EncodeToString(sum[:]), Created: now.UTC().Truncate(time.Second)})
+	return keyPrefix + id + "." + secret, nil
+}
+
+// ErrDenied is returned for a failed login or an invalid token or key; it
+// says no more, so a caller cannot tell a wrong user from a wrong secret.
+var ErrDenied = errors.New("authentication failed")
+
+// Authority checks logins, tokens and keys and answers permission
+// questions, against a users file it can reload.
+type Authority struct {
+	path string
+	sign []byte
+	ttl  time.Duration
+	now  func() time.Time
+
+	mu   sync.RWMutex
+	file *File
+}
+
+// TokenTTL is how long a login's token lasts unless configured.
+const TokenTTL = 12 * time.Hour
+
+// NewAuthority loads the users file. signKey signs tokens (keep it across
+// restarts so tokens survive them); ttl 0 means TokenTTL; now nil means
+// time.Now.
+func NewAuthority(usersFile string, signKey []byte, ttl time.Duration, now func() time.Time) (*Authority, error) {
+	if len(signKey) < 32 {
+		return nil, errors.New("token signing key must be at least 32 bytes")
+	}
+	if ttl <= 0 {
+		ttl = TokenTTL
+	}
+	if now == nil {
+		now = time.Now
+	}
+	a := &Authority{path: usersFile, sign: signKey, ttl: ttl, now: now}
+	return a, a.Reload()
+}
+
+// SignKey reads the token signing key from file, creating a random one
+// (mode 600) the first time.
+func SignKey(file string) ([]byte, error) {
+	raw, err := os.ReadFile(file)
+	if err == nil && len(raw) >= 32 {
+		return raw, nil
+	}
+	if err != nil && !errors.Is(err, os.ErrNotExist) {
+		return nil, err
+	}
+	key := make([]byte, 32)
+	rand.Read(key)
+	if err := os.MkdirAll(filepath.Dir(file), 0o700); err != nil {
+		return nil, err
+	}
+	if err := os.WriteFile(file, key, 0o600); err != nil {
+		return nil, err
+	}
+	return key, nil
+}
+
+// Reload rereads the users file; on error the old one stays in force.
+func (a *Authority) Reload() error {
+	f, err := Load(a.path)
+	if err != nil {
+		return err
+	}
+	a.mu.Lock()
+	a.file = f
+	a.mu.Unlock()
+	return nil
+}
+
+// Users returns how many users the file holds.
+func (a *Authority) Users() int {
+	a.mu.RLock()
+	defer a.mu.RUnlock()
+	return len(a.file.Users)
+}
+
+func (a *Authority) identity(name, via string) (Identity, bool) {
+	a.mu.RLock()
+	defer a.mu.RUnlock()
+	u := a.file.Users[name]
+	if u == nil {
+		return Identity{}, false
+	}
+	return Identity{User: name, Groups: slices.Clone(u.Groups), Via: via}, true
+}
+
+// Login checks a user's secret and returns a bearer token.
+func (a *Authority) Login(user, secret string) (string, Identity, error) {
+	a.mu.RLock()
+	u := a.file.Users[user]
+	var hash []byte
+	if u != nil {
+		hash = []byte(u.Secret)
+	} else {
+		hash = dummyHash() // the same work for an unknown user
+	}
+	a.mu.RUnlock()
+	if bcrypt.CompareHashAndPassword(hash, []byte(secret)) != nil || u == nil {
+		return "", Identity{}, ErrDenied
+	}
+	id, ok := a.identity(user, "password")
+	if !ok {
+		return "", Identity{}, ErrDenied // removed meanwhile
+	}
+	return a.token(user), id, nil
+}
+
+var dummyHash = sync.OnceValue(func() []byte {
+	h, _ := bcrypt.GenerateFromPassword([]byte(randomText(24)), bcrypt.DefaultCost)
+	return h
+})
+
+// token is base64url(expiry as 8 bytes, user) "." base64url(HMAC).
+func (a *Authority) token(user string) string {
+	body := binary.BigEndian.AppendUint64(nil, uint64(a.now().Add(a.ttl).Unix()))
+	body = append(body, user...)
+	m := hmac.New(sha256.New, a.sign)
+	m.Write(body)
+	return base64.RawURLEncoding.EncodeToString(body) + "." + base64.RawURLEncoding.EncodeToString(m.Sum(nil))
+}
+
+// Verify checks a bearer credential: a token from Login or an API key.
+// The user's groups are those of the users file now, so a reload takes
+// effect on tokens already given out, and a removed user's tokens fail.
+func (a *Authority) Verify(cred string) (Identity, error) {
+	if rest, ok := strings.CutPrefix(cred, keyPrefix); ok {
+		return a.verifyKey(rest)
+	}
+	b64body, b64mac, ok := strings.Cut(cred, ".")
+	if !ok {
+		return Identity{}, ErrDenied
+	}
+	body, err1 := base64.RawURLEncoding.DecodeString(b64body)
+	mac, err2 := base64.RawURLEncoding.DecodeString(b64mac)
+	if err1 != nil || err2 != nil || len(body) < 9 {
+		return Identity{}, ErrDenied
+	}
+	m := hmac.New(sha256.New, a.sign)
+	m.Write(body)
+	if !hmac.Equal(mac, m.Sum(nil)) {
+		return Identity{}, ErrDenied
+	}
+	if exp := int64(binary.BigEndian.Uint64(body)); a.now().Unix() >= exp {
+		return Identity{}, fmt.Errorf("%w: the token expired; log in again", ErrDenied)
+	}
+	id, ok := a.identity(string(body[8:]), "token")
+	if !ok {
+		return Identity{}, ErrDenied
+	}
+	return id, nil
+}
+
+func (a *Authority) verifyKey(rest string) (Identity, error) {
+	kid, secret, ok := strings.Cut(rest, ".")
+	if !ok {
+		return Identity{}, ErrDenied
+	}
+	sum := sha256.Sum256([]byte(secret))
+	want := hex.EncodeToString(sum[:])
+	a.mu.RLock()
+	var owner string
+	for name, u := range a.file.Users {
+		for _, k := range u.Keys {
+			if k.ID == kid && subtle.ConstantTimeCompare([]byte(k.SHA256), []byte(want)) == 1 {
+				owner = name
+			}
+		}
+	}
+	a.mu.RUnlock()
+	if owner == "" {
+		return Identity{}, ErrDenied
+	}
+	id, _ := a.identity(owner, "key")
+	return id, nil
+}
+
+// Identify returns the identity of a user named by something already
+// verified (a client certificate's common name).
+func (a *Authority) Identify(user, via string) (Identity, error) {
+	id, ok := a.identity(user, via)
+	if !ok {
+		return Identity{}, fmt.Errorf("%w: no user %q in the users file", ErrDenied, user)
+	}
+	return id, nil
+}
+
+// Allowed reports whether id may do p on queue. Admin on a queue implies
+// read and write on it. queue "" asks about the whole server: only rules
+// for "*" give it.
+func (a *Authority) Allowed(id Identity, p Perm, queue string) bool {
+	a.mu.RLock()
+	defer a.mu.RUnlock()
+	for _, r := range a.file.Rules {
+		if !slices.ContainsFunc(r.Groups, func(g string) bool { return slices.Contains(id.Groups, g) }) {
+			continue
+		}
+		if queue == "" && r.Queues != "*" {
+			continue
+		}
+		if ok, _ := path.Match(r.Queues, queue); !ok {
+			continue
+		}
+		if slices.Contains(r.Allow, p) || slices.Contains(r.Allow, Admin) {
+			return true
+		}
+	}
+	return false
+}
