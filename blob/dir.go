@@ -2,11 +2,13 @@ package blob
 
 import (
 	"context"
+	"crypto/rand"
 	"errors"
 	"fmt"
 	"io"
 	"io/fs"
 	"os"
+	"path"
 	"path/filepath"
 	"strings"
 )
@@ -14,8 +16,11 @@ import (
 // Dir is a Store in a local directory. Blobs live under DIR/blobs/KEY; a
 // Put writes DIR/tmp/* while hashing, fsyncs it, renames it into place and
 // fsyncs the directory, so nothing half-written is ever visible under a key.
+// Every access goes through an os.Root on DIR, so a symbolic link planted
+// in the store can never lead a key outside it.
 type Dir struct {
 	root string
+	r    *os.Root
 }
 
 var _ Store = (*Dir)(nil)
@@ -31,32 +36,38 @@ func OpenDir(root string) (*Dir, error) {
 	if err != nil {
 		return nil, err
 	}
-	d := &Dir{root: abs}
 	for _, sub := range []string{"blobs", "tmp"} {
 		if err := os.MkdirAll(filepath.Join(abs, sub), 0o750); err != nil {
 			return nil, fmt.Errorf("create store directory: %w", err)
 		}
 	}
-	tmps, err := os.ReadDir(filepath.Join(abs, "tmp"))
+	r, err := os.OpenRoot(abs)
 	if err != nil {
 		return nil, err
 	}
+	d := &Dir{root: abs, r: r}
+	tmps, err := fs.ReadDir(r.FS(), "tmp")
+	if err != nil {
+		r.Close()
+		return nil, err
+	}
 	for _, e := range tmps {
-		os.Remove(filepath.Join(abs, "tmp", e.Name()))
+		r.Remove("tmp/" + e.Name())
 	}
 	return d, nil
 }
 
 func (d *Dir) String() string { return "file://" + d.root }
 
-// Close does nothing; a directory store holds no resources.
-func (d *Dir) Close() error { return nil }
+// Close releases the store's directory.
+func (d *Dir) Close() error { return d.r.Close() }
 
+// path is a key's name inside the root.
 func (d *Dir) path(key string) (string, error) {
 	if err := CheckKey(key); err != nil {
 		return "", err
 	}
-	return filepath.Join(d.root, "blobs", filepath.FromSlash(key)), nil
+	return "blobs/" + key, nil
 }
 
 // Put implements Store.
@@ -65,14 +76,15 @@ func (d *Dir) Put(ctx context.Context, key string, r io.Reader, size int64, sum 
 	if err != nil {
 		return err
 	}
-	f, err := os.CreateTemp(filepath.Join(d.root, "tmp"), "put-*")
+	tmp := "tmp/put-" + rand.Text()
+	f, err := d.r.OpenFile(tmp, os.O_RDWR|os.O_CREATE|os.O_EXCL, 0o640)
 	if err != nil {
 		return fmt.Errorf("store %s: create temp file for %s: %w", d, key, err)
 	}
 	defer func() {
 		if err != nil {
 			f.Close()
-			os.Remove(f.Name())
+			d.r.Remove(tmp)
 		}
 	}()
 	v := newVerifier(ctx, r, size)
@@ -89,41 +101,44 @@ func (d *Dir) Put(ctx context.Context, key string, r io.Reader, size int64, sum 
 	if err := f.Close(); err != nil {
 		return err
 	}
-	if err := d.mkdirs(filepath.Dir(final)); err != nil {
-		return err
+	if err := d.mkdirs(path.Dir(final)); err != nil {
+		return fmt.Errorf("store %s: directory for %s: %w", d, key, err)
 	}
-	if err := os.Rename(f.Name(), final); err != nil {
+	if err := d.r.Rename(tmp, final); err != nil {
 		return fmt.Errorf("store %s: rename %s into place: %w", d, key, err)
 	}
-	return syncDir(filepath.Dir(final))
+	return d.syncDir(path.Dir(final))
 }
 
-// mkdirs creates dir and its missing parents, fsyncing each parent so the
-// new directory entries survive a crash.
+// mkdirs creates dir and its missing parents inside the root, fsyncing
+// each parent so the new directory entries survive a crash.
 func (d *Dir) mkdirs(dir string) error {
-	if _, err := os.Stat(dir); err == nil {
+	if fi, err := d.r.Stat(dir); err == nil {
+		if !fi.IsDir() {
+			return fmt.Errorf("%s is not a directory", dir)
+		}
 		return nil
 	}
-	parent := filepath.Dir(dir)
-	if parent != dir && strings.HasPrefix(parent, d.root) {
+	parent := path.Dir(dir)
+	if parent != "." && parent != dir {
 		if err := d.mkdirs(parent); err != nil {
 			return err
 		}
 	}
-	if err := os.Mkdir(dir, 0o750); err != nil && !errors.Is(err, fs.ErrExist) {
+	if err := d.r.Mkdir(dir, 0o750); err != nil && !errors.Is(err, fs.ErrExist) {
 		return err
 	}
-	return syncDir(parent)
+	return d.syncDir(parent)
 }
 
-func syncDir(dir string) error {
-	f, err := os.Open(dir)
+func (d *Dir) syncDir(dir string) error {
+	f, err := d.r.Open(dir)
 	if err != nil {
 		return err
 	}
 	defer f.Close()
 	if err := f.Sync(); err != nil {
-		return fmt.Errorf("fsync directory %s: %w", dir, err)
+		return fmt.Errorf("fsync directory %s: %w", filepath.Join(d.root, dir), err)
 	}
 	return nil
 }
@@ -134,7 +149,7 @@ func (d *Dir) Open(ctx context.Context, key string) (io.ReadCloser, error) {
 	if err != nil {
 		return nil, err
 	}
-	f, err := os.Open(p)
+	f, err := d.r.Open(p)
 	if errors.Is(err, fs.ErrNotExist) {
 		return nil, fmt.Errorf("store %s: %s: %w", d, key, ErrNotFound)
 	}
@@ -147,7 +162,7 @@ func (d *Dir) Stat(ctx context.Context, key string) (Info, error) {
 	if err != nil {
 		return Info{}, err
 	}
-	fi, err := os.Stat(p)
+	fi, err := d.r.Stat(p)
 	if errors.Is(err, fs.ErrNotExist) {
 		return Info{}, fmt.Errorf("store %s: %s: %w", d, key, ErrNotFound)
 	}
@@ -163,7 +178,7 @@ func (d *Dir) Delete(ctx context.Context, key string) error {
 	if err != nil {
 		return err
 	}
-	if err := os.Remove(p); err != nil && !errors.Is(err, fs.ErrNotExist) {
+	if err := d.r.Remove(p); err != nil && !errors.Is(err, fs.ErrNotExist) {
 		return err
 	}
 	return nil
@@ -171,8 +186,7 @@ func (d *Dir) Delete(ctx context.Context, key string) error {
 
 // List implements Store.
 func (d *Dir) List(ctx context.Context, fn func(Info) error) error {
-	base := filepath.Join(d.root, "blobs")
-	return filepath.WalkDir(base, func(p string, e fs.DirEntry, err error) error {
+	return fs.WalkDir(d.r.FS(), "blobs", func(p string, e fs.DirEntry, err error) error {
 		if err != nil || e.IsDir() {
 			return err
 		}
@@ -183,18 +197,34 @@ func (d *Dir) List(ctx context.Context, fn func(Info) error) error {
 		if err != nil {
 			return nil // removed while listing
 		}
-		rel, _ := filepath.Rel(base, p)
-		return fn(Info{Key: filepath.ToSlash(rel), Size: fi.Size(), ModTime: fi.ModTime()})
+		return fn(Info{Key: strings.TrimPrefix(p, "blobs/"), Size: fi.Size(), ModTime: fi.ModTime()})
 	})
 }
 
 // Link makes a hard link to a blob at dst, so a reader can have the
 // blob as a file without a copy. Blobs are immutable, so the link can
-// never see them change; deleting the blob leaves the link's bytes.
+// never see them change; deleting the blob leaves the link's bytes. The
+// link is checked to be the very file the root resolves the key to.
 func (d *Dir) Link(key, dst string) error {
 	p, err := d.path(key)
 	if err != nil {
 		return err
 	}
-	return os.Link(p, dst)
+	f, err := d.r.Open(p)
+	if err != nil {
+		return err
+	}
+	want, err := f.Stat()
+	f.Close()
+	if err != nil {
+		return err
+	}
+	if err := os.Link(filepath.Join(d.root, filepath.FromSlash(p)), dst); err != nil {
+		return err
+	}
+	if got, err := os.Lstat(dst); err != nil || !os.SameFile(got, want) {
+		os.Remove(dst)
+		return fmt.Errorf("store %s: %s changed while linking it; not linked", d, key)
+	}
+	return nil
 }

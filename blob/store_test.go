@@ -226,3 +226,54 @@ func TestOpenURL(t *testing.T) {
 		}
 	}
 }
+
+// TestDirRefusesPlantedSymlinks: links planted in a store directory, to a
+// directory or a file outside it, never lead a write, read, stat, delete
+// or hard link out of the store.
+func TestDirRefusesPlantedSymlinks(t *testing.T) {
+	ctx := context.Background()
+	dir, outside := t.TempDir(), t.TempDir()
+	secret := filepath.Join(outside, "secret")
+	os.WriteFile(secret, []byte("not plumb's"), 0o644)
+	s, err := blob.OpenDir(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	// A queue directory that points outside, and a blob that does.
+	if err := os.Symlink(outside, filepath.Join(dir, "blobs", "pcap.sz")); err != nil {
+		t.Fatal(err)
+	}
+	os.MkdirAll(filepath.Join(dir, "blobs", "dns.arrow", "lax"), 0o750)
+	if err := os.Symlink(secret, filepath.Join(dir, "blobs", "dns.arrow", "lax", "x")); err != nil {
+		t.Fatal(err)
+	}
+	data := []byte("block bytes")
+	sum := blob.Sum(sha256.Sum256(data))
+	if err := s.Put(ctx, "pcap.sz/lax/x", bytes.NewReader(data), int64(len(data)), sum); err == nil {
+		t.Error("Put wrote through a link that leaves the store")
+	}
+	if ents, _ := os.ReadDir(outside); len(ents) != 1 {
+		t.Errorf("the directory outside the store now holds %d entries", len(ents))
+	}
+	if r, err := s.Open(ctx, "dns.arrow/lax/x"); err == nil {
+		got, _ := io.ReadAll(r)
+		r.Close()
+		t.Errorf("Open followed a link out of the store and read %q", got)
+	}
+	if _, err := s.Stat(ctx, "pcap.sz/lax/secret"); err == nil {
+		t.Error("Stat followed a link out of the store")
+	}
+	if err := s.Link("dns.arrow/lax/x", filepath.Join(t.TempDir(), "l")); err == nil {
+		t.Error("Link followed a link out of the store")
+	}
+	s.Delete(ctx, "pcap.sz/secret")
+	if _, err := os.Stat(secret); err != nil {
+		t.Errorf("Delete removed a file outside the store: %v", err)
+	}
+	for _, key := range []string{"../x", "a/../../x", "/etc/passwd", "a/%2e%2e/x", "a\x00b", "a//b"} {
+		if err := s.Put(ctx, key, bytes.NewReader(data), int64(len(data)), sum); !errors.Is(err, blob.ErrBadKey) {
+			t.Errorf("Put(%q) = %v; want ErrBadKey", key, err)
+		}
+	}
+}

@@ -2,10 +2,14 @@ package pipeline
 
 import (
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
+
+	"github.com/plumb-dev/plumb/block"
 )
 
 // TestBadJobs runs every testdata/jobs/*.bad.yaml: each must be refused
@@ -104,6 +108,9 @@ func FuzzParseJob(f *testing.F) {
 		src, _ := os.ReadFile(p)
 		f.Add(src)
 	}
+	for _, trick := range []string{"../pcap.sz", "/etc/passwd", "dns.%2e%2e", "pcap.sz/../x", "..", "a\\b"} {
+		f.Add([]byte(fmt.Sprintf("job: %q\nstages:\n  - {name: %q, inputs: [%q], program: [cat], outputs: [%q]}\n", trick, trick, trick, trick)))
+	}
 	f.Fuzz(func(t *testing.T, src []byte) {
 		j, err := ParseJobBytes("fuzz", src)
 		if err != nil {
@@ -111,6 +118,20 @@ func FuzzParseJob(f *testing.F) {
 				t.Fatalf("error is not a job problem: %v", err)
 			}
 			return
+		}
+		// Nothing an accepted job names can address a path: queue names
+		// are valid block-name parts, job and stage names plain words.
+		for _, st := range j.Stages {
+			for _, q := range append(slices.Clone(st.Inputs), st.Outputs...) {
+				if err := block.ValidateQueue(q); err != nil {
+					t.Fatalf("accepted queue %q: %v", q, err)
+				}
+			}
+			for _, n := range []string{j.Name, st.Name} {
+				if n == "" || strings.ContainsAny(n, "/\\\x00%") || strings.Contains(n, "..") {
+					t.Fatalf("accepted name %q", n)
+				}
+			}
 		}
 		// An accepted job renders to YAML that is accepted again.
 		if _, err := ParseJobBytes("again", j.Marshal()); err != nil {
