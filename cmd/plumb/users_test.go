@@ -54,6 +54,12 @@ func TestUsersLoginAndDefaults(t *testing.T) {
 	if out, errOut, code := plumbExec(t, "put", "--server", addr, "--token-file", keyFile, capture); code != 0 {
 		t.Fatalf("put with the agent's key: %d %s %s", code, out, errOut)
 	}
+	// The agent's path: an import with the API key, asking last-seq first.
+	pcaps, _ := filepath.Glob("../../testdata/pcaps/*.pcap")
+	if out, errOut, code := plumbExec(t, "import", "--quiet", "--server", addr, "--token-file", keyFile, "--site", "lax",
+		"--spool", filepath.Join(t.TempDir(), "spool"), "--block-size", "64KiB", pcaps[0]); code != 0 {
+		t.Fatalf("import with the agent's key: %d %s %s", code, out, errOut)
+	}
 	t.Setenv("PLUMB_USER", "ana")
 	t.Setenv("PLUMB_SECRET", strings.TrimSpace(anaSecret))
 	if out, errOut, code := plumbExec(t, "queues", "--server", addr); code != 0 || !strings.Contains(out, "pcap.sz") {
