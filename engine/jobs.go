@@ -256,6 +256,15 @@ func (e *Engine) demote(name string, why error) {
 func (e *Engine) apply(g *pipeline.Graph) error {
 	next := map[string]*stage{}
 	for _, n := range g.Stages {
+		// A derived queue keeps its blocks as its producing stage says;
+		// the retention sweep acts on it.
+		if l, err := n.Retention.Limits(); err == nil && n.Retention != pipeline.UntilConsumed {
+			for _, q := range n.Outputs {
+				if err := e.db.SetPolicy(q, state.Policy{Retention: string(n.Retention), MaxAge: l.MaxAge, MaxBytes: l.MaxBytes, By: "stage " + n.Name}); err != nil {
+					return fmt.Errorf("stage %s: retention of %s: %w", n.Name, q, err)
+				}
+			}
+		}
 		id := n.ID()
 		if old := e.stages[id]; old != nil {
 			old.node = n // owners and program may have changed

@@ -120,6 +120,18 @@ var actions = map[string]action{
 		desc: `Save a stream consumer's cursor and state together (with "state" given, that state); a stream from "checkpoint" resumes there. Body {"queue","instance","consumer","state"}.`,
 		run:  (*Service).checkpoint,
 	},
+	"set-retention": {
+		desc: `Set how long a queue keeps its blocks (admin): {"queue","retention":"forever"|"30d"|"500GiB"|"30d,500GiB"|"","drop_unconsumed":bool}. Blocks past it go unless a subscriber still owes them (drop_unconsumed: they go anyway and the subscriber's delivery becomes LOST). Queues a stage produces keep what its job says.`,
+		run:  (*Service).setRetention,
+	},
+	"retention": {
+		desc: `Every queue's retention policy; one result each.`,
+		run:  (*Service).retentions,
+	},
+	"lost": {
+		desc: `Blocks a queue's retention dropped before a group was done with them. Body {"queue","group"}; one result each.`,
+		run:  (*Service).lost,
+	},
 	"status": {
 		desc: `How far behind each stage and consumer group is: backlog, workers, age of the oldest block owed, and arrival-to-output (or delivery) and event-to-output p50/p99 over the last hour; one result each.`,
 		run:  (*Service).status,

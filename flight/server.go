@@ -1,6 +1,7 @@
 package flight
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -25,6 +26,7 @@ import (
 	"github.com/plumb-dev/plumb/auth"
 	"github.com/plumb-dev/plumb/blob"
 	"github.com/plumb-dev/plumb/engine"
+	"github.com/plumb-dev/plumb/retention"
 	"github.com/plumb-dev/plumb/state"
 	"github.com/plumb-dev/plumb/web"
 	"github.com/prometheus/client_golang/prometheus"
@@ -87,6 +89,9 @@ type Config struct {
 	InsecureNoAuth bool
 	// TokenTTL is how long a login's bearer token lasts; 12 h when zero.
 	TokenTTL time.Duration
+	// SweepEvery is how often blocks past their queue's retention are
+	// deleted; a minute when zero.
+	SweepEvery time.Duration
 	// TLSCert and TLSKey turn on TLS; ClientCA also requires client
 	// certificates signed by it (mutual TLS), whose common name is the user.
 	TLSCert, TLSKey, ClientCA string
@@ -250,6 +255,12 @@ func Run(ctx context.Context, cfg Config) (err error) {
 	}
 	// Stage runs stop before the metadata closes.
 	defer func() { stop(); <-engDone }()
+	sweepDone := make(chan struct{})
+	go func() {
+		defer close(sweepDone)
+		retention.Run(srvCtx, db, store, cmp.Or(cfg.SweepEvery, time.Minute), cfg.Logger)
+	}()
+	defer func() { stop(); <-sweepDone }()
 	if cfg.HTTP != "" {
 		dash := web.New(svc.eng, db, cfg.Gatherer, cfg.Logger)
 		if authz != nil {

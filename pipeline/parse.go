@@ -350,12 +350,8 @@ func (p *parser) validate(j *Job, nodes []*yaml.Node) {
 		default:
 			p.add(n, field+".abstraction", "%q: want block, window or stream", s.Abstraction)
 		}
-		switch s.Retention {
-		case UntilConsumed, Forever:
-		default:
-			if _, err := ParseDuration(string(s.Retention)); err != nil {
-				p.add(n, field+".retention", "%v; or say forever, or leave it out to keep blocks until every subscriber is done", err)
-			}
+		if _, err := s.Retention.Limits(); err != nil {
+			p.add(n, field+".retention", "%v; or leave it out to keep blocks until every subscriber is done", err)
 		}
 		if len(s.Outputs) == 0 && s.Retention != UntilConsumed {
 			p.add(n, field+".retention", "the stage has no outputs to retain")

@@ -29,6 +29,7 @@ type Delivery struct {
 	Until     time.Time     `json:"until,omitzero"`     // end of the reservation, or of a retry backoff
 	Reserver  string        `json:"reserver,omitempty"` // who holds the reservation
 	LastError string        `json:"last_error,omitempty"`
+	Block     string        `json:"block,omitempty"` // the block's name, kept when it is LOST
 }
 
 // From says where a new consumer group starts.
@@ -61,6 +62,7 @@ type GroupStats struct {
 	Reserved   int    `json:"reserved"`
 	Done       int    `json:"done"`
 	Faulty     int    `json:"faulty"`
+	Lost       int    `json:"lost,omitempty"` // dropped unconsumed by the queue's retention
 }
 
 // addDeliveries records one UNRESERVED delivery of a new block for every
@@ -258,6 +260,8 @@ func (d *DB) Groups(queue string) ([]GroupStats, error) {
 						s.Done++
 					case del.State == Faulty:
 						s.Faulty++
+					case del.State == Lost:
+						s.Lost++
 					}
 					return nil
 				}); err != nil {

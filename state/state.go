@@ -98,7 +98,7 @@ func Open(path string, opts Options) (*DB, error) {
 		return nil, fmt.Errorf("open metadata %s: %w (is another plumb serve using this data directory?)", path, err)
 	}
 	err = db.Update(func(tx *bolt.Tx) error {
-		for _, b := range [][]byte{bucketQueues, bucketBlocks, bucketArrivals, bucketGroups, bucketDeliveries, bucketWindows, bucketStreams} {
+		for _, b := range [][]byte{bucketQueues, bucketBlocks, bucketArrivals, bucketGroups, bucketDeliveries, bucketWindows, bucketStreams, bucketPolicies, bucketHighWater} {
 			if _, err := tx.CreateBucketIfNotExists(b); err != nil {
 				return err
 			}
@@ -301,6 +301,9 @@ func (d *DB) Lookup(id block.ID) (Block, error) {
 		if !ok {
 			return fmt.Errorf("block %s: %w", id, ErrNotFound)
 		}
+		if expired(tx, b, d.now()) {
+			return fmt.Errorf("block %s expired (queue retention %s): %w", id, policyOf(tx, id.Queue).Retention, ErrNotFound)
+		}
 		out = b
 		return nil
 	})
@@ -351,12 +354,13 @@ func (d *DB) Blocks(queue string, after uint64, limit int) ([]Block, error) {
 			return nil
 		}
 		c := arrivals.Cursor()
+		now := d.now()
 		for k, v := c.Seek(u64(after + 1)); k != nil && len(out) < limit; k, v = c.Next() {
 			b, ok, err := getJSON[Block](blocks, v)
 			if err != nil {
 				return err
 			}
-			if ok {
+			if ok && !expired(tx, b, now) {
 				out = append(out, b)
 			}
 		}
@@ -387,6 +391,12 @@ func (d *DB) LastSeq(queue, instance string) (uint64, bool, error) {
 		found bool
 	)
 	err := d.bolt.View(func(tx *bolt.Tx) error {
+		// Blocks retention deleted still count: their numbers are used.
+		if hw := mustSub(tx, bucketHighWater, queue); hw != nil {
+			if v := hw.Get([]byte(instance)); v != nil {
+				seq, found = bytesU64(v), true
+			}
+		}
 		blocks, _ := sub(tx, bucketBlocks, queue)
 		if blocks == nil {
 			return nil
@@ -401,7 +411,7 @@ func (d *DB) LastSeq(queue, instance string) (uint64, bool, error) {
 			k, _ = c.Prev()
 		}
 		if k != nil && bytes.HasPrefix(k, prefix) && len(k) == len(prefix)+8 {
-			seq, found = bytesU64(k[len(prefix):]), true
+			seq, found = max(seq, bytesU64(k[len(prefix):])), true
 		}
 		return nil
 	})

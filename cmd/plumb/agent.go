@@ -11,8 +11,6 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
-	"strconv"
-	"strings"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -20,6 +18,7 @@ import (
 
 	"github.com/plumb-dev/plumb/agent"
 	"github.com/plumb-dev/plumb/codecs"
+	"github.com/plumb-dev/plumb/pipeline"
 )
 
 // agentFlags are shared by agent and import.
@@ -84,26 +83,8 @@ func (a *agentFlags) config() (agent.Config, error) {
 	return cfg, nil
 }
 
-// parseSize reads 1048576, 64KiB, 256MiB, 1GiB (also K, M, G, KB, MB, GB as
-// powers of 1024).
-func parseSize(s string) (int64, error) {
-	t := strings.TrimSpace(s)
-	mult := int64(1)
-	for _, u := range []struct {
-		suffix string
-		mult   int64
-	}{{"KiB", 1 << 10}, {"MiB", 1 << 20}, {"GiB", 1 << 30}, {"TiB", 1 << 40}, {"KB", 1 << 10}, {"MB", 1 << 20}, {"GB", 1 << 30}, {"K", 1 << 10}, {"M", 1 << 20}, {"G", 1 << 30}} {
-		if strings.HasSuffix(t, u.suffix) {
-			t, mult = strings.TrimSuffix(t, u.suffix), u.mult
-			break
-		}
-	}
-	n, err := strconv.ParseInt(strings.TrimSpace(t), 10, 64)
-	if err != nil || n < 0 {
-		return 0, fmt.Errorf("size %q: want a number of bytes with an optional KiB, MiB or GiB", s)
-	}
-	return n * mult, nil
-}
+// parseSize reads sizes such as 64KiB or 256MiB.
+func parseSize(s string) (int64, error) { return pipeline.ParseSize(s) }
 
 // parse reads the flags and arguments of agent or import and returns the
 // configuration and the sources named by the arguments. allowNone permits

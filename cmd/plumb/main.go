@@ -47,6 +47,8 @@ func commands() []command {
 		streamCommand(),
 		statusCommand(),
 		userCommand(),
+		retentionCommand(),
+		lostCommand(),
 		loginCommand(),
 	}
 }

@@ -1,0 +1,86 @@
+package main
+
+import (
+	"context"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/plumb-dev/plumb/flight"
+	"github.com/plumb-dev/plumb/internal/testenv"
+)
+
+// TestRetentionThroughServer: an operator gives a source queue a short
+// retention; blocks nobody reads go, blobs too, while the ones a consumer
+// group owes stay until it is done; with drop-unconsumed the group is told
+// what it lost.
+func TestRetentionThroughServer(t *testing.T) {
+	data := t.TempDir()
+	addr := testenv.FreeAddr(t)
+	startPlumb(t, "serve", "--data", data, "--listen", addr, "--log-level", "warn", "--sweep-every", "100ms")
+	waitListening(t, addr)
+	c, _ := flight.Dial(addr)
+	defer c.Close()
+	ctx := context.Background()
+	for seq := 1; seq <= 3; seq++ {
+		src, _ := snappyBlock(t, seq)
+		if _, err := c.Put(ctx, src); err != nil {
+			t.Fatal(err)
+		}
+		if seq == 2 {
+			// A consumer group that starts after block 2 owes block 3 only.
+			if out, errOut, code := plumbExec(t, "follow", "pcap.sz", "--server", addr, "--group", "ids", "--out", t.TempDir(), "--once"); code != 0 {
+				t.Fatalf("follow: %s %s", out, errOut)
+			}
+		}
+	}
+	if out, errOut, code := plumbExec(t, "retention", "pcap.sz", "1s", "--server", addr); code != 0 || !strings.Contains(out, `retention "1s"`) {
+		t.Fatalf("retention: %d %s %s", code, out, errOut)
+	}
+	if _, errOut, code := plumbExec(t, "retention", "pcap.sz", "soon", "--server", addr); code == 0 || !strings.Contains(errOut, "want forever, a duration") {
+		t.Errorf("a bad retention: %d %s", code, errOut)
+	}
+	blobs := func() int {
+		n := 0
+		filepath.WalkDir(filepath.Join(data, "blobs", "blobs"), func(_ string, e os.DirEntry, err error) error {
+			if err == nil && !e.IsDir() {
+				n++
+			}
+			return nil
+		})
+		return n
+	}
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		out, _, _ := plumbExec(t, "blocks", "pcap.sz", "--server", addr)
+		if !strings.Contains(out, "00000001") && !strings.Contains(out, "00000002") && strings.Contains(out, "00000003") && blobs() == 1 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("blocks 1 and 2 never expired, or 3 went; blocks:\n%s\nblobs: %d", out, blobs())
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	// Block 3 stays while ids owes it; dropping unconsumed blocks lets it go
+	// and tells ids.
+	time.Sleep(1500 * time.Millisecond)
+	if out, _, _ := plumbExec(t, "blocks", "pcap.sz", "--server", addr); !strings.Contains(out, "00000003") {
+		t.Fatalf("a block the group owes expired:\n%s", out)
+	}
+	plumbExec(t, "retention", "pcap.sz", "1s", "--drop-unconsumed", "--server", addr)
+	for {
+		out, _, _ := plumbExec(t, "lost", "pcap.sz", "--server", addr)
+		if strings.Contains(out, "20250505-151105-00000003.site1.pcap.sz\tfor ids\tdropped unconsumed by retention 1s") {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("lost: %s", out)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	if out, _, _ := plumbExec(t, "retention", "--server", addr); !strings.Contains(out, "pcap.sz  1s         true") {
+		t.Errorf("retention list:\n%s", out)
+	}
+}

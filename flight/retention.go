@@ -1,0 +1,117 @@
+package flight
+
+import (
+	"context"
+	"encoding/json"
+	"slices"
+	"strings"
+
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	"github.com/plumb-dev/plumb/auth"
+	"github.com/plumb-dev/plumb/block"
+	"github.com/plumb-dev/plumb/pipeline"
+	"github.com/plumb-dev/plumb/state"
+)
+
+// RetentionRequest is the body of the set-retention action.
+type RetentionRequest struct {
+	Queue          string `json:"queue"`
+	Retention      string `json:"retention"` // "forever", "30d", "500GiB", "30d,500GiB"; "" to remove
+	DropUnconsumed bool   `json:"drop_unconsumed,omitempty"`
+}
+
+func (s *Service) setRetention(ctx context.Context, body []byte) (any, error) {
+	var req RetentionRequest
+	if err := decodeStrict(body, &req); err != nil {
+		return nil, badBody("set-retention", body, err)
+	}
+	if err := block.ValidateQueue(req.Queue); err != nil {
+		return nil, badBody("set-retention", body, err)
+	}
+	l, err := pipeline.Retention(req.Retention).Limits()
+	if err != nil {
+		return nil, badBody("set-retention", body, err)
+	}
+	if err := s.allow(ctx, auth.Admin, req.Queue, "set-retention"); err != nil {
+		return nil, err
+	}
+	if s.eng != nil && s.eng.Graph() != nil {
+		for _, n := range s.eng.Graph().Stages {
+			for _, q := range n.Outputs {
+				if q == req.Queue && n.Retention != pipeline.UntilConsumed {
+					return nil, status.Errorf(codes.FailedPrecondition, "queue %s keeps blocks as stage %s says (retention %s); change the job instead", q, n.Name, n.Retention)
+				}
+			}
+		}
+	}
+	by := "operator"
+	if u := caller(ctx); u != "" {
+		by = u
+	}
+	p := state.Policy{Retention: req.Retention, MaxAge: l.MaxAge, MaxBytes: l.MaxBytes, DropUnconsumed: req.DropUnconsumed, By: by}
+	if err := s.db.SetPolicy(req.Queue, p); err != nil {
+		return nil, err
+	}
+	s.log.Info("retention set", "queue", req.Queue, "retention", req.Retention, "drop_unconsumed", req.DropUnconsumed, "by", by)
+	return p, nil
+}
+
+func (s *Service) retentions(ctx context.Context, _ []byte) (any, error) {
+	ps, err := s.db.Policies()
+	if err != nil {
+		return nil, err
+	}
+	var out []QueuePolicy
+	for q, p := range ps {
+		if s.may(ctx, auth.Read, q) {
+			out = append(out, QueuePolicy{q, p})
+		}
+	}
+	slices.SortFunc(out, func(a, b QueuePolicy) int { return strings.Compare(a.Queue, b.Queue) })
+	return listOf(out), nil
+}
+
+func (s *Service) lost(ctx context.Context, body []byte) (any, error) {
+	var req struct {
+		Queue string `json:"queue"`
+		Group string `json:"group,omitempty"`
+	}
+	if err := decodeStrict(body, &req); err != nil {
+		return nil, badBody("lost", body, err)
+	}
+	if err := block.ValidateQueue(req.Queue); err != nil {
+		return nil, badBody("lost", body, err)
+	}
+	if err := s.allow(ctx, auth.Read, req.Queue, "lost"); err != nil {
+		return nil, err
+	}
+	ls, err := s.db.LostBlocks(req.Queue, req.Group)
+	return listOf(ls), err
+}
+
+// QueuePolicy is one queue's retention, as the retention action lists it.
+type QueuePolicy struct {
+	Queue string `json:"queue"`
+	state.Policy
+}
+
+// Retentions lists every queue's retention policy, by queue name.
+func (c *Client) Retentions(ctx context.Context) ([]QueuePolicy, error) {
+	return collect[QueuePolicy](ctx, c, "retention", struct{}{})
+}
+
+// SetRetention sets a source queue's retention ("" removes it).
+func (c *Client) SetRetention(ctx context.Context, queue, retention string, dropUnconsumed bool) (state.Policy, error) {
+	var p state.Policy
+	err := c.action(ctx, "set-retention", RetentionRequest{Queue: queue, Retention: retention, DropUnconsumed: dropUnconsumed},
+		func(raw []byte) error { return json.Unmarshal(raw, &p) })
+	return p, err
+}
+
+// LostBlocks lists the blocks a queue's retention dropped before a group
+// (or any, with "") was done with them.
+func (c *Client) LostBlocks(ctx context.Context, queue, group string) ([]state.LostBlock, error) {
+	return collect[state.LostBlock](ctx, c, "lost", map[string]string{"queue": queue, "group": group})
+}
