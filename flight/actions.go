@@ -128,6 +128,10 @@ var actions = map[string]action{
 		desc: `Every queue's retention policy; one result each.`,
 		run:  (*Service).retentions,
 	},
+	"fsck": {
+		desc: `Check metadata against blobs (admin on "*"): blocks whose blob is missing or (with verify) corrupt, blobs no block names. Body {"repair":bool,"verify":bool,"grace_seconds":N}; repair deletes orphan blobs older than the grace (1 h) and marks broken blocks lost.`,
+		run:  (*Service).fsck,
+	},
 	"lost": {
 		desc: `Blocks a queue's retention dropped before a group was done with them. Body {"queue","group"}; one result each.`,
 		run:  (*Service).lost,

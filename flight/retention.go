@@ -5,12 +5,14 @@ import (
 	"encoding/json"
 	"slices"
 	"strings"
+	"time"
 
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
 	"github.com/plumb-dev/plumb/auth"
 	"github.com/plumb-dev/plumb/block"
+	"github.com/plumb-dev/plumb/fsck"
 	"github.com/plumb-dev/plumb/pipeline"
 	"github.com/plumb-dev/plumb/state"
 )
@@ -114,4 +116,39 @@ func (c *Client) SetRetention(ctx context.Context, queue, retention string, drop
 // (or any, with "") was done with them.
 func (c *Client) LostBlocks(ctx context.Context, queue, group string) ([]state.LostBlock, error) {
 	return collect[state.LostBlock](ctx, c, "lost", map[string]string{"queue": queue, "group": group})
+}
+
+// FsckRequest is the body of the fsck action.
+type FsckRequest struct {
+	Repair bool `json:"repair,omitempty"`
+	Verify bool `json:"verify,omitempty"`
+	// GraceSeconds is how old an orphan blob must be to be deleted; an
+	// hour when zero.
+	GraceSeconds float64 `json:"grace_seconds,omitempty"`
+}
+
+func (s *Service) fsck(ctx context.Context, body []byte) (any, error) {
+	var req FsckRequest
+	if len(body) > 0 {
+		if err := decodeStrict(body, &req); err != nil {
+			return nil, badBody("fsck", body, err)
+		}
+	}
+	if err := s.allow(ctx, auth.Admin, "", "fsck"); err != nil {
+		return nil, err
+	}
+	rep, err := fsck.Check(ctx, s.db, s.store, fsck.Options{Repair: req.Repair, Verify: req.Verify,
+		Grace: time.Duration(req.GraceSeconds * float64(time.Second)), Now: s.cfg.Now})
+	if err == nil {
+		s.log.Info("fsck", "repair", req.Repair, "verify", req.Verify, "report", rep.String())
+	}
+	return rep, err
+}
+
+// Fsck checks metadata against blobs on the server, and with repair
+// mends what it can.
+func (c *Client) Fsck(ctx context.Context, req FsckRequest) (fsck.Report, error) {
+	var rep fsck.Report
+	err := c.action(ctx, "fsck", req, func(raw []byte) error { return json.Unmarshal(raw, &rep) })
+	return rep, err
 }

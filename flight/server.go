@@ -26,6 +26,7 @@ import (
 	"github.com/plumb-dev/plumb/auth"
 	"github.com/plumb-dev/plumb/blob"
 	"github.com/plumb-dev/plumb/engine"
+	"github.com/plumb-dev/plumb/fsck"
 	"github.com/plumb-dev/plumb/retention"
 	"github.com/plumb-dev/plumb/state"
 	"github.com/plumb-dev/plumb/web"
@@ -92,6 +93,10 @@ type Config struct {
 	// SweepEvery is how often blocks past their queue's retention are
 	// deleted; a minute when zero.
 	SweepEvery time.Duration
+	// FsckEvery is how often metadata is checked against blobs, deleting
+	// old orphan blobs and marking blocks with missing blobs lost; an hour
+	// when zero, never when negative.
+	FsckEvery time.Duration
 	// TLSCert and TLSKey turn on TLS; ClientCA also requires client
 	// certificates signed by it (mutual TLS), whose common name is the user.
 	TLSCert, TLSKey, ClientCA string
@@ -261,6 +266,14 @@ func Run(ctx context.Context, cfg Config) (err error) {
 		retention.Run(srvCtx, db, store, cmp.Or(cfg.SweepEvery, time.Minute), cfg.Logger)
 	}()
 	defer func() { stop(); <-sweepDone }()
+	if cfg.FsckEvery >= 0 {
+		fsckDone := make(chan struct{})
+		go func() {
+			defer close(fsckDone)
+			fsck.Run(srvCtx, db, store, cmp.Or(cfg.FsckEvery, time.Hour), cfg.Logger)
+		}()
+		defer func() { stop(); <-fsckDone }()
+	}
 	if cfg.HTTP != "" {
 		dash := web.New(svc.eng, db, cfg.Gatherer, cfg.Logger)
 		if authz != nil {

@@ -8,6 +8,8 @@ import (
 	"time"
 
 	bolt "go.etcd.io/bbolt"
+
+	"github.com/plumb-dev/plumb/block"
 )
 
 // Policy is how long a queue keeps its blocks, as its retention says.
@@ -171,7 +173,7 @@ func (d *DB) Expire(queue string, limit int) (ExpireResult, error) {
 				break // arrival order: the rest are younger, and fit
 			}
 			bytesLeft -= b.Size
-			why := fmt.Sprintf("retention %s", p.Retention)
+			why := fmt.Sprintf("dropped unconsumed by retention %s", p.Retention)
 			if owed(tx, b) {
 				if !p.DropUnconsumed {
 					res.Kept++
@@ -183,15 +185,7 @@ func (d *DB) Expire(queue string, limit int) (ExpireResult, error) {
 				}
 				res.Lost = append(res.Lost, lost...)
 			}
-			if err := forgetDeliveries(tx, b); err != nil {
-				return err
-			}
-			if last := hw.Get([]byte(b.Instance)); last == nil || bytesU64(last) < b.Seq {
-				if err := hw.Put([]byte(b.Instance), u64(b.Seq)); err != nil {
-					return err
-				}
-			}
-			if err := blocks.Delete(v); err != nil {
+			if err := forgetBlock(tx, b, hw, blocks); err != nil {
 				return err
 			}
 			gone = append(gone, bytes.Clone(k))
@@ -212,6 +206,63 @@ func (d *DB) Expire(queue string, limit int) (ExpireResult, error) {
 	return res, err
 }
 
+// forgetBlock removes a block's metadata but for its arrival entry (the
+// caller's cursor may be on it) and queue counts, keeping LOST deliveries
+// and the site's highest sequence number.
+func forgetBlock(tx *bolt.Tx, b Block, hw, blocks *bolt.Bucket) error {
+	if err := forgetDeliveries(tx, b); err != nil {
+		return err
+	}
+	if last := hw.Get([]byte(b.Instance)); last == nil || bytesU64(last) < b.Seq {
+		if err := hw.Put([]byte(b.Instance), u64(b.Seq)); err != nil {
+			return err
+		}
+	}
+	return blocks.Delete(blockKey(b.Instance, b.Seq))
+}
+
+// MarkLost records that a block's bytes are gone (its blob missing or
+// corrupt): the metadata goes, and every subscriber still owed it gets a
+// LOST delivery saying why. It does nothing (false) unless the block is
+// still stored under that blob key, so a block deleted or replaced
+// meanwhile is left alone.
+func (d *DB) MarkLost(id block.ID, key, why string) (bool, error) {
+	marked := false
+	err := d.bolt.Update(func(tx *bolt.Tx) error {
+		blocks := mustSub(tx, bucketBlocks, id.Queue)
+		b, ok, err := getJSON[Block](blocks, blockKey(id.Instance, id.Seq))
+		if err != nil || !ok || b.Key != key {
+			return err
+		}
+		if _, err := loseDeliveries(tx, b, why); err != nil {
+			return err
+		}
+		hw, err := sub(tx, bucketHighWater, id.Queue)
+		if err != nil {
+			return err
+		}
+		if err := forgetBlock(tx, b, hw, blocks); err != nil {
+			return err
+		}
+		if err := mustSub(tx, bucketArrivals, id.Queue).Delete(u64(b.Serial)); err != nil {
+			return err
+		}
+		queues := tx.Bucket(bucketQueues)
+		q, _, err := getJSON[Queue](queues, []byte(id.Queue))
+		if err != nil {
+			return err
+		}
+		q.Blocks--
+		q.Bytes -= b.Size
+		marked = true
+		return putJSON(queues, []byte(id.Queue), q)
+	})
+	if marked {
+		d.notify(id.Queue)
+	}
+	return marked, err
+}
+
 // loseDeliveries marks the deliveries still owed of a block LOST.
 func loseDeliveries(tx *bolt.Tx, b Block, why string) ([]LostBlock, error) {
 	var out []LostBlock
@@ -226,7 +277,7 @@ func loseDeliveries(tx *bolt.Tx, b Block, why string) ([]LostBlock, error) {
 			return err
 		}
 		del.State, del.Reserver, del.Until, del.Block = Lost, "", time.Time{}, b.Name
-		del.LastError = fmt.Sprintf("dropped unconsumed by %s", why)
+		del.LastError = why
 		out = append(out, LostBlock{Queue: b.Queue, Group: string(g), Block: b.Name, Why: why})
 		return putJSON(dels, u64(b.Serial), del)
 	})

@@ -49,6 +49,7 @@ func commands() []command {
 		userCommand(),
 		retentionCommand(),
 		lostCommand(),
+		fsckCommand(),
 		loginCommand(),
 	}
 }

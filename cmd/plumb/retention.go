@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"text/tabwriter"
+	"time"
 
 	"github.com/plumb-dev/plumb/flight"
 )
@@ -55,6 +56,34 @@ func lostCommand() command {
 			}
 			for _, l := range ls {
 				fmt.Printf("%s\tfor %s\t%s\n", l.Block, l.Group, l.Why)
+			}
+			return nil
+		})
+}
+
+func fsckCommand() command {
+	var repair, verify *bool
+	var grace *time.Duration
+	return clientCommand("fsck", "", "check the server's metadata against its blobs; --repair deletes old orphan blobs and marks blocks with missing bytes lost", 0,
+		func(fs *flag.FlagSet) {
+			repair = fs.Bool("repair", false, "delete orphan blobs older than --grace and mark blocks whose blob is missing or corrupt lost")
+			verify = fs.Bool("verify", false, "read every blob and check its SHA-256 (slow), not only its size")
+			grace = fs.Duration("grace", time.Hour, "leave orphan blobs younger than this (uploads about to commit)")
+		},
+		func(ctx context.Context, c *flight.Client, _ []string) error {
+			rep, err := c.Fsck(ctx, flight.FsckRequest{Repair: *repair, Verify: *verify, GraceSeconds: grace.Seconds()})
+			if err != nil {
+				return err
+			}
+			fmt.Println(rep)
+			for _, n := range rep.Missing {
+				fmt.Println("missing:", n)
+			}
+			for _, n := range rep.Corrupt {
+				fmt.Println("corrupt:", n)
+			}
+			if !rep.Clean() && !*repair {
+				return fmt.Errorf("fsck found problems; run `plumb fsck --repair` to mend what can be")
 			}
 			return nil
 		})

@@ -84,3 +84,43 @@ func TestRetentionThroughServer(t *testing.T) {
 		t.Errorf("retention list:\n%s", out)
 	}
 }
+
+// TestFsckThroughServer: a blob deleted behind the server's back and one
+// left with no block are reported by plumb fsck, mended by --repair, and
+// a second run is clean.
+func TestFsckThroughServer(t *testing.T) {
+	data := t.TempDir()
+	addr := testenv.FreeAddr(t)
+	startPlumb(t, "serve", "--data", data, "--listen", addr, "--log-level", "warn")
+	waitListening(t, addr)
+	c, _ := flight.Dial(addr)
+	defer c.Close()
+	for seq := 1; seq <= 2; seq++ {
+		src, _ := snappyBlock(t, seq)
+		if _, err := c.Put(context.Background(), src); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var files []string
+	filepath.WalkDir(filepath.Join(data, "blobs", "blobs"), func(p string, e os.DirEntry, err error) error {
+		if err == nil && !e.IsDir() {
+			files = append(files, p)
+		}
+		return nil
+	})
+	if len(files) != 2 {
+		t.Fatalf("blob files: %v", files)
+	}
+	os.Remove(files[0])
+	os.WriteFile(filepath.Join(filepath.Dir(files[1]), "20250505-151105-00000009.site1.pcap.sz.sha256-"+strings.Repeat("0", 64)), []byte("orphan"), 0o640)
+	out, _, code := plumbExec(t, "fsck", "--server", addr)
+	if code == 0 || !strings.Contains(out, "2 blocks, 2 blobs: 1 missing, 0 corrupt, 0 orphan blobs (0 bytes), 1 young orphans") {
+		t.Fatalf("fsck: %d\n%s", code, out)
+	}
+	if out, errOut, code := plumbExec(t, "fsck", "--repair", "--grace", "1ns", "--server", addr); code != 0 || !strings.Contains(out, "1 orphans deleted, 1 blocks marked lost") {
+		t.Fatalf("fsck --repair: %d\n%s%s", code, out, errOut)
+	}
+	if out, _, code := plumbExec(t, "fsck", "--verify", "--server", addr); code != 0 || !strings.Contains(out, "1 blocks, 1 blobs: 0 missing, 0 corrupt, 0 orphan") {
+		t.Fatalf("fsck after repair: %d\n%s", code, out)
+	}
+}

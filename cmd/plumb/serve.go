@@ -40,6 +40,7 @@ func serveCommand() command {
 			fs.IntVar(&cfg.ReadSlots, "read-slots", 16, "block transfers at once")
 			fs.Float64Var(&cfg.ReadRate, "read-rate", 0, "cap block reads at this many bytes per second in all (0: no cap)")
 			fs.DurationVar(&cfg.SweepEvery, "sweep-every", time.Minute, "how often blocks past their queue's retention are deleted")
+			fs.DurationVar(&cfg.FsckEvery, "fsck-every", time.Hour, "how often metadata is checked against blobs, deleting orphan blobs older than an hour and marking blocks whose blob is gone lost (negative: never)")
 			fs.StringVar(&cfg.Users, "users", "", "users `FILE` (plumb user add): every call must authenticate and the file's rules decide who may do what; reread on SIGHUP")
 			fs.BoolVar(&cfg.InsecureNoAuth, "insecure-no-auth", false, "serve a non-loopback address without --users (only behind something that authenticates)")
 			fs.DurationVar(&cfg.TokenTTL, "token-ttl", 12*time.Hour, "how long a login's bearer token lasts")
