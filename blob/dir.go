@@ -11,6 +11,7 @@ import (
 	"path"
 	"path/filepath"
 	"strings"
+	"syscall"
 )
 
 // Dir is a Store in a local directory. Blobs live under DIR/blobs/KEY; a
@@ -227,4 +228,14 @@ func (d *Dir) Link(key, dst string) error {
 		return fmt.Errorf("store %s: %s changed while linking it; not linked", d, key)
 	}
 	return nil
+}
+
+// Space reports the free and total bytes of the file system holding the
+// store.
+func (d *Dir) Space() (free, total int64, err error) {
+	var st syscall.Statfs_t
+	if err := syscall.Statfs(d.root, &st); err != nil {
+		return 0, 0, err
+	}
+	return int64(st.Bavail) * int64(st.Bsize), int64(st.Blocks) * int64(st.Bsize), nil
 }

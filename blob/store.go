@@ -200,3 +200,9 @@ func (v *verifier) check(sum Sum) error {
 	}
 	return nil
 }
+
+// Spacer is a store that knows how much room it has left (a directory on
+// a file system); object stores that grow on demand do not.
+type Spacer interface {
+	Space() (free, total int64, err error)
+}

@@ -57,6 +57,9 @@ type Config struct {
 	// ChainAbove flags stages whose I/O intensity passes it (MB/s) as
 	// candidates to chain with a neighbour; 50 when 0.
 	ChainAbove float64
+	// Full, when set, says why the store has no room for outputs; while it
+	// does, no new run starts (runs under way finish).
+	Full func() error
 	// Registerer receives the engine's metrics; none when nil.
 	Registerer prometheus.Registerer
 	Logger     *slog.Logger
@@ -104,6 +107,7 @@ type Engine struct {
 	reg     *Registry
 	log     *slog.Logger
 	metrics *metrics
+	paused  bool // the store is full; no new runs start
 	lat     *latencies
 	latm    *latencyMetrics
 	ctx     context.Context // the Run context, once running
@@ -221,6 +225,19 @@ func (e *Engine) fill(ctx context.Context, runs *sync.WaitGroup, reshare bool) e
 			st.backlog = n
 		}
 		e.share()
+	}
+	if e.cfg.Full != nil {
+		if err := e.cfg.Full(); err != nil {
+			if !e.paused {
+				e.log.Warn("store full: stage runs paused until space returns", "why", err)
+				e.paused = true
+			}
+			return errors.Join(errs...)
+		}
+		if e.paused {
+			e.log.Info("store has room again: stage runs resume")
+			e.paused = false
+		}
 	}
 	for _, st := range e.sorted() {
 		if st.win != nil {

@@ -224,6 +224,9 @@ func (s *Service) begin(ctx context.Context, cmd PutCommand, raw []byte) (*uploa
 	case !errors.Is(err, state.ErrNotFound):
 		return nil, statusOf(err, codes.Internal)
 	}
+	if err := s.space.room(h.Size, "block "+n.String()); err != nil {
+		return nil, err
+	}
 	pr, pw := io.Pipe()
 	u.pw, u.putDone = pw, make(chan struct{})
 	go func() {

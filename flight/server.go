@@ -93,6 +93,12 @@ type Config struct {
 	// SweepEvery is how often blocks past their queue's retention are
 	// deleted; a minute when zero.
 	SweepEvery time.Duration
+	// MinFree is the free space a directory store keeps: below it uploads
+	// are refused (RESOURCE_EXHAUSTED) and stages pause until space
+	// returns; 100 MiB when zero, none when negative.
+	MinFree int64
+	// StoreCap bounds the bytes stored in all, likewise; 0 for none.
+	StoreCap int64
 	// FsckEvery is how often metadata is checked against blobs, deleting
 	// old orphan blobs and marking blocks with missing blobs lost; an hour
 	// when zero, never when negative.
@@ -129,6 +135,7 @@ type Service struct {
 	aflight.BaseFlightServer
 	authz *auth.Authority // nil when authentication is off
 	audit *slog.Logger
+	space *space // nil: no space checks
 
 	cfg   Config
 	db    *state.DB
@@ -220,6 +227,10 @@ func Run(ctx context.Context, cfg Config) (err error) {
 	defer stop()
 	svc := NewService(srvCtx, cfg, db, store)
 	svc.authz = authz
+	svc.space = &space{store: store, db: db, minFree: max(cfg.MinFree, 0), capBytes: cfg.StoreCap}
+	if cfg.MinFree == 0 {
+		svc.space.minFree = 100 << 20
+	}
 	var grpcOpts []grpc.ServerOption
 	if cfg.TLSCert != "" {
 		tcfg, err := serverTLS(cfg.TLSCert, cfg.TLSKey, cfg.ClientCA)
@@ -248,6 +259,7 @@ func Run(ctx context.Context, cfg Config) (err error) {
 		if ecfg.Now == nil {
 			ecfg.Now = cfg.Now
 		}
+		ecfg.Full = svc.space.full
 		eng, err := engine.New(db, store, cfg.Registry, ecfg)
 		if err != nil {
 			lis.Close()

@@ -12,6 +12,7 @@ import (
 	"github.com/plumb-dev/plumb/engine"
 	"github.com/plumb-dev/plumb/engine/builtin"
 	"github.com/plumb-dev/plumb/flight"
+	"github.com/plumb-dev/plumb/pipeline"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 )
@@ -41,6 +42,18 @@ func serveCommand() command {
 			fs.Float64Var(&cfg.ReadRate, "read-rate", 0, "cap block reads at this many bytes per second in all (0: no cap)")
 			fs.DurationVar(&cfg.SweepEvery, "sweep-every", time.Minute, "how often blocks past their queue's retention are deleted")
 			fs.DurationVar(&cfg.FsckEvery, "fsck-every", time.Hour, "how often metadata is checked against blobs, deleting orphan blobs older than an hour and marking blocks whose blob is gone lost (negative: never)")
+			fs.Func("min-free", "keep `SIZE` free on a directory store: below it uploads are refused (agents keep spooling and retry) and stages pause, until space returns (default 100MiB; 0 for none)", func(v string) error {
+				n, err := pipeline.ParseSize(v)
+				cfg.MinFree = n
+				if n == 0 {
+					cfg.MinFree = -1
+				}
+				return err
+			})
+			fs.Func("store-cap", "store at most `SIZE` in all, likewise (default: no cap)", func(v string) (err error) {
+				cfg.StoreCap, err = pipeline.ParseSize(v)
+				return err
+			})
 			fs.StringVar(&cfg.Users, "users", "", "users `FILE` (plumb user add): every call must authenticate and the file's rules decide who may do what; reread on SIGHUP")
 			fs.BoolVar(&cfg.InsecureNoAuth, "insecure-no-auth", false, "serve a non-loopback address without --users (only behind something that authenticates)")
 			fs.DurationVar(&cfg.TokenTTL, "token-ttl", 12*time.Hour, "how long a login's bearer token lasts")
