@@ -72,6 +72,7 @@ type Info struct {
 	Key     string
 	Size    int64
 	ModTime time.Time
+	Store   string // the member of a Multi holding it; "" otherwise
 }
 
 // Store holds immutable blobs under keys. See the package comment for the

@@ -132,6 +132,22 @@ var actions = map[string]action{
 		desc: `Check metadata against blobs (admin on "*"): blocks whose blob is missing or (with verify) corrupt, blobs no block names. Body {"repair":bool,"verify":bool,"grace_seconds":N}; repair deletes orphan blobs older than the grace (1 h) and marks broken blocks lost.`,
 		run:  (*Service).fsck,
 	},
+	"store-list": {
+		desc: `The blob stores (admin on "*"): name, URL, primary, draining, free and total bytes when the store can tell; one result each.`,
+		run:  (*Service).storeList,
+	},
+	"store-add": {
+		desc: `Add a blob store (admin on "*"): {"name","url":"file:///DIR"|"s3://BUCKET?endpoint=HOST:PORT"}. New blocks go to the store with the most free space.`,
+		run:  (*Service).storeAdd,
+	},
+	"store-remove": {
+		desc: `Forget an empty store (admin on "*"): {"name"}; drain it first.`,
+		run:  (*Service).storeRemove,
+	},
+	"store-drain": {
+		desc: `Move every blob of a store to the others while reads go on (admin on "*"): {"name","deadline_seconds":30,"workers":4}. The store takes no new blocks from the start; answers {"moved","bytes","left":[KEY...],"seconds"} — left are the blobs not moved by the deadline.`,
+		run:  (*Service).storeDrain,
+	},
 	"lost": {
 		desc: `Blocks a queue's retention dropped before a group was done with them. Body {"queue","group"}; one result each.`,
 		run:  (*Service).lost,

@@ -1,6 +1,7 @@
 package flight
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"slices"
@@ -11,6 +12,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/plumb-dev/plumb/auth"
+	"github.com/plumb-dev/plumb/blob"
 	"github.com/plumb-dev/plumb/block"
 	"github.com/plumb-dev/plumb/fsck"
 	"github.com/plumb-dev/plumb/pipeline"
@@ -151,4 +153,128 @@ func (c *Client) Fsck(ctx context.Context, req FsckRequest) (fsck.Report, error)
 	var rep fsck.Report
 	err := c.action(ctx, "fsck", req, func(raw []byte) error { return json.Unmarshal(raw, &rep) })
 	return rep, err
+}
+
+// PrimaryStore names the store --store gives.
+const PrimaryStore = "primary"
+
+// StoreRequest is the body of the store-add, store-remove and store-drain
+// actions.
+type StoreRequest struct {
+	Name string `json:"name"`
+	URL  string `json:"url,omitempty"` // store-add
+	// DeadlineSeconds bounds a drain (store-drain); 30 when zero.
+	DeadlineSeconds float64 `json:"deadline_seconds,omitempty"`
+	// Workers is how many blobs a drain moves at once; 4 when zero.
+	Workers int `json:"workers,omitempty"`
+}
+
+func (s *Service) multi() (*blob.Multi, error) {
+	m, ok := s.store.(*blob.Multi)
+	if !ok {
+		return nil, status.Error(codes.Unimplemented, "this server has one store")
+	}
+	return m, nil
+}
+
+func (s *Service) storeAction(ctx context.Context, action string, body []byte) (*blob.Multi, StoreRequest, error) {
+	var req StoreRequest
+	if err := decodeStrict(body, &req); err != nil {
+		return nil, req, badBody(action, body, err)
+	}
+	if err := auth.ValidName("store", req.Name); err != nil && action != "store-list" {
+		return nil, req, badBody(action, body, err)
+	}
+	if err := s.allow(ctx, auth.Admin, "", action); err != nil {
+		return nil, req, err
+	}
+	m, err := s.multi()
+	return m, req, err
+}
+
+func (s *Service) storeList(ctx context.Context, _ []byte) (any, error) {
+	if err := s.allow(ctx, auth.Admin, "", "store-list"); err != nil {
+		return nil, err
+	}
+	m, err := s.multi()
+	if err != nil {
+		return nil, err
+	}
+	return listOf(m.Members()), nil
+}
+
+func (s *Service) storeAdd(ctx context.Context, body []byte) (any, error) {
+	m, req, err := s.storeAction(ctx, "store-add", body)
+	if err != nil {
+		return nil, err
+	}
+	st, err := blob.Open(ctx, req.URL)
+	if err != nil {
+		return nil, status.Errorf(codes.InvalidArgument, "store %s: %v", req.Name, err)
+	}
+	if err := m.Add(req.Name, req.URL, st); err != nil {
+		st.Close()
+		return nil, status.Error(codes.AlreadyExists, err.Error())
+	}
+	if err := s.db.PutStore(state.StoreRecord{Name: req.Name, URL: req.URL}); err != nil {
+		return nil, err
+	}
+	s.log.Info("store added", "store", req.Name, "url", st.String())
+	return map[string]string{"added": req.Name}, nil
+}
+
+func (s *Service) storeRemove(ctx context.Context, body []byte) (any, error) {
+	m, req, err := s.storeAction(ctx, "store-remove", body)
+	if err != nil {
+		return nil, err
+	}
+	if err := m.Remove(ctx, req.Name); err != nil {
+		return nil, status.Error(codes.FailedPrecondition, err.Error())
+	}
+	if err := s.db.DeleteStore(req.Name); err != nil {
+		return nil, err
+	}
+	s.log.Info("store removed", "store", req.Name)
+	return map[string]string{"removed": req.Name}, nil
+}
+
+func (s *Service) storeDrain(ctx context.Context, body []byte) (any, error) {
+	m, req, err := s.storeAction(ctx, "store-drain", body)
+	if err != nil {
+		return nil, err
+	}
+	if req.Name == PrimaryStore {
+		return nil, status.Error(codes.FailedPrecondition, "the primary store (--store) takes what nothing else can; restart the server with another --store to retire it")
+	}
+	recs, _ := s.db.Stores()
+	for _, r := range recs {
+		if r.Name == req.Name {
+			r.Draining = true
+			if err := s.db.PutStore(r); err != nil {
+				return nil, err
+			}
+		}
+	}
+	deadline := time.Duration(req.DeadlineSeconds * float64(time.Second))
+	if deadline <= 0 {
+		deadline = 30 * time.Second
+	}
+	dctx, cancel := context.WithTimeout(ctx, deadline)
+	defer cancel()
+	rep, err := m.Drain(dctx, req.Name, cmp.Or(req.Workers, 4))
+	s.log.Info("store drained", "store", req.Name, "moved", rep.Moved, "bytes", rep.Bytes, "left", len(rep.Left), "seconds", rep.Seconds, "err", err)
+	if err != nil {
+		return nil, status.Errorf(codes.Internal, "drain %s: %v (moved %d, %d left)", req.Name, err, rep.Moved, len(rep.Left))
+	}
+	return rep, nil
+}
+
+// Stores lists the server's blob stores.
+func (c *Client) Stores(ctx context.Context) ([]blob.MemberInfo, error) {
+	return collect[blob.MemberInfo](ctx, c, "store-list", struct{}{})
+}
+
+// StoreDo runs store-add, store-remove or store-drain.
+func (c *Client) StoreDo(ctx context.Context, action string, req StoreRequest, out any) error {
+	return c.action(ctx, action, req, func(raw []byte) error { return json.Unmarshal(raw, out) })
 }

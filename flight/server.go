@@ -208,16 +208,33 @@ func Run(ctx context.Context, cfg Config) (err error) {
 	if cfg.Store == "" {
 		cfg.Store = "file://" + filepath.Join(cfg.Data, "blobs")
 	}
-	store, err := blob.Open(ctx, cfg.Store)
+	primary, err := blob.Open(ctx, cfg.Store)
 	if err != nil {
 		return err
 	}
-	defer store.Close()
 	db, err := state.Open(filepath.Join(cfg.Data, "meta.db"), state.Options{Now: cfg.Now})
 	if err != nil {
+		primary.Close()
 		return err
 	}
 	defer db.Close()
+	// The primary store and those added with `plumb store add`; each blob's
+	// store is in the metadata.
+	store := blob.NewMulti(db, PrimaryStore, cfg.Store, primary)
+	defer store.Close()
+	recs, err := db.Stores()
+	if err != nil {
+		return err
+	}
+	for _, r := range recs {
+		s, err := blob.Open(ctx, r.URL)
+		if err != nil {
+			cfg.Logger.Error("a store could not be opened; its blocks are unreadable until it can", "store", r.Name, "url", r.URL, "err", err)
+			continue
+		}
+		store.Add(r.Name, r.URL, s)
+		store.SetDraining(r.Name, r.Draining)
+	}
 
 	lis, err := net.Listen("tcp", cfg.Listen)
 	if err != nil {

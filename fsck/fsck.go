@@ -158,9 +158,19 @@ func problem(ctx context.Context, store blob.Store, b state.Block, verify bool) 
 // checkBlobs looks for blobs no block names.
 func checkBlobs(ctx context.Context, db *state.DB, store blob.Store, opt Options, rep *Report) error {
 	now := opt.Now()
+	multi, _ := store.(*blob.Multi)
+	// A copy on a store other than the block's (left by a move the
+	// deadline interrupted) is an orphan too.
+	here := func(info blob.Info) bool {
+		if multi == nil || info.Store == "" {
+			return true
+		}
+		at, err := multi.Where(info.Key)
+		return err != nil || at == info.Store
+	}
 	return store.List(ctx, func(info blob.Info) error {
 		rep.Blobs++
-		if named(db, info.Key) {
+		if named(db, info.Key) && here(info) {
 			return nil
 		}
 		if now.Sub(info.ModTime) < opt.Grace {
@@ -173,12 +183,16 @@ func checkBlobs(ctx context.Context, db *state.DB, store blob.Store, opt Options
 			return nil
 		}
 		// Look again: the block may have been committed since.
-		if named(db, info.Key) {
+		if named(db, info.Key) && here(info) {
 			rep.Orphans--
 			rep.OrphanBytes -= info.Size
 			return nil
 		}
-		if err := store.Delete(ctx, info.Key); err != nil {
+		del := store.Delete
+		if multi != nil && info.Store != "" {
+			del = func(ctx context.Context, key string) error { return multi.DeleteFrom(ctx, info.Store, key) }
+		}
+		if err := del(ctx, info.Key); err != nil {
 			return fmt.Errorf("delete orphan blob %s: %w", info.Key, err)
 		}
 		rep.OrphansDeleted++

@@ -98,7 +98,7 @@ func Open(path string, opts Options) (*DB, error) {
 		return nil, fmt.Errorf("open metadata %s: %w (is another plumb serve using this data directory?)", path, err)
 	}
 	err = db.Update(func(tx *bolt.Tx) error {
-		for _, b := range [][]byte{bucketQueues, bucketBlocks, bucketArrivals, bucketGroups, bucketDeliveries, bucketWindows, bucketStreams, bucketPolicies, bucketHighWater} {
+		for _, b := range [][]byte{bucketQueues, bucketBlocks, bucketArrivals, bucketGroups, bucketDeliveries, bucketWindows, bucketStreams, bucketPolicies, bucketHighWater, bucketLocations, bucketStores} {
 			if _, err := tx.CreateBucketIfNotExists(b); err != nil {
 				return err
 			}

@@ -50,6 +50,7 @@ func commands() []command {
 		retentionCommand(),
 		lostCommand(),
 		fsckCommand(),
+		storeCommand(),
 		loginCommand(),
 	}
 }

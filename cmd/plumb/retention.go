@@ -8,6 +8,7 @@ import (
 	"text/tabwriter"
 	"time"
 
+	"github.com/plumb-dev/plumb/blob"
 	"github.com/plumb-dev/plumb/flight"
 )
 
@@ -86,5 +87,63 @@ func fsckCommand() command {
 				return fmt.Errorf("fsck found problems; run `plumb fsck --repair` to mend what can be")
 			}
 			return nil
+		})
+}
+
+func storeCommand() command {
+	var deadline *time.Duration
+	var workers *int
+	return clientCommand("store", "list | add NAME URL | drain NAME | remove NAME", "manage the server's blob stores: add one, drain one into the others while reads go on, remove an empty one", anyArgs,
+		func(fs *flag.FlagSet) {
+			deadline = fs.Duration("deadline", 30*time.Second, "drain: stop after this long and list what was not moved")
+			workers = fs.Int("workers", 4, "drain: blobs moved at once")
+		},
+		func(ctx context.Context, c *flight.Client, pos []string) error {
+			switch {
+			case len(pos) == 1 && pos[0] == "list":
+				ms, err := c.Stores(ctx)
+				if err != nil {
+					return err
+				}
+				tw := tabwriter.NewWriter(os.Stdout, 0, 4, 2, ' ', 0)
+				fmt.Fprintln(tw, "STORE\tURL\tSTATE\tFREE\tTOTAL")
+				for _, m := range ms {
+					st := "active"
+					switch {
+					case m.Draining:
+						st = "draining"
+					case m.Primary:
+						st = "primary"
+					}
+					free, total := "-", "-"
+					if m.Free >= 0 {
+						free, total = fmt.Sprintf("%d MiB", m.Free>>20), fmt.Sprintf("%d MiB", m.Total>>20)
+					}
+					fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\n", m.Name, m.URL, st, free, total)
+				}
+				return tw.Flush()
+			case len(pos) == 3 && pos[0] == "add":
+				var out map[string]string
+				return c.StoreDo(ctx, "store-add", flight.StoreRequest{Name: pos[1], URL: pos[2]}, &out)
+			case len(pos) == 2 && pos[0] == "remove":
+				var out map[string]string
+				return c.StoreDo(ctx, "store-remove", flight.StoreRequest{Name: pos[1]}, &out)
+			case len(pos) == 2 && pos[0] == "drain":
+				var rep blob.DrainReport
+				err := c.StoreDo(ctx, "store-drain", flight.StoreRequest{Name: pos[1], DeadlineSeconds: deadline.Seconds(), Workers: *workers}, &rep)
+				if err != nil {
+					return err
+				}
+				fmt.Printf("moved %d blobs (%.1f MiB) off %s in %.1fs (%.0f MiB/s); %d left\n", rep.Moved, float64(rep.Bytes)/(1<<20), pos[1],
+					rep.Seconds, float64(rep.Bytes)/(1<<20)/max(rep.Seconds, 1e-9), len(rep.Left))
+				for _, k := range rep.Left {
+					fmt.Println("not moved:", k)
+				}
+				if len(rep.Left) > 0 {
+					return fmt.Errorf("%d blobs are still on %s; run the drain again with a longer --deadline", len(rep.Left), pos[1])
+				}
+				return nil
+			}
+			return errUsage
 		})
 }
