@@ -58,6 +58,7 @@ bench: build
 	$(GO) run ./bench/windows -plumb $(CURDIR)/$(BIN)
 	$(GO) run ./bench/streams -plumb $(CURDIR)/$(BIN)
 	$(GO) run ./bench/deadlines -plumb $(CURDIR)/$(BIN)
+	$(GO) run ./bench/drain -plumb $(CURDIR)/$(BIN)
 
 bench-windows: build
 	$(GO) run ./bench/windows -plumb $(CURDIR)/$(BIN)
