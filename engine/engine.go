@@ -14,6 +14,7 @@ import (
 
 	"github.com/google/uuid"
 	"github.com/prometheus/client_golang/prometheus"
+	"golang.org/x/sync/singleflight"
 
 	"github.com/plumb-dev/plumb/blob"
 	"github.com/plumb-dev/plumb/pipeline"
@@ -108,10 +109,12 @@ type Engine struct {
 	log     *slog.Logger
 	metrics *metrics
 	paused  bool // the store is full; no new runs start
-	lat     *latencies
-	latm    *latencyMetrics
-	ctx     context.Context // the Run context, once running
-	boot    string          // names this process's reservations
+
+	recomputes singleflight.Group // lost blocks being made again, by name
+	lat        *latencies
+	latm       *latencyMetrics
+	ctx        context.Context // the Run context, once running
+	boot       string          // names this process's reservations
 
 	mu     sync.Mutex
 	graph  *pipeline.Graph

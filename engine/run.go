@@ -168,6 +168,12 @@ func (e *Engine) process(ctx context.Context, spec runSpec, inputs []state.Block
 	var ins []port
 	for _, b := range inputs {
 		rc, err := e.store.Open(ctx, b.Key)
+		if errors.Is(err, blob.ErrNotFound) {
+			// Its bytes were lost: make them again first, if it is derived.
+			if rerr := e.Recompute(ctx, b); rerr == nil {
+				rc, err = e.store.Open(ctx, b.Key)
+			}
+		}
 		if err != nil {
 			return nil, outcome{}, fmt.Errorf("open input block %s: %w", b.Name, err)
 		}

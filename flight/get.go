@@ -15,7 +15,9 @@ import (
 
 	"github.com/plumb-dev/plumb/admission"
 	"github.com/plumb-dev/plumb/auth"
+	"github.com/plumb-dev/plumb/blob"
 	"github.com/plumb-dev/plumb/block"
+	"github.com/plumb-dev/plumb/engine"
 	"github.com/plumb-dev/plumb/state"
 )
 
@@ -231,6 +233,20 @@ func (s *Service) sendBlock(ctx context.Context, w *blockWriter, b state.Block) 
 	var sent int64
 	defer func() { done(sent) }()
 	rc, err := s.store.Open(ctx, b.Key)
+	if errors.Is(err, blob.ErrNotFound) && s.eng != nil {
+		// Lost bytes of a derived block: the reader waits while its
+		// stage makes them again from the inputs.
+		if rerr := s.eng.Recompute(ctx, b); rerr != nil {
+			if errors.Is(rerr, engine.ErrInputsExpired) {
+				return status.Error(codes.FailedPrecondition, rerr.Error())
+			}
+			return fmt.Errorf("block %s: its bytes are lost and recomputing failed: %w", b.Name, rerr)
+		}
+		if b2, lerr := s.db.Lookup(b.ID()); lerr == nil {
+			b = b2 // a stage that is not deterministic made other bytes
+		}
+		rc, err = s.store.Open(ctx, b.Key)
+	}
 	if err != nil {
 		return fmt.Errorf("block %s: %w", b.Name, err)
 	}

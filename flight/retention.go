@@ -139,8 +139,11 @@ func (s *Service) fsck(ctx context.Context, body []byte) (any, error) {
 	if err := s.allow(ctx, auth.Admin, "", "fsck"); err != nil {
 		return nil, err
 	}
-	rep, err := fsck.Check(ctx, s.db, s.store, fsck.Options{Repair: req.Repair, Verify: req.Verify,
-		Grace: time.Duration(req.GraceSeconds * float64(time.Second)), Now: s.cfg.Now})
+	opt := fsck.Options{Repair: req.Repair, Verify: req.Verify, Grace: time.Duration(req.GraceSeconds * float64(time.Second)), Now: s.cfg.Now}
+	if s.eng != nil {
+		opt.Recompute = s.eng.Recompute
+	}
+	rep, err := fsck.Check(ctx, s.db, s.store, opt)
 	if err == nil {
 		s.log.Info("fsck", "repair", req.Repair, "verify", req.Verify, "report", rep.String())
 	}

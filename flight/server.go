@@ -299,7 +299,11 @@ func Run(ctx context.Context, cfg Config) (err error) {
 		fsckDone := make(chan struct{})
 		go func() {
 			defer close(fsckDone)
-			fsck.Run(srvCtx, db, store, cmp.Or(cfg.FsckEvery, time.Hour), cfg.Logger)
+			var recompute func(context.Context, state.Block) error
+			if svc.eng != nil {
+				recompute = svc.eng.Recompute
+			}
+			fsck.Run(srvCtx, db, store, cmp.Or(cfg.FsckEvery, time.Hour), recompute, cfg.Logger)
 		}()
 		defer func() { stop(); <-fsckDone }()
 	}

@@ -35,6 +35,10 @@ type Options struct {
 	Now func() time.Time
 	// Progress, when set, is called now and then with blocks checked.
 	Progress func(checked int)
+	// Recompute, when set, makes a broken block's bytes again (derived
+	// blocks, from their inputs); repair marks a block lost only when it
+	// fails.
+	Recompute func(ctx context.Context, b state.Block) error
 }
 
 // Report is what fsck found and did.
@@ -48,6 +52,7 @@ type Report struct {
 	Young       int      `json:"young_orphans"` // within the grace period: left alone
 	// Repairs made.
 	OrphansDeleted int `json:"orphans_deleted"`
+	Recomputed     int `json:"recomputed"` // derived blocks made again from their inputs
 	MarkedLost     int `json:"marked_lost"`
 }
 
@@ -55,8 +60,8 @@ type Report struct {
 func (r Report) Clean() bool { return len(r.Missing) == 0 && len(r.Corrupt) == 0 && r.Orphans == 0 }
 
 func (r Report) String() string {
-	return fmt.Sprintf("%d blocks, %d blobs: %d missing, %d corrupt, %d orphan blobs (%d bytes), %d young orphans left alone; repaired: %d orphans deleted, %d blocks marked lost",
-		r.Blocks, r.Blobs, len(r.Missing), len(r.Corrupt), r.Orphans, r.OrphanBytes, r.Young, r.OrphansDeleted, r.MarkedLost)
+	return fmt.Sprintf("%d blocks, %d blobs: %d missing, %d corrupt, %d orphan blobs (%d bytes), %d young orphans left alone; repaired: %d orphans deleted, %d blocks recomputed, %d blocks marked lost",
+		r.Blocks, r.Blobs, len(r.Missing), len(r.Corrupt), r.Orphans, r.OrphanBytes, r.Young, r.OrphansDeleted, r.Recomputed, r.MarkedLost)
 }
 
 // Check runs one pass.
@@ -106,6 +111,14 @@ func checkBlocks(ctx context.Context, db *state.DB, store blob.Store, opt Option
 					rep.Missing = append(rep.Missing, b.Name)
 				default:
 					rep.Corrupt = append(rep.Corrupt, b.Name)
+				}
+				if opt.Repair && opt.Recompute != nil {
+					rerr := opt.Recompute(ctx, b)
+					if rerr == nil {
+						rep.Recomputed++
+						continue
+					}
+					why += "; not recomputed: " + rerr.Error()
 				}
 				if opt.Repair {
 					ok, err := db.MarkLost(b.ID(), b.Key, "fsck: blob "+why)
@@ -221,7 +234,7 @@ func named(db *state.DB, key string) bool {
 
 // Run checks every interval until ctx ends, repairing orphans and lost
 // blocks (but not reading every blob), and logs what it found.
-func Run(ctx context.Context, db *state.DB, store blob.Store, every time.Duration, log *slog.Logger) {
+func Run(ctx context.Context, db *state.DB, store blob.Store, every time.Duration, recompute func(context.Context, state.Block) error, log *slog.Logger) {
 	t := time.NewTicker(every)
 	defer t.Stop()
 	for {
@@ -230,7 +243,7 @@ func Run(ctx context.Context, db *state.DB, store blob.Store, every time.Duratio
 			return
 		case <-t.C:
 		}
-		rep, err := Check(ctx, db, store, Options{Repair: true})
+		rep, err := Check(ctx, db, store, Options{Repair: true, Recompute: recompute})
 		switch {
 		case err != nil && ctx.Err() == nil:
 			log.Error("fsck failed; it runs again next time", "err", err)

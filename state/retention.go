@@ -331,3 +331,27 @@ func (d *DB) LostBlocks(queue, group string) ([]LostBlock, error) {
 	slices.SortFunc(out, func(a, b LostBlock) int { return bytes.Compare([]byte(a.Block), []byte(b.Block)) })
 	return out, err
 }
+
+// Rekey points a block at new bytes (a recomputed block whose stage is not
+// deterministic), keeping its place and deliveries. It does nothing unless
+// the block still has the old key.
+func (d *DB) Rekey(id block.ID, oldKey, newKey, sha string, size int64) error {
+	return d.bolt.Update(func(tx *bolt.Tx) error {
+		blocks := mustSub(tx, bucketBlocks, id.Queue)
+		b, ok, err := getJSON[Block](blocks, blockKey(id.Instance, id.Seq))
+		if err != nil || !ok || b.Key != oldKey {
+			return err
+		}
+		queues := tx.Bucket(bucketQueues)
+		q, _, err := getJSON[Queue](queues, []byte(id.Queue))
+		if err != nil {
+			return err
+		}
+		q.Bytes += size - b.Size
+		b.Key, b.SHA256, b.Size = newKey, sha, size
+		if err := putJSON(queues, []byte(id.Queue), q); err != nil {
+			return err
+		}
+		return putJSON(blocks, blockKey(id.Instance, id.Seq), b)
+	})
+}
