@@ -38,14 +38,32 @@ func TestMain(m *testing.M) {
 // plumbProc is a plumb subprocess.
 type plumbProc struct {
 	cmd *exec.Cmd
-	log *bytes.Buffer
+	log *procLog
+}
+
+// procLog is a subprocess's output, safe to read while it writes.
+type procLog struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (l *procLog) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.Write(p)
+}
+
+func (l *procLog) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.String()
 }
 
 func startPlumb(t *testing.T, args ...string) *plumbProc {
 	t.Helper()
 	cmd := exec.Command(os.Args[0], args...)
 	cmd.Env = append(os.Environ(), "PLUMB_TEST_AS_PLUMB=1")
-	p := &plumbProc{cmd: cmd, log: &bytes.Buffer{}}
+	p := &plumbProc{cmd: cmd, log: &procLog{}}
 	cmd.Stdout, cmd.Stderr = p.log, p.log
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
