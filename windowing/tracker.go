@@ -668,6 +668,9 @@ func (t *Tracker) Force(id WindowID, now time.Time) (Firing, error) {
 		b, lo, hi, _, _, _ := t.members(s, id.Index)
 		blocks = append(blocks, b...)
 		miss = append(miss, s.missing(lo, hi)...)
+		// Windows behind this one (strict order) may be free to go now:
+		// look at the site again at the next Due.
+		s.dirty = true
 	}
 	return t.fire(w, blocks, miss, Forced, now), nil
 }
