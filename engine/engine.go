@@ -58,6 +58,12 @@ type Config struct {
 	// ChainAbove flags stages whose I/O intensity passes it (MB/s) as
 	// candidates to chain with a neighbour; 50 when 0.
 	ChainAbove float64
+	// LeaseTTL is how long a remote worker's lease lives without a
+	// heartbeat; LeaseTTL (15 s) when 0.
+	LeaseTTL time.Duration
+	// RemoteOnly runs no stage in this process: remote workers (plumb
+	// worker) run them all.
+	RemoteOnly bool
 	// Full, when set, says why the store has no room for outputs; while it
 	// does, no new run starts (runs under way finish).
 	Full func() error
@@ -79,6 +85,9 @@ func (c *Config) defaults() {
 	}
 	if c.MaxAttempts <= 0 {
 		c.MaxAttempts = 4
+	}
+	if c.LeaseTTL <= 0 {
+		c.LeaseTTL = LeaseTTL
 	}
 	if c.Backoff <= 0 {
 		c.Backoff = time.Second
@@ -111,10 +120,14 @@ type Engine struct {
 	paused  bool // the store is full; no new runs start
 
 	recomputes singleflight.Group // lost blocks being made again, by name
-	lat        *latencies
-	latm       *latencyMetrics
-	ctx        context.Context // the Run context, once running
-	boot       string          // names this process's reservations
+
+	workers      map[string]*worker    // remote workers seen lately
+	leases       map[string]*remoteRun // stage runs leased to them
+	localRunning int                   // runs in this process
+	lat          *latencies
+	latm         *latencyMetrics
+	ctx          context.Context // the Run context, once running
+	boot         string          // names this process's reservations
 
 	mu     sync.Mutex
 	graph  *pipeline.Graph
@@ -156,6 +169,7 @@ func New(db *state.DB, store blob.Store, reg *Registry, cfg Config) (*Engine, er
 		metrics: newMetrics(cfg.Registerer), boot: uuid.NewString()[:8],
 		lat: newLatencies(cfg.Now), latm: newLatencyMetrics(cfg.Registerer),
 		stages: map[string]*stage{}, kick: make(chan struct{}, 1), ctx: context.Background(),
+		workers: map[string]*worker{}, leases: map[string]*remoteRun{},
 	}
 	if err := e.load(); err != nil {
 		return nil, err
@@ -219,6 +233,7 @@ func (e *Engine) fill(ctx context.Context, runs *sync.WaitGroup, reshare bool) e
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	var errs []error
+	e.expireLeases(e.cfg.Now())
 	if reshare {
 		for _, st := range e.stages {
 			n, err := e.backlog(st)
@@ -272,7 +287,7 @@ func (e *Engine) fill(ctx context.Context, runs *sync.WaitGroup, reshare bool) e
 			}
 			continue
 		}
-		for st.running < st.target {
+		for st.running < st.target && e.localRunning < e.localSlots() {
 			reserver := e.boot + "-" + uuid.NewString()[:8]
 			res, ok, err := e.db.ReserveJoin(st.node.Inputs, st.group, reserver, e.visibility(st))
 			if err != nil {
@@ -283,6 +298,7 @@ func (e *Engine) fill(ctx context.Context, runs *sync.WaitGroup, reshare bool) e
 				break
 			}
 			st.running++
+			e.localRunning++
 			st.backlog = max(st.backlog-1, 0)
 			e.metrics.workers.WithLabelValues(st.node.Name).Set(float64(st.running))
 			spec := runSpec{node: st.node, steps: st.steps} // the graph may change under the run
@@ -292,6 +308,7 @@ func (e *Engine) fill(ctx context.Context, runs *sync.WaitGroup, reshare bool) e
 				}
 				e.mu.Lock()
 				st.running--
+				e.localRunning--
 				e.metrics.workers.WithLabelValues(st.node.Name).Set(float64(st.running))
 				e.mu.Unlock()
 				e.poke()
@@ -299,6 +316,14 @@ func (e *Engine) fill(ctx context.Context, runs *sync.WaitGroup, reshare bool) e
 		}
 	}
 	return errors.Join(errs...)
+}
+
+// localSlots is how many runs go in this process at once.
+func (e *Engine) localSlots() int {
+	if e.cfg.RemoteOnly {
+		return 0
+	}
+	return e.cfg.Slots
 }
 
 // visibility is how long a run may hold its input before another run may
@@ -353,7 +378,7 @@ func (e *Engine) share() {
 			demand[i] = st.backlog + int64(st.running)
 		}
 	}
-	for i, t := range Share(e.cfg.Slots, demand) {
+	for i, t := range Share(e.localSlots()+e.remoteSlots(e.cfg.Now()), demand) {
 		stages[i].target = t
 	}
 }

@@ -148,6 +148,26 @@ var actions = map[string]action{
 		desc: `Move every blob of a store to the others while reads go on (admin on "*"): {"name","deadline_seconds":30,"workers":4}. The store takes no new blocks from the start; answers {"moved","bytes","left":[KEY...],"seconds"} — left are the blobs not moved by the deadline.`,
 		run:  (*Service).storeDrain,
 	},
+	"lease": {
+		desc: `For workers (admin on "*"): take a stage run. Body {"worker","host","slots","stages":PATTERN,"missing":[PROGRAM...]}; answers a lease {"lease","stage","program","inputs","outputs","ttl_ns"}, or {} when there was no work for 5 s. Read inputs with block tickets, upload outputs with DoPut {"queue","instance","lease"}, then commit-lease; heartbeat within the TTL.`,
+		run:  (*Service).lease,
+	},
+	"heartbeat": {
+		desc: `For workers: keep a lease alive. Body {"lease"}; FAILED_PRECONDITION when it expired (stop: the run went elsewhere).`,
+		run:  (*Service).heartbeat,
+	},
+	"commit-lease": {
+		desc: `For workers: publish a lease's staged outputs and release its inputs at once. Body {"lease","outputs":[{"queue","size","sha256"}]}; refused when the lease expired, so only one run publishes.`,
+		run:  (*Service).commitLease,
+	},
+	"fail-lease": {
+		desc: `For workers: report a failed run (retried with backoff, FAULTY after the last attempt). Body {"lease","error"}.`,
+		run:  (*Service).failLease,
+	},
+	"workers": {
+		desc: `The remote workers seen lately: host, slots, the runs each holds, last heartbeat, runs done and lost; one result each.`,
+		run:  (*Service).workers,
+	},
 	"lost": {
 		desc: `Blocks a queue's retention dropped before a group was done with them. Body {"queue","group"}; one result each.`,
 		run:  (*Service).lost,

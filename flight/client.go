@@ -120,6 +120,16 @@ func (s *Source) hash() error {
 // Put uploads blocks of one queue and instance on one stream and returns
 // the server's answer for each, retrying transient failures with backoff.
 func (c *Client) Put(ctx context.Context, srcs ...Source) ([]PutResult, error) {
+	return c.put(ctx, "", srcs)
+}
+
+// PutStaged uploads the outputs of a leased stage run: their bytes are
+// stored but no block exists until the run commits (CommitLease).
+func (c *Client) PutStaged(ctx context.Context, lease string, srcs ...Source) ([]PutResult, error) {
+	return c.put(ctx, lease, srcs)
+}
+
+func (c *Client) put(ctx context.Context, lease string, srcs []Source) ([]PutResult, error) {
 	if len(srcs) == 0 {
 		return nil, nil
 	}
@@ -143,7 +153,7 @@ func (c *Client) Put(ctx context.Context, srcs ...Source) ([]PutResult, error) {
 	backoff := 100 * time.Millisecond
 	for attempt := 0; ; attempt++ {
 		done := len(results)
-		more, err := c.putOnce(ctx, first.Queue, first.Instance, srcs[done:])
+		more, err := c.putOnce(ctx, PutCommand{Queue: first.Queue, Instance: first.Instance, Lease: lease}, srcs[done:])
 		results = append(results, more...)
 		if err == nil || attempt >= c.Retries || !Transient(err) || ctx.Err() != nil {
 			return results, err
@@ -167,7 +177,7 @@ func Transient(err error) bool {
 	return false
 }
 
-func (c *Client) putOnce(ctx context.Context, queue, instance string, srcs []Source) ([]PutResult, error) {
+func (c *Client) putOnce(ctx context.Context, pc PutCommand, srcs []Source) ([]PutResult, error) {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	stream, err := c.fc.DoPut(ctx)
@@ -201,7 +211,7 @@ func (c *Client) putOnce(ctx context.Context, queue, instance string, srcs []Sou
 		}
 		answers <- a
 	}()
-	cmd, _ := json.Marshal(PutCommand{Queue: queue, Instance: instance})
+	cmd, _ := json.Marshal(pc)
 	sendErr := c.send(stream, &aflight.FlightDescriptor{Type: aflight.DescriptorCMD, Cmd: cmd}, srcs)
 	if sendErr == nil {
 		sendErr = stream.CloseSend()

@@ -64,12 +64,15 @@ type Header struct {
 type PutCommand struct {
 	Queue    string `json:"queue"`
 	Instance string `json:"instance"`
+	// Lease stages the blocks as outputs of a worker's leased stage run:
+	// stored, but not blocks until the run commits.
+	Lease string `json:"lease,omitempty"`
 }
 
 // PutResult is the answer to each block of a DoPut.
 type PutResult struct {
 	Name   string `json:"name"`
-	Status string `json:"status"` // "stored" or "duplicate"
+	Status string `json:"status"` // "stored", "duplicate", or "staged" for a lease's outputs
 }
 
 // Ticket is a DoGet ticket. Exactly one of Block and Queue is set.

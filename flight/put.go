@@ -62,6 +62,7 @@ type upload struct {
 	key      string
 	got      int64
 	discard  bool // already stored with the same checksum: drain and answer duplicate
+	staged   bool // a leased run's output: stored, not committed
 	pw       *io.PipeWriter
 	putDone  chan struct{} // closed when the store's Put returned
 	putErr   error
@@ -209,12 +210,25 @@ func (s *Service) begin(ctx context.Context, cmd PutCommand, raw []byte) (*uploa
 	if err != nil {
 		return nil, err
 	}
-	if err := s.allow(ctx, auth.Write, n.Queue, "upload block "+n.String()); err != nil {
+	u := &upload{name: n, hdr: h, sum: sum, key: blob.BlockKey(n, sum)}
+	if cmd.Lease != "" {
+		// A worker's output: stored now, published when its run commits.
+		if err := s.allow(ctx, auth.Admin, "", "stage output "+n.String()); err != nil {
+			return nil, err
+		}
+		if s.eng == nil {
+			return nil, status.Error(codes.Unimplemented, "this server runs no pipelines")
+		}
+		if err := s.eng.Staged(cmd.Lease, n); err != nil {
+			return nil, status.Error(codes.FailedPrecondition, err.Error())
+		}
+		u.staged = true
+	} else if err := s.allow(ctx, auth.Write, n.Queue, "upload block "+n.String()); err != nil {
 		return nil, err
 	}
-	u := &upload{name: n, hdr: h, sum: sum, key: blob.BlockKey(n, sum)}
 	old, err := s.db.Lookup(n.ID())
 	switch {
+	case u.staged:
 	case err == nil && old.SHA256 == sum.String() && old.Size == h.Size:
 		u.discard, u.existing = true, old
 		return u, nil
@@ -284,6 +298,10 @@ func (s *Service) finish(ctx context.Context, stream aflight.FlightService_DoPut
 		u.pw.Close()
 		if err := u.wait(nil); err != nil {
 			return err
+		}
+		if u.staged {
+			res, _ := json.Marshal(PutResult{Name: u.hdr.Name, Status: "staged"})
+			return stream.Send(&aflight.PutResult{AppMetadata: res})
 		}
 		_, commitSt, err := s.db.CommitBlock(state.Block{
 			Name: u.hdr.Name, Queue: u.name.Queue, Instance: u.name.Instance, Seq: u.name.Seq,

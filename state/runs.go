@@ -503,3 +503,27 @@ func (d *DB) OldestOwed(queue, group string) (time.Time, bool, error) {
 	})
 	return at, found, err
 }
+
+// Extend pushes the reservation deadline of a run's inputs to now+ttl, for
+// a worker that is still at it. It fails with ErrLostReservation if any of
+// them is no longer reserved by reserver.
+func (d *DB) Extend(inputs []Block, group, reserver string, ttl time.Duration) error {
+	now := d.now()
+	return d.bolt.Update(func(tx *bolt.Tx) error {
+		for _, b := range inputs {
+			dels := mustSub(tx, bucketDeliveries, b.Queue, group)
+			del, ok, err := getJSON[Delivery](dels, u64(b.Serial))
+			if err != nil {
+				return err
+			}
+			if !ok || del.State != Reserved || del.Reserver != reserver || now.After(del.Until) {
+				return fmt.Errorf("block %s: %w", b.Name, ErrLostReservation)
+			}
+			del.Until = now.Add(ttl)
+			if err := putJSON(dels, u64(b.Serial), del); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+}

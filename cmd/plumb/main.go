@@ -51,6 +51,8 @@ func commands() []command {
 		lostCommand(),
 		fsckCommand(),
 		storeCommand(),
+		workerCommand(),
+		workersCommand(),
 		loginCommand(),
 	}
 }

@@ -117,7 +117,7 @@ func TestFsckThroughServer(t *testing.T) {
 	if code == 0 || !strings.Contains(out, "2 blocks, 2 blobs: 1 missing, 0 corrupt, 0 orphan blobs (0 bytes), 1 young orphans") {
 		t.Fatalf("fsck: %d\n%s", code, out)
 	}
-	if out, errOut, code := plumbExec(t, "fsck", "--repair", "--grace", "1ns", "--server", addr); code != 0 || !strings.Contains(out, "1 orphans deleted, 1 blocks marked lost") {
+	if out, errOut, code := plumbExec(t, "fsck", "--repair", "--grace", "1ns", "--server", addr); code != 0 || !strings.Contains(out, "1 orphans deleted,") || !strings.Contains(out, "1 blocks marked lost") {
 		t.Fatalf("fsck --repair: %d\n%s%s", code, out, errOut)
 	}
 	if out, _, code := plumbExec(t, "fsck", "--verify", "--server", addr); code != 0 || !strings.Contains(out, "1 blocks, 1 blobs: 0 missing, 0 corrupt, 0 orphan") {

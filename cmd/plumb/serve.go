@@ -54,6 +54,8 @@ func serveCommand() command {
 				cfg.StoreCap, err = pipeline.ParseSize(v)
 				return err
 			})
+			fs.DurationVar(&cfg.Engine.LeaseTTL, "lease-ttl", 15*time.Second, "how long a remote worker's lease lives without a heartbeat; then its run goes to another worker")
+			fs.BoolVar(&cfg.Engine.RemoteOnly, "remote-only", false, "run no stage here: remote workers (plumb worker) run them all")
 			fs.StringVar(&cfg.Users, "users", "", "users `FILE` (plumb user add): every call must authenticate and the file's rules decide who may do what; reread on SIGHUP")
 			fs.BoolVar(&cfg.InsecureNoAuth, "insecure-no-auth", false, "serve a non-loopback address without --users (only behind something that authenticates)")
 			fs.DurationVar(&cfg.TokenTTL, "token-ttl", 12*time.Hour, "how long a login's bearer token lasts")

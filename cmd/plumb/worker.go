@@ -1,0 +1,60 @@
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"runtime"
+
+	"github.com/plumb-dev/plumb/engine"
+	"github.com/plumb-dev/plumb/engine/builtin"
+	"github.com/plumb-dev/plumb/flight"
+	"github.com/plumb-dev/plumb/worker"
+)
+
+func workerCommand() command {
+	var slots *int
+	var stages, scratch, level *string
+	return clientCommand("worker", "", "run the server's stage runs on this machine: lease, run, heartbeat, commit (needs admin on \"*\" when auth is on)", 0,
+		func(fs *flag.FlagSet) {
+			slots = fs.Int("slots", runtime.NumCPU(), "runs at once")
+			stages = fs.String("stages", "", "only stages whose name matches `PATTERN` (path.Match, e.g. 'archive/*')")
+			scratch = fs.String("scratch", filepath.Join(os.TempDir(), "plumb-worker"), "`DIR` for outputs before they are uploaded")
+			level = fs.String("log-level", "info", "log level: debug, info, warn, error")
+		},
+		func(ctx context.Context, c *flight.Client, _ []string) error {
+			var lv slog.Level
+			if err := lv.UnmarshalText([]byte(*level)); err != nil {
+				return err
+			}
+			if *slots <= 0 {
+				return fmt.Errorf("--slots %d: want at least 1", *slots)
+			}
+			host, _ := os.Hostname()
+			reg := engine.NewRegistry()
+			builtin.Register(reg, builtin.FindXZ())
+			w := worker.New(worker.Config{Client: c, ID: fmt.Sprintf("%s-%d", host, os.Getpid()), Host: host, Slots: *slots, Stages: *stages,
+				Registry: reg, Scratch: *scratch, Log: slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: lv}))})
+			return w.Run(ctx)
+		})
+}
+
+func workersCommand() command {
+	return clientCommand("workers", "", "list the remote workers: host, slots, runs held, last heartbeat", 0, nil,
+		func(ctx context.Context, c *flight.Client, _ []string) error {
+			ws, err := c.Workers(ctx)
+			if err != nil {
+				return err
+			}
+			for _, w := range ws {
+				fmt.Printf("%s\thost %s\tslots %d\tdone %d\tlost %d\tlast seen %s\n", w.Worker, w.Host, w.Slots, w.Done, w.Lost, w.LastSeen.Format("15:04:05"))
+				for _, r := range w.Runs {
+					fmt.Printf("\t%s\n", r)
+				}
+			}
+			return nil
+		})
+}

@@ -1,0 +1,413 @@
+package engine
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"path"
+	"slices"
+	"sort"
+	"time"
+
+	"github.com/google/uuid"
+
+	"github.com/plumb-dev/plumb/blob"
+	"github.com/plumb-dev/plumb/block"
+	"github.com/plumb-dev/plumb/pipeline"
+	"github.com/plumb-dev/plumb/state"
+)
+
+// Remote workers take stage runs as leases. A lease holds its inputs'
+// reservations for LeaseTTL past the last heartbeat; a worker that stops
+// heartbeating loses them and the run goes to someone else, and its late
+// commit is refused because the reservation is no longer its own.
+
+// LeaseTTL is how long a lease lives without a heartbeat, unless
+// Config.LeaseTTL says otherwise.
+const LeaseTTL = 15 * time.Second
+
+// workerGone is how long a worker that asks for nothing is still counted.
+const workerGone = 30 * time.Second
+
+// Hello is what a worker says when it asks for work.
+type Hello struct {
+	Worker string `json:"worker"` // a stable ID, such as host-pid
+	Host   string `json:"host"`
+	Slots  int    `json:"slots"`
+	// Stages is a path.Match pattern of stage names it runs ("" for all).
+	Stages string `json:"stages,omitempty"`
+	// Missing lists executables it found it does not have: stages that
+	// need them are not leased to it.
+	Missing []string `json:"missing,omitempty"`
+}
+
+// Lease is one stage run given to a worker.
+type Lease struct {
+	ID      string           `json:"lease"`
+	Stage   string           `json:"stage"`
+	Program pipeline.Program `json:"program"`
+	Inputs  []state.Block    `json:"inputs"`
+	Outputs []string         `json:"outputs"`
+	Timeout time.Duration    `json:"timeout_ns,omitempty"`
+	TTL     time.Duration    `json:"ttl_ns"`
+}
+
+// WorkerInfo describes a worker for `plumb workers`.
+type WorkerInfo struct {
+	Worker   string    `json:"worker"`
+	Host     string    `json:"host"`
+	Slots    int       `json:"slots"`
+	Runs     []string  `json:"runs"` // stage: block of each lease held
+	LastSeen time.Time `json:"last_seen"`
+	Done     int64     `json:"done"`
+	Lost     int64     `json:"lost"` // leases that expired or were refused
+}
+
+type worker struct {
+	hello    Hello
+	lastSeen time.Time
+	done     int64
+	lost     int64
+}
+
+type remoteRun struct {
+	attempt  int
+	lease    Lease
+	st       *stage
+	worker   string
+	group    string
+	deadline time.Time
+	start    time.Time
+}
+
+// ErrLeaseGone says a lease expired or was never given: its run belongs
+// to someone else now.
+var ErrLeaseGone = errors.New("lease expired or unknown; the run was given to another worker")
+
+// remoteSlots counts the slots of workers seen lately. Called with e.mu.
+func (e *Engine) remoteSlots(now time.Time) int {
+	n := 0
+	for id, w := range e.workers {
+		if now.Sub(w.lastSeen) > workerGone {
+			delete(e.workers, id)
+			continue
+		}
+		n += w.hello.Slots
+	}
+	return n
+}
+
+// expireLeases forgets leases past their deadline. Called with e.mu.
+func (e *Engine) expireLeases(now time.Time) {
+	for id, r := range e.leases {
+		if now.After(r.deadline) {
+			delete(e.leases, id)
+			r.st.running--
+			if w := e.workers[r.worker]; w != nil {
+				w.lost++
+			}
+			e.log.Warn("lease expired without a heartbeat; its block goes to another run", "lease", id, "stage", r.st.node.Name,
+				"block", r.lease.Inputs[0].Name, "worker", r.worker)
+		}
+	}
+}
+
+// needsMissing reports whether a stage runs an executable the worker lacks.
+func needsMissing(n *pipeline.Node, missing []string) bool {
+	for _, s := range n.Program.Steps {
+		if len(s.Argv) > 0 && slices.Contains(missing, s.Argv[0]) {
+			return true
+		}
+	}
+	return false
+}
+
+// Lease gives a worker a stage run: of the block stages it can run, the
+// one furthest below its backlog-proportional share of all slots, local
+// and remote. It returns false when there is nothing to do.
+func (e *Engine) Lease(ctx context.Context, h Hello) (Lease, bool, error) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	now := e.cfg.Now()
+	w := e.workers[h.Worker]
+	if w == nil {
+		w = &worker{}
+		e.workers[h.Worker] = w
+		e.log.Info("worker joined", "worker", h.Worker, "host", h.Host, "slots", h.Slots)
+	}
+	w.hello, w.lastSeen = h, now
+	e.expireLeases(now)
+	held := 0
+	for _, r := range e.leases {
+		if r.worker == h.Worker {
+			held++
+		}
+	}
+	if held >= h.Slots {
+		return Lease{}, false, nil
+	}
+	var cands []*stage
+	for _, st := range e.stages {
+		if st.win != nil || st.stream != nil || st.node.Abstraction != pipeline.Block && st.node.Abstraction != "" {
+			continue
+		}
+		if h.Stages != "" {
+			if ok, _ := path.Match(h.Stages, st.node.Name); !ok {
+				continue
+			}
+		}
+		if needsMissing(st.node, h.Missing) {
+			continue
+		}
+		cands = append(cands, st)
+	}
+	sort.Slice(cands, func(i, j int) bool {
+		di, dj := cands[i].target-cands[i].running, cands[j].target-cands[j].running
+		if di != dj {
+			return di > dj
+		}
+		return cands[i].backlog > cands[j].backlog
+	})
+	for _, st := range cands {
+		if st.running >= max(st.target, 1) && st.backlog == 0 {
+			continue
+		}
+		id := "lease-" + uuid.NewString()[:12]
+		res, ok, err := e.db.ReserveJoin(st.node.Inputs, st.group, id, e.cfg.LeaseTTL)
+		if err != nil {
+			return Lease{}, false, err
+		}
+		if !ok {
+			continue
+		}
+		st.running++
+		st.backlog = max(st.backlog-1, 0)
+		l := Lease{ID: id, Stage: st.node.Name, Program: st.node.Program, Inputs: res.Blocks, Outputs: st.node.Outputs,
+			Timeout: time.Duration(st.node.Timeout), TTL: e.cfg.LeaseTTL}
+		e.leases[id] = &remoteRun{attempt: res.Attempt, lease: l, st: st, worker: h.Worker, group: st.group, deadline: now.Add(e.cfg.LeaseTTL), start: now}
+		return l, true, nil
+	}
+	return Lease{}, false, nil
+}
+
+// Heartbeat keeps a lease and its inputs' reservations alive.
+func (e *Engine) Heartbeat(id string) error {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	now := e.cfg.Now()
+	e.expireLeases(now)
+	r := e.leases[id]
+	if r == nil {
+		return ErrLeaseGone
+	}
+	if err := e.db.Extend(r.lease.Inputs, r.group, id, e.cfg.LeaseTTL); err != nil {
+		return ErrLeaseGone
+	}
+	r.deadline = now.Add(e.cfg.LeaseTTL)
+	if w := e.workers[r.worker]; w != nil {
+		w.lastSeen = now
+	}
+	return nil
+}
+
+// Staged reports whether a lease may stage a block as one of its outputs:
+// the lease is live, the queue is an output, and the name is the input's
+// with that queue.
+func (e *Engine) Staged(id string, n block.Name) error {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	r := e.leases[id]
+	if r == nil || e.cfg.Now().After(r.deadline) {
+		return ErrLeaseGone
+	}
+	in, err := block.Parse(r.lease.Inputs[0].Name)
+	if err != nil {
+		return err
+	}
+	in.Queue = n.Queue
+	if !slices.Contains(r.lease.Outputs, n.Queue) || in.String() != n.String() {
+		return fmt.Errorf("lease %s (stage %s on %s) makes no block %s", id, r.lease.Stage, r.lease.Inputs[0].Name, n)
+	}
+	return nil
+}
+
+// Output is one output a worker made, as it reports it at commit.
+type Output struct {
+	Queue  string `json:"queue"`
+	Size   int64  `json:"size"`
+	SHA256 string `json:"sha256"`
+}
+
+// CommitLease publishes a lease's outputs (staged before) and releases
+// its inputs in one transaction. A lease that expired is refused: its
+// block may be running elsewhere already, and only one run publishes.
+func (e *Engine) CommitLease(ctx context.Context, id string, outs []Output) error {
+	e.mu.Lock()
+	r := e.leases[id]
+	e.mu.Unlock()
+	if r == nil {
+		return ErrLeaseGone
+	}
+	name, err := block.Parse(r.lease.Inputs[0].Name)
+	if err != nil {
+		return err
+	}
+	var blocks []state.Block
+	for _, q := range r.lease.Outputs {
+		i := slices.IndexFunc(outs, func(o Output) bool { return o.Queue == q })
+		if i < 0 {
+			return fmt.Errorf("lease %s: no output for queue %s", id, q)
+		}
+		sum, err := blob.ParseSum(outs[i].SHA256)
+		if err != nil {
+			return err
+		}
+		on := name
+		on.Queue = q
+		key := blob.BlockKey(on, sum)
+		info, err := e.store.Stat(ctx, key)
+		if err != nil || info.Size != outs[i].Size {
+			return fmt.Errorf("lease %s: output %s was not staged whole (%v); upload it before committing", id, on, err)
+		}
+		blocks = append(blocks, state.Block{Name: on.String(), Queue: q, Instance: on.Instance, Seq: on.Seq, Time: on.Time,
+			Size: outs[i].Size, SHA256: outs[i].SHA256, Key: key})
+	}
+	_, err = e.db.CommitRun(state.Run{Group: r.group, Reserver: id, Inputs: r.lease.Inputs, Outputs: blocks})
+	e.mu.Lock()
+	if e.leases[id] == r {
+		delete(e.leases, id)
+		r.st.running--
+	}
+	if w := e.workers[r.worker]; w != nil {
+		if err == nil {
+			w.done++
+		} else {
+			w.lost++
+		}
+	}
+	e.mu.Unlock()
+	e.poke()
+	if errors.Is(err, state.ErrLostReservation) {
+		return ErrLeaseGone
+	}
+	if err != nil {
+		return err
+	}
+	var m runMeasure
+	m.took = e.cfg.Now().Sub(r.start)
+	for _, b := range r.lease.Inputs {
+		m.in.Add(b.Size)
+	}
+	for _, b := range blocks {
+		m.out += b.Size
+	}
+	r.st.count(&m, "ok")
+	e.outputLatency(r.st.node.Name, r.lease.Inputs)
+	e.afterCommit(ctx, r.lease.Inputs)
+	return nil
+}
+
+// FailLease records a failed remote run like a local one: retried with
+// backoff, FAULTY after the last attempt.
+func (e *Engine) FailLease(id, why string) error {
+	e.mu.Lock()
+	r := e.leases[id]
+	if r != nil {
+		delete(e.leases, id)
+		r.st.running--
+	}
+	e.mu.Unlock()
+	if r == nil {
+		return ErrLeaseGone
+	}
+	e.poke()
+	_, err := e.db.FailRun(state.Run{Group: r.group, Reserver: id, Inputs: r.lease.Inputs}, why, e.cfg.MaxAttempts, e.cfg.Now().Add(e.backoff(r.attempt)))
+	if errors.Is(err, state.ErrLostReservation) {
+		return ErrLeaseGone
+	}
+	return err
+}
+
+// Workers lists the workers seen lately.
+func (e *Engine) Workers() []WorkerInfo {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	now := e.cfg.Now()
+	e.remoteSlots(now)
+	var out []WorkerInfo
+	for id, w := range e.workers {
+		wi := WorkerInfo{Worker: id, Host: w.hello.Host, Slots: w.hello.Slots, LastSeen: w.lastSeen, Done: w.done, Lost: w.lost, Runs: []string{}}
+		for _, r := range e.leases {
+			if r.worker == id {
+				wi.Runs = append(wi.Runs, r.lease.Stage+": "+r.lease.Inputs[0].Name)
+			}
+		}
+		slices.Sort(wi.Runs)
+		out = append(out, wi)
+	}
+	slices.SortFunc(out, func(a, b WorkerInfo) int { return cmpString(a.Worker, b.Worker) })
+	return out
+}
+
+func cmpString(a, b string) int {
+	switch {
+	case a < b:
+		return -1
+	case a > b:
+		return 1
+	}
+	return 0
+}
+
+// Port is one named input or output of a program run on a worker.
+type Port struct {
+	Queue string
+	R     io.Reader // inputs
+	W     io.Writer // outputs
+}
+
+// RunProgram runs a stage program over inputs into outputs with the same
+// code the server's own runs use, for a worker: built-ins from reg,
+// executables in a directory of their own under scratch. It returns the
+// tail of the programs' stderr.
+func RunProgram(ctx context.Context, reg *Registry, p pipeline.Program, name block.Name, ins, outs []Port, scratch string) (string, error) {
+	steps, err := resolve(reg, p)
+	if err != nil {
+		return "", err
+	}
+	var pin, pout []port
+	for _, i := range ins {
+		pin = append(pin, port{queue: i.Queue, r: i.R})
+	}
+	for _, o := range outs {
+		pout = append(pout, port{queue: o.Queue, w: o.W})
+	}
+	res, err := execute(WithBlock(ctx, name), steps, pin, pout, scratch)
+	return res.stderr, err
+}
+
+// IsMalformed reports whether a run failed on input no retry can fix.
+func IsMalformed(err error) bool { return errors.Is(err, ErrMalformed) }
+
+// ReleaseLease gives a lease's run back at once without counting an
+// attempt: the worker cannot run the stage (it lacks a program).
+func (e *Engine) ReleaseLease(id string) error {
+	e.mu.Lock()
+	r := e.leases[id]
+	if r != nil {
+		delete(e.leases, id)
+		r.st.running--
+	}
+	e.mu.Unlock()
+	if r == nil {
+		return ErrLeaseGone
+	}
+	for _, b := range r.lease.Inputs {
+		if err := e.db.Release(b.Queue, r.group, b.Serial, id); err != nil {
+			return err
+		}
+	}
+	e.poke()
+	return nil
+}

@@ -1,0 +1,247 @@
+// Package worker runs a Plumb server's stage runs on another machine: it
+// leases runs, reads their inputs and stages their outputs through Flight,
+// runs the program with the engine's own code, heartbeats while it works,
+// and commits through the server. A worker that dies or is cut off stops
+// heartbeating; its leases expire and the runs go elsewhere, and a late
+// commit is refused, so nothing is published twice.
+package worker
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"hash"
+	"io"
+	"log/slog"
+	"os"
+	"os/exec"
+	"slices"
+	"sync"
+	"time"
+
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	"github.com/plumb-dev/plumb/block"
+	"github.com/plumb-dev/plumb/engine"
+	"github.com/plumb-dev/plumb/flight"
+)
+
+// Config configures a worker.
+type Config struct {
+	Client   *flight.Client
+	ID, Host string
+	Slots    int    // runs at once
+	Stages   string // path.Match pattern of stage names to run; "" for all
+	Registry *engine.Registry
+	Scratch  string // where runs write their outputs before upload
+	Log      *slog.Logger
+}
+
+// Worker leases and runs stage runs until its context ends.
+type Worker struct {
+	cfg     Config
+	mu      sync.Mutex
+	missing []string // executables this machine lacks
+}
+
+// New returns a worker.
+func New(cfg Config) *Worker { return &Worker{cfg: cfg} }
+
+// Run runs Slots lease loops until ctx ends; runs under way when it ends
+// are abandoned (their leases expire and go elsewhere).
+func (w *Worker) Run(ctx context.Context) error {
+	if err := os.MkdirAll(w.cfg.Scratch, 0o750); err != nil {
+		return fmt.Errorf("scratch directory: %w", err)
+	}
+	w.cfg.Log.Info("worker started", "worker", w.cfg.ID, "slots", w.cfg.Slots, "stages", w.cfg.Stages)
+	var wg sync.WaitGroup
+	for range w.cfg.Slots {
+		wg.Go(func() { w.loop(ctx) })
+	}
+	wg.Wait()
+	return nil
+}
+
+func (w *Worker) hello() engine.Hello {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return engine.Hello{Worker: w.cfg.ID, Host: w.cfg.Host, Slots: w.cfg.Slots, Stages: w.cfg.Stages, Missing: slices.Clone(w.missing)}
+}
+
+func (w *Worker) loop(ctx context.Context) {
+	backoff := time.Second
+	for ctx.Err() == nil {
+		l, ok, err := w.cfg.Client.Lease(ctx, w.hello())
+		if err != nil {
+			if ctx.Err() != nil {
+				return
+			}
+			w.cfg.Log.Warn("lease request failed; retrying", "err", err, "retry_in", backoff)
+			select {
+			case <-ctx.Done():
+				return
+			case <-time.After(backoff):
+			}
+			backoff = min(2*backoff, 10*time.Second)
+			continue
+		}
+		backoff = time.Second
+		if ok {
+			w.run(ctx, l)
+		}
+	}
+}
+
+// run does one leased run.
+func (w *Worker) run(ctx context.Context, l engine.Lease) {
+	log := w.cfg.Log.With("lease", l.ID, "stage", l.Stage, "block", l.Inputs[0].Name)
+	c := w.cfg.Client
+	for _, st := range l.Program.Steps {
+		if len(st.Argv) > 0 {
+			if _, err := exec.LookPath(st.Argv[0]); err != nil {
+				w.mu.Lock()
+				w.missing = append(w.missing, st.Argv[0])
+				w.mu.Unlock()
+				log.Warn("this machine lacks the stage's program; giving the run back", "program", st.Argv[0])
+				c.LeaseDo(ctx, "fail-lease", flight.LeaseRequest{Lease: l.ID, Release: true})
+				return
+			}
+		}
+	}
+	rctx, cancel := context.WithCancelCause(ctx)
+	defer cancel(nil)
+	var hb sync.WaitGroup
+	defer hb.Wait()
+	hb.Go(func() { w.heartbeat(rctx, cancel, l) })
+	defer cancel(nil) // stops the heartbeat before hb.Wait
+	outs, stderr, err := w.execute(rctx, l)
+	defer func() {
+		for _, o := range outs {
+			o.f.Close()
+			os.Remove(o.f.Name())
+		}
+	}()
+	if cause := context.Cause(rctx); errors.Is(cause, engine.ErrLeaseGone) {
+		log.Warn("lease lost while running; the run was given to another worker", "err", err)
+		return
+	}
+	if ctx.Err() != nil {
+		return // stopping: the lease expires and the run goes elsewhere
+	}
+	if err != nil {
+		why := err.Error()
+		if stderr != "" {
+			why += "; stderr: " + stderr
+		}
+		log.Warn("stage run failed", "err", why)
+		if ferr := c.LeaseDo(ctx, "fail-lease", flight.LeaseRequest{Lease: l.ID, Error: why}); ferr != nil {
+			log.Warn("could not report the failure; the lease will expire", "err", ferr)
+		}
+		return
+	}
+	var report []engine.Output
+	for _, o := range outs {
+		src := flight.Source{Name: o.name, Size: o.n, SHA256: hex.EncodeToString(o.h.Sum(nil)),
+			Open: func() (io.ReadCloser, error) { return os.Open(o.f.Name()) }}
+		if _, err := c.PutStaged(rctx, l.ID, src); err != nil {
+			log.Warn("could not upload an output; the lease will expire and the run go elsewhere", "output", o.name, "err", err)
+			return
+		}
+		report = append(report, engine.Output{Queue: o.queue, Size: o.n, SHA256: src.SHA256})
+	}
+	err = c.LeaseDo(ctx, "commit-lease", flight.LeaseRequest{Lease: l.ID, Outputs: report})
+	if status.Code(err) == codes.FailedPrecondition {
+		log.Warn("commit refused: the lease expired and the run went to another worker", "err", err)
+		return
+	}
+	if err != nil {
+		log.Warn("commit failed; the lease will expire and the run go elsewhere", "err", err)
+		return
+	}
+	log.Debug("run committed")
+}
+
+// heartbeat keeps the lease alive, cancelling the run when it is lost.
+func (w *Worker) heartbeat(ctx context.Context, cancel context.CancelCauseFunc, l engine.Lease) {
+	t := time.NewTicker(max(l.TTL/3, 100*time.Millisecond))
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		err := w.cfg.Client.LeaseDo(ctx, "heartbeat", flight.LeaseRequest{Lease: l.ID})
+		if status.Code(err) == codes.FailedPrecondition {
+			cancel(engine.ErrLeaseGone)
+			return
+		}
+		if err != nil && ctx.Err() == nil {
+			w.cfg.Log.Warn("heartbeat failed; retrying", "lease", l.ID, "err", err)
+		}
+	}
+}
+
+// output is one output of a run, written to a scratch file while hashed.
+type output struct {
+	queue, name string
+	f           *os.File
+	h           hash.Hash
+	n           int64
+}
+
+func (o *output) Write(p []byte) (int, error) {
+	n, err := o.f.Write(p)
+	o.h.Write(p[:n])
+	o.n += int64(n)
+	return n, err
+}
+
+// execute streams the inputs from the server through the program into
+// scratch files.
+func (w *Worker) execute(ctx context.Context, l engine.Lease) ([]*output, string, error) {
+	if l.Timeout > 0 {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, l.Timeout)
+		defer cancel()
+	}
+	name, err := block.Parse(l.Inputs[0].Name)
+	if err != nil {
+		return nil, "", err
+	}
+	scratch, err := os.MkdirTemp(w.cfg.Scratch, "run-")
+	if err != nil {
+		return nil, "", err
+	}
+	defer os.RemoveAll(scratch)
+	var ins []engine.Port
+	for _, b := range l.Inputs {
+		s, err := w.cfg.Client.Get(ctx, b.Name)
+		if err != nil {
+			return nil, "", fmt.Errorf("read input %s: %w", b.Name, err)
+		}
+		defer s.Close()
+		if !s.Next() {
+			return nil, "", fmt.Errorf("read input %s: %w", b.Name, s.Err())
+		}
+		ins = append(ins, engine.Port{Queue: b.Queue, R: s})
+	}
+	var outs []*output
+	var ports []engine.Port
+	for _, q := range l.Outputs {
+		f, err := os.CreateTemp(w.cfg.Scratch, "out-")
+		if err != nil {
+			return outs, "", err
+		}
+		on := name
+		on.Queue = q
+		o := &output{queue: q, name: on.String(), f: f, h: sha256.New()}
+		outs = append(outs, o)
+		ports = append(ports, engine.Port{Queue: q, W: o})
+	}
+	stderr, err := engine.RunProgram(ctx, w.cfg.Registry, l.Program, name, ins, ports, scratch)
+	return outs, stderr, err
+}
