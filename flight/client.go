@@ -17,6 +17,7 @@ import (
 	"github.com/apache/arrow-go/v18/arrow/array"
 	aflight "github.com/apache/arrow-go/v18/arrow/flight"
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/backoff"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/keepalive"
 	"google.golang.org/grpc/status"
@@ -50,6 +51,11 @@ func DialSecure(addr string, sec Security) (*Client, error) {
 	conn, err := grpc.NewClient(addr, append(secOpts,
 		grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(64<<20), grpc.ForceCodecV2(newCodec())),
 		grpc.WithKeepaliveParams(keepalive.ClientParameters{Time: 30 * time.Second, Timeout: 20 * time.Second}),
+		// Reconnect within seconds after an outage, not gRPC's default of
+		// up to two minutes: agents and workers should notice a server
+		// that is back.
+		grpc.WithConnectParams(grpc.ConnectParams{MinConnectTimeout: 5 * time.Second,
+			Backoff: backoff.Config{BaseDelay: 200 * time.Millisecond, Multiplier: 1.6, Jitter: 0.2, MaxDelay: 5 * time.Second}}),
 		grpc.WithWriteBufferSize(1<<20),
 		grpc.WithReadBufferSize(1<<20),
 		grpc.WithInitialWindowSize(streamWindow),

@@ -98,6 +98,7 @@ func (w *Worker) loop(ctx context.Context) {
 // run does one leased run.
 func (w *Worker) run(ctx context.Context, l engine.Lease) {
 	log := w.cfg.Log.With("lease", l.ID, "stage", l.Stage, "block", l.Inputs[0].Name)
+	log.Debug("run leased")
 	c := w.cfg.Client
 	for _, st := range l.Program.Steps {
 		if len(st.Argv) > 0 {
@@ -147,6 +148,10 @@ func (w *Worker) run(ctx context.Context, l engine.Lease) {
 		src := flight.Source{Name: o.name, Size: o.n, SHA256: hex.EncodeToString(o.h.Sum(nil)),
 			Open: func() (io.ReadCloser, error) { return os.Open(o.f.Name()) }}
 		if _, err := c.PutStaged(rctx, l.ID, src); err != nil {
+			if status.Code(err) == codes.FailedPrecondition || errors.Is(context.Cause(rctx), engine.ErrLeaseGone) {
+				log.Warn("lease lost before the output was uploaded; the run was given to another worker and this one is dropped", "err", err)
+				return
+			}
 			log.Warn("could not upload an output; the lease will expire and the run go elsewhere", "output", o.name, "err", err)
 			return
 		}

@@ -3,8 +3,11 @@ package main
 import (
 	"context"
 	"fmt"
+	"io"
+	"net"
 	"path/filepath"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -113,5 +116,143 @@ func TestWorkersSurviveSIGKILL(t *testing.T) {
 	out, _, _ := plumbExec(t, "workers", "--server", addr)
 	if !strings.Contains(out, "lost 1") {
 		t.Errorf("plumb workers does not count the lost lease:\n%s", out)
+	}
+}
+
+// cutProxy forwards TCP to a server until cut: then it drops every
+// connection and refuses new ones until restored, like a network cut.
+type cutProxy struct {
+	lis    net.Listener
+	target string
+	mu     sync.Mutex
+	cut    bool
+	conns  []net.Conn
+}
+
+func newCutProxy(t *testing.T, target string) *cutProxy {
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := &cutProxy{lis: lis, target: target}
+	t.Cleanup(func() { lis.Close(); p.setCut(true) })
+	go func() {
+		for {
+			c, err := lis.Accept()
+			if err != nil {
+				return
+			}
+			p.mu.Lock()
+			if p.cut {
+				p.mu.Unlock()
+				c.Close()
+				continue
+			}
+			up, err := net.Dial("tcp", target)
+			if err != nil {
+				p.mu.Unlock()
+				c.Close()
+				continue
+			}
+			p.conns = append(p.conns, c, up)
+			p.mu.Unlock()
+			go func() { io.Copy(up, c); up.Close() }()
+			go func() { io.Copy(c, up); c.Close() }()
+		}
+	}()
+	return p
+}
+
+func (p *cutProxy) setCut(cut bool) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.cut = cut
+	if cut {
+		for _, c := range p.conns {
+			c.Close()
+		}
+		p.conns = nil
+	}
+}
+
+// TestWorkerCutOffLosesItsLease: a worker whose network is cut while it
+// holds a lease stops heartbeating; the lease expires, another worker
+// redoes the block, and when the first comes back its run is not
+// published: the output exists once.
+func TestWorkerCutOffLosesItsLease(t *testing.T) {
+	addr := testenv.FreeAddr(t)
+	startPlumb(t, "serve", "--data", t.TempDir(), "--listen", addr, "--log-level", "info", "--tick", "100ms",
+		"--remote-only", "--lease-ttl", "1s")
+	waitListening(t, addr)
+	c, _ := flight.Dial(addr)
+	defer c.Close()
+	ctx := context.Background()
+	src, _ := snappyBlock(t, 1)
+	if _, err := c.Put(ctx, src); err != nil {
+		t.Fatal(err)
+	}
+	if res, err := c.SubmitJob(ctx, "slow.yaml", []byte(`
+job: slow
+from: earliest
+stages:
+  - {name: copy, inputs: [pcap.sz], program: [sh, -c, "sleep 4; cat"], outputs: [pcap.copy], retention: forever}
+`)); err != nil || res.State != "accepted" {
+		t.Fatalf("submit: %+v %v", res, err)
+	}
+	proxy := newCutProxy(t, addr)
+	a := startPlumb(t, "worker", "--server", proxy.lis.Addr().String(), "--slots", "1", "--scratch", t.TempDir(), "--log-level", "debug")
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		if strings.Contains(a.log.String(), "run leased") { // A has its lease in hand
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("worker A never took the lease\n%s", a.log)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	proxy.setCut(true)
+	// The server lets the lease go after its TTL; then A's network returns
+	// while its program still runs, and B takes the block.
+	for {
+		ws, _ := c.Workers(ctx)
+		if len(ws) == 1 && ws[0].Lost == 1 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("A's lease never expired: %+v", ws)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	proxy.setCut(false)
+	b := startPlumb(t, "worker", "--server", addr, "--slots", "1", "--scratch", t.TempDir())
+	for {
+		bs, _ := c.Blocks(ctx, "pcap.copy")
+		if len(bs) == 1 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("worker B never redid the block\nA:\n%s\nB:\n%s", a.log, b.log)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	for !strings.Contains(a.log.String(), "lease lost") && !strings.Contains(a.log.String(), "commit refused") {
+		if time.Now().After(deadline) {
+			t.Fatalf("worker A never learned it lost its lease\n%s", a.log)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	time.Sleep(500 * time.Millisecond)
+	if bs, _ := c.Blocks(ctx, "pcap.copy"); len(bs) != 1 {
+		t.Fatalf("pcap.copy holds %d blocks; want the one B made", len(bs))
+	}
+	ws, _ := c.Workers(ctx)
+	var lost, done int64
+	for _, w := range ws {
+		lost += w.Lost
+		done += w.Done
+	}
+	if lost != 1 || done != 1 {
+		t.Errorf("workers: %+v; want one lease lost and one run done", ws)
 	}
 }
