@@ -91,10 +91,14 @@ func (e *Engine) remoteSlots(now time.Time) int {
 	for id, w := range e.workers {
 		if now.Sub(w.lastSeen) > workerGone {
 			delete(e.workers, id)
+			e.log.Info("worker gone: not seen for a while", "worker", id, "host", w.hello.Host)
 			continue
 		}
 		n += w.hello.Slots
 	}
+	e.metrics.remote.WithLabelValues("workers").Set(float64(len(e.workers)))
+	e.metrics.remote.WithLabelValues("slots").Set(float64(n))
+	e.metrics.remote.WithLabelValues("leases").Set(float64(len(e.leases)))
 	return n
 }
 

@@ -103,6 +103,7 @@ type metrics struct {
 	cpu        *prometheus.CounterVec
 	wait       *prometheus.HistogramVec
 	info       *prometheus.GaugeVec
+	remote     *prometheus.GaugeVec // remote workers, their slots, leases held
 }
 
 type stageMetrics struct {
@@ -125,9 +126,11 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 			[]string{"stage", "program", "detail"}),
 		wait: prometheus.NewHistogramVec(prometheus.HistogramOpts{Name: "plumb_stage_queue_wait_seconds", Help: "Time from an input block's arrival to the start of its run.",
 			Buckets: prometheus.ExponentialBuckets(0.01, 4, 10)}, stage),
+		remote: prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "plumb_remote", Help: "Remote workers seen lately (what=workers), their slots (slots) and the leases they hold (leases)."},
+			[]string{"what"}),
 	}
 	if reg != nil {
-		reg.MustRegister(m.backlog, m.workers, m.runs, m.bytesIn, m.bytesOut, m.processing, m.cpu, m.wait, m.info)
+		reg.MustRegister(m.backlog, m.workers, m.runs, m.bytesIn, m.bytesOut, m.processing, m.cpu, m.wait, m.info, m.remote)
 	}
 	return m
 }
