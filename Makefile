@@ -59,6 +59,7 @@ bench: build
 	$(GO) run ./bench/streams -plumb $(CURDIR)/$(BIN)
 	$(GO) run ./bench/deadlines -plumb $(CURDIR)/$(BIN)
 	$(GO) run ./bench/drain -plumb $(CURDIR)/$(BIN)
+	$(GO) run ./bench/workers -plumb $(CURDIR)/$(BIN)
 
 bench-windows: build
 	$(GO) run ./bench/windows -plumb $(CURDIR)/$(BIN)

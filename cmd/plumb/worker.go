@@ -9,6 +9,7 @@ import (
 	"path/filepath"
 	"runtime"
 
+	"github.com/plumb-dev/plumb/blob"
 	"github.com/plumb-dev/plumb/engine"
 	"github.com/plumb-dev/plumb/engine/builtin"
 	"github.com/plumb-dev/plumb/flight"
@@ -17,13 +18,14 @@ import (
 
 func workerCommand() command {
 	var slots *int
-	var stages, scratch, level *string
+	var stages, scratch, level, store *string
 	return clientCommand("worker", "", "run the server's stage runs on this machine: lease, run, heartbeat, commit (needs admin on \"*\" when auth is on)", 0,
 		func(fs *flag.FlagSet) {
 			slots = fs.Int("slots", runtime.NumCPU(), "runs at once")
 			stages = fs.String("stages", "", "only stages whose name matches `PATTERN` (path.Match, e.g. 'archive/*')")
 			scratch = fs.String("scratch", filepath.Join(os.TempDir(), "plumb-worker"), "`DIR` for outputs before they are uploaded")
 			level = fs.String("log-level", "info", "log level: debug, info, warn, error")
+			store = fs.String("store", "", "the server's S3 store `URL` (s3://BUCKET?endpoint=HOST:PORT, credentials from AWS_ACCESS_KEY_ID/AWS_SECRET_ACCESS_KEY) to read inputs and write outputs directly; without it all bytes go through the server")
 		},
 		func(ctx context.Context, c *flight.Client, _ []string) error {
 			var lv slog.Level
@@ -36,8 +38,17 @@ func workerCommand() command {
 			host, _ := os.Hostname()
 			reg := engine.NewRegistry()
 			builtin.Register(reg, builtin.FindXZ())
-			w := worker.New(worker.Config{Client: c, ID: fmt.Sprintf("%s-%d", host, os.Getpid()), Host: host, Slots: *slots, Stages: *stages,
-				Registry: reg, Scratch: *scratch, Log: slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: lv}))})
+			cfg := worker.Config{Client: c, ID: fmt.Sprintf("%s-%d", host, os.Getpid()), Host: host, Slots: *slots, Stages: *stages,
+				Registry: reg, Scratch: *scratch, Log: slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: lv}))}
+			if *store != "" {
+				st, err := blob.Open(ctx, *store)
+				if err != nil {
+					return fmt.Errorf("--store: %w", err)
+				}
+				defer st.Close()
+				cfg.Store = st
+			}
+			w := worker.New(cfg)
 			return w.Run(ctx)
 		})
 }
