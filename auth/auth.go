@@ -385,8 +385,8 @@ func (a *Authority) Verify(cred string) (Identity, error) {
 	if !ok {
 		return Identity{}, ErrDenied
 	}
-	body, err1 := base64.RawURLEncoding.DecodeString(b64body)
-	mac, err2 := base64.RawURLEncoding.DecodeString(b64mac)
+	body, err1 := base64.RawURLEncoding.Strict().DecodeString(b64body)
+	mac, err2 := base64.RawURLEncoding.Strict().DecodeString(b64mac)
 	if err1 != nil || err2 != nil || len(body) < 9 {
 		return Identity{}, ErrDenied
 	}
