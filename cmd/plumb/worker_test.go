@@ -60,8 +60,9 @@ func outputs(t *testing.T, addr string) map[string]string {
 	return out
 }
 
-// TestWorkersSurviveSIGKILL: a server that runs no stage itself, two
-// worker processes, a decode → dns → xz pipeline over a generated capture;
+// TestWorkersSurviveSIGKILL: a server that runs no stage itself with its
+// blocks in MinIO, two worker processes (one reaching MinIO directly, one
+// through the server), a decode → dns → xz pipeline over a generated capture;
 // one worker is SIGKILLed while it holds a lease. Its lease expires and
 // the run is redone by the other; every output exists once and equals
 // what a single machine makes.
@@ -80,12 +81,17 @@ func TestWorkersSurviveSIGKILL(t *testing.T) {
 	}
 	want := outputs(t, ref)
 
+	// The cluster: blocks in a real MinIO that the workers reach directly.
+	m := testenv.StartMinIO(t)
+	t.Setenv("AWS_ACCESS_KEY_ID", m.AccessKey)
+	t.Setenv("AWS_SECRET_ACCESS_KEY", m.SecretKey)
+	store := "s3://plumb?endpoint=" + m.Endpoint
 	addr := testenv.FreeAddr(t)
-	srv := startPlumb(t, "serve", "--data", t.TempDir(), "--listen", addr, "--log-level", "info", "--tick", "100ms",
+	srv := startPlumb(t, "serve", "--data", t.TempDir(), "--store", store, "--listen", addr, "--log-level", "info", "--tick", "100ms",
 		"--remote-only", "--lease-ttl", "2s")
 	waitListening(t, addr)
 	runPipeline(t, addr, capture)
-	w1 := startPlumb(t, "worker", "--server", addr, "--slots", "1", "--scratch", t.TempDir())
+	w1 := startPlumb(t, "worker", "--server", addr, "--slots", "1", "--scratch", t.TempDir(), "--store", store)
 	c, _ := flight.Dial(addr)
 	defer c.Close()
 	// Kill worker 1 once it holds a run.
@@ -102,7 +108,7 @@ func TestWorkersSurviveSIGKILL(t *testing.T) {
 	}
 	w1.cmd.Process.Signal(syscall.SIGKILL)
 	w1.cmd.Wait()
-	w2 := startPlumb(t, "worker", "--server", addr, "--slots", "2", "--scratch", t.TempDir())
+	w2 := startPlumb(t, "worker", "--server", addr, "--slots", "2", "--scratch", t.TempDir()) // this one through Flight
 	if out, errOut, code := plumbExec(t, "stats", "--wait", "--server", addr); code != 0 {
 		t.Fatalf("stats --wait: %s %s\nworker 2:\n%s", out, errOut, w2.log)
 	}
