@@ -8,6 +8,8 @@ import (
 	"io"
 	"net/url"
 	"os"
+	"strings"
+	"time"
 
 	"github.com/minio/minio-go/v7"
 	"github.com/minio/minio-go/v7/pkg/credentials"
@@ -73,7 +75,20 @@ func NewS3(ctx context.Context, cfg S3Config) (*S3, error) {
 		return nil, fmt.Errorf("s3 endpoint %s: %w", cfg.Endpoint, err)
 	}
 	s := &S3{client: c, bucket: cfg.Bucket, url: fmt.Sprintf("s3://%s?endpoint=%s", cfg.Bucket, cfg.Endpoint)}
-	ok, err := c.BucketExists(ctx, cfg.Bucket)
+	// A server that has just started answers "not initialized" for a few
+	// seconds (MinIO does while it formats its disks): wait for it.
+	var ok bool
+	for deadline := time.Now().Add(30 * time.Second); ; {
+		ok, err = c.BucketExists(ctx, cfg.Bucket)
+		if err == nil || !strings.Contains(err.Error(), "not initialized") || time.Now().After(deadline) {
+			break
+		}
+		select {
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		case <-time.After(200 * time.Millisecond):
+		}
+	}
 	if err != nil {
 		return nil, fmt.Errorf("store %s: %w (is the server up and are the credentials right?)", s, err)
 	}

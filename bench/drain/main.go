@@ -76,7 +76,7 @@ func startMinIO(bin, dir string) (string, func(), error) {
 	}
 	stop := func() { cmd.Process.Kill(); cmd.Wait() }
 	for deadline := time.Now().Add(60 * time.Second); time.Now().Before(deadline); time.Sleep(100 * time.Millisecond) {
-		if resp, err := http.Get("http://" + addr + "/minio/health/live"); err == nil {
+		if resp, err := http.Get("http://" + addr + "/minio/health/ready"); err == nil {
 			resp.Body.Close()
 			if resp.StatusCode == 200 {
 				return addr, stop, nil
@@ -84,7 +84,7 @@ func startMinIO(bin, dir string) (string, func(), error) {
 		}
 	}
 	stop()
-	return "", nil, fmt.Errorf("minio on %s did not become live", addr)
+	return "", nil, fmt.Errorf("minio on %s did not become ready", addr)
 }
 
 func run(plumb, minioPath string, total, size int64, workers, readers int) error {

@@ -43,7 +43,9 @@ func StartMinIO(t testing.TB) MinIO {
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
 	for {
-		req, _ := http.NewRequestWithContext(ctx, "GET", "http://"+addr+"/minio/health/live", nil)
+		// Ready, not merely live: a live MinIO may still answer "server
+		// not initialized" while it formats its disk.
+		req, _ := http.NewRequestWithContext(ctx, "GET", "http://"+addr+"/minio/health/ready", nil)
 		resp, err := http.DefaultClient.Do(req)
 		if err == nil {
 			resp.Body.Close()
@@ -54,7 +56,7 @@ func StartMinIO(t testing.TB) MinIO {
 		select {
 		case <-ctx.Done():
 			log, _ := os.ReadFile(out.Name())
-			t.Fatalf("minio on %s did not become live in 60s:\n%s", addr, log)
+			t.Fatalf("minio on %s did not become ready in 60s:\n%s", addr, log)
 		case <-time.After(100 * time.Millisecond):
 		}
 	}
