@@ -242,9 +242,17 @@ stages:
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
-	for !strings.Contains(a.log.String(), "lease lost") && !strings.Contains(a.log.String(), "commit refused") {
+	// A's run ends one way or another — it learns the lease is gone, its
+	// commit is refused, or the cut broke its input or upload — and
+	// nothing of it is published.
+	ended := func() bool {
+		l := a.log.String()
+		return strings.Contains(l, "lease lost") || strings.Contains(l, "commit refused") || strings.Contains(l, "stage run failed") ||
+			strings.Contains(l, "could not upload")
+	}
+	for !ended() {
 		if time.Now().After(deadline) {
-			t.Fatalf("worker A never learned it lost its lease\n%s", a.log)
+			t.Fatalf("worker A's run never ended\n%s", a.log)
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
