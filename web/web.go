@@ -92,6 +92,7 @@ func (s *Server) Handler() http.Handler {
 	mux.HandleFunc("GET /api/windows", s.windows)
 	mux.HandleFunc("GET /api/status", s.status)
 	mux.HandleFunc("GET /api/latency", s.latency)
+	mux.HandleFunc("GET /api/workers", s.workers)
 	return open
 }
 
@@ -360,4 +361,16 @@ func (s *Server) latency(w http.ResponseWriter, r *http.Request) {
 		h = []point{}
 	}
 	reply(w, h, nil)
+}
+
+func (s *Server) workers(w http.ResponseWriter, r *http.Request) {
+	if s.eng == nil || !s.may(r, auth.Admin, "") {
+		reply(w, []engine.WorkerInfo{}, nil) // workers run every team's stages: admins see them
+		return
+	}
+	ws := s.eng.Workers()
+	if ws == nil {
+		ws = []engine.WorkerInfo{}
+	}
+	reply(w, ws, nil)
 }

@@ -300,6 +300,12 @@ stages:
 		t.Errorf("latency charts %v lack alice's archive stage", charts)
 	}
 
+	// The workers page renders (no worker here: the server runs the stages).
+	do("open workers", chromedp.Click(chromedp.CSS(`nav a[data-nav="workers"]`)), chromedp.WaitVisible(chromedp.CSS(`body[data-ready="workers"]`)), shot("workers"))
+	if txt := browse(t, bctx, "read workers", chromedp.Text(chromedp.CSS(`main`))); !strings.Contains(txt, "None: every stage runs on the server") {
+		t.Errorf("workers page: %q", txt)
+	}
+
 	time.Sleep(300 * time.Millisecond) // the last page's messages
 	mu.Lock()
 	defer mu.Unlock()

@@ -329,6 +329,26 @@ async function latencyPage() {
   ];
 }
 
+// ---- workers --------------------------------------------------------------
+
+async function workersPage() {
+  const ws = await get('/api/workers');
+  const now = Date.now();
+  return [
+    h('h1', {}, 'Remote workers'),
+    h('p', { class: 'muted' }, 'Machines running stage runs for this server (plumb worker), seen in the last 30 s.'),
+    ws.length === 0 ? h('p', {}, 'None: every stage runs on the server.') :
+      h('table', { id: 'workers' },
+        h('tr', {}, h('th', {}, 'worker'), h('th', {}, 'host'), h('th', { class: 'num' }, 'slots'), h('th', {}, 'runs held'),
+          h('th', { class: 'num' }, 'done'), h('th', { class: 'num' }, 'lost'), h('th', { class: 'num' }, 'last seen')),
+        ws.map(w => h('tr', { 'data-worker': w.worker },
+          h('td', {}, w.worker), h('td', {}, w.host), h('td', { class: 'num' }, w.slots),
+          h('td', {}, w.runs.length ? w.runs.join(', ') : h('span', { class: 'muted' }, 'idle')),
+          h('td', { class: 'num' }, w.done), h('td', { class: 'num' + (w.lost ? ' bad' : '') }, w.lost),
+          h('td', { class: 'num' }, dur(now - new Date(w.last_seen).getTime(), true) + ' ago')))),
+  ];
+}
+
 // ---- routing --------------------------------------------------------------
 
 function route() {
@@ -339,6 +359,7 @@ function route() {
     case 'windows': return ['windows', windowsPage];
     case 'window': return ['windows', () => windowPage(parts[1], parts[2], parts[3])];
     case 'latency': return ['latency', latencyPage];
+    case 'workers': return ['workers', workersPage];
     default: return ['graph', graphPage];
   }
 }
