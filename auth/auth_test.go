@@ -75,6 +75,13 @@ func TestLoginTokensKeysAndRules(t *testing.T) {
 	if _, err := a.Verify(string(forged)); !errors.Is(err, ErrDenied) {
 		t.Fatalf("forged token: %v", err)
 	}
+	// One spelling per token: the decoder's tolerance of line breaks and
+	// padding is not a second way in.
+	for _, bad := range []string{tok[:10] + "\r" + tok[10:], tok[:10] + "\n" + tok[10:], tok + "=", " " + tok} {
+		if _, err := a.Verify(bad); !errors.Is(err, ErrDenied) {
+			t.Errorf("Verify(%q) = %v; want denied", bad, err)
+		}
+	}
 	other, _ := NewAuthority(file, []byte(strings.Repeat("x", 32)), time.Hour, c.now)
 	if _, err := other.Verify(tok); !errors.Is(err, ErrDenied) {
 		t.Fatalf("token of another key: %v", err)
