@@ -8,6 +8,7 @@ import (
 	"path"
 	"slices"
 	"sort"
+	"strings"
 	"time"
 
 	"github.com/google/uuid"
@@ -315,17 +316,10 @@ func (e *Engine) CommitLease(ctx context.Context, id string, outs []Output) erro
 // FailLease records a failed remote run like a local one: retried with
 // backoff, FAULTY after the last attempt.
 func (e *Engine) FailLease(id, why string) error {
-	e.mu.Lock()
-	r := e.leases[id]
-	if r != nil {
-		delete(e.leases, id)
-		r.st.running--
-	}
-	e.mu.Unlock()
+	r := e.dropLease(id)
 	if r == nil {
 		return ErrLeaseGone
 	}
-	e.poke()
 	_, err := e.db.FailRun(state.Run{Group: r.group, Reserver: id, Inputs: r.lease.Inputs}, why, e.cfg.MaxAttempts, e.cfg.Now().Add(e.backoff(r.attempt)))
 	if errors.Is(err, state.ErrLostReservation) {
 		return ErrLeaseGone
@@ -350,18 +344,8 @@ func (e *Engine) Workers() []WorkerInfo {
 		slices.Sort(wi.Runs)
 		out = append(out, wi)
 	}
-	slices.SortFunc(out, func(a, b WorkerInfo) int { return cmpString(a.Worker, b.Worker) })
+	slices.SortFunc(out, func(a, b WorkerInfo) int { return strings.Compare(a.Worker, b.Worker) })
 	return out
-}
-
-func cmpString(a, b string) int {
-	switch {
-	case a < b:
-		return -1
-	case a > b:
-		return 1
-	}
-	return 0
 }
 
 // Port is one named input or output of a program run on a worker.
@@ -397,13 +381,7 @@ func IsMalformed(err error) bool { return errors.Is(err, ErrMalformed) }
 // ReleaseLease gives a lease's run back at once without counting an
 // attempt: the worker cannot run the stage (it lacks a program).
 func (e *Engine) ReleaseLease(id string) error {
-	e.mu.Lock()
-	r := e.leases[id]
-	if r != nil {
-		delete(e.leases, id)
-		r.st.running--
-	}
-	e.mu.Unlock()
+	r := e.dropLease(id)
 	if r == nil {
 		return ErrLeaseGone
 	}
@@ -412,6 +390,21 @@ func (e *Engine) ReleaseLease(id string) error {
 			return err
 		}
 	}
-	e.poke()
 	return nil
+}
+
+// dropLease forgets a live lease and frees its stage's slot; nil when it
+// was not live.
+func (e *Engine) dropLease(id string) *remoteRun {
+	e.mu.Lock()
+	r := e.leases[id]
+	if r != nil {
+		delete(e.leases, id)
+		r.st.running--
+	}
+	e.mu.Unlock()
+	if r != nil {
+		e.poke()
+	}
+	return r
 }

@@ -44,30 +44,12 @@ func startServerTB(t testing.TB, cfg Config) *testServer {
 	if cfg.Data == "" {
 		cfg.Data = t.TempDir()
 	}
-	cfg.Listen = "127.0.0.1:0"
-	cfg.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
-	ready := make(chan string, 1)
-	cfg.Ready = func(a net.Addr) { ready <- a.String() }
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- Run(ctx, cfg) }()
-	var addr string
-	select {
-	case addr = <-ready:
-	case err := <-done:
-		t.Fatalf("server did not start: %v", err)
-	}
+	addr := runServer(t, cfg)
 	c, err := Dial(addr)
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() {
-		c.Close()
-		cancel()
-		if err := <-done; err != nil {
-			t.Errorf("server: %v", err)
-		}
-	})
+	t.Cleanup(func() { c.Close() })
 	return &testServer{addr: addr, data: cfg.Data, c: c}
 }
 
