@@ -247,7 +247,7 @@ type Output struct {
 // CommitLease publishes a lease's outputs (staged before) and releases
 // its inputs in one transaction. A lease that expired is refused: its
 // block may be running elsewhere already, and only one run publishes.
-func (e *Engine) CommitLease(ctx context.Context, id string, outs []Output) error {
+func (e *Engine) CommitLease(ctx context.Context, id string, outs []Output, cpu time.Duration) error {
 	e.mu.Lock()
 	r := e.leases[id]
 	e.mu.Unlock()
@@ -300,7 +300,7 @@ func (e *Engine) CommitLease(ctx context.Context, id string, outs []Output) erro
 		return err
 	}
 	var m runMeasure
-	m.took = e.cfg.Now().Sub(r.start)
+	m.took, m.cpu = e.cfg.Now().Sub(r.start), cpu
 	for _, b := range r.lease.Inputs {
 		m.in.Add(b.Size)
 	}
@@ -358,11 +358,12 @@ type Port struct {
 // RunProgram runs a stage program over inputs into outputs with the same
 // code the server's own runs use, for a worker: built-ins from reg,
 // executables in a directory of their own under scratch. It returns the
-// tail of the programs' stderr.
-func RunProgram(ctx context.Context, reg *Registry, p pipeline.Program, name block.Name, ins, outs []Port, scratch string) (string, error) {
+// tail of the programs' stderr and the CPU they used (busy time for
+// built-ins).
+func RunProgram(ctx context.Context, reg *Registry, p pipeline.Program, name block.Name, ins, outs []Port, scratch string) (stderr string, cpu time.Duration, err error) {
 	steps, err := resolve(reg, p)
 	if err != nil {
-		return "", err
+		return "", 0, err
 	}
 	var pin, pout []port
 	for _, i := range ins {
@@ -372,7 +373,7 @@ func RunProgram(ctx context.Context, reg *Registry, p pipeline.Program, name blo
 		pout = append(pout, port{queue: o.Queue, w: o.W})
 	}
 	res, err := execute(WithBlock(ctx, name), steps, pin, pout, scratch)
-	return res.stderr, err
+	return res.stderr, res.cpu, err
 }
 
 // IsMalformed reports whether a run failed on input no retry can fix.

@@ -23,6 +23,9 @@ type LeaseRequest struct {
 	Outputs []engine.Output `json:"outputs,omitempty"` // commit-lease
 	Error   string          `json:"error,omitempty"`   // fail-lease
 	Release bool            `json:"release,omitempty"` // fail-lease: give it back, no attempt counted
+	// CPUSeconds is what the run's programs used on the worker
+	// (commit-lease), for plumb stats.
+	CPUSeconds float64 `json:"cpu_seconds,omitempty"`
 }
 
 func (s *Service) workerEngine(ctx context.Context, action string) (*engine.Engine, error) {
@@ -88,7 +91,9 @@ func (s *Service) heartbeat(ctx context.Context, body []byte) (any, error) {
 }
 
 func (s *Service) commitLease(ctx context.Context, body []byte) (any, error) {
-	return s.leaseAction(ctx, "commit-lease", body, func(e *engine.Engine, r LeaseRequest) error { return e.CommitLease(ctx, r.Lease, r.Outputs) })
+	return s.leaseAction(ctx, "commit-lease", body, func(e *engine.Engine, r LeaseRequest) error {
+		return e.CommitLease(ctx, r.Lease, r.Outputs, time.Duration(r.CPUSeconds*float64(time.Second)))
+	})
 }
 
 func (s *Service) failLease(ctx context.Context, body []byte) (any, error) {

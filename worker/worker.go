@@ -124,7 +124,7 @@ func (w *Worker) run(ctx context.Context, l engine.Lease) {
 	defer hb.Wait()
 	hb.Go(func() { w.heartbeat(rctx, cancel, l) })
 	defer cancel(nil) // stops the heartbeat before hb.Wait
-	outs, stderr, err := w.execute(rctx, l)
+	outs, stderr, cpu, err := w.execute(rctx, l)
 	defer func() {
 		for _, o := range outs {
 			o.f.Close()
@@ -171,7 +171,7 @@ func (w *Worker) run(ctx context.Context, l engine.Lease) {
 		}
 		report = append(report, engine.Output{Queue: o.queue, Size: o.n, SHA256: src.SHA256})
 	}
-	err = c.LeaseDo(ctx, "commit-lease", flight.LeaseRequest{Lease: l.ID, Outputs: report})
+	err = c.LeaseDo(ctx, "commit-lease", flight.LeaseRequest{Lease: l.ID, Outputs: report, CPUSeconds: cpu.Seconds()})
 	if status.Code(err) == codes.FailedPrecondition {
 		log.Warn("commit refused: the lease expired and the run went to another worker", "err", err)
 		return
@@ -221,7 +221,7 @@ func (o *output) Write(p []byte) (int, error) {
 
 // execute streams the inputs from the server through the program into
 // scratch files.
-func (w *Worker) execute(ctx context.Context, l engine.Lease) ([]*output, string, error) {
+func (w *Worker) execute(ctx context.Context, l engine.Lease) ([]*output, string, time.Duration, error) {
 	if l.Timeout > 0 {
 		var cancel context.CancelFunc
 		ctx, cancel = context.WithTimeout(ctx, l.Timeout)
@@ -229,11 +229,11 @@ func (w *Worker) execute(ctx context.Context, l engine.Lease) ([]*output, string
 	}
 	name, err := block.Parse(l.Inputs[0].Name)
 	if err != nil {
-		return nil, "", err
+		return nil, "", 0, err
 	}
 	scratch, err := os.MkdirTemp(w.cfg.Scratch, "run-")
 	if err != nil {
-		return nil, "", err
+		return nil, "", 0, err
 	}
 	defer os.RemoveAll(scratch)
 	var ins []engine.Port
@@ -247,11 +247,11 @@ func (w *Worker) execute(ctx context.Context, l engine.Lease) ([]*output, string
 		}
 		s, err := w.cfg.Client.Get(ctx, b.Name)
 		if err != nil {
-			return nil, "", fmt.Errorf("read input %s: %w", b.Name, err)
+			return nil, "", 0, fmt.Errorf("read input %s: %w", b.Name, err)
 		}
 		defer s.Close()
 		if !s.Next() {
-			return nil, "", fmt.Errorf("read input %s: %w", b.Name, s.Err())
+			return nil, "", 0, fmt.Errorf("read input %s: %w", b.Name, s.Err())
 		}
 		ins = append(ins, engine.Port{Queue: b.Queue, R: s})
 	}
@@ -260,7 +260,7 @@ func (w *Worker) execute(ctx context.Context, l engine.Lease) ([]*output, string
 	for _, q := range l.Outputs {
 		f, err := os.CreateTemp(w.cfg.Scratch, "out-")
 		if err != nil {
-			return outs, "", err
+			return outs, "", 0, err
 		}
 		on := name
 		on.Queue = q
@@ -268,8 +268,8 @@ func (w *Worker) execute(ctx context.Context, l engine.Lease) ([]*output, string
 		outs = append(outs, o)
 		ports = append(ports, engine.Port{Queue: q, W: o})
 	}
-	stderr, err := engine.RunProgram(ctx, w.cfg.Registry, l.Program, name, ins, ports, scratch)
-	return outs, stderr, err
+	stderr, cpu, err := engine.RunProgram(ctx, w.cfg.Registry, l.Program, name, ins, ports, scratch)
+	return outs, stderr, cpu, err
 }
 
 // putDirect writes an output straight to the store under its block key;

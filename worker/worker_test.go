@@ -97,4 +97,8 @@ func TestWorkerReadsAndWritesS3Directly(t *testing.T) {
 	if len(ws) != 1 || ws[0].Done != 2 {
 		t.Errorf("workers: %+v", ws)
 	}
+	// The runs count in the stage's statistics, CPU measured on the worker.
+	if st, err := c.Stats(ctx); err != nil || len(st) != 1 || st[0].Runs != 2 || st[0].CPUSeconds <= 0 || st[0].BytesIn == 0 {
+		t.Errorf("stats of remote runs: %+v %v", st, err)
+	}
 }
