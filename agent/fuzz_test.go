@@ -2,12 +2,14 @@ package agent
 
 import (
 	"bytes"
-	"context"
 	"io"
 	"os"
 	"path/filepath"
+	"slices"
+	"strings"
 	"testing"
 
+	"github.com/plumb-dev/plumb/block"
 	"github.com/plumb-dev/plumb/codecs"
 	"github.com/plumb-dev/plumb/pcap"
 )
@@ -43,33 +45,28 @@ func FuzzCut(f *testing.F) {
 		dir := t.TempDir()
 		src := filepath.Join(dir, "in.pcap")
 		os.WriteFile(src, in, 0o644)
-		s, _, err := OpenSpool(filepath.Join(dir, "spool"), "pcap", "fz")
-		if err != nil {
-			t.Fatal(err)
-		}
-		s.noSync = true
-		s.SetLastSeq(0, false)
-		fs, _ := FileSource(src)
 		cfg := CutConfig{Queue: "pcap", Instance: "fz", Codec: codecs.None, MaxBytes: int64(max(blockSize, 1024)) + pcap.HeaderSize}
-		if err := Cut(context.Background(), cfg, s, List(fs), quiet, &Counters{}); err != nil {
-			t.Fatalf("cut: %v", err)
-		}
+		blocks := cutFile(t, src, cfg)
 		want := countPackets(bytes.NewReader(in))
-		ready, _ := s.Ready()
 		got := 0
-		for i, r := range ready {
-			if r.Name.Seq != uint64(i+1) {
-				t.Fatalf("block %d has sequence %d", i, r.Name.Seq)
+		for i, b := range blocks {
+			name, raw, _ := strings.Cut(b, "\n")
+			if n, _ := block.Parse(name); n.Seq != uint64(i+1) {
+				t.Fatalf("block %d is %s", i, name)
 			}
-			raw, _ := os.ReadFile(r.Path)
-			n := countPackets(bytes.NewReader(raw))
+			n := countPackets(strings.NewReader(raw))
 			if n == 0 {
-				t.Fatalf("block %s holds no packet", r.Name)
+				t.Fatalf("block %s holds no packet", name)
 			}
 			got += n
 		}
 		if got != want {
 			t.Fatalf("blocks hold %d packets; the reader finds %d", got, want)
+		}
+		// Copying runs of records must cut what packet by packet cuts.
+		cfg.perPacket = true
+		if slow := cutFile(t, src, cfg); !slices.Equal(blocks, slow) {
+			t.Fatalf("runs cut %d blocks, packet by packet %d, and they differ", len(blocks), len(slow))
 		}
 	})
 }

@@ -13,6 +13,9 @@ import (
 	"sync/atomic"
 	"time"
 
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
 	"github.com/plumb-dev/plumb/flight"
 )
 
@@ -125,7 +128,7 @@ func (sh *Shipper) Run(ctx context.Context, drain <-chan struct{}) error {
 // backing off with jitter while the server cannot be reached.
 func (sh *Shipper) ship(ctx context.Context, b ReadyBlock) {
 	backoff := 200 * time.Millisecond
-	src := flight.Source{Name: b.Name.String(), Size: b.Size,
+	src := flight.Source{Name: b.Name.String(), Size: b.Size, SHA256: b.SHA256,
 		Open: func() (io.ReadCloser, error) { return os.Open(b.Path) }}
 	for {
 		res, err := sh.Client.Put(ctx, src)
@@ -154,6 +157,9 @@ func (sh *Shipper) ship(ctx context.Context, b ReadyBlock) {
 			// The server refused the block itself (a conflict, a bad name):
 			// retrying will not help, but dropping it would lose data.
 			// Keep it in the spool and say what an operator must do.
+			if status.Code(err) == codes.InvalidArgument && b.SHA256 != "" {
+				err = fmt.Errorf("%w; the spool copy no longer matches the checksum taken as it was cut (a disk fault, or the file was changed): cut it again from its source, e.g. import the source again with a fresh --spool (blocks the server already holds are answered duplicate)", err)
+			}
 			sh.Log.Error("server refused block; it stays in the spool until an operator moves it", "block", src.Name, "path", b.Path, "err", err)
 			if sh.FailFast {
 				sh.mu.Lock()

@@ -40,7 +40,13 @@ type Spool struct {
 
 	mu    sync.Mutex
 	st    spoolState
-	bytes int64         // size of ready/
+	bytes int64 // size of ready/
+	// sums are the SHA-256s of blocks finished since the spool was
+	// opened, taken as they were written: shipping need not read a block
+	// twice, and a block damaged in the spool is refused by the server
+	// instead of stored damaged. Blocks from before a restart have none
+	// and are hashed when shipped.
+	sums  map[string]string
 	ready chan struct{} // closed and replaced when a block is finished or removed
 }
 
@@ -80,7 +86,7 @@ func OpenSpool(dir, queue, instance string) (*Spool, Recovered, error) {
 			return nil, rec, fmt.Errorf("spool %s: %w", dir, err)
 		}
 	}
-	s := &Spool{dir: dir, ready: make(chan struct{})}
+	s := &Spool{dir: dir, ready: make(chan struct{}), sums: map[string]string{}}
 	raw, err := os.ReadFile(s.statePath())
 	switch {
 	case errors.Is(err, fs.ErrNotExist):
@@ -186,8 +192,8 @@ func (s *Spool) Create(n block.Name) (*os.File, error) {
 
 // Finish makes the block in f durable and ready to ship, and records the
 // source positions after it, as one step (see the type's comment). f is
-// closed.
-func (s *Spool) Finish(f *os.File, n block.Name, pos map[string]SourcePos) error {
+// closed. sum, when not empty, is the SHA-256 (hex) of what was written.
+func (s *Spool) Finish(f *os.File, n block.Name, pos map[string]SourcePos, sum string) error {
 	if err := s.fsync(f); err != nil {
 		f.Close()
 		return fmt.Errorf("spool: fsync block %s: %w", n, err)
@@ -217,6 +223,9 @@ func (s *Spool) Finish(f *os.File, n block.Name, pos map[string]SourcePos) error
 		return err
 	}
 	s.bytes += fi.Size()
+	if sum != "" {
+		s.sums[n.String()] = sum
+	}
 	s.signalLocked()
 	return nil
 }
@@ -232,6 +241,8 @@ type ReadyBlock struct {
 	Name block.Name
 	Path string
 	Size int64
+	// SHA256 (hex) when known without reading the block.
+	SHA256 string
 }
 
 // Ready lists the finished blocks in sequence order.
@@ -241,6 +252,8 @@ func (s *Spool) Ready() ([]ReadyBlock, error) {
 		return nil, err
 	}
 	var out []ReadyBlock
+	s.mu.Lock()
+	defer s.mu.Unlock()
 	for _, e := range ents {
 		n, err := block.Parse(e.Name())
 		if err != nil {
@@ -250,7 +263,7 @@ func (s *Spool) Ready() ([]ReadyBlock, error) {
 		if err != nil {
 			continue
 		}
-		out = append(out, ReadyBlock{Name: n, Path: filepath.Join(s.dir, "ready", e.Name()), Size: fi.Size()})
+		out = append(out, ReadyBlock{Name: n, Path: filepath.Join(s.dir, "ready", e.Name()), Size: fi.Size(), SHA256: s.sums[e.Name()]})
 	}
 	sort.Slice(out, func(i, j int) bool { return out[i].Name.Seq < out[j].Name.Seq })
 	return out, nil
@@ -266,6 +279,7 @@ func (s *Spool) Remove(b ReadyBlock) error {
 	}
 	s.mu.Lock()
 	s.bytes -= b.Size
+	delete(s.sums, b.Name.String())
 	s.signalLocked()
 	s.mu.Unlock()
 	return nil

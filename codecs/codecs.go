@@ -232,18 +232,43 @@ func (c Codec) NewWriter(w io.Writer) (io.WriteCloser, error) {
 var snappyHeader = []byte("\xff\x06\x00\x00sNaPpY")
 
 // snappyWriter makes sure the stream identifier is written even when no
-// data is: snzip -d rejects a 0-byte .sz file.
+// data is: snzip -d rejects a 0-byte .sz file. It also makes the stream a
+// function of the bytes alone, not of how they were written: s2 compresses
+// a write larger than its buffer as it comes and ends a chunk wherever the
+// write ends, so it is only handed pieces that keep chunks full. The same
+// capture cut again then gives byte-identical blocks, which a server
+// answers "duplicate" rather than refusing as a conflict.
 type snappyWriter struct {
 	w       io.Writer
 	s       *s2.Writer
 	written bool
+	n       int64 // bytes written
 }
+
+// snappyChunk is s2's chunk size in snappy mode (WriterSnappyCompat).
+const snappyChunk = 64<<10 - 8
 
 func (s *snappyWriter) Write(p []byte) (int, error) {
 	if len(p) > 0 {
 		s.written = true
 	}
-	return s.s.Write(p)
+	total := 0
+	for len(p) > 0 {
+		k := len(p)
+		if fill := int(s.n % snappyChunk); fill > 0 {
+			k = min(k, snappyChunk-fill) // complete the chunk being filled
+		} else if k > snappyChunk {
+			k -= k % snappyChunk // whole chunks, compressed without a copy
+		}
+		n, err := s.s.Write(p[:k])
+		total += n
+		s.n += int64(n)
+		if err != nil {
+			return total, err
+		}
+		p = p[k:]
+	}
+	return total, nil
 }
 
 func (s *snappyWriter) Close() error {

@@ -46,6 +46,10 @@ type Reader struct {
 	read    func() ([]byte, gopacket.CaptureInfo, error)
 	packets int64
 	err     error
+
+	// br is set when the records can be handed out as they are in the
+	// file (little-endian pcap, what Writer writes); see NextRun.
+	br *bufio.Reader
 }
 
 var magics = []struct {
@@ -101,6 +105,9 @@ func newRawReader(br *bufio.Reader, head []byte) (*Reader, error) {
 				return nil, fmt.Errorf("%w: pcap header: %v", ErrNotCapture, err)
 			}
 			rd.LinkType, rd.Snaplen, rd.read = pr.LinkType(), pr.Snaplen(), pr.ZeroCopyReadPacketData
+			if head[0] == 0xd4 || head[0] == 0x4d { // little-endian magic
+				rd.br = br
+			}
 			return rd, nil
 		}
 		nr, err := pcapgo.NewNgReader(br, pcapgo.NgReaderOptions{ErrorOnMismatchingLinkType: true, SkipUnknownVersion: true})

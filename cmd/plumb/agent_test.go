@@ -697,3 +697,87 @@ func fetchCount(t *testing.T, c *flight.Client, queue, instance string) (int, er
 	}
 	return n, nil
 }
+
+// TestAgentSpoolDamage: a block damaged in the spool after it was cut is
+// refused by the server (its checksum was taken as it was written), not
+// stored damaged; the import stops naming it and saying what to do, and
+// importing the source again with a fresh spool completes the instance:
+// blocks cut again are byte-identical, so those already stored are
+// answered duplicate and every packet is on the server once.
+func TestAgentSpoolDamage(t *testing.T) {
+	addr := testenv.FreeAddr(t)
+	input := filepath.Join(t.TempDir(), "input.pcap")
+	want := makeCapture(t, input, 3000, 7)
+	spool := filepath.Join(t.TempDir(), "spool")
+	args := []string{"import", "--quiet", "--server", addr, "--site", "damage", "--new-instance",
+		"--block-size", "256KiB", "--max-backoff", "300ms", "--log-level", "info"}
+	// No server yet: every block is cut into the spool and waits there.
+	imp := startPlumb(t, append(args, "--spool", spool, input)...)
+	done := make(chan error, 1)
+	go func() { done <- imp.cmd.Wait() }()
+	for deadline := time.Now().Add(60 * time.Second); !strings.Contains(imp.log.String(), "sources exhausted"); time.Sleep(20 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("import did not finish cutting\n%s", imp.log)
+		}
+	}
+	ready, _ := filepath.Glob(filepath.Join(spool, "ready", "*-00000002.damage.pcap.sz"))
+	if len(ready) != 1 {
+		t.Fatalf("block 2 is not in the spool: %v", ready)
+	}
+	raw, err := os.ReadFile(ready[0])
+	if err != nil {
+		t.Fatal(err)
+	}
+	raw[len(raw)/2] ^= 0x40 // one bit, same size
+	if err := os.WriteFile(ready[0], raw, 0o640); err != nil {
+		t.Fatal(err)
+	}
+
+	data := t.TempDir()
+	startPlumb(t, "serve", "--data", data, "--listen", addr, "--log-level", "warn")
+	select {
+	case err := <-done:
+		if err == nil {
+			t.Fatalf("import of a damaged spool block succeeded\n%s", imp.log)
+		}
+	case <-time.After(60 * time.Second):
+		t.Fatalf("import did not stop at the damaged block\n%s", imp.log)
+	}
+	name := filepath.Base(ready[0])
+	for _, w := range []string{"server refused block " + name, "no longer matches the checksum", "fresh --spool"} {
+		if !strings.Contains(imp.log.String(), w) {
+			t.Fatalf("import's error does not say %q:\n%s", w, imp.log)
+		}
+	}
+	if _, err := os.Stat(ready[0]); err != nil {
+		t.Fatalf("the refused block left the spool: %v", err)
+	}
+	c, err := flight.Dial(addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	blocks, err := c.Blocks(context.Background(), "pcap.sz")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, b := range blocks {
+		if b.Name == name {
+			t.Fatalf("the server stored the damaged block %s", name)
+		}
+	}
+
+	// What the error says to do.
+	again := startPlumb(t, append(args, "--spool", filepath.Join(t.TempDir(), "fresh"), input)...)
+	if err := again.cmd.Wait(); err != nil {
+		t.Fatalf("import again: %v\n%s", err, again.log)
+	}
+	if !strings.Contains(again.log.String(), "already on the server") {
+		t.Fatalf("import again does not report blocks already stored:\n%s", again.log)
+	}
+	got, n := fetchInstance(t, c, "pcap.sz", "damage")
+	samePackets(t, "after re-importing a damaged block", got, want)
+	if n < 3 {
+		t.Fatalf("only %d blocks: the capture should span several", n)
+	}
+}
