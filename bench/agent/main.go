@@ -1,8 +1,10 @@
 // Command agent measures the capture agent against its two limits in one
 // run: reading the capture with the pcap reader alone, and snappy
-// compression alone. It imports a generated DNS capture into a local
-// server and prints MB/s of uncompressed pcap, the ratio to the slower
-// limit, and the compressed size beside gzip -1 and zstd -1.
+// compression alone (on every core, as the agent compresses). It cuts a
+// generated DNS capture into a spool in this process (the agent's own
+// work), then imports it into a local server, and prints MB/s of
+// uncompressed pcap, the ratios to the slower limit, the CPU seconds per
+// GiB of each part, and the compressed size beside gzip -1 and zstd -1.
 package main
 
 import (
@@ -92,6 +94,30 @@ func run(plumb, size string) error {
 		return err
 	}
 
+	// The agent's own work: cutting into its spool (fsynced blocks,
+	// checksums), nothing shipped.
+	cut, cutCPU, err := median3("agent cutting into its spool", n, func(i int) error {
+		// Removed after the measurement: deleting is not cutting.
+		spool, _, err := agent.OpenSpool(filepath.Join(dir, "cut", fmt.Sprint(i)), "pcap.sz", "bench")
+		if err != nil {
+			return err
+		}
+		if err := spool.SetLastSeq(0, false); err != nil {
+			return err
+		}
+		src, err := agent.FileSource(input)
+		if err != nil {
+			return err
+		}
+		cfg := agent.CutConfig{Queue: "pcap.sz", Instance: "bench", Codec: codecs.Snappy, MaxBytes: 256 << 20}
+		log := slog.New(slog.NewTextHandler(io.Discard, nil))
+		return agent.Cut(context.Background(), cfg, spool, agent.List(src), log, &agent.Counters{})
+	})
+	if err != nil {
+		return err
+	}
+	os.RemoveAll(filepath.Join(dir, "cut"))
+
 	// End to end: the server as its own process on the same machine, as
 	// in production minus the network.
 	srv, err := benchkit.StartServer(plumb, dir)
@@ -168,30 +194,6 @@ func run(plumb, size string) error {
 	if err != nil {
 		return err
 	}
-
-	// The agent's own work: cutting into its spool (fsynced blocks,
-	// checksums), nothing shipped.
-	cut, cutCPU, err := median3("agent cutting into its spool", n, func(i int) error {
-		// Removed after the measurement: deleting is not cutting.
-		spool, _, err := agent.OpenSpool(filepath.Join(dir, "cut", fmt.Sprint(i)), "pcap.sz", "bench")
-		if err != nil {
-			return err
-		}
-		if err := spool.SetLastSeq(0, false); err != nil {
-			return err
-		}
-		src, err := agent.FileSource(input)
-		if err != nil {
-			return err
-		}
-		cfg := agent.CutConfig{Queue: "pcap.sz", Instance: "bench", Codec: codecs.Snappy, MaxBytes: 256 << 20}
-		log := slog.New(slog.NewTextHandler(io.Discard, nil))
-		return agent.Cut(context.Background(), cfg, spool, agent.List(src), log, &agent.Counters{})
-	})
-	if err != nil {
-		return err
-	}
-	os.RemoveAll(filepath.Join(dir, "cut"))
 
 	gz, gzSize, err := external("gzip -1", input, n, "gzip", "-1", "-c")
 	if err != nil {
