@@ -219,10 +219,10 @@ func (c Codec) NewWriter(w io.Writer) (io.WriteCloser, error) {
 	case Snappy:
 		// Chunks are compressed in parallel; with only a chunk per core in
 		// flight, the cores idle while the writer's one output goroutine
-		// writes (and the agent checksums) the chunks in order. Four per
-		// core cut 1 GiB into the agent's spool 17% faster; a chunk is 64
-		// KiB, so this holds about 1 MiB per core.
-		return &snappyWriter{w: w, s: s2.NewWriter(w, s2.WriterSnappyCompat(), s2.WriterConcurrency(4*runtime.GOMAXPROCS(0)))}, nil
+		// writes (and the agent checksums) the chunks in order. Six more
+		// chunks in flight than cores cut 1 GiB into the agent's spool 17%
+		// faster on 2 cores, for 768 KiB more buffers per writer.
+		return &snappyWriter{w: w, s: s2.NewWriter(w, s2.WriterSnappyCompat(), s2.WriterConcurrency(runtime.GOMAXPROCS(0)+6))}, nil
 	case XZ:
 		return xz.NewWriter(w)
 	case Gzip:
