@@ -27,6 +27,7 @@ import (
 	"github.com/plumb-dev/plumb/flight"
 	"github.com/plumb-dev/plumb/internal/testenv"
 	"github.com/plumb-dev/plumb/pcap"
+	"github.com/plumb-dev/plumb/state"
 )
 
 type packet struct {
@@ -431,15 +432,7 @@ func TestAgentLargeGenerated(t *testing.T) {
 	want := sha256.New()
 	wantN := digest(t, want, f)
 
-	c, err := flight.Dial(addr)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
-	blocks, err := c.Blocks(context.Background(), "pcap.sz")
-	if err != nil {
-		t.Fatal(err)
-	}
+	c, blocks := dialBlocks(t, addr, "pcap.sz")
 	// Several uploads are in flight, so arrival order is not sequence order.
 	sort.Slice(blocks, func(i, j int) bool { return blocks[i].Seq < blocks[j].Seq })
 	got := sha256.New()
@@ -675,6 +668,22 @@ func TestAgentFollowsGrowingFile(t *testing.T) {
 	ag.cmd.Wait()
 }
 
+// dialBlocks connects to the server (closed when the test ends) and lists
+// a queue's blocks.
+func dialBlocks(t *testing.T, addr, queue string) (*flight.Client, []state.Block) {
+	t.Helper()
+	c, err := flight.Dial(addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close() })
+	blocks, err := c.Blocks(context.Background(), queue)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return c, blocks
+}
+
 // fetchCount counts the packets an instance's blocks hold so far.
 func fetchCount(t *testing.T, c *flight.Client, queue, instance string) (int, error) {
 	bs, err := c.Blocks(context.Background(), queue)
@@ -752,15 +761,7 @@ func TestAgentSpoolDamage(t *testing.T) {
 	if _, err := os.Stat(ready[0]); err != nil {
 		t.Fatalf("the refused block left the spool: %v", err)
 	}
-	c, err := flight.Dial(addr)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
-	blocks, err := c.Blocks(context.Background(), "pcap.sz")
-	if err != nil {
-		t.Fatal(err)
-	}
+	c, blocks := dialBlocks(t, addr, "pcap.sz")
 	for _, b := range blocks {
 		if b.Name == name {
 			t.Fatalf("the server stored the damaged block %s", name)
