@@ -13,17 +13,18 @@ import (
 // StatusRow is how far behind one stage, or one consumer group of a
 // queue, is.
 type StatusRow struct {
-	Kind    string `json:"kind"` // "stage" or "group"
+	Kind    string `json:"kind"` // "stage", "group" or "stream"
 	Stage   string `json:"stage,omitempty"`
 	Queue   string `json:"queue"`
-	Group   string `json:"group,omitempty"`
+	Group   string `json:"group,omitempty"` // the consumer group, or stream consumer
 	Backlog int64  `json:"backlog"`
 	Workers int    `json:"workers,omitempty"`
 	// OldestAge is how long the oldest block still owed has waited since
 	// it arrived (0 when none is).
 	OldestAge time.Duration `json:"oldest_age_ns"`
-	// ArrivalTo is from a block's arrival to its output (stages) or its
-	// delivery (groups); EventTo from its event time; over the last hour.
+	// ArrivalTo is from a block's arrival to its output (stages), its
+	// acknowledgement (groups) or the consumer moving past it (streams and
+	// stream stages); EventTo from its event time; over the last hour.
 	ArrivalTo Percentiles `json:"arrival_to"`
 	EventTo   Percentiles `json:"event_to"`
 }
@@ -31,6 +32,7 @@ type StatusRow struct {
 type latencyMetrics struct {
 	arrivalToOutput, eventToOutput *prometheus.HistogramVec
 	arrivalToDelivery              *prometheus.HistogramVec
+	streamArrivalToDelivery        *prometheus.HistogramVec
 }
 
 func newLatencyMetrics(reg prometheus.Registerer) *latencyMetrics {
@@ -42,9 +44,11 @@ func newLatencyMetrics(reg prometheus.Registerer) *latencyMetrics {
 			Help: "From an input block's event time to the stage publishing its output.", Buckets: buckets}, []string{"stage"}),
 		arrivalToDelivery: prometheus.NewHistogramVec(prometheus.HistogramOpts{Name: "plumb_group_arrival_to_delivery_seconds",
 			Help: "From a block's arrival to a consumer group acknowledging it.", Buckets: buckets}, []string{"queue", "group"}),
+		streamArrivalToDelivery: prometheus.NewHistogramVec(prometheus.HistogramOpts{Name: "plumb_stream_arrival_to_delivery_seconds",
+			Help: "From a block's arrival to an ordered-stream consumer (or stream stage) moving past it.", Buckets: buckets}, []string{"queue", "consumer"}),
 	}
 	if reg != nil {
-		reg.MustRegister(m.arrivalToOutput, m.eventToOutput, m.arrivalToDelivery)
+		reg.MustRegister(m.arrivalToOutput, m.eventToOutput, m.arrivalToDelivery, m.streamArrivalToDelivery)
 	}
 	return m
 }
@@ -74,6 +78,22 @@ func (e *Engine) Delivered(queue, group string, ids []block.ID) {
 		e.lat.add("group\x00"+queue+"\x00"+group+"\x00event", ev)
 		e.latm.arrivalToDelivery.WithLabelValues(queue, group).Observe(a.Seconds())
 	}
+}
+
+// StreamDelivered records a stream consumer moving past a block it was
+// sent. A stream stage's blocks count for its stage row (stage names it):
+// its program's output has no one input, so its latency is to the block
+// being fed to it.
+func (e *Engine) StreamDelivered(b state.Block, consumer, stage string) {
+	now := e.cfg.Now()
+	a, ev := now.Sub(b.Arrived), now.Sub(b.Time)
+	key := "stream\x00" + b.Queue + "\x00" + consumer
+	if stage != "" {
+		key, consumer = "stage\x00"+stage, stage
+	}
+	e.lat.add(key+"\x00arrival", a)
+	e.lat.add(key+"\x00event", ev)
+	e.latm.streamArrivalToDelivery.WithLabelValues(b.Queue, consumer).Observe(a.Seconds())
 }
 
 // Status reports, per stage and per consumer group, the backlog, the age
@@ -115,6 +135,44 @@ func (e *Engine) Status(ctx context.Context) ([]StatusRow, error) {
 			}
 			rows = append(rows, r)
 		}
+		srows, err := e.streamRows(q.Name, now)
+		if err != nil {
+			return nil, err
+		}
+		rows = append(rows, srows...)
 	}
 	return rows, ctx.Err()
+}
+
+// streamRows are a queue's stream consumers outside stages (stream stages
+// have their stage row), one per consumer over all its sites.
+func (e *Engine) streamRows(queue string, now time.Time) ([]StatusRow, error) {
+	cs, err := e.db.Cursors(queue)
+	if err != nil {
+		return nil, err
+	}
+	var rows []StatusRow
+	at := map[string]int{}
+	for _, c := range cs {
+		if isStageGroup(c.Consumer) {
+			continue
+		}
+		i, seen := at[c.Consumer]
+		if !seen {
+			i = len(rows)
+			at[c.Consumer] = i
+			key := "stream\x00" + queue + "\x00" + c.Consumer
+			rows = append(rows, StatusRow{Kind: "stream", Queue: queue, Group: c.Consumer,
+				ArrivalTo: e.lat.percentiles(key + "\x00arrival"), EventTo: e.lat.percentiles(key + "\x00event")})
+		}
+		n, first, ok, err := e.db.StreamOwed(c)
+		if err != nil {
+			return nil, err
+		}
+		rows[i].Backlog += n
+		if ok {
+			rows[i].OldestAge = max(rows[i].OldestAge, now.Sub(first))
+		}
+	}
+	return rows, nil
 }

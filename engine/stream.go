@@ -198,7 +198,7 @@ func (e *Engine) streamOnce(ctx context.Context, st *stage, spec runSpec, inst s
 	})
 	feedErr := make(chan error, 1)
 	wg.Go(func() {
-		err := e.feedStream(ctx, spec.node.Stream, queue, inst, consumer, stdin, blocksW)
+		err := e.feedStream(ctx, spec.node.Name, spec.node.Stream, queue, inst, consumer, stdin, blocksW)
 		stdin.Close()
 		blocksW.Close()
 		feedErr <- err
@@ -218,7 +218,7 @@ func (e *Engine) streamOnce(ctx context.Context, st *stage, spec runSpec, inst s
 // feedStream writes a site's blocks from the cursor on as one capture.
 // At a missing block it waits; with the stage's stream.gap_wait and
 // gap_then: skip, it skips the block (recorded) after that wait.
-func (e *Engine) feedStream(ctx context.Context, gap *pipeline.StreamSpec, queue, inst, consumer string, stdin io.Writer, blocks io.Writer) error {
+func (e *Engine) feedStream(ctx context.Context, stage string, gap *pipeline.StreamSpec, queue, inst, consumer string, stdin io.Writer, blocks io.Writer) error {
 	out := bufio.NewWriterSize(stdin, 1<<20)
 	var (
 		w         *pcap.Writer
@@ -309,6 +309,7 @@ func (e *Engine) feedStream(ctx context.Context, gap *pipeline.StreamSpec, queue
 		if _, err := e.db.Commit(queue, inst, consumer, b.Seq); err != nil {
 			return err
 		}
+		e.StreamDelivered(b, consumer, stage)
 	}
 }
 

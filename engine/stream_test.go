@@ -1,6 +1,7 @@
 package engine_test
 
 import (
+	"context"
 	"encoding/json"
 	"fmt"
 	"math/rand/v2"
@@ -60,6 +61,20 @@ stages:
 		json.Unmarshal([]byte(cur.Checkpoint.State["state"]), &st)
 		return st.Blocks == 40 && st.Packets == total
 	})
+	// Its latency is to each block being fed to the program (blocks fed
+	// again after a kill count again); its cursor is no stream row.
+	rows, err := r.eng.Status(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, row := range rows {
+		switch {
+		case row.Kind == "stream":
+			t.Errorf("the stage's own cursor is listed as a stream consumer: %+v", row)
+		case row.Kind == "stage" && row.ArrivalTo.Samples < 40:
+			t.Errorf("stream stage %s has %d latency samples for 40 blocks", row.Stage, row.ArrivalTo.Samples)
+		}
+	}
 }
 
 // killCounters SIGKILLs every running counter program.

@@ -82,8 +82,23 @@ func (s *Service) processNext(ctx context.Context, body []byte) (any, error) {
 
 func (s *Service) commitStream(ctx context.Context, body []byte) (any, error) {
 	return s.streamAction(ctx, "commit", body, func(r StreamRequest) (any, error) {
-		return s.db.Commit(r.Queue, r.Instance, r.Consumer, r.Seq)
+		c, err := s.db.Commit(r.Queue, r.Instance, r.Consumer, r.Seq)
+		if err == nil {
+			s.streamDelivered(block.ID{Queue: r.Queue, Instance: r.Instance, Seq: r.Seq}, r.Consumer)
+		}
+		return c, err
 	})
+}
+
+// streamDelivered records, for the latency accounting, a stream consumer
+// committing a block.
+func (s *Service) streamDelivered(id block.ID, consumer string) {
+	if s.eng == nil {
+		return
+	}
+	if b, err := s.db.Lookup(id); err == nil {
+		s.eng.StreamDelivered(b, consumer, "")
+	}
 }
 
 func (s *Service) skipStream(ctx context.Context, body []byte) (any, error) {
@@ -208,6 +223,9 @@ func (s *Service) serveStream(ctx context.Context, raw []byte, stream aflight.Fl
 			}
 			if _, err := s.db.Commit(t.Stream, t.Instance, t.Consumer, b.Seq); err != nil {
 				return statusOf(err, codes.Internal)
+			}
+			if s.eng != nil {
+				s.eng.StreamDelivered(b, t.Consumer, "")
 			}
 			continue
 		}

@@ -396,3 +396,29 @@ func (d *DB) Instances(queue string) ([]string, error) {
 	})
 	return out, err
 }
+
+// StreamOwed returns how many blocks a stream consumer has yet to read
+// (those stored at or past its cursor) and when the first of them arrived
+// (false when there is none).
+func (d *DB) StreamOwed(c Cursor) (n int64, first time.Time, ok bool, err error) {
+	err = d.bolt.View(func(tx *bolt.Tx) error {
+		blocks := mustSub(tx, bucketBlocks, c.Queue)
+		if blocks == nil {
+			return nil
+		}
+		prefix := append([]byte(c.Instance), 0)
+		cur := blocks.Cursor()
+		for k, _ := cur.Seek(blockKey(c.Instance, c.Next)); k != nil && bytes.HasPrefix(k, prefix) && len(k) == len(prefix)+8; k, _ = cur.Next() {
+			if n == 0 {
+				b, _, err := getJSON[Block](blocks, k)
+				if err != nil {
+					return fmt.Errorf("block %s/%s seq %d: %w", c.Queue, c.Instance, bytesU64(k[len(prefix):]), err)
+				}
+				first, ok = b.Arrived, true
+			}
+			n++
+		}
+		return nil
+	})
+	return n, first, ok, err
+}

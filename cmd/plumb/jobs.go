@@ -259,8 +259,11 @@ func statusCommand() command {
 			fmt.Fprintln(tw, "STAGE / GROUP\tQUEUE\tBACKLOG\tWORKERS\tOLDEST OWED\tARRIVAL→OUT p50\tp99\tEVENT→OUT p50\tp99\tSAMPLES")
 			for _, r := range rows {
 				who := r.Stage
-				if r.Kind == "group" {
+				switch r.Kind {
+				case "group":
 					who = "group " + r.Group
+				case "stream":
+					who = "stream " + r.Group
 				}
 				fmt.Fprintf(tw, "%s\t%s\t%d\t%d\t%s\t%s\t%s\t%s\t%s\t%d\n", who, r.Queue, r.Backlog, r.Workers, d(r.OldestAge),
 					d(r.ArrivalTo.P50), d(r.ArrivalTo.P99), d(r.EventTo.P50), d(r.EventTo.P99), r.ArrivalTo.Samples)

@@ -6,7 +6,9 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
+	"fmt"
 	"io"
+	"maps"
 	"math/rand/v2"
 	"os"
 	"os/exec"
@@ -170,6 +172,31 @@ func TestStreamGaps(t *testing.T) {
 	}
 	if err := c.StreamAction(ctx, "get-state", req, &cur); err != nil || cur.Next != 6 || len(cur.Skipped) != 1 || cur.Skipped[0] != 3 {
 		t.Fatalf("cursor = %+v, %v", cur, err)
+	}
+
+	// Status counts stream consumers like groups: "ids" moved past four
+	// blocks (two commits, two streamed) and owes none; "slow", which
+	// only looked, owes all five.
+	if err := c.StreamAction(ctx, "peek-next", flight.StreamRequest{Queue: "pcap.sz", Instance: "ams", Consumer: "slow"}, &p); err != nil {
+		t.Fatal(err)
+	}
+	rows, err := c.Status(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := map[string]string{}
+	for _, r := range rows {
+		if r.Kind == "stream" {
+			got[r.Group] = fmt.Sprintf("backlog %d samples %d owed-since %v", r.Backlog, r.ArrivalTo.Samples, r.OldestAge > 0)
+		}
+	}
+	want := map[string]string{"ids": "backlog 0 samples 4 owed-since false", "slow": "backlog 5 samples 0 owed-since true"}
+	if !maps.Equal(got, want) {
+		t.Fatalf("stream rows of status = %v, want %v", got, want)
+	}
+	out, _, code := plumbExec(t, "status", "--server", addr)
+	if code != 0 || !strings.Contains(out, "stream slow") {
+		t.Fatalf("plumb status does not list the stream consumer:\n%s", out)
 	}
 }
 

@@ -277,7 +277,8 @@ async function windowPage(stage, id, rev) {
 
 // ---- latency --------------------------------------------------------------
 
-const seriesKey = r => (r.kind === 'stage' ? `stage ${r.stage}` : `${r.queue} → ${r.group}`);
+const seriesKey = r => (r.kind === 'stage' ? `stage ${r.stage}` : r.kind === 'stream' ? `${r.queue} ⇢ ${r.group} (stream)` : `${r.queue} → ${r.group}`);
+const rowName = r => (r.kind === 'stage' ? r.stage : r.kind === 'stream' ? `stream ${r.group}` : r.group);
 
 function chart(points, w = 420, ht = 160) {
   const left = 48, bottom = 20, top = 8, right = 8;
@@ -312,12 +313,12 @@ async function latencyPage() {
   }
   return [
     h('h1', {}, 'Latency'),
-    h('p', { class: 'muted' }, 'From a block\'s arrival to its stage output (stages) or its delivery (subscribers), over the last hour at each sample.'),
+    h('p', { class: 'muted' }, 'From a block\'s arrival to its stage output (stages), its acknowledgement (subscribers) or the consumer moving past it (ordered streams and stream stages), over the last hour at each sample.'),
     h('table', { id: 'status' },
       h('tr', {}, h('th', {}, 'stage or subscriber'), h('th', {}, 'queue'), h('th', { class: 'num' }, 'backlog'), h('th', { class: 'num' }, 'oldest owed'),
         h('th', { class: 'num' }, 'p50'), h('th', { class: 'num' }, 'p99'), h('th', { class: 'num' }, 'samples')),
       now.map(r => h('tr', { 'data-series': seriesKey(r) },
-        h('td', {}, r.kind === 'stage' ? r.stage : r.group), h('td', {}, r.queue), h('td', { class: 'num' }, r.backlog),
+        h('td', {}, rowName(r)), h('td', {}, r.queue), h('td', { class: 'num' }, r.backlog),
         h('td', { class: 'num' }, r.oldest_age_ns ? dur(r.oldest_age_ns) : '–'),
         h('td', { class: 'num' }, r.arrival_to.samples ? dur(r.arrival_to.p50_ns) : '–'),
         h('td', { class: 'num' }, r.arrival_to.samples ? dur(r.arrival_to.p99_ns) : '–'),
