@@ -13,8 +13,6 @@ import (
 	"sync"
 	"time"
 
-	"github.com/gopacket/gopacket/layers"
-
 	"github.com/plumb-dev/plumb/blob"
 	"github.com/plumb-dev/plumb/block"
 	"github.com/plumb-dev/plumb/pcap"
@@ -220,9 +218,8 @@ func (e *Engine) streamOnce(ctx context.Context, st *stage, spec runSpec, inst s
 // gap_then: skip, it skips the block (recorded) after that wait.
 func (e *Engine) feedStream(ctx context.Context, stage string, gap *pipeline.StreamSpec, queue, inst, consumer string, stdin io.Writer, blocks io.Writer) error {
 	out := bufio.NewWriterSize(stdin, 1<<20)
+	stream := pcap.NewConcat(out)
 	var (
-		w         *pcap.Writer
-		link      layers.LinkType
 		holeAt    uint64
 		holeSince time.Time
 	)
@@ -260,44 +257,12 @@ func (e *Engine) feedStream(ctx context.Context, stage string, gap *pipeline.Str
 		if err != nil {
 			return fmt.Errorf("block %s: %w", b.Name, err)
 		}
-		r, closer, err := pcap.NewReader(rc)
-		if err != nil {
-			rc.Close()
-			return fmt.Errorf("block %s is not a capture: %w", b.Name, err)
-		}
-		if w == nil {
-			if w, err = pcap.NewWriter(out, r.LinkType, r.Snaplen, r.Nanos); err != nil {
-				closer.Close()
-				rc.Close()
-				return err
-			}
-			link = r.LinkType
-		} else if r.LinkType != link {
-			closer.Close()
-			rc.Close()
-			return fmt.Errorf("block %s has link type %s, the stream %s", b.Name, r.LinkType, link)
-		}
-		packets := 0
-		for {
-			data, ci, err := r.Next()
-			if err == io.EOF || errors.Is(err, pcap.ErrTruncated) {
-				break
-			}
-			if err != nil {
-				closer.Close()
-				rc.Close()
-				return fmt.Errorf("block %s: %w", b.Name, err)
-			}
-			if err := w.WritePacket(ci, data); err != nil {
-				closer.Close()
-				rc.Close()
-				return err
-			}
-			packets++
-		}
-		closer.Close()
+		packets, err := stream.Append(rc)
 		rc.Close()
-		if err := w.Flush(); err != nil {
+		if err != nil {
+			return fmt.Errorf("block %s: %w", b.Name, err)
+		}
+		if err := stream.Flush(); err != nil {
 			return err
 		}
 		if err := out.Flush(); err != nil {

@@ -11,8 +11,6 @@ import (
 	"os"
 	"time"
 
-	"github.com/gopacket/gopacket/layers"
-
 	"github.com/plumb-dev/plumb/flight"
 	"github.com/plumb-dev/plumb/pcap"
 	"github.com/plumb-dev/plumb/pipeline"
@@ -49,56 +47,27 @@ func streamCommand() command {
 			defer s.Close()
 			s.OnEvent = func(meta []byte) { fmt.Fprintf(os.Stderr, "plumb stream: %s\n", meta) }
 			out := bufio.NewWriterSize(os.Stdout, 1<<20)
-			var (
-				w    *pcap.Writer
-				link layers.LinkType
-			)
+			// Each block is a capture (any codec); the stream is one
+			// capture: the first block's header, then every packet.
+			stream := pcap.NewConcat(out)
 			for s.Next() {
-				// Each block is a capture (any codec); the stream is one
-				// capture: the first block's header, then every packet.
-				r, closer, err := pcap.NewReader(s)
-				if err != nil {
+				if _, err := stream.Append(s); errors.Is(err, pcap.ErrOtherLinkType) {
+					return fmt.Errorf("block %s: %w; read it with plumb get", s.Header().Name, err)
+				} else if err != nil {
 					return fmt.Errorf("block %s: %w", s.Header().Name, err)
 				}
-				if w == nil {
-					if w, err = pcap.NewWriter(out, r.LinkType, r.Snaplen, r.Nanos); err != nil {
-						return err
-					}
-					link = r.LinkType
-				} else if r.LinkType != link {
-					closer.Close()
-					return fmt.Errorf("block %s has link type %s, the stream %s; read it with plumb get", s.Header().Name, r.LinkType, link)
-				}
-				for {
-					data, ci, err := r.Next()
-					if err == io.EOF || errors.Is(err, pcap.ErrTruncated) {
-						break
-					}
-					if err != nil {
-						closer.Close()
-						return fmt.Errorf("block %s: %w", s.Header().Name, err)
-					}
-					if err := w.WritePacket(ci, data); err != nil {
-						closer.Close()
-						return err
-					}
-				}
-				closer.Close()
 				// Read to the block's end so its SHA-256 is checked.
 				if _, err := io.Copy(io.Discard, s); err != nil {
 					return err
 				}
-				if err := w.Flush(); err != nil {
+				if err := stream.Flush(); err != nil {
 					return err
 				}
 			}
 			if err := s.Err(); err != nil {
 				return err
 			}
-			if w == nil {
-				return nil
-			}
-			if err := w.Flush(); err != nil {
+			if err := stream.Flush(); err != nil {
 				return err
 			}
 			return out.Flush()
