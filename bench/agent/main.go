@@ -32,8 +32,9 @@ import (
 func main() {
 	plumb := flag.String("plumb", "bin/plumb", "plumb binary")
 	size := flag.String("size", "1GiB", "size of the generated capture")
+	server := flag.String("server", "", "import into this server (say, on another machine) instead of a local one")
 	flag.Parse()
-	if err := run(*plumb, *size); err != nil {
+	if err := run(*plumb, *size, *server); err != nil {
 		log.Fatal(err)
 	}
 }
@@ -73,7 +74,7 @@ func selfCPU() time.Duration {
 	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }
 
-func run(plumb, size string) error {
+func run(plumb, size, server string) error {
 	dir, err := os.MkdirTemp("", "plumb-bench-agent-")
 	if err != nil {
 		return err
@@ -118,25 +119,37 @@ func run(plumb, size string) error {
 	}
 	os.RemoveAll(filepath.Join(dir, "cut"))
 
-	// End to end: the server as its own process on the same machine, as
-	// in production minus the network.
-	srv, err := benchkit.StartServer(plumb, dir)
-	if err != nil {
-		return err
+	// End to end: by default the server as its own process on the same
+	// machine, as in production minus the network (and sharing the cores).
+	target, where := server, "-> "+server
+	var srv *benchkit.Server
+	if server == "" {
+		if srv, err = benchkit.StartServer(plumb, dir); err != nil {
+			return err
+		}
+		defer srv.Stop()
+		target, where = srv.Addr, "-> local server"
 	}
-	defer srv.Stop()
 	var clientCPU, serverCPU time.Duration
-	agentRes, _, err := median3("plumb import -> local server", n, func(i int) error {
-		cmd := exec.Command(plumb, "import", "--quiet", "--server", srv.Addr, "--site", fmt.Sprintf("bench%d", i), "--new-instance",
+	// Sites new to the server: a block it already holds would be answered
+	// duplicate without being sent.
+	stamp := time.Now().UnixNano()
+	agentRes, _, err := median3("plumb import "+where, n, func(i int) error {
+		cmd := exec.Command(plumb, "import", "--quiet", "--server", target, "--site", fmt.Sprintf("bench%d-%d", stamp, i), "--new-instance",
 			"--spool", filepath.Join(dir, fmt.Sprintf("spool%d", i)), input)
-		before, _ := srv.CPU()
+		var before time.Duration
+		if srv != nil {
+			before, _ = srv.CPU()
+		}
 		out, err := cmd.CombinedOutput()
 		if err != nil {
 			return fmt.Errorf("import: %v\n%s", err, out)
 		}
-		after, _ := srv.CPU()
+		if srv != nil {
+			after, _ := srv.CPU()
+			serverCPU += after - before
+		}
 		clientCPU += cmd.ProcessState.UserTime() + cmd.ProcessState.SystemTime()
-		serverCPU += after - before
 		return nil
 	})
 	if err != nil {
@@ -210,17 +223,22 @@ func run(plumb, size string) error {
 		fmt.Printf("%-40s %10.0f\n", r.Name, r.MBps())
 	}
 	slower := min(reader.MBps(), snappy.MBps())
-	fmt.Printf("\nagent cutting into its spool / slower limit = %5.0f%%\n", 100*cut.MBps()/slower)
-	fmt.Printf("import into a local server / slower limit  = %5.0f%%  (aim >= 70%%)\n", 100*agentRes.MBps()/slower)
-	// Where the CPU goes: the end-to-end run shares this machine's cores
-	// with the server, so it cannot beat the cores divided by the CPU it
-	// needs per byte, whatever the overlap.
+	fmt.Printf("\n%-43s = %5.0f%%\n", "agent cutting into its spool / slower limit", 100*cut.MBps()/slower)
+	fmt.Printf("%-43s = %5.0f%%  (aim >= 70%%)\n", "import "+where+" / slower limit", 100*agentRes.MBps()/slower)
+	// Where the CPU goes: a local server shares this machine's cores, so
+	// the end-to-end run cannot beat the cores divided by the CPU it needs
+	// per byte, whatever the overlap.
 	gib := float64(n) / (1 << 30)
 	perGiB := func(d time.Duration) float64 { return d.Seconds() / gib }
-	fmt.Printf("\nCPU seconds per GiB: reader %.2f, snappy %.2f, cutting %.2f, import %.2f + server %.2f\n",
-		perGiB(readerCPU), perGiB(snappyCPU), perGiB(cutCPU), perGiB(clientCPU), perGiB(serverCPU))
-	bound := float64(runtime.NumCPU()) / (clientCPU + serverCPU).Seconds() * float64(n) / 1e6
-	fmt.Printf("on %d cores the end-to-end run can do at most %.0f MB/s (%.0f%% of the slower limit)\n",
+	fmt.Printf("\nCPU seconds per GiB: reader %.2f, snappy %.2f, cutting %.2f, import %.2f",
+		perGiB(readerCPU), perGiB(snappyCPU), perGiB(cutCPU), perGiB(clientCPU))
+	used := clientCPU
+	if srv != nil {
+		fmt.Printf(" + server %.2f", perGiB(serverCPU))
+		used += serverCPU
+	}
+	bound := float64(runtime.NumCPU()) / used.Seconds() * float64(n) / 1e6
+	fmt.Printf("\non %d cores the end-to-end run can do at most %.0f MB/s (%.0f%% of the slower limit)\n",
 		runtime.NumCPU(), bound, 100*bound/slower)
 	fmt.Printf("\n%-20s %8s\n", "compressed size", "of input")
 	for _, c := range []struct {
