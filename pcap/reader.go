@@ -105,6 +105,10 @@ func newRawReader(br *bufio.Reader, head []byte) (*Reader, error) {
 				return nil, fmt.Errorf("%w: pcap header: %v", ErrNotCapture, err)
 			}
 			rd.LinkType, rd.Snaplen, rd.read = pr.LinkType(), pr.Snaplen(), pr.ZeroCopyReadPacketData
+			// NextRun reads br beside pcapgo, which reads the very same
+			// buffer: its bufio.NewReader(br) returns br itself, br being
+			// larger than bufio's default size. So runs and packets can
+			// interleave (TestRunsCutLikePackets, FuzzReader check it).
 			if head[0] == 0xd4 || head[0] == 0x4d { // little-endian magic
 				rd.br = br
 			}
