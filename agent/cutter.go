@@ -39,7 +39,9 @@ type Source struct {
 	Live bool
 	// Size in bytes, when known, for progress.
 	Size int64
-	Open func() (io.ReadCloser, error)
+	// Stamp recognises a file when it is met again (watched directories).
+	Stamp Stamp
+	Open  func() (io.ReadCloser, error)
 }
 
 // FileSource reads a capture file (plain or compressed).
@@ -270,7 +272,7 @@ func (ct *cutter) source(ctx context.Context, src Source) error {
 	if err != nil {
 		ct.c.BadSources.Add(1)
 		ct.log.Error("not a capture; skipping it", "source", src.Name, "err", err)
-		ct.pos[src.Name] = SourcePos{Done: true}
+		ct.pos[src.Name] = SourcePos{Done: true, Stamp: src.Stamp}
 		return nil
 	}
 	defer closer.Close()
@@ -303,7 +305,7 @@ func (ct *cutter) source(ctx context.Context, src Source) error {
 				ct.packets += int64(k)
 				ct.c.Packets.Add(int64(k))
 				ct.c.BytesIn.Add(int64(len(run)))
-				ct.pos[src.Name] = SourcePos{Packets: n}
+				ct.pos[src.Name] = SourcePos{Packets: n, Stamp: src.Stamp}
 				continue
 			}
 		}
@@ -330,10 +332,10 @@ func (ct *cutter) source(ctx context.Context, src Source) error {
 			return err
 		}
 		if written {
-			ct.pos[src.Name] = SourcePos{Packets: n}
+			ct.pos[src.Name] = SourcePos{Packets: n, Stamp: src.Stamp}
 		}
 	}
-	ct.pos[src.Name] = SourcePos{Packets: n, Done: true}
+	ct.pos[src.Name] = SourcePos{Packets: n, Done: true, Stamp: src.Stamp}
 	return nil
 }
 

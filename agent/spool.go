@@ -8,10 +8,13 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
+	"maps"
 	"os"
 	"path/filepath"
+	"slices"
 	"sort"
 	"sync"
+	"time"
 
 	"github.com/plumb-dev/plumb/block"
 )
@@ -50,10 +53,21 @@ type Spool struct {
 	ready chan struct{} // closed and replaced when a block is finished or removed
 }
 
-// SourcePos is how far a source has been read into finished blocks.
+// SourcePos is how far a source has been read into finished blocks, and
+// for files what the file was when read, so a file replaced under the
+// same name (a `tcpdump -W` ring reuses its names) is read again.
 type SourcePos struct {
 	Packets int64 `json:"packets"`
 	Done    bool  `json:"done,omitempty"`
+	Stamp
+}
+
+// Stamp is what a capture file is recognised by: its size and time when
+// taken, and a hash of its first bytes (see HeadOf).
+type Stamp struct {
+	Size    int64     `json:"size,omitempty"`
+	ModTime time.Time `json:"mtime,omitzero"`
+	Head    string    `json:"head,omitempty"`
 }
 
 type spoolState struct {
@@ -175,6 +189,39 @@ func (s *Spool) Source(name string) SourcePos {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return s.st.Sources[name]
+}
+
+// Reopen has a source read again: from where it was left when it only
+// grew (keep), or from its start when it was replaced.
+func (s *Spool) Reopen(name string, keep bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	pos := s.st.Sources[name]
+	pos.Done = false
+	if !keep {
+		pos.Packets = 0
+	}
+	s.st.Sources[name] = pos
+}
+
+// Forget drops what the spool remembers of finished sources (files gone
+// from a watched directory), so its state does not grow with every file
+// ever shipped. A source not finished is kept.
+func (s *Spool) Forget(names ...string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for _, n := range names {
+		if s.st.Sources[n].Done {
+			delete(s.st.Sources, n)
+		}
+	}
+}
+
+// SourceNames lists the sources the spool remembers.
+func (s *Spool) SourceNames() []string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return slices.Collect(maps.Keys(s.st.Sources))
 }
 
 // AddLost records bytes lost with a block cut short.

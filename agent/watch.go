@@ -2,12 +2,16 @@ package agent
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"errors"
 	"io"
 	"io/fs"
 	"os"
 	"path/filepath"
 	"sort"
+	"strconv"
+	"strings"
 	"time"
 )
 
@@ -38,8 +42,11 @@ func (l *list) Next(context.Context) (Source, error) {
 // Watch yields the capture files of a directory as they are closed, as
 // from `tcpdump -G` rotation: a file is taken once a newer file exists or
 // it has not grown for Settle. Files already cut into finished blocks (the
-// spool remembers them across restarts) are not taken again. It never
-// ends; stop it with the context.
+// spool remembers them across restarts) are not taken again, unless they
+// changed: a file that grew is read on from where it was left, and one
+// replaced under the same name (`tcpdump -C 100 -W 10` reuses its names
+// in a ring) is read from its start. Files gone from the directory are
+// forgotten. It never ends; stop it with the context.
 type Watch struct {
 	Dir     string
 	Pattern string        // shell pattern of file names; all files when empty
@@ -124,10 +131,25 @@ func (w *Watch) ready() (Source, bool, error) {
 		}
 		return files[i].path < files[j].path
 	})
+	w.forgetGone(files)
 	now := time.Now()
 	for i, f := range files {
-		if w.taken[f.path] || w.Spool.Source(f.path).Done {
-			continue
+		pos := w.Spool.Source(f.path)
+		if w.taken[f.path] {
+			if !pos.Done {
+				continue // the cutter has it
+			}
+			delete(w.taken, f.path)
+		}
+		switch w.compare(f, pos) {
+		case unchanged:
+			if pos.Done {
+				continue
+			}
+		case grew:
+			w.Spool.Reopen(f.path, true)
+		case replaced:
+			w.Spool.Reopen(f.path, false)
 		}
 		st, ok := w.seen[f.path]
 		if !ok || st.size != f.size {
@@ -141,7 +163,96 @@ func (w *Watch) ready() (Source, bool, error) {
 		w.taken[f.path] = true
 		delete(w.seen, f.path)
 		path := f.path
-		return Source{Name: path, Rereadable: true, Size: f.size, Open: func() (io.ReadCloser, error) { return os.Open(path) }}, true, nil
+		stamp := Stamp{Size: f.size, ModTime: f.mod, Head: HeadOf(path)}
+		return Source{Name: path, Rereadable: true, Size: f.size, Stamp: stamp, Open: func() (io.ReadCloser, error) { return os.Open(path) }}, true, nil
 	}
 	return Source{}, false, nil
+}
+
+// forgetGone drops what the spool and the watch remember of files no
+// longer in the directory.
+func (w *Watch) forgetGone(files []candidate) {
+	dir, err := filepath.Abs(w.Dir)
+	if err != nil {
+		return
+	}
+	here := make(map[string]bool, len(files))
+	for _, f := range files {
+		here[f.path] = true
+	}
+	var gone []string
+	for _, n := range w.Spool.SourceNames() {
+		if filepath.Dir(n) == dir && !here[n] {
+			gone = append(gone, n)
+		}
+	}
+	w.Spool.Forget(gone...)
+	for p := range w.taken {
+		if !here[p] {
+			delete(w.taken, p)
+		}
+	}
+	for p := range w.seen {
+		if !here[p] {
+			delete(w.seen, p)
+		}
+	}
+}
+
+type change int
+
+const (
+	unchanged change = iota // or never seen
+	grew
+	replaced
+)
+
+// compare tells how a file differs from what the spool remembers of it.
+// Size and time decide without reading when nothing changed; otherwise
+// the file's first bytes tell a file that grew from a new one.
+func (w *Watch) compare(f candidate, pos SourcePos) change {
+	if pos.Head == "" {
+		return unchanged // never read, or remembered by an older agent
+	}
+	if pos.Done && f.size == pos.Size && f.mod.Equal(pos.ModTime) {
+		return unchanged
+	}
+	if f.size < pos.Size || HeadOf(f.path, pos.Head) != pos.Head {
+		return replaced
+	}
+	if pos.Done {
+		return grew
+	}
+	return unchanged // cut in part before a restart, and the same file
+}
+
+// headLen is how much of a file's start HeadOf hashes.
+const headLen = 4096
+
+// HeadOf hashes the first bytes of a file, as "LENGTH:SHA256" (hex). With
+// like, an earlier result, it hashes as many bytes as that did, so a file
+// that only grew gives the same answer. An unreadable file gives "".
+func HeadOf(path string, like ...string) string {
+	n := headLen
+	if len(like) > 0 {
+		l, _, _ := strings.Cut(like[0], ":")
+		if v, err := strconv.Atoi(l); err == nil && v >= 0 && v <= headLen {
+			n = v
+		}
+	}
+	f, err := os.Open(path)
+	if err != nil {
+		return ""
+	}
+	defer f.Close()
+	buf := make([]byte, n)
+	got, err := io.ReadFull(f, buf)
+	if err != nil && err != io.ErrUnexpectedEOF && err != io.EOF {
+		return ""
+	}
+	if len(like) > 0 && got < n {
+		return "" // shorter than it was: not the same file
+	}
+	sum := sha256.Sum256(buf[:got])
+	return strconv.Itoa(got) + ":" + hex.EncodeToString(sum[:])
 }

@@ -1,0 +1,191 @@
+package agent
+
+import (
+	"bytes"
+	"context"
+	"encoding/binary"
+	"os"
+	"path/filepath"
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/gopacket/gopacket"
+	"github.com/gopacket/gopacket/layers"
+
+	"github.com/plumb-dev/plumb/codecs"
+	"github.com/plumb-dev/plumb/pcap"
+)
+
+// idPacket is a packet carrying its id, so a test can tell which arrived.
+func idPacket(id uint64) (gopacket.CaptureInfo, []byte) {
+	data := make([]byte, 64)
+	binary.BigEndian.PutUint64(data, id)
+	ts := time.Date(2025, 5, 5, 0, 0, 0, 0, time.UTC).Add(time.Duration(id) * time.Millisecond)
+	return gopacket.CaptureInfo{Timestamp: ts, CaptureLength: len(data), Length: len(data)}, data
+}
+
+// idCapture is a capture of packets first..first+n-1.
+func idCapture(first, n uint64) []byte {
+	var buf bytes.Buffer
+	w, _ := pcap.NewWriter(&buf, layers.LinkTypeEthernet, 65535, false)
+	for id := first; id < first+n; id++ {
+		w.WritePacket(idPacket(id))
+	}
+	w.Flush()
+	return buf.Bytes()
+}
+
+// writeIDs writes packets first..first+n-1 as a capture, replacing the
+// file in place as tcpdump does when its ring comes round (same inode).
+func writeIDs(t *testing.T, path string, first, n uint64) {
+	t.Helper()
+	if err := os.WriteFile(path, idCapture(first, n), 0o644); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// appendIDs appends packets to a capture, as a writer that paused.
+func appendIDs(t *testing.T, path string, first, n uint64) {
+	t.Helper()
+	f, err := os.OpenFile(path, os.O_APPEND|os.O_WRONLY, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	if _, err := f.Write(idCapture(first, n)[pcap.HeaderSize:]); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// spooledIDs returns the ids of the packets in the spool's blocks, in
+// block order.
+func spooledIDs(t *testing.T, s *Spool) []uint64 {
+	t.Helper()
+	ready, _ := s.Ready()
+	var ids []uint64
+	for _, r := range ready {
+		raw, err := os.ReadFile(r.Path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		rd, closer, err := pcap.NewReader(bytes.NewReader(raw))
+		if err != nil {
+			t.Fatal(err)
+		}
+		for {
+			data, _, err := rd.Next()
+			if err != nil {
+				break
+			}
+			ids = append(ids, binary.BigEndian.Uint64(data))
+		}
+		closer.Close()
+	}
+	return ids
+}
+
+// TestWatchRingAndGrowth: a watched directory written like `tcpdump -C
+// 1 -W 2` (two names reused in a ring, each rewritten in place) has every
+// version of every file cut once; a finished file that grows has only its
+// new packets cut; a file removed is forgotten by the spool.
+func TestWatchRingAndGrowth(t *testing.T) {
+	dir := t.TempDir()
+	ring := filepath.Join(dir, "ring")
+	os.Mkdir(ring, 0o755)
+	s, _, err := OpenSpool(filepath.Join(dir, "spool"), "pcap", "w")
+	if err != nil {
+		t.Fatal(err)
+	}
+	s.noSync = true
+	s.SetLastSeq(0, false)
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() {
+		w := &Watch{Dir: ring, Settle: 150 * time.Millisecond, Poll: 10 * time.Millisecond, Spool: s}
+		done <- Cut(ctx, CutConfig{Queue: "pcap", Instance: "w", Codec: codecs.None, MaxBytes: 1 << 20}, s, w, quiet, &Counters{})
+	}()
+	defer func() {
+		cancel()
+		<-done
+	}()
+	waitFor := func(what string, ok func() bool) {
+		t.Helper()
+		for deadline := time.Now().Add(20 * time.Second); !ok(); time.Sleep(10 * time.Millisecond) {
+			if time.Now().After(deadline) {
+				t.Fatalf("waited 20s for %s; spooled %d packets", what, len(spooledIDs(t, s)))
+			}
+		}
+	}
+	upTo := func(n int) func() bool { return func() bool { return len(spooledIDs(t, s)) >= n } }
+	r0, r1 := filepath.Join(ring, "cap0"), filepath.Join(ring, "cap1")
+
+	writeIDs(t, r0, 0, 100)
+	writeIDs(t, r1, 100, 120)
+	waitFor("the first round", upTo(220))
+	// The ring comes round: both names rewritten with new packets.
+	writeIDs(t, r0, 220, 90)
+	writeIDs(t, r1, 310, 110)
+	waitFor("the second round", upTo(420))
+	// cap1's writer resumes after a pause longer than the settle time.
+	appendIDs(t, r1, 420, 30)
+	waitFor("the appended packets", upTo(450))
+	if err := os.Remove(r0); err != nil {
+		t.Fatal(err)
+	}
+	waitFor("cap0 to be forgotten", func() bool { return !slices.Contains(s.SourceNames(), r0) })
+
+	time.Sleep(300 * time.Millisecond) // nothing more may come
+	got := spooledIDs(t, s)
+	for i, id := range got {
+		if id != uint64(i) {
+			t.Fatalf("packet %d of %d in the spool is id %d: each id must come once, in order", i, len(got), id)
+		}
+	}
+	if len(got) != 450 {
+		t.Fatalf("%d packets spooled, want 450", len(got))
+	}
+	if names := s.SourceNames(); len(names) != 1 || names[0] != r1 {
+		t.Fatalf("the spool remembers %v, want only %s", names, r1)
+	}
+}
+
+// TestWatchCompare: how a remembered file is judged, including one cut in
+// part before a crash and replaced while the agent was down.
+func TestWatchCompare(t *testing.T) {
+	dir := t.TempDir()
+	p := filepath.Join(dir, "cap")
+	writeIDs(t, p, 0, 100)
+	fi, _ := os.Stat(p)
+	old := Stamp{Size: fi.Size(), ModTime: fi.ModTime(), Head: HeadOf(p)}
+	stat := func() candidate {
+		fi, _ := os.Stat(p)
+		return candidate{path: p, mod: fi.ModTime(), size: fi.Size()}
+	}
+	w := &Watch{Dir: dir}
+	for _, tc := range []struct {
+		name string
+		pos  SourcePos
+		edit func()
+		want change
+	}{
+		{"finished, untouched", SourcePos{Packets: 100, Done: true, Stamp: old}, func() {}, unchanged},
+		{"remembered by an older agent", SourcePos{Packets: 100, Done: true}, func() { writeIDs(t, p, 500, 100) }, unchanged},
+		{"finished, then grew", SourcePos{Packets: 100, Done: true, Stamp: old}, func() { appendIDs(t, p, 100, 5) }, grew},
+		{"finished, then replaced", SourcePos{Packets: 100, Done: true, Stamp: old}, func() { writeIDs(t, p, 700, 100) }, replaced},
+		{"finished, replaced by a shorter one", SourcePos{Packets: 100, Done: true, Stamp: old}, func() { writeIDs(t, p, 900, 3) }, replaced},
+		{"cut in part, same file", SourcePos{Packets: 40, Stamp: old}, func() {}, unchanged},
+		{"cut in part, replaced while down", SourcePos{Packets: 40, Stamp: old}, func() { writeIDs(t, p, 300, 100) }, replaced},
+	} {
+		writeIDs(t, p, 0, 100)
+		os.Chtimes(p, old.ModTime, old.ModTime)
+		tc.edit()
+		if tc.name == "finished, then grew" || tc.name == "finished, then replaced" {
+			later := old.ModTime.Add(time.Second)
+			os.Chtimes(p, later, later)
+		}
+		if got := w.compare(stat(), tc.pos); got != tc.want {
+			t.Errorf("%s: %d, want %d", tc.name, got, tc.want)
+		}
+	}
+}
