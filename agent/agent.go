@@ -144,6 +144,9 @@ func Run(ctx context.Context, cfg Config, sources []Source, watch *Watch) (Stats
 		var srcs Sources = List(sources...)
 		if watch != nil {
 			watch.Spool = spool
+			if watch.Log == nil {
+				watch.Log = log
+			}
 			srcs = chain{List(sources...), watch}
 		}
 		err := Cut(ctx, cutCfg, spool, srcs, log, st.Cut)

@@ -199,7 +199,7 @@ func (s *Spool) Reopen(name string, keep bool) {
 	pos := s.st.Sources[name]
 	pos.Done = false
 	if !keep {
-		pos.Packets = 0
+		pos = SourcePos{} // a new file: nothing of it read yet
 	}
 	s.st.Sources[name] = pos
 }

@@ -7,6 +7,7 @@ import (
 	"errors"
 	"io"
 	"io/fs"
+	"log/slog"
 	"os"
 	"path/filepath"
 	"sort"
@@ -53,6 +54,7 @@ type Watch struct {
 	Settle  time.Duration // a file unchanged this long is closed
 	Poll    time.Duration // how often to look; 1 s when zero
 	Spool   *Spool
+	Log     *slog.Logger // says when a known file is read again; none when nil
 
 	taken map[string]bool
 	seen  map[string]fileState // size and when it last changed
@@ -148,8 +150,10 @@ func (w *Watch) ready() (Source, bool, error) {
 			}
 		case grew:
 			w.Spool.Reopen(f.path, true)
+			w.log("capture file grew after it was shipped; shipping the rest", f.path, pos)
 		case replaced:
 			w.Spool.Reopen(f.path, false)
+			w.log("capture file replaced under the same name (a rotation ring?); shipping the new one from its start", f.path, pos)
 		}
 		st, ok := w.seen[f.path]
 		if !ok || st.size != f.size {
@@ -167,6 +171,12 @@ func (w *Watch) ready() (Source, bool, error) {
 		return Source{Name: path, Rereadable: true, Size: f.size, Stamp: stamp, Open: func() (io.ReadCloser, error) { return os.Open(path) }}, true, nil
 	}
 	return Source{}, false, nil
+}
+
+func (w *Watch) log(msg, path string, was SourcePos) {
+	if w.Log != nil {
+		w.Log.Info(msg, "source", path, "packets_before", was.Packets)
+	}
 }
 
 // forgetGone drops what the spool and the watch remember of files no

@@ -4,9 +4,11 @@ import (
 	"bytes"
 	"context"
 	"encoding/binary"
+	"log/slog"
 	"os"
 	"path/filepath"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -187,5 +189,32 @@ func TestWatchCompare(t *testing.T) {
 		if got := w.compare(stat(), tc.pos); got != tc.want {
 			t.Errorf("%s: %d, want %d", tc.name, got, tc.want)
 		}
+	}
+}
+
+// TestWatchSaysOnce: a replaced file still being written is reported
+// once, not at every look.
+func TestWatchSaysOnce(t *testing.T) {
+	dir := t.TempDir()
+	s, _, _ := OpenSpool(filepath.Join(dir, "spool"), "pcap", "w")
+	s.noSync = true
+	p := filepath.Join(dir, "cap0")
+	writeIDs(t, p, 0, 10)
+	abs, _ := filepath.Abs(p)
+	fi, _ := os.Stat(p)
+	s.mu.Lock()
+	s.st.Sources[abs] = SourcePos{Packets: 10, Done: true, Stamp: Stamp{Size: fi.Size(), ModTime: fi.ModTime(), Head: HeadOf(abs)}}
+	s.mu.Unlock()
+	writeIDs(t, p, 100, 3) // the ring came round; the writer is still at it
+	var logged bytes.Buffer
+	w := &Watch{Dir: dir, Settle: time.Hour, Spool: s, Log: slog.New(slog.NewTextHandler(&logged, nil))}
+	w.taken, w.seen = map[string]bool{}, map[string]fileState{}
+	for range 5 {
+		if _, ok, err := w.ready(); ok || err != nil {
+			t.Fatalf("took the file still being written (%v)", err)
+		}
+	}
+	if n := strings.Count(logged.String(), "replaced under the same name"); n != 1 {
+		t.Fatalf("said %d times that the file was replaced:\n%s", n, logged.String())
 	}
 }
