@@ -227,7 +227,23 @@ func (ct *cutter) run(ctx context.Context, sources Sources) error {
 	}
 }
 
+// source cuts one source; a followed file that is replaced under its
+// name is read again from the start of the new one.
 func (ct *cutter) source(ctx context.Context, src Source) error {
+	for {
+		err := ct.read(ctx, src)
+		if !errors.Is(err, ErrReplaced) {
+			return err
+		}
+		ct.log.Warn("capture file replaced or truncated (did its writer restart?); reading the new one from its start", "source", src.Name)
+		// Nothing of the new file is read yet; the positions of the
+		// old one are no use.
+		ct.pos[src.Name] = SourcePos{}
+		ct.spool.Reopen(src.Name, false)
+	}
+}
+
+func (ct *cutter) read(ctx context.Context, src Source) error {
 	pos := ct.spool.Source(src.Name)
 	if src.Rereadable && pos.Done {
 		ct.log.Debug("source already cut into blocks; skipping", "source", src.Name)
@@ -269,6 +285,9 @@ func (ct *cutter) source(ctx context.Context, src Source) error {
 	if err != nil && ctx.Err() != nil {
 		return ctx.Err()
 	}
+	if errors.Is(err, ErrReplaced) {
+		return err
+	}
 	if err != nil {
 		ct.c.BadSources.Add(1)
 		ct.log.Error("not a capture; skipping it", "source", src.Name, "err", err)
@@ -282,9 +301,19 @@ func (ct *cutter) source(ctx context.Context, src Source) error {
 	skip := int64(0)
 	if src.Rereadable {
 		skip = pos.Packets
+		if skip > 0 && pos.Head != "" && HeadOf(src.Name, pos.Head) != pos.Head {
+			ct.log.Warn("capture file replaced while the agent was down; reading the new one from its start", "source", src.Name)
+			skip = 0
+		}
 		if skip > 0 {
 			ct.log.Info("resuming source after its last finished block", "source", src.Name, "packets", skip)
 		}
+	}
+	// What the positions recognise the file by: a followed file learns
+	// its head as it grows.
+	stamp := func() Stamp { return src.Stamp }
+	if st, ok := rc.(interface{ Stamp() Stamp }); ok {
+		stamp = st.Stamp
 	}
 	runs := rd.Raw() && !ct.cfg.perPacket
 	for {
@@ -305,7 +334,7 @@ func (ct *cutter) source(ctx context.Context, src Source) error {
 				ct.packets += int64(k)
 				ct.c.Packets.Add(int64(k))
 				ct.c.BytesIn.Add(int64(len(run)))
-				ct.pos[src.Name] = SourcePos{Packets: n, Stamp: src.Stamp}
+				ct.pos[src.Name] = SourcePos{Packets: n, Stamp: stamp()}
 				continue
 			}
 		}
@@ -315,6 +344,9 @@ func (ct *cutter) source(ctx context.Context, src Source) error {
 		}
 		if err != nil && ctx.Err() != nil && !drains {
 			return ctx.Err()
+		}
+		if errors.Is(err, ErrReplaced) {
+			return err
 		}
 		if err != nil {
 			// The packets before the fault are kept; the rest of this
@@ -332,10 +364,10 @@ func (ct *cutter) source(ctx context.Context, src Source) error {
 			return err
 		}
 		if written {
-			ct.pos[src.Name] = SourcePos{Packets: n, Stamp: src.Stamp}
+			ct.pos[src.Name] = SourcePos{Packets: n, Stamp: stamp()}
 		}
 	}
-	ct.pos[src.Name] = SourcePos{Packets: n, Done: true, Stamp: src.Stamp}
+	ct.pos[src.Name] = SourcePos{Packets: n, Done: true, Stamp: stamp()}
 	return nil
 }
 
@@ -487,14 +519,23 @@ func GrowingSource(path string, poll, idle time.Duration) (Source, error) {
 		if err != nil {
 			return nil, err
 		}
-		return &growingFile{f: f, poll: poll, idle: idle, closed: make(chan struct{})}, nil
+		return &growingFile{f: f, path: abs, poll: poll, idle: idle, closed: make(chan struct{})}, nil
 	}}, nil
 }
+
+// ErrReplaced says a file being followed was truncated or replaced by a
+// new one under its name, as when its writer restarts (`tcpdump -w FILE`
+// truncates FILE): the new file is read from its start.
+var ErrReplaced = errors.New("capture file was truncated or replaced under its name")
 
 // growingFile reads a file that grows: at its end it waits instead of
 // returning io.EOF, until closed.
 type growingFile struct {
 	f      *os.File
+	path   string
+	off    int64  // bytes read
+	head   string // HeadOf the file so far
+	waited bool   // the last read found the end
 	poll   time.Duration
 	closed chan struct{}
 	once   sync.Once
@@ -510,10 +551,18 @@ func (g *growingFile) OnIdle(fn func()) { g.onIdle = fn }
 func (g *growingFile) Read(p []byte) (int, error) {
 	var since time.Time
 	for {
+		// After a pause, what comes next may be a new file's: a writer
+		// that restarted truncated the file or put another in its place.
+		if g.waited && g.replaced() {
+			return 0, ErrReplaced
+		}
 		n, err := g.f.Read(p)
+		g.off += int64(n)
 		if n > 0 || err != io.EOF {
+			g.waited = false
 			return n, err
 		}
+		g.waited = true
 		if since.IsZero() {
 			since = time.Now()
 		} else if g.onIdle != nil && g.idle > 0 && time.Since(since) >= g.idle {
@@ -526,6 +575,33 @@ func (g *growingFile) Read(p []byte) (int, error) {
 		case <-time.After(g.poll):
 		}
 	}
+}
+
+// Stamp is what is known of the file's head so far.
+func (g *growingFile) Stamp() Stamp { return Stamp{Head: g.head} }
+
+// replaced reports whether the name now holds another file, or this one
+// was cut shorter than what was read of it, or its first bytes changed
+// (rewritten in place and already longer again).
+func (g *growingFile) replaced() bool {
+	now, err := os.Stat(g.path)
+	if err != nil {
+		return false // gone for now (being rotated?): keep waiting
+	}
+	this, err := g.f.Stat()
+	if err != nil {
+		return false
+	}
+	if !os.SameFile(now, this) || this.Size() < g.off {
+		return true
+	}
+	if g.head != "" && HeadOf(g.path, g.head) != g.head {
+		return true
+	}
+	if n := headLength(g.head); n < headLen && g.off > int64(n) {
+		g.head = HeadOf(g.path) // a longer head, of the same file
+	}
+	return false
 }
 
 func (g *growingFile) Close() error {

@@ -236,6 +236,15 @@ func (w *Watch) compare(f candidate, pos SourcePos) change {
 	return unchanged // cut in part before a restart, and the same file
 }
 
+// headLength is how many bytes a HeadOf result hashed (0 for none).
+func headLength(head string) int {
+	l, _, _ := strings.Cut(head, ":")
+	if v, err := strconv.Atoi(l); err == nil && v >= 0 && v <= headLen {
+		return v
+	}
+	return 0
+}
+
 // headLen is how much of a file's start HeadOf hashes.
 const headLen = 4096
 
@@ -245,10 +254,7 @@ const headLen = 4096
 func HeadOf(path string, like ...string) string {
 	n := headLen
 	if len(like) > 0 {
-		l, _, _ := strings.Cut(like[0], ":")
-		if v, err := strconv.Atoi(l); err == nil && v >= 0 && v <= headLen {
-			n = v
-		}
+		n = headLength(like[0])
 	}
 	f, err := os.Open(path)
 	if err != nil {

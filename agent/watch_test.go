@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/binary"
+	"fmt"
 	"log/slog"
 	"os"
 	"path/filepath"
@@ -87,66 +88,87 @@ func spooledIDs(t *testing.T, s *Spool) []uint64 {
 	return ids
 }
 
-// TestWatchRingAndGrowth: a watched directory written like `tcpdump -C
-// 1 -W 2` (two names reused in a ring, each rewritten in place) has every
-// version of every file cut once; a finished file that grows has only its
-// new packets cut; a file removed is forgotten by the spool.
-func TestWatchRingAndGrowth(t *testing.T) {
-	dir := t.TempDir()
-	ring := filepath.Join(dir, "ring")
-	os.Mkdir(ring, 0o755)
-	s, _, err := OpenSpool(filepath.Join(dir, "spool"), "pcap", "w")
+// testSpool is a spool without fsync, numbering from 1.
+func testSpool(t *testing.T, instance string) *Spool {
+	t.Helper()
+	s, _, err := OpenSpool(filepath.Join(t.TempDir(), "spool"), "pcap", instance)
 	if err != nil {
 		t.Fatal(err)
 	}
 	s.noSync = true
 	s.SetLastSeq(0, false)
+	return s
+}
+
+// startCut cuts srcs into s until the returned stop is called.
+func startCut(t *testing.T, s *Spool, srcs Sources) (stop func()) {
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() {
-		w := &Watch{Dir: ring, Settle: 150 * time.Millisecond, Poll: 10 * time.Millisecond, Spool: s}
-		done <- Cut(ctx, CutConfig{Queue: "pcap", Instance: "w", Codec: codecs.None, MaxBytes: 1 << 20}, s, w, quiet, &Counters{})
+		cfg := CutConfig{Queue: "pcap", Instance: s.st.Instance, Codec: codecs.None, MaxBytes: 1 << 20}
+		done <- Cut(ctx, cfg, s, srcs, quiet, &Counters{})
 	}()
-	defer func() {
+	return func() {
 		cancel()
 		<-done
-	}()
-	waitFor := func(what string, ok func() bool) {
-		t.Helper()
-		for deadline := time.Now().Add(20 * time.Second); !ok(); time.Sleep(10 * time.Millisecond) {
-			if time.Now().After(deadline) {
-				t.Fatalf("waited 20s for %s; spooled %d packets", what, len(spooledIDs(t, s)))
-			}
+	}
+}
+
+// waitSpooled waits until the spool's blocks hold n packets.
+func waitSpooled(t *testing.T, s *Spool, n int) {
+	t.Helper()
+	waitUntil(t, fmt.Sprintf("%d packets spooled", n), func() bool { return len(spooledIDs(t, s)) >= n })
+}
+
+func waitUntil(t *testing.T, what string, ok func() bool) {
+	t.Helper()
+	for deadline := time.Now().Add(20 * time.Second); !ok(); time.Sleep(10 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("waited 20s for %s", what)
 		}
 	}
-	upTo := func(n int) func() bool { return func() bool { return len(spooledIDs(t, s)) >= n } }
+}
+
+// inOrder fails unless ids are 0, 1, 2, … n-1.
+func inOrder(t *testing.T, ids []uint64, n int) {
+	t.Helper()
+	for i, id := range ids {
+		if id != uint64(i) {
+			t.Fatalf("packet %d of %d is id %d: each must come once, in order", i, len(ids), id)
+		}
+	}
+	if len(ids) != n {
+		t.Fatalf("%d packets, want %d", len(ids), n)
+	}
+}
+
+// TestWatchRingAndGrowth: a watched directory written like `tcpdump -C
+// 1 -W 2` (two names reused in a ring, each rewritten in place) has every
+// version of every file cut once; a finished file that grows has only its
+// new packets cut; a file removed is forgotten by the spool.
+func TestWatchRingAndGrowth(t *testing.T) {
+	ring := t.TempDir()
+	s := testSpool(t, "w")
+	defer startCut(t, s, &Watch{Dir: ring, Settle: 150 * time.Millisecond, Poll: 10 * time.Millisecond, Spool: s})()
 	r0, r1 := filepath.Join(ring, "cap0"), filepath.Join(ring, "cap1")
 
 	writeIDs(t, r0, 0, 100)
 	writeIDs(t, r1, 100, 120)
-	waitFor("the first round", upTo(220))
+	waitSpooled(t, s, 220)
 	// The ring comes round: both names rewritten with new packets.
 	writeIDs(t, r0, 220, 90)
 	writeIDs(t, r1, 310, 110)
-	waitFor("the second round", upTo(420))
+	waitSpooled(t, s, 420)
 	// cap1's writer resumes after a pause longer than the settle time.
 	appendIDs(t, r1, 420, 30)
-	waitFor("the appended packets", upTo(450))
+	waitSpooled(t, s, 450)
 	if err := os.Remove(r0); err != nil {
 		t.Fatal(err)
 	}
-	waitFor("cap0 to be forgotten", func() bool { return !slices.Contains(s.SourceNames(), r0) })
+	waitUntil(t, "cap0 to be forgotten", func() bool { return !slices.Contains(s.SourceNames(), r0) })
 
 	time.Sleep(300 * time.Millisecond) // nothing more may come
-	got := spooledIDs(t, s)
-	for i, id := range got {
-		if id != uint64(i) {
-			t.Fatalf("packet %d of %d in the spool is id %d: each id must come once, in order", i, len(got), id)
-		}
-	}
-	if len(got) != 450 {
-		t.Fatalf("%d packets spooled, want 450", len(got))
-	}
+	inOrder(t, spooledIDs(t, s), 450)
 	if names := s.SourceNames(); len(names) != 1 || names[0] != r1 {
 		t.Fatalf("the spool remembers %v, want only %s", names, r1)
 	}
@@ -217,4 +239,72 @@ func TestWatchSaysOnce(t *testing.T) {
 	if n := strings.Count(logged.String(), "replaced under the same name"); n != 1 {
 		t.Fatalf("said %d times that the file was replaced:\n%s", n, logged.String())
 	}
+}
+
+// TestFollowReplaced: a followed file whose writer restarts — truncating
+// it in place, or renaming a new file over it — is read again from the
+// start of the new one: every packet of every version once, in order.
+func TestFollowReplaced(t *testing.T) {
+	dir := t.TempDir()
+	p := filepath.Join(dir, "live.pcap")
+	writeIDs(t, p, 0, 100)
+	s := testSpool(t, "f")
+	src, err := GrowingSource(p, 10*time.Millisecond, 100*time.Millisecond)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer startCut(t, s, List(src))()
+	waitSpooled(t, s, 100)
+	writeIDs(t, p, 100, 50) // truncated and rewritten in place
+	waitSpooled(t, s, 150)
+	tmp := filepath.Join(dir, "new.pcap")
+	writeIDs(t, tmp, 150, 70)
+	if err := os.Rename(tmp, p); err != nil { // a new file under the name
+		t.Fatal(err)
+	}
+	waitSpooled(t, s, 220)
+	appendIDs(t, p, 220, 10)
+	waitSpooled(t, s, 230)
+	// Restarted and already past where the reader was before it looks:
+	// only the first bytes tell.
+	big := idCapture(1000, 400)
+	if err := os.WriteFile(p, big, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	waitSpooled(t, s, 630)
+	got := spooledIDs(t, s)
+	for i := range got[230:] {
+		got[230+i] -= 1000 - 230 // ids 1000.. follow 0..229
+	}
+	inOrder(t, got, 630)
+}
+
+// TestFollowReplacedWhileDown: a followed file replaced while the agent
+// is stopped is read from its start at the next start, not from where
+// the old one was left.
+func TestFollowReplacedWhileDown(t *testing.T) {
+	dir := t.TempDir()
+	p := filepath.Join(dir, "live.pcap")
+	writeIDs(t, p, 0, 100)
+	s := testSpool(t, "f")
+	follow := func(until int) {
+		t.Helper()
+		src, err := GrowingSource(p, 10*time.Millisecond, 50*time.Millisecond)
+		if err != nil {
+			t.Fatal(err)
+		}
+		stop := startCut(t, s, List(src))
+		waitSpooled(t, s, until)
+		time.Sleep(100 * time.Millisecond) // a pause, so the head is learnt and saved
+		appendIDs(t, p, uint64(until), 1)  // one more, cut into a block with the head
+		waitSpooled(t, s, until+1)
+		stop()
+	}
+	follow(100)
+	if pos := s.Source(p); pos.Packets != 101 || pos.Head == "" {
+		t.Fatalf("position after the first run: %+v", pos)
+	}
+	writeIDs(t, p, 101, 150) // the writer restarted while the agent was down
+	follow(251)
+	inOrder(t, spooledIDs(t, s), 252)
 }
