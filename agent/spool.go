@@ -204,6 +204,21 @@ func (s *Spool) Reopen(name string, keep bool) {
 	s.st.Sources[name] = pos
 }
 
+// Carry moves what the spool remembers of a source to another name, with
+// the stamp of the file now under it: the capture was compressed into
+// a new file and the old one removed.
+func (s *Spool) Carry(from, to string, stamp Stamp) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	pos, ok := s.st.Sources[from]
+	if !ok {
+		return
+	}
+	pos.Stamp = stamp
+	s.st.Sources[to] = pos
+	delete(s.st.Sources, from)
+}
+
 // Forget drops what the spool remembers of finished sources (files gone
 // from a watched directory), so its state does not grow with every file
 // ever shipped. A source not finished is kept.

@@ -1,6 +1,7 @@
 package agent
 
 import (
+	"bufio"
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
@@ -14,6 +15,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/plumb-dev/plumb/codecs"
 )
 
 // Sources yields the sources to cut, in order. Next returns io.EOF when
@@ -135,7 +138,14 @@ func (w *Watch) ready() (Source, bool, error) {
 	})
 	w.forgetGone(files)
 	now := time.Now()
+	listed := make(map[string]bool, len(files))
+	for _, f := range files {
+		listed[f.path] = true
+	}
 	for i, f := range files {
+		if !w.sameAsPlain(f, listed) {
+			continue
+		}
 		pos := w.Spool.Source(f.path)
 		if w.taken[f.path] {
 			if !pos.Done {
@@ -179,8 +189,38 @@ func (w *Watch) log(msg, path string, was SourcePos) {
 	}
 }
 
+// sameAsPlain handles a compressed file whose plain form (its name
+// without the codec's extension) the watch has met, as `tcpdump -G 300
+// -z gzip` leaves them: while the plain file is still there (being
+// compressed) or being cut, the compressed one waits; once the plain one
+// is gone, a compressed file holding the same capture takes over its
+// place in the spool: skipped if it was cut whole, read on from where it
+// was left if a crash cut it short. It reports whether f may be
+// considered now.
+func (w *Watch) sameAsPlain(f candidate, listed map[string]bool) bool {
+	c := codecs.FromExt(f.path)
+	if c == codecs.None {
+		return true
+	}
+	plain := strings.TrimSuffix(f.path, c.Ext())
+	if listed[plain] {
+		return false // still being compressed, or both kept: the plain one is taken
+	}
+	pos := w.Spool.Source(plain)
+	if w.taken[plain] && !pos.Done {
+		return false // the cutter is reading the plain one
+	}
+	if pos.Head == "" || HeadOf(f.path, pos.Head) != pos.Head {
+		return true // another capture, or one the watch never read
+	}
+	delete(w.taken, plain)
+	w.Spool.Carry(plain, f.path, Stamp{Size: f.size, ModTime: f.mod, Head: pos.Head})
+	return true // Done: skipped below as unchanged; otherwise resumed
+}
+
 // forgetGone drops what the spool and the watch remember of files no
-// longer in the directory.
+// longer in the directory (a file whose compressed form is there is still
+// remembered: sameAsPlain needs it).
 func (w *Watch) forgetGone(files []candidate) {
 	dir, err := filepath.Abs(w.Dir)
 	if err != nil {
@@ -190,15 +230,23 @@ func (w *Watch) forgetGone(files []candidate) {
 	for _, f := range files {
 		here[f.path] = true
 	}
+	compressed := func(n string) bool {
+		for _, c := range codecs.All() {
+			if c != codecs.None && here[n+c.Ext()] {
+				return true
+			}
+		}
+		return false
+	}
 	var gone []string
 	for _, n := range w.Spool.SourceNames() {
-		if filepath.Dir(n) == dir && !here[n] {
+		if filepath.Dir(n) == dir && !here[n] && !compressed(n) {
 			gone = append(gone, n)
 		}
 	}
 	w.Spool.Forget(gone...)
 	for p := range w.taken {
-		if !here[p] {
+		if !here[p] && !compressed(p) {
 			delete(w.taken, p)
 		}
 	}
@@ -248,7 +296,8 @@ func headLength(head string) int {
 // headLen is how much of a file's start HeadOf hashes.
 const headLen = 4096
 
-// HeadOf hashes the first bytes of a file, as "LENGTH:SHA256" (hex). With
+// HeadOf hashes the first bytes of a capture file (decompressed, if it
+// is compressed), as "LENGTH:SHA256" (hex). With
 // like, an earlier result, it hashes as many bytes as that did, so a file
 // that only grew gives the same answer. An unreadable file gives "".
 func HeadOf(path string, like ...string) string {
@@ -261,8 +310,19 @@ func HeadOf(path string, like ...string) string {
 		return ""
 	}
 	defer f.Close()
+	// The capture's bytes, not the file's: a capture compressed after it
+	// was shipped (tcpdump -z gzip) is known by the same head.
+	var r io.Reader = bufio.NewReader(f)
+	if peek, _ := r.(*bufio.Reader).Peek(codecs.SniffLen); codecs.Sniff(peek) != codecs.None {
+		dec, err := codecs.Sniff(peek).NewReader(r)
+		if err != nil {
+			return ""
+		}
+		defer dec.Close()
+		r = dec
+	}
 	buf := make([]byte, n)
-	got, err := io.ReadFull(f, buf)
+	got, err := io.ReadFull(r, buf)
 	if err != nil && err != io.ErrUnexpectedEOF && err != io.EOF {
 		return ""
 	}

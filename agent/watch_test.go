@@ -308,3 +308,67 @@ func TestFollowReplacedWhileDown(t *testing.T) {
 	follow(251)
 	inOrder(t, spooledIDs(t, s), 252)
 }
+
+// gzipFile compresses path into path.gz and removes path, as tcpdump -z
+// gzip does after each rotation.
+func gzipFile(t *testing.T, path string) {
+	t.Helper()
+	raw, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var buf bytes.Buffer
+	zw, _ := codecs.Gzip.NewWriter(&buf)
+	zw.Write(raw)
+	zw.Close()
+	if err := os.WriteFile(path+".gz", buf.Bytes(), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Remove(path); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestWatchCompressedAfter: files compressed after rotation (tcpdump -G
+// -z gzip) are not shipped a second time as their .gz; a file cut short
+// by a crash and compressed while the agent was down is read on from the
+// .gz where it was left.
+func TestWatchCompressedAfter(t *testing.T) {
+	dir := t.TempDir()
+	s := testSpool(t, "z")
+	capFile := func(i int) string { return filepath.Join(dir, fmt.Sprintf("cap%d.pcap", i)) }
+	stop := startCut(t, s, &Watch{Dir: dir, Settle: 150 * time.Millisecond, Poll: 10 * time.Millisecond, Spool: s})
+	writeIDs(t, capFile(1), 0, 100)
+	writeIDs(t, capFile(2), 100, 50)
+	waitSpooled(t, s, 100)
+	gzipFile(t, capFile(1))
+	writeIDs(t, capFile(3), 150, 50)
+	waitSpooled(t, s, 200)
+	gzipFile(t, capFile(2))
+	gzipFile(t, capFile(3))
+	time.Sleep(400 * time.Millisecond) // longer than the settle time: a .gz taken would be cut by now
+	stop()
+	inOrder(t, spooledIDs(t, s), 200)
+	names := s.SourceNames()
+	slices.Sort(names)
+	if want := []string{capFile(1) + ".gz", capFile(2) + ".gz", capFile(3) + ".gz"}; !slices.Equal(names, want) {
+		t.Fatalf("the spool remembers %v, want %v", names, want)
+	}
+
+	// A crash left cap4 cut to packet 30; it was compressed meanwhile.
+	writeIDs(t, capFile(4), 200, 80)
+	abs, _ := filepath.Abs(capFile(4))
+	s.mu.Lock()
+	s.st.Sources[abs] = SourcePos{Packets: 30, Stamp: Stamp{Head: HeadOf(abs)}}
+	s.mu.Unlock()
+	gzipFile(t, capFile(4))
+	// The spool's blocks hold ids 0..199; the 30 cut before the crash are
+	// stood in for by the offset below.
+	defer startCut(t, s, &Watch{Dir: dir, Settle: 150 * time.Millisecond, Poll: 10 * time.Millisecond, Spool: s})()
+	waitSpooled(t, s, 250)
+	time.Sleep(300 * time.Millisecond)
+	got := spooledIDs(t, s)
+	if len(got) != 250 || got[200] != 230 || got[249] != 279 {
+		t.Fatalf("after the crash: %d packets, then ids %v", len(got), got[200:])
+	}
+}
