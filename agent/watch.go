@@ -136,12 +136,12 @@ func (w *Watch) ready() (Source, bool, error) {
 		}
 		return files[i].path < files[j].path
 	})
-	w.forgetGone(files)
-	now := time.Now()
 	listed := make(map[string]bool, len(files))
 	for _, f := range files {
 		listed[f.path] = true
 	}
+	w.forgetGone(listed)
+	now := time.Now()
 	for i, f := range files {
 		if !w.sameAsPlain(f, listed) {
 			continue
@@ -221,14 +221,10 @@ func (w *Watch) sameAsPlain(f candidate, listed map[string]bool) bool {
 // forgetGone drops what the spool and the watch remember of files no
 // longer in the directory (a file whose compressed form is there is still
 // remembered: sameAsPlain needs it).
-func (w *Watch) forgetGone(files []candidate) {
+func (w *Watch) forgetGone(here map[string]bool) {
 	dir, err := filepath.Abs(w.Dir)
 	if err != nil {
 		return
-	}
-	here := make(map[string]bool, len(files))
-	for _, f := range files {
-		here[f.path] = true
 	}
 	compressed := func(n string) bool {
 		for _, c := range codecs.All() {
