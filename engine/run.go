@@ -181,13 +181,13 @@ func (e *Engine) process(ctx context.Context, spec runSpec, inputs []state.Block
 		ins = append(ins, port{queue: b.Queue, r: &countio.Reader{R: rc, N: &m.in}})
 	}
 	var outs []port
-	var files []*hashFile
+	var files []*HashFile
 	for _, q := range spec.node.Outputs {
 		f, err := os.CreateTemp(scratch, "out-")
 		if err != nil {
 			return nil, outcome{}, err
 		}
-		hf := &hashFile{f: f, h: sha256.New()}
+		hf := NewHashFile(f)
 		defer f.Close()
 		files = append(files, hf)
 		outs = append(outs, port{queue: q, w: hf})
@@ -211,41 +211,52 @@ func (e *Engine) process(ctx context.Context, spec runSpec, inputs []state.Block
 
 // storeOutputs stores each output of a run as a block named like name in
 // its queue, and returns the blocks to commit and the bytes written.
-func (e *Engine) storeOutputs(ctx context.Context, name block.Name, queues []string, files []*hashFile) ([]state.Block, int64, error) {
+func (e *Engine) storeOutputs(ctx context.Context, name block.Name, queues []string, files []*HashFile) ([]state.Block, int64, error) {
 	var (
 		blocks []state.Block
 		bytes  int64
 	)
 	for i, q := range queues {
 		hf := files[i]
-		bytes += hf.n
-		var sum blob.Sum
-		copy(sum[:], hf.h.Sum(nil))
+		bytes += hf.N
+		sum := hf.Sum()
 		on := name
 		on.Queue = q
 		key := blob.BlockKey(on, sum)
-		if _, err := hf.f.Seek(0, io.SeekStart); err != nil {
+		if _, err := hf.F.Seek(0, io.SeekStart); err != nil {
 			return nil, bytes, err
 		}
-		if err := e.store.Put(ctx, key, hf.f, hf.n, sum); err != nil {
+		if err := e.store.Put(ctx, key, hf.F, hf.N, sum); err != nil {
 			return nil, bytes, fmt.Errorf("store output block %s: %w", on, err)
 		}
 		blocks = append(blocks, state.Block{Name: on.String(), Queue: q, Instance: on.Instance, Seq: on.Seq, Time: on.Time,
-			Size: hf.n, SHA256: sum.String(), Key: key})
+			Size: hf.N, SHA256: sum.String(), Key: key})
 	}
 	return blocks, bytes, nil
 }
 
-// hashFile is an output being written: a scratch file, its hash and size.
-type hashFile struct {
-	f *os.File
+// HashFile is a run's output being written: a scratch file, and the
+// SHA-256 and size of what was written to it. Workers on other machines
+// write their outputs the same way.
+type HashFile struct {
+	F *os.File
+	N int64 // bytes written
 	h hash.Hash
-	n int64
 }
 
-func (h *hashFile) Write(p []byte) (int, error) {
-	n, err := h.f.Write(p)
+// NewHashFile hashes what is written to f.
+func NewHashFile(f *os.File) *HashFile { return &HashFile{F: f, h: sha256.New()} }
+
+func (h *HashFile) Write(p []byte) (int, error) {
+	n, err := h.F.Write(p)
 	h.h.Write(p[:n])
-	h.n += int64(n)
+	h.N += int64(n)
 	return n, err
+}
+
+// Sum is the SHA-256 of what was written.
+func (h *HashFile) Sum() blob.Sum {
+	var sum blob.Sum
+	copy(sum[:], h.h.Sum(nil))
+	return sum
 }

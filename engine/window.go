@@ -3,7 +3,6 @@ package engine
 import (
 	"bytes"
 	"context"
-	"crypto/sha256"
 	"errors"
 	"fmt"
 	"io"
@@ -296,14 +295,14 @@ func (e *Engine) runWindow(ctx context.Context, st *stage, spec runSpec, f windo
 		return err
 	}
 	var outs []port
-	var files []*hashFile
+	var files []*HashFile
 	for _, q := range spec.node.Outputs {
 		fh, err := os.CreateTemp(scratch, "out-")
 		if err != nil {
 			return err
 		}
 		defer fh.Close()
-		hf := &hashFile{f: fh, h: sha256.New()}
+		hf := NewHashFile(fh)
 		files = append(files, hf)
 		outs = append(outs, port{queue: q, w: hf})
 	}

@@ -211,25 +211,32 @@ func (d *DB) Ack(queue, group string, ids []block.ID) (int, error) {
 			if !ok || id.Queue != queue {
 				return fmt.Errorf("ack of block %s for group %q: %w in queue %q", id, group, ErrNotFound, queue)
 			}
-			del, ok, err := getJSON[Delivery](dels, u64(b.Serial))
+			owed, changed, err := markDone(dels, b.Serial)
 			if err != nil {
 				return err
 			}
-			if !ok {
+			if !owed {
 				return fmt.Errorf("ack of block %s: it is not owed to group %q (the group started after it): %w", b.Name, group, ErrNotFound)
 			}
-			if del.State == Done {
-				continue
+			if changed {
+				n++
 			}
-			del.State, del.Until, del.Reserver = Done, time.Time{}, ""
-			if err := putJSON(dels, u64(b.Serial), del); err != nil {
-				return err
-			}
-			n++
 		}
 		return advanceFloor(tx, queue, group)
 	})
 	return n, err
+}
+
+// markDone records a group's delivery of a block as done. It reports
+// whether the block was owed to the group at all, and whether this
+// changed its state.
+func markDone(dels *bolt.Bucket, serial uint64) (owed, changed bool, err error) {
+	del, ok, err := getJSON[Delivery](dels, u64(serial))
+	if err != nil || !ok || del.State == Done {
+		return ok, false, err
+	}
+	del.State, del.Until, del.Reserver = Done, time.Time{}, ""
+	return true, true, putJSON(dels, u64(serial), del)
 }
 
 // Groups returns the delivery counts of every group of a queue.

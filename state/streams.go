@@ -351,18 +351,13 @@ func (d *DB) CheckpointAt(queue, instance, consumer string, next uint64, st map[
 			if !ok {
 				continue
 			}
-			del, ok, err := getJSON[Delivery](dels, u64(b.Serial))
+			_, changed, err := markDone(dels, b.Serial)
 			if err != nil {
 				return err
 			}
-			if !ok || del.State == Done {
-				continue
+			if changed {
+				released = append(released, b)
 			}
-			del.State, del.Until, del.Reserver = Done, time.Time{}, ""
-			if err := putJSON(dels, u64(b.Serial), del); err != nil {
-				return err
-			}
-			released = append(released, b)
 		}
 		if len(released) == 0 {
 			return nil

@@ -66,15 +66,7 @@ func (d *DB) CommitWindow(rec WindowRecord, queue string, consumed []Block, outp
 			return nil
 		}
 		for _, b := range consumed {
-			del, ok, err := getJSON[Delivery](dels, u64(b.Serial))
-			if err != nil {
-				return err
-			}
-			if !ok || del.State == Done {
-				continue
-			}
-			del.State, del.Until, del.Reserver = Done, time.Time{}, ""
-			if err := putJSON(dels, u64(b.Serial), del); err != nil {
+			if _, _, err := markDone(dels, b.Serial); err != nil {
 				return err
 			}
 		}

@@ -8,11 +8,8 @@ package worker
 
 import (
 	"context"
-	"crypto/sha256"
-	"encoding/hex"
 	"errors"
 	"fmt"
-	"hash"
 	"io"
 	"log/slog"
 	"os"
@@ -127,8 +124,8 @@ func (w *Worker) run(ctx context.Context, l engine.Lease) {
 	outs, stderr, cpu, err := w.execute(rctx, l)
 	defer func() {
 		for _, o := range outs {
-			o.f.Close()
-			os.Remove(o.f.Name())
+			o.F.Close()
+			os.Remove(o.F.Name())
 		}
 	}()
 	if cause := context.Cause(rctx); errors.Is(cause, engine.ErrLeaseGone) {
@@ -151,14 +148,14 @@ func (w *Worker) run(ctx context.Context, l engine.Lease) {
 	}
 	var report []engine.Output
 	for _, o := range outs {
-		src := flight.Source{Name: o.name, Size: o.n, SHA256: hex.EncodeToString(o.h.Sum(nil)),
-			Open: func() (io.ReadCloser, error) { return os.Open(o.f.Name()) }}
+		src := flight.Source{Name: o.name, Size: o.N, SHA256: o.Sum().String(),
+			Open: func() (io.ReadCloser, error) { return os.Open(o.F.Name()) }}
 		if w.cfg.Store != nil {
 			if err := w.putDirect(rctx, o); err != nil {
 				log.Warn("could not write an output to the store; the lease will expire and the run go elsewhere", "output", o.name, "err", err)
 				return
 			}
-			report = append(report, engine.Output{Queue: o.queue, Size: o.n, SHA256: src.SHA256})
+			report = append(report, engine.Output{Queue: o.queue, Size: o.N, SHA256: src.SHA256})
 			continue
 		}
 		if _, err := c.PutStaged(rctx, l.ID, src); err != nil {
@@ -169,7 +166,7 @@ func (w *Worker) run(ctx context.Context, l engine.Lease) {
 			log.Warn("could not upload an output; the lease will expire and the run go elsewhere", "output", o.name, "err", err)
 			return
 		}
-		report = append(report, engine.Output{Queue: o.queue, Size: o.n, SHA256: src.SHA256})
+		report = append(report, engine.Output{Queue: o.queue, Size: o.N, SHA256: src.SHA256})
 	}
 	err = c.LeaseDo(ctx, "commit-lease", flight.LeaseRequest{Lease: l.ID, Outputs: report, CPUSeconds: cpu.Seconds()})
 	if status.Code(err) == codes.FailedPrecondition {
@@ -207,16 +204,7 @@ func (w *Worker) heartbeat(ctx context.Context, cancel context.CancelCauseFunc, 
 // output is one output of a run, written to a scratch file while hashed.
 type output struct {
 	queue, name string
-	f           *os.File
-	h           hash.Hash
-	n           int64
-}
-
-func (o *output) Write(p []byte) (int, error) {
-	n, err := o.f.Write(p)
-	o.h.Write(p[:n])
-	o.n += int64(n)
-	return n, err
+	*engine.HashFile
 }
 
 // execute streams the inputs from the server through the program into
@@ -264,7 +252,7 @@ func (w *Worker) execute(ctx context.Context, l engine.Lease) ([]*output, string
 		}
 		on := name
 		on.Queue = q
-		o := &output{queue: q, name: on.String(), f: f, h: sha256.New()}
+		o := &output{queue: q, name: on.String(), HashFile: engine.NewHashFile(f)}
 		outs = append(outs, o)
 		ports = append(ports, engine.Port{Queue: q, W: o})
 	}
@@ -279,12 +267,11 @@ func (w *Worker) putDirect(ctx context.Context, o *output) error {
 	if err != nil {
 		return err
 	}
-	var sum blob.Sum
-	copy(sum[:], o.h.Sum(nil))
-	f, err := os.Open(o.f.Name())
+	sum := o.Sum()
+	f, err := os.Open(o.F.Name())
 	if err != nil {
 		return err
 	}
 	defer f.Close()
-	return w.cfg.Store.Put(ctx, blob.BlockKey(n, sum), f, o.n, sum)
+	return w.cfg.Store.Put(ctx, blob.BlockKey(n, sum), f, o.N, sum)
 }
