@@ -131,11 +131,7 @@ func TestAgentFromTcpdump(t *testing.T) {
 	addr := testenv.FreeAddr(t)
 	startPlumb(t, "serve", "--data", t.TempDir(), "--listen", addr)
 	waitListening(t, addr)
-	c, err := flight.Dial(addr)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
+	c := dialPlumb(t, addr)
 	files, _ := filepath.Glob("../../testdata/pcaps/*.pcap")
 	for i, f := range files {
 		site := fmt.Sprintf("site%02d", i)
@@ -215,18 +211,12 @@ func makeCapture(t *testing.T, path string, n int, seed uint64) []packet {
 // runs it again until it finishes: every packet is on the server exactly
 // once, in order, and the sequence numbers have no gap.
 func TestImportSIGKILL(t *testing.T) {
-	addr := testenv.FreeAddr(t)
-	startPlumb(t, "serve", "--data", t.TempDir(), "--listen", addr, "--log-level", "warn")
-	waitListening(t, addr)
+	addr := servePlumb(t, t.TempDir())
 	input := filepath.Join(t.TempDir(), "input.pcap")
 	want := makeCapture(t, input, 30000, 3)
 	spool := filepath.Join(t.TempDir(), "spool")
 	rng := rand.New(rand.NewPCG(5, 5))
-	c, err := flight.Dial(addr)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
+	c := dialPlumb(t, addr)
 	stored := func() int64 {
 		st, _ := c.QueueStats(context.Background(), "pcap.sz")
 		return st.Blocks
@@ -318,11 +308,7 @@ func TestAgentOutage(t *testing.T) {
 	if !strings.Contains(imp.log.String(), "imported") {
 		t.Fatalf("import did not report its totals:\n%s", imp.log)
 	}
-	c, err := flight.Dial(addr)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
+	c := dialPlumb(t, addr)
 	got, _ := fetchInstance(t, c, "pcap.sz", "outage")
 	samePackets(t, "after an outage", got, want)
 }
@@ -330,9 +316,7 @@ func TestAgentOutage(t *testing.T) {
 // TestAgentBadInput: damaged and foreign files are reported and skipped,
 // the good packets of a damaged file and every other file still arrive.
 func TestAgentBadInput(t *testing.T) {
-	addr := testenv.FreeAddr(t)
-	startPlumb(t, "serve", "--data", t.TempDir(), "--listen", addr, "--log-level", "warn")
-	waitListening(t, addr)
+	addr := servePlumb(t, t.TempDir())
 	dir := t.TempDir()
 	good := filepath.Join(dir, "good.pcap")
 	want := makeCapture(t, good, 50, 6)
@@ -362,11 +346,7 @@ func TestAgentBadInput(t *testing.T) {
 			t.Errorf("the log does not name %s:\n%s", f, stderr.String())
 		}
 	}
-	c, err := flight.Dial(addr)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
+	c := dialPlumb(t, addr)
 	got, _ := fetchInstance(t, c, "pcap.sz", "bad")
 	// truncated: all but its last packet; corrupt: none; good: all.
 	expect := append(append([]packet{}, want[:len(want)-1]...), want...)
@@ -462,9 +442,7 @@ func TestAgentLargeGenerated(t *testing.T) {
 // watches the directory: every file is shipped once, none while growing,
 // and a restarted agent ships nothing again.
 func TestAgentWatchRotation(t *testing.T) {
-	addr := testenv.FreeAddr(t)
-	startPlumb(t, "serve", "--data", t.TempDir(), "--listen", addr, "--log-level", "warn")
-	waitListening(t, addr)
+	addr := servePlumb(t, t.TempDir())
 	dir, spool := t.TempDir(), filepath.Join(t.TempDir(), "spool")
 	metrics := testenv.FreeAddr(t)
 	args := []string{"agent", "--server", addr, "--site", "rot", "--new-instance", "--spool", spool,
@@ -492,11 +470,7 @@ func TestAgentWatchRotation(t *testing.T) {
 		}
 		f.Close()
 	}
-	c, err := flight.Dial(addr)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
+	c := dialPlumb(t, addr)
 	deadline := time.Now().Add(30 * time.Second)
 	var got []packet
 	for {
@@ -545,20 +519,14 @@ func TestAgentWatchRotation(t *testing.T) {
 // packets of the cut-short block cannot be read again, so the restarted
 // agent reports them as lost, and the sequence numbers stay contiguous.
 func TestAgentStdinSIGKILL(t *testing.T) {
-	addr := testenv.FreeAddr(t)
-	startPlumb(t, "serve", "--data", t.TempDir(), "--listen", addr, "--log-level", "warn")
-	waitListening(t, addr)
+	addr := servePlumb(t, t.TempDir())
 	dir := t.TempDir()
 	first := makeCapture(t, filepath.Join(dir, "first.pcap"), 3000, 8)
 	second := makeCapture(t, filepath.Join(dir, "second.pcap"), 500, 9)
 	spool := filepath.Join(dir, "spool")
 	args := []string{"agent", "--server", addr, "--site", "pipe", "--new-instance", "--spool", spool, "--block-size", "128KiB", "-"}
 
-	c, err := flight.Dial(addr)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
+	c := dialPlumb(t, addr)
 	cmd := exec.Command(os.Args[0], args...)
 	cmd.Env = append(os.Environ(), "PLUMB_TEST_AS_PLUMB=1")
 	stdin, _ := cmd.StdinPipe()
@@ -616,9 +584,7 @@ func TestAgentStdinSIGKILL(t *testing.T) {
 // shipped as it grows; an agent SIGKILLed midway and restarted ships
 // every packet exactly once.
 func TestAgentFollowsGrowingFile(t *testing.T) {
-	addr := testenv.FreeAddr(t)
-	startPlumb(t, "serve", "--data", t.TempDir(), "--listen", addr, "--log-level", "warn")
-	waitListening(t, addr)
+	addr := servePlumb(t, t.TempDir())
 	dir := t.TempDir()
 	whole := filepath.Join(dir, "whole.pcap")
 	pkts := makeCapture(t, whole, 4000, 12)
@@ -647,11 +613,7 @@ func TestAgentFollowsGrowingFile(t *testing.T) {
 			ag = startPlumb(t, args...) // the spool knows where it was
 		}
 	}
-	c, err := flight.Dial(addr)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
+	c := dialPlumb(t, addr)
 	deadline := time.Now().Add(60 * time.Second)
 	for {
 		if got, _ := fetchCount(t, c, "pcap.sz", "tail"); got >= len(pkts) || time.Now().After(deadline) {
@@ -672,11 +634,7 @@ func TestAgentFollowsGrowingFile(t *testing.T) {
 // a queue's blocks.
 func dialBlocks(t *testing.T, addr, queue string) (*flight.Client, []state.Block) {
 	t.Helper()
-	c, err := flight.Dial(addr)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { c.Close() })
+	c := dialPlumb(t, addr)
 	blocks, err := c.Blocks(context.Background(), queue)
 	if err != nil {
 		t.Fatal(err)

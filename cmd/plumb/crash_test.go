@@ -75,6 +75,28 @@ func startPlumb(t *testing.T, args ...string) *plumbProc {
 	return p
 }
 
+// servePlumb starts `plumb serve` on a free address with the data
+// directory data (and extra flags) and returns the address once it
+// listens.
+func servePlumb(t *testing.T, data string, extra ...string) string {
+	t.Helper()
+	addr := testenv.FreeAddr(t)
+	startPlumb(t, append([]string{"serve", "--data", data, "--listen", addr, "--log-level", "warn"}, extra...)...)
+	waitListening(t, addr)
+	return addr
+}
+
+// dialPlumb connects to a server; the client is closed when the test ends.
+func dialPlumb(t *testing.T, addr string) *flight.Client {
+	t.Helper()
+	c, err := flight.Dial(addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close() })
+	return c
+}
+
 func waitListening(t *testing.T, addr string) {
 	t.Helper()
 	deadline := time.Now().Add(30 * time.Second)

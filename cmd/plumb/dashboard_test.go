@@ -99,11 +99,7 @@ func TestDashboardInBrowser(t *testing.T) {
 		"--tick", "100ms", "--latency-every", "200ms")
 	waitListening(t, addr)
 	waitListening(t, web)
-	c, err := flight.Dial(addr)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
+	c := dialPlumb(t, addr)
 	ctx := context.Background()
 
 	hour := time.Date(2025, 5, 5, 15, 0, 0, 0, time.UTC)

@@ -14,7 +14,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/plumb-dev/plumb/flight"
 	"github.com/plumb-dev/plumb/internal/testenv"
 )
 
@@ -66,9 +65,7 @@ func newTestHost(t *testing.T) testHost {
 func TestAgentLiveCapture(t *testing.T) {
 	h := newTestHost(t)
 	python := testenv.Tool(t, "python3")
-	addr := testenv.FreeAddr(t)
-	startPlumb(t, "serve", "--data", t.TempDir(), "--listen", addr, "--log-level", "warn")
-	waitListening(t, addr)
+	addr := servePlumb(t, t.TempDir())
 	logPath := filepath.Join(t.TempDir(), "agent.log")
 	logFile, err := os.Create(logPath)
 	if err != nil {
@@ -115,11 +112,7 @@ for i in range(%d):
 		t.Fatalf("agent did not stop within 20s of SIGTERM\n%s", agentLog())
 	}
 
-	c, err := flight.Dial(addr)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
+	c := dialPlumb(t, addr)
 	got, nblocks := fetchInstance(t, c, "pcap.sz", "live")
 	seen := map[string]int{}
 	for _, p := range got {

@@ -169,11 +169,8 @@ func mustRead(t *testing.T, path string) []byte {
 // TestJobCommands drives the job verbs as a user would.
 func TestJobCommands(t *testing.T) {
 	data := t.TempDir()
-	addr := testenv.FreeAddr(t)
-	startPlumb(t, "serve", "--data", data, "--listen", addr, "--log-level", "warn")
-	waitListening(t, addr)
-	c, _ := flight.Dial(addr)
-	defer c.Close()
+	addr := servePlumb(t, data)
+	c := dialPlumb(t, addr)
 	src, _ := snappyBlock(t, 1)
 	if _, err := c.Put(context.Background(), src); err != nil {
 		t.Fatal(err)
@@ -219,14 +216,8 @@ func TestJobCommands(t *testing.T) {
 // the site's day waits, fires after max_wait with that block missing, and
 // fires again as revision 2 when the block comes.
 func TestDailyRSSACWindowThroughServer(t *testing.T) {
-	addr := testenv.FreeAddr(t)
-	startPlumb(t, "serve", "--data", t.TempDir(), "--listen", addr, "--log-level", "warn", "--tick", "100ms")
-	waitListening(t, addr)
-	c, err := flight.Dial(addr)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
+	addr := servePlumb(t, t.TempDir(), "--tick", "100ms")
+	c := dialPlumb(t, addr)
 	ctx := context.Background()
 	day := time.Date(2025, 5, 5, 0, 0, 0, 0, time.UTC)
 	put := func(site string, seq uint64, tm time.Time) {

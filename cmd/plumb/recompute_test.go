@@ -8,9 +8,6 @@ import (
 	"strings"
 	"testing"
 	"time"
-
-	"github.com/plumb-dev/plumb/flight"
-	"github.com/plumb-dev/plumb/internal/testenv"
 )
 
 // TestRecomputeLostBlocks: the bytes of derived blocks disappear from the
@@ -20,11 +17,8 @@ import (
 // it can and marks the rest lost.
 func TestRecomputeLostBlocks(t *testing.T) {
 	data := t.TempDir()
-	addr := testenv.FreeAddr(t)
-	startPlumb(t, "serve", "--data", data, "--listen", addr, "--log-level", "warn", "--tick", "100ms")
-	waitListening(t, addr)
-	c, _ := flight.Dial(addr)
-	defer c.Close()
+	addr := servePlumb(t, data, "--tick", "100ms")
+	c := dialPlumb(t, addr)
 	ctx := context.Background()
 	for seq := 1; seq <= 2; seq++ {
 		src, _ := snappyBlock(t, seq)

@@ -7,9 +7,6 @@ import (
 	"strings"
 	"testing"
 	"time"
-
-	"github.com/plumb-dev/plumb/flight"
-	"github.com/plumb-dev/plumb/internal/testenv"
 )
 
 // TestRetentionThroughServer: an operator gives a source queue a short
@@ -18,11 +15,8 @@ import (
 // what it lost.
 func TestRetentionThroughServer(t *testing.T) {
 	data := t.TempDir()
-	addr := testenv.FreeAddr(t)
-	startPlumb(t, "serve", "--data", data, "--listen", addr, "--log-level", "warn", "--sweep-every", "100ms")
-	waitListening(t, addr)
-	c, _ := flight.Dial(addr)
-	defer c.Close()
+	addr := servePlumb(t, data, "--sweep-every", "100ms")
+	c := dialPlumb(t, addr)
 	ctx := context.Background()
 	for seq := 1; seq <= 3; seq++ {
 		src, _ := snappyBlock(t, seq)
@@ -90,11 +84,8 @@ func TestRetentionThroughServer(t *testing.T) {
 // a second run is clean.
 func TestFsckThroughServer(t *testing.T) {
 	data := t.TempDir()
-	addr := testenv.FreeAddr(t)
-	startPlumb(t, "serve", "--data", data, "--listen", addr, "--log-level", "warn")
-	waitListening(t, addr)
-	c, _ := flight.Dial(addr)
-	defer c.Close()
+	addr := servePlumb(t, data)
+	c := dialPlumb(t, addr)
 	for seq := 1; seq <= 2; seq++ {
 		src, _ := snappyBlock(t, seq)
 		if _, err := c.Put(context.Background(), src); err != nil {

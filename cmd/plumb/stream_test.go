@@ -55,14 +55,8 @@ func cutBlocks(t *testing.T, pkts []packet, per int, site string) []flight.Sourc
 // capture: every packet once, in time order.
 func TestStreamToTcpdump(t *testing.T) {
 	tcpdump := testenv.Tool(t, "tcpdump")
-	addr := testenv.FreeAddr(t)
-	startPlumb(t, "serve", "--data", t.TempDir(), "--listen", addr, "--log-level", "warn")
-	waitListening(t, addr)
-	c, err := flight.Dial(addr)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
+	addr := servePlumb(t, t.TempDir())
+	c := dialPlumb(t, addr)
 	dir := t.TempDir()
 	pkts := makeCapture(t, filepath.Join(dir, "orig.pcap"), 3000, 5)
 	blocks := cutBlocks(t, pkts, 250, "lax")
@@ -100,14 +94,8 @@ func TestStreamToTcpdump(t *testing.T) {
 // stream moves on after the wait and records the skip; the block arriving
 // later is reported late, not inserted.
 func TestStreamGaps(t *testing.T) {
-	addr := testenv.FreeAddr(t)
-	startPlumb(t, "serve", "--data", t.TempDir(), "--listen", addr, "--log-level", "warn")
-	waitListening(t, addr)
-	c, err := flight.Dial(addr)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
+	addr := servePlumb(t, t.TempDir())
+	c := dialPlumb(t, addr)
 	ctx := context.Background()
 	pkts := makeCapture(t, filepath.Join(t.TempDir(), "orig.pcap"), 500, 6)
 	blocks := cutBlocks(t, pkts, 100, "ams") // seqs 1..5
@@ -212,11 +200,7 @@ func TestStreamStageSurvivesServerKill(t *testing.T) {
 		return p
 	}
 	p := serve()
-	c, err := flight.Dial(addr)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
+	c := dialPlumb(t, addr)
 	ctx := context.Background()
 	pkts := makeCapture(t, filepath.Join(t.TempDir(), "orig.pcap"), 6000, 9)
 	blocks := cutBlocks(t, pkts, 200, "lax") // 30 blocks
