@@ -53,15 +53,32 @@ func newLatencyMetrics(reg prometheus.Registerer) *latencyMetrics {
 	return m
 }
 
+// The latency samples of a status row are kept under its key.
+func stageKey(stage string) string        { return "stage\x00" + stage }
+func groupKey(queue, group string) string { return "group\x00" + queue + "\x00" + group }
+func streamKey(queue, name string) string { return "stream\x00" + queue + "\x00" + name }
+
+// sample adds a block's time from arrival and from its event time to now
+// to a row's samples, and returns the first.
+func (e *Engine) sample(key string, b state.Block, now time.Time) time.Duration {
+	a, ev := now.Sub(b.Arrived), now.Sub(b.Time)
+	e.lat.add(key+"\x00arrival", a)
+	e.lat.add(key+"\x00event", ev)
+	return a
+}
+
+// percentiles are a row's latencies over the last hour.
+func (e *Engine) percentiles(key string) (arrival, event Percentiles) {
+	return e.lat.percentiles(key + "\x00arrival"), e.lat.percentiles(key + "\x00event")
+}
+
 // outputLatency records a run's inputs reaching their outputs.
 func (e *Engine) outputLatency(stage string, inputs []state.Block) {
 	now := e.cfg.Now()
 	for _, b := range inputs {
-		a, ev := now.Sub(b.Arrived), now.Sub(b.Time)
-		e.lat.add("stage\x00"+stage+"\x00arrival", a)
-		e.lat.add("stage\x00"+stage+"\x00event", ev)
+		a := e.sample(stageKey(stage), b, now)
 		e.latm.arrivalToOutput.WithLabelValues(stage).Observe(a.Seconds())
-		e.latm.eventToOutput.WithLabelValues(stage).Observe(ev.Seconds())
+		e.latm.eventToOutput.WithLabelValues(stage).Observe(now.Sub(b.Time).Seconds())
 	}
 }
 
@@ -69,31 +86,26 @@ func (e *Engine) outputLatency(stage string, inputs []state.Block) {
 func (e *Engine) Delivered(queue, group string, ids []block.ID) {
 	now := e.cfg.Now()
 	for _, id := range ids {
-		b, err := e.db.Lookup(id)
-		if err != nil {
-			continue
+		if b, err := e.db.Lookup(id); err == nil {
+			a := e.sample(groupKey(queue, group), b, now)
+			e.latm.arrivalToDelivery.WithLabelValues(queue, group).Observe(a.Seconds())
 		}
-		a, ev := now.Sub(b.Arrived), now.Sub(b.Time)
-		e.lat.add("group\x00"+queue+"\x00"+group+"\x00arrival", a)
-		e.lat.add("group\x00"+queue+"\x00"+group+"\x00event", ev)
-		e.latm.arrivalToDelivery.WithLabelValues(queue, group).Observe(a.Seconds())
 	}
 }
 
 // StreamDelivered records a stream consumer moving past a block it was
-// sent. A stream stage's blocks count for its stage row (stage names it):
-// its program's output has no one input, so its latency is to the block
-// being fed to it.
-func (e *Engine) StreamDelivered(b state.Block, consumer, stage string) {
-	now := e.cfg.Now()
-	a, ev := now.Sub(b.Arrived), now.Sub(b.Time)
-	key := "stream\x00" + b.Queue + "\x00" + consumer
-	if stage != "" {
-		key, consumer = "stage\x00"+stage, stage
-	}
-	e.lat.add(key+"\x00arrival", a)
-	e.lat.add(key+"\x00event", ev)
+// sent.
+func (e *Engine) StreamDelivered(b state.Block, consumer string) {
+	a := e.sample(streamKey(b.Queue, consumer), b, e.cfg.Now())
 	e.latm.streamArrivalToDelivery.WithLabelValues(b.Queue, consumer).Observe(a.Seconds())
+}
+
+// streamFed records a stream stage's program being fed a block. It counts
+// on the stage's row: the program's output has no one input, so its
+// latency is to the block being fed.
+func (e *Engine) streamFed(stage string, b state.Block) {
+	a := e.sample(stageKey(stage), b, e.cfg.Now())
+	e.latm.streamArrivalToDelivery.WithLabelValues(b.Queue, stage).Observe(a.Seconds())
 }
 
 // Status reports, per stage and per consumer group, the backlog, the age
@@ -102,9 +114,8 @@ func (e *Engine) Status(ctx context.Context) ([]StatusRow, error) {
 	now := e.cfg.Now()
 	var rows []StatusRow
 	for _, s := range e.Stats() {
-		r := StatusRow{Kind: "stage", Stage: s.Stage, Queue: s.Inputs[0], Backlog: s.Backlog, Workers: s.Workers,
-			ArrivalTo: e.lat.percentiles("stage\x00" + s.Stage + "\x00arrival"),
-			EventTo:   e.lat.percentiles("stage\x00" + s.Stage + "\x00event")}
+		r := StatusRow{Kind: "stage", Stage: s.Stage, Queue: s.Inputs[0], Backlog: s.Backlog, Workers: s.Workers}
+		r.ArrivalTo, r.EventTo = e.percentiles(stageKey(s.Stage))
 		if at, ok, err := e.db.OldestOwed(s.Inputs[0], s.ID); err != nil {
 			return nil, err
 		} else if ok {
@@ -125,9 +136,8 @@ func (e *Engine) Status(ctx context.Context) ([]StatusRow, error) {
 			if isStageGroup(g.Group) {
 				continue
 			}
-			r := StatusRow{Kind: "group", Queue: q.Name, Group: g.Group, Backlog: int64(g.Unreserved + g.Reserved),
-				ArrivalTo: e.lat.percentiles("group\x00" + q.Name + "\x00" + g.Group + "\x00arrival"),
-				EventTo:   e.lat.percentiles("group\x00" + q.Name + "\x00" + g.Group + "\x00event")}
+			r := StatusRow{Kind: "group", Queue: q.Name, Group: g.Group, Backlog: int64(g.Unreserved + g.Reserved)}
+			r.ArrivalTo, r.EventTo = e.percentiles(groupKey(q.Name, g.Group))
 			if at, ok, err := e.db.OldestOwed(q.Name, g.Group); err != nil {
 				return nil, err
 			} else if ok {
@@ -161,9 +171,9 @@ func (e *Engine) streamRows(queue string, now time.Time) ([]StatusRow, error) {
 		if !seen {
 			i = len(rows)
 			at[c.Consumer] = i
-			key := "stream\x00" + queue + "\x00" + c.Consumer
-			rows = append(rows, StatusRow{Kind: "stream", Queue: queue, Group: c.Consumer,
-				ArrivalTo: e.lat.percentiles(key + "\x00arrival"), EventTo: e.lat.percentiles(key + "\x00event")})
+			r := StatusRow{Kind: "stream", Queue: queue, Group: c.Consumer}
+			r.ArrivalTo, r.EventTo = e.percentiles(streamKey(queue, c.Consumer))
+			rows = append(rows, r)
 		}
 		n, first, ok, err := e.db.StreamOwed(c)
 		if err != nil {

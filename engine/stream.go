@@ -274,7 +274,7 @@ func (e *Engine) feedStream(ctx context.Context, stage string, gap *pipeline.Str
 		if _, err := e.db.Commit(queue, inst, consumer, b.Seq); err != nil {
 			return err
 		}
-		e.StreamDelivered(b, consumer, stage)
+		e.streamFed(stage, b)
 	}
 }
 

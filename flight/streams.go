@@ -97,7 +97,7 @@ func (s *Service) streamDelivered(id block.ID, consumer string) {
 		return
 	}
 	if b, err := s.db.Lookup(id); err == nil {
-		s.eng.StreamDelivered(b, consumer, "")
+		s.eng.StreamDelivered(b, consumer)
 	}
 }
 
@@ -225,7 +225,7 @@ func (s *Service) serveStream(ctx context.Context, raw []byte, stream aflight.Fl
 				return statusOf(err, codes.Internal)
 			}
 			if s.eng != nil {
-				s.eng.StreamDelivered(b, t.Consumer, "")
+				s.eng.StreamDelivered(b, t.Consumer)
 			}
 			continue
 		}
