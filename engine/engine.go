@@ -18,6 +18,7 @@ import (
 
 	"github.com/plumb-dev/plumb/blob"
 	"github.com/plumb-dev/plumb/pipeline"
+	"github.com/plumb-dev/plumb/sandbox"
 	"github.com/plumb-dev/plumb/state"
 )
 
@@ -64,6 +65,14 @@ type Config struct {
 	// RemoteOnly runs no stage in this process: remote workers (plumb
 	// worker) run them all.
 	RemoteOnly bool
+	// Sandbox confines stage executables. Without one they are refused
+	// (NoSandbox says why), unless Unconfined runs them as the server's
+	// own user, which only a server without users should.
+	Sandbox    *sandbox.Sandbox
+	NoSandbox  error
+	Unconfined bool
+	// Programs is the directory of registered programs' copies.
+	Programs string
 	// Full, when set, says why the store has no room for outputs; while it
 	// does, no new run starts (runs under way finish).
 	Full func() error

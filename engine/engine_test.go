@@ -10,6 +10,7 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -21,6 +22,7 @@ import (
 	"github.com/plumb-dev/plumb/engine"
 	"github.com/plumb-dev/plumb/engine/builtin"
 	"github.com/plumb-dev/plumb/internal/testprog"
+	"github.com/plumb-dev/plumb/sandbox"
 	"github.com/plumb-dev/plumb/state"
 	"github.com/prometheus/client_golang/prometheus"
 )
@@ -43,6 +45,26 @@ type rig struct {
 	dir   string
 	stop  func()
 }
+
+// testSandbox confines the tests' executables as a server does; it fails
+// (never skips) where bubblewrap is missing: CI installs it.
+func testSandbox(t *testing.T) *sandbox.Sandbox {
+	t.Helper()
+	sb, err := sharedSandbox()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return sb
+}
+
+var sharedSandbox = sync.OnceValues(func() (*sandbox.Sandbox, error) {
+	// Helper programs re-run the test binary, which the runs must see.
+	self, err := os.Executable()
+	if err != nil {
+		return nil, err
+	}
+	return sandbox.New(context.Background(), sandbox.Config{Limits: sandbox.DefaultLimits(), Shared: []string{self}})
+})
 
 func newRig(t *testing.T, cfg engine.Config) *rig {
 	t.Helper()
@@ -75,7 +97,11 @@ func (r *rig) start(cfg engine.Config) {
 		cfg.Backoff = 10 * time.Millisecond
 	}
 	cfg.Scratch = filepath.Join(r.dir, "tmp")
+	cfg.Programs = filepath.Join(r.dir, "programs")
 	cfg.Tick = 50 * time.Millisecond
+	if cfg.Sandbox == nil && !cfg.Unconfined {
+		cfg.Sandbox = testSandbox(r.t)
+	}
 	eng, err := engine.New(r.db, r.store, reg, cfg)
 	if err != nil {
 		r.t.Fatal(err)
@@ -512,8 +538,15 @@ stages:
 // plausible latencies for what was done.
 func TestStatusReportsBacklogAndLatency(t *testing.T) {
 	reg := prometheus.NewRegistry()
-	r := newRig(t, engine.Config{Slots: 1, Registerer: reg})
-	gate := filepath.Join(t.TempDir(), "gate")
+	gates := t.TempDir()
+	gate := filepath.Join(gates, "gate")
+	// The confined program sees the gate's directory, as an admin's
+	// shared tool directory.
+	sb, err := sandbox.New(context.Background(), sandbox.Config{Limits: sandbox.DefaultLimits(), Shared: []string{gates}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := newRig(t, engine.Config{Slots: 1, Registerer: reg, Sandbox: sb})
 	prog := filepath.Join(t.TempDir(), "gated.sh")
 	// The program passes blocks through, but waits while the gate file is
 	// missing: blocks pile up behind it.

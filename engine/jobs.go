@@ -26,13 +26,15 @@ type SubmitResult struct {
 // what it says comes back with State rejected and every problem in
 // Reason, and err nil; err is for failures of the server.
 func (e *Engine) Submit(file string, src []byte, owner string) (SubmitResult, error) {
-	return e.SubmitChecked(file, src, owner, nil)
+	return e.SubmitChecked(file, src, owner, true, nil)
 }
 
 // SubmitChecked is Submit with a check of the parsed job, such as whether
 // its owner may read its inputs and write its outputs; an error from
-// authorize rejects the job with that reason.
-func (e *Engine) SubmitChecked(file string, src []byte, owner string, authorize func(*pipeline.Job) error) (SubmitResult, error) {
+// authorize rejects the job with that reason. A job that is not trusted
+// (an admin's, or any on a server without users) may run only built-ins
+// and registered programs.
+func (e *Engine) SubmitChecked(file string, src []byte, owner string, trusted bool, authorize func(*pipeline.Job) error) (SubmitResult, error) {
 	job, err := pipeline.ParseJobBytes(file, src)
 	if err != nil {
 		if errors.Is(err, pipeline.ErrInvalidJob) {
@@ -48,7 +50,7 @@ func (e *Engine) SubmitChecked(file string, src []byte, owner string, authorize 
 			return e.reject(job.Name, job.Owner, src, err)
 		}
 	}
-	if err := e.checkPrograms(file, job); err != nil {
+	if err := e.checkPrograms(file, job, trusted); err != nil {
 		return e.reject(job.Name, job.Owner, src, err)
 	}
 	e.mu.Lock()
@@ -68,7 +70,7 @@ func (e *Engine) SubmitChecked(file string, src []byte, owner string, authorize 
 		}
 	}
 
-	if _, err := e.db.PutJob(state.Job{Name: job.Name, Owner: job.Owner, State: state.JobAccepted, Source: string(src), Warnings: mine}); err != nil {
+	if _, err := e.db.PutJob(state.Job{Name: job.Name, Owner: job.Owner, State: state.JobAccepted, Source: string(src), Warnings: mine, Trusted: trusted}); err != nil {
 		return SubmitResult{}, err
 	}
 	if err := e.apply(g); err != nil {
@@ -98,28 +100,32 @@ func jobName(src []byte) string {
 	return ""
 }
 
-func (e *Engine) reject(name, owner string, src []byte, why error) (SubmitResult, error) {
+func (e *Engine) reject(name, owner string, _ []byte, why error) (SubmitResult, error) {
+	// Nothing of a refused job is stored: the submitter has the reason,
+	// and a refused file (perhaps hostile, perhaps huge) takes no room.
+	// An accepted job of the same name keeps running.
 	res := SubmitResult{Job: name, State: string(state.JobRejected), Reason: why.Error()}
-	if name == "" {
-		return res, nil
-	}
-	// An accepted job keeps running when a new version of it is refused.
-	if old, err := e.db.GetJob(name); err == nil && old.State == state.JobAccepted {
-		return res, nil
-	}
-	if _, err := e.db.PutJob(state.Job{Name: name, Owner: owner, State: state.JobRejected, Reason: res.Reason, Source: string(src)}); err != nil {
-		return SubmitResult{}, err
-	}
-	e.log.Info("job rejected", "job", name, "owner", owner, "reason", res.Reason)
+	e.log.Info("job rejected", "job", truncateName(name), "owner", owner, "reason", truncateName(res.Reason))
 	return res, nil
+}
+
+// truncateName keeps what a log line echoes of a submitter's text short.
+func truncateName(s string) string {
+	if len(s) > 200 {
+		return s[:200] + "…"
+	}
+	return s
 }
 
 // checkPrograms resolves every step now, so a job naming a built-in or an
 // executable the server lacks is refused at once, with the stage's line.
-func (e *Engine) checkPrograms(file string, job *pipeline.Job) error {
+func (e *Engine) checkPrograms(file string, job *pipeline.Job, trusted bool) error {
 	var problems pipeline.Problems
 	for _, s := range job.Stages {
-		steps, err := resolve(e.reg, s.Program)
+		steps, err := resolve(e.reg, e.lookup, s.Program, trusted)
+		if err == nil {
+			err = e.checkExecutables(s, steps)
+		}
 		if err == nil {
 			err = checkOutputs(steps, s.Outputs)
 		}
@@ -212,7 +218,7 @@ func (e *Engine) load() error {
 	}
 	var keep []*pipeline.Job
 	for _, j := range jobs {
-		if err := e.checkPrograms("job "+j.Name, j); err != nil {
+		if err := e.checkPrograms("job "+j.Name, j, e.trusted(j.Name)); err != nil {
 			e.demote(j.Name, err)
 			continue
 		}
@@ -268,13 +274,13 @@ func (e *Engine) apply(g *pipeline.Graph) error {
 		id := n.ID()
 		if old := e.stages[id]; old != nil {
 			old.node = n // owners and program may have changed
-			if steps, err := resolve(e.reg, n.Program); err == nil {
+			if steps, err := e.resolveNode(n); err == nil {
 				old.steps = steps
 			}
 			next[id] = old
 			continue
 		}
-		steps, err := resolve(e.reg, n.Program)
+		steps, err := e.resolveNode(n)
 		if err != nil {
 			return fmt.Errorf("stage %s: %w", n.Name, err)
 		}

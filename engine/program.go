@@ -8,6 +8,7 @@ import (
 	"io"
 	"os"
 	"os/exec"
+	"path"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -18,6 +19,8 @@ import (
 	"golang.org/x/sync/errgroup"
 
 	"github.com/plumb-dev/plumb/pipeline"
+	"github.com/plumb-dev/plumb/sandbox"
+	"github.com/plumb-dev/plumb/state"
 )
 
 // step is one resolved step of a program.
@@ -25,11 +28,20 @@ type step struct {
 	name    string // builtin:NAME or the executable, for messages
 	builtin Builtin
 	argv    []string
+	// network says the step may have the host's network when its stage
+	// asks: its program was registered so, or an admin's job names it.
+	network bool
 }
 
+// lookupProgram finds a registered program by name; ok false when none
+// has it.
+type lookupProgram func(name string) (p state.Program, ok bool, err error)
+
 // resolve makes a program's steps runnable: built-ins from the registry,
-// executables found on PATH or relative to the server's directory.
-func resolve(reg *Registry, p pipeline.Program) ([]step, error) {
+// executables from the program registry by name, or, for a trusted job
+// (an admin's, or any on a server without users), found on PATH or
+// relative to the server's directory.
+func resolve(reg *Registry, lookup lookupProgram, p pipeline.Program, trusted bool) ([]step, error) {
 	out := make([]step, len(p.Steps))
 	for i, st := range p.Steps {
 		if st.Builtin != "" {
@@ -40,17 +52,34 @@ func resolve(reg *Registry, p pipeline.Program) ([]step, error) {
 			out[i] = step{name: pipeline.BuiltinPrefix + st.Builtin, builtin: b}
 			continue
 		}
-		if _, err := exec.LookPath(st.Argv[0]); err != nil {
-			return nil, fmt.Errorf("program %q is not found or not executable on the server: %v; install it there or give its absolute path", st.Argv[0], err)
+		name := st.Argv[0]
+		if lookup != nil && !strings.Contains(name, "/") {
+			prog, ok, err := lookup(name)
+			if err != nil {
+				return nil, err
+			}
+			if ok {
+				argv := slices.Clone(st.Argv)
+				argv[0] = prog.Path
+				out[i] = step{name: name, argv: argv, network: prog.Network}
+				continue
+			}
+		}
+		if !trusted {
+			return nil, fmt.Errorf("program %q is not registered on this server; an admin registers it with `plumb program add %s PATH`, or use a built-in (`plumb program list` shows what is registered)", name, path.Base(name))
+		}
+		if _, err := exec.LookPath(name); err != nil {
+			return nil, fmt.Errorf("program %q is not found or not executable on the server: %v; install it there or give its absolute path", name, err)
 		}
 		argv := slices.Clone(st.Argv)
-		if strings.Contains(argv[0], "/") {
-			// Relative to the server's directory, not the run's own one.
-			if abs, err := filepath.Abs(argv[0]); err == nil {
+		if abs, err := exec.LookPath(argv[0]); err == nil {
+			// Relative to the server's directory, not the run's own one;
+			// and an absolute path, so the sandbox can show it.
+			if abs, err = filepath.Abs(abs); err == nil {
 				argv[0] = abs
 			}
 		}
-		out[i] = step{name: st.Argv[0], argv: argv}
+		out[i] = step{name: name, argv: argv, network: true}
 	}
 	return out, nil
 }
@@ -74,7 +103,7 @@ const stderrKeep = 4 << 10
 // and at most one output gets them as stdin and stdout, a chain of steps
 // connected by pipes; an executable with several gets named FIFOs as
 // --in QUEUE=PATH and --out QUEUE=PATH arguments.
-func execute(ctx context.Context, steps []step, ins, outs []port, scratch string) (outcome, error) {
+func execute(ctx context.Context, x *confinement, steps []step, ins, outs []port, scratch string) (outcome, error) {
 	// Executables start in a directory of their own inside the run's
 	// scratch space, removed with it.
 	work := filepath.Join(scratch, "work")
@@ -97,9 +126,9 @@ func execute(ctx context.Context, steps []step, ins, outs []port, scratch string
 		if len(outs) == 1 {
 			out = outs[0].w
 		}
-		err = chain(ctx, steps, ins[0].r, out, tail, &cpu, work)
+		err = chain(ctx, x, steps, ins[0].r, out, tail, &cpu, work)
 	} else {
-		err = withFIFOs(ctx, steps[0].argv, ins, outs, scratch, tail, &cpu, work)
+		err = withFIFOs(ctx, x, steps[0], ins, outs, scratch, tail, &cpu, work)
 	}
 	if ctx.Err() != nil && errors.Is(context.Cause(ctx), errTimeout) {
 		err = fmt.Errorf("killed after its timeout: %w", errTimeout)
@@ -110,7 +139,7 @@ func execute(ctx context.Context, steps []step, ins, outs []port, scratch string
 var errTimeout = errors.New("stage timeout")
 
 // chain runs steps connected by OS pipes: in → step 1 → ... → out.
-func chain(ctx context.Context, steps []step, in io.Reader, out io.Writer, tail io.Writer, cpu *cpuCounter, dir string) error {
+func chain(ctx context.Context, x *confinement, steps []step, in io.Reader, out io.Writer, tail io.Writer, cpu *cpuCounter, dir string) error {
 	g, gctx := errgroup.WithContext(ctx)
 	errs := make([]error, len(steps))
 	src := in
@@ -126,7 +155,7 @@ func chain(ctx context.Context, steps []step, in io.Reader, out io.Writer, tail 
 		}
 		stepIn := src
 		g.Go(func() error {
-			errs[i] = runStep(gctx, st, stepIn, dst, tail, cpu, dir)
+			errs[i] = runStep(gctx, x, st, stepIn, dst, tail, cpu, dir)
 			// Close our ends so neighbours see EOF or EPIPE.
 			if pw != nil {
 				pw.Close()
@@ -171,37 +200,64 @@ func isPipeErr(err error) bool {
 	return errors.Is(err, syscall.EPIPE) || errors.Is(err, os.ErrClosed) || errors.Is(err, io.ErrClosedPipe)
 }
 
-func runStep(ctx context.Context, st step, in io.Reader, out io.Writer, tail io.Writer, cpu *cpuCounter, dir string) error {
+func runStep(ctx context.Context, x *confinement, st step, in io.Reader, out io.Writer, tail io.Writer, cpu *cpuCounter, dir string) error {
 	if st.builtin != nil {
 		start := time.Now()
 		err := st.builtin.Run(ctx, in, out)
 		cpu.add(time.Since(start))
 		return err
 	}
-	cmd := command(ctx, st.argv, dir)
+	cmd, release, err := x.command(ctx, st, st.argv, dir, nil, nil)
+	if err != nil {
+		return err
+	}
+	defer release()
 	cmd.Stdin, cmd.Stderr = in, tail
 	if out != io.Discard {
 		cmd.Stdout = out
 	}
-	err := cmd.Run()
+	err = cmd.Run()
 	if cmd.ProcessState != nil {
 		cpu.add(cmd.ProcessState.UserTime() + cmd.ProcessState.SystemTime())
 	}
 	return exitError(err)
 }
 
+// confinement is how a stage's executables start.
+type confinement struct {
+	// sb confines them; nil runs them as the server's user, which only
+	// an engine configured Unconfined does.
+	sb *sandbox.Sandbox
+	// network is the stage's wish for the host's network.
+	network bool
+	// readOnly are more paths the programs may read (a window's blocks).
+	readOnly []string
+	// limits replace the sandbox's own (none for a long-running stream).
+	limits *sandbox.Limits
+}
+
 // command prepares an executable in its own process group, so that a
 // timeout kills the program and anything it started, in dir and with a
 // clean environment: the server's secrets and settings are not the
-// program's business.
-func command(ctx context.Context, argv []string, dir string) *exec.Cmd {
-	cmd := exec.CommandContext(ctx, argv[0], argv[1:]...)
-	cmd.Dir = dir
-	cmd.Env = cleanEnv(dir)
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
-	cmd.Cancel = func() error { return syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL) }
-	cmd.WaitDelay = 5 * time.Second
-	return cmd
+// program's business. In the sandbox it sees only dir, the writable
+// paths (FIFOs) and what is read-only to it. release frees what the
+// sandbox holds for the run once the command has been waited for.
+func (x *confinement) command(ctx context.Context, st step, argv []string, dir string, writable []string, extra []*os.File) (cmd *exec.Cmd, release func(), err error) {
+	env := cleanEnv(dir)
+	if x == nil || x.sb == nil {
+		cmd := exec.CommandContext(ctx, argv[0], argv[1:]...)
+		cmd.Dir = dir
+		cmd.Env = env
+		cmd.ExtraFiles = extra
+		cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+		cmd.Cancel = func() error { return syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL) }
+		cmd.WaitDelay = 5 * time.Second
+		return cmd, func() {}, nil
+	}
+	return x.sb.Command(ctx, sandbox.Run{
+		Argv: argv, Dir: dir, ReadOnly: x.readOnly, Writable: writable,
+		Network: x.network && st.network, Env: env, ExtraFiles: extra, Limits: x.limits,
+	})
 }
 
 func exitError(err error) error {
@@ -217,8 +273,8 @@ func exitError(err error) error {
 
 // withFIFOs runs one executable over several inputs or outputs, each a
 // named FIFO in scratch.
-func withFIFOs(ctx context.Context, argv []string, ins, outs []port, scratch string, tail io.Writer, cpu *cpuCounter, dir string) error {
-	args := append([]string(nil), argv...)
+func withFIFOs(ctx context.Context, x *confinement, st step, ins, outs []port, scratch string, tail io.Writer, cpu *cpuCounter, dir string) error {
+	args := append([]string(nil), st.argv...)
 	var fifos []string
 	mk := func(flag string, p port) (string, error) {
 		path := filepath.Join(scratch, flag+"-"+p.queue)
@@ -259,9 +315,13 @@ func withFIFOs(ctx context.Context, argv []string, ins, outs []port, scratch str
 			copyErrs[len(ins)+i] = err
 		})
 	}
-	cmd := command(ctx, args, dir)
+	cmd, release, err := x.command(ctx, st, args, dir, fifos, nil)
+	if err != nil {
+		return err
+	}
+	defer release()
 	cmd.Stderr = tail
-	err := exitError(cmd.Run())
+	err = exitError(cmd.Run())
 	if cmd.ProcessState != nil {
 		cpu.add(cmd.ProcessState.UserTime() + cmd.ProcessState.SystemTime())
 	}

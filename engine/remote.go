@@ -2,13 +2,19 @@ package engine
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"io"
+	"os"
+	"os/exec"
 	"path"
+	"path/filepath"
 	"slices"
 	"sort"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/google/uuid"
@@ -16,6 +22,7 @@ import (
 	"github.com/plumb-dev/plumb/blob"
 	"github.com/plumb-dev/plumb/block"
 	"github.com/plumb-dev/plumb/pipeline"
+	"github.com/plumb-dev/plumb/sandbox"
 	"github.com/plumb-dev/plumb/state"
 )
 
@@ -52,6 +59,19 @@ type Lease struct {
 	Outputs []string         `json:"outputs"`
 	Timeout time.Duration    `json:"timeout_ns,omitempty"`
 	TTL     time.Duration    `json:"ttl_ns"`
+	// Network is the stage's wish for the host's network.
+	Network bool `json:"network,omitempty"`
+	// Trusted says the stage's job may name unregistered executables.
+	Trusted bool `json:"trusted,omitempty"`
+	// Programs are the registered programs the stage names, by name: a
+	// worker runs the copy it holds with that checksum.
+	Programs map[string]LeaseProgram `json:"programs,omitempty"`
+}
+
+// LeaseProgram is a registered program as a worker needs it.
+type LeaseProgram struct {
+	SHA256  string `json:"sha256"`
+	Network bool   `json:"network,omitempty"`
 }
 
 // WorkerInfo describes a worker for `plumb workers`.
@@ -189,7 +209,8 @@ func (e *Engine) Lease(ctx context.Context, h Hello) (Lease, bool, error) {
 		st.running++
 		st.backlog = max(st.backlog-1, 0)
 		l := Lease{ID: id, Stage: st.node.Name, Program: st.node.Program, Inputs: res.Blocks, Outputs: st.node.Outputs,
-			Timeout: time.Duration(st.node.Timeout), TTL: e.cfg.LeaseTTL}
+			Timeout: time.Duration(st.node.Timeout), TTL: e.cfg.LeaseTTL, Network: st.node.Network}
+		l.Trusted, l.Programs = e.leasePrograms(st.node)
 		e.leases[id] = &remoteRun{attempt: res.Attempt, lease: l, st: st, worker: h.Worker, group: st.group, deadline: now.Add(e.cfg.LeaseTTL), start: now}
 		return l, true, nil
 	}
@@ -355,15 +376,108 @@ type Port struct {
 	W     io.Writer // outputs
 }
 
-// RunProgram runs a stage program over inputs into outputs with the same
-// code the server's own runs use, for a worker: built-ins from reg,
-// executables in a directory of their own under scratch. It returns the
-// tail of the programs' stderr and the CPU they used (busy time for
-// built-ins).
-func RunProgram(ctx context.Context, reg *Registry, p pipeline.Program, name block.Name, ins, outs []Port, scratch string) (stderr string, cpu time.Duration, err error) {
-	steps, err := resolve(reg, p)
+// leasePrograms says what a worker needs to resolve a stage's program as
+// the server does.
+func (e *Engine) leasePrograms(n *pipeline.Node) (trusted bool, progs map[string]LeaseProgram) {
+	trusted = len(n.Owners) > 0 && e.trusted(n.Owners[0].Job)
+	for _, st := range n.Program.Steps {
+		if len(st.Argv) == 0 || strings.Contains(st.Argv[0], "/") {
+			continue
+		}
+		if p, ok, _ := e.lookup(st.Argv[0]); ok {
+			if progs == nil {
+				progs = map[string]LeaseProgram{}
+			}
+			progs[p.Name] = LeaseProgram{SHA256: p.SHA256, Network: p.Network}
+		}
+	}
+	return trusted, progs
+}
+
+// Runner runs leased stage programs on a worker with the same code and
+// the same confinement as the server's own runs.
+type Runner struct {
+	Registry *Registry
+	// Sandbox confines executables; without one they run only when
+	// Unconfined says so.
+	Sandbox    *sandbox.Sandbox
+	Unconfined bool
+	// Programs is the directory holding registered programs, each in a
+	// file named by its SHA-256 (as the server keeps them), which an
+	// admin puts there when installing the worker.
+	Programs string
+
+	verified sync.Map // SHA-256 → true, once a file was checked
+}
+
+// Lacks names the first executable of a lease this machine cannot run,
+// or "" when it can run them all.
+func (r *Runner) Lacks(l Lease) string {
+	for _, st := range l.Program.Steps {
+		if len(st.Argv) == 0 {
+			continue
+		}
+		if r.Sandbox == nil && !r.Unconfined {
+			return st.Argv[0] // it could not run confined here
+		}
+		if p, ok := l.Programs[st.Argv[0]]; ok {
+			if _, _, err := r.program(st.Argv[0], p); err != nil {
+				return st.Argv[0]
+			}
+			continue
+		}
+		if _, err := exec.LookPath(st.Argv[0]); err != nil {
+			return st.Argv[0]
+		}
+	}
+	return ""
+}
+
+// program finds a registered program's copy and checks its checksum (once
+// per file).
+func (r *Runner) program(name string, p LeaseProgram) (state.Program, bool, error) {
+	if r.Programs == "" {
+		return state.Program{}, false, fmt.Errorf("program %s is registered on the server; this worker has no --programs directory", name)
+	}
+	path := filepath.Join(r.Programs, strings.ToLower(p.SHA256))
+	if _, ok := r.verified.Load(p.SHA256); !ok {
+		f, err := os.Open(path)
+		if err != nil {
+			return state.Program{}, false, fmt.Errorf("program %s: %w; copy the server's program with SHA-256 %s there", name, err, p.SHA256)
+		}
+		h := sha256.New()
+		_, err = io.Copy(h, f)
+		f.Close()
+		if err != nil {
+			return state.Program{}, false, err
+		}
+		if got := hex.EncodeToString(h.Sum(nil)); !strings.EqualFold(got, p.SHA256) {
+			return state.Program{}, false, fmt.Errorf("program %s: %s has SHA-256 %s, not the registered %s", name, path, got, p.SHA256)
+		}
+		r.verified.Store(p.SHA256, true)
+	}
+	return state.Program{Name: name, Path: path, SHA256: p.SHA256, Network: p.Network}, true, nil
+}
+
+// Run runs a leased stage program over inputs into outputs, executables
+// in a directory of their own under scratch. It returns the tail of the
+// programs' stderr and the CPU they used (busy time for built-ins).
+func (r *Runner) Run(ctx context.Context, l Lease, name block.Name, ins, outs []Port, scratch string) (stderr string, cpu time.Duration, err error) {
+	lookup := func(n string) (state.Program, bool, error) {
+		p, ok := l.Programs[n]
+		if !ok {
+			return state.Program{}, false, nil
+		}
+		return r.program(n, p)
+	}
+	steps, err := resolve(r.Registry, lookup, l.Program, l.Trusted)
 	if err != nil {
 		return "", 0, err
+	}
+	for _, st := range steps {
+		if st.builtin == nil && r.Sandbox == nil && !r.Unconfined {
+			return "", 0, fmt.Errorf("executables are refused on this worker, which cannot confine them; install bubblewrap")
+		}
 	}
 	var pin, pout []port
 	for _, i := range ins {
@@ -372,7 +486,8 @@ func RunProgram(ctx context.Context, reg *Registry, p pipeline.Program, name blo
 	for _, o := range outs {
 		pout = append(pout, port{queue: o.Queue, w: o.W})
 	}
-	res, err := execute(WithBlock(ctx, name), steps, pin, pout, scratch)
+	x := &confinement{sb: r.Sandbox, network: l.Network}
+	res, err := execute(WithBlock(ctx, name), x, steps, pin, pout, scratch)
 	return res.stderr, res.cpu, err
 }
 

@@ -196,7 +196,7 @@ func (e *Engine) process(ctx context.Context, spec runSpec, inputs []state.Block
 	if err != nil {
 		return nil, outcome{}, fmt.Errorf("input block name %s: %w", inputs[0].Name, err)
 	}
-	res, err := execute(WithBlock(ctx, name), spec.steps, ins, outs, scratch)
+	res, err := execute(WithBlock(ctx, name), e.confine(spec.node), spec.steps, ins, outs, scratch)
 	m.cpu = res.cpu
 	if err != nil {
 		return nil, res, err

@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"sync"
@@ -135,7 +136,6 @@ func (e *Engine) streamOnce(ctx context.Context, st *stage, spec runSpec, inst s
 		return fmt.Errorf("scratch space for a stream: %w (is %s writable?)", err, e.cfg.Scratch)
 	}
 	defer os.RemoveAll(work)
-	cmd := command(ctx, spec.steps[0].argv, work)
 	blocksR, blocksW, err := os.Pipe()
 	if err != nil {
 		return err
@@ -146,7 +146,31 @@ func (e *Engine) streamOnce(ctx context.Context, st *stage, spec runSpec, inst s
 		blocksW.Close()
 		return err
 	}
-	cmd.ExtraFiles = []*os.File{blocksR, ckW} // fd 3 and 4
+	// A stream program runs for as long as the stream: no CPU-time limit.
+	x := e.confine(spec.node)
+	if x.sb != nil {
+		lim := e.cfg.Sandbox.Limits()
+		lim.CPU = 0
+		x.limits = &lim
+	}
+	// Its working directory is its own, inside the stream's scratch.
+	dir := filepath.Join(work, "work")
+	if err := os.Mkdir(dir, 0o700); err != nil {
+		blocksR.Close()
+		blocksW.Close()
+		ckR.Close()
+		ckW.Close()
+		return err
+	}
+	cmd, release, err := x.command(ctx, spec.steps[0], spec.steps[0].argv, dir, nil, []*os.File{blocksR, ckW}) // fd 3 and 4
+	if err != nil {
+		blocksR.Close()
+		blocksW.Close()
+		ckR.Close()
+		ckW.Close()
+		return err
+	}
+	defer release()
 	cmd.Env = append(cmd.Env, "PLUMB_BLOCKS_FD=3", "PLUMB_CHECKPOINT_FD=4", "PLUMB_STATE="+stateJSON,
 		"PLUMB_INSTANCE="+inst, "PLUMB_QUEUE="+queue)
 	stdin, err := cmd.StdinPipe()

@@ -307,7 +307,16 @@ func (e *Engine) runWindow(ctx context.Context, st *stage, spec runSpec, f windo
 		outs = append(outs, port{queue: q, w: hf})
 	}
 	start := e.cfg.Now()
-	res, err := execute(ctx, spec.steps, []port{{queue: st.win.queue, r: bytes.NewReader(doc)}}, outs, scratch)
+	// A confined program reads the window's blocks by their paths in
+	// scratch, which it may pass through but not list or write.
+	x := e.confine(spec.node)
+	if x.sb != nil {
+		if err := os.Chmod(scratch, 0o711); err != nil {
+			return err
+		}
+		x.readOnly = []string{scratch}
+	}
+	res, err := execute(ctx, x, spec.steps, []port{{queue: st.win.queue, r: bytes.NewReader(doc)}}, outs, scratch)
 	m.took, m.cpu = e.cfg.Now().Sub(start), res.cpu
 	if err != nil {
 		st.count(&m, "failed")
@@ -355,6 +364,13 @@ func (e *Engine) materialize(ctx context.Context, queue string, b windowing.Bloc
 	}
 	if l, ok := e.store.(blob.Linker); ok {
 		if err := l.Link(sb.Key, path); err == nil {
+			if e.cfg.Sandbox != nil {
+				// The run's own uid reads it. The store's directories stay
+				// 0750, so nothing outside the store sees more.
+				if err := os.Chmod(path, 0o644); err != nil {
+					return 0, err
+				}
+			}
 			return sb.Size, nil
 		}
 	}
@@ -366,6 +382,12 @@ func (e *Engine) materialize(ctx context.Context, queue string, b windowing.Bloc
 	f, err := os.Create(path)
 	if err != nil {
 		return 0, err
+	}
+	if e.cfg.Sandbox != nil {
+		if err := f.Chmod(0o644); err != nil { // whatever the umask
+			f.Close()
+			return 0, err
+		}
 	}
 	n, err := io.Copy(f, rc)
 	return n, errors.Join(err, f.Close())

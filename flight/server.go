@@ -28,6 +28,7 @@ import (
 	"github.com/plumb-dev/plumb/engine"
 	"github.com/plumb-dev/plumb/fsck"
 	"github.com/plumb-dev/plumb/retention"
+	"github.com/plumb-dev/plumb/sandbox"
 	"github.com/plumb-dev/plumb/state"
 	"github.com/plumb-dev/plumb/web"
 	"github.com/prometheus/client_golang/prometheus"
@@ -69,6 +70,12 @@ type Config struct {
 	// Registry holds the built-in stages; with nil the server runs no
 	// pipelines.
 	Registry *engine.Registry
+	// Sandbox is how stage executables are confined: "bwrap" (the
+	// default) or "off", which runs them as the server's user and is
+	// refused with Users.
+	Sandbox string
+	// RunLimits bound each confined run; sandbox.DefaultLimits when zero.
+	RunLimits sandbox.Limits
 	// Engine configures the pipeline engine; its Scratch defaults to
 	// DATA/tmp.
 	Engine engine.Config
@@ -270,6 +277,13 @@ func Run(ctx context.Context, cfg Config) (err error) {
 		if ecfg.Scratch == "" {
 			ecfg.Scratch = filepath.Join(cfg.Data, "tmp")
 		}
+		if ecfg.Programs == "" {
+			ecfg.Programs = filepath.Join(cfg.Data, "programs")
+		}
+		if err := confine(ctx, cfg, &ecfg); err != nil {
+			lis.Close()
+			return err
+		}
 		if ecfg.Logger == nil {
 			ecfg.Logger = cfg.Logger
 		}
@@ -417,4 +431,38 @@ func statusOf(err error, code codes.Code) error {
 		return status.Error(codes.FailedPrecondition, err.Error())
 	}
 	return status.Error(code, err.Error())
+}
+
+// confine sets up the sandbox for the engine's executables. Where it
+// cannot be set up the server still starts: built-ins run, executables
+// are refused with the reason.
+func confine(ctx context.Context, cfg Config, ecfg *engine.Config) error {
+	switch cfg.Sandbox {
+	case "off":
+		if cfg.Users != "" {
+			return errors.New("--sandbox off would run every user's programs as the server's own user; it is refused with --users")
+		}
+		ecfg.Unconfined = true
+		cfg.Logger.Warn("stage executables run unconfined, as the server's user (--sandbox off)")
+		return nil
+	case "", "bwrap":
+	default:
+		return fmt.Errorf("--sandbox %q: want bwrap or off", cfg.Sandbox)
+	}
+	lim := cfg.RunLimits
+	if lim == (sandbox.Limits{}) {
+		lim = sandbox.DefaultLimits()
+	}
+	private := []string{cfg.Data}
+	if cfg.Users != "" {
+		private = append(private, cfg.Users)
+	}
+	sb, err := sandbox.New(ctx, sandbox.Config{Limits: lim, Private: private})
+	if err != nil {
+		ecfg.NoSandbox = err
+		cfg.Logger.Warn("stage executables will be refused; built-ins run", "err", err)
+		return nil
+	}
+	ecfg.Sandbox = sb
+	return nil
 }

@@ -29,6 +29,7 @@ type Node struct {
 	Retention   Retention   `yaml:"retention,omitempty"`
 	Window      *WindowSpec `yaml:"window,omitempty"`
 	Stream      *StreamSpec `yaml:"stream,omitempty"`
+	Network     bool        `yaml:"network,omitempty"`
 	From        string      `yaml:"from"`
 	Owners      []Owner     `yaml:"owners"`
 	Merged      bool        `yaml:"merged,omitempty"` // more than one job owns it
@@ -122,7 +123,7 @@ func Merge(jobs []*Job, opts Options) (*Graph, []Warning, error) {
 			}
 			n := &Node{
 				Name: j.Name + "/" + s.Name, Key: key, Inputs: in, Outputs: out, Program: s.Program,
-				Abstraction: s.Abstraction, Timeout: s.Timeout, Retention: s.Retention,
+				Abstraction: s.Abstraction, Timeout: s.Timeout, Retention: s.Retention, Network: s.Network,
 				Window: s.Window, Stream: s.Stream, From: j.From, Owners: []Owner{owner},
 			}
 			if n.From == "" {

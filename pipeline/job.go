@@ -53,6 +53,9 @@ type Stage struct {
 	Retention Retention   `yaml:"retention,omitempty"`
 	Window    *WindowSpec `yaml:"window,omitempty"`
 	Stream    *StreamSpec `yaml:"stream,omitempty"`
+	// Network asks for the host's network in the stage's runs; a run has
+	// none unless its program was registered with the network allowed.
+	Network bool `yaml:"network,omitempty"`
 	// Line is where the stage starts in its job file.
 	Line int `yaml:"-"`
 }

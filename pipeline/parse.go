@@ -102,6 +102,17 @@ func (p *parser) strings(n *yaml.Node, field string) []string {
 	return out
 }
 
+func (p *parser) boolean(n *yaml.Node, field string) bool {
+	if n == nil {
+		return false
+	}
+	var b bool
+	if n.Kind != yaml.ScalarNode || n.Decode(&b) != nil {
+		p.add(n, field, "want true or false")
+	}
+	return b
+}
+
 func (p *parser) duration(n *yaml.Node, field string) Duration {
 	s := p.str(n, field)
 	if s == "" {
@@ -176,7 +187,7 @@ func (p *parser) job(doc *yaml.Node) *Job {
 			if name := peekName(sn); name != "" {
 				field = fmt.Sprintf("stage %q", name)
 			}
-			sf := p.fields(sn, field, "name", "inputs", "outputs", "program", "abstraction", "timeout", "retention", "window", "stream")
+			sf := p.fields(sn, field, "name", "inputs", "outputs", "program", "abstraction", "timeout", "retention", "window", "stream", "network")
 			if sf == nil {
 				continue
 			}
@@ -187,6 +198,7 @@ func (p *parser) job(doc *yaml.Node) *Job {
 				Outputs:     p.strings(sf["outputs"], field+".outputs"),
 				Abstraction: p.str(sf["abstraction"], field+".abstraction"),
 				Timeout:     p.duration(sf["timeout"], field+".timeout"),
+				Network:     p.boolean(sf["network"], field+".network"),
 				Line:        sn.Line,
 			}
 			if sf["program"] == nil {

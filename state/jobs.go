@@ -33,6 +33,10 @@ type Job struct {
 	// Order is the job's place in the merge: a later job merges into the
 	// stages of earlier ones.
 	Order uint64 `json:"order"`
+	// Trusted says the job may name executables the program registry
+	// does not hold: it was submitted by an admin, or to a server
+	// without users.
+	Trusted bool `json:"trusted,omitempty"`
 }
 
 var bucketJobs = []byte("jobs")

@@ -25,6 +25,7 @@ import (
 	"github.com/plumb-dev/plumb/block"
 	"github.com/plumb-dev/plumb/engine"
 	"github.com/plumb-dev/plumb/engine/builtin"
+	"github.com/plumb-dev/plumb/sandbox"
 	"github.com/plumb-dev/plumb/state"
 	"github.com/plumb-dev/plumb/web"
 )
@@ -55,8 +56,12 @@ func newRig(t *testing.T) *rig {
 	reg := prometheus.NewRegistry()
 	builtins := engine.NewRegistry()
 	builtin.Register(builtins, builtin.FindXZ())
+	sb, err := sandbox.New(context.Background(), sandbox.Config{Limits: sandbox.DefaultLimits()})
+	if err != nil {
+		t.Fatal(err)
+	}
 	eng, err := engine.New(db, store, builtins, engine.Config{Slots: 2, Scratch: filepath.Join(dir, "tmp"),
-		Tick: 20 * time.Millisecond, Backoff: time.Millisecond, Registerer: reg})
+		Tick: 20 * time.Millisecond, Backoff: time.Millisecond, Registerer: reg, Sandbox: sb})
 	if err != nil {
 		t.Fatal(err)
 	}

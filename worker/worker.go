@@ -13,7 +13,6 @@ import (
 	"io"
 	"log/slog"
 	"os"
-	"os/exec"
 	"slices"
 	"sync"
 	"time"
@@ -33,8 +32,9 @@ type Config struct {
 	ID, Host string
 	Slots    int    // runs at once
 	Stages   string // path.Match pattern of stage names to run; "" for all
-	Registry *engine.Registry
-	Scratch  string // where runs write their outputs before upload
+	// Runner runs the programs, confined as the server confines its own.
+	Runner  *engine.Runner
+	Scratch string // where runs write their outputs before upload
 	// Store, when set, is the server's primary blob store (S3) reached
 	// directly: inputs are read from it and outputs written to it, and
 	// only the commit goes through the server. Without it every byte goes
@@ -103,17 +103,13 @@ func (w *Worker) run(ctx context.Context, l engine.Lease) {
 	log := w.cfg.Log.With("lease", l.ID, "stage", l.Stage, "block", l.Inputs[0].Name)
 	log.Debug("run leased")
 	c := w.cfg.Client
-	for _, st := range l.Program.Steps {
-		if len(st.Argv) > 0 {
-			if _, err := exec.LookPath(st.Argv[0]); err != nil {
-				w.mu.Lock()
-				w.missing = append(w.missing, st.Argv[0])
-				w.mu.Unlock()
-				log.Warn("this machine lacks the stage's program; giving the run back", "program", st.Argv[0])
-				c.LeaseDo(ctx, "fail-lease", flight.LeaseRequest{Lease: l.ID, Release: true})
-				return
-			}
-		}
+	if prog := w.cfg.Runner.Lacks(l); prog != "" {
+		w.mu.Lock()
+		w.missing = append(w.missing, prog)
+		w.mu.Unlock()
+		log.Warn("this machine lacks the stage's program; giving the run back", "program", prog)
+		c.LeaseDo(ctx, "fail-lease", flight.LeaseRequest{Lease: l.ID, Release: true})
+		return
 	}
 	rctx, cancel := context.WithCancelCause(ctx)
 	defer cancel(nil)
@@ -256,7 +252,7 @@ func (w *Worker) execute(ctx context.Context, l engine.Lease) ([]*output, string
 		outs = append(outs, o)
 		ports = append(ports, engine.Port{Queue: q, W: o})
 	}
-	stderr, cpu, err := engine.RunProgram(ctx, w.cfg.Registry, l.Program, name, ins, ports, scratch)
+	stderr, cpu, err := w.cfg.Runner.Run(ctx, l, name, ins, ports, scratch)
 	return outs, stderr, cpu, err
 }
 

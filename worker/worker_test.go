@@ -17,6 +17,7 @@ import (
 	"github.com/plumb-dev/plumb/engine/builtin"
 	"github.com/plumb-dev/plumb/flight"
 	"github.com/plumb-dev/plumb/internal/testenv"
+	"github.com/plumb-dev/plumb/sandbox"
 	"github.com/plumb-dev/plumb/worker"
 )
 
@@ -65,10 +66,14 @@ func TestWorkerReadsAndWritesS3Directly(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer store.Close()
+	sb, err := sandbox.New(ctx, sandbox.Config{Limits: sandbox.DefaultLimits()})
+	if err != nil {
+		t.Fatal(err)
+	}
 	wctx, stop := context.WithCancel(ctx)
 	wdone := make(chan error, 1)
 	go func() {
-		wdone <- worker.New(worker.Config{Client: c, ID: "w", Host: "h", Slots: 2, Registry: reg, Scratch: t.TempDir(), Store: store, Log: log}).Run(wctx)
+		wdone <- worker.New(worker.Config{Client: c, ID: "w", Host: "h", Slots: 2, Runner: &engine.Runner{Registry: reg, Sandbox: sb}, Scratch: t.TempDir(), Store: store, Log: log}).Run(wctx)
 	}()
 	defer func() { stop(); <-wdone }()
 	deadline := time.Now().Add(60 * time.Second)

@@ -13,6 +13,7 @@ import (
 	"github.com/plumb-dev/plumb/engine/builtin"
 	"github.com/plumb-dev/plumb/flight"
 	"github.com/plumb-dev/plumb/pipeline"
+	"github.com/plumb-dev/plumb/sandbox"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 )
@@ -62,6 +63,8 @@ func serveCommand() command {
 			fs.StringVar(&cfg.TLSCert, "tls-cert", "", "serve TLS with the PEM certificate in `FILE` (with --tls-key)")
 			fs.StringVar(&cfg.TLSKey, "tls-key", "", "the PEM private key of --tls-cert in `FILE`")
 			fs.StringVar(&cfg.ClientCA, "client-ca", "", "require client certificates signed by the PEM CA in `FILE` (mutual TLS); a certificate's common name is its user")
+			fs.StringVar(&cfg.Sandbox, "sandbox", "bwrap", "how stage executables are confined: bwrap (namespaces, an unprivileged uid, rlimits, seccomp; needs the bubblewrap package) or off (as the server's user; refused with --users)")
+			runLimits := runLimitFlags(fs)
 			level := fs.String("log-level", "info", "log level: debug, info, warn, error")
 			if err := fs.Parse(args); err != nil {
 				return err
@@ -73,6 +76,7 @@ func serveCommand() command {
 			if err := lv.UnmarshalText([]byte(*level)); err != nil {
 				return err
 			}
+			cfg.RunLimits = *runLimits
 			cfg.Logger = slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: lv}))
 			switch p := engine.Policy(*policy); p {
 			case engine.Backlog, engine.Static:
@@ -103,4 +107,20 @@ func serveCommand() command {
 			return flight.Run(ctx, cfg)
 		},
 	}
+}
+
+// runLimitFlags adds the flags that bound each confined stage run.
+func runLimitFlags(fs *flag.FlagSet) *sandbox.Limits {
+	lim := sandbox.DefaultLimits()
+	fs.Func("run-memory", "address space of each stage program process, `SIZE` (default 4GiB)", func(v string) (err error) {
+		lim.Memory, err = pipeline.ParseSize(v)
+		return err
+	})
+	fs.Func("run-file-size", "largest file a stage program may write, `SIZE` (default 64GiB)", func(v string) (err error) {
+		lim.FileSize, err = pipeline.ParseSize(v)
+		return err
+	})
+	fs.DurationVar(&lim.CPU, "run-cpu", 0, "CPU time of each stage program process (0: none; block stages also have their timeout)")
+	fs.IntVar(&lim.Procs, "run-procs", lim.Procs, "processes and threads of one stage run (holds a fork bomb)")
+	return &lim
 }

@@ -13,18 +13,23 @@ import (
 	"github.com/plumb-dev/plumb/engine"
 	"github.com/plumb-dev/plumb/engine/builtin"
 	"github.com/plumb-dev/plumb/flight"
+	"github.com/plumb-dev/plumb/sandbox"
 	"github.com/plumb-dev/plumb/worker"
 )
 
 func workerCommand() command {
 	var slots *int
-	var stages, scratch, level, store *string
+	var stages, scratch, level, store, sbMode, programs *string
+	var runLimits *sandbox.Limits
 	return clientCommand("worker", "", "run the server's stage runs on this machine: lease, run, heartbeat, commit (needs admin on \"*\" when auth is on)", 0,
 		func(fs *flag.FlagSet) {
 			slots = fs.Int("slots", runtime.NumCPU(), "runs at once")
 			stages = fs.String("stages", "", "only stages whose name matches `PATTERN` (path.Match, e.g. 'archive/*')")
 			scratch = fs.String("scratch", filepath.Join(os.TempDir(), "plumb-worker"), "`DIR` for outputs before they are uploaded")
 			level = fs.String("log-level", "info", "log level: debug, info, warn, error")
+			sbMode = fs.String("sandbox", "bwrap", "how stage executables are confined: bwrap or off (as this process's user)")
+			programs = fs.String("programs", "", "`DIR` of registered programs, each in a file named by its SHA-256 (copy them from the server's DATA/programs)")
+			runLimits = runLimitFlags(fs)
 			store = fs.String("store", "", "the server's S3 store `URL` (s3://BUCKET?endpoint=HOST:PORT, credentials from AWS_ACCESS_KEY_ID/AWS_SECRET_ACCESS_KEY) to read inputs and write outputs directly; without it all bytes go through the server")
 		},
 		func(ctx context.Context, c *flight.Client, _ []string) error {
@@ -38,8 +43,23 @@ func workerCommand() command {
 			host, _ := os.Hostname()
 			reg := engine.NewRegistry()
 			builtin.Register(reg, builtin.FindXZ())
+			runner := &engine.Runner{Registry: reg, Programs: *programs}
+			switch *sbMode {
+			case "off":
+				runner.Unconfined = true
+			case "bwrap":
+				sb, err := sandbox.New(ctx, sandbox.Config{Limits: *runLimits})
+				if err != nil {
+					// Built-ins still run; runs of executables go back to the
+					// server for a worker that can confine them.
+					slog.Warn("stage executables will be given back; built-ins run", "err", err)
+				}
+				runner.Sandbox = sb
+			default:
+				return fmt.Errorf("--sandbox %q: want bwrap or off", *sbMode)
+			}
 			cfg := worker.Config{Client: c, ID: fmt.Sprintf("%s-%d", host, os.Getpid()), Host: host, Slots: *slots, Stages: *stages,
-				Registry: reg, Scratch: *scratch, Log: slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: lv}))}
+				Runner: runner, Scratch: *scratch, Log: slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: lv}))}
 			if *store != "" {
 				st, err := blob.Open(ctx, *store)
 				if err != nil {

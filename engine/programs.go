@@ -1,0 +1,171 @@
+package engine
+
+import (
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"regexp"
+	"slices"
+	"strings"
+
+	"github.com/plumb-dev/plumb/pipeline"
+	"github.com/plumb-dev/plumb/state"
+)
+
+// MaxProgramSize bounds a registered program's file.
+const MaxProgramSize = 1 << 30
+
+var programNameRE = regexp.MustCompile(`^[a-z0-9][a-z0-9._-]{0,63}$`)
+
+// AddProgram registers an executable under name for jobs to run: the
+// file is copied into the server's program directory under its SHA-256,
+// so later changes to the original do not change what runs. With
+// wantSHA256 the file must have that checksum. network lets stages that
+// ask for it reach the host's network.
+func (e *Engine) AddProgram(name, path, wantSHA256 string, network bool, by string) (state.Program, error) {
+	if !programNameRE.MatchString(name) {
+		return state.Program{}, fmt.Errorf("program name %q: use 1-64 of a-z, 0-9, '.', '_', '-', starting with a letter or digit", name)
+	}
+	if e.cfg.Programs == "" {
+		return state.Program{}, errors.New("this server keeps no programs (no program directory)")
+	}
+	abs, err := filepath.Abs(path)
+	if err != nil {
+		return state.Program{}, err
+	}
+	src, err := os.Open(abs)
+	if err != nil {
+		return state.Program{}, fmt.Errorf("program %s: %w (the path is on the server)", name, err)
+	}
+	defer src.Close()
+	fi, err := src.Stat()
+	if err != nil {
+		return state.Program{}, err
+	}
+	if !fi.Mode().IsRegular() || fi.Mode().Perm()&0o111 == 0 {
+		return state.Program{}, fmt.Errorf("program %s: %s is not an executable file", name, abs)
+	}
+	if fi.Size() > MaxProgramSize {
+		return state.Program{}, fmt.Errorf("program %s: %s is %d bytes, over the limit of %d", name, abs, fi.Size(), MaxProgramSize)
+	}
+	if err := os.MkdirAll(e.cfg.Programs, 0o755); err != nil {
+		return state.Program{}, err
+	}
+	tmp, err := os.CreateTemp(e.cfg.Programs, ".add-*")
+	if err != nil {
+		return state.Program{}, err
+	}
+	defer os.Remove(tmp.Name())
+	h := sha256.New()
+	if _, err := io.Copy(io.MultiWriter(tmp, h), io.LimitReader(src, MaxProgramSize)); err != nil {
+		tmp.Close()
+		return state.Program{}, err
+	}
+	sum := hex.EncodeToString(h.Sum(nil))
+	if wantSHA256 != "" && !strings.EqualFold(wantSHA256, sum) {
+		tmp.Close()
+		return state.Program{}, fmt.Errorf("program %s: %s has SHA-256 %s, not the %s given; check the file", name, abs, sum, wantSHA256)
+	}
+	if err := tmp.Chmod(0o555); err != nil {
+		tmp.Close()
+		return state.Program{}, err
+	}
+	if err := tmp.Sync(); err != nil {
+		tmp.Close()
+		return state.Program{}, err
+	}
+	if err := tmp.Close(); err != nil {
+		return state.Program{}, err
+	}
+	dst := filepath.Join(e.cfg.Programs, sum)
+	if err := os.Rename(tmp.Name(), dst); err != nil {
+		return state.Program{}, err
+	}
+	p := state.Program{Name: name, Path: dst, Source: abs, SHA256: sum, Network: network, AddedBy: by, Added: e.cfg.Now().UTC()}
+	if err := e.db.PutProgram(p); err != nil {
+		return state.Program{}, err
+	}
+	e.log.Info("program registered", "program", name, "source", abs, "sha256", sum, "network", network, "by", by)
+	return p, nil
+}
+
+// RemoveProgram unregisters a program. It is refused while an accepted
+// job names it: retract those first.
+func (e *Engine) RemoveProgram(name string) error {
+	if _, err := e.db.GetProgram(name); err != nil {
+		return err
+	}
+	jobs, err := e.acceptedJobs("")
+	if err != nil {
+		return err
+	}
+	var users []string
+	for _, j := range jobs {
+		for _, s := range j.Stages {
+			for _, st := range s.Program.Steps {
+				if len(st.Argv) > 0 && st.Argv[0] == name && !slices.Contains(users, j.Name) {
+					users = append(users, j.Name)
+				}
+			}
+		}
+	}
+	if len(users) > 0 {
+		return fmt.Errorf("program %s is run by job(s) %s; retract them first", name, strings.Join(users, ", "))
+	}
+	return e.db.RemoveProgram(name)
+}
+
+// Programs lists the registered programs.
+func (e *Engine) Programs() ([]state.Program, error) { return e.db.Programs() }
+
+// lookup finds a registered program for resolve.
+func (e *Engine) lookup(name string) (state.Program, bool, error) {
+	p, err := e.db.GetProgram(name)
+	if errors.Is(err, state.ErrNotFound) {
+		return p, false, nil
+	}
+	return p, err == nil, err
+}
+
+// trusted reports whether a stored job may name unregistered executables.
+func (e *Engine) trusted(job string) bool {
+	j, err := e.db.GetJob(job)
+	return err == nil && j.Trusted
+}
+
+// resolveNode resolves a graph node's program with the trust of the job
+// whose program it runs (the first owner's).
+func (e *Engine) resolveNode(n *pipeline.Node) ([]step, error) {
+	trusted := len(n.Owners) > 0 && e.trusted(n.Owners[0].Job)
+	return resolve(e.reg, e.lookup, n.Program, trusted)
+}
+
+// confine is how a stage's executables run.
+func (e *Engine) confine(n *pipeline.Node) *confinement {
+	return &confinement{sb: e.cfg.Sandbox, network: n.Network}
+}
+
+// checkExecutables says whether the stage's executables may run here at
+// all, and with the network it asks for.
+func (e *Engine) checkExecutables(s *pipeline.Stage, steps []step) error {
+	for _, st := range steps {
+		if st.builtin != nil {
+			continue
+		}
+		if e.cfg.Sandbox == nil && !e.cfg.Unconfined {
+			why := "no sandbox is configured"
+			if e.cfg.NoSandbox != nil {
+				why = e.cfg.NoSandbox.Error()
+			}
+			return fmt.Errorf("executables are refused on this server, which cannot confine them (%s); use a built-in", why)
+		}
+		if s.Network && !st.network {
+			return fmt.Errorf("program %s is not allowed the network; an admin registers it with `plumb program add --network`", st.name)
+		}
+	}
+	return nil
+}

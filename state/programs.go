@@ -1,0 +1,73 @@
+package state
+
+import (
+	"fmt"
+	"time"
+
+	bolt "go.etcd.io/bbolt"
+)
+
+// Program is an executable an admin registered for jobs to name.
+type Program struct {
+	Name string `json:"name"`
+	// Path is the server's own copy, named by its checksum, so what runs
+	// is what was approved whatever happens to the original.
+	Path   string `json:"path"`
+	Source string `json:"source"` // the path it was registered from
+	SHA256 string `json:"sha256"`
+	// Network lets stages that ask for it (network: true) reach the
+	// host's network.
+	Network bool      `json:"network,omitempty"`
+	AddedBy string    `json:"added_by,omitempty"`
+	Added   time.Time `json:"added"`
+}
+
+var bucketPrograms = []byte("programs")
+
+// PutProgram registers or replaces a program.
+func (d *DB) PutProgram(p Program) error {
+	return d.bolt.Update(func(tx *bolt.Tx) error {
+		b, err := tx.CreateBucketIfNotExists(bucketPrograms)
+		if err != nil {
+			return err
+		}
+		return putJSON(b, []byte(p.Name), p)
+	})
+}
+
+// GetProgram returns a registered program; ErrNotFound when none has
+// that name.
+func (d *DB) GetProgram(name string) (Program, error) {
+	var out Program
+	err := d.bolt.View(func(tx *bolt.Tx) error {
+		p, ok, err := getJSON[Program](tx.Bucket(bucketPrograms), []byte(name))
+		if err == nil && !ok {
+			err = fmt.Errorf("program %q: %w", name, ErrNotFound)
+		}
+		out = p
+		return err
+	})
+	return out, err
+}
+
+// Programs lists the registered programs by name.
+func (d *DB) Programs() ([]Program, error) {
+	var out []Program
+	err := d.bolt.View(func(tx *bolt.Tx) (err error) {
+		out, err = listJSON[Program](tx.Bucket(bucketPrograms))
+		return err
+	})
+	return out, err
+}
+
+// RemoveProgram unregisters a program; ErrNotFound when none has that
+// name.
+func (d *DB) RemoveProgram(name string) error {
+	return d.bolt.Update(func(tx *bolt.Tx) error {
+		b := tx.Bucket(bucketPrograms)
+		if b == nil || b.Get([]byte(name)) == nil {
+			return fmt.Errorf("program %q: %w", name, ErrNotFound)
+		}
+		return b.Delete([]byte(name))
+	})
+}
