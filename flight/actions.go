@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"slices"
 	"sort"
 	"strings"
 
@@ -59,6 +60,18 @@ var actions = map[string]action{
 	"submit-job": {
 		desc: `Submit a job (YAML). Body {"file","yaml"}; answers {"job","state":"accepted"|"rejected","reason","warnings","stages"}.`,
 		run:  (*Service).submitJob,
+	},
+	"program-add": {
+		desc: `Register an executable on the server for jobs to name (admin). Body {"name","path","sha256","network"}; answers the program.`,
+		run:  (*Service).addProgram,
+	},
+	"program-list": {
+		desc: `The registered programs, one result each.`,
+		run:  (*Service).listPrograms,
+	},
+	"program-remove": {
+		desc: `Unregister a program no accepted job runs (admin). Body {"name"}.`,
+		run:  (*Service).removeProgram,
 	},
 	"retract-job": {
 		desc: `Retract an accepted job; its stages stop unless another job owns them. Body {"job"}.`,
@@ -258,6 +271,9 @@ func (s *Service) ack(ctx context.Context, body []byte) (any, error) {
 	if err := s.allow(ctx, auth.Read, req.Queue, "ack"); err != nil {
 		return nil, err
 	}
+	if _, err := s.useGroup(ctx, req.Queue, req.Group, "", "ack", false); err != nil {
+		return nil, err
+	}
 	n, err := s.db.Ack(req.Queue, req.Group, ids)
 	if err != nil {
 		return nil, err
@@ -323,7 +339,14 @@ func (s *Service) queueStats(ctx context.Context, body []byte) (any, error) {
 	if err := s.allow(ctx, auth.Read, req.Queue, "queue-stats"); err != nil {
 		return nil, err
 	}
-	return s.stats(req.Queue)
+	qs, err := s.stats(req.Queue)
+	if err == nil && s.authz != nil && !s.may(ctx, auth.Admin, req.Queue) {
+		// Other users' groups, and what they hold, are theirs to know.
+		qs.Groups = slices.DeleteFunc(qs.Groups, func(g state.GroupStats) bool {
+			return g.Owner != "" && g.Owner != caller(ctx)
+		})
+	}
+	return qs, err
 }
 
 func (s *Service) listBlocks(ctx context.Context, body []byte) (any, error) {

@@ -2,11 +2,14 @@ package flight
 
 import (
 	"context"
+	"errors"
+	"strings"
 
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
 	"github.com/plumb-dev/plumb/auth"
+	"github.com/plumb-dev/plumb/state"
 )
 
 // may reports whether the caller may do p on queue ("" for the whole
@@ -42,4 +45,37 @@ func (s *Service) allow(ctx context.Context, p auth.Perm, queue, what string) er
 func caller(ctx context.Context) string {
 	id, _ := AuthFromContext(ctx)
 	return id.User
+}
+
+// stageGroupPrefix starts the consumer groups of pipeline stages; users
+// cannot name one.
+const stageGroupPrefix = "stage-"
+
+// useGroup checks that the caller may use a consumer group of queue for
+// what (read, ack, reset...). A stage's group is the engine's alone; a
+// user's group is its creator's and the admins'. With create, a group
+// that does not exist is made, owned by the caller, starting at from.
+func (s *Service) useGroup(ctx context.Context, queue, group string, from state.From, what string, create bool) (state.Group, error) {
+	if strings.HasPrefix(group, stageGroupPrefix) {
+		s.audit.Warn("denied", "audit", true, "user", caller(ctx), "action", what, "queue", queue, "group", group)
+		return state.Group{}, status.Errorf(codes.PermissionDenied, "%s: consumer group %s of queue %s belongs to a pipeline stage; only the engine and its workers use it (choose another group name)", what, group, queue)
+	}
+	var g state.Group
+	var err error
+	if create {
+		g, err = s.db.EnsureOwnedGroup(queue, group, from, caller(ctx))
+	} else {
+		g, err = s.db.GetGroup(queue, group)
+	}
+	if errors.Is(err, state.ErrNotFound) {
+		return g, status.Errorf(codes.NotFound, "%s: %v", what, err)
+	}
+	if err != nil {
+		return g, statusOf(err, codes.InvalidArgument)
+	}
+	if s.authz == nil || g.Owner == "" || g.Owner == caller(ctx) || s.may(ctx, auth.Admin, queue) {
+		return g, nil
+	}
+	s.audit.Warn("denied", "audit", true, "user", caller(ctx), "action", what, "queue", queue, "group", group, "owner", g.Owner)
+	return g, status.Errorf(codes.PermissionDenied, "%s: consumer group %s of queue %s belongs to user %s; use a group of your own", what, group, queue, g.Owner)
 }

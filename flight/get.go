@@ -175,12 +175,15 @@ func (s *Service) scan(ctx context.Context, w *blockWriter, t Ticket) error {
 // serveGroup hands the group's owed blocks to this reader, one reservation
 // at a time, and waits for more when following.
 func (s *Service) serveGroup(ctx context.Context, w *blockWriter, t Ticket) error {
-	if _, err := s.db.EnsureGroup(t.Queue, t.Group, state.From(t.From)); err != nil {
-		return err
-	}
 	vis := s.cfg.Visibility
 	if t.Visibility > 0 {
 		vis = time.Duration(t.Visibility * float64(time.Second))
+		if vis > s.cfg.MaxVisibility {
+			return status.Errorf(codes.InvalidArgument, "ticket visibility %gs is over this server's maximum of %v; ask for less (a block not acked by then goes to another reader)", t.Visibility, s.cfg.MaxVisibility)
+		}
+	}
+	if _, err := s.useGroup(ctx, t.Queue, t.Group, state.From(t.From), "read", true); err != nil {
+		return err
 	}
 	reader := uuid.NewString()
 	for {

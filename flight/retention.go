@@ -91,6 +91,11 @@ func (s *Service) lost(ctx context.Context, body []byte) (any, error) {
 	if err := s.allow(ctx, auth.Read, req.Queue, "lost"); err != nil {
 		return nil, err
 	}
+	if req.Group != "" && !strings.HasPrefix(req.Group, stageGroupPrefix) {
+		if _, err := s.useGroup(ctx, req.Queue, req.Group, "", "lost", false); err != nil {
+			return nil, err
+		}
+	}
 	ls, err := s.db.LostBlocks(req.Queue, req.Group)
 	return listOf(ls), err
 }

@@ -46,6 +46,8 @@ type Config struct {
 	// Visibility is how long a block handed to a consumer group stays
 	// reserved without an ack; 60 s when zero.
 	Visibility time.Duration
+	// MaxVisibility is the most a ticket may ask for; 1 h when zero.
+	MaxVisibility time.Duration
 	// MaxBlockSize bounds the declared size of an uploaded block; 16 GiB
 	// when zero.
 	MaxBlockSize int64
@@ -118,6 +120,9 @@ type Config struct {
 func (c *Config) defaults() {
 	if c.Listen == "" {
 		c.Listen = "127.0.0.1:8815"
+	}
+	if c.MaxVisibility == 0 {
+		c.MaxVisibility = time.Hour
 	}
 	if c.Visibility == 0 {
 		c.Visibility = 60 * time.Second

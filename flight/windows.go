@@ -70,9 +70,9 @@ func (s *Service) serveWindows(ctx context.Context, raw []byte, stream aflight.F
 	if t.From == "" {
 		t.From = string(state.Earliest)
 	}
-	g, err := s.db.EnsureGroup(t.Window, t.Group, state.From(t.From))
+	g, err := s.useGroup(ctx, t.Window, t.Group, state.From(t.From), "window read", true)
 	if err != nil {
-		return statusOf(err, codes.InvalidArgument)
+		return err
 	}
 	// The group's windows, as a stage's, are recorded once sent.
 	recKey := "stream:" + t.Window + ":" + t.Group

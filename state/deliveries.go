@@ -53,11 +53,16 @@ type Group struct {
 	// Start is the serial after which the group is owed blocks: 0 from
 	// earliest, the newest serial at creation from latest.
 	Start uint64 `json:"start"`
+	// Owner is the user who created the group; only they (and admins)
+	// may read from it, ack or reset it. Empty for stage groups and on
+	// a server without users.
+	Owner string `json:"owner,omitempty"`
 }
 
 // GroupStats counts a group's deliveries by state.
 type GroupStats struct {
 	Group      string `json:"group"`
+	Owner      string `json:"owner,omitempty"`
 	Unreserved int    `json:"unreserved"`
 	Reserved   int    `json:"reserved"`
 	Done       int    `json:"done"`
@@ -86,6 +91,14 @@ func addDeliveries(tx *bolt.Tx, queue string, serial uint64) error {
 // starts from Latest only the blocks that arrive after it. Returns the
 // group as stored (an existing group keeps its first From).
 func (d *DB) EnsureGroup(queue, group string, from From) (Group, error) {
+	return d.EnsureOwnedGroup(queue, group, from, "")
+}
+
+// EnsureOwnedGroup is EnsureGroup for a group a user creates: a new group
+// is the owner's; an existing one is returned as it is, for the caller
+// to check its owner. A group created before groups had owners goes to
+// the first user who uses it.
+func (d *DB) EnsureOwnedGroup(queue, group string, from From, owner string) (Group, error) {
 	if err := block.ValidateGroup(group); err != nil {
 		return Group{}, err
 	}
@@ -101,9 +114,14 @@ func (d *DB) EnsureGroup(queue, group string, from From) (Group, error) {
 		g, ok, err := getJSON[Group](groups, []byte(group))
 		if err != nil || ok {
 			out = g
+			if err == nil && g.Owner == "" && owner != "" {
+				g.Owner = owner
+				out = g
+				return putJSON(groups, []byte(group), g)
+			}
 			return err
 		}
-		g = Group{Name: group, From: from, Created: d.now().UTC()}
+		g = Group{Name: group, From: from, Created: d.now().UTC(), Owner: owner}
 		arrivals, err := sub(tx, bucketArrivals, queue)
 		if err != nil {
 			return err
@@ -124,6 +142,25 @@ func (d *DB) EnsureGroup(queue, group string, from From) (Group, error) {
 		}
 		out = g
 		return putJSON(groups, []byte(group), g)
+	})
+	return out, err
+}
+
+// GetGroup returns a consumer group; ErrNotFound when the queue has none
+// of that name.
+func (d *DB) GetGroup(queue, group string) (Group, error) {
+	var out Group
+	err := d.bolt.View(func(tx *bolt.Tx) error {
+		b := tx.Bucket(bucketGroups)
+		if b != nil {
+			b = b.Bucket([]byte(queue))
+		}
+		g, ok, err := getJSON[Group](b, []byte(group))
+		if err == nil && !ok {
+			err = fmt.Errorf("consumer group %s of queue %s: %w", group, queue, ErrNotFound)
+		}
+		out = g
+		return err
 	})
 	return out, err
 }
@@ -248,8 +285,12 @@ func (d *DB) Groups(queue string) ([]GroupStats, error) {
 		if groups == nil {
 			return nil
 		}
-		return groups.ForEach(func(name, _ []byte) error {
+		return groups.ForEach(func(name, raw []byte) error {
 			s := GroupStats{Group: string(name)}
+			var g Group
+			if json.Unmarshal(raw, &g) == nil {
+				s.Owner = g.Owner
+			}
 			dels, _ := sub(tx, bucketDeliveries, queue, string(name))
 			if dels != nil {
 				if err := dels.ForEach(func(_, v []byte) error {

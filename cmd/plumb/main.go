@@ -37,6 +37,7 @@ func commands() []command {
 		importCommand(),
 		synthCommand(),
 		jobCommand(),
+		programCommand(),
 		graphCommand(),
 		statsCommand(),
 		faultyCommand(),

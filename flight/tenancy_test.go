@@ -1,0 +1,120 @@
+package flight
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"strings"
+	"testing"
+	"time"
+
+	"google.golang.org/grpc/codes"
+
+	"github.com/plumb-dev/plumb/auth"
+)
+
+// twoAnalysts adds carol, a second analyst, to the users file.
+func twoAnalysts(t *testing.T) (string, map[string]string) {
+	t.Helper()
+	file, secrets := usersFile(t)
+	f, _ := auth.Load(file)
+	s, err := f.AddUser("carol", []string{"analysts"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	secrets["carol"] = s
+	if err := f.Save(file); err != nil {
+		t.Fatal(err)
+	}
+	return file, secrets
+}
+
+var errPeeked = errors.New("peeked")
+
+// peek reads the first block a group owes without acking it, creating
+// the group if need be.
+func peek(c *Client, queue, group string, visibility float64) ([]string, error) {
+	var names []string
+	err := c.Consume(context.Background(), Ticket{Queue: queue, Group: group, From: "earliest", Visibility: visibility}, func(h Header, r io.Reader) error {
+		io.Copy(io.Discard, r)
+		names = append(names, h.Name)
+		return errPeeked
+	})
+	if errors.Is(err, errPeeked) {
+		err = nil
+	}
+	return names, err
+}
+
+// TestGroupsHaveOwners is issue 17's second finding: a user with read on
+// a queue acked another team's group (and a stage's), so their blocks were
+// never processed, and held a stage's blocks for a day with a long
+// visibility. Groups now belong to their creator, stage groups to the
+// engine, and visibility has a ceiling.
+func TestGroupsHaveOwners(t *testing.T) {
+	file, secrets := twoAnalysts(t)
+	addr := runServer(t, Config{Users: file, MaxVisibility: time.Minute})
+	ctx := context.Background()
+	keyFile := t.TempDir() + "/key"
+	os.WriteFile(keyFile, []byte(secrets["key"]), 0o600)
+	agent := dialAs(t, addr, Security{TokenFile: keyFile})
+	var names []string
+	for i := 1; i <= 3; i++ {
+		n := fmt.Sprintf("20250505-1511%02d-%08d.lax.dns.arrow", i, i)
+		if _, err := agent.Put(ctx, bytesSource(n, []byte("rows"))); err != nil {
+			t.Fatal(err)
+		}
+		names = append(names, n)
+	}
+	ana := dialAs(t, addr, Security{User: "ana", Secret: secrets["ana"]})
+	carol := dialAs(t, addr, Security{User: "carol", Secret: secrets["carol"]})
+	ops := dialAs(t, addr, Security{User: "ops", Secret: secrets["ops"]})
+
+	if got, err := peek(ana, "dns.arrow", "ana-team", 0); err != nil || len(got) != 1 {
+		t.Fatalf("ana's own group: %v %v", got, err)
+	}
+	if _, err := carol.Ack(ctx, "dns.arrow", "ana-team", names...); codeOf(err) != codes.PermissionDenied ||
+		!strings.Contains(err.Error(), "consumer group ana-team of queue dns.arrow belongs to user ana") {
+		t.Fatalf("carol acks ana's group: %v", err)
+	}
+	if _, err := peek(carol, "dns.arrow", "ana-team", 0); codeOf(err) != codes.PermissionDenied {
+		t.Fatalf("carol reads ana's group: %v", err)
+	}
+	for _, g := range []string{"stage-336cba0fdd24", "stage-x"} {
+		if _, err := carol.Ack(ctx, "dns.arrow", g, names...); codeOf(err) != codes.PermissionDenied || !strings.Contains(err.Error(), "belongs to a pipeline stage") {
+			t.Errorf("ack of stage group %s: %v", g, err)
+		}
+		if _, err := peek(ops, "dns.arrow", g, 0); codeOf(err) != codes.PermissionDenied {
+			t.Errorf("even an admin follows stage group %s: %v", g, err)
+		}
+	}
+	if _, err := peek(carol, "dns.arrow", "carol-team", 86400); codeOf(err) != codes.InvalidArgument || !strings.Contains(err.Error(), "over this server's maximum of 1m0s") {
+		t.Fatalf("a visibility of a day: %v", err)
+	}
+	// ana's blocks are still owed to her: nothing carol did took them.
+	if n, err := ana.Ack(ctx, "dns.arrow", "ana-team", names...); err != nil || n != 3 {
+		t.Fatalf("ana acks her own group: %d %v", n, err)
+	}
+	// An admin may act on any user's group.
+	if _, err := ops.Ack(ctx, "dns.arrow", "ana-team", names...); err != nil {
+		t.Fatalf("admin ack: %v", err)
+	}
+	// queue-stats shows a user their own groups only.
+	if _, err := peek(carol, "dns.arrow", "carol-team", 0); err != nil {
+		t.Fatal(err)
+	}
+	qs, err := carol.QueueStats(ctx, "dns.arrow")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, g := range qs.Groups {
+		if g.Group == "ana-team" {
+			t.Errorf("carol sees ana's group in queue-stats: %+v", qs.Groups)
+		}
+	}
+	if qs, _ := ops.QueueStats(ctx, "dns.arrow"); len(qs.Groups) != 2 {
+		t.Errorf("admin sees %+v", qs.Groups)
+	}
+}
