@@ -22,6 +22,7 @@ import (
 	"path/filepath"
 	"regexp"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -49,6 +50,10 @@ type Identity struct {
 	Groups []string `json:"groups"`
 	// Via says how the caller proved it: password, token, key or cert.
 	Via string `json:"via"`
+	// Stamp is the user's id and credential generation: it changes when
+	// the user is removed and added again, revoked, or given a new
+	// secret, so anything cached on a login can tell it is stale.
+	Stamp string `json:"-"`
 }
 
 // Rule gives groups permissions on the queues whose names match a
@@ -61,6 +66,12 @@ type Rule struct {
 
 // User is one entry of the users file.
 type User struct {
+	// ID tells this user from an earlier one of the same name: a user
+	// removed and added again does not inherit its tokens.
+	ID string `yaml:"id,omitempty"`
+	// Generation counts revocations: a new secret, `plumb user revoke`.
+	// Tokens carry it, and one of an older generation is refused.
+	Generation uint64 `yaml:"generation,omitempty"`
 	// Secret is the bcrypt hash of the user's secret.
 	Secret string   `yaml:"secret"`
 	Groups []string `yaml:"groups"`
@@ -228,11 +239,45 @@ func (f *File) AddUser(name string, groups []string) (string, error) {
 	}
 	u := f.Users[name]
 	if u == nil {
-		u = &User{}
+		u = &User{ID: randomText(9)}
 		f.Users[name] = u
+	} else {
+		// A new secret ends the sessions of the old one.
+		u.Generation++
+	}
+	if u.ID == "" {
+		u.ID = randomText(9)
 	}
 	u.Secret, u.Groups = string(hash), slices.Clone(groups)
 	return secret, nil
+}
+
+// Revoke ends every token the user holds now (its keys stay: revoke
+// those one by one with RevokeKey).
+func (f *File) Revoke(name string) error {
+	u := f.Users[name]
+	if u == nil {
+		return fmt.Errorf("no user %q", name)
+	}
+	u.Generation++
+	if u.ID == "" {
+		u.ID = randomText(9)
+	}
+	return nil
+}
+
+// RevokeKey removes an API key by its id; it stops working at once on a
+// server that sees the file.
+func (f *File) RevokeKey(id string) (user string, err error) {
+	for name, u := range f.Users {
+		for i, k := range u.Keys {
+			if k.ID == id {
+				u.Keys = slices.Delete(u.Keys, i, i+1)
+				return name, nil
+			}
+		}
+	}
+	return "", fmt.Errorf("no API key %q; `plumb user keys NAME` lists a user's keys", id)
 }
 
 // keyPrefix starts every API key, so a key is told from a token at once.
@@ -267,6 +312,22 @@ type Authority struct {
 
 	mu   sync.RWMutex
 	file *File
+	seen fileStamp // of the users file as last loaded
+}
+
+// fileStamp tells whether the users file changed since it was read.
+type fileStamp struct {
+	mod  time.Time
+	size int64
+	ino  uint64
+}
+
+func stampOf(fi os.FileInfo) fileStamp {
+	st := fileStamp{mod: fi.ModTime(), size: fi.Size()}
+	if sys, ok := fi.Sys().(interface{ Ino() uint64 }); ok {
+		st.ino = sys.Ino()
+	}
+	return st
 }
 
 // TokenTTL is how long a login's token lasts unless configured.
@@ -312,14 +373,36 @@ func SignKey(file string) ([]byte, error) {
 
 // Reload rereads the users file; on error the old one stays in force.
 func (a *Authority) Reload() error {
+	fi, err := os.Stat(a.path)
+	if err != nil {
+		return fmt.Errorf("users file: %w", err)
+	}
 	f, err := Load(a.path)
 	if err != nil {
 		return err
 	}
 	a.mu.Lock()
-	a.file = f
+	a.file, a.seen = f, stampOf(fi)
 	a.mu.Unlock()
 	return nil
+}
+
+// fresh rereads the users file when it changed on disk, so that a
+// revocation (`plumb user revoke`, a new secret, a removed user or key)
+// takes effect on the next call, without waiting for SIGHUP. A stat per
+// call is cheap next to the call; a file that no longer loads keeps the
+// old one in force (Reload reports why on SIGHUP).
+func (a *Authority) fresh() {
+	fi, err := os.Stat(a.path)
+	if err != nil {
+		return
+	}
+	a.mu.RLock()
+	same := a.seen == stampOf(fi)
+	a.mu.RUnlock()
+	if !same {
+		a.Reload()
+	}
 }
 
 // Users returns how many users the file holds.
@@ -336,11 +419,14 @@ func (a *Authority) identity(name, via string) (Identity, bool) {
 	if u == nil {
 		return Identity{}, false
 	}
-	return Identity{User: name, Groups: slices.Clone(u.Groups), Via: via}, true
+	return Identity{User: name, Groups: slices.Clone(u.Groups), Via: via, Stamp: stamp(u)}, true
 }
+
+func stamp(u *User) string { return u.ID + ":" + strconv.FormatUint(u.Generation, 10) }
 
 // Login checks a user's secret and returns a bearer token.
 func (a *Authority) Login(user, secret string) (string, Identity, error) {
+	a.fresh()
 	a.mu.RLock()
 	u := a.file.Users[user]
 	var hash []byte
@@ -357,7 +443,7 @@ func (a *Authority) Login(user, secret string) (string, Identity, error) {
 	if !ok {
 		return "", Identity{}, ErrDenied // removed meanwhile
 	}
-	return a.token(user), id, nil
+	return a.token(user, id.Stamp), id, nil
 }
 
 var dummyHash = sync.OnceValue(func() []byte {
@@ -365,9 +451,13 @@ var dummyHash = sync.OnceValue(func() []byte {
 	return h
 })
 
-// token is base64url(expiry as 8 bytes, user) "." base64url(HMAC).
-func (a *Authority) token(user string) string {
+// token is base64url(expiry as 8 bytes, the user's stamp, NUL, user)
+// "." base64url(HMAC). The stamp (id and generation) ties the token to
+// this user as it is now.
+func (a *Authority) token(user, stamp string) string {
 	body := binary.BigEndian.AppendUint64(nil, uint64(a.now().Add(a.ttl).Unix()))
+	body = append(body, stamp...)
+	body = append(body, 0)
 	body = append(body, user...)
 	m := hmac.New(sha256.New, a.sign)
 	m.Write(body)
@@ -378,6 +468,7 @@ func (a *Authority) token(user string) string {
 // The user's groups are those of the users file now, so a reload takes
 // effect on tokens already given out, and a removed user's tokens fail.
 func (a *Authority) Verify(cred string) (Identity, error) {
+	a.fresh()
 	if rest, ok := strings.CutPrefix(cred, keyPrefix); ok {
 		return a.verifyKey(rest)
 	}
@@ -405,9 +496,13 @@ func (a *Authority) Verify(cred string) (Identity, error) {
 	if exp := int64(binary.BigEndian.Uint64(body)); a.now().Unix() >= exp {
 		return Identity{}, fmt.Errorf("%w: the token expired; log in again", ErrDenied)
 	}
-	id, ok := a.identity(string(body[8:]), "token")
+	tokStamp, user, ok := strings.Cut(string(body[8:]), "\x00")
 	if !ok {
 		return Identity{}, ErrDenied
+	}
+	id, ok := a.identity(user, "token")
+	if !ok || subtle.ConstantTimeCompare([]byte(id.Stamp), []byte(tokStamp)) != 1 {
+		return Identity{}, fmt.Errorf("%w: the token was revoked; log in again", ErrDenied)
 	}
 	return id, nil
 }
@@ -439,6 +534,7 @@ func (a *Authority) verifyKey(rest string) (Identity, error) {
 // Identify returns the identity of a user named by something already
 // verified (a client certificate's common name).
 func (a *Authority) Identify(user, via string) (Identity, error) {
+	a.fresh()
 	id, ok := a.identity(user, via)
 	if !ok {
 		return Identity{}, fmt.Errorf("%w: no user %q in the users file", ErrDenied, user)

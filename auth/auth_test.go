@@ -175,7 +175,8 @@ func FuzzVerify(f *testing.F) {
 	if err != nil {
 		f.Fatal(err)
 	}
-	tok := a.token("ana")
+	ana, _ := a.identity("ana", "")
+	tok := a.token("ana", ana.Stamp)
 	f.Add(tok)
 	f.Add(key)
 	f.Add("pk..")

@@ -118,3 +118,64 @@ func TestGroupsHaveOwners(t *testing.T) {
 		t.Errorf("admin sees %+v", qs.Groups)
 	}
 }
+
+// TestRevocation: a new secret, `plumb user revoke`, removing a user and
+// revoking an API key each end the old credential on the next call,
+// without SIGHUP; a removed and re-added name inherits nothing.
+func TestRevocation(t *testing.T) {
+	file, secrets := usersFile(t)
+	addr := runServer(t, Config{Users: file})
+	ctx := context.Background()
+	edit := func(fn func(f *auth.File)) {
+		t.Helper()
+		f, err := auth.Load(file)
+		if err != nil {
+			t.Fatal(err)
+		}
+		fn(f)
+		if err := f.Save(file); err != nil {
+			t.Fatal(err)
+		}
+	}
+	refused := func(c *Client, what string) {
+		t.Helper()
+		if _, err := c.Queues(ctx); codeOf(err) != codes.Unauthenticated {
+			t.Errorf("%s: the old credential still works: %v", what, err)
+		}
+	}
+
+	ana := dialAs(t, addr, Security{User: "ana", Secret: secrets["ana"]})
+	if _, err := ana.Queues(ctx); err != nil {
+		t.Fatal(err)
+	}
+	var newSecret string
+	edit(func(f *auth.File) { newSecret, _ = f.AddUser("ana", []string{"analysts"}) })
+	refused(ana, "after a new secret")
+	ana2 := dialAs(t, addr, Security{User: "ana", Secret: newSecret})
+	if _, err := ana2.Queues(ctx); err != nil {
+		t.Fatalf("the new secret: %v", err)
+	}
+	edit(func(f *auth.File) { f.Revoke("ana") })
+	refused(ana2, "after user revoke")
+
+	ops := dialAs(t, addr, Security{User: "ops", Secret: secrets["ops"]})
+	if _, err := ops.Queues(ctx); err != nil {
+		t.Fatal(err)
+	}
+	edit(func(f *auth.File) { delete(f.Users, "ops"); f.AddUser("ops", []string{"operators"}) })
+	refused(ops, "after remove and re-add")
+
+	keyFile := t.TempDir() + "/key"
+	os.WriteFile(keyFile, []byte(secrets["key"]), 0o600)
+	agent := dialAs(t, addr, Security{TokenFile: keyFile})
+	if _, err := agent.Queues(ctx); err != nil {
+		t.Fatal(err)
+	}
+	kid := strings.Split(secrets["key"], ".")[1]
+	edit(func(f *auth.File) {
+		if _, err := f.RevokeKey(kid); err != nil {
+			t.Fatal(err)
+		}
+	})
+	refused(agent, "after revoke-key")
+}

@@ -30,29 +30,30 @@ type loginCache struct {
 }
 
 type cached struct {
-	user string
-	till time.Time
+	user  string
+	stamp string // the user's id and generation when the secret was checked
+	till  time.Time
 }
 
 const loginCacheFor = 5 * time.Minute
 
-func (c *loginCache) get(k [32]byte, now time.Time) (string, bool) {
+func (c *loginCache) get(k [32]byte, now time.Time) (cached, bool) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	e, ok := c.seen[k]
 	if !ok || now.After(e.till) {
-		return "", false
+		return cached{}, false
 	}
-	return e.user, true
+	return e, true
 }
 
-func (c *loginCache) put(k [32]byte, user string, now time.Time) {
+func (c *loginCache) put(k [32]byte, id auth.Identity, now time.Time) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if c.seen == nil || len(c.seen) > 10000 {
 		c.seen = map[[32]byte]cached{}
 	}
-	c.seen[k] = cached{user: user, till: now.Add(loginCacheFor)}
+	c.seen[k] = cached{user: id.User, stamp: id.Stamp, till: now.Add(loginCacheFor)}
 }
 
 // requireLogin wraps h with authentication when auth is on.
@@ -75,15 +76,18 @@ func (s *Server) requireLogin(h http.Handler) http.Handler {
 func (s *Server) identify(r *http.Request) (auth.Identity, bool) {
 	if user, secret, ok := r.BasicAuth(); ok {
 		k := sha256.Sum256([]byte(user + "\x00" + secret))
-		if name, hit := s.logins.get(k, time.Now()); hit {
-			id, err := s.authz.Identify(name, "password")
-			return id, err == nil
+		// A cached login holds only while the user is the same user of the
+		// same generation: a new secret or a revocation ends it at once.
+		if c, hit := s.logins.get(k, time.Now()); hit {
+			if id, err := s.authz.Identify(c.user, "password"); err == nil && id.Stamp == c.stamp {
+				return id, true
+			}
 		}
 		_, id, err := s.authz.Login(user, secret)
 		if err != nil {
 			return id, false
 		}
-		s.logins.put(k, user, time.Now())
+		s.logins.put(k, id, time.Now())
 		return id, true
 	}
 	if tok, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer "); ok {

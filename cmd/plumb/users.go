@@ -24,8 +24,8 @@ func (g *groupsFlag) Set(v string) error { *g = append(*g, v); return nil }
 func userCommand() command {
 	return command{
 		name:  "user",
-		usage: "add NAME --group G... | key NAME | remove NAME | list",
-		short: "manage the users file: add a user (prints its secret once), make an API key for an agent",
+		usage: "add NAME --group G... | key NAME | keys NAME | revoke NAME | revoke-key ID | remove NAME | list",
+		short: "manage the users file: add a user (prints its secret once), make, list and revoke API keys, end a user's tokens",
 		run: func(ctx context.Context, fs *flag.FlagSet, args []string) error {
 			file := fs.String("users", cmp.Or(os.Getenv("PLUMB_USERS"), "users.yaml"), "the users `FILE` the server reads with --users (also PLUMB_USERS)")
 			var groups groupsFlag
@@ -66,6 +66,31 @@ func userCommand() command {
 				}
 				fmt.Fprintf(os.Stderr, "API key for %s written to %s; the key, shown only now (put it in the agent's --token-file):\n", pos[1], *file)
 				fmt.Println(key)
+			case "revoke":
+				if err := f.Revoke(pos[1]); err != nil {
+					return err
+				}
+				if err := f.Save(*file); err != nil {
+					return err
+				}
+				fmt.Fprintf(os.Stderr, "every token of %s is revoked (its API keys stay: plumb user revoke-key ID); a server reading %s refuses them from its next call\n", pos[1], *file)
+			case "keys":
+				u := f.Users[pos[1]]
+				if u == nil {
+					return fmt.Errorf("no user %q in %s", pos[1], *file)
+				}
+				for _, k := range u.Keys {
+					fmt.Printf("%s\tcreated %s\n", k.ID, k.Created.Format(time.RFC3339))
+				}
+			case "revoke-key":
+				user, err := f.RevokeKey(pos[1])
+				if err != nil {
+					return err
+				}
+				if err := f.Save(*file); err != nil {
+					return err
+				}
+				fmt.Fprintf(os.Stderr, "API key %s of %s revoked\n", pos[1], user)
 			case "remove":
 				if f.Users[pos[1]] == nil {
 					return fmt.Errorf("no user %q in %s", pos[1], *file)
