@@ -78,6 +78,9 @@ type Config struct {
 	Sandbox string
 	// RunLimits bound each confined run; sandbox.DefaultLimits when zero.
 	RunLimits sandbox.Limits
+	// RunShared are more paths every confined run may read (tools
+	// installed outside /usr).
+	RunShared []string
 	// Engine configures the pipeline engine; its Scratch defaults to
 	// DATA/tmp.
 	Engine engine.Config
@@ -462,7 +465,7 @@ func confine(ctx context.Context, cfg Config, ecfg *engine.Config) error {
 	if cfg.Users != "" {
 		private = append(private, cfg.Users)
 	}
-	sb, err := sandbox.New(ctx, sandbox.Config{Limits: lim, Private: private})
+	sb, err := sandbox.New(ctx, sandbox.Config{Limits: lim, Private: private, Shared: cfg.RunShared})
 	if err != nil {
 		ecfg.NoSandbox = err
 		cfg.Logger.Warn("stage executables will be refused; built-ins run", "err", err)

@@ -65,6 +65,7 @@ func serveCommand() command {
 			fs.StringVar(&cfg.ClientCA, "client-ca", "", "require client certificates signed by the PEM CA in `FILE` (mutual TLS); a certificate's common name is its user")
 			fs.StringVar(&cfg.Sandbox, "sandbox", "bwrap", "how stage executables are confined: bwrap (namespaces, an unprivileged uid, rlimits, seccomp; needs the bubblewrap package) or off (as the server's user; refused with --users)")
 			runLimits := runLimitFlags(fs)
+			fs.Var((*groupsFlag)(&cfg.RunShared), "run-ro", "a `PATH` every confined stage run may read, such as tools installed outside /usr (repeat for several)")
 			level := fs.String("log-level", "info", "log level: debug, info, warn, error")
 			if err := fs.Parse(args); err != nil {
 				return err

@@ -21,6 +21,7 @@ func workerCommand() command {
 	var slots *int
 	var stages, scratch, level, store, sbMode, programs *string
 	var runLimits *sandbox.Limits
+	var runShared groupsFlag
 	return clientCommand("worker", "", "run the server's stage runs on this machine: lease, run, heartbeat, commit (needs admin on \"*\" when auth is on)", 0,
 		func(fs *flag.FlagSet) {
 			slots = fs.Int("slots", runtime.NumCPU(), "runs at once")
@@ -30,6 +31,7 @@ func workerCommand() command {
 			sbMode = fs.String("sandbox", "bwrap", "how stage executables are confined: bwrap or off (as this process's user)")
 			programs = fs.String("programs", "", "`DIR` of registered programs, each in a file named by its SHA-256 (copy them from the server's DATA/programs)")
 			runLimits = runLimitFlags(fs)
+			fs.Var(&runShared, "run-ro", "a `PATH` every confined stage run may read, such as tools installed outside /usr (repeat for several)")
 			store = fs.String("store", "", "the server's S3 store `URL` (s3://BUCKET?endpoint=HOST:PORT, credentials from AWS_ACCESS_KEY_ID/AWS_SECRET_ACCESS_KEY) to read inputs and write outputs directly; without it all bytes go through the server")
 		},
 		func(ctx context.Context, c *flight.Client, _ []string) error {
@@ -48,7 +50,7 @@ func workerCommand() command {
 			case "off":
 				runner.Unconfined = true
 			case "bwrap":
-				sb, err := sandbox.New(ctx, sandbox.Config{Limits: *runLimits})
+				sb, err := sandbox.New(ctx, sandbox.Config{Limits: *runLimits, Shared: runShared})
 				if err != nil {
 					// Built-ins still run; runs of executables go back to the
 					// server for a worker that can confine them.
