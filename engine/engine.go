@@ -156,6 +156,7 @@ type stage struct {
 	node    *pipeline.Node
 	group   string // the consumer group it reads its inputs as
 	steps   []step
+	trusted bool // its program's job may name unregistered executables
 	running int
 	target  int
 	backlog int64

@@ -38,7 +38,7 @@ func (e *Engine) SubmitChecked(file string, src []byte, owner string, trusted bo
 	job, err := pipeline.ParseJobBytes(file, src)
 	if err != nil {
 		if errors.Is(err, pipeline.ErrInvalidJob) {
-			return e.reject(jobName(src), owner, src, err)
+			return e.reject(jobName(src), owner, err)
 		}
 		return SubmitResult{}, err
 	}
@@ -47,11 +47,11 @@ func (e *Engine) SubmitChecked(file string, src []byte, owner string, trusted bo
 	}
 	if authorize != nil {
 		if err := authorize(job); err != nil {
-			return e.reject(job.Name, job.Owner, src, err)
+			return e.reject(job.Name, job.Owner, err)
 		}
 	}
 	if err := e.checkPrograms(file, job, trusted); err != nil {
-		return e.reject(job.Name, job.Owner, src, err)
+		return e.reject(job.Name, job.Owner, err)
 	}
 	e.mu.Lock()
 	defer e.mu.Unlock()
@@ -61,7 +61,7 @@ func (e *Engine) SubmitChecked(file string, src []byte, owner string, trusted bo
 	}
 	g, warns, err := pipeline.Merge(append(jobs, job), e.mergeOptions())
 	if err != nil {
-		return e.reject(job.Name, job.Owner, src, err)
+		return e.reject(job.Name, job.Owner, err)
 	}
 	var mine []string
 	for _, w := range warns {
@@ -100,7 +100,7 @@ func jobName(src []byte) string {
 	return ""
 }
 
-func (e *Engine) reject(name, owner string, _ []byte, why error) (SubmitResult, error) {
+func (e *Engine) reject(name, owner string, why error) (SubmitResult, error) {
 	// Nothing of a refused job is stored: the submitter has the reason,
 	// and a refused file (perhaps hostile, perhaps huge) takes no room.
 	// An accepted job of the same name keeps running.
@@ -274,13 +274,13 @@ func (e *Engine) apply(g *pipeline.Graph) error {
 		id := n.ID()
 		if old := e.stages[id]; old != nil {
 			old.node = n // owners and program may have changed
-			if steps, err := e.resolveNode(n); err == nil {
-				old.steps = steps
+			if steps, trusted, err := e.resolveNode(n); err == nil {
+				old.steps, old.trusted = steps, trusted
 			}
 			next[id] = old
 			continue
 		}
-		steps, err := e.resolveNode(n)
+		steps, trusted, err := e.resolveNode(n)
 		if err != nil {
 			return fmt.Errorf("stage %s: %w", n.Name, err)
 		}
@@ -289,7 +289,7 @@ func (e *Engine) apply(g *pipeline.Graph) error {
 				return fmt.Errorf("stage %s: subscribe to %s: %w", n.Name, q, err)
 			}
 		}
-		st := &stage{node: n, group: groupOf(n), steps: steps, metrics: e.metrics.stage(n.Name)}
+		st := &stage{node: n, group: groupOf(n), steps: steps, trusted: trusted, metrics: e.metrics.stage(n.Name)}
 		switch n.Abstraction {
 		case pipeline.Window:
 			if st.win, err = e.newWindowState(n, st.group); err != nil {

@@ -31,6 +31,8 @@ type step struct {
 	// network says the step may have the host's network when its stage
 	// asks: its program was registered so, or an admin's job names it.
 	network bool
+	// sha256 is a registered program's checksum, for workers.
+	sha256 string
 }
 
 // lookupProgram finds a registered program by name; ok false when none
@@ -61,23 +63,22 @@ func resolve(reg *Registry, lookup lookupProgram, p pipeline.Program, trusted bo
 			if ok {
 				argv := slices.Clone(st.Argv)
 				argv[0] = prog.Path
-				out[i] = step{name: name, argv: argv, network: prog.Network}
+				out[i] = step{name: name, argv: argv, network: prog.Network, sha256: prog.SHA256}
 				continue
 			}
 		}
 		if !trusted {
 			return nil, fmt.Errorf("program %q is not registered on this server; an admin registers it with `plumb program add %s PATH`, or use a built-in (`plumb program list` shows what is registered)", name, path.Base(name))
 		}
-		if _, err := exec.LookPath(name); err != nil {
+		found, err := exec.LookPath(name)
+		if err != nil {
 			return nil, fmt.Errorf("program %q is not found or not executable on the server: %v; install it there or give its absolute path", name, err)
 		}
 		argv := slices.Clone(st.Argv)
-		if abs, err := exec.LookPath(argv[0]); err == nil {
-			// Relative to the server's directory, not the run's own one;
-			// and an absolute path, so the sandbox can show it.
-			if abs, err = filepath.Abs(abs); err == nil {
-				argv[0] = abs
-			}
+		// Relative to the server's directory, not the run's own one; and
+		// absolute, so the sandbox can show it.
+		if abs, err := filepath.Abs(found); err == nil {
+			argv[0] = abs
 		}
 		out[i] = step{name: name, argv: argv, network: true}
 	}
@@ -225,9 +226,10 @@ func runStep(ctx context.Context, x *confinement, st step, in io.Reader, out io.
 
 // confinement is how a stage's executables start.
 type confinement struct {
-	// sb confines them; nil runs them as the server's user, which only
-	// an engine configured Unconfined does.
-	sb *sandbox.Sandbox
+	// sb confines them. Without it they run as the server's user if
+	// unconfined says so (--sandbox off), and are refused otherwise.
+	sb         *sandbox.Sandbox
+	unconfined bool
 	// network is the stage's wish for the host's network.
 	network bool
 	// readOnly are more paths the programs may read (a window's blocks).
@@ -244,7 +246,10 @@ type confinement struct {
 // sandbox holds for the run once the command has been waited for.
 func (x *confinement) command(ctx context.Context, st step, argv []string, dir string, writable []string, extra []*os.File) (cmd *exec.Cmd, release func(), err error) {
 	env := cleanEnv(dir)
-	if x == nil || x.sb == nil {
+	if x.sb == nil {
+		if !x.unconfined {
+			return nil, nil, fmt.Errorf("%s: executables are refused here, which cannot confine them (install bubblewrap)", st.name)
+		}
 		cmd := exec.CommandContext(ctx, argv[0], argv[1:]...)
 		cmd.Dir = dir
 		cmd.Env = env

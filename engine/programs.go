@@ -1,8 +1,6 @@
 package engine
 
 import (
-	"crypto/sha256"
-	"encoding/hex"
 	"errors"
 	"fmt"
 	"io"
@@ -12,6 +10,7 @@ import (
 	"slices"
 	"strings"
 
+	"github.com/plumb-dev/plumb/blob"
 	"github.com/plumb-dev/plumb/pipeline"
 	"github.com/plumb-dev/plumb/state"
 )
@@ -60,15 +59,18 @@ func (e *Engine) AddProgram(name, path, wantSHA256 string, network bool, by stri
 		return state.Program{}, err
 	}
 	defer os.Remove(tmp.Name())
-	h := sha256.New()
-	if _, err := io.Copy(io.MultiWriter(tmp, h), io.LimitReader(src, MaxProgramSize)); err != nil {
+	hf := NewHashFile(tmp)
+	if _, err := io.Copy(hf, io.LimitReader(src, MaxProgramSize)); err != nil {
 		tmp.Close()
 		return state.Program{}, err
 	}
-	sum := hex.EncodeToString(h.Sum(nil))
-	if wantSHA256 != "" && !strings.EqualFold(wantSHA256, sum) {
-		tmp.Close()
-		return state.Program{}, fmt.Errorf("program %s: %s has SHA-256 %s, not the %s given; check the file", name, abs, sum, wantSHA256)
+	sum := hf.Sum().String()
+	if wantSHA256 != "" {
+		want, err := blob.ParseSum(wantSHA256)
+		if err != nil || want != hf.Sum() {
+			tmp.Close()
+			return state.Program{}, fmt.Errorf("program %s: %s has SHA-256 %s, not the %s given; check the file", name, abs, sum, wantSHA256)
+		}
 	}
 	if err := tmp.Chmod(0o555); err != nil {
 		tmp.Close()
@@ -138,15 +140,17 @@ func (e *Engine) trusted(job string) bool {
 }
 
 // resolveNode resolves a graph node's program with the trust of the job
-// whose program it runs (the first owner's).
-func (e *Engine) resolveNode(n *pipeline.Node) ([]step, error) {
-	trusted := len(n.Owners) > 0 && e.trusted(n.Owners[0].Job)
-	return resolve(e.reg, e.lookup, n.Program, trusted)
+// whose program it runs (the first owner's), once, when the graph is
+// applied; runs and leases use what it found.
+func (e *Engine) resolveNode(n *pipeline.Node) (steps []step, trusted bool, err error) {
+	trusted = len(n.Owners) > 0 && e.trusted(n.Owners[0].Job)
+	steps, err = resolve(e.reg, e.lookup, n.Program, trusted)
+	return steps, trusted, err
 }
 
 // confine is how a stage's executables run.
 func (e *Engine) confine(n *pipeline.Node) *confinement {
-	return &confinement{sb: e.cfg.Sandbox, network: n.Network}
+	return &confinement{sb: e.cfg.Sandbox, unconfined: e.cfg.Unconfined, network: n.Network}
 }
 
 // checkExecutables says whether the stage's executables may run here at

@@ -210,7 +210,7 @@ func (e *Engine) Lease(ctx context.Context, h Hello) (Lease, bool, error) {
 		st.backlog = max(st.backlog-1, 0)
 		l := Lease{ID: id, Stage: st.node.Name, Program: st.node.Program, Inputs: res.Blocks, Outputs: st.node.Outputs,
 			Timeout: time.Duration(st.node.Timeout), TTL: e.cfg.LeaseTTL, Network: st.node.Network}
-		l.Trusted, l.Programs = e.leasePrograms(st.node)
+		l.Trusted, l.Programs = st.trusted, leasePrograms(st.steps)
 		e.leases[id] = &remoteRun{attempt: res.Attempt, lease: l, st: st, worker: h.Worker, group: st.group, deadline: now.Add(e.cfg.LeaseTTL), start: now}
 		return l, true, nil
 	}
@@ -376,22 +376,20 @@ type Port struct {
 	W     io.Writer // outputs
 }
 
-// leasePrograms says what a worker needs to resolve a stage's program as
-// the server does.
-func (e *Engine) leasePrograms(n *pipeline.Node) (trusted bool, progs map[string]LeaseProgram) {
-	trusted = len(n.Owners) > 0 && e.trusted(n.Owners[0].Job)
-	for _, st := range n.Program.Steps {
-		if len(st.Argv) == 0 || strings.Contains(st.Argv[0], "/") {
+// leasePrograms are the registered programs among a stage's steps, as a
+// worker needs them to resolve the program as the server did.
+func leasePrograms(steps []step) map[string]LeaseProgram {
+	var progs map[string]LeaseProgram
+	for _, st := range steps {
+		if st.sha256 == "" {
 			continue
 		}
-		if p, ok, _ := e.lookup(st.Argv[0]); ok {
-			if progs == nil {
-				progs = map[string]LeaseProgram{}
-			}
-			progs[p.Name] = LeaseProgram{SHA256: p.SHA256, Network: p.Network}
+		if progs == nil {
+			progs = map[string]LeaseProgram{}
 		}
+		progs[st.name] = LeaseProgram{SHA256: st.sha256, Network: st.network}
 	}
-	return trusted, progs
+	return progs
 }
 
 // Runner runs leased stage programs on a worker with the same code and
@@ -474,11 +472,6 @@ func (r *Runner) Run(ctx context.Context, l Lease, name block.Name, ins, outs []
 	if err != nil {
 		return "", 0, err
 	}
-	for _, st := range steps {
-		if st.builtin == nil && r.Sandbox == nil && !r.Unconfined {
-			return "", 0, fmt.Errorf("executables are refused on this worker, which cannot confine them; install bubblewrap")
-		}
-	}
 	var pin, pout []port
 	for _, i := range ins {
 		pin = append(pin, port{queue: i.Queue, r: i.R})
@@ -486,7 +479,7 @@ func (r *Runner) Run(ctx context.Context, l Lease, name block.Name, ins, outs []
 	for _, o := range outs {
 		pout = append(pout, port{queue: o.Queue, w: o.W})
 	}
-	x := &confinement{sb: r.Sandbox, network: l.Network}
+	x := &confinement{sb: r.Sandbox, unconfined: r.Unconfined, network: l.Network}
 	res, err := execute(WithBlock(ctx, name), x, steps, pin, pout, scratch)
 	return res.stderr, res.cpu, err
 }

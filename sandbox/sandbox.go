@@ -193,37 +193,30 @@ func (s *Sandbox) Command(ctx context.Context, r Run) (cmd *exec.Cmd, release fu
 	if err != nil {
 		return nil, nil, err
 	}
-	freed := false
-	release = func() {
-		if !freed {
-			freed = true
-			s.freeUID(uid)
-		}
+	cmd, secR, err := s.command(ctx, r, lim, uid)
+	if err != nil {
+		s.freeUID(uid)
+		return nil, nil, err
 	}
-	defer func() {
-		if err != nil {
-			release()
-		}
-	}()
+	var once sync.Once
+	release = func() {
+		once.Do(func() {
+			secR.Close()
+			s.freeUID(uid)
+		})
+	}
+	return cmd, release, nil
+}
+
+// command builds a run's command line for uid; secR is the seccomp
+// filter's read end, which the command inherits.
+func (s *Sandbox) command(ctx context.Context, r Run, lim Limits, uid uint32) (*exec.Cmd, *os.File, error) {
 	if s.root {
 		for _, p := range append([]string{r.Dir}, r.Writable...) {
 			if err := os.Chown(p, int(uid), int(uid)); err != nil {
 				return nil, nil, fmt.Errorf("sandbox: give %s to the run: %w", p, err)
 			}
 		}
-	}
-
-	secR, secW, err := os.Pipe()
-	if err != nil {
-		return nil, nil, err
-	}
-	// The filter is a few hundred bytes: it fits the pipe's buffer, so it
-	// is written whole before bwrap reads it.
-	_, werr := secW.Write(s.seccomp)
-	secW.Close()
-	if werr != nil {
-		secR.Close()
-		return nil, nil, werr
 	}
 	secFD := 3 + len(r.ExtraFiles)
 
@@ -320,19 +313,26 @@ func (s *Sandbox) Command(ctx context.Context, r Run) (cmd *exec.Cmd, release fu
 	}
 	pl = append(pl, "--", s.cfg.Bwrap)
 
-	cmd = exec.CommandContext(ctx, s.cfg.Prlimit, append(pl, args...)...)
+	secR, secW, err := os.Pipe()
+	if err != nil {
+		return nil, nil, err
+	}
+	// The filter is a few hundred bytes: it fits the pipe's buffer, so it
+	// is written whole before bwrap reads it.
+	_, err = secW.Write(s.seccomp)
+	secW.Close()
+	if err != nil {
+		secR.Close()
+		return nil, nil, err
+	}
+	cmd := exec.CommandContext(ctx, s.cfg.Prlimit, append(pl, args...)...)
 	cmd.Env = r.Env
 	cmd.Dir = "/"
 	cmd.ExtraFiles = append(slices.Clone(r.ExtraFiles), secR)
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 	cmd.Cancel = func() error { return syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL) }
 	cmd.WaitDelay = 5 * time.Second
-	inner := release
-	release = func() {
-		secR.Close()
-		inner()
-	}
-	return cmd, release, nil
+	return cmd, secR, nil
 }
 
 // Limits returns the limits runs get unless they say others.
