@@ -13,6 +13,7 @@ import (
 	"google.golang.org/grpc/codes"
 
 	"github.com/plumb-dev/plumb/auth"
+	"github.com/plumb-dev/plumb/engine"
 )
 
 // twoAnalysts adds carol, a second analyst, to the users file.
@@ -178,4 +179,41 @@ func TestRevocation(t *testing.T) {
 		}
 	})
 	refused(agent, "after revoke-key")
+}
+
+// TestProgramsAreAdmins: only an admin registers or removes programs,
+// and a name that could reach a path is refused.
+func TestProgramsAreAdmins(t *testing.T) {
+	file, secrets := usersFile(t)
+	addr := runServer(t, Config{Users: file, Registry: engine.NewRegistry()})
+	ctx := context.Background()
+	ana := dialAs(t, addr, Security{User: "ana", Secret: secrets["ana"]})
+	ops := dialAs(t, addr, Security{User: "ops", Secret: secrets["ops"]})
+	if _, err := ana.AddProgram(ctx, AddProgramRequest{Name: "sh", Path: "/bin/sh"}); codeOf(err) != codes.PermissionDenied {
+		t.Fatalf("a non-admin registers /bin/sh: %v", err)
+	}
+	for _, name := range []string{"../sh", "a/b", "", strings.Repeat("x", 65), "Sh"} {
+		if _, err := ops.AddProgram(ctx, AddProgramRequest{Name: name, Path: "/bin/sh"}); codeOf(err) != codes.InvalidArgument || !strings.Contains(err.Error(), "program name") {
+			t.Errorf("name %q: %v", name, err)
+		}
+	}
+	if _, err := ops.AddProgram(ctx, AddProgramRequest{Name: "d", Path: "/usr/bin"}); codeOf(err) != codes.InvalidArgument || !strings.Contains(err.Error(), "not an executable file") {
+		t.Errorf("a directory: %v", err)
+	}
+	if _, err := ops.AddProgram(ctx, AddProgramRequest{Name: "cat", Path: "/usr/bin/cat", SHA256: "not-hex"}); codeOf(err) != codes.InvalidArgument {
+		t.Errorf("a malformed checksum: %v", err)
+	}
+	p, err := ops.AddProgram(ctx, AddProgramRequest{Name: "cat", Path: "/usr/bin/cat"})
+	if err != nil || len(p.SHA256) != 64 {
+		t.Fatalf("admin registers cat: %+v %v", p, err)
+	}
+	if ps, err := ana.Programs(ctx); err != nil || len(ps) != 1 || ps[0].Name != "cat" {
+		t.Errorf("ana lists %+v %v", ps, err)
+	}
+	if err := ana.RemoveProgram(ctx, "cat"); codeOf(err) != codes.PermissionDenied {
+		t.Errorf("a non-admin removes a program: %v", err)
+	}
+	if err := ops.RemoveProgram(ctx, "nope"); codeOf(err) != codes.NotFound {
+		t.Errorf("remove an unknown program: %v", err)
+	}
 }
