@@ -63,9 +63,7 @@ func serveCommand() command {
 			fs.StringVar(&cfg.TLSCert, "tls-cert", "", "serve TLS with the PEM certificate in `FILE` (with --tls-key)")
 			fs.StringVar(&cfg.TLSKey, "tls-key", "", "the PEM private key of --tls-cert in `FILE`")
 			fs.StringVar(&cfg.ClientCA, "client-ca", "", "require client certificates signed by the PEM CA in `FILE` (mutual TLS); a certificate's common name is its user")
-			fs.StringVar(&cfg.Sandbox, "sandbox", "bwrap", "how stage executables are confined: bwrap (namespaces, an unprivileged uid, rlimits, seccomp; needs the bubblewrap package) or off (as the server's user; refused with --users)")
-			runLimits := runLimitFlags(fs)
-			fs.Var((*groupsFlag)(&cfg.RunShared), "run-ro", "a `PATH` every confined stage run may read, such as tools installed outside /usr (repeat for several)")
+			sb := sandboxFlags(fs, "the server's user; refused with --users")
 			level := fs.String("log-level", "info", "log level: debug, info, warn, error")
 			if err := fs.Parse(args); err != nil {
 				return err
@@ -77,7 +75,7 @@ func serveCommand() command {
 			if err := lv.UnmarshalText([]byte(*level)); err != nil {
 				return err
 			}
-			cfg.RunLimits = *runLimits
+			cfg.Sandbox, cfg.RunLimits, cfg.RunShared = sb.mode, sb.limits, sb.shared
 			cfg.Logger = slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: lv}))
 			switch p := engine.Policy(*policy); p {
 			case engine.Backlog, engine.Static:
@@ -110,9 +108,20 @@ func serveCommand() command {
 	}
 }
 
-// runLimitFlags adds the flags that bound each confined stage run.
-func runLimitFlags(fs *flag.FlagSet) *sandbox.Limits {
-	lim := sandbox.DefaultLimits()
+// sandboxOptions are how the server and workers confine stage programs.
+type sandboxOptions struct {
+	mode   string
+	limits sandbox.Limits
+	shared []string
+}
+
+// sandboxFlags adds the flags that choose and bound the confinement of
+// stage programs; off says as whom unconfined programs run.
+func sandboxFlags(fs *flag.FlagSet, off string) *sandboxOptions {
+	o := &sandboxOptions{limits: sandbox.DefaultLimits()}
+	fs.StringVar(&o.mode, "sandbox", "bwrap", "how stage executables are confined: bwrap (namespaces, an unprivileged uid, rlimits, seccomp; needs the bubblewrap package) or off (as "+off+")")
+	fs.Var((*groupsFlag)(&o.shared), "run-ro", "a `PATH` every confined stage run may read, such as tools installed outside /usr (repeat for several)")
+	lim := &o.limits
 	fs.Func("run-memory", "address space of each stage program process, `SIZE` (default 4GiB)", func(v string) (err error) {
 		lim.Memory, err = pipeline.ParseSize(v)
 		return err
@@ -123,5 +132,5 @@ func runLimitFlags(fs *flag.FlagSet) *sandbox.Limits {
 	})
 	fs.DurationVar(&lim.CPU, "run-cpu", 0, "CPU time of each stage program process (0: none; block stages also have their timeout)")
 	fs.IntVar(&lim.Procs, "run-procs", lim.Procs, "processes and threads of one stage run (holds a fork bomb)")
-	return &lim
+	return o
 }

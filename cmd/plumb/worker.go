@@ -19,19 +19,16 @@ import (
 
 func workerCommand() command {
 	var slots *int
-	var stages, scratch, level, store, sbMode, programs *string
-	var runLimits *sandbox.Limits
-	var runShared groupsFlag
+	var stages, scratch, level, store, programs *string
+	var sbOpts *sandboxOptions
 	return clientCommand("worker", "", "run the server's stage runs on this machine: lease, run, heartbeat, commit (needs admin on \"*\" when auth is on)", 0,
 		func(fs *flag.FlagSet) {
 			slots = fs.Int("slots", runtime.NumCPU(), "runs at once")
 			stages = fs.String("stages", "", "only stages whose name matches `PATTERN` (path.Match, e.g. 'archive/*')")
 			scratch = fs.String("scratch", filepath.Join(os.TempDir(), "plumb-worker"), "`DIR` for outputs before they are uploaded")
 			level = fs.String("log-level", "info", "log level: debug, info, warn, error")
-			sbMode = fs.String("sandbox", "bwrap", "how stage executables are confined: bwrap or off (as this process's user)")
 			programs = fs.String("programs", "", "`DIR` of registered programs, each in a file named by its SHA-256 (copy them from the server's DATA/programs)")
-			runLimits = runLimitFlags(fs)
-			fs.Var(&runShared, "run-ro", "a `PATH` every confined stage run may read, such as tools installed outside /usr (repeat for several)")
+			sbOpts = sandboxFlags(fs, "this process's user")
 			store = fs.String("store", "", "the server's S3 store `URL` (s3://BUCKET?endpoint=HOST:PORT, credentials from AWS_ACCESS_KEY_ID/AWS_SECRET_ACCESS_KEY) to read inputs and write outputs directly; without it all bytes go through the server")
 		},
 		func(ctx context.Context, c *flight.Client, _ []string) error {
@@ -46,11 +43,11 @@ func workerCommand() command {
 			reg := engine.NewRegistry()
 			builtin.Register(reg, builtin.FindXZ())
 			runner := &engine.Runner{Registry: reg, Programs: *programs}
-			switch *sbMode {
+			switch sbOpts.mode {
 			case "off":
 				runner.Unconfined = true
 			case "bwrap":
-				sb, err := sandbox.New(ctx, sandbox.Config{Limits: *runLimits, Shared: runShared})
+				sb, err := sandbox.New(ctx, sandbox.Config{Limits: sbOpts.limits, Shared: sbOpts.shared})
 				if err != nil {
 					// Built-ins still run; runs of executables go back to the
 					// server for a worker that can confine them.
@@ -58,7 +55,7 @@ func workerCommand() command {
 				}
 				runner.Sandbox = sb
 			default:
-				return fmt.Errorf("--sandbox %q: want bwrap or off", *sbMode)
+				return fmt.Errorf("--sandbox %q: want bwrap or off", sbOpts.mode)
 			}
 			cfg := worker.Config{Client: c, ID: fmt.Sprintf("%s-%d", host, os.Getpid()), Host: host, Slots: *slots, Stages: *stages,
 				Runner: runner, Scratch: *scratch, Log: slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: lv}))}
