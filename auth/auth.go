@@ -310,9 +310,10 @@ type Authority struct {
 	ttl  time.Duration
 	now  func() time.Time
 
-	mu   sync.RWMutex
-	file *File
-	seen fileStamp // of the users file as last loaded
+	mu      sync.RWMutex
+	file    *File
+	seen    fileStamp // of the users file as last loaded
+	version uint64    // counts loads
 }
 
 // fileStamp tells whether the users file changed since it was read.
@@ -383,8 +384,19 @@ func (a *Authority) Reload() error {
 	}
 	a.mu.Lock()
 	a.file, a.seen = f, stampOf(fi)
+	a.version++
 	a.mu.Unlock()
 	return nil
+}
+
+// Refresh rereads the users file if it changed on disk and returns a
+// number that changes with every load, so a caller can tell that rights
+// may have changed (and recheck what it granted on them).
+func (a *Authority) Refresh() uint64 {
+	a.fresh()
+	a.mu.RLock()
+	defer a.mu.RUnlock()
+	return a.version
 }
 
 // fresh rereads the users file when it changed on disk, so that a

@@ -73,6 +73,9 @@ type Config struct {
 	Unconfined bool
 	// Programs is the directory of registered programs' copies.
 	Programs string
+	// MaxJobsPerOwner caps the accepted jobs of one owner, so one user's
+	// submissions cannot fill the metadata; 64 when 0.
+	MaxJobsPerOwner int
 	// Full, when set, says why the store has no room for outputs; while it
 	// does, no new run starts (runs under way finish).
 	Full func() error
@@ -107,6 +110,9 @@ func (c *Config) defaults() {
 	if c.Replication <= 0 {
 		c.Replication = 1
 	}
+	if c.MaxJobsPerOwner <= 0 {
+		c.MaxJobsPerOwner = 64
+	}
 	if c.ChainAbove <= 0 {
 		c.ChainAbove = 50
 	}
@@ -132,6 +138,7 @@ type Engine struct {
 
 	workers      map[string]*worker    // remote workers seen lately
 	leases       map[string]*remoteRun // stage runs leased to them
+	suspended    map[string]string     // accepted jobs suspended, and why
 	localRunning int                   // runs in this process
 	lat          *latencies
 	latm         *latencyMetrics
@@ -157,14 +164,17 @@ type stage struct {
 	group   string // the consumer group it reads its inputs as
 	steps   []step
 	trusted bool // its program's job may name unregistered executables
-	running int
-	target  int
-	backlog int64
-	stats   StageStats
-	mu      sync.Mutex // guards stats
-	metrics *stageMetrics
-	win     *windowState // window stages
-	stream  *streamState // stream stages
+	// suspended says why the stage starts no runs: every job owning it is
+	// suspended. Its groups keep their place.
+	suspended string
+	running   int
+	target    int
+	backlog   int64
+	stats     StageStats
+	mu        sync.Mutex // guards stats
+	metrics   *stageMetrics
+	win       *windowState // window stages
+	stream    *streamState // stream stages
 }
 
 // New returns an engine over a metadata database and a blob store, with
@@ -179,7 +189,7 @@ func New(db *state.DB, store blob.Store, reg *Registry, cfg Config) (*Engine, er
 		metrics: newMetrics(cfg.Registerer), boot: uuid.NewString()[:8],
 		lat: newLatencies(cfg.Now), latm: newLatencyMetrics(cfg.Registerer),
 		stages: map[string]*stage{}, kick: make(chan struct{}, 1), ctx: context.Background(),
-		workers: map[string]*worker{}, leases: map[string]*remoteRun{},
+		workers: map[string]*worker{}, leases: map[string]*remoteRun{}, suspended: map[string]string{},
 	}
 	if err := e.load(); err != nil {
 		return nil, err
@@ -268,6 +278,9 @@ func (e *Engine) fill(ctx context.Context, runs *sync.WaitGroup, reshare bool) e
 		}
 	}
 	for _, st := range e.sorted() {
+		if st.suspended != "" {
+			continue
+		}
 		if st.win != nil {
 			if st.running > 0 {
 				continue // one window run at a time keeps windows in order
@@ -348,6 +361,9 @@ func (e *Engine) visibility(st *stage) time.Duration {
 // backlog counts a stage's blocks that wait for a run (of its first
 // input: a join runs once per block of it).
 func (e *Engine) backlog(st *stage) (int64, error) {
+	if st.suspended != "" {
+		return 0, nil // it takes no share of the slots
+	}
 	n, err := e.db.Backlog(st.node.Inputs[0], st.group)
 	if err != nil {
 		return 0, fmt.Errorf("stage %s: backlog: %w", st.node.Name, err)

@@ -59,6 +59,9 @@ func (e *Engine) SubmitChecked(file string, src []byte, owner string, trusted bo
 	if err != nil {
 		return SubmitResult{}, err
 	}
+	if mine := countOwned(jobs, job.Owner); job.Owner != "" && mine >= e.cfg.MaxJobsPerOwner {
+		return e.reject(job.Name, job.Owner, fmt.Errorf("user %s has %d accepted jobs, the most one user may have; retract one (plumb job retract NAME) or replace one by submitting under its name", job.Owner, mine))
+	}
 	g, warns, err := pipeline.Merge(append(jobs, job), e.mergeOptions())
 	if err != nil {
 		return e.reject(job.Name, job.Owner, err)
@@ -73,6 +76,7 @@ func (e *Engine) SubmitChecked(file string, src []byte, owner string, trusted bo
 	if _, err := e.db.PutJob(state.Job{Name: job.Name, Owner: job.Owner, State: state.JobAccepted, Source: string(src), Warnings: mine, Trusted: trusted}); err != nil {
 		return SubmitResult{}, err
 	}
+	delete(e.suspended, job.Name) // its owner's rights were just checked
 	if err := e.apply(g); err != nil {
 		return SubmitResult{}, err
 	}
@@ -87,6 +91,16 @@ func (e *Engine) SubmitChecked(file string, src []byte, owner string, trusted bo
 	}
 	e.log.Info("job accepted", "job", job.Name, "owner", job.Owner, "stages", res.Stages, "warnings", len(mine))
 	return res, nil
+}
+
+func countOwned(jobs []*pipeline.Job, owner string) int {
+	n := 0
+	for _, j := range jobs {
+		if j.Owner == owner {
+			n++
+		}
+	}
+	return n
 }
 
 // jobName digs the job's name out of a file that does not parse, so the
@@ -167,11 +181,12 @@ func (e *Engine) Retract(name string) error {
 	if err != nil {
 		return fmt.Errorf("the jobs left after retracting %q no longer merge: %w", name, err)
 	}
-	old.State = state.JobRetracted
+	old.State, old.Suspended = state.JobRetracted, ""
 	if _, err := e.db.PutJob(old); err != nil {
 		return err
 	}
 	e.log.Info("job retracted", "job", name)
+	delete(e.suspended, name)
 	return e.apply(g)
 }
 
@@ -194,6 +209,7 @@ func (e *Engine) acceptedJobs(except string) ([]*pipeline.Job, error) {
 		if err != nil {
 			return nil, fmt.Errorf("stored job %q no longer parses: %w", sj.Name, err)
 		}
+		j.Owner = sj.Owner // the authenticated submitter, not what the file says
 		out = append(out, j)
 	}
 	return out, nil
@@ -227,6 +243,9 @@ func (e *Engine) load() error {
 			continue
 		}
 		keep = append(keep, j)
+		if sj, err := e.db.GetJob(j.Name); err == nil && sj.Suspended != "" {
+			e.suspended[j.Name] = sj.Suspended
+		}
 	}
 	g, _, err := pipeline.Merge(keep, pipeline.Options{NoDedup: e.cfg.NoDedup})
 	if err != nil {
@@ -313,10 +332,12 @@ func (e *Engine) apply(g *pipeline.Graph) error {
 				return fmt.Errorf("stage %s left the graph: unsubscribe from %s: %w", old.node.Name, q, err)
 			}
 		}
+		old.stopStreams()
 		e.metrics.info.DeleteLabelValues(old.node.Name, old.node.Program.String(), detail(old.steps))
 		e.log.Info("stage left the graph", "stage", old.node.Name)
 	}
 	e.graph, e.stages = g, next
+	e.markSuspended()
 	e.poke()
 	return nil
 }

@@ -174,7 +174,7 @@ func (e *Engine) Lease(ctx context.Context, h Hello) (Lease, bool, error) {
 	}
 	var cands []*stage
 	for _, st := range e.stages {
-		if st.win != nil || st.stream != nil || st.node.Abstraction != pipeline.Block && st.node.Abstraction != "" {
+		if st.win != nil || st.stream != nil || st.node.Abstraction != pipeline.Block && st.node.Abstraction != "" || st.suspended != "" {
 			continue
 		}
 		if h.Stages != "" {

@@ -9,21 +9,24 @@ import (
 
 // StageStats is what a stage has done since the server started.
 type StageStats struct {
-	Stage    string   `json:"stage"`
-	ID       string   `json:"id"`
-	Inputs   []string `json:"inputs"`
-	Outputs  []string `json:"outputs"`
-	Owners   []string `json:"owners"`
-	Program  string   `json:"program"`
-	Detail   string   `json:"detail,omitempty"` // e.g. which xz encoder
-	Backlog  int64    `json:"backlog"`
-	Workers  int      `json:"workers"`
-	Target   int      `json:"target"`
-	Runs     int64    `json:"runs"`
-	Failed   int64    `json:"failed"`
-	Faulty   int64    `json:"faulty"`
-	BytesIn  int64    `json:"bytes_in"`
-	BytesOut int64    `json:"bytes_out"`
+	Stage   string   `json:"stage"`
+	ID      string   `json:"id"`
+	Inputs  []string `json:"inputs"`
+	Outputs []string `json:"outputs"`
+	Owners  []string `json:"owners"`
+	Program string   `json:"program"`
+	Detail  string   `json:"detail,omitempty"` // e.g. which xz encoder
+	// Suspended says why the stage starts no runs: every job owning it
+	// lost a right it needs.
+	Suspended string `json:"suspended,omitempty"`
+	Backlog   int64  `json:"backlog"`
+	Workers   int    `json:"workers"`
+	Target    int    `json:"target"`
+	Runs      int64  `json:"runs"`
+	Failed    int64  `json:"failed"`
+	Faulty    int64  `json:"faulty"`
+	BytesIn   int64  `json:"bytes_in"`
+	BytesOut  int64  `json:"bytes_out"`
 	// ProcessingSeconds is the wall time of runs (P), CPUSeconds the CPU
 	// of their programs, QueueWaitSeconds the time inputs waited.
 	ProcessingSeconds float64 `json:"processing_seconds"`
@@ -80,7 +83,7 @@ func (e *Engine) Stats() []StageStats {
 		for _, o := range n.Owners {
 			s.Owners = append(s.Owners, o.Job+"/"+o.Stage)
 		}
-		s.Detail = detail(st.steps)
+		s.Detail, s.Suspended = detail(st.steps), st.suspended
 		s.Backlog, s.Workers, s.Target = st.backlog, st.running, st.target
 		if s.ProcessingSeconds > 0 {
 			s.Intensity = (float64(s.BytesIn) + e.cfg.Replication*float64(s.BytesOut)) / s.ProcessingSeconds / 1e6

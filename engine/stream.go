@@ -46,6 +46,19 @@ const (
 type streamState struct {
 	queue   string
 	running map[string]bool // per instance
+	// ctx ends the stage's runners when the stage leaves the graph or is
+	// suspended; nil until runners start.
+	ctx  context.Context
+	stop context.CancelFunc
+}
+
+// stopStreams ends a stream stage's runners (each checkpointed where its
+// program last said). Called with e.mu held.
+func (st *stage) stopStreams() {
+	if st.stream != nil && st.stream.stop != nil {
+		st.stream.stop()
+		st.stream.ctx, st.stream.stop = nil, nil
+	}
 }
 
 // streamConsumer is the cursor name of a stage on a site's stream.
@@ -58,6 +71,10 @@ func (e *Engine) startStreams(ctx context.Context, runs *sync.WaitGroup, st *sta
 	if err != nil {
 		return err
 	}
+	if st.stream.ctx == nil {
+		st.stream.ctx, st.stream.stop = context.WithCancel(ctx)
+	}
+	sctx := st.stream.ctx
 	for _, inst := range insts {
 		if st.stream.running[inst] {
 			continue
@@ -65,10 +82,11 @@ func (e *Engine) startStreams(ctx context.Context, runs *sync.WaitGroup, st *sta
 		st.stream.running[inst] = true
 		spec := runSpec{node: st.node, steps: st.steps}
 		runs.Go(func() {
-			e.runStream(ctx, st, spec, inst)
+			e.runStream(sctx, st, spec, inst)
 			e.mu.Lock()
 			st.stream.running[inst] = false
 			e.mu.Unlock()
+			e.poke() // a runner stopped by a suspension may start again
 		})
 	}
 	return nil

@@ -79,6 +79,14 @@ stages:
 
 // killCounters SIGKILLs every running counter program.
 func killCounters(t *testing.T) {
+	for _, pid := range counters() {
+		syscall.Kill(pid, syscall.SIGKILL)
+	}
+}
+
+// counters lists the running counter programs.
+func counters() []int {
+	var pids []int
 	ents, _ := os.ReadDir("/proc")
 	for _, e := range ents {
 		pid, err := strconv.Atoi(e.Name())
@@ -89,8 +97,9 @@ func killCounters(t *testing.T) {
 		if err != nil || !strings.Contains(string(env), "PLUMB_TEST_COUNTER=1") {
 			continue
 		}
-		syscall.Kill(pid, syscall.SIGKILL)
+		pids = append(pids, pid)
 	}
+	return pids
 }
 
 // TestParallelStreamsByFlow is the recipe for parallel stateful

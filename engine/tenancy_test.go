@@ -172,3 +172,52 @@ func TestHostileStagesContained(t *testing.T) {
 		t.Errorf("a hostile stage published output")
 	}
 }
+
+// TestJobsAreBounded: a user's job files cannot fill the metadata (issue
+// 17 stored 296 MiB of rejected sources in 3.6 s): a file over 256 KiB
+// is refused before parsing, rejected jobs leave nothing behind, and one
+// owner's accepted jobs are capped.
+func TestJobsAreBounded(t *testing.T) {
+	r := newRig(t, engine.Config{Slots: 1, MaxJobsPerOwner: 3})
+	r.put("bob.in", 1, []byte("x"))
+	big := "job: big\nstages:\n  - {name: s, inputs: [bob.in], program: builtin:copy, outputs: [bob.o]}\n#" + strings.Repeat("x", 300<<10) + "\n"
+	if res := r.untrusted(big); res.State != "rejected" || !strings.Contains(res.Reason, "larger than 262144 bytes") {
+		t.Errorf("a 300 KiB job: %+v", truncated(res))
+	}
+	for i := range 3 {
+		if res := r.untrusted(fmt.Sprintf("job: j%d\nstages:\n  - {name: s%d, inputs: [bob.in], program: [cat], outputs: [bob.o%d]}\n", i, i, i)); res.State != "rejected" {
+			t.Fatalf("unregistered cat: %+v", res)
+		}
+	}
+	if jobs, _ := r.eng.Jobs(); len(jobs) != 0 {
+		t.Fatalf("rejected jobs were stored: %d", len(jobs))
+	}
+	if _, err := r.eng.AddProgram("cat", "/usr/bin/cat", "", false, "admin"); err != nil {
+		t.Fatal(err)
+	}
+	job := func(i int) string {
+		return fmt.Sprintf("job: j%d\nstages:\n  - {name: s%d, inputs: [bob.in], program: [cat], outputs: [bob.o%d]}\n", i, i, i)
+	}
+	for i := range 3 {
+		if res := r.untrusted(job(i)); res.State != "accepted" {
+			t.Fatalf("job %d: %+v", i, res)
+		}
+	}
+	if res := r.untrusted(job(3)); res.State != "rejected" || !strings.Contains(res.Reason, "user bob has 3 accepted jobs") {
+		t.Errorf("a fourth job: %+v", res)
+	}
+	if res := r.untrusted(job(1)); res.State != "accepted" {
+		t.Errorf("replacing one of the three: %+v", res)
+	}
+	// Another user is not held back by bob's.
+	if res, err := r.eng.SubmitChecked("job.yaml", []byte(job(9)), "carol", false, nil); err != nil || res.State != "accepted" {
+		t.Errorf("carol's first job: %+v %v", res, err)
+	}
+}
+
+func truncated(res engine.SubmitResult) engine.SubmitResult {
+	if len(res.Reason) > 300 {
+		res.Reason = res.Reason[:300]
+	}
+	return res
+}

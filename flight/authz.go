@@ -79,3 +79,23 @@ func (s *Service) useGroup(ctx context.Context, queue, group string, from state.
 	s.audit.Warn("denied", "audit", true, "user", caller(ctx), "action", what, "queue", queue, "group", group, "owner", g.Owner)
 	return g, status.Errorf(codes.PermissionDenied, "%s: consumer group %s of queue %s belongs to user %s; use a group of your own", what, group, queue, g.Owner)
 }
+
+// useConsumer opens a stream consumer's cursor for the caller: a stage's
+// consumer is the engine's alone, a user's is its creator's and the
+// admins'.
+func (s *Service) useConsumer(ctx context.Context, queue, instance, consumer, from, what string) (state.Cursor, error) {
+	if strings.HasPrefix(consumer, stageGroupPrefix) {
+		s.audit.Warn("denied", "audit", true, "user", caller(ctx), "action", what, "queue", queue, "consumer", consumer)
+		return state.Cursor{}, status.Errorf(codes.PermissionDenied, "%s: stream consumer %s of queue %s belongs to a pipeline stage; only the engine uses it (choose another consumer name)", what, consumer, queue)
+	}
+	admin := s.authz == nil || s.may(ctx, auth.Admin, queue)
+	c, err := s.db.OpenOwnedCursor(queue, instance, consumer, from, caller(ctx), admin)
+	if errors.Is(err, state.ErrOwned) {
+		s.audit.Warn("denied", "audit", true, "user", caller(ctx), "action", what, "queue", queue, "consumer", consumer)
+		return c, status.Errorf(codes.PermissionDenied, "%s: %v; use a consumer name of your own", what, err)
+	}
+	if err != nil {
+		return c, status.Error(codes.InvalidArgument, err.Error())
+	}
+	return c, nil
+}

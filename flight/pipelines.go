@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"time"
 
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
@@ -72,26 +73,74 @@ func (s *Service) submitJob(ctx context.Context, body []byte) (any, error) {
 			ps = append(ps, pipeline.Problem{File: req.File, Line: 1, Column: 1, Field: "job",
 				What: fmt.Sprintf("job %s belongs to %s; choose another name", job.Name, old.Owner)})
 		}
-		for _, st := range job.Stages {
-			for _, q := range st.Inputs {
-				if !s.may(ctx, auth.Read, q) {
-					ps = append(ps, pipeline.Problem{File: req.File, Line: st.Line, Column: 1, Field: fmt.Sprintf("stage %q.inputs", st.Name),
-						What: fmt.Sprintf("user %s may not read queue %s; an admin grants it with a rule in the users file", owner, q)})
-				}
-			}
-			for _, q := range st.Outputs {
-				if !s.may(ctx, auth.Write, q) {
-					ps = append(ps, pipeline.Problem{File: req.File, Line: st.Line, Column: 1, Field: fmt.Sprintf("stage %q.outputs", st.Name),
-						What: fmt.Sprintf("user %s may not write queue %s; an admin grants it with a rule in the users file", owner, q)})
-				}
-			}
-		}
+		id, _ := AuthFromContext(ctx)
+		ps = append(ps, s.queueRights(req.File, id, job)...)
 		if len(ps) > 0 {
 			s.audit.Warn("denied", "audit", true, "user", owner, "action", "submit-job", "job", job.Name, "why", ps.Error())
 			return ps
 		}
 		return nil
 	})
+}
+
+// queueRights lists the inputs id may not read and the outputs it may not
+// write, as problems at the stages that name them.
+func (s *Service) queueRights(file string, id auth.Identity, job *pipeline.Job) pipeline.Problems {
+	var ps pipeline.Problems
+	for _, st := range job.Stages {
+		for _, q := range st.Inputs {
+			if !s.authz.Allowed(id, auth.Read, q) {
+				ps = append(ps, pipeline.Problem{File: file, Line: st.Line, Column: 1, Field: fmt.Sprintf("stage %q.inputs", st.Name),
+					What: fmt.Sprintf("user %s may not read queue %s; an admin grants it with a rule in the users file", id.User, q)})
+			}
+		}
+		for _, q := range st.Outputs {
+			if !s.authz.Allowed(id, auth.Write, q) {
+				ps = append(ps, pipeline.Problem{File: file, Line: st.Line, Column: 1, Field: fmt.Sprintf("stage %q.outputs", st.Name),
+					What: fmt.Sprintf("user %s may not write queue %s; an admin grants it with a rule in the users file", id.User, q)})
+			}
+		}
+	}
+	return ps
+}
+
+// jobRights is the engine's recheck of an accepted job against the users
+// file as it is now.
+func (s *Service) jobRights(owner string, job *pipeline.Job) (trusted bool, err error) {
+	if owner == "" {
+		return true, nil // submitted before users were configured
+	}
+	id, err := s.authz.Identify(owner, "job")
+	if err != nil {
+		return false, fmt.Errorf("its owner %s is no longer in the users file", owner)
+	}
+	if ps := s.queueRights("job "+job.Name, id, job); len(ps) > 0 {
+		return false, ps
+	}
+	return s.authz.Allowed(id, auth.Admin, ""), nil
+}
+
+// watchRights rechecks the accepted jobs whenever the users file changes
+// (a SIGHUP reload, or a change noticed on disk), so that a removed owner's
+// jobs stop and resume when the rights return.
+func (s *Service) watchRights(ctx context.Context, every time.Duration) {
+	var seen uint64
+	t := time.NewTicker(every)
+	defer t.Stop()
+	for {
+		if v := s.authz.Refresh(); v != seen {
+			if err := s.eng.Recheck(s.jobRights); err != nil {
+				s.log.Error("rechecking the jobs' rights after the users file changed", "err", err)
+			} else {
+				seen = v
+			}
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+	}
 }
 
 func (s *Service) retractJob(ctx context.Context, body []byte) (any, error) {

@@ -305,6 +305,11 @@ func Run(ctx context.Context, cfg Config) (err error) {
 			return fmt.Errorf("start the pipeline engine: %w", err)
 		}
 		svc.eng = eng
+		if authz != nil {
+			rightsDone := make(chan struct{})
+			go func() { defer close(rightsDone); svc.watchRights(srvCtx, 2*time.Second) }()
+			defer func() { stop(); <-rightsDone }()
+		}
 		go func() { defer close(engDone); eng.Run(srvCtx) }()
 	} else {
 		close(engDone)

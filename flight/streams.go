@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"slices"
 	"time"
 
 	aflight "github.com/apache/arrow-go/v18/arrow/flight"
@@ -47,8 +48,8 @@ func (s *Service) streamAction(ctx context.Context, name string, body []byte, fn
 	if err := s.allow(ctx, auth.Read, r.Queue, name); err != nil {
 		return nil, err
 	}
-	if _, err := s.db.OpenCursor(r.Queue, r.Instance, r.Consumer, r.From); err != nil {
-		return nil, status.Error(codes.InvalidArgument, err.Error())
+	if _, err := s.useConsumer(ctx, r.Queue, r.Instance, r.Consumer, r.From, name); err != nil {
+		return nil, err
 	}
 	res, err := fn(r)
 	switch {
@@ -114,10 +115,28 @@ func (s *Service) putState(ctx context.Context, body []byte) (any, error) {
 	})
 }
 
+// getState reads a cursor without moving it; a stage's cursor may be
+// read too (it shows how far the stage is), by whoever may read the queue.
 func (s *Service) getState(ctx context.Context, body []byte) (any, error) {
-	return s.streamAction(ctx, "get-state", body, func(r StreamRequest) (any, error) {
-		return s.db.GetCursor(r.Queue, r.Instance, r.Consumer)
-	})
+	var r StreamRequest
+	if err := r.check("get-state", body); err != nil {
+		return nil, err
+	}
+	if err := s.allow(ctx, auth.Read, r.Queue, "get-state"); err != nil {
+		return nil, err
+	}
+	c, err := s.db.GetCursor(r.Queue, r.Instance, r.Consumer)
+	if errors.Is(err, state.ErrNotFound) {
+		return nil, status.Errorf(codes.NotFound, "get-state: no stream consumer %s of %s/%s; process-next or a stream ticket opens one", r.Consumer, r.Queue, r.Instance)
+	}
+	if err != nil {
+		return nil, statusOf(err, codes.InvalidArgument)
+	}
+	if s.authz != nil && c.Owner != "" && c.Owner != caller(ctx) && !s.may(ctx, auth.Admin, r.Queue) {
+		s.audit.Warn("denied", "audit", true, "user", caller(ctx), "action", "get-state", "queue", r.Queue, "consumer", r.Consumer)
+		return nil, status.Errorf(codes.PermissionDenied, "get-state: stream consumer %s of %s/%s %v, %s; use a consumer name of your own", r.Consumer, r.Queue, r.Instance, state.ErrOwned, c.Owner)
+	}
+	return c, nil
 }
 
 func (s *Service) listState(ctx context.Context, body []byte) (any, error) {
@@ -131,6 +150,10 @@ func (s *Service) listState(ctx context.Context, body []byte) (any, error) {
 		return nil, err
 	}
 	cs, err := s.db.Cursors(r.Queue)
+	if s.authz != nil && !s.may(ctx, auth.Admin, r.Queue) {
+		// Others' consumers and their state are theirs.
+		cs = slices.DeleteFunc(cs, func(c state.Cursor) bool { return c.Owner != caller(ctx) })
+	}
 	return listOf(cs), err
 }
 
@@ -189,8 +212,8 @@ func (s *Service) serveStream(ctx context.Context, raw []byte, stream aflight.Fl
 	if t.Gap != nil && t.Gap.Then != "skip" && t.Gap.Then != "stop" {
 		return status.Errorf(codes.InvalidArgument, "stream ticket: gap.then %q: want skip or stop", t.Gap.Then)
 	}
-	if _, err := s.db.OpenCursor(t.Stream, t.Instance, t.Consumer, from); err != nil {
-		return status.Error(codes.InvalidArgument, err.Error())
+	if _, err := s.useConsumer(ctx, t.Stream, t.Instance, t.Consumer, from, "stream"); err != nil {
+		return err
 	}
 	w, err := newBlockWriter(stream)
 	if err != nil {

@@ -2,9 +2,11 @@ package flight
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
+	"net/url"
 	"os"
 	"strings"
 	"testing"
@@ -14,6 +16,7 @@ import (
 
 	"github.com/plumb-dev/plumb/auth"
 	"github.com/plumb-dev/plumb/engine"
+	"github.com/plumb-dev/plumb/state"
 )
 
 // twoAnalysts adds carol, a second analyst, to the users file.
@@ -215,5 +218,166 @@ func TestProgramsAreAdmins(t *testing.T) {
 	}
 	if err := ops.RemoveProgram(ctx, "nope"); codeOf(err) != codes.NotFound {
 		t.Errorf("remove an unknown program: %v", err)
+	}
+}
+
+// copyBuiltin copies a block through.
+type copyBuiltin struct{}
+
+func (copyBuiltin) Run(_ context.Context, in io.Reader, out io.Writer) error {
+	_, err := io.Copy(out, in)
+	return err
+}
+
+// TestRemovedOwnerSuspends: a removed user's job kept running (issue
+// 17). Now its stages stop on the next look at the users file, the job
+// list says why, the blocks that arrive meanwhile wait in the stage's
+// group, and the job resumes where it stopped when the user is back.
+func TestRemovedOwnerSuspends(t *testing.T) {
+	file, secrets := usersFile(t)
+	edit := func(fn func(f *auth.File)) {
+		t.Helper()
+		f, err := auth.Load(file)
+		if err != nil {
+			t.Fatal(err)
+		}
+		fn(f)
+		if err := f.Save(file); err != nil {
+			t.Fatal(err)
+		}
+	}
+	edit(func(f *auth.File) {
+		f.Rules = append(f.Rules, auth.Rule{Queues: "ana.*", Groups: []string{"analysts"}, Allow: []auth.Perm{auth.Read, auth.Write}})
+	})
+	reg := engine.NewRegistry()
+	reg.Add(engine.Factory{Name: "copy", New: func(url.Values) (engine.Builtin, error) { return copyBuiltin{}, nil }})
+	addr := runServer(t, Config{Users: file, Registry: reg})
+	ctx := context.Background()
+	keyFile := t.TempDir() + "/key"
+	os.WriteFile(keyFile, []byte(secrets["key"]), 0o600)
+	agent := dialAs(t, addr, Security{TokenFile: keyFile})
+	ana := dialAs(t, addr, Security{User: "ana", Secret: secrets["ana"]})
+	ops := dialAs(t, addr, Security{User: "ops", Secret: secrets["ops"]})
+
+	put := func(i int) {
+		t.Helper()
+		n := fmt.Sprintf("20250505-1511%02d-%08d.lax.dns.arrow", i, i)
+		if _, err := agent.Put(ctx, bytesSource(n, []byte("rows"))); err != nil {
+			t.Fatal(err)
+		}
+	}
+	put(1)
+	res, err := ana.SubmitJob(ctx, "copy.yaml", []byte("job: mine\nfrom: earliest\nstages:\n  - name: keep\n    program: builtin:copy\n    inputs: [dns.arrow]\n    outputs: [ana.copy]\n"))
+	if err != nil || res.State != "accepted" {
+		t.Fatalf("submit: %+v %v", res, err)
+	}
+	copies := func() int {
+		bs, err := ops.Blocks(ctx, "ana.copy")
+		if err != nil {
+			return 0
+		}
+		return len(bs)
+	}
+	waitFor := func(what string, ok func() bool) {
+		t.Helper()
+		for deadline := time.Now().Add(20 * time.Second); !ok(); time.Sleep(50 * time.Millisecond) {
+			if time.Now().After(deadline) {
+				t.Fatalf("timed out waiting for %s", what)
+			}
+		}
+	}
+	jobState := func() (string, string) {
+		jobs, err := ops.Jobs(ctx)
+		if err != nil || len(jobs) != 1 {
+			t.Fatalf("jobs: %+v %v", jobs, err)
+		}
+		return string(jobs[0].State), jobs[0].Suspended
+	}
+	waitFor("the first copy", func() bool { return copies() == 1 })
+
+	var saved *auth.User
+	edit(func(f *auth.File) { saved = f.Users["ana"]; delete(f.Users, "ana") })
+	waitFor("the job to be suspended", func() bool { _, why := jobState(); return why != "" })
+	if st, why := jobState(); st != "accepted" || !strings.Contains(why, "owner ana is no longer in the users file") {
+		t.Errorf("job list: %s %q", st, why)
+	}
+	put(2)
+	put(3)
+	time.Sleep(time.Second) // what a running stage needs for two tiny blocks
+	if n := copies(); n != 1 {
+		t.Fatalf("a removed owner's job copied %d blocks", n)
+	}
+	if qs, err := ops.QueueStats(ctx, "dns.arrow"); err != nil || len(qs.Groups) != 1 || qs.Groups[0].Unreserved != 2 {
+		t.Errorf("the suspended stage's group should owe the 2 new blocks: %+v %v", qs.Groups, err)
+	}
+
+	edit(func(f *auth.File) { f.Users["ana"] = saved })
+	waitFor("the job to resume", func() bool { _, why := jobState(); return why == "" })
+	waitFor("the blocks that waited", func() bool { return copies() == 3 })
+
+	// Losing a right, not the user, does the same.
+	edit(func(f *auth.File) { f.Rules = f.Rules[:len(f.Rules)-1] })
+	waitFor("suspension on a lost right", func() bool { _, why := jobState(); return strings.Contains(why, "may not write queue ana.copy") })
+}
+
+// TestStreamConsumersHaveOwners: a stream consumer's cursor is its
+// creator's, as a group is: another user cannot move, skip, checkpoint,
+// read or list it, nor touch a stage's.
+func TestStreamConsumersHaveOwners(t *testing.T) {
+	file, secrets := twoAnalysts(t)
+	addr := runServer(t, Config{Users: file})
+	ctx := context.Background()
+	keyFile := t.TempDir() + "/key"
+	os.WriteFile(keyFile, []byte(secrets["key"]), 0o600)
+	agent := dialAs(t, addr, Security{TokenFile: keyFile})
+	for i := 1; i <= 2; i++ {
+		if _, err := agent.Put(ctx, bytesSource(fmt.Sprintf("20250505-1511%02d-%08d.lax.dns.arrow", i, i), []byte("rows"))); err != nil {
+			t.Fatal(err)
+		}
+	}
+	ana := dialAs(t, addr, Security{User: "ana", Secret: secrets["ana"]})
+	carol := dialAs(t, addr, Security{User: "carol", Secret: secrets["carol"]})
+	ops := dialAs(t, addr, Security{User: "ops", Secret: secrets["ops"]})
+	req := StreamRequest{Queue: "dns.arrow", Instance: "lax", Consumer: "ana-ids"}
+	var pr ProcessResult
+	if err := ana.StreamAction(ctx, "process-next", req, &pr); err != nil || pr.Seq != 1 {
+		t.Fatalf("ana's own consumer: %+v %v", pr, err)
+	}
+	for _, action := range []string{"process-next", "peek-next", "commit", "skip", "put-state", "checkpoint", "get-state"} {
+		r := req
+		r.Seq = 1
+		if err := carol.StreamAction(ctx, action, r, nil); codeOf(err) != codes.PermissionDenied || !strings.Contains(err.Error(), "belongs to another user, ana") {
+			t.Errorf("carol %s on ana's consumer: %v", action, err)
+		}
+	}
+	st, err := carol.Stream(ctx, StreamTicket{Stream: "dns.arrow", Instance: "lax", Consumer: "ana-ids", From: json.RawMessage(`"earliest"`)})
+	if err == nil {
+		for st.Next() {
+		}
+		err = st.Err()
+		st.Close()
+	}
+	if codeOf(err) != codes.PermissionDenied {
+		t.Errorf("carol streams ana's consumer: %v", err)
+	}
+	var cs []state.Cursor
+	if err := carol.StreamAction(ctx, "process-next", StreamRequest{Queue: "dns.arrow", Instance: "lax", Consumer: "stage-0123456789ab"}, nil); codeOf(err) != codes.PermissionDenied {
+		t.Errorf("carol on a stage's consumer: %v", err)
+	}
+	err = carol.action(ctx, "list-state", map[string]string{"queue": "dns.arrow"}, func(raw []byte) error {
+		var c state.Cursor
+		json.Unmarshal(raw, &c)
+		cs = append(cs, c)
+		return nil
+	})
+	if err != nil || len(cs) != 0 {
+		t.Errorf("carol lists others' consumers: %+v %v", cs, err)
+	}
+	// Ana's cursor did not move: her commit of seq 1 still works.
+	if err := ana.StreamAction(ctx, "commit", StreamRequest{Queue: "dns.arrow", Instance: "lax", Consumer: "ana-ids", Seq: 1}, nil); err != nil {
+		t.Errorf("ana's commit after carol's tries: %v", err)
+	}
+	if err := ops.StreamAction(ctx, "get-state", req, nil); err != nil {
+		t.Errorf("an admin reads ana's consumer: %v", err)
 	}
 }

@@ -180,7 +180,9 @@ func ParseJob(file string, r io.Reader) (*Job, error) {
 	return job, nil
 }
 
-const maxJobBytes = 1 << 20
+// maxJobBytes bounds a job file: a real one is a few hundred bytes, and
+// the file is stored with the job.
+const maxJobBytes = 256 << 10
 
 // ParseJobBytes is ParseJob over bytes.
 func ParseJobBytes(file string, src []byte) (*Job, error) {

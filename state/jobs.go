@@ -37,6 +37,10 @@ type Job struct {
 	// does not hold: it was submitted by an admin, or to a server
 	// without users.
 	Trusted bool `json:"trusted,omitempty"`
+	// Suspended, when set, says why an accepted job's stages do not run
+	// now: its owner was removed or lost a right the job needs. The job
+	// resumes where it stopped when the right returns.
+	Suspended string `json:"suspended,omitempty"`
 }
 
 var bucketJobs = []byte("jobs")

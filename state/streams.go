@@ -14,9 +14,13 @@ import (
 // Cursor is a stream consumer's place in one site's ordered stream of a
 // queue, with its small key-value state and its last checkpoint.
 type Cursor struct {
-	Queue    string            `json:"queue"`
-	Instance string            `json:"instance"`
-	Consumer string            `json:"consumer"`
+	Queue    string `json:"queue"`
+	Instance string `json:"instance"`
+	Consumer string `json:"consumer"`
+	// Owner is the user who opened the cursor first; only that user
+	// (or an admin) moves it. Empty for the engine's own and on servers
+	// without users.
+	Owner    string            `json:"owner,omitempty"`
 	Next     uint64            `json:"next"`     // the next sequence number to process
 	Pending  bool              `json:"pending"`  // Next was handed out, not yet committed
 	Advanced time.Time         `json:"advanced"` // when the cursor last moved
@@ -46,6 +50,8 @@ var (
 
 	// ErrNotPresent: the block at the cursor has not arrived.
 	ErrNotPresent = errors.New("the next block of the stream has not arrived")
+	// ErrOwned: the consumer belongs to another user.
+	ErrOwned = errors.New("belongs to another user")
 	// ErrPresent: skip refuses to pass a block that is there.
 	ErrPresent = errors.New("the next block is present; process it instead of skipping")
 )
@@ -93,6 +99,13 @@ func nextPresent(tx *bolt.Tx, queue, instance string, seq uint64) (uint64, bool)
 // checkpoint, or earliest), or a sequence number. An existing cursor moves
 // to from unless from is empty.
 func (d *DB) OpenCursor(queue, instance, consumer, from string) (Cursor, error) {
+	return d.OpenOwnedCursor(queue, instance, consumer, from, "", true)
+}
+
+// OpenOwnedCursor is OpenCursor for a user: a new cursor (or one from
+// before cursors had owners) becomes owner's; another user's is refused
+// with ErrOwned, untouched, unless admin.
+func (d *DB) OpenOwnedCursor(queue, instance, consumer, from, owner string, admin bool) (Cursor, error) {
 	var c Cursor
 	err := d.bolt.Update(func(tx *bolt.Tx) error {
 		sb, err := sub(tx, bucketStreams, queue)
@@ -105,11 +118,17 @@ func (d *DB) OpenCursor(queue, instance, consumer, from string) (Cursor, error) 
 			return err
 		}
 		c = old
+		if ok && old.Owner != "" && old.Owner != owner && !admin {
+			return fmt.Errorf("stream consumer %s of %s/%s %w, %s", consumer, queue, instance, ErrOwned, old.Owner)
+		}
 		if !ok {
 			c = Cursor{Queue: queue, Instance: instance, Consumer: consumer, Advanced: d.now().UTC()}
 			if from == "" {
 				from = "earliest"
 			}
+		}
+		if c.Owner == "" {
+			c.Owner = owner
 		}
 		switch from {
 		case "":

@@ -59,7 +59,12 @@ func jobCommand() command {
 				fmt.Fprintln(tw, "JOB\tOWNER\tSTATE\tCHANGED\tREASON")
 				for _, j := range jobs {
 					reason, _, _ := strings.Cut(j.Reason, "\n")
-					fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\n", j.Name, j.Owner, j.State, j.Changed.Format("2006-01-02 15:04:05"), reason)
+					st := string(j.State)
+					if j.Suspended != "" {
+						// Accepted, but not running until its owner's rights return.
+						st, reason = "suspended", j.Suspended
+					}
+					fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\n", j.Name, j.Owner, st, j.Changed.Format("2006-01-02 15:04:05"), reason)
 				}
 				return tw.Flush()
 			}
