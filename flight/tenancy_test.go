@@ -8,10 +8,12 @@ import (
 	"io"
 	"net/url"
 	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
 
+	aflight "github.com/apache/arrow-go/v18/arrow/flight"
 	"google.golang.org/grpc/codes"
 
 	"github.com/plumb-dev/plumb/auth"
@@ -20,7 +22,7 @@ import (
 )
 
 // twoAnalysts adds carol, a second analyst, to the users file.
-func twoAnalysts(t *testing.T) (string, map[string]string) {
+func twoAnalysts(t testing.TB) (string, map[string]string) {
 	t.Helper()
 	file, secrets := usersFile(t)
 	f, _ := auth.Load(file)
@@ -380,4 +382,84 @@ func TestStreamConsumersHaveOwners(t *testing.T) {
 	if err := ops.StreamAction(ctx, "get-state", req, nil); err != nil {
 		t.Errorf("an admin reads ana's consumer: %v", err)
 	}
+}
+
+// FuzzOthersGroups: whatever action or ticket carol (an analyst like
+// ana) sends, ana's consumer group and stream consumer stay where ana
+// left them, and no program gets registered or removed.
+func FuzzOthersGroups(f *testing.F) {
+	file, secrets := twoAnalysts(f)
+	addr := runServer(f, Config{Users: file, Registry: engine.NewRegistry(), MaxVisibility: time.Minute})
+	ctx := context.Background()
+	keyFile := filepath.Join(f.TempDir(), "key")
+	os.WriteFile(keyFile, []byte(secrets["key"]), 0o600)
+	agent := dialAs(f, addr, Security{TokenFile: keyFile})
+	var names []string
+	for i := 1; i <= 3; i++ {
+		n := fmt.Sprintf("20250505-1511%02d-%08d.lax.dns.arrow", i, i)
+		if _, err := agent.Put(ctx, bytesSource(n, []byte("rows"))); err != nil {
+			f.Fatal(err)
+		}
+		names = append(names, n)
+	}
+	ana := dialAs(f, addr, Security{User: "ana", Secret: secrets["ana"]})
+	carol := dialAs(f, addr, Security{User: "carol", Secret: secrets["carol"]})
+	ops := dialAs(f, addr, Security{User: "ops", Secret: secrets["ops"]})
+	if _, err := peek(ana, "dns.arrow", "team", 0); err != nil {
+		f.Fatal(err)
+	}
+	if n, err := ana.Ack(ctx, "dns.arrow", "team", names[0]); err != nil || n != 1 {
+		f.Fatalf("ana acks: %d %v", n, err)
+	}
+	cur := StreamRequest{Queue: "dns.arrow", Instance: "lax", Consumer: "ids"}
+	if err := ana.StreamAction(ctx, "process-next", cur, nil); err != nil {
+		f.Fatal(err)
+	}
+	snapshot := func() string {
+		qs, err := ops.QueueStats(ctx, "dns.arrow")
+		if err != nil {
+			return err.Error()
+		}
+		var c state.Cursor
+		err = ops.StreamAction(ctx, "get-state", cur, &c)
+		ps, _ := ops.Programs(ctx)
+		return fmt.Sprintf("%+v next=%d pending=%v state=%v %v programs=%d", qs.Groups, c.Next, c.Pending, c.State, err, len(ps))
+	}
+	want := snapshot()
+	actions := []string{"ack", "lost", "queue-stats", "peek-next", "process-next", "commit", "skip", "put-state", "checkpoint",
+		"get-state", "list-state", "program-add", "program-remove", "submit-job", "retract-job"}
+	for _, seed := range []string{
+		`{"queue":"dns.arrow","group":"team","blocks":["20250505-151102-00000002.lax.dns.arrow"]}`,
+		`{"queue":"dns.arrow","instance":"lax","consumer":"ids","seq":1}`,
+		`{"queue":"dns.arrow","instance":"lax","consumer":"ids","from":"earliest"}`,
+		`{"queue":"dns.arrow","instance":"lax","consumer":"ids","state":{"a":"b"}}`,
+		`{"name":"sh","path":"/bin/sh"}`, `{"name":"cat"}`,
+		`{"queue":"dns.arrow","group":"team","from":"earliest","visibility":1}`,
+		`{"stream":"dns.arrow","instance":"lax","consumer":"ids","from":"earliest"}`,
+		`{"window":"dns.arrow","group":"team","spec":{"size":"1h"}}`,
+		`{"yaml":"job: j\nstages:\n  - {name: s, inputs: [dns.arrow], program: [/bin/sh], outputs: [dns.x]}\n"}`,
+	} {
+		for i := range actions {
+			f.Add(uint8(i), []byte(seed))
+		}
+		f.Add(uint8(255), []byte(seed))
+	}
+	f.Fuzz(func(t *testing.T, kind uint8, body []byte) {
+		if int(kind) < len(actions) {
+			carol.action(ctx, actions[kind], json.RawMessage(body), func([]byte) error { return nil })
+		} else {
+			cctx, cancel := context.WithTimeout(ctx, 300*time.Millisecond)
+			defer cancel()
+			if stream, err := carol.fc.DoGet(cctx, &aflight.Ticket{Ticket: body}); err == nil {
+				for {
+					if _, err := stream.Recv(); err != nil {
+						break
+					}
+				}
+			}
+		}
+		if got := snapshot(); got != want {
+			t.Fatalf("carol's %d %q changed ana's consumers or the programs:\n got %s\nwant %s", kind, body, got, want)
+		}
+	})
 }

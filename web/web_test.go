@@ -321,4 +321,54 @@ func TestDashboardLogin(t *testing.T) {
 	if code, _, _ := get("/metrics", "ops", opsSecret); code != 200 {
 		t.Errorf("ops reads metrics: %d", code)
 	}
+
+	// Revocation reaches the dashboard's login cache at once (it used to
+	// accept an old secret for 5 minutes): an old secret after a reset, a
+	// revoked token and a removed user are each refused on the next
+	// request.
+	edit := func(fn func(f *auth.File)) {
+		t.Helper()
+		f, err := auth.Load(file)
+		if err != nil {
+			t.Fatal(err)
+		}
+		fn(f)
+		if err := f.Save(file); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var newSecret string
+	edit(func(f *auth.File) { newSecret, _ = f.AddUser("ana", []string{"analysts"}) })
+	if code, _, _ := get("/api/graph", "ana", anaSecret); code != 401 {
+		t.Errorf("ana's old secret after a reset: %d", code)
+	}
+	if code, _, _ := get("/api/graph", "ana", newSecret); code != 200 {
+		t.Errorf("ana's new secret: %d", code)
+	}
+	tok, _, err := authz.Login("ana", newSecret)
+	if err != nil {
+		t.Fatal(err)
+	}
+	bearer := func() int {
+		req, _ := http.NewRequest("GET", srv.URL+"/api/graph", nil)
+		req.Header.Set("Authorization", "Bearer "+tok)
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		return resp.StatusCode
+	}
+	if code := bearer(); code != 200 {
+		t.Errorf("ana's token: %d", code)
+	}
+	// user revoke ends sessions (tokens); the secret itself still logs in.
+	edit(func(f *auth.File) { f.Revoke("ana") })
+	if code := bearer(); code != 401 {
+		t.Errorf("ana's token after user revoke: %d", code)
+	}
+	edit(func(f *auth.File) { delete(f.Users, "ops") })
+	if code, _, _ := get("/api/queue/raw", "ops", opsSecret); code != 401 {
+		t.Errorf("a removed user's cached login: %d", code)
+	}
 }

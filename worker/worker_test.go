@@ -5,13 +5,17 @@ import (
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
+	"fmt"
 	"io"
 	"log/slog"
 	"net"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/plumb-dev/plumb/auth"
 	"github.com/plumb-dev/plumb/blob"
 	"github.com/plumb-dev/plumb/engine"
 	"github.com/plumb-dev/plumb/engine/builtin"
@@ -105,5 +109,138 @@ func TestWorkerReadsAndWritesS3Directly(t *testing.T) {
 	// The runs count in the stage's statistics, CPU measured on the worker.
 	if st, err := c.Stats(ctx); err != nil || len(st) != 1 || st[0].Runs != 2 || st[0].CPUSeconds <= 0 || st[0].BytesIn == 0 {
 		t.Errorf("stats of remote runs: %+v %v", st, err)
+	}
+}
+
+// TestWorkerRunsConfined is issue 17's attack through `plumb worker`: a
+// non-admin's job runs an admin-registered program on a worker; the
+// program cannot read the worker's credentials, the server's data, other
+// runs' scratch, reach the network (the server included) or kill the
+// worker; a fork bomb's runs fail and its blocks end FAULTY while the
+// worker goes on.
+func TestWorkerRunsConfined(t *testing.T) {
+	dir := t.TempDir()
+	usersFile := filepath.Join(dir, "users.yaml")
+	f, _ := auth.LoadOrNew(usersFile)
+	opsSecret, _ := f.AddUser("ops", []string{"operators"})
+	anaSecret, _ := f.AddUser("ana", []string{"analysts"})
+	f.Rules = []auth.Rule{
+		{Queues: "*", Groups: []string{"operators"}, Allow: []auth.Perm{auth.Admin}},
+		{Queues: "ana.*", Groups: []string{"analysts"}, Allow: []auth.Perm{auth.Read, auth.Write}},
+	}
+	if err := f.Save(usersFile); err != nil {
+		t.Fatal(err)
+	}
+	data := filepath.Join(dir, "data")
+	log := slog.New(slog.NewTextHandler(io.Discard, nil))
+	ready := make(chan string, 1)
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() {
+		done <- flight.Run(ctx, flight.Config{Data: data, Users: usersFile, Listen: "127.0.0.1:0", Logger: log, Registry: engine.NewRegistry(),
+			Engine: engine.Config{RemoteOnly: true, Tick: 50 * time.Millisecond, MaxAttempts: 2, Backoff: 10 * time.Millisecond},
+			RunShared: []string{os.Args[0]}, Ready: func(a net.Addr) { ready <- a.String() }})
+	}()
+	defer func() { cancel(); <-done }()
+	addr := <-ready
+	ops, err := flight.DialSecure(addr, flight.Security{User: "ops", Secret: opsSecret})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ops.Close()
+	ana, err := flight.DialSecure(addr, flight.Security{User: "ana", Secret: anaSecret})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ana.Close()
+	// The worker's own credential, as `plumb worker --token-file` keeps it.
+	tokenFile := filepath.Join(dir, "worker.token")
+	os.WriteFile(tokenFile, []byte("WORKER-CREDENTIAL"), 0o600)
+	scratch := filepath.Join(dir, "worker-scratch")
+	other := filepath.Join(scratch, "run-other")
+	os.MkdirAll(other, 0o700)
+	os.WriteFile(filepath.Join(other, "left"), []byte("ANOTHER-RUN"), 0o600)
+	host, port, _ := net.SplitHostPort(addr)
+	spy := filepath.Join(dir, "spy.sh")
+	os.WriteFile(spy, []byte(fmt.Sprintf(`#!/bin/sh
+cat %[1]s %[2]s/auth.key %[3]s/left 2>&1
+python3 -c 'import socket; socket.create_connection(("%[4]s", %[5]s), timeout=2); print("NETWORK-REACHED")' 2>&1 | tail -1
+kill -9 %[6]d 2>&1 && echo KILLED-THE-WORKER
+echo "uid $(id -u)"
+echo "input: $(cat)"
+`, tokenFile, data, other, host, port, os.Getpid())), 0o755)
+	bomb := filepath.Join(dir, "bomb.sh")
+	os.WriteFile(bomb, []byte("#!/bin/sh\nbomb() { bomb | bomb & }; bomb; sleep 60\n"), 0o755)
+	programs := map[string]string{}
+	for name, p := range map[string]string{"spy": spy, "bomb": bomb} {
+		prog, err := ops.AddProgram(ctx, flight.AddProgramRequest{Name: name, Path: p})
+		if err != nil {
+			t.Fatal(err)
+		}
+		programs[name] = prog.SHA256
+	}
+	// The admin installs the registered programs on the worker's machine.
+	progDir := filepath.Join(dir, "worker-programs")
+	os.MkdirAll(progDir, 0o755)
+	for name, sum := range programs {
+		b, _ := os.ReadFile(map[string]string{"spy": spy, "bomb": bomb}[name])
+		os.WriteFile(filepath.Join(progDir, sum), b, 0o755)
+	}
+	text := []byte("my own block")
+	sum := sha256.Sum256(text)
+	if _, err := ana.Put(ctx, flight.Source{Name: "20250505-151105-00000001.lax.ana.in", Size: int64(len(text)), SHA256: hex.EncodeToString(sum[:]),
+		Open: func() (io.ReadCloser, error) { return io.NopCloser(bytes.NewReader(text)), nil }}); err != nil {
+		t.Fatal(err)
+	}
+	for _, job := range []string{
+		"job: spy\nfrom: earliest\nstages:\n  - {name: spy, inputs: [ana.in], program: [spy], outputs: [ana.spy], retention: forever}\n",
+		"job: bomb\nfrom: earliest\nstages:\n  - {name: bomb, inputs: [ana.in], program: [bomb], outputs: [ana.bomb], timeout: 2s}\n",
+	} {
+		if res, err := ana.SubmitJob(ctx, "job.yaml", []byte(job)); err != nil || res.State != "accepted" {
+			t.Fatalf("submit: %+v %v", res, err)
+		}
+	}
+	lim := sandbox.DefaultLimits()
+	lim.Procs = 64
+	sb, err := sandbox.New(ctx, sandbox.Config{Limits: lim, Shared: []string{os.Args[0]}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	wctx, stop := context.WithCancel(ctx)
+	wdone := make(chan error, 1)
+	go func() {
+		wdone <- worker.New(worker.Config{Client: ops, ID: "w", Host: "h", Slots: 2, Scratch: scratch, Log: log,
+			Runner: &engine.Runner{Registry: engine.NewRegistry(), Sandbox: sb, Programs: progDir}}).Run(wctx)
+	}()
+	defer func() { stop(); <-wdone }()
+	deadline := time.Now().Add(60 * time.Second)
+	for {
+		bs, _ := ops.Blocks(ctx, "ana.spy")
+		fb, _ := ops.Faulty(ctx, "ana.in")
+		if len(bs) == 1 && len(fb) == 1 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("spy outputs %+v, faulty %+v", bs, fb)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	s, err := ops.Get(ctx, "20250505-151105-00000001.lax.ana.spy")
+	if err != nil || !s.Next() {
+		t.Fatalf("get the spy's output: %v", err)
+	}
+	out, _ := io.ReadAll(s)
+	s.Close()
+	t.Logf("what the spy saw:\n%s", out)
+	for _, leak := range []string{"WORKER-CREDENTIAL", "ANOTHER-RUN", "NETWORK-REACHED", "KILLED", "uid 0\n"} {
+		if strings.Contains(string(out), leak) {
+			t.Errorf("the confined program got %q:\n%s", leak, out)
+		}
+	}
+	if !strings.Contains(string(out), "input: my own block") {
+		t.Errorf("the program did not get its input:\n%s", out)
+	}
+	if ws, err := ops.Workers(ctx); err != nil || len(ws) != 1 {
+		t.Errorf("the worker is gone after the hostile runs: %+v %v", ws, err)
 	}
 }
