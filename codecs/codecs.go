@@ -126,6 +126,7 @@ func (c Codec) NewReader(r io.Reader) (io.ReadCloser, error) {
 		dec   io.Reader
 		close func() error
 		err   error
+		guard *xzGuard
 	)
 	switch c {
 	case None:
@@ -133,7 +134,8 @@ func (c Codec) NewReader(r io.Reader) (io.ReadCloser, error) {
 	case Snappy:
 		dec = s2.NewReader(cr, s2.ReaderMaxBlockSize(64<<10))
 	case XZ:
-		dec, err = xz.NewReader(cr)
+		guard = newXZGuard(cr, MaxXZDict)
+		dec, err = xz.NewReader(guard)
 	case Gzip:
 		var z *gzip.Reader
 		z, err = gzip.NewReader(cr)
@@ -142,7 +144,7 @@ func (c Codec) NewReader(r io.Reader) (io.ReadCloser, error) {
 		}
 	case Zstd:
 		var z *zstd.Decoder
-		z, err = zstd.NewReader(cr, zstd.WithDecoderConcurrency(1), zstd.WithDecoderLowmem(true))
+		z, err = zstd.NewReader(cr, zstd.WithDecoderConcurrency(1), zstd.WithDecoderLowmem(true), zstd.WithDecoderMaxWindow(MaxZstdWindow))
 		if err == nil {
 			dec, close = z, func() error { z.Close(); return nil }
 		}
@@ -150,15 +152,23 @@ func (c Codec) NewReader(r io.Reader) (io.ReadCloser, error) {
 		return nil, fmt.Errorf("unsupported codec: %q", string(c))
 	}
 	if err != nil {
+		if guard != nil && guard.err != nil {
+			return nil, guard.err
+		}
 		return nil, corrupt(c, cr.n, err)
 	}
-	return &reader{codec: c, dec: dec, cr: cr, close: close}, nil
+	return &reader{codec: c, dec: dec, cr: cr, guard: guard, close: close}, nil
 }
+
+// MaxZstdWindow is the largest zstd window a stream may ask for, as the
+// zstd tool's own default (--memory=128MB): the decoder holds a window.
+const MaxZstdWindow = 128 << 20
 
 type reader struct {
 	codec Codec
 	dec   io.Reader
 	cr    *countingReader
+	guard *xzGuard
 	close func() error
 	err   error
 }
@@ -169,10 +179,15 @@ func (r *reader) Read(p []byte) (int, error) {
 	}
 	n, err := r.dec.Read(p)
 	if err != nil && err != io.EOF {
-		if r.cr.err != nil && !errors.Is(r.cr.err, io.EOF) && !errors.Is(r.cr.err, io.ErrUnexpectedEOF) {
+		switch {
+		case r.cr.err != nil && !errors.Is(r.cr.err, io.EOF) && !errors.Is(r.cr.err, io.ErrUnexpectedEOF):
 			// The source failed; that is not corruption.
 			err = r.cr.err
-		} else {
+		case r.guard != nil && r.guard.err != nil:
+			err = r.guard.err
+		case errors.Is(err, zstd.ErrWindowSizeExceeded):
+			err = fmt.Errorf("%w: the zstd stream asks for a window over %d MiB (recompress without --long, or with a smaller one)", ErrLimit, MaxZstdWindow>>20)
+		default:
 			err = corrupt(r.codec, r.cr.n, err)
 		}
 		r.err = err

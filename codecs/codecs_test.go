@@ -8,9 +8,11 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"runtime"
 	"strings"
 	"testing"
 
+	"github.com/plumb-dev/plumb/internal/hostile"
 	"github.com/plumb-dev/plumb/internal/testenv"
 )
 
@@ -246,5 +248,78 @@ func TestStreamIgnoresWriteSizes(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// TestXZDictionaryLimit: a 4 GiB dictionary in an xz block header (issue
+// 18: 458 KB took 3.38 GB) is refused before the decoder allocates it,
+// while what the xz tool writes, in every layout, still reads.
+func TestXZDictionaryLimit(t *testing.T) {
+	data := realData(t)
+	bomb, err := hostile.XZBigDict(data)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var before, after runtime.MemStats
+	runtime.ReadMemStats(&before)
+	_, err = decompress(XZ, bomb)
+	runtime.ReadMemStats(&after)
+	if !errors.Is(err, ErrLimit) || !strings.Contains(err.Error(), "4095 MiB LZMA2 dictionary") {
+		t.Errorf("4 GiB dictionary: %v", err)
+	}
+	if grew := after.TotalAlloc - before.TotalAlloc; grew > 64<<20 {
+		t.Errorf("refusing it allocated %d MiB", grew>>20)
+	}
+	xzTool := testenv.Tool(t, "xz")
+	for _, args := range [][]string{
+		{"-6"}, {"-9e"}, {"-0"}, {"--check=none"}, {"--check=crc32"}, {"--check=sha256"},
+		{"-T2", "--block-size=65536"}, {"--lzma2=dict=96MiB"},
+	} {
+		cmd := exec.Command(xzTool, append(args, "-c")...)
+		cmd.Stdin = bytes.NewReader(data)
+		out, err := cmd.Output()
+		if err != nil {
+			t.Fatalf("xz %v: %v", args, err)
+		}
+		if len(args) == 1 && args[0] == "-0" {
+			out = append(out, out...) // two streams, as `cat a.xz b.xz`
+			out = append(out, 0, 0, 0, 0)
+		}
+		got, err := decompress(XZ, out)
+		want := data
+		if len(args) == 1 && args[0] == "-0" {
+			want = append(append([]byte(nil), data...), data...)
+		}
+		if err != nil || !bytes.Equal(got, want) {
+			t.Errorf("xz %v: %d bytes, %v", args, len(got), err)
+		}
+	}
+	cmd := exec.Command(xzTool, "--lzma2=dict=192MiB", "-c")
+	cmd.Stdin = bytes.NewReader(data[:1000])
+	out, _ := cmd.Output()
+	if _, err := decompress(XZ, out); !errors.Is(err, ErrLimit) {
+		t.Errorf("a 192 MiB dictionary: %v", err)
+	}
+}
+
+// TestZstdWindowLimit: a stream asking for a window over 128 MiB is
+// refused as over a limit, not read.
+func TestZstdWindowLimit(t *testing.T) {
+	zstdTool := testenv.Tool(t, "zstd")
+	data := realData(t)
+	for _, c := range []struct {
+		args []string
+		ok   bool
+	}{{[]string{"-19"}, true}, {[]string{"--long=27"}, true}, {[]string{"--long=30"}, false}} {
+		cmd := exec.Command(zstdTool, append(c.args, "-c")...)
+		cmd.Stdin = bytes.NewReader(bytes.Repeat(data, 4))
+		out, err := cmd.Output()
+		if err != nil {
+			t.Fatal(err)
+		}
+		_, err = decompress(Zstd, out)
+		if c.ok && err != nil || !c.ok && !errors.Is(err, ErrLimit) {
+			t.Errorf("zstd %v: %v", c.args, err)
+		}
 	}
 }

@@ -9,6 +9,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"strings"
 
 	"github.com/gopacket/gopacket"
 	"github.com/gopacket/gopacket/layers"
@@ -20,6 +21,15 @@ import (
 // ErrTruncated marks a capture whose last record is cut short, as when a
 // capture process is killed mid-write. The packets before it are good.
 var ErrTruncated = errors.New("capture ends inside a packet record")
+
+// ErrRecordTooLarge marks a packet record longer than MaxRecord: a
+// malformed capture, not something to allocate.
+var ErrRecordTooLarge = errors.New("packet record larger than the most a capture may hold")
+
+// MaxRecord is the longest packet record Reader takes, libpcap's
+// MAXIMUM_SNAPLEN: tcpdump and Wireshark refuse longer ones too, and a
+// longer one in a file is an attack or damage.
+const MaxRecord = 262144
 
 // ErrNotCapture marks input that is neither pcap nor pcapng.
 var ErrNotCapture = errors.New("not a pcap or pcapng capture")
@@ -46,6 +56,7 @@ type Reader struct {
 	read    func() ([]byte, gopacket.CaptureInfo, error)
 	packets int64
 	err     error
+	lim     *recordLimit // bounds what one read may take from the input
 
 	// br is set when the records can be handed out as they are in the
 	// file (little-endian pcap, what Writer writes); see NextRun.
@@ -69,7 +80,8 @@ var magics = []struct {
 // bytes, never from a file name. Close the returned closer when done (it
 // releases a decompressor; it does not close r).
 func NewReader(r io.Reader) (*Reader, io.Closer, error) {
-	br := bufio.NewReaderSize(r, 1<<20)
+	lim := &recordLimit{r: r}
+	br := bufio.NewReaderSize(lim, readBuffer)
 	head, err := br.Peek(codecs.SniffLen)
 	if len(head) == 0 {
 		if err == nil || err == io.EOF {
@@ -90,8 +102,44 @@ func NewReader(r io.Reader) (*Reader, io.Closer, error) {
 		return rd, dec, nil
 	}
 	rd, err := newRawReader(br, head)
+	if rd != nil {
+		rd.lim = lim
+	}
 	return rd, io.NopCloser(nil), err
 }
+
+const readBuffer = 1 << 20
+
+// recordLimit fails a read of the capture that would take more of the
+// input than one record can span, so a record claiming gigabytes (and
+// really holding them: a decompression bomb) is refused after MaxRecord
+// bytes, not allocated. pcapgo checks a pcap record's length against the
+// snap length, but a header may say 4 GiB, and pcapng has no check.
+type recordLimit struct {
+	r       io.Reader
+	armed   bool
+	n, most int64
+	tripped bool
+}
+
+func (l *recordLimit) Read(p []byte) (int, error) {
+	if l.armed && l.n >= l.most {
+		l.tripped = true
+		return 0, ErrRecordTooLarge
+	}
+	if l.armed && int64(len(p)) > l.most-l.n {
+		p = p[:l.most-l.n]
+	}
+	n, err := l.r.Read(p)
+	l.n += int64(n)
+	return n, err
+}
+
+// arm starts the count of one read: a record, its block's options and
+// the read-ahead of the buffer in front of it.
+func (l *recordLimit) arm() { l.armed, l.n, l.most = true, 0, MaxRecord+2*readBuffer+64<<10 }
+
+func (l *recordLimit) disarm() { l.armed = false }
 
 func newRawReader(br *bufio.Reader, head []byte) (*Reader, error) {
 	for _, m := range magics {
@@ -105,6 +153,11 @@ func newRawReader(br *bufio.Reader, head []byte) (*Reader, error) {
 				return nil, fmt.Errorf("%w: pcap header: %v", ErrNotCapture, err)
 			}
 			rd.LinkType, rd.Snaplen, rd.read = pr.LinkType(), pr.Snaplen(), pr.ZeroCopyReadPacketData
+			if rd.Snaplen > MaxRecord {
+				// pcapgo takes records up to the header's snap length,
+				// which may say 4 GiB; above MaxRecord it refuses them.
+				pr.SetSnaplen(MaxRecord)
+			}
 			// NextRun reads br beside pcapgo, which reads the very same
 			// buffer: its bufio.NewReader(br) returns br itself, br being
 			// larger than bufio's default size. So runs and packets can
@@ -143,7 +196,19 @@ func (r *Reader) Next() ([]byte, gopacket.CaptureInfo, error) {
 	if r.err != nil {
 		return nil, gopacket.CaptureInfo{}, r.err
 	}
+	if r.lim != nil {
+		r.lim.arm()
+	}
 	data, ci, err := r.read()
+	if r.lim != nil {
+		r.lim.disarm()
+		if r.lim.tripped || err == nil && len(data) > MaxRecord {
+			err = ErrRecordTooLarge
+		}
+	}
+	if err != nil && strings.HasPrefix(err.Error(), "capture length exceeds snap length") {
+		err = fmt.Errorf("%w (%d bytes): %v", ErrRecordTooLarge, MaxRecord, err)
+	}
 	switch {
 	case err == nil:
 		r.packets++

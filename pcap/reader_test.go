@@ -9,6 +9,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"runtime"
 	"strconv"
 	"strings"
 	"testing"
@@ -20,6 +21,8 @@ import (
 
 	"github.com/plumb-dev/plumb/codecs"
 	"github.com/plumb-dev/plumb/internal/testenv"
+
+	"github.com/plumb-dev/plumb/internal/hostile"
 )
 
 type pkt struct {
@@ -288,4 +291,33 @@ func FuzzReader(f *testing.F) {
 			t.Fatalf("with runs: %d packets, %d bytes; packet by packet %d, %d", rd2.Packets(), buf2.Len(), rd.Packets(), len(written))
 		}
 	})
+}
+
+// TestHugeRecordRefused is issue 18's first attack: a 66 KB zstd pcap
+// whose one record holds 2 GiB (snap length 0xFFFFFFFF) took 8.4 GB. The
+// reader refuses the record past MaxRecord, naming the limit, having
+// allocated little; a pcapng block of the same size likewise.
+func TestHugeRecordRefused(t *testing.T) {
+	for format, bomb := range map[string][]byte{"pcap": hostile.BigRecordPcap(2<<30 - 1), "pcapng": hostile.BigRecordPcapNG(2<<30 - 4)} {
+		t.Run(format, func(t *testing.T) { refusesHugeRecord(t, bomb) })
+	}
+}
+
+func refusesHugeRecord(t *testing.T, bomb []byte) {
+	t.Logf("a 2 GiB record compresses to %d bytes", len(bomb))
+	var before, after runtime.MemStats
+	runtime.ReadMemStats(&before)
+	rd, closer, err := NewReader(bytes.NewReader(bomb))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer closer.Close()
+	_, _, err = rd.Next()
+	runtime.ReadMemStats(&after)
+	if !errors.Is(err, ErrRecordTooLarge) || !strings.Contains(err.Error(), "packet 1") {
+		t.Errorf("the 2 GiB record: %v", err)
+	}
+	if grew := after.TotalAlloc - before.TotalAlloc; grew > 64<<20 {
+		t.Errorf("refusing it allocated %d MiB", grew>>20)
+	}
 }

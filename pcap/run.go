@@ -34,7 +34,7 @@ func (r *Reader) NextRun(lim RunLimit) (run []byte, packets int) {
 		return nil, 0
 	}
 	buf, _ := r.br.Peek(r.br.Buffered())
-	maxCap, fracMax, scale := max(uint32(r.Snaplen), eagerReadMax), uint32(1e6), int64(1000)
+	maxCap, fracMax, scale := uint32(MaxRecord), uint32(1e6), int64(1000) // as Next refuses longer ones
 	if r.Nanos {
 		fracMax, scale = 1e9, 1
 	}

@@ -1,0 +1,145 @@
+// Package hostile makes the inputs an attacker would send: captures,
+// compressed streams and blocks built to take memory or disk. Tests of
+// every layer that reads outside bytes use them, so one reproduction
+// serves the parser, the stage and the server.
+package hostile
+
+import (
+	"bytes"
+	"encoding/binary"
+	"errors"
+	"hash/crc32"
+	"io"
+
+	"github.com/klauspost/compress/gzip"
+	"github.com/klauspost/compress/zstd"
+	"github.com/ulikunitz/xz"
+)
+
+// zeros writes n zero bytes to w.
+func zeros(w io.Writer, n int64) error {
+	buf := make([]byte, 1<<20)
+	for n > 0 {
+		k := min(n, int64(len(buf)))
+		if _, err := w.Write(buf[:k]); err != nil {
+			return err
+		}
+		n -= k
+	}
+	return nil
+}
+
+// BigRecordPcap is a pcap whose header claims a snap length of
+// 0xFFFFFFFF and whose one record holds size bytes (it really does: a
+// reader that trusts the length allocates them all), compressed with
+// zstd so it is small: 2 GiB is a 66 KB file.
+func BigRecordPcap(size uint32) []byte {
+	var out bytes.Buffer
+	zw, _ := zstd.NewWriter(&out, zstd.WithEncoderLevel(zstd.SpeedBestCompression))
+	hdr := make([]byte, 24)
+	binary.LittleEndian.PutUint32(hdr[0:], 0xa1b2c3d4)
+	binary.LittleEndian.PutUint16(hdr[4:], 2)
+	binary.LittleEndian.PutUint16(hdr[6:], 4)
+	binary.LittleEndian.PutUint32(hdr[16:], 0xFFFFFFFF)
+	binary.LittleEndian.PutUint32(hdr[20:], 1) // Ethernet
+	zw.Write(hdr)
+	rec := make([]byte, 16)
+	binary.LittleEndian.PutUint32(rec[0:], 1746457865) // 2025-05-05
+	binary.LittleEndian.PutUint32(rec[8:], size)
+	binary.LittleEndian.PutUint32(rec[12:], size)
+	zw.Write(rec)
+	zeros(zw, int64(size))
+	zw.Close()
+	return out.Bytes()
+}
+
+// ZstdBomb is size zero bytes compressed with zstd.
+func ZstdBomb(size int64) []byte {
+	var out bytes.Buffer
+	zw, _ := zstd.NewWriter(&out, zstd.WithEncoderLevel(zstd.SpeedBestCompression))
+	zeros(zw, size)
+	zw.Close()
+	return out.Bytes()
+}
+
+// GzipBomb is size zero bytes compressed with gzip.
+func GzipBomb(size int64) []byte {
+	var out bytes.Buffer
+	zw, _ := gzip.NewWriterLevel(&out, gzip.BestCompression)
+	zeros(zw, size)
+	zw.Close()
+	return out.Bytes()
+}
+
+// XZBigDict compresses data with xz, then patches the block header's
+// LZMA2 dictionary size to 4 GiB and fixes the header's CRC: a valid
+// stream whose decoder must allocate the dictionary before the first
+// byte comes out.
+func XZBigDict(data []byte) ([]byte, error) {
+	var out bytes.Buffer
+	zw, err := xz.NewWriter(&out)
+	if err != nil {
+		return nil, err
+	}
+	zw.Write(data)
+	zw.Close()
+	b := out.Bytes()
+	const blk = 12 // after the stream header
+	size := (int(b[blk]) + 1) * 4
+	h := b[blk : blk+size]
+	flags := h[1]
+	i := 2
+	skipVarint := func() {
+		for h[i]&0x80 != 0 {
+			i++
+		}
+		i++
+	}
+	if flags&0x40 != 0 {
+		skipVarint()
+	}
+	if flags&0x80 != 0 {
+		skipVarint()
+	}
+	if h[i] != 0x21 || h[i+1] != 1 {
+		return nil, errors.New("hostile: the xz block's first filter is not LZMA2")
+	}
+	h[i+2] = 40 // 4 GiB - 1
+	binary.LittleEndian.PutUint32(h[size-4:], crc32.ChecksumIEEE(h[:size-4]))
+	return b, nil
+}
+
+// BigRecordPcapNG is BigRecordPcap as pcapng: an enhanced packet block
+// of size bytes, zstd-compressed.
+func BigRecordPcapNG(size uint32) []byte {
+	var out bytes.Buffer
+	zw, _ := zstd.NewWriter(&out, zstd.WithEncoderLevel(zstd.SpeedBestCompression))
+	le := binary.LittleEndian
+	shb := make([]byte, 28)
+	le.PutUint32(shb[0:], 0x0A0D0D0A)
+	le.PutUint32(shb[4:], 28)
+	le.PutUint32(shb[8:], 0x1A2B3C4D)
+	le.PutUint16(shb[12:], 1)
+	le.PutUint64(shb[16:], ^uint64(0))
+	le.PutUint32(shb[24:], 28)
+	idb := make([]byte, 20)
+	le.PutUint32(idb[0:], 1)
+	le.PutUint32(idb[4:], 20)
+	le.PutUint16(idb[8:], 1) // Ethernet
+	le.PutUint32(idb[16:], 20)
+	pad := (4 - size%4) % 4
+	epb := make([]byte, 28)
+	le.PutUint32(epb[0:], 6)
+	le.PutUint32(epb[4:], 32+size+pad)
+	le.PutUint32(epb[20:], size)
+	le.PutUint32(epb[24:], size)
+	zw.Write(shb)
+	zw.Write(idb)
+	zw.Write(epb)
+	zeros(zw, int64(size+pad))
+	tail := make([]byte, 4)
+	le.PutUint32(tail, 32+size+pad)
+	zw.Write(tail)
+	zw.Close()
+	return out.Bytes()
+}
