@@ -138,7 +138,7 @@ func TestWorkerRunsConfined(t *testing.T) {
 	done := make(chan error, 1)
 	go func() {
 		done <- flight.Run(ctx, flight.Config{Data: data, Users: usersFile, Listen: "127.0.0.1:0", Logger: log, Registry: engine.NewRegistry(),
-			Engine: engine.Config{RemoteOnly: true, Tick: 50 * time.Millisecond, MaxAttempts: 2, Backoff: 10 * time.Millisecond},
+			Engine:    engine.Config{RemoteOnly: true, Tick: 50 * time.Millisecond, MaxAttempts: 2, Backoff: 10 * time.Millisecond},
 			RunShared: []string{os.Args[0]}, Ready: func(a net.Addr) { ready <- a.String() }})
 	}()
 	defer func() { cancel(); <-done }()
