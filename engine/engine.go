@@ -73,6 +73,12 @@ type Config struct {
 	Unconfined bool
 	// Programs is the directory of registered programs' copies.
 	Programs string
+	// MaxExpansion and MaxOutput bound each output of a block run:
+	// MaxExpansion times the run's input bytes (Expansion when 0), at
+	// least MinOutputLimit, at most MaxOutput (MaxOutputLimit when 0). A
+	// run past it fails and its block is set aside as malformed.
+	MaxExpansion float64
+	MaxOutput    int64
 	// MaxJobsPerOwner caps the accepted jobs of one owner, so one user's
 	// submissions cannot fill the metadata; 64 when 0.
 	MaxJobsPerOwner int

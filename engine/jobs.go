@@ -254,14 +254,22 @@ func (e *Engine) load() error {
 	if err := e.apply(g); err != nil {
 		return err
 	}
-	// Runs of the previous process died with it.
+	// Runs of the previous process died with it. Its own runs count as
+	// attempts: a SIGTERM released them, so it crashed, perhaps because
+	// of the block it was running.
+	const why = "the server stopped during this run (a crash, an out-of-memory kill or SIGKILL); if it happens again with this block, the block is the cause"
+	crashed := func(reserver string) bool { return !strings.HasPrefix(reserver, leasePrefix) }
 	for _, st := range e.stages {
-		for _, q := range st.node.Inputs {
-			if n, err := e.db.ResetReservations(q, st.group); err != nil {
-				return err
-			} else if n > 0 {
-				e.log.Info("reset reservations of runs interrupted by a restart", "stage", st.node.Name, "queue", q, "blocks", n)
-			}
+		reset, faulty, err := e.db.ResetReservations(st.group, st.node.Inputs, crashed, why, e.cfg.MaxAttempts)
+		if err != nil {
+			return err
+		}
+		if reset > 0 {
+			e.log.Info("reset reservations of runs interrupted by a restart", "stage", st.node.Name, "runs", reset)
+		}
+		if faulty > 0 {
+			e.log.Error("blocks set aside as faulty: the server stopped during each of their attempts; list with `plumb faulty`",
+				"stage", st.node.Name, "blocks", faulty)
 		}
 	}
 	return nil

@@ -63,6 +63,8 @@ type Lease struct {
 	Network bool `json:"network,omitempty"`
 	// Trusted says the stage's job may name unregistered executables.
 	Trusted bool `json:"trusted,omitempty"`
+	// OutputLimit is the most the run may write to each output.
+	OutputLimit int64 `json:"output_limit,omitempty"`
 	// Programs are the registered programs the stage names, by name: a
 	// worker runs the copy it holds with that checksum.
 	Programs map[string]LeaseProgram `json:"programs,omitempty"`
@@ -134,9 +136,18 @@ func (e *Engine) expireLeases(now time.Time) {
 			}
 			e.log.Warn("lease expired without a heartbeat; its block goes to another run", "lease", id, "stage", r.st.node.Name,
 				"block", r.lease.Inputs[0].Name, "worker", r.worker)
+			// It counts as an attempt: a block that kills every worker
+			// that takes it ends FAULTY instead of killing them all.
+			why := fmt.Sprintf("worker %s stopped answering during this run (lease expired): it crashed, hung or lost the network", r.worker)
+			if faulty, err := e.db.FailRun(state.Run{Group: r.group, Reserver: id, Inputs: r.lease.Inputs}, why, e.cfg.MaxAttempts, now); err == nil && faulty {
+				e.log.Error("block set aside as faulty: every attempt's worker stopped answering", "stage", r.st.node.Name, "block", r.lease.Inputs[0].Name)
+			}
 		}
 	}
 }
+
+// leasePrefix starts the reserver of a remote run.
+const leasePrefix = "lease-"
 
 // needsMissing reports whether a stage runs an executable the worker lacks.
 func needsMissing(n *pipeline.Node, missing []string) bool {
@@ -198,7 +209,7 @@ func (e *Engine) Lease(ctx context.Context, h Hello) (Lease, bool, error) {
 		if st.running >= max(st.target, 1) && st.backlog == 0 {
 			continue
 		}
-		id := "lease-" + uuid.NewString()[:12]
+		id := leasePrefix + uuid.NewString()[:12]
 		res, ok, err := e.db.ReserveJoin(st.node.Inputs, st.group, id, e.cfg.LeaseTTL)
 		if err != nil {
 			return Lease{}, false, err
@@ -211,6 +222,11 @@ func (e *Engine) Lease(ctx context.Context, h Hello) (Lease, bool, error) {
 		l := Lease{ID: id, Stage: st.node.Name, Program: st.node.Program, Inputs: res.Blocks, Outputs: st.node.Outputs,
 			Timeout: time.Duration(st.node.Timeout), TTL: e.cfg.LeaseTTL, Network: st.node.Network}
 		l.Trusted, l.Programs = st.trusted, leasePrograms(st.steps)
+		var in int64
+		for _, b := range res.Blocks {
+			in += b.Size
+		}
+		l.OutputLimit = OutputLimit(in, e.cfg.MaxExpansion, e.cfg.MaxOutput)
 		e.leases[id] = &remoteRun{attempt: res.Attempt, lease: l, st: st, worker: h.Worker, group: st.group, deadline: now.Add(e.cfg.LeaseTTL), start: now}
 		return l, true, nil
 	}

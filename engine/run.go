@@ -32,8 +32,11 @@ func (e *Engine) runBlock(ctx context.Context, st *stage, spec runSpec, res stat
 	outputs, out, err := e.process(ctx, spec, inputs, &m)
 	m.took = e.cfg.Now().Sub(start)
 	if ctx.Err() != nil && e.ctx.Err() != nil {
-		// The server is stopping: the reservation is reset on the next
-		// start without counting an attempt.
+		// The server is stopping: the run was not the block's fault. A
+		// reservation still held at the next start means a crash instead.
+		if err := e.db.ReleaseRun(run); err != nil && !errors.Is(err, state.ErrLostReservation) {
+			e.log.Warn("releasing a run stopped by the shutdown; the next start counts it as an attempt", "stage", spec.node.Name, "block", inputs[0].Name, "err", err)
+		}
 		return nil
 	}
 	if err == nil {
@@ -182,12 +185,17 @@ func (e *Engine) process(ctx context.Context, spec runSpec, inputs []state.Block
 	}
 	var outs []port
 	var files []*HashFile
+	var inBytes int64
+	for _, b := range inputs {
+		inBytes += b.Size
+	}
 	for _, q := range spec.node.Outputs {
 		f, err := os.CreateTemp(scratch, "out-")
 		if err != nil {
 			return nil, outcome{}, err
 		}
 		hf := NewHashFile(f)
+		hf.Limit = OutputLimit(inBytes, e.cfg.MaxExpansion, e.cfg.MaxOutput)
 		defer f.Close()
 		files = append(files, hf)
 		outs = append(outs, port{queue: q, w: hf})
@@ -198,6 +206,9 @@ func (e *Engine) process(ctx context.Context, spec runSpec, inputs []state.Block
 	}
 	res, err := execute(WithBlock(ctx, name), e.confine(spec.node), spec.steps, ins, outs, scratch)
 	m.cpu = res.cpu
+	if lerr := overLimit(files); lerr != nil {
+		err = lerr
+	}
 	if err != nil {
 		return nil, res, err
 	}
@@ -241,13 +252,57 @@ func (e *Engine) storeOutputs(ctx context.Context, name block.Name, queues []str
 type HashFile struct {
 	F *os.File
 	N int64 // bytes written
-	h hash.Hash
+	// Limit, when positive, fails a write that would pass it: the output
+	// of one run may not take the disk (a 99 KB zstd block decoded to
+	// 3 GiB).
+	Limit int64
+	Over  bool // a write was refused for the limit
+	h     hash.Hash
+}
+
+// overLimit returns the error of the first output that passed its limit:
+// whatever a program made of its failed write, that is why it failed.
+func overLimit(files []*HashFile) error {
+	for _, hf := range files {
+		if hf.Over {
+			return fmt.Errorf("%w: an output passed %d bytes, the most one run may write for its input; raise serve --max-expansion if the stage really expands this much", ErrOutputLimit, hf.Limit)
+		}
+	}
+	return nil
+}
+
+// ErrOutputLimit marks a run whose output grew past OutputLimit: its
+// input is set aside as malformed, since running it again writes as much.
+var ErrOutputLimit = fmt.Errorf("%w: output over its limit", ErrMalformed)
+
+// Output limits of one run, unless configured: Expansion times its
+// input, at least MinOutputLimit and at most MaxOutputLimit.
+const (
+	Expansion      = 64
+	MinOutputLimit = 256 << 20
+	MaxOutputLimit = 16 << 30
+)
+
+// OutputLimit is the most a run over in bytes of input may write to each
+// output: ratio times the input, between MinOutputLimit and most.
+func OutputLimit(in int64, ratio float64, most int64) int64 {
+	if ratio <= 0 {
+		ratio = Expansion
+	}
+	if most <= 0 {
+		most = MaxOutputLimit
+	}
+	return min(max(int64(float64(in)*ratio), MinOutputLimit), most)
 }
 
 // NewHashFile hashes what is written to f.
 func NewHashFile(f *os.File) *HashFile { return &HashFile{F: f, h: sha256.New()} }
 
 func (h *HashFile) Write(p []byte) (int, error) {
+	if h.Limit > 0 && h.N+int64(len(p)) > h.Limit {
+		h.Over = true
+		return 0, fmt.Errorf("%w: the run's output passed %d bytes", ErrOutputLimit, h.Limit)
+	}
 	n, err := h.F.Write(p)
 	h.h.Write(p[:n])
 	h.N += int64(n)

@@ -51,13 +51,16 @@ type Limits struct {
 	Procs int
 	// Files is how many files a process may hold open (RLIMIT_NOFILE).
 	Files int
+	// Tmp is the size of the run's private /tmp, a tmpfs: its bytes are
+	// memory, which RLIMIT_AS does not count.
+	Tmp int64
 }
 
 // DefaultLimits are the limits of a run unless the server says others:
 // room for real tools (tshark, Python with pandas) and a cap a runaway
 // program meets long before the machine does.
 func DefaultLimits() Limits {
-	return Limits{Memory: 4 << 30, FileSize: 64 << 30, Procs: 512, Files: 4096}
+	return Limits{Memory: 4 << 30, FileSize: 64 << 30, Procs: 512, Files: 4096, Tmp: 256 << 20}
 }
 
 // Config says how to confine runs.
@@ -242,7 +245,11 @@ func (s *Sandbox) command(ctx context.Context, r Run, lim Limits, uid uint32) (*
 	if r.Network {
 		args = append(args, "--ro-bind-try", "/etc/resolv.conf", "/etc/resolv.conf")
 	}
-	args = append(args, "--proc", "/proc", "--dev", "/dev", "--perms", "1777", "--tmpfs", "/tmp")
+	args = append(args, "--proc", "/proc", "--dev", "/dev", "--perms", "1777")
+	if lim.Tmp > 0 {
+		args = append(args, "--size", strconv.FormatInt(lim.Tmp, 10))
+	}
+	args = append(args, "--tmpfs", "/tmp")
 	type bind struct {
 		path string
 		rw   bool

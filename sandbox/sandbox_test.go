@@ -172,8 +172,14 @@ func TestLimits(t *testing.T) {
 	lim := sandbox.DefaultLimits()
 	lim.Memory = 512 << 20
 	lim.Procs = 32
+	lim.Tmp = 16 << 20
 	sb := newSandbox(t, lim)
-	out, err := run(t, sb, sandbox.Run{}, `python3 -c 'b = bytearray(2 << 30); print("allocated")'`)
+	// /tmp is memory: a run fills only its size.
+	out, err := run(t, sb, sandbox.Run{}, `head -c 33554432 /dev/zero > /tmp/fill; echo "wrote $(stat -c %s /tmp/fill)"`)
+	if !strings.Contains(out, "No space left") || strings.Contains(out, "wrote 33554432") {
+		t.Errorf("32 MiB into a 16 MiB /tmp: %v %s", err, out)
+	}
+	out, err = run(t, sb, sandbox.Run{}, `python3 -c 'b = bytearray(2 << 30); print("allocated")'`)
 	if err == nil || strings.Contains(out, "allocated") || !strings.Contains(out, "MemoryError") {
 		t.Fatalf("a 2 GiB allocation under a 512 MiB limit: %v %s", err, out)
 	}

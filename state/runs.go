@@ -340,40 +340,97 @@ func (d *DB) Retry(queue, name string) (int, error) {
 }
 
 // ResetReservations hands back every block a group has reserved, for a
-// server that restarts: the runs that held them died with the process.
-// The interrupted attempt is not counted, so crashes of the server never
-// make a block FAULTY.
-func (d *DB) ResetReservations(queue, group string) (int, error) {
-	n := 0
-	err := d.bolt.Update(func(tx *bolt.Tx) error {
-		n = 0
-		dels, _ := sub(tx, bucketDeliveries, queue, group)
-		type change struct {
-			k   []byte
-			del Delivery
+// server starting after runs of its previous process ended with it. A
+// run the previous process ran itself (crashed says so of its reserver)
+// died with the process, perhaps because of its input: that counts as
+// an attempt, recorded with why, and a block out of attempts is FAULTY,
+// so a block that crashes the server cannot crash it for ever. Other
+// reservations (leases of remote workers) are handed back uncounted.
+func (d *DB) ResetReservations(group string, queues []string, crashed func(reserver string) bool, why string, maxAttempts int) (reset, faulty int, err error) {
+	err = d.bolt.Update(func(tx *bolt.Tx) error {
+		reset, faulty = 0, 0
+		runs := map[string]*Run{}
+		var order []string
+		for _, q := range queues {
+			dels := mustSub(tx, bucketDeliveries, q, group)
+			if dels == nil {
+				continue
+			}
+			if err := dels.ForEach(func(k, v []byte) error {
+				var del Delivery
+				if err := json.Unmarshal(v, &del); err != nil || del.State != Reserved {
+					return err
+				}
+				r := runs[del.Reserver]
+				if r == nil {
+					r = &Run{Group: group, Reserver: del.Reserver}
+					runs[del.Reserver] = r
+					order = append(order, del.Reserver)
+				}
+				r.Inputs = append(r.Inputs, Block{Queue: q, Serial: bytesU64(k)})
+				return nil
+			}); err != nil {
+				return err
+			}
 		}
-		var changes []change
-		if err := dels.ForEach(func(k, v []byte) error {
-			var del Delivery
-			if err := json.Unmarshal(v, &del); err != nil || del.State != Reserved {
+		for _, id := range order {
+			r := runs[id]
+			counted := crashed(id)
+			first, _, err := getJSON[Delivery](mustSub(tx, bucketDeliveries, r.Inputs[0].Queue, group), u64(r.Inputs[0].Serial))
+			if err != nil {
+				return err
+			}
+			if counted && first.Attempts >= maxAttempts {
+				if err := d.settle(tx, *r, Faulty, why); err != nil {
+					return err
+				}
+				faulty++
+				continue
+			}
+			for _, b := range r.Inputs {
+				dels := mustSub(tx, bucketDeliveries, b.Queue, group)
+				del, _, err := getJSON[Delivery](dels, u64(b.Serial))
+				if err != nil {
+					return err
+				}
+				del.State, del.Until, del.Reserver = Unreserved, time.Time{}, ""
+				if counted {
+					del.LastError = why
+				} else {
+					del.Attempts = max(del.Attempts-1, 0)
+				}
+				if err := putJSON(dels, u64(b.Serial), del); err != nil {
+					return err
+				}
+			}
+			reset++
+		}
+		return nil
+	})
+	return reset, faulty, err
+}
+
+// ReleaseRun hands a run's inputs back without counting an attempt, for
+// a run stopped because the server is stopping.
+func (d *DB) ReleaseRun(r Run) error {
+	return d.bolt.Update(func(tx *bolt.Tx) error {
+		if err := holds(tx, r); err != nil {
+			return err
+		}
+		for _, b := range r.Inputs {
+			dels := mustSub(tx, bucketDeliveries, b.Queue, r.Group)
+			del, _, err := getJSON[Delivery](dels, u64(b.Serial))
+			if err != nil {
 				return err
 			}
 			del.State, del.Until, del.Reserver = Unreserved, time.Time{}, ""
 			del.Attempts = max(del.Attempts-1, 0)
-			changes = append(changes, change{bytes.Clone(k), del})
-			return nil
-		}); err != nil {
-			return err
-		}
-		for _, c := range changes {
-			if err := putJSON(dels, c.k, c.del); err != nil {
+			if err := putJSON(dels, u64(b.Serial), del); err != nil {
 				return err
 			}
 		}
-		n = len(changes)
 		return nil
 	})
-	return n, err
 }
 
 // DeleteGroup removes a consumer group and everything it was owed, for a

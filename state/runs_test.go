@@ -2,6 +2,7 @@ package state
 
 import (
 	"errors"
+	"strings"
 	"testing"
 	"time"
 )
@@ -92,8 +93,46 @@ func TestRunFailuresEndFaultyAndRetry(t *testing.T) {
 	if res, ok, _ := db.ReserveJoin([]string{"pcap.sz"}, "stage-a", "r", time.Minute); !ok || res.Blocks[0].Seq != 1 {
 		t.Fatalf("retried block not handed out: %v", res)
 	}
-	if n, _ := db.ResetReservations("pcap.sz", "stage-a"); n != 2 {
-		t.Fatalf("reset %d reservations, want 2", n)
+	// Block 2 is held by "other" and block 1 by "r": two runs.
+	none := func(string) bool { return false }
+	if n, f, _ := db.ResetReservations("stage-a", []string{"pcap.sz"}, none, "", 4); n != 2 || f != 0 {
+		t.Fatalf("reset %d reservations (%d faulty), want 2", n, f)
+	}
+}
+
+// TestCrashedRunsCount: a run the previous process held when it died
+// counts as an attempt; out of attempts, its block is FAULTY with the
+// reason, so a block that kills the server cannot do it for ever.
+// Leases (remote runs) are handed back uncounted.
+func TestCrashedRunsCount(t *testing.T) {
+	db, _ := open(t)
+	db.EnsureGroup("pcap.sz", "stage-a", Earliest)
+	db.CommitBlock(mk(1, "aa"))
+	db.CommitBlock(mk(2, "bb"))
+	local := func(r string) bool { return !strings.HasPrefix(r, "lease-") }
+	const why = "the server stopped during this run"
+	for crash := 1; crash <= 3; crash++ {
+		res, ok, _ := db.ReserveJoin([]string{"pcap.sz"}, "stage-a", "boot-run", time.Minute)
+		if !ok || res.Blocks[0].Seq != 1 || res.Attempt != crash {
+			t.Fatalf("crash %d: reserved %+v %v", crash, res, ok)
+		}
+		if crash == 1 {
+			if _, ok, _ := db.ReserveJoin([]string{"pcap.sz"}, "stage-a", "lease-x", time.Minute); !ok {
+				t.Fatal("block 2 to a worker")
+			}
+		}
+		n, f, err := db.ResetReservations("stage-a", []string{"pcap.sz"}, local, why, 3)
+		if err != nil || f != map[bool]int{true: 1}[crash == 3] {
+			t.Fatalf("crash %d: reset %d faulty %d %v", crash, n, f, err)
+		}
+	}
+	fb, _ := db.Faulty("pcap.sz")
+	if len(fb) != 1 || fb[0].Attempts != 3 || fb[0].Error != why {
+		t.Fatalf("faulty %+v", fb)
+	}
+	// The worker's block was handed back with its attempt undone.
+	if res, ok, _ := db.ReserveJoin([]string{"pcap.sz"}, "stage-a", "r", time.Minute); !ok || res.Blocks[0].Seq != 2 || res.Attempt != 1 {
+		t.Fatalf("block 2 after the restart: %+v %v", res, ok)
 	}
 }
 

@@ -249,6 +249,7 @@ func (w *Worker) execute(ctx context.Context, l engine.Lease) ([]*output, string
 		on := name
 		on.Queue = q
 		o := &output{queue: q, name: on.String(), HashFile: engine.NewHashFile(f)}
+		o.Limit = l.OutputLimit
 		outs = append(outs, o)
 		ports = append(ports, engine.Port{Queue: q, W: o})
 	}

@@ -55,6 +55,11 @@ func serveCommand() command {
 				cfg.StoreCap, err = pipeline.ParseSize(v)
 				return err
 			})
+			fs.Float64Var(&cfg.Engine.MaxExpansion, "max-expansion", engine.Expansion, "the most a block run may write to an output, as a multiple of its input (at least 256MiB); past it the block is set aside as faulty")
+			fs.Func("max-output", "the most one block run may write to an output, `SIZE` (default 16GiB)", func(v string) (err error) {
+				cfg.Engine.MaxOutput, err = pipeline.ParseSize(v)
+				return err
+			})
 			fs.DurationVar(&cfg.Engine.LeaseTTL, "lease-ttl", 15*time.Second, "how long a remote worker's lease lives without a heartbeat; then its run goes to another worker")
 			fs.BoolVar(&cfg.Engine.RemoteOnly, "remote-only", false, "run no stage here: remote workers (plumb worker) run them all")
 			fs.StringVar(&cfg.Users, "users", "", "users `FILE` (plumb user add): every call must authenticate and the file's rules decide who may do what; reread on SIGHUP")
@@ -128,6 +133,10 @@ func sandboxFlags(fs *flag.FlagSet, off string) *sandboxOptions {
 	})
 	fs.Func("run-file-size", "largest file a stage program may write, `SIZE` (default 64GiB)", func(v string) (err error) {
 		lim.FileSize, err = pipeline.ParseSize(v)
+		return err
+	})
+	fs.Func("run-tmp", "size of each stage run's private /tmp, a tmpfs held in memory, `SIZE` (default 256MiB)", func(v string) (err error) {
+		lim.Tmp, err = pipeline.ParseSize(v)
 		return err
 	})
 	fs.DurationVar(&lim.CPU, "run-cpu", 0, "CPU time of each stage program process (0: none; block stages also have their timeout)")

@@ -109,10 +109,11 @@ func (t *Transcode) Describe() string {
 	return ""
 }
 
-// malformed marks a codec's verdict on corrupt input as malformed input.
+// malformed marks a codec's verdict on corrupt input, or on input over
+// a decoder's limit, as malformed input: no retry reads it better.
 func malformed(err error) error {
 	var ce *codecs.CorruptError
-	if errors.As(err, &ce) {
+	if errors.As(err, &ce) || errors.Is(err, codecs.ErrLimit) {
 		return fmt.Errorf("%w: %v", engine.ErrMalformed, err)
 	}
 	return err

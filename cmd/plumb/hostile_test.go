@@ -1,0 +1,155 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/plumb-dev/plumb/flight"
+	"github.com/plumb-dev/plumb/internal/hostile"
+	"github.com/plumb-dev/plumb/internal/testenv"
+)
+
+func source(name string, data []byte) flight.Source {
+	sum := sha256.Sum256(data)
+	return flight.Source{Name: name, Size: int64(len(data)), SHA256: hex.EncodeToString(sum[:]),
+		Open: func() (io.ReadCloser, error) { return io.NopCloser(bytes.NewReader(data)), nil }}
+}
+
+// waitFor polls ok for up to a minute.
+func waitFor(t *testing.T, what string, ok func() bool) {
+	t.Helper()
+	for deadline := time.Now().Add(time.Minute); !ok(); time.Sleep(50 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting for %s", what)
+		}
+	}
+}
+
+// TestPoisonBlockEndsFaulty: a block whose run the server dies in (here
+// SIGKILL, as the kernel's OOM killer would) used to be run again at
+// every start, for ever: a crash was not an attempt. Now each death
+// counts, and after the attempts the block is FAULTY and the server
+// stays up, with the next block processed.
+func TestPoisonBlockEndsFaulty(t *testing.T) {
+	data := t.TempDir()
+	prog := filepath.Join(t.TempDir(), "hang.sh")
+	os.WriteFile(prog, []byte("#!/bin/sh\n[ \"$(head -c 6)\" = poison ] && sleep 600\ncat\n"), 0o755)
+	ctx := context.Background()
+	for kill := 1; kill <= 4; kill++ {
+		addr := testenv.FreeAddr(t)
+		p := startPlumb(t, "serve", "--data", data, "--listen", addr, "--log-level", "warn", "--run-ro", prog)
+		waitListening(t, addr)
+		c := dialPlumb(t, addr)
+		if kill == 1 {
+			if _, err := c.Put(ctx, source("20250505-151105-00000001.lax.raw", []byte("poison block"))); err != nil {
+				t.Fatal(err)
+			}
+			if res, err := c.SubmitJob(ctx, "j.yaml", []byte("job: j\nfrom: earliest\nstages:\n  - {name: s, inputs: [raw], program: ["+prog+"], outputs: [raw.out], retention: forever}\n")); err != nil || res.State != "accepted" {
+				t.Fatalf("%+v %v", res, err)
+			}
+		}
+		waitFor(t, "the run to start", func() bool {
+			st, err := c.Stats(ctx)
+			return err == nil && len(st) == 1 && st[0].Workers == 1
+		})
+		time.Sleep(200 * time.Millisecond)
+		p.cmd.Process.Kill()
+		p.cmd.Wait()
+	}
+	addr := testenv.FreeAddr(t)
+	startPlumb(t, "serve", "--data", data, "--listen", addr, "--log-level", "warn", "--run-ro", prog)
+	waitListening(t, addr)
+	c := dialPlumb(t, addr)
+	waitFor(t, "the block set aside", func() bool {
+		fb, err := c.Faulty(ctx, "raw")
+		return err == nil && len(fb) == 1
+	})
+	fb, _ := c.Faulty(ctx, "raw")
+	if fb[0].Attempts != 4 || !strings.Contains(fb[0].Error, "the server stopped during this run") {
+		t.Errorf("faulty: %+v", fb[0])
+	}
+	if _, err := c.Put(ctx, source("20250505-151106-00000002.lax.raw", []byte("good block"))); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "the next block's output", func() bool {
+		bs, err := c.Blocks(ctx, "raw.out")
+		return err == nil && len(bs) == 1
+	})
+}
+
+// TestHugeRecordUnderMemoryLimit is issue 18's crash loop: a 66 KB zstd
+// capture holding one 2 GiB record, through builtin:dns, took a server
+// from 52 MB to 8.45 GB and, under a 6 GiB limit, killed it at every
+// start. Under a 1 GiB address-space limit the server now sets the block
+// aside at once, names the limit, and stays up for the next block.
+func TestHugeRecordUnderMemoryLimit(t *testing.T) {
+	prlimit := testenv.Tool(t, "prlimit")
+	data := t.TempDir()
+	addr := testenv.FreeAddr(t)
+	cmd := exec.Command(prlimit, "--as=4294967296", "--", os.Args[0], "serve", "--data", data, "--listen", addr, "--log-level", "warn", "--slots", "2")
+	cmd.Env = append(os.Environ(), "PLUMB_TEST_AS_PLUMB=1", "GOMAXPROCS=2", "GOMEMLIMIT=512MiB")
+	log := &procLog{}
+	cmd.Stdout, cmd.Stderr = log, log
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { cmd.Process.Kill(); cmd.Wait() })
+	waitListening(t, addr)
+	c := dialPlumb(t, addr)
+	ctx := context.Background()
+	if _, err := c.Put(ctx, source("20250505-151105-00000001.lax.pcap.zst", hostile.BigRecordPcap(2<<30-1))); err != nil {
+		t.Fatal(err)
+	}
+	if res, err := c.SubmitJob(ctx, "dns.yaml", []byte("job: dns\nfrom: earliest\nstages:\n  - {name: dns, inputs: [pcap.zst], program: builtin:dns, outputs: [dns.arrow], retention: forever}\n")); err != nil || res.State != "accepted" {
+		t.Fatalf("%+v %v", res, err)
+	}
+	waitFor(t, "the block set aside", func() bool {
+		fb, err := c.Faulty(ctx, "pcap.zst")
+		return err == nil && len(fb) == 1
+	})
+	fb, _ := c.Faulty(ctx, "pcap.zst")
+	if fb[0].Attempts != 1 || !strings.Contains(fb[0].Error, "packet record larger than") {
+		t.Errorf("faulty: %+v", fb[0])
+	}
+	if cmd.ProcessState != nil {
+		t.Fatalf("the server exited:\n%s", log)
+	}
+	rss := rssOf(t, cmd.Process.Pid)
+	t.Logf("server RSS after the run: %d MiB", rss>>20)
+	if rss > 512<<20 {
+		t.Errorf("server RSS %d MiB after one hostile block", rss>>20)
+	}
+}
+
+// rssOf is a process's peak resident set (VmHWM), bytes.
+func rssOf(t *testing.T, pid int) int64 {
+	t.Helper()
+	b, err := os.ReadFile(filepath.Join("/proc", strconv.Itoa(pid), "status"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		if v, ok := strings.CutPrefix(line, "VmHWM:"); ok {
+			var kb int64
+			for _, f := range strings.Fields(v) {
+				if n, err := strconv.ParseInt(f, 10, 64); err == nil {
+					kb = n
+					break
+				}
+			}
+			return kb << 10
+		}
+	}
+	t.Fatal("no VmHWM")
+	return 0
+}

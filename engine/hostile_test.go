@@ -1,0 +1,77 @@
+package engine_test
+
+import (
+	"os"
+	"path/filepath"
+	"runtime"
+	"strings"
+	"testing"
+
+	"github.com/plumb-dev/plumb/engine"
+	"github.com/plumb-dev/plumb/internal/hostile"
+)
+
+// dirSize is the bytes of the files under dir.
+func dirSize(dir string) int64 {
+	var n int64
+	filepath.Walk(dir, func(_ string, fi os.FileInfo, err error) error {
+		if err == nil && !fi.IsDir() {
+			n += fi.Size()
+		}
+		return nil
+	})
+	return n
+}
+
+// TestBombsAreSetAside: issue 18's decompression bombs through
+// builtin:decode (a 1 GiB zstd bomb, a gzip one, an xz block asking for a
+// 4 GiB dictionary) end FAULTY at once with the limit named, using
+// neither the disk nor the memory they ask for, while a good block of
+// the same queue goes through.
+func TestBombsAreSetAside(t *testing.T) {
+	r := newRig(t, engine.Config{Slots: 2, MaxOutput: 32 << 20})
+	xzBomb, err := hostile.XZBigDict([]byte(strings.Repeat("dns ", 1000)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	r.put("in.zst", 1, hostile.ZstdBomb(1<<30))
+	r.put("in.gz", 1, hostile.GzipBomb(256<<20))
+	r.put("in.xz", 1, xzBomb)
+	r.put("in.zst", 2, hostile.ZstdBomb(1<<20))
+	var before runtime.MemStats
+	runtime.ReadMemStats(&before)
+	for _, c := range []string{"zst", "gz", "xz"} {
+		r.mustAccept("job: " + c + "\nfrom: earliest\nstages:\n  - {name: d, inputs: [in." + c + "], program: builtin:decode, outputs: [out." + c + "], retention: forever}\n")
+	}
+	r.wait("the bombs set aside", func() bool {
+		n := 0
+		for _, c := range []string{"zst", "gz", "xz"} {
+			fb, _ := r.db.Faulty("in." + c)
+			n += len(fb)
+		}
+		return n == 3
+	})
+	r.wait("the good block decoded", func() bool { return r.count("out.zst") == 1 })
+	var after runtime.MemStats
+	runtime.ReadMemStats(&after)
+	for _, c := range []string{"zst", "gz", "xz"} {
+		fb, _ := r.db.Faulty("in." + c)
+		if len(fb) != 1 || fb[0].Attempts != 1 {
+			t.Fatalf("%s: %+v", c, fb)
+		}
+		t.Logf("%s: %s", c, fb[0].Error)
+		want := "output over its limit"
+		if c == "xz" {
+			want = "4095 MiB LZMA2 dictionary"
+		}
+		if !strings.Contains(fb[0].Error, want) {
+			t.Errorf("%s: the reason %q does not name the limit", c, fb[0].Error)
+		}
+	}
+	if got := after.HeapSys; got > before.HeapSys+512<<20 {
+		t.Errorf("heap grew from %d to %d MiB", before.HeapSys>>20, got>>20)
+	}
+	if n := dirSize(filepath.Join(r.dir, "blobs")); n > 64<<20 {
+		t.Errorf("the store holds %d MiB after the bombs", n>>20)
+	}
+}
