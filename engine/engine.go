@@ -84,7 +84,9 @@ type Config struct {
 	MaxJobsPerOwner int
 	// Full, when set, says why the store has no room for outputs; while it
 	// does, no new run starts (runs under way finish).
-	Full func() error
+	Full          func() error
+	sharedScratch bool // Scratch is the system's: others' files live there too
+
 	// Registerer receives the engine's metrics; none when nil.
 	Registerer prometheus.Registerer
 	Logger     *slog.Logger
@@ -111,7 +113,7 @@ func (c *Config) defaults() {
 		c.Backoff = time.Second
 	}
 	if c.Scratch == "" {
-		c.Scratch = os.TempDir()
+		c.Scratch, c.sharedScratch = os.TempDir(), true
 	}
 	if c.Replication <= 0 {
 		c.Replication = 1
@@ -145,6 +147,7 @@ type Engine struct {
 	workers      map[string]*worker    // remote workers seen lately
 	leases       map[string]*remoteRun // stage runs leased to them
 	suspended    map[string]string     // accepted jobs suspended, and why
+	scratch      scratchSet            // scratch of the runs alive
 	localRunning int                   // runs in this process
 	lat          *latencies
 	latm         *latencyMetrics
@@ -196,6 +199,15 @@ func New(db *state.DB, store blob.Store, reg *Registry, cfg Config) (*Engine, er
 		lat: newLatencies(cfg.Now), latm: newLatencyMetrics(cfg.Registerer),
 		stages: map[string]*stage{}, kick: make(chan struct{}, 1), ctx: context.Background(),
 		workers: map[string]*worker{}, leases: map[string]*remoteRun{}, suspended: map[string]string{},
+	}
+	if !cfg.sharedScratch {
+		// No run is alive yet: whatever runs left was left by runs that
+		// died with a previous process.
+		if n, bytes, err := e.Scratch(true); err != nil {
+			e.log.Warn("removing what dead runs left in the scratch directory", "dir", cfg.Scratch, "err", err)
+		} else if n > 0 {
+			e.log.Info("removed what runs killed with the previous process left in scratch", "dir", cfg.Scratch, "entries", n, "bytes", bytes)
+		}
 	}
 	if err := e.load(); err != nil {
 		return nil, err

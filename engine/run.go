@@ -162,11 +162,11 @@ func (e *Engine) process(ctx context.Context, spec runSpec, inputs []state.Block
 		ctx, cancel = context.WithTimeoutCause(ctx, t, errTimeout)
 		defer cancel()
 	}
-	scratch, err := os.MkdirTemp(e.cfg.Scratch, "run-")
+	scratch, err := e.scratch.make(e.cfg.Scratch, "run-")
 	if err != nil {
 		return nil, outcome{}, fmt.Errorf("scratch space for a run: %w (is %s writable?)", err, e.cfg.Scratch)
 	}
-	defer os.RemoveAll(scratch)
+	defer e.scratch.done(scratch)
 
 	var ins []port
 	for _, b := range inputs {

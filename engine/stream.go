@@ -149,11 +149,11 @@ func (e *Engine) streamOnce(ctx context.Context, st *stage, spec runSpec, inst s
 	}
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	work, err := os.MkdirTemp(e.cfg.Scratch, "stream-")
+	work, err := e.scratch.make(e.cfg.Scratch, "stream-")
 	if err != nil {
 		return fmt.Errorf("scratch space for a stream: %w (is %s writable?)", err, e.cfg.Scratch)
 	}
-	defer os.RemoveAll(work)
+	defer e.scratch.done(work)
 	blocksR, blocksW, err := os.Pipe()
 	if err != nil {
 		return err

@@ -260,11 +260,11 @@ func (e *Engine) runWindow(ctx context.Context, st *stage, spec runSpec, f windo
 		ctx, cancel = context.WithTimeoutCause(ctx, t, errTimeout)
 		defer cancel()
 	}
-	scratch, err := os.MkdirTemp(e.cfg.Scratch, "window-")
+	scratch, err := e.scratch.make(e.cfg.Scratch, "window-")
 	if err != nil {
 		return err
 	}
-	defer os.RemoveAll(scratch)
+	defer e.scratch.done(scratch)
 	var in WindowInput
 	in.Window.Stage, in.Window.ID, in.Window.Instance = spec.node.Name, idText(f.ID), f.ID.Instance
 	if in.Window.Instance == "" {

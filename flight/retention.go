@@ -146,7 +146,7 @@ func (s *Service) fsck(ctx context.Context, body []byte) (any, error) {
 	}
 	opt := fsck.Options{Repair: req.Repair, Verify: req.Verify, Grace: time.Duration(req.GraceSeconds * float64(time.Second)), Now: s.cfg.Now}
 	if s.eng != nil {
-		opt.Recompute = s.eng.Recompute
+		opt.Recompute, opt.Scratch = s.eng.Recompute, s.eng.Scratch
 	}
 	rep, err := fsck.Check(ctx, s.db, s.store, opt)
 	if err == nil {

@@ -35,6 +35,9 @@ type Options struct {
 	Now func() time.Time
 	// Progress, when set, is called now and then with blocks checked.
 	Progress func(checked int)
+	// Scratch, when set, finds what dead stage runs left in scratch (and
+	// with remove deletes it), leaving live runs' alone.
+	Scratch func(remove bool) (entries int, bytes int64, err error)
 	// Recompute, when set, makes a broken block's bytes again (derived
 	// blocks, from their inputs); repair marks a block lost only when it
 	// fails.
@@ -54,14 +57,27 @@ type Report struct {
 	OrphansDeleted int `json:"orphans_deleted"`
 	Recomputed     int `json:"recomputed"` // derived blocks made again from their inputs
 	MarkedLost     int `json:"marked_lost"`
+	// What runs killed with their process left in scratch; removed with
+	// repair.
+	Scratch        int   `json:"scratch_left,omitempty"`
+	ScratchBytes   int64 `json:"scratch_bytes,omitempty"`
+	ScratchRemoved bool  `json:"scratch_removed,omitempty"`
 }
 
 // Clean reports whether fsck found nothing wrong.
 func (r Report) Clean() bool { return len(r.Missing) == 0 && len(r.Corrupt) == 0 && r.Orphans == 0 }
 
 func (r Report) String() string {
-	return fmt.Sprintf("%d blocks, %d blobs: %d missing, %d corrupt, %d orphan blobs (%d bytes), %d young orphans left alone; repaired: %d orphans deleted, %d blocks recomputed, %d blocks marked lost",
+	s := fmt.Sprintf("%d blocks, %d blobs: %d missing, %d corrupt, %d orphan blobs (%d bytes), %d young orphans left alone; repaired: %d orphans deleted, %d blocks recomputed, %d blocks marked lost",
 		r.Blocks, r.Blobs, len(r.Missing), len(r.Corrupt), r.Orphans, r.OrphanBytes, r.Young, r.OrphansDeleted, r.Recomputed, r.MarkedLost)
+	if r.Scratch > 0 {
+		verb := "left (repair removes it)"
+		if r.ScratchRemoved {
+			verb = "removed"
+		}
+		s += fmt.Sprintf("; dead runs' scratch: %d entries, %d bytes %s", r.Scratch, r.ScratchBytes, verb)
+	}
+	return s
 }
 
 // Check runs one pass.
@@ -75,6 +91,13 @@ func Check(ctx context.Context, db *state.DB, store blob.Store, opt Options) (Re
 	var rep Report
 	if err := checkBlocks(ctx, db, store, opt, &rep); err != nil {
 		return rep, err
+	}
+	if opt.Scratch != nil {
+		var err error
+		if rep.Scratch, rep.ScratchBytes, err = opt.Scratch(opt.Repair); err != nil {
+			return rep, fmt.Errorf("scratch: %w", err)
+		}
+		rep.ScratchRemoved = opt.Repair && rep.Scratch > 0
 	}
 	return rep, checkBlobs(ctx, db, store, opt, &rep)
 }

@@ -34,7 +34,7 @@ type Config struct {
 	Stages   string // path.Match pattern of stage names to run; "" for all
 	// Runner runs the programs, confined as the server confines its own.
 	Runner  *engine.Runner
-	Scratch string // where runs write their outputs before upload
+	Scratch string // where runs write their outputs before upload; the worker's own
 	// Store, when set, is the server's primary blob store (S3) reached
 	// directly: inputs are read from it and outputs written to it, and
 	// only the commit goes through the server. Without it every byte goes
@@ -58,6 +58,13 @@ func New(cfg Config) *Worker { return &Worker{cfg: cfg} }
 func (w *Worker) Run(ctx context.Context) error {
 	if err := os.MkdirAll(w.cfg.Scratch, 0o750); err != nil {
 		return fmt.Errorf("scratch directory: %w", err)
+	}
+	// The scratch directory is this worker's: what runs left there died
+	// with a previous process.
+	if n, bytes, err := engine.DeadScratch(w.cfg.Scratch, nil, true); err != nil {
+		w.cfg.Log.Warn("removing what dead runs left in scratch", "dir", w.cfg.Scratch, "err", err)
+	} else if n > 0 {
+		w.cfg.Log.Info("removed what runs killed with a previous worker left in scratch", "dir", w.cfg.Scratch, "entries", n, "bytes", bytes)
 	}
 	w.cfg.Log.Info("worker started", "worker", w.cfg.ID, "slots", w.cfg.Slots, "stages", w.cfg.Stages)
 	var wg sync.WaitGroup

@@ -66,6 +66,11 @@ func TestPoisonBlockEndsFaulty(t *testing.T) {
 		p.cmd.Process.Kill()
 		p.cmd.Wait()
 	}
+	// The killed runs left their scratch.
+	left, _ := filepath.Glob(filepath.Join(data, "tmp", "run-*"))
+	if len(left) == 0 {
+		t.Fatal("the killed runs left no scratch: the test no longer shows its removal")
+	}
 	addr := testenv.FreeAddr(t)
 	startPlumb(t, "serve", "--data", data, "--listen", addr, "--log-level", "warn", "--run-ro", prog)
 	waitListening(t, addr)
@@ -74,6 +79,21 @@ func TestPoisonBlockEndsFaulty(t *testing.T) {
 		fb, err := c.Faulty(ctx, "raw")
 		return err == nil && len(fb) == 1
 	})
+	if left, _ := filepath.Glob(filepath.Join(data, "tmp", "run-*")); len(left) != 0 {
+		t.Errorf("dead runs' scratch still there after a start: %v", left)
+	}
+	// fsck finds and, with repair, removes what a dead run left.
+	os.MkdirAll(filepath.Join(data, "tmp", "run-dead"), 0o700)
+	os.WriteFile(filepath.Join(data, "tmp", "run-dead", "out-1"), make([]byte, 1000), 0o600)
+	if rep, err := c.Fsck(ctx, flight.FsckRequest{}); err != nil || rep.Scratch != 1 || rep.ScratchBytes != 1000 {
+		t.Errorf("fsck: %+v %v", rep, err)
+	}
+	if rep, err := c.Fsck(ctx, flight.FsckRequest{Repair: true}); err != nil || !rep.ScratchRemoved {
+		t.Errorf("fsck --repair: %+v %v", rep, err)
+	}
+	if _, err := os.Stat(filepath.Join(data, "tmp", "run-dead")); !os.IsNotExist(err) {
+		t.Errorf("fsck --repair left the dead run's scratch: %v", err)
+	}
 	fb, _ := c.Faulty(ctx, "raw")
 	if fb[0].Attempts != 4 || !strings.Contains(fb[0].Error, "the server stopped during this run") {
 		t.Errorf("faulty: %+v", fb[0])
