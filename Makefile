@@ -17,6 +17,7 @@ FUZZ_TARGETS := \
 	./flight:FuzzPutHeader:50000x \
 	./flight:FuzzTicketAccess:20000x \
 	./flight:FuzzOthersGroups:3000x \
+	./flight:FuzzFlightData:20000x \
 	./auth:FuzzVerify:300000x \
 	./auth:FuzzAllowed:300000x \
 	./pcap:FuzzReader:100000x \

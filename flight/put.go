@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 
+	"github.com/apache/arrow-go/v18/arrow"
 	"github.com/apache/arrow-go/v18/arrow/array"
 	aflight "github.com/apache/arrow-go/v18/arrow/flight"
 	"github.com/apache/arrow-go/v18/arrow/ipc"
@@ -27,8 +28,24 @@ type putMessages struct {
 	stream  aflight.FlightService_DoPutServer
 	first   *aflight.FlightData
 	pending [][]byte
+	held    int    // bytes in pending
 	meta    []byte // app_metadata of the message last returned
+
+	schemaSeen bool
 }
+
+// Metadata-only messages a DoPut may send before a batch: block headers
+// are ~150 bytes, so these leave room for many empty blocks and none
+// for a client that would have the server hold its messages (200 of
+// 5 MiB took a server from 24 MB to 1 GB).
+const (
+	maxPendingMeta  = 64
+	maxMetaBytes    = 16 << 10
+	maxPendingBytes = 256 << 10
+)
+
+var errTooMuchMeta = status.Errorf(codes.InvalidArgument, "DoPut: more than %d metadata-only messages or %d bytes of them before a batch, or one over %d bytes; send each block's header with its data",
+	maxPendingMeta, maxPendingBytes, maxMetaBytes)
 
 func (p *putMessages) Message() (*ipc.Message, error) {
 	for {
@@ -40,13 +57,27 @@ func (p *putMessages) Message() (*ipc.Message, error) {
 				return nil, err
 			}
 		}
+		if len(fd.AppMetadata) > maxMetaBytes {
+			return nil, errTooMuchMeta
+		}
 		if len(fd.DataHeader) == 0 {
 			if len(fd.AppMetadata) > 0 {
+				if len(p.pending) >= maxPendingMeta || p.held+len(fd.AppMetadata) > maxPendingBytes {
+					return nil, errTooMuchMeta
+				}
 				p.pending = append(p.pending, fd.AppMetadata)
+				p.held += len(fd.AppMetadata)
 			}
 			continue
 		}
 		p.meta = fd.AppMetadata
+		allowed := []byte{ipcRecordBatch}
+		if !p.schemaSeen {
+			allowed, p.schemaSeen = []byte{ipcSchema}, true
+		}
+		if err := checkIPCHeader(fd.DataHeader, allowed...); err != nil {
+			return nil, status.Errorf(codes.InvalidArgument, "DoPut: %v", err)
+		}
 		return ipc.NewMessage(memory.NewBufferBytes(fd.DataHeader), memory.NewBufferBytes(fd.DataBody)), nil
 	}
 }
@@ -83,13 +114,23 @@ func (s *Service) DoPut(stream aflight.FlightService_DoPutServer) (err error) {
 	}
 	var cmd PutCommand
 	if err := decodeStrict(desc.Cmd, &cmd); err != nil {
-		return status.Errorf(codes.InvalidArgument, `DoPut descriptor %q is not {"queue": Q, "instance": I}: %v`, desc.Cmd, err)
+		return status.Errorf(codes.InvalidArgument, `DoPut descriptor %q is not {"queue": Q, "instance": I}: %v`, truncate(desc.Cmd), truncate([]byte(err.Error())))
 	}
 	if err := block.ValidateQueue(cmd.Queue); err != nil {
 		return status.Error(codes.InvalidArgument, err.Error())
 	}
 	if err := block.ValidateInstance(cmd.Instance); err != nil {
 		return status.Error(codes.InvalidArgument, err.Error())
+	}
+	// Authorised before anything more is read: the first message is all a
+	// caller without the right gets the server to hold.
+	if cmd.Lease != "" {
+		err = s.allow(ctx, auth.Admin, "", "stage output to "+cmd.Queue)
+	} else {
+		err = s.allow(ctx, auth.Write, cmd.Queue, "upload to "+cmd.Queue)
+	}
+	if err != nil {
+		return err
 	}
 
 	msgs := &putMessages{stream: stream, first: first}
@@ -139,7 +180,7 @@ func (s *Service) DoPut(stream aflight.FlightService_DoPutServer) (err error) {
 				return err
 			}
 		}
-		msgs.pending = msgs.pending[:0]
+		msgs.pending, msgs.held = msgs.pending[:0], 0
 		if !ok {
 			break
 		}
@@ -154,6 +195,9 @@ func (s *Service) DoPut(stream aflight.FlightService_DoPutServer) (err error) {
 		}
 		if cur == nil {
 			return status.Error(codes.InvalidArgument, "data before a block header; send {\"name\",\"size\",\"sha256\"} as app_metadata first")
+		}
+		if err := checkBatch(rec); err != nil {
+			return status.Errorf(codes.InvalidArgument, "DoPut: a batch of block %s: %v", cur.hdr.Name, err)
 		}
 		offs := rec.Column(0).(*array.Int64)
 		data := rec.Column(1).(*array.Binary)
@@ -173,6 +217,24 @@ func (s *Service) DoPut(stream aflight.FlightService_DoPutServer) (err error) {
 	}
 	if err := rdr.Err(); err != nil && !errors.Is(err, io.EOF) {
 		return statusOf(err, codes.InvalidArgument)
+	}
+	return nil
+}
+
+// checkBatch checks a client's batch before its values are read: the
+// columns hold as many rows as the batch says, and their offsets and
+// buffers are consistent (a bit flip made offsets reach outside the data).
+func checkBatch(rec arrow.RecordBatch) error {
+	if rec.NumCols() != 2 {
+		return fmt.Errorf("%d columns, want 2", rec.NumCols())
+	}
+	for i, col := range rec.Columns() {
+		if int64(col.Len()) != rec.NumRows() {
+			return fmt.Errorf("column %d holds %d rows of the batch's %d", i, col.Len(), rec.NumRows())
+		}
+		if err := array.ValidateFull(col); err != nil {
+			return fmt.Errorf("column %d: %v", i, err)
+		}
 	}
 	return nil
 }

@@ -10,7 +10,8 @@ import (
 	"os"
 	"os/signal"
 	"path/filepath"
-	"runtime/debug"
+	"runtime"
+	"strings"
 	"sync"
 	"syscall"
 	"time"
@@ -390,9 +391,35 @@ const (
 // NewGRPCServer returns a gRPC server with Plumb's options: 64 MiB receive
 // limit, keepalive that permits client pings every 10 s, and panic recovery
 // that turns a panic into an Internal error instead of a crash.
+// Panics counts panics recovered in Flight calls; a non-zero value is a
+// bug to report.
+var Panics = prometheus.NewCounter(prometheus.CounterOpts{Name: "plumb_flight_panics_total", Help: "Panics recovered in Flight calls (each a bug; the log says where)."})
+
+// panicSite is the file and line the panic came from: the first frame
+// below the runtime's panic machinery.
+func panicSite() string {
+	pcs := make([]uintptr, 32)
+	frames := runtime.CallersFrames(pcs[:runtime.Callers(3, pcs)])
+	past := false
+	for {
+		f, more := frames.Next()
+		if strings.HasPrefix(f.Function, "runtime.") {
+			past = true
+		} else if past {
+			return fmt.Sprintf("%s (%s:%d)", f.Function, f.File, f.Line)
+		}
+		if !more {
+			return "unknown"
+		}
+	}
+}
+
 func NewGRPCServer(log *slog.Logger, extra ...grpc.ServerOption) *grpc.Server {
 	recoverErr := func(method string, p any) error {
-		log.Error("panic in Flight call", "method", method, "panic", p, "stack", string(debug.Stack()))
+		// The last net: each panic is a bug to fix, so one short line says
+		// where, and a counter says how often.
+		Panics.Inc()
+		log.Error("panic in Flight call", "method", method, "panic", fmt.Sprint(p), "at", panicSite())
 		return status.Errorf(codes.Internal, "internal error in %s; the server logged the details", method)
 	}
 	return grpc.NewServer(append([]grpc.ServerOption{

@@ -98,7 +98,7 @@ func serveCommand() command {
 			builtin.Register(cfg.Registry, builtin.FindXZ())
 			if *metricsAddr != "" || cfg.HTTP != "" {
 				reg := prometheus.NewRegistry()
-				reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+				reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}), flight.Panics)
 				cfg.Engine.Registerer, cfg.Gatherer = reg, reg
 			}
 			if *metricsAddr != "" {

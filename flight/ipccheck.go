@@ -1,0 +1,124 @@
+package flight
+
+import (
+	"fmt"
+
+	fb "github.com/google/flatbuffers/go"
+)
+
+// Arrow IPC message header types (format/Message.fbs).
+const (
+	ipcSchema          = 1
+	ipcDictionaryBatch = 2
+	ipcRecordBatch     = 3
+)
+
+// checkIPCHeader checks an Arrow IPC message header from a client before
+// arrow-go reads it: arrow-go sizes slices by the vector lengths a header
+// states without checking them against the header's bytes, so a 200-byte
+// schema claiming 2^32 fields made the server allocate 94 GB and die (not
+// a panic: a fatal out-of-memory). Every vector must fit in the header,
+// nesting is bounded, and only the types a stream may hold are taken.
+func checkIPCHeader(buf []byte, allowed ...byte) (err error) {
+	defer func() {
+		// The flatbuffers accessors index without checks: an offset out of
+		// the buffer is malformed input, not a server fault.
+		if p := recover(); p != nil {
+			err = fmt.Errorf("malformed Arrow IPC message header: %v", p)
+		}
+	}()
+	if len(buf) < 8 || len(buf) > maxMetaBytes<<4 {
+		return fmt.Errorf("Arrow IPC message header of %d bytes", len(buf))
+	}
+	c := &fbCheck{buf: buf}
+	msg := c.root()
+	typ := msg.GetByteSlot(6, 0)
+	okType := false
+	for _, a := range allowed {
+		okType = okType || typ == a
+	}
+	if !okType {
+		return fmt.Errorf("Arrow IPC message of type %d where %v are allowed", typ, allowed)
+	}
+	c.vector(msg, 12, 4) // custom_metadata
+	h, ok := c.table(msg, 8)
+	if !ok {
+		return fmt.Errorf("Arrow IPC message without a header")
+	}
+	switch typ {
+	case ipcSchema:
+		c.vector(h, 8, 4)  // custom_metadata
+		c.vector(h, 10, 8) // features
+		c.fields(h, 6, 0)
+	case ipcRecordBatch:
+		c.batch(h)
+	case ipcDictionaryBatch:
+		if b, ok := c.table(h, 6); ok {
+			c.batch(b)
+		}
+	}
+	return c.err
+}
+
+type fbCheck struct {
+	buf []byte
+	err error
+}
+
+func (c *fbCheck) root() *fb.Table {
+	return &fb.Table{Bytes: c.buf, Pos: fb.GetUOffsetT(c.buf)}
+}
+
+// vector checks that the vector in slot holds n elements of size bytes
+// inside the buffer, and returns n.
+func (c *fbCheck) vector(t *fb.Table, slot fb.VOffsetT, size int) int {
+	o := fb.UOffsetT(t.Offset(slot))
+	if o == 0 {
+		return 0
+	}
+	start, n := int(t.Vector(o)), t.VectorLen(o)
+	if n < 0 || start < 0 || start+n*size > len(c.buf) {
+		if c.err == nil {
+			c.err = fmt.Errorf("Arrow IPC message header: a vector of %d elements does not fit in its %d bytes", n, len(c.buf))
+		}
+		return 0
+	}
+	return n
+}
+
+func (c *fbCheck) table(t *fb.Table, slot fb.VOffsetT) (*fb.Table, bool) {
+	o := fb.UOffsetT(t.Offset(slot))
+	if o == 0 {
+		return nil, false
+	}
+	return &fb.Table{Bytes: c.buf, Pos: t.Indirect(o + t.Pos)}, true
+}
+
+// fields checks a vector of Field tables and their children.
+func (c *fbCheck) fields(t *fb.Table, slot fb.VOffsetT, depth int) {
+	if depth > 32 {
+		c.err = fmt.Errorf("Arrow IPC schema nested deeper than 32")
+		return
+	}
+	n := c.vector(t, slot, 4)
+	o := fb.UOffsetT(t.Offset(slot))
+	for i := 0; i < n && c.err == nil; i++ {
+		pos := t.Vector(o) + fb.UOffsetT(i*4)
+		f := &fb.Table{Bytes: c.buf, Pos: t.Indirect(pos)}
+		if so := fb.UOffsetT(f.Offset(4)); so != 0 { // name
+			if start, n := int(f.Vector(so)), f.VectorLen(so); start+n > len(c.buf) {
+				c.err = fmt.Errorf("Arrow IPC schema: a field name does not fit in the header")
+			}
+		}
+		c.vector(f, 16, 4) // custom_metadata
+		c.fields(f, 14, depth+1)
+	}
+}
+
+// batch checks a RecordBatch table: its nodes and buffers (16-byte
+// structs) and variadic counts fit.
+func (c *fbCheck) batch(t *fb.Table) {
+	c.vector(t, 6, 16)
+	c.vector(t, 8, 16)
+	c.vector(t, 12, 8)
+}
