@@ -3,12 +3,16 @@ package flight
 import (
 	"bytes"
 	"context"
+	"io"
+	"os"
+	"runtime"
 	"strings"
 	"testing"
 	"time"
 
 	aflight "github.com/apache/arrow-go/v18/arrow/flight"
 	"github.com/prometheus/client_golang/prometheus/testutil"
+	"google.golang.org/grpc/codes"
 	"google.golang.org/protobuf/proto"
 
 	"github.com/plumb-dev/plumb/blob"
@@ -177,4 +181,64 @@ func FuzzFlightData(f *testing.F) {
 			t.Fatalf("message %d field %d = %x: the server recovered a panic", which, field, b)
 		}
 	})
+}
+
+// TestPutMetadataFlood is issue 18's DoPut attack: 200 metadata-only
+// messages of 5 MiB before any batch took a server from 24 MB to 1 GB,
+// before any permission check. Now a caller without write is refused on
+// the descriptor, and a writer's flood is refused at the first oversized
+// message, with the server's heap unmoved.
+func TestPutMetadataFlood(t *testing.T) {
+	file, secrets := usersFile(t)
+	addr := runServer(t, Config{Users: file})
+	ana := dialAs(t, addr, Security{User: "ana", Secret: secrets["ana"]})
+	keyFile := t.TempDir() + "/key"
+	os.WriteFile(keyFile, []byte(secrets["key"]), 0o600)
+	agent := dialAs(t, addr, Security{TokenFile: keyFile})
+	flood := func(c *Client, queue string, size, count int) error {
+		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+		defer cancel()
+		stream, err := c.fc.DoPut(ctx)
+		if err != nil {
+			return err
+		}
+		blob := bytes.Repeat([]byte("m"), size)
+		desc := &aflight.FlightDescriptor{Type: aflight.DescriptorCMD, Cmd: []byte(`{"queue":"` + queue + `","instance":"lax"}`)}
+		for i := range count {
+			fd := &aflight.FlightData{AppMetadata: blob}
+			if i == 0 {
+				fd.FlightDescriptor = desc
+			}
+			if stream.Send(fd) != nil {
+				break
+			}
+		}
+		stream.CloseSend()
+		for {
+			if _, err := stream.Recv(); err != nil {
+				if err == io.EOF {
+					return nil
+				}
+				return err
+			}
+		}
+	}
+	var before, after runtime.MemStats
+	runtime.GC()
+	runtime.ReadMemStats(&before)
+	if err := flood(ana, "pcap.sz", 1<<20, 50); codeOf(err) != codes.PermissionDenied {
+		t.Errorf("a reader's flood: %v", err)
+	}
+	if err := flood(agent, "pcap.sz", 5<<20, 200); codeOf(err) != codes.InvalidArgument || !strings.Contains(err.Error(), "metadata-only messages") {
+		t.Errorf("a writer's 5 MiB messages: %v", err)
+	}
+	if err := flood(agent, "pcap.sz", 8<<10, 200); codeOf(err) != codes.InvalidArgument || !strings.Contains(err.Error(), "metadata-only messages") {
+		t.Errorf("a writer's 200 small ones: %v", err)
+	}
+	runtime.GC()
+	runtime.ReadMemStats(&after)
+	t.Logf("heap in use %d → %d MiB", before.HeapInuse>>20, after.HeapInuse>>20)
+	if after.HeapInuse > before.HeapInuse+64<<20 {
+		t.Errorf("the floods left the heap at %d MiB (from %d)", after.HeapInuse>>20, before.HeapInuse>>20)
+	}
 }

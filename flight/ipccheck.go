@@ -1,8 +1,11 @@
 package flight
 
 import (
+	"errors"
 	"fmt"
+	"sync/atomic"
 
+	"github.com/apache/arrow-go/v18/arrow/memory"
 	fb "github.com/google/flatbuffers/go"
 )
 
@@ -121,4 +124,84 @@ func (c *fbCheck) batch(t *fb.Table) {
 	c.vector(t, 6, 16)
 	c.vector(t, 8, 16)
 	c.vector(t, 12, 8)
+}
+
+// checkIPCFile checks an Arrow IPC file's footer (where arrow-go's file
+// reader takes the schema and the batches' places) as checkIPCHeader
+// checks a message header: a stored block is a client's upload too.
+func checkIPCFile(data []byte) (err error) {
+	defer func() {
+		if p := recover(); p != nil {
+			err = fmt.Errorf("malformed Arrow IPC file footer: %v", p)
+		}
+	}()
+	const magic = "ARROW1"
+	if len(data) < 2*len(magic)+4 || string(data[:len(magic)]) != magic || string(data[len(data)-len(magic):]) != magic {
+		return fmt.Errorf("not an Arrow IPC file")
+	}
+	end := len(data) - len(magic) - 4
+	n := int(int32(uint32(data[end]) | uint32(data[end+1])<<8 | uint32(data[end+2])<<16 | uint32(data[end+3])<<24))
+	if n <= 0 || n > end-8 {
+		return fmt.Errorf("Arrow IPC file footer of %d bytes", n)
+	}
+	c := &fbCheck{buf: data[end-n : end]}
+	footer := c.root()
+	c.vector(footer, 8, 24)  // dictionaries
+	c.vector(footer, 10, 24) // record batches
+	c.vector(footer, 12, 4)  // custom_metadata
+	schema, ok := c.table(footer, 6)
+	if !ok {
+		return fmt.Errorf("Arrow IPC file without a schema")
+	}
+	c.vector(schema, 8, 4)
+	c.vector(schema, 10, 8)
+	c.fields(schema, 6, 0)
+	return c.err
+}
+
+// budget is an arrow allocator that refuses to hand out more than most
+// bytes at once: buffers sized by a file's own word (a ZSTD buffer's
+// uncompressed length: a 33 KB file claimed 1 GiB) stop there. Allocate
+// cannot fail, so it panics with errOverBudget; arrow-go's batch loader
+// turns the panic into an error, and readers outside it use underBudget.
+type budget struct {
+	most int64
+	used atomic.Int64
+}
+
+var errOverBudget = errors.New("the file's batches decompress to more than a records read may hold at once")
+
+func (b *budget) Allocate(size int) []byte {
+	if b.used.Add(int64(size)) > b.most {
+		b.used.Add(-int64(size))
+		panic(fmt.Errorf("%w (%d MiB)", errOverBudget, b.most>>20))
+	}
+	return memory.DefaultAllocator.Allocate(size)
+}
+
+func (b *budget) Reallocate(size int, old []byte) []byte {
+	if b.used.Add(int64(size-len(old))) > b.most {
+		b.used.Add(-int64(size - len(old)))
+		panic(fmt.Errorf("%w (%d MiB)", errOverBudget, b.most>>20))
+	}
+	return memory.DefaultAllocator.Reallocate(size, old)
+}
+
+func (b *budget) Free(p []byte) {
+	b.used.Add(-int64(len(p)))
+	memory.DefaultAllocator.Free(p)
+}
+
+// underBudget runs fn, turning the budget's panic into an error.
+func underBudget(fn func() error) (err error) {
+	defer func() {
+		if p := recover(); p != nil {
+			if e, ok := p.(error); ok && errors.Is(e, errOverBudget) {
+				err = e
+				return
+			}
+			panic(p)
+		}
+	}()
+	return fn()
 }

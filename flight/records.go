@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"slices"
@@ -51,6 +52,10 @@ type Condition struct {
 
 // maxRecordsBlock bounds the size of one Arrow block a records read loads.
 const maxRecordsBlock = 1 << 30
+
+// maxRecordsMemory bounds what one block's batch may decompress to in a
+// records read; dnsrec writes batches of a few MiB.
+const maxRecordsMemory = 256 << 20
 
 // bound is one end of a records range.
 type bound struct {
@@ -139,17 +144,30 @@ func (s *Service) serveRecords(ctx context.Context, raw []byte, stream aflight.F
 		if err != nil {
 			return err
 		}
-		f, err := ipc.NewFileReader(bytes.NewReader(data), ipc.WithAllocator(memory.DefaultAllocator))
+		if err := checkIPCFile(data); err != nil {
+			return status.Errorf(codes.FailedPrecondition, "block %s is not an Arrow IPC file arrow can read safely (%v); a records ticket reads queues of Arrow blocks such as dns.arrow", b.Name, err)
+		}
+		mem := &budget{most: maxRecordsMemory}
+		var f *ipc.FileReader
+		err = underBudget(func() (err error) {
+			f, err = ipc.NewFileReader(bytes.NewReader(data), ipc.WithAllocator(mem))
+			return err
+		})
 		if err != nil {
 			return status.Errorf(codes.FailedPrecondition, "block %s is not an Arrow IPC file (%v); a records ticket reads queues of Arrow blocks such as dns.arrow", b.Name, err)
 		}
 		for i := 0; i < f.NumRecords(); i++ {
 			rec, err := f.RecordBatch(i)
+			if errors.Is(err, errOverBudget) {
+				f.Close()
+				return status.Errorf(codes.ResourceExhausted, "block %s, batch %d: %v; write Arrow blocks in smaller batches", b.Name, i, err)
+			}
 			if err != nil {
 				f.Close()
 				return status.Errorf(codes.DataLoss, "block %s, batch %d: %v", b.Name, i, err)
 			}
 			out, err := selectRows(rec, t, from, to)
+			rec.Release()
 			if err != nil {
 				f.Close()
 				return status.Errorf(codes.InvalidArgument, "block %s: %v", b.Name, err)

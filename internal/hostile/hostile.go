@@ -11,6 +11,10 @@ import (
 	"hash/crc32"
 	"io"
 
+	"github.com/apache/arrow-go/v18/arrow"
+	"github.com/apache/arrow-go/v18/arrow/array"
+	"github.com/apache/arrow-go/v18/arrow/ipc"
+	"github.com/apache/arrow-go/v18/arrow/memory"
 	"github.com/klauspost/compress/gzip"
 	"github.com/klauspost/compress/zstd"
 	"github.com/ulikunitz/xz"
@@ -142,4 +146,36 @@ func BigRecordPcapNG(size uint32) []byte {
 	zw.Write(tail)
 	zw.Close()
 	return out.Bytes()
+}
+
+// ArrowZstdBomb is an Arrow IPC file with one int64 column, ZSTD
+// compressed, whose buffer claims to decompress to claim bytes: a
+// reader that trusts the claim allocates it before decompressing.
+func ArrowZstdBomb(claim int64) ([]byte, error) {
+	const rows = 1 << 17
+	schema := arrow.NewSchema([]arrow.Field{{Name: "x", Type: arrow.PrimitiveTypes.Int64}}, nil)
+	b := array.NewInt64Builder(memory.DefaultAllocator)
+	b.AppendValues(make([]int64, rows), nil)
+	col := b.NewArray()
+	rec := array.NewRecordBatch(schema, []arrow.Array{col}, rows)
+	var out bytes.Buffer
+	w, err := ipc.NewFileWriter(&out, ipc.WithSchema(schema), ipc.WithZstd())
+	if err != nil {
+		return nil, err
+	}
+	if err := w.Write(rec); err != nil {
+		return nil, err
+	}
+	if err := w.Close(); err != nil {
+		return nil, err
+	}
+	data := out.Bytes()
+	want := binary.LittleEndian.AppendUint64(nil, rows*8)
+	want = append(want, 0x28, 0xb5, 0x2f, 0xfd) // then a zstd frame
+	i := bytes.Index(data, want)
+	if i < 0 {
+		return nil, errors.New("hostile: no uncompressed length in the Arrow file")
+	}
+	binary.LittleEndian.PutUint64(data[i:], uint64(claim))
+	return data, nil
 }
