@@ -45,6 +45,11 @@ type Config struct {
 	// Aging is how long after arriving a read without a deadline counts as
 	// due, for ordering; 2 s when 0.
 	Aging time.Duration
+	// PerUser is the most slots one user's reads hold at once, so one
+	// user (or one user's stalled streams) cannot take them all: half the
+	// slots when 0, none when negative. Reads over it wait while others'
+	// go first.
+	PerUser int
 	// Now is the clock; time.Now when nil.
 	Now func() time.Time
 }
@@ -59,6 +64,7 @@ type Controller struct {
 	rate    float64       // measured bytes per second per transfer (EWMA)
 	over    time.Duration // measured fixed cost of a transfer (EWMA)
 	running time.Duration // estimated work of the transfers in progress
+	held    map[string]int // slots held per user
 }
 
 // New returns a controller.
@@ -78,15 +84,19 @@ func New(cfg Config) *Controller {
 	if cfg.Aging <= 0 {
 		cfg.Aging = 2 * time.Second
 	}
+	if cfg.PerUser == 0 {
+		cfg.PerUser = max(cfg.Slots/2, 1)
+	}
 	if cfg.Now == nil {
 		cfg.Now = time.Now
 	}
-	c := &Controller{cfg: cfg, rate: cfg.Rate}
+	c := &Controller{cfg: cfg, rate: cfg.Rate, held: map[string]int{}}
 	c.wait.ctl = c
 	return c
 }
 
 type waiter struct {
+	user     string
 	size     int64
 	deadline time.Time // zero: none
 	arrived  time.Time
@@ -142,10 +152,16 @@ func (c *Controller) queued(w *waiter) time.Duration {
 // the bytes sent when the transfer ends. Under LLF a hopeless read gets
 // ErrHopeless, at once or when it would next be chosen.
 func (c *Controller) Acquire(ctx context.Context, size int64) (done func(sent int64), err error) {
+	return c.AcquireFor(ctx, "", size)
+}
+
+// AcquireFor is Acquire for a read of user, whose reads together hold at
+// most the per-user share of the slots.
+func (c *Controller) AcquireFor(ctx context.Context, user string, size int64) (done func(sent int64), err error) {
 	deadline, _ := ctx.Deadline()
 	now := c.cfg.Now()
 	c.mu.Lock()
-	w := &waiter{size: size, deadline: deadline, arrived: now, seq: c.seq, ready: make(chan error, 1)}
+	w := &waiter{user: user, size: size, deadline: deadline, arrived: now, seq: c.seq, ready: make(chan error, 1)}
 	c.seq++
 	if c.cfg.Policy == LLF && !deadline.IsZero() {
 		wait := time.Duration(0)
@@ -159,21 +175,25 @@ func (c *Controller) Acquire(ctx context.Context, size int64) (done func(sent in
 				est.Round(time.Millisecond), wait.Round(time.Millisecond), deadline.Sub(now).Round(time.Millisecond))
 		}
 	}
-	if c.busy < c.cfg.Slots && c.wait.Len() == 0 {
+	if c.busy < c.cfg.Slots && c.wait.Len() == 0 && c.mayHold(user) {
 		c.busy++
+		c.held[user]++
 		est := c.estimate(size)
 		c.running += est
 		c.mu.Unlock()
-		return c.release(now, est), nil
+		return c.release(now, user, est), nil
 	}
 	heap.Push(&c.wait, w)
+	// Slots may be free while every waiter before this one is of users
+	// at their share.
+	c.grant(now)
 	c.mu.Unlock()
 	select {
 	case err := <-w.ready:
 		if err != nil {
 			return nil, err
 		}
-		return c.release(c.cfg.Now(), w.est), nil
+		return c.release(c.cfg.Now(), user, w.est), nil
 	case <-ctx.Done():
 		c.mu.Lock()
 		if w.index >= 0 {
@@ -184,14 +204,19 @@ func (c *Controller) Acquire(ctx context.Context, size int64) (done func(sent in
 		c.mu.Unlock()
 		// Granted while giving up: hand the slot on.
 		if err := <-w.ready; err == nil {
-			c.release(c.cfg.Now(), w.est)(0)
+			c.release(c.cfg.Now(), user, w.est)(0)
 		}
 		return nil, ctx.Err()
 	}
 }
 
 // release returns the done func of a granted slot.
-func (c *Controller) release(start time.Time, est time.Duration) func(sent int64) {
+// mayHold reports whether user may take one more slot.
+func (c *Controller) mayHold(user string) bool {
+	return c.cfg.PerUser < 0 || c.held[user] < c.cfg.PerUser
+}
+
+func (c *Controller) release(start time.Time, user string, est time.Duration) func(sent int64) {
 	var once sync.Once
 	return func(sent int64) {
 		once.Do(func() {
@@ -208,6 +233,9 @@ func (c *Controller) release(start time.Time, est time.Duration) func(sent int64
 				}
 			}
 			c.busy--
+			if c.held[user]--; c.held[user] <= 0 {
+				delete(c.held, user)
+			}
 			c.running -= est
 			c.grant(now)
 		})
@@ -230,12 +258,23 @@ func (c *Controller) grant(now time.Time) {
 				c.estimate(w.size).Round(time.Millisecond), w.deadline.Sub(now).Round(time.Millisecond), now.Sub(w.arrived).Round(time.Millisecond))
 		}
 	}
+	// In the policy's order, skipping the reads of users at their share
+	// (they keep their places).
+	var skipped []*waiter
 	for c.busy < c.cfg.Slots && c.wait.Len() > 0 {
 		w := heap.Pop(&c.wait).(*waiter)
+		if !c.mayHold(w.user) {
+			skipped = append(skipped, w)
+			continue
+		}
 		w.est = c.estimate(w.size)
 		c.busy++
+		c.held[w.user]++
 		c.running += w.est
 		w.ready <- nil
+	}
+	for _, w := range skipped {
+		heap.Push(&c.wait, w)
 	}
 }
 

@@ -144,3 +144,57 @@ func TestFIFOServesInArrivalOrderAndRefusesNothing(t *testing.T) {
 		t.Fatalf("order %v", got)
 	}
 }
+
+// TestPerUserShare: one user's reads hold at most half the slots, so a
+// user whose streams stall (or who opens many) leaves room for others;
+// their further reads wait their turn without losing their place.
+func TestPerUserShare(t *testing.T) {
+	c := New(Config{Policy: FIFO, Slots: 4})
+	ctx := context.Background()
+	var held []func(int64)
+	for range 2 {
+		done, err := c.AcquireFor(ctx, "a", 100)
+		if err != nil {
+			t.Fatal(err)
+		}
+		held = append(held, done)
+	}
+	third := make(chan func(int64), 1)
+	go func() {
+		done, _ := c.AcquireFor(ctx, "a", 100)
+		third <- done
+	}()
+	for c.Waiting() == 0 {
+		time.Sleep(time.Millisecond)
+	}
+	select {
+	case <-third:
+		t.Fatal("a third read of one user got one of 4 slots")
+	case <-time.After(50 * time.Millisecond):
+	}
+	// b gets a slot at once, though a's read waits before it.
+	got := make(chan error, 1)
+	go func() {
+		done, err := c.AcquireFor(ctx, "b", 100)
+		if err == nil {
+			done(100)
+		}
+		got <- err
+	}()
+	select {
+	case err := <-got:
+		if err != nil {
+			t.Fatal(err)
+		}
+	case <-time.After(time.Second):
+		t.Fatal("another user's read waited behind a user at its share")
+	}
+	held[0](100)
+	select {
+	case done := <-third:
+		done(100)
+	case <-time.After(time.Second):
+		t.Fatal("a's waiting read did not get the slot a's own read gave back")
+	}
+	held[1](100)
+}

@@ -63,12 +63,15 @@ func (s *Service) useGroup(ctx context.Context, queue, group string, from state.
 	var g state.Group
 	var err error
 	if create {
-		g, err = s.db.EnsureOwnedGroup(queue, group, from, caller(ctx))
+		g, err = s.db.EnsureOwnedGroup(queue, group, from, caller(ctx), s.cfg.MaxGroupsPerUser)
 	} else {
 		g, err = s.db.GetGroup(queue, group)
 	}
 	if errors.Is(err, state.ErrNotFound) {
 		return g, status.Errorf(codes.NotFound, "%s: %v", what, err)
+	}
+	if errors.Is(err, state.ErrTooMany) {
+		return g, status.Errorf(codes.ResourceExhausted, "%s: %v", what, err)
 	}
 	if err != nil {
 		return g, statusOf(err, codes.InvalidArgument)

@@ -6,11 +6,13 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net"
 	"time"
 
 	aflight "github.com/apache/arrow-go/v18/arrow/flight"
 	"github.com/google/uuid"
 	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/peer"
 	"google.golang.org/grpc/status"
 
 	"github.com/plumb-dev/plumb/admission"
@@ -69,6 +71,12 @@ func parseTicket(raw []byte) (Ticket, error) {
 
 // DoGet streams one block, a queue's blocks, or a consumer group's blocks.
 func (s *Service) DoGet(tkt *aflight.Ticket, stream aflight.FlightService_DoGetServer) error {
+	return guardSends(stream, s.cfg.SendTimeout, func(stream aflight.FlightService_DoGetServer) error {
+		return s.doGet(tkt, stream)
+	})
+}
+
+func (s *Service) doGet(tkt *aflight.Ticket, stream aflight.FlightService_DoGetServer) error {
 	var probe struct {
 		Records string `json:"records"`
 		Window  string `json:"window"`
@@ -226,7 +234,7 @@ func (s *Service) serveGroup(ctx context.Context, w *blockWriter, t Ticket) erro
 func (s *Service) sendBlock(ctx context.Context, w *blockWriter, b state.Block) error {
 	// Reads wait for a transfer slot; under least-laxity-first a read that
 	// can no longer meet its deadline is refused now, not served late.
-	done, err := s.adm.Acquire(ctx, b.Size)
+	done, err := s.adm.AcquireFor(ctx, reader(ctx), b.Size)
 	if errors.Is(err, admission.ErrHopeless) {
 		return status.Errorf(codes.DeadlineExceeded, "block %s: %v; ask with a later deadline", b.Name, err)
 	}
@@ -264,6 +272,22 @@ func (s *Service) sendBlock(ctx context.Context, w *blockWriter, b state.Block) 
 	}
 	sent = b.Size
 	return nil
+}
+
+// reader is whose share of the read slots a read takes: its user, or
+// on a server without users its peer's address.
+func reader(ctx context.Context) string {
+	if id, ok := AuthFromContext(ctx); ok {
+		return "user " + id.User
+	}
+	if p, ok := peer.FromContext(ctx); ok && p.Addr != nil {
+		host, _, err := net.SplitHostPort(p.Addr.String())
+		if err == nil {
+			return "host " + host
+		}
+		return "host " + p.Addr.String()
+	}
+	return ""
 }
 
 // mergeDone returns a context that ends when either parent does.

@@ -57,6 +57,15 @@ type Config struct {
 	ReadPolicy admission.Policy
 	// ReadSlots is how many block transfers run at once; 16 when 0.
 	ReadSlots int
+	// SendTimeout ends a DoGet whose client takes nothing for that long;
+	// SendTimeout (1 min) when 0.
+	SendTimeout time.Duration
+	// MaxGroupsPerUser caps the consumer groups one user creates on a
+	// queue; 16 when 0, none when negative.
+	MaxGroupsPerUser int
+	// ReadSlotsPerUser is the most of them one user (or, without users,
+	// one client host) holds: half when 0, no cap when negative.
+	ReadSlotsPerUser int
 	// ReadRate caps block reads at this many bytes per second in all,
 	// shared by the slots; 0 for no cap.
 	ReadRate float64
@@ -125,6 +134,12 @@ func (c *Config) defaults() {
 	if c.Listen == "" {
 		c.Listen = "127.0.0.1:8815"
 	}
+	if c.SendTimeout <= 0 {
+		c.SendTimeout = SendTimeout
+	}
+	if c.MaxGroupsPerUser == 0 {
+		c.MaxGroupsPerUser = 16
+	}
 	if c.MaxVisibility == 0 {
 		c.MaxVisibility = time.Hour
 	}
@@ -168,7 +183,7 @@ type Service struct {
 // NewService returns a service over an open database and store.
 func NewService(ctx context.Context, cfg Config, db *state.DB, store blob.Store) *Service {
 	cfg.defaults()
-	adm := admission.New(admission.Config{Policy: cfg.ReadPolicy, Slots: cfg.ReadSlots, Now: cfg.Now})
+	adm := admission.New(admission.Config{Policy: cfg.ReadPolicy, Slots: cfg.ReadSlots, PerUser: cfg.ReadSlotsPerUser, Now: cfg.Now})
 	return &Service{cfg: cfg, db: db, store: store, adm: adm, log: cfg.Logger, audit: cfg.Logger.With("log", "audit"), ctx: ctx}
 }
 

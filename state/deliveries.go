@@ -91,14 +91,18 @@ func addDeliveries(tx *bolt.Tx, queue string, serial uint64) error {
 // starts from Latest only the blocks that arrive after it. Returns the
 // group as stored (an existing group keeps its first From).
 func (d *DB) EnsureGroup(queue, group string, from From) (Group, error) {
-	return d.EnsureOwnedGroup(queue, group, from, "")
+	return d.EnsureOwnedGroup(queue, group, from, "", 0)
 }
 
 // EnsureOwnedGroup is EnsureGroup for a group a user creates: a new group
 // is the owner's; an existing one is returned as it is, for the caller
 // to check its owner. A group created before groups had owners goes to
 // the first user who uses it.
-func (d *DB) EnsureOwnedGroup(queue, group string, from From, owner string) (Group, error) {
+//
+// An owner may create at most maxPerOwner groups on a queue (0: no cap):
+// every group is owed every later block until it is deleted, so groups
+// without end are storage without end.
+func (d *DB) EnsureOwnedGroup(queue, group string, from From, owner string, maxPerOwner int) (Group, error) {
 	if err := block.ValidateGroup(group); err != nil {
 		return Group{}, err
 	}
@@ -120,6 +124,21 @@ func (d *DB) EnsureOwnedGroup(queue, group string, from From, owner string) (Gro
 				return putJSON(groups, []byte(group), g)
 			}
 			return err
+		}
+		if maxPerOwner > 0 && owner != "" {
+			n := 0
+			if err := groups.ForEach(func(_, v []byte) error {
+				var o Group
+				if json.Unmarshal(v, &o) == nil && o.Owner == owner {
+					n++
+				}
+				return nil
+			}); err != nil {
+				return err
+			}
+			if n >= maxPerOwner {
+				return fmt.Errorf("%w: user %s has %d consumer groups on queue %s, the most one user may have; reuse one", ErrTooMany, owner, n, queue)
+			}
 		}
 		g = Group{Name: group, From: from, Created: d.now().UTC(), Owner: owner}
 		arrivals, err := sub(tx, bucketArrivals, queue)

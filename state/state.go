@@ -23,6 +23,8 @@ import (
 // Errors to test with errors.Is.
 var (
 	ErrNotFound = errors.New("not found")
+	// ErrTooMany: a per-user cap was reached.
+	ErrTooMany = errors.New("too many")
 	// ErrConflict is returned when a block's identity is already stored
 	// with a different checksum; the stored block is never replaced.
 	ErrConflict = errors.New("block identity already stored with a different checksum")

@@ -40,6 +40,7 @@ func serveCommand() command {
 			metricsAddr := fs.String("metrics", "", "serve only Prometheus metrics on http://`ADDR`/metrics (--http serves them too)")
 			readPolicy := fs.String("read-policy", "llf", "order of block reads waiting for a slot: llf (least laxity first; reads that cannot meet their deadline are refused) or fifo")
 			fs.IntVar(&cfg.ReadSlots, "read-slots", 16, "block transfers at once")
+			fs.IntVar(&cfg.ReadSlotsPerUser, "read-slots-per-user", 0, "the most of the read slots one user (without --users, one client host) holds at once; 0: half of them, -1: no cap")
 			fs.Float64Var(&cfg.ReadRate, "read-rate", 0, "cap block reads at this many bytes per second in all (0: no cap)")
 			fs.DurationVar(&cfg.SweepEvery, "sweep-every", time.Minute, "how often blocks past their queue's retention are deleted")
 			fs.DurationVar(&cfg.FsckEvery, "fsck-every", time.Hour, "how often metadata is checked against blobs, deleting orphan blobs older than an hour and marking blocks whose blob is gone lost (negative: never)")
