@@ -61,9 +61,9 @@ type Controller struct {
 	busy    int
 	wait    waitHeap
 	seq     uint64
-	rate    float64       // measured bytes per second per transfer (EWMA)
-	over    time.Duration // measured fixed cost of a transfer (EWMA)
-	running time.Duration // estimated work of the transfers in progress
+	rate    float64        // measured bytes per second per transfer (EWMA)
+	over    time.Duration  // measured fixed cost of a transfer (EWMA)
+	running time.Duration  // estimated work of the transfers in progress
 	held    map[string]int // slots held per user
 }
 
