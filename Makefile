@@ -18,6 +18,7 @@ FUZZ_TARGETS := \
 	./flight:FuzzTicketAccess:20000x \
 	./flight:FuzzOthersGroups:3000x \
 	./flight:FuzzFlightData:20000x \
+	./ipcguard:FuzzCheckFile:30000x \
 	./auth:FuzzVerify:300000x \
 	./auth:FuzzAllowed:300000x \
 	./pcap:FuzzReader:100000x \

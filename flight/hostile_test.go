@@ -163,6 +163,12 @@ func TestStalledReadEnds(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	// Its first data has come: the server holds ana's slot for it.
+	for range 2 {
+		if _, err := stalled.Recv(); err != nil {
+			t.Fatal(err)
+		}
+	}
 	rctx, cancel := context.WithTimeout(ctx, 20*time.Second)
 	defer cancel()
 	s, err := ana.Get(rctx, "20250505-151106-00000002.lax.dns.arrow")

@@ -18,6 +18,7 @@ import (
 	"github.com/plumb-dev/plumb/auth"
 	"github.com/plumb-dev/plumb/blob"
 	"github.com/plumb-dev/plumb/block"
+	"github.com/plumb-dev/plumb/ipcguard"
 	"github.com/plumb-dev/plumb/state"
 )
 
@@ -71,11 +72,11 @@ func (p *putMessages) Message() (*ipc.Message, error) {
 			continue
 		}
 		p.meta = fd.AppMetadata
-		allowed := []byte{ipcRecordBatch}
+		allowed := []byte{ipcguard.RecordBatch}
 		if !p.schemaSeen {
-			allowed, p.schemaSeen = []byte{ipcSchema}, true
+			allowed, p.schemaSeen = []byte{ipcguard.Schema}, true
 		}
-		if err := checkIPCHeader(fd.DataHeader, allowed...); err != nil {
+		if err := ipcguard.CheckHeader(fd.DataHeader, allowed...); err != nil {
 			return nil, status.Errorf(codes.InvalidArgument, "DoPut: %v", err)
 		}
 		return ipc.NewMessage(memory.NewBufferBytes(fd.DataHeader), memory.NewBufferBytes(fd.DataBody)), nil

@@ -21,6 +21,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/plumb-dev/plumb/block"
+	"github.com/plumb-dev/plumb/ipcguard"
 	"github.com/plumb-dev/plumb/pcap/dnsrec"
 	"github.com/plumb-dev/plumb/state"
 )
@@ -144,12 +145,12 @@ func (s *Service) serveRecords(ctx context.Context, raw []byte, stream aflight.F
 		if err != nil {
 			return err
 		}
-		if err := checkIPCFile(data); err != nil {
+		if err := ipcguard.CheckFile(data); err != nil {
 			return status.Errorf(codes.FailedPrecondition, "block %s is not an Arrow IPC file arrow can read safely (%v); a records ticket reads queues of Arrow blocks such as dns.arrow", b.Name, err)
 		}
-		mem := &budget{most: maxRecordsMemory}
+		mem := ipcguard.NewBudget(maxRecordsMemory)
 		var f *ipc.FileReader
-		err = underBudget(func() (err error) {
+		err = ipcguard.Under(func() (err error) {
 			f, err = ipc.NewFileReader(bytes.NewReader(data), ipc.WithAllocator(mem))
 			return err
 		})
@@ -158,7 +159,7 @@ func (s *Service) serveRecords(ctx context.Context, raw []byte, stream aflight.F
 		}
 		for i := 0; i < f.NumRecords(); i++ {
 			rec, err := f.RecordBatch(i)
-			if errors.Is(err, errOverBudget) {
+			if errors.Is(err, ipcguard.ErrOverBudget) {
 				f.Close()
 				return status.Errorf(codes.ResourceExhausted, "block %s, batch %d: %v; write Arrow blocks in smaller batches", b.Name, i, err)
 			}

@@ -12,6 +12,7 @@ import (
 	"github.com/apache/arrow-go/v18/arrow/array"
 	"github.com/apache/arrow-go/v18/arrow/ipc"
 
+	"github.com/plumb-dev/plumb/ipcguard"
 	"github.com/plumb-dev/plumb/pcap"
 	"github.com/plumb-dev/plumb/pcap/dnsmsg"
 	"github.com/plumb-dev/plumb/pcap/dnsrec"
@@ -40,8 +41,19 @@ func (d *Day) AddFile(data []byte, w Window) error {
 	return d.addCapture(bytes.NewReader(data), w)
 }
 
+// maxArrowMemory bounds what one file's batches may decompress to while
+// a day is counted: a block is anyone's upload.
+const maxArrowMemory = 256 << 20
+
 func (d *Day) addArrow(data []byte, w Window) error {
-	f, err := ipc.NewFileReader(bytes.NewReader(data))
+	if err := ipcguard.CheckFile(data); err != nil {
+		return fmt.Errorf("read DNS records: %w", err)
+	}
+	var f *ipc.FileReader
+	err := ipcguard.Under(func() (err error) {
+		f, err = ipc.NewFileReader(bytes.NewReader(data), ipc.WithAllocator(ipcguard.NewBudget(maxArrowMemory)))
+		return err
+	})
 	if err != nil {
 		return fmt.Errorf("read DNS records: %w", err)
 	}
@@ -51,7 +63,9 @@ func (d *Day) addArrow(data []byte, w Window) error {
 		if err != nil {
 			return fmt.Errorf("read DNS records, batch %d: %w", i, err)
 		}
-		if err := d.addBatch(rec, w); err != nil {
+		err = d.addBatch(rec, w)
+		rec.Release()
+		if err != nil {
 			return err
 		}
 	}

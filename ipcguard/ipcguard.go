@@ -1,4 +1,9 @@
-package flight
+// Package ipcguard checks Arrow IPC bytes from outside (uploads, stored
+// blocks) before arrow-go reads them, and bounds what reading them may
+// allocate. arrow-go trusts the lengths a message states: a schema
+// claiming 2^32 fields or a ZSTD buffer claiming 1 GiB is allocated as
+// claimed.
+package ipcguard
 
 import (
 	"errors"
@@ -11,18 +16,21 @@ import (
 
 // Arrow IPC message header types (format/Message.fbs).
 const (
-	ipcSchema          = 1
-	ipcDictionaryBatch = 2
-	ipcRecordBatch     = 3
+	Schema          byte = 1
+	DictionaryBatch byte = 2
+	RecordBatch     byte = 3
 )
 
-// checkIPCHeader checks an Arrow IPC message header from a client before
+// maxHeader bounds a message header; real ones are hundreds of bytes.
+const maxHeader = 256 << 10
+
+// CheckHeader checks an Arrow IPC message header from a client before
 // arrow-go reads it: arrow-go sizes slices by the vector lengths a header
 // states without checking them against the header's bytes, so a 200-byte
 // schema claiming 2^32 fields made the server allocate 94 GB and die (not
 // a panic: a fatal out-of-memory). Every vector must fit in the header,
 // nesting is bounded, and only the types a stream may hold are taken.
-func checkIPCHeader(buf []byte, allowed ...byte) (err error) {
+func CheckHeader(buf []byte, allowed ...byte) (err error) {
 	defer func() {
 		// The flatbuffers accessors index without checks: an offset out of
 		// the buffer is malformed input, not a server fault.
@@ -30,7 +38,7 @@ func checkIPCHeader(buf []byte, allowed ...byte) (err error) {
 			err = fmt.Errorf("malformed Arrow IPC message header: %v", p)
 		}
 	}()
-	if len(buf) < 8 || len(buf) > maxMetaBytes<<4 {
+	if len(buf) < 8 || len(buf) > maxHeader {
 		return fmt.Errorf("Arrow IPC message header of %d bytes", len(buf))
 	}
 	c := &fbCheck{buf: buf}
@@ -49,13 +57,13 @@ func checkIPCHeader(buf []byte, allowed ...byte) (err error) {
 		return fmt.Errorf("Arrow IPC message without a header")
 	}
 	switch typ {
-	case ipcSchema:
+	case Schema:
 		c.vector(h, 8, 4)  // custom_metadata
 		c.vector(h, 10, 8) // features
 		c.fields(h, 6, 0)
-	case ipcRecordBatch:
+	case RecordBatch:
 		c.batch(h)
-	case ipcDictionaryBatch:
+	case DictionaryBatch:
 		if b, ok := c.table(h, 6); ok {
 			c.batch(b)
 		}
@@ -126,10 +134,10 @@ func (c *fbCheck) batch(t *fb.Table) {
 	c.vector(t, 12, 8)
 }
 
-// checkIPCFile checks an Arrow IPC file's footer (where arrow-go's file
+// CheckFile checks an Arrow IPC file's footer (where arrow-go's file
 // reader takes the schema and the batches' places) as checkIPCHeader
 // checks a message header: a stored block is a client's upload too.
-func checkIPCFile(data []byte) (err error) {
+func CheckFile(data []byte) (err error) {
 	defer func() {
 		if p := recover(); p != nil {
 			err = fmt.Errorf("malformed Arrow IPC file footer: %v", p)
@@ -159,48 +167,58 @@ func checkIPCFile(data []byte) (err error) {
 	return c.err
 }
 
-// budget is an arrow allocator that refuses to hand out more than most
+// Budget is an arrow allocator that refuses to hand out more than most
 // bytes at once: buffers sized by a file's own word (a ZSTD buffer's
 // uncompressed length: a 33 KB file claimed 1 GiB) stop there. Allocate
-// cannot fail, so it panics with errOverBudget; arrow-go's batch loader
-// turns the panic into an error, and readers outside it use underBudget.
-type budget struct {
+// cannot fail, so it panics with ErrOverBudget; arrow-go's batch loader
+// turns the panic into an error, and readers outside it use Under.
+type Budget struct {
 	most int64
 	used atomic.Int64
 }
 
-var errOverBudget = errors.New("the file's batches decompress to more than a records read may hold at once")
+// ErrOverBudget is what a Budget refuses with.
+var ErrOverBudget = errors.New("the Arrow data decompresses to more than a reader may hold at once")
 
-func (b *budget) Allocate(size int) []byte {
+// NewBudget returns an allocator that holds at most most bytes at once.
+func NewBudget(most int64) *Budget { return &Budget{most: most} }
+
+func (b *Budget) Allocate(size int) []byte {
 	if b.used.Add(int64(size)) > b.most {
 		b.used.Add(-int64(size))
-		panic(fmt.Errorf("%w (%d MiB)", errOverBudget, b.most>>20))
+		panic(fmt.Errorf("%w (%d MiB)", ErrOverBudget, b.most>>20))
 	}
 	return memory.DefaultAllocator.Allocate(size)
 }
 
-func (b *budget) Reallocate(size int, old []byte) []byte {
+func (b *Budget) Reallocate(size int, old []byte) []byte {
 	if b.used.Add(int64(size-len(old))) > b.most {
 		b.used.Add(-int64(size - len(old)))
-		panic(fmt.Errorf("%w (%d MiB)", errOverBudget, b.most>>20))
+		panic(fmt.Errorf("%w (%d MiB)", ErrOverBudget, b.most>>20))
 	}
 	return memory.DefaultAllocator.Reallocate(size, old)
 }
 
-func (b *budget) Free(p []byte) {
+func (b *Budget) Free(p []byte) {
 	b.used.Add(-int64(len(p)))
 	memory.DefaultAllocator.Free(p)
 }
 
-// underBudget runs fn, turning the budget's panic into an error.
-func underBudget(fn func() error) (err error) {
+// Under runs fn, which reads Arrow data with arrow-go, turning the
+// Budget's panic into ErrOverBudget and any other panic into an error:
+// arrow-go's flatbuffer accessors index without bounds checks, so a
+// damaged table in a header CheckHeader or CheckFile passed (a key-value
+// pair pointing outside the buffer) panics; its own batch loader recovers
+// such panics the same way. What no recovery can catch, allocations sized
+// by a stated length, the checks above keep out.
+func Under(fn func() error) (err error) {
 	defer func() {
 		if p := recover(); p != nil {
-			if e, ok := p.(error); ok && errors.Is(e, errOverBudget) {
+			if e, ok := p.(error); ok && errors.Is(e, ErrOverBudget) {
 				err = e
 				return
 			}
-			panic(p)
+			err = fmt.Errorf("malformed Arrow data: %v", p)
 		}
 	}()
 	return fn()
