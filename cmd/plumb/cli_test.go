@@ -2,6 +2,7 @@ package main
 
 import (
 	"bytes"
+	"io"
 	"os"
 	"path/filepath"
 	"strings"
@@ -52,6 +53,32 @@ func TestCLI(t *testing.T) {
 	}
 	if got, _ := os.ReadFile(out); !bytes.Equal(got, capture) {
 		t.Fatal("get wrote different bytes")
+	}
+	// Into a FIFO (as into /dev/null): written through, never replaced by
+	// a file (issue 26: get -o /dev/null replaced the device node).
+	fifo := filepath.Join(t.TempDir(), "fifo")
+	if err := syscall.Mkfifo(fifo, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	drained := make(chan []byte, 1)
+	go func() {
+		f, err := os.Open(fifo)
+		if err != nil {
+			drained <- nil
+			return
+		}
+		b, _ := io.ReadAll(f)
+		f.Close()
+		drained <- b
+	}()
+	if _, stderr, code := plumbCLI(t, "get", "-o", fifo, name); code != 0 {
+		t.Fatalf("get -o FIFO: %d %s", code, stderr)
+	}
+	if got := <-drained; !bytes.Equal(got, capture) {
+		t.Errorf("the FIFO's reader got %d bytes, want %d", len(got), len(capture))
+	}
+	if fi, err := os.Lstat(fifo); err != nil || fi.Mode()&os.ModeNamedPipe == 0 {
+		t.Errorf("get -o replaced the FIFO: %v %v", fi.Mode(), err)
 	}
 	if _, stderr, code := plumbCLI(t, "get", "20250505-151105-00000009.lax.pcap"); code != 1 || !strings.Contains(stderr, "not stored") {
 		t.Fatalf("get of a missing block = %d %q", code, stderr)

@@ -44,7 +44,22 @@ func getCommand() command {
 // writeAtomic writes r to path through a temp file, fsync and rename, so a
 // reader of path never sees a partial file and a crash loses nothing that
 // was reported written.
+//
+// An existing path that is not a regular file (a device such as
+// /dev/null, a FIFO) is written into directly: renaming over it would
+// replace the device node with a file (as root, /dev/null itself).
 func writeAtomic(path string, r io.Reader) error {
+	if fi, err := os.Stat(path); err == nil && !fi.Mode().IsRegular() {
+		f, err := os.OpenFile(path, os.O_WRONLY, 0)
+		if err != nil {
+			return err
+		}
+		if _, err := io.Copy(f, r); err != nil {
+			f.Close()
+			return err
+		}
+		return f.Close()
+	}
 	dir := filepath.Dir(path)
 	f, err := os.CreateTemp(dir, "."+filepath.Base(path)+".tmp-*")
 	if err != nil {
