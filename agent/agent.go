@@ -2,6 +2,7 @@ package agent
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"log/slog"
@@ -118,6 +119,8 @@ func Run(ctx context.Context, cfg Config, sources []Source, watch *Watch) (Stats
 		if err := learnSeq(ctx, cfg, spool, client, log); err != nil {
 			return st, err
 		}
+	} else if err := checkServer(ctx, cfg, spool, client); err != nil {
+		return st, err
 	}
 
 	if cfg.Metrics != nil {
@@ -196,6 +199,12 @@ func learnSeq(ctx context.Context, cfg Config, spool *Spool, c *flight.Client, l
 	qctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
 	res, err := c.LastSeq(qctx, cfg.Queue, cfg.Instance)
+	if err == nil {
+		err = spool.BindServer(res.Server)
+		if errors.Is(err, ErrOtherServer) {
+			return err
+		}
+	}
 	if err != nil {
 		return fmt.Errorf("spool %s has no sequence state and the server could not be asked for instance %s's last sequence (%v); start when the server is reachable, or pass --new-instance if this instance never shipped a block",
 			filepath.Clean(cfg.Spool), cfg.Instance, err)
@@ -204,6 +213,20 @@ func learnSeq(ctx context.Context, cfg Config, spool *Spool, c *flight.Client, l
 		log.Warn("spool has no sequence state; continuing after the server's last sequence", "last_seq", res.Seq)
 	}
 	return spool.SetLastSeq(res.Seq, res.Found)
+}
+
+// checkServer asks the server who it is before anything is cut, so a
+// spool kept from another server is refused before it skips a source it
+// finished there. An unreachable server is no error (a site captures
+// while its WAN is down); the shipper asks again at its first contact.
+func checkServer(ctx context.Context, cfg Config, spool *Spool, c *flight.Client) error {
+	qctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	res, err := c.LastSeq(qctx, cfg.Queue, cfg.Instance)
+	if err != nil {
+		return nil
+	}
+	return spool.BindServer(res.Server)
 }
 
 // chain yields the sources of a, then of b.

@@ -43,6 +43,27 @@ type Shipper struct {
 	mu      sync.Mutex
 	sending map[uint64]bool
 	refused error
+	bound   bool // the server said who it is, and the spool is its
+}
+
+// bind asks the server who it is, once, before the first upload; a spool
+// of another server is refused.
+func (sh *Shipper) bind(ctx context.Context) (bool, error) {
+	if sh.bound {
+		return true, nil
+	}
+	qctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	q, inst := sh.Spool.Identity()
+	res, err := sh.Client.LastSeq(qctx, q, inst)
+	if err != nil {
+		return false, nil // not reachable yet: the caller waits
+	}
+	if err := sh.Spool.BindServer(res.Server); err != nil {
+		return false, err
+	}
+	sh.bound = true
+	return true, nil
 }
 
 // Run ships until ctx ends, or, when drain is set, until drain is closed
@@ -60,6 +81,16 @@ func (sh *Shipper) Run(ctx context.Context, drain <-chan struct{}) error {
 	defer wg.Wait()
 	for {
 		changed := sh.Spool.Changed()
+		if ok, err := sh.bind(ctx); err != nil {
+			return err
+		} else if !ok {
+			select {
+			case <-ctx.Done():
+				return ctx.Err()
+			case <-time.After(time.Second):
+			}
+			continue
+		}
 		ready, err := sh.Spool.Ready()
 		if err != nil {
 			return err

@@ -80,6 +80,10 @@ type spoolState struct {
 	// LostBytes counts bytes of blocks cut short by crashes whose source
 	// could not be read again.
 	LostBytes int64 `json:"lost_bytes,omitempty"`
+	// Server is the identity of the server the spool ships to, learned at
+	// the first contact: its sequence numbers and finished sources are
+	// that server's.
+	Server string `json:"server,omitempty"`
 }
 
 // Recovered says what OpenSpool found and did.
@@ -182,6 +186,37 @@ func (s *Spool) SetLastSeq(seq uint64, known bool) error {
 		s.st.LastSeq = 0
 	}
 	return s.saveLocked()
+}
+
+// Identity is the queue and instance the spool holds.
+func (s *Spool) Identity() (queue, instance string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.st.Queue, s.st.Instance
+}
+
+// ErrOtherServer: the spool belongs to another server.
+var ErrOtherServer = errors.New("the spool belongs to another server")
+
+// BindServer ties the spool to the server of identity id at the first
+// contact, and refuses another server after that: the spool's sequence
+// numbers and the sources it finished are the first server's, so shipping
+// to another would skip what it never got and number blocks with gaps.
+func (s *Spool) BindServer(id string) error {
+	if id == "" {
+		return nil // a server too old to say
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	switch s.st.Server {
+	case id:
+		return nil
+	case "":
+		s.st.Server = id
+		return s.saveLocked()
+	}
+	return fmt.Errorf("%w: spool %s ships queue %s instance %s to server %s, and this server is %s; give this server its own --spool (or move %s aside to start over)",
+		ErrOtherServer, s.dir, s.st.Queue, s.st.Instance, s.st.Server, id, s.dir)
 }
 
 // Source returns how far a source was read into finished blocks.

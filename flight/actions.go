@@ -289,6 +289,9 @@ func (s *Service) ack(ctx context.Context, body []byte) (any, error) {
 type LastSeqResult struct {
 	Seq   uint64 `json:"seq"`
 	Found bool   `json:"found"`
+	// Server is the server's identity (its metadata's), which a spool
+	// records so it is never shipped to another server by mistake.
+	Server string `json:"server,omitempty"`
 }
 
 func (s *Service) lastSeq(ctx context.Context, body []byte) (any, error) {
@@ -308,7 +311,7 @@ func (s *Service) lastSeq(ctx context.Context, body []byte) (any, error) {
 		}
 	}
 	seq, found, err := s.db.LastSeq(req.Queue, req.Instance)
-	return LastSeqResult{Seq: seq, Found: found}, err
+	return LastSeqResult{Seq: seq, Found: found, Server: s.db.ID()}, err
 }
 
 func (s *Service) stats(queue string) (QueueStats, error) {

@@ -15,6 +15,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/google/uuid"
 	bolt "go.etcd.io/bbolt"
 
 	"github.com/plumb-dev/plumb/block"
@@ -67,6 +68,7 @@ const (
 // DB is the metadata database.
 type DB struct {
 	bolt *bolt.DB
+	id   string
 	now  func() time.Time
 
 	mu      sync.Mutex
@@ -99,7 +101,20 @@ func Open(path string, opts Options) (*DB, error) {
 	if err != nil {
 		return nil, fmt.Errorf("open metadata %s: %w (is another plumb serve using this data directory?)", path, err)
 	}
+	var id string
 	err = db.Update(func(tx *bolt.Tx) error {
+		meta, err := tx.CreateBucketIfNotExists(bucketMeta)
+		if err != nil {
+			return err
+		}
+		if v := meta.Get(keyID); v != nil {
+			id = string(v)
+		} else {
+			id = uuid.NewString()
+			if err := meta.Put(keyID, []byte(id)); err != nil {
+				return err
+			}
+		}
 		for _, b := range [][]byte{bucketQueues, bucketBlocks, bucketArrivals, bucketGroups, bucketDeliveries, bucketWindows, bucketStreams, bucketPolicies, bucketHighWater, bucketLocations, bucketStores} {
 			if _, err := tx.CreateBucketIfNotExists(b); err != nil {
 				return err
@@ -111,8 +126,17 @@ func Open(path string, opts Options) (*DB, error) {
 		db.Close()
 		return nil, err
 	}
-	return &DB{bolt: db, now: opts.Now, waiters: map[string]chan struct{}{}}, nil
+	return &DB{bolt: db, id: id, now: opts.Now, waiters: map[string]chan struct{}{}}, nil
 }
+
+var (
+	bucketMeta = []byte("meta")
+	keyID      = []byte("id")
+)
+
+// ID is the metadata's identity, made when it was created: it tells one
+// server's data from another's (an agent's spool belongs to one).
+func (d *DB) ID() string { return d.id }
 
 // Changed returns a channel closed at the next change of a queue that may
 // give a reader something to do: a block committed, a delivery released or

@@ -11,6 +11,7 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"strings"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -28,6 +29,7 @@ type agentFlags struct {
 	codec     string
 	blockSize string
 	spoolMax  string
+	spoolSet  bool // --spool was given
 	logLevel  string
 }
 
@@ -39,7 +41,7 @@ func (a *agentFlags) register(fs *flag.FlagSet) {
 	fs.StringVar(&a.codec, "codec", "snappy", "block compression: snappy, zstd, gzip, xz or none")
 	fs.StringVar(&a.blockSize, "block-size", "256MiB", "cut a block at this many uncompressed bytes")
 	fs.DurationVar(&a.cfg.Interval, "block-interval", 0, "also cut at every multiple of this in packet time, e.g. 5m (0: off)")
-	fs.StringVar(&a.cfg.Spool, "spool", "", "spool `DIR` (default plumb-spool/INSTANCE)")
+	fs.StringVar(&a.cfg.Spool, "spool", "", "spool `DIR` (default: plumb-spool/INSTANCE for agent; for import, a directory per server, queue and instance under $XDG_STATE_HOME/plumb/import, else ~/.local/state/plumb/import)")
 	fs.StringVar(&a.spoolMax, "spool-max", "0", "most bytes of finished blocks to hold; files wait and live sources drop while full (0: no limit)")
 	fs.IntVar(&a.cfg.InFlight, "in-flight", 4, "blocks uploading at once")
 	fs.DurationVar(&a.cfg.MaxBackoff, "max-backoff", 30*time.Second, "longest wait between upload attempts while the server is unreachable")
@@ -74,6 +76,7 @@ func (a *agentFlags) config() (agent.Config, error) {
 	if cfg.SpoolMax, err = parseSize(a.spoolMax); err != nil {
 		return cfg, fmt.Errorf("--spool-max: %w", err)
 	}
+	a.spoolSet = cfg.Spool != ""
 	cfg.Spool = cmp.Or(cfg.Spool, filepath.Join("plumb-spool", cfg.Instance))
 	var lv slog.Level
 	if err := lv.UnmarshalText([]byte(a.logLevel)); err != nil {
@@ -81,6 +84,28 @@ func (a *agentFlags) config() (agent.Config, error) {
 	}
 	cfg.Logger = slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: lv}))
 	return cfg, nil
+}
+
+// importSpool is an import's default spool: in the user's state
+// directory ($XDG_STATE_HOME, else ~/.local/state), one per server
+// address, queue and instance, so an import run from anywhere resumes
+// where it stopped and imports to two servers do not share one.
+func importSpool(server, queue, instance string) (string, error) {
+	base := os.Getenv("XDG_STATE_HOME")
+	if base == "" {
+		home, err := os.UserHomeDir()
+		if err != nil {
+			return "", fmt.Errorf("no state directory for the import's spool (%v); pass --spool DIR", err)
+		}
+		base = filepath.Join(home, ".local", "state")
+	}
+	safe := strings.Map(func(r rune) rune {
+		if r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9' || r == '.' || r == '-' || r == '_' {
+			return r
+		}
+		return '_'
+	}, server)
+	return filepath.Join(base, "plumb", "import", safe, queue+"."+instance), nil
 }
 
 // parseSize reads sizes such as 64KiB or 256MiB.
@@ -186,6 +211,11 @@ func importCommand() command {
 				return err
 			}
 			cfg.Once = true
+			if !a.spoolSet {
+				if cfg.Spool, err = importSpool(cfg.Server, cfg.Queue, cfg.Instance); err != nil {
+					return err
+				}
+			}
 			if !*quiet {
 				cfg.Progress = os.Stderr
 			}

@@ -173,3 +173,39 @@ func rssOf(t *testing.T, pid int) int64 {
 	t.Fatal("no VmHWM")
 	return 0
 }
+
+// TestSpoolBelongsToItsServer: an import's spool used to be shared by
+// every server it was pointed at, so importing the same capture into a
+// second server skipped it (the spool said it was done) or numbered its
+// blocks after the first server's. The spool now records its server:
+// another one is refused with what to do, and import's default spool is
+// per server, under the user's state directory.
+func TestSpoolBelongsToItsServer(t *testing.T) {
+	capture := "../../testdata/pcaps/dnscap__dns.pcap"
+	a := servePlumb(t, t.TempDir())
+	b := servePlumb(t, t.TempDir())
+	spool := filepath.Join(t.TempDir(), "spool")
+	if out, errOut, code := plumbExec(t, "import", "--quiet", "--server", a, "--site", "lax", "--new-instance", "--spool", spool, capture); code != 0 {
+		t.Fatalf("import into a: %s %s", out, errOut)
+	}
+	_, errOut, code := plumbExec(t, "import", "--quiet", "--server", b, "--site", "lax", "--spool", spool, capture)
+	if code == 0 || !strings.Contains(errOut, "the spool belongs to another server") || !strings.Contains(errOut, "give this server its own --spool") {
+		t.Errorf("import into b with a's spool: %d %s", code, errOut)
+	}
+	// Without --spool, each server gets its own spool in the state
+	// directory, and both get the capture.
+	state := t.TempDir()
+	t.Setenv("XDG_STATE_HOME", state)
+	for _, addr := range []string{a, b} {
+		if out, errOut, code := plumbExec(t, "import", "--quiet", "--server", addr, "--site", "nyc", "--new-instance", capture); code != 0 {
+			t.Fatalf("import into %s: %s %s", addr, out, errOut)
+		}
+		c := dialPlumb(t, addr)
+		if bs, err := c.Blocks(context.Background(), "pcap.sz"); err != nil || len(bs) == 0 {
+			t.Errorf("server %s holds %d pcap.sz blocks: %v", addr, len(bs), err)
+		}
+	}
+	if dirs, _ := filepath.Glob(filepath.Join(state, "plumb", "import", "*", "pcap.sz.nyc")); len(dirs) != 2 {
+		t.Errorf("spools under the state directory: %v", dirs)
+	}
+}
