@@ -79,6 +79,11 @@ type Config struct {
 	// run past it fails and its block is set aside as malformed.
 	MaxExpansion float64
 	MaxOutput    int64
+	// Timeout is how long a block or window run may take when its stage
+	// sets no timeout: an hour when 0, none when negative. A run past it
+	// fails (and is retried), so a hostile input cannot hold a slot for
+	// ever.
+	Timeout time.Duration
 	// MaxJobsPerOwner caps the accepted jobs of one owner, so one user's
 	// submissions cannot fill the metadata; 64 when 0.
 	MaxJobsPerOwner int
@@ -117,6 +122,9 @@ func (c *Config) defaults() {
 	}
 	if c.Replication <= 0 {
 		c.Replication = 1
+	}
+	if c.Timeout == 0 {
+		c.Timeout = time.Hour
 	}
 	if c.MaxJobsPerOwner <= 0 {
 		c.MaxJobsPerOwner = 64
@@ -370,7 +378,7 @@ func (e *Engine) localSlots() int {
 // visibility is how long a run may hold its input before another run may
 // take it: past the stage's timeout, or a day for stages without one.
 func (e *Engine) visibility(st *stage) time.Duration {
-	if t := time.Duration(st.node.Timeout); t > 0 {
+	if t := e.timeout(st.node); t > 0 {
 		return t + time.Minute
 	}
 	return 24 * time.Hour
@@ -378,6 +386,14 @@ func (e *Engine) visibility(st *stage) time.Duration {
 
 // backlog counts a stage's blocks that wait for a run (of its first
 // input: a join runs once per block of it).
+// timeout is a stage's run timeout: its own, else the engine's default.
+func (e *Engine) timeout(n *pipeline.Node) time.Duration {
+	if t := time.Duration(n.Timeout); t > 0 {
+		return t
+	}
+	return max(e.cfg.Timeout, 0)
+}
+
 func (e *Engine) backlog(st *stage) (int64, error) {
 	if st.suspended != "" {
 		return 0, nil // it takes no share of the slots

@@ -220,7 +220,7 @@ func (e *Engine) Lease(ctx context.Context, h Hello) (Lease, bool, error) {
 		st.running++
 		st.backlog = max(st.backlog-1, 0)
 		l := Lease{ID: id, Stage: st.node.Name, Program: st.node.Program, Inputs: res.Blocks, Outputs: st.node.Outputs,
-			Timeout: time.Duration(st.node.Timeout), TTL: e.cfg.LeaseTTL, Network: st.node.Network}
+			Timeout: e.timeout(st.node), TTL: e.cfg.LeaseTTL, Network: st.node.Network}
 		l.Trusted, l.Programs = st.trusted, leasePrograms(st.steps)
 		var in int64
 		for _, b := range res.Blocks {

@@ -157,7 +157,7 @@ type runMeasure struct {
 // process streams the inputs through the program into durable output
 // blobs, and returns the output blocks to commit.
 func (e *Engine) process(ctx context.Context, spec runSpec, inputs []state.Block, m *runMeasure) ([]state.Block, outcome, error) {
-	if t := time.Duration(spec.node.Timeout); t > 0 {
+	if t := e.timeout(spec.node); t > 0 {
 		var cancel context.CancelFunc
 		ctx, cancel = context.WithTimeoutCause(ctx, t, errTimeout)
 		defer cancel()

@@ -255,7 +255,7 @@ func idText(id windowing.WindowID) string {
 // runWindow runs one window: its blocks as files, the listing on stdin,
 // outputs stored, then outputs, record and release committed at once.
 func (e *Engine) runWindow(ctx context.Context, st *stage, spec runSpec, f windowing.Firing) error {
-	if t := time.Duration(spec.node.Timeout); t > 0 {
+	if t := e.timeout(spec.node); t > 0 {
 		var cancel context.CancelFunc
 		ctx, cancel = context.WithTimeoutCause(ctx, t, errTimeout)
 		defer cancel()

@@ -162,7 +162,21 @@ func TestDashboardAPI(t *testing.T) {
 		}
 	}
 
-	page := getJSON[web.QueuePage](t, srv.URL+"/api/queue/raw")
+	// The faulty block may be set aside before the last good block's run
+	// ends: wait for every block to settle.
+	var page web.QueuePage
+	for settled := false; !settled; time.Sleep(20 * time.Millisecond) {
+		page = getJSON[web.QueuePage](t, srv.URL+"/api/queue/raw")
+		settled = true
+		for _, b := range page.Blocks {
+			for _, d := range b.States {
+				settled = settled && d.State != state.Reserved && d.State != state.Unreserved
+			}
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("blocks not settled after 60s: %+v", page.Blocks)
+		}
+	}
 	if page.Queue.Blocks != 4 || len(page.Blocks) != 4 || page.Blocks[0].Seq != 4 || page.Producer != "" ||
 		strings.Join(page.Readers, ",") != "alice/clean" {
 		t.Fatalf("queue page: %+v", page)

@@ -49,7 +49,7 @@ func agreeWithTshark(t *testing.T, cfg synth.Config) {
 	// default it loses the messages of reordered streams (430 of the
 	// attack mix's), which Plumb finds.
 	out, err := exec.Command(tshark, "-r", path, "-n", "-o", "tcp.desegment_tcp_streams:TRUE", "-o", "tcp.reassemble_out_of_order:TRUE", "-Y", "dns",
-		"-T", "fields", "-e", "ip.proto", "-e", "ipv6.nxt", "-e", "dns.id", "-e", "dns.flags.response",
+		"-T", "fields", "-e", "frame.time_epoch", "-e", "ip.proto", "-e", "ipv6.nxt", "-e", "dns.id", "-e", "dns.flags.response",
 		"-e", "dns.flags.rcode", "-e", "dns.qry.name").Output()
 	if err != nil {
 		t.Fatalf("tshark: %v", err)
@@ -57,6 +57,8 @@ func agreeWithTshark(t *testing.T, cfg synth.Config) {
 	var want []row
 	for _, line := range strings.Split(strings.TrimSpace(string(out)), "\n") {
 		f := strings.Split(line, "\t")
+		at0 := f[0]
+		f = f[1:]
 		tr := "udp"
 		if f[0] == "6" || f[1] == "6" {
 			tr = "tcp"
@@ -74,7 +76,7 @@ func agreeWithTshark(t *testing.T, cfg synth.Config) {
 			id, _ := strconv.ParseUint(strings.TrimPrefix(ids[i], "0x"), 16, 16)
 			rc, _ := strconv.ParseUint(at(rcodes, i), 10, 16)
 			qr := at(qrs, i) == "1" || at(qrs, i) == "True"
-			want = append(want, row{tr, uint16(id), qr, normName(at(names, i)), uint16(rc)})
+			want = append(want, row{tr, uint16(id), qr, normName(at(names, i)), uint16(rc), at0})
 		}
 	}
 	got, xs := extract(t, path)

@@ -13,6 +13,7 @@
 package dnstcp
 
 import (
+	"container/heap"
 	"container/list"
 	"encoding/binary"
 	"net/netip"
@@ -41,6 +42,9 @@ type Reassembler struct {
 	// MaxPending bounds the out-of-order bytes one stream holds before it
 	// gives up on its hole. 256 KiB when zero.
 	MaxPending int
+	// MaxSegments bounds the segments one stream holds beyond a hole
+	// (1-byte segments would otherwise be 256 Ki of them). 4096 when zero.
+	MaxSegments int
 	// Idle drops streams without a segment for this long in packet time.
 	// 2 minutes when zero.
 	Idle time.Duration
@@ -54,19 +58,45 @@ type Reassembler struct {
 }
 
 type stream struct {
-	key          Key
-	started      bool
-	next         uint32 // the sequence number of the next in-order byte
-	synced       bool   // buf starts at a message boundary
-	buf          []byte // in-order bytes not yet made into messages
-	pending      []segment
+	key     Key
+	started bool
+	next    uint32 // the sequence number of the next in-order byte
+	nextAbs int64  // the same, counted from the stream's start (no wrap)
+	synced  bool   // buf starts at a message boundary
+	buf     []byte // in-order bytes not yet made into messages
+	times   []span // when buf's bytes came, in order
+	// pending holds segments beyond a hole, by offset: a heap, so each
+	// segment costs O(log n) however many wait (a list made 300,000
+	// one-byte segments quadratic); held dedupes retransmissions.
+	pending      segHeap
+	held         map[int64]int // offset → longest length held there
 	pendingBytes int
 	last         time.Time
 }
 
+// span is a run of buf's bytes that came in one segment at t.
+type span struct {
+	n int
+	t time.Time
+}
+
 type segment struct {
-	seq  uint32
+	off  int64 // absolute offset in the stream
 	data []byte
+	t    time.Time // when the segment came
+}
+
+type segHeap []segment
+
+func (h segHeap) Len() int           { return len(h) }
+func (h segHeap) Less(i, j int) bool { return h[i].off < h[j].off }
+func (h segHeap) Swap(i, j int)      { h[i], h[j] = h[j], h[i] }
+func (h *segHeap) Push(x any)        { *h = append(*h, x.(segment)) }
+func (h *segHeap) Pop() any {
+	old := *h
+	g := old[len(old)-1]
+	*h = old[:len(old)-1]
+	return g
 }
 
 func (r *Reassembler) init() {
@@ -79,6 +109,9 @@ func (r *Reassembler) init() {
 	}
 	if r.MaxPending == 0 {
 		r.MaxPending = 256 << 10
+	}
+	if r.MaxSegments == 0 {
+		r.MaxSegments = 4096
 	}
 	if r.Idle == 0 {
 		r.Idle = 2 * time.Minute
@@ -125,28 +158,33 @@ func (r *Reassembler) Add(now time.Time, p *netpkt.Packet, emit Emit) {
 		if !s.started {
 			s.started, s.next = true, seq
 		}
-		s.add(seq, p.Payload)
-		if s.pendingBytes > r.MaxPending {
+		s.add(seq, p.Payload, now)
+		if s.pendingBytes > r.MaxPending || len(s.pending) > r.MaxSegments {
 			s.skipHole()
 			r.Skipped++
 		}
-		s.extract(now, emit)
+		s.extract(emit)
 	}
 	if p.Flags&netpkt.FlagFIN != 0 && len(s.pending) == 0 {
 		r.remove(el) // nothing more will come; what is left is a partial message
 	}
 }
 
-// add places a segment: appended when in order (trimmed of bytes already
-// seen), kept aside when beyond a hole.
-func (s *stream) add(seq uint32, data []byte) {
+// add places a segment that came at t: appended when in order (trimmed
+// of bytes already seen), kept aside when beyond a hole.
+func (s *stream) add(seq uint32, data []byte, t time.Time) {
 	d := int32(seq - s.next)
 	switch {
 	case d > 0:
-		if slices.ContainsFunc(s.pending, func(g segment) bool { return g.seq == seq && len(g.data) >= len(data) }) {
+		off := s.nextAbs + int64(d)
+		if n, ok := s.held[off]; ok && n >= len(data) {
 			return // a retransmission of a segment already held
 		}
-		s.pending = append(s.pending, segment{seq, slices.Clone(data)})
+		if s.held == nil {
+			s.held = map[int64]int{}
+		}
+		s.held[off] = len(data)
+		heap.Push(&s.pending, segment{off, slices.Clone(data), t})
 		s.pendingBytes += len(data)
 		return
 	case d < 0:
@@ -155,30 +193,32 @@ func (s *stream) add(seq uint32, data []byte) {
 		}
 		data = data[-d:]
 	}
-	s.buf = append(s.buf, data...)
-	s.next += uint32(len(data))
+	s.append(data, t)
 	s.drain()
+}
+
+// append adds in-order bytes that came at t.
+func (s *stream) append(data []byte, t time.Time) {
+	s.buf = append(s.buf, data...)
+	s.times = append(s.times, span{len(data), t})
+	s.next += uint32(len(data))
+	s.nextAbs += int64(len(data))
 }
 
 // drain moves held segments that now continue the stream into it.
 func (s *stream) drain() {
-	for moved := true; moved && len(s.pending) > 0; {
-		moved = false
-		for i := 0; i < len(s.pending); i++ {
-			g := s.pending[i]
-			d := int32(g.seq - s.next)
-			if d > 0 {
-				continue
-			}
-			s.pending = slices.Delete(s.pending, i, i+1)
-			s.pendingBytes -= len(g.data)
-			i--
-			if int(-d) < len(g.data) {
-				s.buf = append(s.buf, g.data[-d:]...)
-				s.next += uint32(len(g.data) + int(d))
-				moved = true
-			}
+	for len(s.pending) > 0 && s.pending[0].off <= s.nextAbs {
+		g := heap.Pop(&s.pending).(segment)
+		s.pendingBytes -= len(g.data)
+		if s.held[g.off] == len(g.data) {
+			delete(s.held, g.off)
 		}
+		if over := s.nextAbs - g.off; over < int64(len(g.data)) {
+			s.append(g.data[over:], g.t)
+		}
+	}
+	if len(s.pending) == 0 {
+		s.held = nil
 	}
 }
 
@@ -189,22 +229,45 @@ func (s *stream) skipHole() {
 	if len(s.pending) == 0 {
 		return
 	}
-	first := slices.MinFunc(s.pending, func(a, b segment) int { return int(int32(a.seq - b.seq)) })
-	s.buf = s.buf[:0]
-	s.next = first.seq
+	first := s.pending[0].off
+	s.buf, s.times = s.buf[:0], s.times[:0]
+	s.next += uint32(first - s.nextAbs)
+	s.nextAbs = first
 	s.synced = false
 	s.drain()
+}
+
+// take drops n bytes from the head of buf and returns when the last of
+// them came: the latest segment among them, the one that completed them
+// (as tshark places a reassembled message at the frame completing it).
+func (s *stream) take(n int) time.Time {
+	var t time.Time
+	s.buf = s.buf[n:]
+	for n > 0 && len(s.times) > 0 {
+		sp := &s.times[0]
+		if sp.t.After(t) {
+			t = sp.t
+		}
+		k := min(n, sp.n)
+		sp.n -= k
+		n -= k
+		if sp.n == 0 {
+			s.times = s.times[1:]
+		}
+	}
+	return t
 }
 
 // maxMessage is the largest message a two-byte length can announce.
 const maxMessage = 65535
 
-// extract emits every whole message at the head of the stream.
-func (s *stream) extract(now time.Time, emit Emit) {
+// extract emits every whole message at the head of the stream, each at
+// the time of the segment that completed it.
+func (s *stream) extract(emit Emit) {
 	for len(s.buf) >= 2 {
 		l := int(binary.BigEndian.Uint16(s.buf))
 		if !s.synced && l < dnsmsg.HeaderLen {
-			s.buf = s.buf[:0] // not a boundary; resume at the next segment
+			s.buf, s.times = s.buf[:0], s.times[:0] // not a boundary; resume at the next segment
 			return
 		}
 		if len(s.buf) < 2+l {
@@ -213,20 +276,20 @@ func (s *stream) extract(now time.Time, emit Emit) {
 		msg := s.buf[2 : 2+l]
 		if !s.synced {
 			if _, err := dnsmsg.Parse(msg); err != nil {
-				s.buf = s.buf[:0]
+				s.buf, s.times = s.buf[:0], s.times[:0]
 				return
 			}
 			s.synced = true
 		}
+		t := s.take(2 + l)
 		if l > 0 {
-			emit(s.key, now, msg)
+			emit(s.key, t, msg)
 		}
-		s.buf = s.buf[2+l:]
 	}
 	if len(s.buf) == 0 {
-		s.buf = nil // let the backing array go between messages
+		s.buf, s.times = nil, nil // let the backing arrays go between messages
 	} else if cap(s.buf) > 2*maxMessage+4 {
-		s.buf = slices.Clone(s.buf)
+		s.buf, s.times = slices.Clone(s.buf), slices.Clone(s.times)
 	}
 }
 
@@ -257,7 +320,7 @@ func (r *Reassembler) finish(s *stream, emit Emit) {
 	for len(s.pending) > 0 {
 		s.skipHole()
 		r.Skipped++
-		s.extract(s.last, emit)
+		s.extract(emit)
 	}
 }
 

@@ -196,3 +196,56 @@ func FuzzReassemble(f *testing.F) {
 		}
 	})
 }
+
+// reversedOnes is a stream of n bytes of messages sent as one-byte
+// segments, each window of w segments in reverse order: every segment
+// but the window's last waits beyond a hole.
+func reversedOnes(n, w int) ([]seg, int) {
+	var msgs [][]byte
+	for size := 0; size < n; size += 19 {
+		msgs = append(msgs, message(uint16(len(msgs)), 17))
+	}
+	b := wire(msgs...)[:n]
+	segs := []seg{{off: 0, flags: netpkt.FlagSYN}}
+	for start := 0; start < len(b); start += w {
+		end := min(start+w, len(b))
+		for i := end - 1; i >= start; i-- {
+			segs = append(segs, seg{off: 1 + i, data: b[i : i+1]})
+		}
+	}
+	return segs, n / 19
+}
+
+// TestReassemblyIsLinear is issue 26's slow capture: 300,000 one-byte
+// out-of-order segments kept a stage busy past 300 s, the held segments
+// being a list searched for each new one. The cost now grows with the
+// segments held as n log n: ten times the segments take at most 15 times
+// as long (the best of three runs each, so a busy machine's noise does
+// not decide), and the 300,000 take well under 5 s.
+func TestReassemblyIsLinear(t *testing.T) {
+	// Windows of 2,000 reversed segments: every message still arrives.
+	segs, want := reversedOnes(300000, 2000)
+	if got := len(run(&Reassembler{}, 1000, segs)); got != want {
+		t.Fatalf("%d messages, want %d", got, want)
+	}
+	// The whole stream reversed: every segment waits beyond the hole
+	// until the bounds give up on it.
+	cost := func(n int) time.Duration {
+		segs, _ := reversedOnes(n, n)
+		best := time.Duration(1 << 62)
+		for range 3 {
+			start := time.Now()
+			run(&Reassembler{}, 1000, segs)
+			best = min(best, time.Since(start))
+		}
+		return best
+	}
+	small, big := cost(30000), cost(300000)
+	t.Logf("30,000 one-byte segments reversed: %v; 300,000: %v", small, big)
+	if big > 15*small+50*time.Millisecond {
+		t.Errorf("10× the segments took %.1f× as long", float64(big)/float64(small))
+	}
+	if big > 5*time.Second {
+		t.Errorf("300,000 segments took %v", big)
+	}
+}
