@@ -55,11 +55,12 @@ const (
 // read before the fault (the header whenever there are 12 bytes).
 func Parse(b []byte) (Message, error) {
 	var m Message
-	if len(b) < HeaderLen {
-		return m, malformed(len(b), "message of %d bytes is shorter than the 12-byte header", len(b))
-	}
-	m.ID = binary.BigEndian.Uint16(b)
-	flags := binary.BigEndian.Uint16(b[2:])
+	// A message cut short keeps the header fields its bytes hold (the id
+	// of a 2-byte message, the flags of a 4-byte one...), the rest 0.
+	var h [HeaderLen]byte
+	copy(h[:], b)
+	m.ID = binary.BigEndian.Uint16(h[0:])
+	flags := binary.BigEndian.Uint16(h[2:])
 	m.QR = flags&0x8000 != 0
 	m.Opcode = uint8(flags>>11) & 0xf
 	m.AA = flags&0x0400 != 0
@@ -69,10 +70,13 @@ func Parse(b []byte) (Message, error) {
 	m.AD = flags&0x0020 != 0
 	m.CD = flags&0x0010 != 0
 	m.Rcode = flags & 0xf
-	m.QDCount = binary.BigEndian.Uint16(b[4:])
-	m.ANCount = binary.BigEndian.Uint16(b[6:])
-	m.NSCount = binary.BigEndian.Uint16(b[8:])
-	m.ARCount = binary.BigEndian.Uint16(b[10:])
+	m.QDCount = binary.BigEndian.Uint16(h[4:])
+	m.ANCount = binary.BigEndian.Uint16(h[6:])
+	m.NSCount = binary.BigEndian.Uint16(h[8:])
+	m.ARCount = binary.BigEndian.Uint16(h[10:])
+	if len(b) < HeaderLen {
+		return m, malformed(len(b), "message of %d bytes is shorter than the 12-byte header; the fields its bytes hold are kept", len(b))
+	}
 
 	off := HeaderLen
 	var name [maxPresentation]byte

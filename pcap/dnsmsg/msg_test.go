@@ -85,7 +85,9 @@ func TestNames(t *testing.T) {
 	if _, err := Parse(msg); err == nil || !strings.Contains(err.Error(), "longer than 255") {
 		t.Errorf("over-long name: %v", err)
 	}
-	if m, err := Parse([]byte{1, 2, 3}); err == nil || m.ID != 0 {
+	// A message under 12 bytes is malformed, and keeps what its bytes
+	// say (issue 26: its id and flags came out 0).
+	if m, err := Parse([]byte{1, 2, 0x83}); err == nil || m.ID != 0x0102 || !m.QR || !m.TC || !m.RD || m.Opcode != 0 {
 		t.Errorf("short message: %+v %v", m, err)
 	}
 }

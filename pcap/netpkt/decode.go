@@ -186,50 +186,65 @@ func ipv6(b []byte, p *Packet) error {
 	p.IPVersion = 6
 	p.Src = netip.AddrFrom16([16]byte(b[8:24]))
 	p.Dst = netip.AddrFrom16([16]byte(b[24:40]))
-	next := b[6]
-	rest := b[40:]
-	for range 16 { // extension headers
+	next, rest := b[6], b[40:]
+	for range 16 {
+		var err error
+		if next, rest, err = extensions(next, rest); err != nil {
+			return err
+		}
+		if next != 44 { // not a fragment header
+			p.Proto = next
+			return Transport(p, rest)
+		}
+		if len(rest) < 8 {
+			return ErrTruncated
+		}
+		off := binary.BigEndian.Uint16(rest[2:])
+		p.Proto = rest[0]
+		p.FragOffset = int(off>>3) * 8
+		p.MoreFrags = off&1 != 0
+		p.FragID = binary.BigEndian.Uint32(rest[4:])
+		if p.FragOffset == 0 && !p.MoreFrags { // an atomic fragment is whole
+			next, rest = rest[0], rest[8:]
+			continue
+		}
+		p.Fragment = true
+		p.Payload = rest[8:]
+		return nil
+	}
+	return ErrTruncated
+}
+
+// extensions skips the IPv6 extension headers that need no state (hop-by-
+// hop, routing, destination options, authentication) from next on, and
+// returns the protocol after them and its bytes. A Fragment header ends
+// the walk: its protocol is returned at it.
+func extensions(next byte, rest []byte) (byte, []byte, error) {
+	for range 16 {
 		switch next {
 		case 0, 43, 60: // hop-by-hop, routing, destination options
 			if len(rest) < 8 {
-				return ErrTruncated
+				return next, nil, ErrTruncated
 			}
 			l := 8 + int(rest[1])*8
 			if len(rest) < l {
-				return ErrTruncated
+				return next, nil, ErrTruncated
 			}
 			next, rest = rest[0], rest[l:]
 		case 51: // authentication header
 			if len(rest) < 8 {
-				return ErrTruncated
+				return next, nil, ErrTruncated
 			}
 			l := (int(rest[1]) + 2) * 4
 			if len(rest) < l {
-				return ErrTruncated
+				return next, nil, ErrTruncated
 			}
 			next, rest = rest[0], rest[l:]
-		case 44: // fragment
-			if len(rest) < 8 {
-				return ErrTruncated
-			}
-			off := binary.BigEndian.Uint16(rest[2:])
-			p.Proto = rest[0]
-			p.FragOffset = int(off>>3) * 8
-			p.MoreFrags = off&1 != 0
-			p.FragID = binary.BigEndian.Uint32(rest[4:])
-			if p.FragOffset == 0 && !p.MoreFrags { // an atomic fragment is whole
-				next, rest = rest[0], rest[8:]
-				continue
-			}
-			p.Fragment = true
-			p.Payload = rest[8:]
-			return nil
 		default:
-			p.Proto = next
-			return Transport(p, rest)
+			return next, rest, nil
 		}
 	}
-	return ErrTruncated
+	return next, nil, ErrTruncated
 }
 
 // Transport reads the UDP or TCP header of a whole IP payload into p.

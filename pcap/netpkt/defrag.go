@@ -89,6 +89,14 @@ func (d *Defrag) Add(now time.Time, p *Packet) bool {
 	d.bytes -= dg.size
 	delete(d.pending, k)
 	p.Fragment = false
+	if p.IPVersion == 6 {
+		// The fragmentable part may begin with extension headers (a
+		// Destination Options header, RFC 8200 §4.1) before UDP or TCP.
+		var err error
+		if p.Proto, whole, err = extensions(p.Proto, whole); err != nil {
+			return false
+		}
+	}
 	if Transport(p, whole) != nil {
 		return false
 	}
