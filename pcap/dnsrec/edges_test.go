@@ -94,4 +94,3 @@ func TestIPv6OptionsAfterFragment(t *testing.T) {
 		t.Errorf("Plumb: %q\ntshark: %q", got, want)
 	}
 }
-
