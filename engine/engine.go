@@ -79,6 +79,10 @@ type Config struct {
 	// run past it fails and its block is set aside as malformed.
 	MaxExpansion float64
 	MaxOutput    int64
+	// GapWait is how long a sequential stage waits for a missing block of
+	// a site before it goes on without it (counted as a gap); a minute
+	// when 0.
+	GapWait time.Duration
 	// Timeout is how long a block or window run may take when its stage
 	// sets no timeout: an hour when 0, none when negative. A run past it
 	// fails (and is retried), so a hostile input cannot hold a slot for
@@ -125,6 +129,9 @@ func (c *Config) defaults() {
 	}
 	if c.Timeout == 0 {
 		c.Timeout = time.Hour
+	}
+	if c.GapWait <= 0 {
+		c.GapWait = time.Minute
 	}
 	if c.MaxJobsPerOwner <= 0 {
 		c.MaxJobsPerOwner = 64
@@ -184,14 +191,17 @@ type stage struct {
 	// suspended says why the stage starts no runs: every job owning it is
 	// suspended. Its groups keep their place.
 	suspended string
-	running   int
-	target    int
-	backlog   int64
-	stats     StageStats
-	mu        sync.Mutex // guards stats
-	metrics   *stageMetrics
-	win       *windowState // window stages
-	stream    *streamState // stream stages
+	// sequential: a Sequential built-in over one input; its runs go per
+	// site in sequence order, carrying state.
+	sequential bool
+	running    int
+	target     int
+	backlog    int64
+	stats      StageStats
+	mu         sync.Mutex // guards stats
+	metrics    *stageMetrics
+	win        *windowState // window stages
+	stream     *streamState // stream stages
 }
 
 // New returns an engine over a metadata database and a blob store, with
@@ -338,7 +348,19 @@ func (e *Engine) fill(ctx context.Context, runs *sync.WaitGroup, reshare bool) e
 		}
 		for st.running < st.target && e.localRunning < e.localSlots() {
 			reserver := e.boot + "-" + uuid.NewString()[:8]
-			res, ok, err := e.db.ReserveJoin(st.node.Inputs, st.group, reserver, e.visibility(st))
+			var (
+				res state.Reservation
+				cin *state.CarryIn
+				ok  bool
+				err error
+			)
+			if st.sequential {
+				var in state.CarryIn
+				res, in, ok, err = e.db.ReserveNext(st.node.Inputs[0], st.group, reserver, e.visibility(st), e.cfg.GapWait)
+				cin = &in
+			} else {
+				res, ok, err = e.db.ReserveJoin(st.node.Inputs, st.group, reserver, e.visibility(st))
+			}
 			if err != nil {
 				errs = append(errs, fmt.Errorf("stage %s: reserve: %w", st.node.Name, err))
 				break
@@ -352,7 +374,7 @@ func (e *Engine) fill(ctx context.Context, runs *sync.WaitGroup, reshare bool) e
 			e.metrics.workers.WithLabelValues(st.node.Name).Set(float64(st.running))
 			spec := runSpec{node: st.node, steps: st.steps} // the graph may change under the run
 			runs.Go(func() {
-				if err := e.runBlock(ctx, st, spec, res, reserver); err != nil {
+				if err := e.runBlock(ctx, st, spec, res, reserver, cin); err != nil {
 					e.log.Error("stage run", "stage", st.node.Name, "block", res.Blocks[0].Name, "err", err)
 				}
 				e.mu.Lock()

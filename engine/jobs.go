@@ -303,6 +303,7 @@ func (e *Engine) apply(g *pipeline.Graph) error {
 			old.node = n // owners and program may have changed
 			if steps, trusted, err := e.resolveNode(n); err == nil {
 				old.steps, old.trusted = steps, trusted
+				old.sequential = isSequential(n, steps)
 			}
 			next[id] = old
 			continue
@@ -317,6 +318,7 @@ func (e *Engine) apply(g *pipeline.Graph) error {
 			}
 		}
 		st := &stage{node: n, group: groupOf(n), steps: steps, trusted: trusted, metrics: e.metrics.stage(n.Name)}
+		st.sequential = isSequential(n, steps)
 		switch n.Abstraction {
 		case pipeline.Window:
 			if st.win, err = e.newWindowState(n, st.group); err != nil {
@@ -340,6 +342,11 @@ func (e *Engine) apply(g *pipeline.Graph) error {
 				return fmt.Errorf("stage %s left the graph: unsubscribe from %s: %w", old.node.Name, q, err)
 			}
 		}
+		if old.sequential {
+			if err := e.db.DeleteCarries(old.group); err != nil {
+				return fmt.Errorf("stage %s left the graph: forget its carried state: %w", old.node.Name, err)
+			}
+		}
 		old.stopStreams()
 		e.metrics.info.DeleteLabelValues(old.node.Name, old.node.Program.String(), detail(old.steps))
 		e.log.Info("stage left the graph", "stage", old.node.Name)
@@ -348,6 +355,19 @@ func (e *Engine) apply(g *pipeline.Graph) error {
 	e.markSuspended()
 	e.poke()
 	return nil
+}
+
+// isSequential reports whether a stage is one Sequential built-in over
+// one input, run per site in sequence order.
+func isSequential(n *pipeline.Node, steps []step) bool {
+	if len(steps) != 1 || steps[0].builtin == nil || len(n.Inputs) != 1 {
+		return false
+	}
+	if n.Abstraction != "" && n.Abstraction != pipeline.Block {
+		return false
+	}
+	_, ok := steps[0].builtin.(Sequential)
+	return ok
 }
 
 // checkOutputs refuses built-ins asked for outputs they cannot write.

@@ -57,6 +57,40 @@ type Splitter interface {
 	Split(ctx context.Context, in io.Reader, outs map[string]io.Writer) error
 }
 
+// Sequential is a Builtin whose runs over a site's blocks go one at a
+// time in sequence order, each going on from the state the previous run
+// left (see CarryOf), so what it makes does not depend on where the
+// agent cut the capture. Blocks of different sites still run in
+// parallel.
+type Sequential interface {
+	Builtin
+	Sequential()
+}
+
+// Carry is the state a Sequential built-in's run goes on from and
+// leaves. Without one (CarryOf returns nil) the run is on its own: a
+// block that came after its place in the sequence was passed, or a run
+// outside a pipeline; it lets go of everything it holds at its end.
+type Carry struct {
+	In  []byte // the previous block's state; nil at a site's start
+	Gap bool   // blocks were skipped before this one: let go of In first
+	Out []byte // set by the run: what the next block goes on from
+}
+
+type carryKey struct{}
+
+// WithCarry gives a run's context its carry; a worker running a leased
+// run of a sequential stage calls it, the engine does for its own runs.
+func WithCarry(ctx context.Context, c *Carry) context.Context {
+	return context.WithValue(ctx, carryKey{}, c)
+}
+
+// CarryOf returns the carry of a Sequential built-in's run, or nil.
+func CarryOf(ctx context.Context) *Carry {
+	c, _ := ctx.Value(carryKey{}).(*Carry)
+	return c
+}
+
 // Describer is a Builtin that says how it works, e.g. which xz encoder
 // it drives; stats and metrics show it.
 type Describer interface {

@@ -65,6 +65,12 @@ type Lease struct {
 	Trusted bool `json:"trusted,omitempty"`
 	// OutputLimit is the most the run may write to each output.
 	OutputLimit int64 `json:"output_limit,omitempty"`
+	// Sequential: the stage carries state from block to block of a site.
+	// With Carry the run goes on from it (give it to the run with
+	// WithCarry and send back what the run left in commit-lease); without
+	// it the block runs on its own.
+	Sequential bool        `json:"sequential,omitempty"`
+	Carry      *LeaseCarry `json:"carry,omitempty"`
 	// Programs are the registered programs the stage names, by name: a
 	// worker runs the copy it holds with that checksum.
 	Programs map[string]LeaseProgram `json:"programs,omitempty"`
@@ -95,6 +101,7 @@ type worker struct {
 }
 
 type remoteRun struct {
+	cin      *state.CarryIn // a sequential stage's
 	attempt  int
 	lease    Lease
 	st       *stage
@@ -139,11 +146,27 @@ func (e *Engine) expireLeases(now time.Time) {
 			// It counts as an attempt: a block that kills every worker
 			// that takes it ends FAULTY instead of killing them all.
 			why := fmt.Sprintf("worker %s stopped answering during this run (lease expired): it crashed, hung or lost the network", r.worker)
-			if faulty, err := e.db.FailRun(state.Run{Group: r.group, Reserver: id, Inputs: r.lease.Inputs}, why, e.cfg.MaxAttempts, now); err == nil && faulty {
+			if faulty, err := e.db.FailRun(state.Run{Group: r.group, Reserver: id, Inputs: r.lease.Inputs, Carry: r.carryUpdate(nil)}, why, e.cfg.MaxAttempts, now); err == nil && faulty {
 				e.log.Error("block set aside as faulty: every attempt's worker stopped answering", "stage", r.st.node.Name, "block", r.lease.Inputs[0].Name)
 			}
 		}
 	}
+}
+
+// LeaseCarry is the state a leased run of a sequential stage goes on
+// from.
+type LeaseCarry struct {
+	In  []byte `json:"in,omitempty"`
+	Gap bool   `json:"gap,omitempty"`
+}
+
+// carryUpdate is how a remote run's commit or failure moves its site's
+// carry.
+func (r *remoteRun) carryUpdate(out []byte) *state.CarryUpdate {
+	if r.cin == nil {
+		return nil
+	}
+	return &state.CarryUpdate{Instance: r.cin.Instance, Seq: r.lease.Inputs[0].Seq, State: out, Late: !r.cin.Carried}
 }
 
 // leasePrefix starts the reserver of a remote run.
@@ -210,7 +233,19 @@ func (e *Engine) Lease(ctx context.Context, h Hello) (Lease, bool, error) {
 			continue
 		}
 		id := leasePrefix + uuid.NewString()[:12]
-		res, ok, err := e.db.ReserveJoin(st.node.Inputs, st.group, id, e.cfg.LeaseTTL)
+		var (
+			res state.Reservation
+			cin *state.CarryIn
+			ok  bool
+			err error
+		)
+		if st.sequential {
+			var in state.CarryIn
+			res, in, ok, err = e.db.ReserveNext(st.node.Inputs[0], st.group, id, e.cfg.LeaseTTL, e.cfg.GapWait)
+			cin = &in
+		} else {
+			res, ok, err = e.db.ReserveJoin(st.node.Inputs, st.group, id, e.cfg.LeaseTTL)
+		}
 		if err != nil {
 			return Lease{}, false, err
 		}
@@ -227,7 +262,13 @@ func (e *Engine) Lease(ctx context.Context, h Hello) (Lease, bool, error) {
 			in += b.Size
 		}
 		l.OutputLimit = OutputLimit(in, e.cfg.MaxExpansion, e.cfg.MaxOutput)
-		e.leases[id] = &remoteRun{attempt: res.Attempt, lease: l, st: st, worker: h.Worker, group: st.group, deadline: now.Add(e.cfg.LeaseTTL), start: now}
+		if cin != nil {
+			l.Sequential = true
+			if cin.Carried {
+				l.Carry = &LeaseCarry{In: cin.State, Gap: cin.Gap}
+			}
+		}
+		e.leases[id] = &remoteRun{cin: cin, attempt: res.Attempt, lease: l, st: st, worker: h.Worker, group: st.group, deadline: now.Add(e.cfg.LeaseTTL), start: now}
 		return l, true, nil
 	}
 	return Lease{}, false, nil
@@ -284,7 +325,7 @@ type Output struct {
 // CommitLease publishes a lease's outputs (staged before) and releases
 // its inputs in one transaction. A lease that expired is refused: its
 // block may be running elsewhere already, and only one run publishes.
-func (e *Engine) CommitLease(ctx context.Context, id string, outs []Output, cpu time.Duration) error {
+func (e *Engine) CommitLease(ctx context.Context, id string, outs []Output, cpu time.Duration, carry []byte) error {
 	e.mu.Lock()
 	r := e.leases[id]
 	e.mu.Unlock()
@@ -315,7 +356,7 @@ func (e *Engine) CommitLease(ctx context.Context, id string, outs []Output, cpu 
 		blocks = append(blocks, state.Block{Name: on.String(), Queue: q, Instance: on.Instance, Seq: on.Seq, Time: on.Time,
 			Size: outs[i].Size, SHA256: outs[i].SHA256, Key: key})
 	}
-	_, err = e.db.CommitRun(state.Run{Group: r.group, Reserver: id, Inputs: r.lease.Inputs, Outputs: blocks})
+	_, err = e.db.CommitRun(state.Run{Group: r.group, Reserver: id, Inputs: r.lease.Inputs, Outputs: blocks, Carry: r.carryUpdate(carry)})
 	e.mu.Lock()
 	if e.leases[id] == r {
 		delete(e.leases, id)
@@ -357,7 +398,7 @@ func (e *Engine) FailLease(id, why string) error {
 	if r == nil {
 		return ErrLeaseGone
 	}
-	_, err := e.db.FailRun(state.Run{Group: r.group, Reserver: id, Inputs: r.lease.Inputs}, why, e.cfg.MaxAttempts, e.cfg.Now().Add(e.backoff(r.attempt)))
+	_, err := e.db.FailRun(state.Run{Group: r.group, Reserver: id, Inputs: r.lease.Inputs, Carry: r.carryUpdate(nil)}, why, e.cfg.MaxAttempts, e.cfg.Now().Add(e.backoff(r.attempt)))
 	if errors.Is(err, state.ErrLostReservation) {
 		return ErrLeaseGone
 	}

@@ -24,9 +24,19 @@ import (
 // publishes the result. It returns an error only for trouble with the
 // engine itself (metadata, store); a failing program is recorded on the
 // block.
-func (e *Engine) runBlock(ctx context.Context, st *stage, spec runSpec, res state.Reservation, reserver string) error {
+func (e *Engine) runBlock(ctx context.Context, st *stage, spec runSpec, res state.Reservation, reserver string, cin *state.CarryIn) error {
 	inputs := res.Blocks
 	run := state.Run{Group: st.group, Reserver: reserver, Inputs: inputs}
+	var carry *Carry
+	if cin != nil {
+		// A sequential stage: the run goes on from the site's carry, and
+		// the carry moves with its commit; a late block runs on its own.
+		run.Carry = &state.CarryUpdate{Instance: cin.Instance, Seq: inputs[0].Seq, Late: !cin.Carried}
+		if cin.Carried {
+			carry = &Carry{In: cin.State, Gap: cin.Gap}
+			ctx = WithCarry(ctx, carry)
+		}
+	}
 	start := e.cfg.Now()
 	m := runMeasure{wait: start.Sub(inputs[0].Arrived)}
 	outputs, out, err := e.process(ctx, spec, inputs, &m)
@@ -41,6 +51,9 @@ func (e *Engine) runBlock(ctx context.Context, st *stage, spec runSpec, res stat
 	}
 	if err == nil {
 		run.Outputs = outputs
+		if carry != nil {
+			run.Carry.State = carry.Out
+		}
 		_, err = e.db.CommitRun(run)
 		if errors.Is(err, state.ErrLostReservation) {
 			e.log.Warn("run finished after its reservation passed to another run; its result is dropped", "stage", spec.node.Name, "block", inputs[0].Name)

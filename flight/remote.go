@@ -26,6 +26,9 @@ type LeaseRequest struct {
 	// CPUSeconds is what the run's programs used on the worker
 	// (commit-lease), for plumb stats.
 	CPUSeconds float64 `json:"cpu_seconds,omitempty"`
+	// Carry is what a sequential stage's run left for the site's next
+	// block (commit-lease).
+	Carry []byte `json:"carry,omitempty"`
 }
 
 func (s *Service) workerEngine(ctx context.Context, action string) (*engine.Engine, error) {
@@ -92,7 +95,7 @@ func (s *Service) heartbeat(ctx context.Context, body []byte) (any, error) {
 
 func (s *Service) commitLease(ctx context.Context, body []byte) (any, error) {
 	return s.leaseAction(ctx, "commit-lease", body, func(e *engine.Engine, r LeaseRequest) error {
-		return e.CommitLease(ctx, r.Lease, r.Outputs, time.Duration(r.CPUSeconds*float64(time.Second)))
+		return e.CommitLease(ctx, r.Lease, r.Outputs, time.Duration(r.CPUSeconds*float64(time.Second)), r.Carry)
 	})
 }
 

@@ -108,6 +108,9 @@ type Run struct {
 	Reserver string
 	Inputs   []Block
 	Outputs  []Block
+	// Carry, for a sequential stage, moves the site's carry with the
+	// commit (or past the block when it ends FAULTY).
+	Carry *CarryUpdate
 }
 
 // CommitRun publishes a run in one transaction: its outputs are committed
@@ -128,6 +131,11 @@ func (d *DB) CommitRun(r Run) ([]Block, error) {
 				return fmt.Errorf("output of a run on %s: %w", r.Inputs[0].Name, err)
 			}
 			out = append(out, stored)
+		}
+		if r.Carry != nil {
+			if err := putCarry(tx, r.Group, r.Carry, d.now()); err != nil {
+				return err
+			}
 		}
 		return d.settle(tx, r, Done, "")
 	})
@@ -154,6 +162,13 @@ func (d *DB) FailRun(r Run, why string, maxAttempts int, retryAt time.Time) (boo
 		}
 		if del.Attempts >= maxAttempts {
 			faulty = true
+			if r.Carry != nil && !r.Carry.Late {
+				// The site goes on past the block; what its state held
+				// is lost with it.
+				if err := putCarry(tx, r.Group, &CarryUpdate{Instance: r.Carry.Instance, Seq: r.Carry.Seq, Faulty: true}, d.now()); err != nil {
+					return err
+				}
+			}
 			return d.settle(tx, r, Faulty, why)
 		}
 		for _, b := range r.Inputs {

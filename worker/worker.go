@@ -124,7 +124,13 @@ func (w *Worker) run(ctx context.Context, l engine.Lease) {
 	defer hb.Wait()
 	hb.Go(func() { w.heartbeat(rctx, cancel, l) })
 	defer cancel(nil) // stops the heartbeat before hb.Wait
-	outs, stderr, cpu, err := w.execute(rctx, l)
+	runCtx := rctx
+	var carry *engine.Carry
+	if l.Carry != nil {
+		carry = &engine.Carry{In: l.Carry.In, Gap: l.Carry.Gap}
+		runCtx = engine.WithCarry(rctx, carry)
+	}
+	outs, stderr, cpu, err := w.execute(runCtx, l)
 	defer func() {
 		for _, o := range outs {
 			o.F.Close()
@@ -171,7 +177,11 @@ func (w *Worker) run(ctx context.Context, l engine.Lease) {
 		}
 		report = append(report, engine.Output{Queue: o.queue, Size: o.N, SHA256: src.SHA256})
 	}
-	err = c.LeaseDo(ctx, "commit-lease", flight.LeaseRequest{Lease: l.ID, Outputs: report, CPUSeconds: cpu.Seconds()})
+	req := flight.LeaseRequest{Lease: l.ID, Outputs: report, CPUSeconds: cpu.Seconds()}
+	if carry != nil {
+		req.Carry = carry.Out
+	}
+	err = c.LeaseDo(ctx, "commit-lease", req)
 	if status.Code(err) == codes.FailedPrecondition {
 		log.Warn("commit refused: the lease expired and the run went to another worker", "err", err)
 		return

@@ -59,6 +59,7 @@ func serveCommand() command {
 				cfg.StoreCap, err = pipeline.ParseSize(v)
 				return err
 			})
+			fs.DurationVar(&cfg.Engine.GapWait, "gap-wait", time.Minute, "how long a sequential stage (builtin:dns) waits for a missing block of a site before going on without it")
 			fs.DurationVar(&cfg.Engine.Timeout, "stage-timeout", time.Hour, "how long a block or window run may take when its stage sets no timeout (-1s: no limit)")
 			fs.Float64Var(&cfg.Engine.MaxExpansion, "max-expansion", engine.Expansion, "the most a block run may write to an output, as a multiple of its input (at least 256MiB); past it the block is set aside as faulty")
 			fs.Func("max-output", "the most one block run may write to an output, `SIZE` (default 16GiB)", func(v string) (err error) {

@@ -62,6 +62,18 @@ func (d *DNS) Run(ctx context.Context, in io.Reader, out io.Writer) error {
 			werr = w.Add(rec)
 		}
 	})
+	// In a pipeline the blocks of a site run in sequence, each going on
+	// from what the previous one held: a message or datagram the agent's
+	// cut split is found once, in the block that completes it.
+	carry := engine.CarryOf(ctx)
+	if carry != nil {
+		if err := x.LoadState(carry.In); err != nil {
+			return err // the server's own state: not the block's fault
+		}
+		if carry.Gap {
+			x.Flush() // blocks went missing: what was held cannot be completed
+		}
+	}
 	for n := 0; ; n++ {
 		if n%8192 == 0 && ctx.Err() != nil {
 			return ctx.Err()
@@ -78,11 +90,22 @@ func (d *DNS) Run(ctx context.Context, in io.Reader, out io.Writer) error {
 			return werr
 		}
 	}
-	x.Flush()
+	if carry != nil {
+		state, err := x.SaveState()
+		if err != nil {
+			return err
+		}
+		carry.Out = state
+	} else {
+		x.Flush()
+	}
 	if werr != nil {
 		return werr
 	}
 	return w.Close()
 }
 
-var _ engine.Builtin = (*DNS)(nil)
+// Sequential marks the stage as run per site in sequence order.
+func (d *DNS) Sequential() {}
+
+var _ engine.Sequential = (*DNS)(nil)

@@ -91,4 +91,4 @@ func agreeWithTshark(t *testing.T, cfg synth.Config) {
 	t.Logf("%d messages (%d over TCP) agree with tshark", len(got), xs.TCP)
 }
 
-func head(rs []row) []row { return rs[:min(len(rs), 5)] }
+func head[T any](rs []T) []T { return rs[:min(len(rs), 5)] }

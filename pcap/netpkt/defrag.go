@@ -49,15 +49,7 @@ const maxDatagram = 65535
 // header and payload and returns true; the payload is valid until the next
 // call.
 func (d *Defrag) Add(now time.Time, p *Packet) bool {
-	if d.pending == nil {
-		d.pending = map[fragKey]*datagram{}
-		if d.Timeout == 0 {
-			d.Timeout = 30 * time.Second
-		}
-		if d.MaxBytes == 0 {
-			d.MaxBytes = 32 << 20
-		}
-	}
+	d.init()
 	d.expire(now)
 	k := fragKey{p.Src, p.Dst, p.FragID, p.Proto}
 	dg := d.pending[k]
@@ -101,6 +93,19 @@ func (d *Defrag) Add(now time.Time, p *Packet) bool {
 		return false
 	}
 	return true
+}
+
+func (d *Defrag) init() {
+	if d.pending != nil {
+		return
+	}
+	d.pending = map[fragKey]*datagram{}
+	if d.Timeout == 0 {
+		d.Timeout = 30 * time.Second
+	}
+	if d.MaxBytes == 0 {
+		d.MaxBytes = 32 << 20
+	}
 }
 
 // assemble returns the datagram when its pieces cover 0..total. Pieces

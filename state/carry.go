@@ -1,0 +1,188 @@
+package state
+
+import (
+	"fmt"
+	"time"
+
+	bolt "go.etcd.io/bbolt"
+)
+
+// Carry is what a sequential stage hands from one block of a site to the
+// next: the stage's state after the site's blocks up to Next-1.
+type Carry struct {
+	Next    uint64    `json:"next"` // the sequence number the state goes on with
+	State   []byte    `json:"state,omitempty"`
+	Gaps    uint64    `json:"gaps,omitempty"` // sequence numbers skipped (never arrived in time, or FAULTY)
+	Late    uint64    `json:"late,omitempty"` // blocks that came after their place was skipped, run on their own
+	Updated time.Time `json:"updated"`
+}
+
+// CarryIn is how a reserved block of a sequential stage is to run.
+type CarryIn struct {
+	Instance string
+	// Carried: the block goes on from State (its site's previous block,
+	// or the start); the run's new state is committed with it. Not
+	// carried: a late block, run on its own, its state dropped.
+	Carried bool
+	State   []byte
+	// Gap: sequence numbers before this block were skipped; State is to
+	// be let go of before the block.
+	Gap bool
+}
+
+var bucketCarries = []byte("carries") // group → instance → Carry
+
+// GetCarry returns a group's carry for an instance.
+func (d *DB) GetCarry(group, instance string) (Carry, bool, error) {
+	var c Carry
+	var ok bool
+	err := d.bolt.View(func(tx *bolt.Tx) (err error) {
+		c, ok, err = getJSON[Carry](mustSub(tx, bucketCarries, group), []byte(instance))
+		return err
+	})
+	return c, ok, err
+}
+
+// ReserveNext reserves, for a sequential stage, the next block of some
+// site in sequence order: the block its site's carry goes on with; the
+// first owed block of a site without one (sequence 1, or the lowest owed
+// once lower ones had gapWait to come); past a gap, the next present
+// block once gapWait has passed since the carry last moved and the
+// missing ones are neither owed nor stored; or a late block (before its
+// site's carry), which runs on its own. A site has at most one carried
+// run at a time, since its carry moves only when that run commits.
+func (d *DB) ReserveNext(queue, group, reserver string, visibility, gapWait time.Duration) (Reservation, CarryIn, bool, error) {
+	var (
+		out Reservation
+		in  CarryIn
+	)
+	now := d.now()
+	err := d.bolt.Update(func(tx *bolt.Tx) error {
+		if _, _, err := loadGroup(tx, queue, group); err != nil {
+			return err
+		}
+		arrivals := mustSub(tx, bucketArrivals, queue)
+		blocks := mustSub(tx, bucketBlocks, queue)
+		carries, err := sub(tx, bucketCarries, group)
+		if err != nil {
+			return err
+		}
+		// The lowest sequence number each site still owes, and the
+		// blocks that could run now.
+		type cand struct {
+			serial []byte
+			b      Block
+		}
+		lowest := map[string]uint64{}
+		var ready []cand
+		if err := eachOwed(tx, queue, group, func(k []byte, del Delivery) (bool, error) {
+			if del.State != Unreserved && del.State != Reserved {
+				return false, nil
+			}
+			b, ok, err := getJSON[Block](blocks, arrivals.Get(k))
+			if err != nil || !ok {
+				return false, err
+			}
+			if l, seen := lowest[b.Instance]; !seen || b.Seq < l {
+				lowest[b.Instance] = b.Seq
+			}
+			if del.available(now) {
+				ready = append(ready, cand{append([]byte(nil), k...), b})
+			}
+			return false, nil
+		}); err != nil {
+			return err
+		}
+		for _, c := range ready {
+			b := c.b
+			carry, have, err := getJSON[Carry](carries, []byte(b.Instance))
+			if err != nil {
+				return err
+			}
+			switch {
+			case !have && b.Seq == lowest[b.Instance] && (b.Seq <= 1 || present(tx, queue, b.Instance, b.Seq-1) || now.Sub(b.Arrived) >= gapWait):
+				// A site's first block: sequence 1, or the lowest owed once
+				// lower ones had time to come.
+				in = CarryIn{Instance: b.Instance, Carried: true}
+			case have && b.Seq == carry.Next:
+				in = CarryIn{Instance: b.Instance, Carried: true, State: carry.State}
+			case have && b.Seq < carry.Next:
+				in = CarryIn{Instance: b.Instance} // late: on its own
+			case have && b.Seq > carry.Next && b.Seq == lowest[b.Instance] && now.Sub(carry.Updated) >= gapWait &&
+				!present(tx, queue, b.Instance, carry.Next):
+				in = CarryIn{Instance: b.Instance, Carried: true, State: carry.State, Gap: true}
+			default:
+				continue
+			}
+			dels := mustSub(tx, bucketDeliveries, queue, group)
+			del, _, err := getJSON[Delivery](dels, c.serial)
+			if err != nil {
+				return err
+			}
+			del.State, del.Until, del.Reserver = Reserved, now.Add(visibility), reserver
+			del.Attempts++
+			if err := putJSON(dels, c.serial, del); err != nil {
+				return err
+			}
+			out = Reservation{Blocks: []Block{b}, Attempt: del.Attempts}
+			return nil
+		}
+		return nil
+	})
+	if err != nil || out.Blocks == nil {
+		return Reservation{}, CarryIn{}, false, err
+	}
+	return out, in, true, nil
+}
+
+// CarryUpdate moves a site's carry with a committed run (or past a block
+// set aside as FAULTY, whose state is lost).
+type CarryUpdate struct {
+	Instance string
+	Seq      uint64 // the block the run was over
+	State    []byte
+	Late     bool // the block ran on its own: the carry only counts it
+	Faulty   bool // the block was set aside: the carry skips it
+}
+
+func putCarry(tx *bolt.Tx, group string, u *CarryUpdate, now time.Time) error {
+	carries, err := sub(tx, bucketCarries, group)
+	if err != nil {
+		return err
+	}
+	c, have, err := getJSON[Carry](carries, []byte(u.Instance))
+	if err != nil {
+		return err
+	}
+	if u.Late {
+		c.Late++
+	} else {
+		if have && u.Seq > c.Next {
+			c.Gaps += u.Seq - c.Next
+		}
+		if u.Faulty {
+			c.Gaps++
+		}
+		c.Next, c.State = u.Seq+1, u.State
+	}
+	c.Updated = now.UTC()
+	if len(c.State) > MaxCarry {
+		return fmt.Errorf("the state a stage carries for %s is %d bytes, over %d", u.Instance, len(c.State), MaxCarry)
+	}
+	return putJSON(carries, []byte(u.Instance), c)
+}
+
+// MaxCarry bounds the state a stage carries per site.
+const MaxCarry = 64 << 20
+
+// DeleteCarries forgets a group's carries, for a stage that left the
+// graph.
+func (d *DB) DeleteCarries(group string) error {
+	return d.bolt.Update(func(tx *bolt.Tx) error {
+		top := tx.Bucket(bucketCarries)
+		if top == nil || top.Bucket([]byte(group)) == nil {
+			return nil
+		}
+		return top.DeleteBucket([]byte(group))
+	})
+}
