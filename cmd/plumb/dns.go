@@ -39,23 +39,23 @@ func dnsCommand() command {
 				return fmt.Errorf("%s: %w", files[0], err)
 			}
 			defer closer.Close()
-			var dst io.Writer = io.Discard
+			// Without -o only the counts are wanted: no Arrow file is built
+			// (it used to be built and compressed into io.Discard).
+			var w *dnsrec.Writer
 			var of *os.File
 			if *out != "" {
 				if of, err = os.Create(*out); err != nil {
 					return err
 				}
 				defer of.Close()
-				dst = of
+				if w, err = dnsrec.NewWriter(of, *instance, *seq); err != nil {
+					return err
+				}
+				defer w.Close() // ends its writer on early returns
 			}
-			w, err := dnsrec.NewWriter(dst, *instance, *seq)
-			if err != nil {
-				return err
-			}
-			defer w.Close() // ends its writer on early returns
 			var werr error
 			x := dnsrec.NewExtractor(r.LinkType, nil, func(rec *dnsrec.Record) {
-				if werr == nil {
+				if w != nil && werr == nil {
 					werr = w.Add(rec)
 				}
 			})
@@ -80,8 +80,11 @@ func dnsCommand() command {
 				}
 			}
 			x.Flush()
-			if err := errors.Join(werr, w.Close()); err != nil {
-				return err
+			if w != nil {
+				werr = errors.Join(werr, w.Close())
+			}
+			if werr != nil {
+				return werr
 			}
 			if of != nil {
 				if err := of.Close(); err != nil {
