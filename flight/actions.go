@@ -44,6 +44,14 @@ var actions = map[string]action{
 		desc: `Acknowledge blocks for a consumer group so they are not handed out again. Body {"queue","group","blocks":[NAME,...]}; answers {"acked": N}.`,
 		run:  (*Service).ack,
 	},
+	"group-list": {
+		desc: `A queue's consumer groups: owner, created, last used, and the deliveries unreserved, reserved, done and faulty; a non-admin sees their own. Body {"queue"}; one result each.`,
+		run:  (*Service).groupList,
+	},
+	"group-delete": {
+		desc: `Delete a consumer group (its creator or an admin; not a stage's), releasing the blocks it was owed. Body {"queue","group"}.`,
+		run:  (*Service).groupDelete,
+	},
 	"queue-stats": {
 		desc: `Counts for one queue: blocks, bytes, and per consumer group the deliveries unreserved, reserved, done and faulty. Body {"queue"}.`,
 		run:  (*Service).queueStats,

@@ -77,6 +77,7 @@ func (s *Service) useGroup(ctx context.Context, queue, group string, from state.
 		return g, statusOf(err, codes.InvalidArgument)
 	}
 	if s.authz == nil || g.Owner == "" || g.Owner == caller(ctx) || s.may(ctx, auth.Admin, queue) {
+		s.db.TouchGroup(queue, group) // its idle expiry starts over
 		return g, nil
 	}
 	s.audit.Warn("denied", "audit", true, "user", caller(ctx), "action", what, "queue", queue, "group", group, "owner", g.Owner)

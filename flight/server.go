@@ -60,6 +60,9 @@ type Config struct {
 	// SendTimeout ends a DoGet whose client takes nothing for that long;
 	// SendTimeout (1 min) when 0.
 	SendTimeout time.Duration
+	// GroupIdle deletes consumer groups not read from for that long
+	// (stages' never); GroupIdle (7 days) when 0, never when negative.
+	GroupIdle time.Duration
 	// MaxGroupsPerUser caps the consumer groups one user creates on a
 	// queue; 16 when 0, none when negative.
 	MaxGroupsPerUser int
@@ -133,6 +136,9 @@ type Config struct {
 func (c *Config) defaults() {
 	if c.Listen == "" {
 		c.Listen = "127.0.0.1:8815"
+	}
+	if c.GroupIdle == 0 {
+		c.GroupIdle = GroupIdle
 	}
 	if c.SendTimeout <= 0 {
 		c.SendTimeout = SendTimeout
@@ -332,6 +338,14 @@ func Run(ctx context.Context, cfg Config) (err error) {
 	}
 	// Stage runs stop before the metadata closes.
 	defer func() { stop(); <-engDone }()
+	if cfg.GroupIdle > 0 {
+		groupsDone := make(chan struct{})
+		go func() {
+			defer close(groupsDone)
+			svc.expireGroups(srvCtx, cfg.GroupIdle, cmp.Or(cfg.SweepEvery, min(cfg.GroupIdle/10, time.Minute)))
+		}()
+		defer func() { stop(); <-groupsDone }()
+	}
 	sweepDone := make(chan struct{})
 	go func() {
 		defer close(sweepDone)

@@ -10,6 +10,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -462,4 +463,81 @@ func FuzzOthersGroups(f *testing.F) {
 			t.Fatalf("carol's %d %q changed ana's consumers or the programs:\n got %s\nwant %s", kind, body, got, want)
 		}
 	})
+}
+
+// TestGroupLifecycle: a consumer group pinned the blocks it was owed for
+// ever (one ad-hoc follow pinned 268 MB). Its creator or an admin now
+// deletes it, and a group unread for --group-idle expires; either way
+// retention then frees the blocks. Other users cannot delete it, and a
+// stage's group never expires.
+func TestGroupLifecycle(t *testing.T) {
+	file, secrets := twoAnalysts(t)
+	var mu sync.Mutex
+	now := time.Date(2025, 5, 5, 12, 0, 0, 0, time.UTC)
+	clock := func() time.Time { mu.Lock(); defer mu.Unlock(); return now }
+	advance := func(d time.Duration) { mu.Lock(); now = now.Add(d); mu.Unlock() }
+	reg := engine.NewRegistry()
+	reg.Add(engine.Factory{Name: "copy", New: func(url.Values) (engine.Builtin, error) { return copyBuiltin{}, nil }})
+	addr := runServer(t, Config{Users: file, Registry: reg, Now: clock, TokenTTL: 1000 * time.Hour, SweepEvery: 20 * time.Millisecond, GroupIdle: 24 * time.Hour})
+	ctx := context.Background()
+	keyFile := t.TempDir() + "/key"
+	os.WriteFile(keyFile, []byte(secrets["key"]), 0o600)
+	agent := dialAs(t, addr, Security{TokenFile: keyFile})
+	ana := dialAs(t, addr, Security{User: "ana", Secret: secrets["ana"]})
+	carol := dialAs(t, addr, Security{User: "carol", Secret: secrets["carol"]})
+	ops := dialAs(t, addr, Security{User: "ops", Secret: secrets["ops"]})
+	for i := 1; i <= 3; i++ {
+		if _, err := agent.Put(ctx, bytesSource(fmt.Sprintf("20250505-1511%02d-%08d.lax.dns.arrow", i, i), []byte("rows"))); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := ops.SetRetention(ctx, "dns.arrow", "1h", false); err != nil {
+		t.Fatal(err)
+	}
+	for _, g := range []string{"peek", "later"} {
+		if _, err := peek(ana, "dns.arrow", g, 1); err != nil {
+			t.Fatal(err)
+		}
+	}
+	blocks := func() int {
+		bs, _ := ops.Blocks(ctx, "dns.arrow")
+		return len(bs)
+	}
+	waitFor := func(what string, ok func() bool) {
+		t.Helper()
+		for deadline := time.Now().Add(20 * time.Second); !ok(); time.Sleep(20 * time.Millisecond) {
+			if time.Now().After(deadline) {
+				t.Fatalf("timed out waiting for %s", what)
+			}
+		}
+	}
+	advance(2 * time.Hour) // past the retention; the groups still owe the blocks
+	time.Sleep(200 * time.Millisecond)
+	if n := blocks(); n != 3 {
+		t.Fatalf("%d blocks left while two groups owe them", n)
+	}
+	if err := carol.DeleteGroup(ctx, "dns.arrow", "peek"); codeOf(err) != codes.PermissionDenied {
+		t.Errorf("carol deletes ana's group: %v", err)
+	}
+	if err := ana.DeleteGroup(ctx, "dns.arrow", "nosuch"); codeOf(err) != codes.NotFound || !strings.Contains(err.Error(), "nosuch") {
+		t.Errorf("deleting a group that does not exist: %v", err)
+	}
+	if err := ana.DeleteGroup(ctx, "dns.arrow", "peek"); err != nil {
+		t.Fatalf("ana deletes her group: %v", err)
+	}
+	if gs, err := ana.Groups(ctx, "dns.arrow"); err != nil || len(gs) != 1 || gs[0].Group != "later" {
+		t.Errorf("ana's groups: %+v %v", gs, err)
+	}
+	// A job's stage group on a second queue, older than the idle time.
+	if _, err := agent.Put(ctx, bytesSource("20250505-151105-00000001.lax.dns.in", []byte("x"))); err != nil {
+		t.Fatal(err)
+	}
+	if res, err := ops.SubmitJob(ctx, "j.yaml", []byte("job: j\nstages:\n  - {name: s, inputs: [dns.in], program: builtin:copy, outputs: [dns.out]}\n")); err != nil || res.State != "accepted" {
+		t.Fatalf("%+v %v", res, err)
+	}
+	advance(48 * time.Hour) // "later" idle for two days: it expires, and the blocks go
+	waitFor("the idle group to expire and retention to free the blocks", func() bool { return blocks() == 0 })
+	if qs, err := ops.QueueStats(ctx, "dns.in"); err != nil || len(qs.Groups) != 1 || !strings.HasPrefix(qs.Groups[0].Group, "stage-") {
+		t.Errorf("the stage's group after the idle time: %+v %v", qs.Groups, err)
+	}
 }

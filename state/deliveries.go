@@ -57,17 +57,22 @@ type Group struct {
 	// may read from it, ack or reset it. Empty for stage groups and on
 	// a server without users.
 	Owner string `json:"owner,omitempty"`
+	// Used is when the group was last read from or acked (written at most
+	// once a minute); a group idle for long is expired.
+	Used time.Time `json:"used,omitzero"`
 }
 
 // GroupStats counts a group's deliveries by state.
 type GroupStats struct {
-	Group      string `json:"group"`
-	Owner      string `json:"owner,omitempty"`
-	Unreserved int    `json:"unreserved"`
-	Reserved   int    `json:"reserved"`
-	Done       int    `json:"done"`
-	Faulty     int    `json:"faulty"`
-	Lost       int    `json:"lost,omitempty"` // dropped unconsumed by the queue's retention
+	Group      string    `json:"group"`
+	Owner      string    `json:"owner,omitempty"`
+	Unreserved int       `json:"unreserved"`
+	Reserved   int       `json:"reserved"`
+	Done       int       `json:"done"`
+	Faulty     int       `json:"faulty"`
+	Lost       int       `json:"lost,omitempty"` // dropped unconsumed by the queue's retention
+	Created    time.Time `json:"created,omitzero"`
+	Used       time.Time `json:"used,omitzero"`
 }
 
 // addDeliveries records one UNRESERVED delivery of a new block for every
@@ -308,7 +313,7 @@ func (d *DB) Groups(queue string) ([]GroupStats, error) {
 			s := GroupStats{Group: string(name)}
 			var g Group
 			if json.Unmarshal(raw, &g) == nil {
-				s.Owner = g.Owner
+				s.Owner, s.Created, s.Used = g.Owner, g.Created, g.Used
 			}
 			dels, _ := sub(tx, bucketDeliveries, queue, string(name))
 			if dels != nil {

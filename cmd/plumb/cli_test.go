@@ -91,6 +91,23 @@ func TestCLI(t *testing.T) {
 	if len(ents) != 2 {
 		t.Fatalf("follow wrote %d files, want 2", len(ents))
 	}
+	// follow --once without --group leaves no group behind; group list
+	// and delete work on named groups and name what they cannot find.
+	if _, stderr, code := plumbCLI(t, "follow", "pcap", "--out", t.TempDir(), "--from", "earliest", "--once"); code != 0 {
+		t.Fatalf("follow --once without a group: %d %s", code, stderr)
+	}
+	if out, stderr, code := plumbExec(t, "group", "list", "pcap", "--server", addr); code != 0 || !strings.Contains(out, "\ng ") || strings.Contains(out, "tmp-") {
+		t.Errorf("group list after follow --once: %d %q %s", code, out, stderr)
+	}
+	if _, stderr, code := plumbCLI(t, "group", "delete", "pcap", "nosuch"); code != 1 || !strings.Contains(stderr, "nosuch") {
+		t.Errorf("group delete of an unknown group: %d %s", code, stderr)
+	}
+	if _, stderr, code := plumbCLI(t, "group", "delete", "pcap", "g"); code != 0 {
+		t.Errorf("group delete: %d %s", code, stderr)
+	}
+	if out, _, _ := plumbExec(t, "group", "list", "pcap", "--server", addr); strings.Contains(out, "\ng ") || !strings.HasPrefix(out, "GROUP") {
+		t.Errorf("group g still listed: %q", out)
+	}
 	if _, stderr, code := plumbCLI(t, "follow", "pcap"); code != 2 || !strings.Contains(stderr, "usage") {
 		t.Fatalf("follow without --group = %d %q; want usage", code, stderr)
 	}

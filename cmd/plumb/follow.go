@@ -20,12 +20,24 @@ func followCommand() command {
 	)
 	return clientCommand("follow", "QUEUE --group G --out DIR", "receive a queue's blocks as a consumer group into a directory, acking each once it is on disk", 1,
 		func(fs *flag.FlagSet) {
-			fs.StringVar(&group, "group", "", "consumer `GROUP` (required)")
+			fs.StringVar(&group, "group", "", "consumer `GROUP` (required, except with --once: then a temporary group deleted at the end)")
 			fs.StringVar(&out, "out", "", "`DIR` to write blocks into (required)")
 			fs.StringVar(&from, "from", "latest", "where a new group starts: earliest or latest")
 			fs.BoolVar(&once, "once", false, "stop when no block is owed instead of waiting for more")
 		},
 		func(ctx context.Context, c *flight.Client, args []string) error {
+			if group == "" && once && out != "" {
+				// A one-off look: a group of its own, deleted at the end, so
+				// it pins nothing afterwards.
+				group = fmt.Sprintf("tmp-%d-%d", os.Getpid(), time.Now().UnixNano()%1e9)
+				defer func() {
+					dctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
+					defer cancel()
+					if err := c.DeleteGroup(dctx, args[0], group); err != nil {
+						fmt.Fprintf(os.Stderr, "plumb follow: the temporary group %s was not deleted (%v); delete it with `plumb group delete %s %s`\n", group, err, args[0], group)
+					}
+				}()
+			}
 			if group == "" || out == "" {
 				return errUsage
 			}

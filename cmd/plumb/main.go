@@ -37,6 +37,7 @@ func commands() []command {
 		importCommand(),
 		synthCommand(),
 		jobCommand(),
+		groupCommand(),
 		programCommand(),
 		graphCommand(),
 		statsCommand(),

@@ -42,6 +42,7 @@ func serveCommand() command {
 			fs.IntVar(&cfg.ReadSlots, "read-slots", 16, "block transfers at once")
 			fs.DurationVar(&cfg.MaxVisibility, "max-visibility", time.Hour, "the longest visibility timeout a consumer may ask for; longer ones are refused")
 			fs.DurationVar(&cfg.SendTimeout, "send-timeout", flight.SendTimeout, "end a read whose client takes nothing for this long, freeing its slot")
+			fs.DurationVar(&cfg.GroupIdle, "group-idle", flight.GroupIdle, "delete a consumer group not read from for this long, releasing its blocks (stages' never; -1s: never)")
 			fs.IntVar(&cfg.MaxGroupsPerUser, "max-groups-per-user", 16, "consumer groups one user may create on a queue (-1: no cap)")
 			fs.IntVar(&cfg.ReadSlotsPerUser, "read-slots-per-user", 0, "the most of the read slots one user (without --users, one client host) holds at once; 0: half of them, -1: no cap")
 			fs.Float64Var(&cfg.ReadRate, "read-rate", 0, "cap block reads at this many bytes per second in all (0: no cap)")

@@ -1,0 +1,78 @@
+package state
+
+import (
+	"encoding/json"
+	"time"
+
+	bolt "go.etcd.io/bbolt"
+)
+
+// touchEvery bounds how often a group's last use is written: a read is
+// frequent, and the idle expiry counts in days.
+const touchEvery = time.Minute
+
+// TouchGroup records that a group was used now (read from or acked), so
+// its idle expiry starts over.
+func (d *DB) TouchGroup(queue, group string) error {
+	now := d.now().UTC()
+	return d.bolt.Update(func(tx *bolt.Tx) error {
+		groups, g, err := loadGroup(tx, queue, group)
+		if err != nil {
+			return err
+		}
+		if now.Sub(g.Used) < touchEvery {
+			return nil
+		}
+		g.Used = now
+		return putJSON(groups, []byte(group), g)
+	})
+}
+
+// GroupRef names a consumer group of a queue.
+type GroupRef struct {
+	Queue, Group, Owner string
+	Idle                time.Duration
+}
+
+// ExpireGroups deletes the consumer groups not used (created, read from
+// or acked) for longer than idle, except those keep says to keep (the
+// stages'), and returns them: each was owed every block that came after
+// it, so a group nobody reads pins those blocks for ever.
+func (d *DB) ExpireGroups(idle time.Duration, keep func(group string) bool) ([]GroupRef, error) {
+	now := d.now()
+	var gone []GroupRef
+	err := d.bolt.View(func(tx *bolt.Tx) error {
+		top := tx.Bucket(bucketGroups)
+		if top == nil {
+			return nil
+		}
+		return top.ForEach(func(queue, v []byte) error {
+			if v != nil {
+				return nil
+			}
+			return top.Bucket(queue).ForEach(func(name, raw []byte) error {
+				var g Group
+				if json.Unmarshal(raw, &g) != nil || keep(string(name)) {
+					return nil
+				}
+				last := g.Created
+				if g.Used.After(last) {
+					last = g.Used
+				}
+				if now.Sub(last) > idle {
+					gone = append(gone, GroupRef{Queue: string(queue), Group: string(name), Owner: g.Owner, Idle: now.Sub(last)})
+				}
+				return nil
+			})
+		})
+	})
+	if err != nil {
+		return nil, err
+	}
+	for _, r := range gone {
+		if err := d.DeleteGroup(r.Queue, r.Group); err != nil {
+			return nil, err
+		}
+	}
+	return gone, nil
+}
