@@ -181,7 +181,9 @@ func Run(ctx context.Context, cfg Config, sources []Source, watch *Watch) (Stats
 	err = g.Wait()
 	if cfg.Progress != nil {
 		progressLine(cfg.Progress, st, spool, cfg.totalSourceBytes, time.Time{})
-		fmt.Fprintln(cfg.Progress)
+		if isTerminal(cfg.Progress) {
+			fmt.Fprintln(cfg.Progress) // leave the redrawn line
+		}
 	}
 	if left, _ := spool.Ready(); len(left) > 0 && err == nil {
 		log.Warn("stopped with blocks still in the spool; they are shipped at the next start", "blocks", len(left), "bytes", spool.Bytes())

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"os"
 	"time"
 )
 
@@ -22,13 +23,17 @@ func report(ctx context.Context, cfg Config, spool *Spool, st Stats, log *slog.L
 	start := time.Now()
 	tick := time.NewTicker(time.Second)
 	defer tick.Stop()
-	lastSummary := start
+	lastSummary, lastLine := start, start
+	tty := isTerminal(cfg.Progress)
 	for {
 		select {
 		case <-ctx.Done():
 			return
 		case now := <-tick.C:
-			if cfg.Progress != nil {
+			// On a terminal the line is redrawn each second; into a log or
+			// a pipe a whole line is written every 10 s instead.
+			if cfg.Progress != nil && (tty || now.Sub(lastLine) >= 10*time.Second) {
+				lastLine = now
 				progressLine(cfg.Progress, st, spool, total, start)
 			}
 			if now.Sub(lastSummary) >= every {
@@ -43,11 +48,23 @@ func report(ctx context.Context, cfg Config, spool *Spool, st Stats, log *slog.L
 	}
 }
 
+// isTerminal reports whether w is a terminal, where a progress line may
+// be redrawn in place with \r.
+func isTerminal(w io.Writer) bool {
+	f, ok := w.(*os.File)
+	if !ok {
+		return false
+	}
+	fi, err := f.Stat()
+	return err == nil && fi.Mode()&os.ModeCharDevice != 0 && f.Name() != os.DevNull
+}
+
 // progressLine draws one line: bytes read of the total, blocks cut and
-// acknowledged, rate and ETA.
+// acknowledged, rate and ETA. On a terminal it redraws the line in place
+// and leaves the cursor on it; elsewhere it writes a whole line.
 func progressLine(w io.Writer, st Stats, spool *Spool, total int64, start time.Time) {
 	read := st.Cut.SourceBytes.Load()
-	line := fmt.Sprintf("\r%s read", human(read))
+	line := fmt.Sprintf("%s read", human(read))
 	if total > 0 {
 		line += fmt.Sprintf(" of %s (%3.0f%%)", human(total), 100*float64(read)/float64(total))
 	}
@@ -61,7 +78,11 @@ func progressLine(w io.Writer, st Stats, spool *Spool, total int64, start time.T
 			line += fmt.Sprintf(", ETA %s", eta.Round(time.Second))
 		}
 	}
-	fmt.Fprintf(w, "%-100s", line)
+	if isTerminal(w) {
+		fmt.Fprintf(w, "\r%-100s", line)
+	} else {
+		fmt.Fprintln(w, line)
+	}
 }
 
 func human(n int64) string {

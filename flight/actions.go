@@ -3,6 +3,7 @@ package flight
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"slices"
 	"sort"
@@ -373,6 +374,9 @@ func (s *Service) listBlocks(ctx context.Context, body []byte) (any, error) {
 	}
 	if req.Limit <= 0 || req.Limit > 100000 {
 		req.Limit = 1000
+	}
+	if _, err := s.db.Queue(req.Queue); errors.Is(err, state.ErrNotFound) {
+		return nil, status.Errorf(codes.NotFound, "no queue %s; list queues with `plumb queues`", req.Queue)
 	}
 	blocks, err := s.db.Blocks(req.Queue, req.After, req.Limit)
 	if err != nil {

@@ -123,3 +123,42 @@ func TestCLI(t *testing.T) {
 		t.Fatalf("server log does not report the shutdown:\n%s", p.log)
 	}
 }
+
+// TestCLIConventions: every verb's -h prints its usage on stdout and
+// exits 0; plumb --help and --version too; a queue that does not exist is
+// an error naming it (exit 1), in words rather than gRPC framing.
+func TestCLIConventions(t *testing.T) {
+	for _, c := range commands() {
+		out, errOut, code := plumbExec(t, c.name, "-h")
+		if code != 0 || !strings.HasPrefix(out, "usage: plumb "+c.name) || errOut != "" {
+			t.Errorf("plumb %s -h: exit %d, stdout %.60q, stderr %.60q", c.name, code, out, errOut)
+		}
+	}
+	for _, args := range [][]string{{"--help"}, {"help"}} {
+		if out, _, code := plumbExec(t, args...); code != 0 || !strings.Contains(out, "commands:") {
+			t.Errorf("plumb %v: exit %d %.60q", args, code, out)
+		}
+	}
+	if out, _, code := plumbExec(t, "--version"); code != 0 || !strings.HasPrefix(out, "plumb ") || !strings.Contains(out, "go1.") {
+		t.Errorf("plumb --version: exit %d %q", code, out)
+	}
+	if _, _, code := plumbExec(t); code != 2 {
+		t.Errorf("plumb without a command: exit %d, want 2", code)
+	}
+	addr := testenv.FreeAddr(t)
+	startPlumb(t, "serve", "--data", t.TempDir(), "--listen", addr)
+	waitListening(t, addr)
+	// Progress into a pipe is whole lines, never a redrawn \r line.
+	out, errOut, code := plumbExec(t, "import", "--server", addr, "--site", "lax", "--new-instance", "--spool", filepath.Join(t.TempDir(), "spool"),
+		"../../testdata/pcaps/dnscap__dns.pcap")
+	if code != 0 || strings.ContainsRune(out+errOut, '\r') || !strings.Contains(errOut, "read") {
+		t.Errorf("import with progress into a pipe: exit %d stdout %q stderr %q", code, out, errOut)
+	}
+	if out, errOut, code := plumbExec(t, "stats", "--wait", "--server", addr); code != 0 || strings.ContainsRune(out+errOut, '\r') {
+		t.Errorf("stats --wait into a pipe: exit %d %q %q", code, out, errOut)
+	}
+	_, errOut, code = plumbExec(t, "blocks", "nosuchqueue", "--server", addr)
+	if code != 1 || !strings.Contains(errOut, "nosuchqueue") || strings.Contains(errOut, "rpc error") || !strings.Contains(errOut, "not found: ") {
+		t.Errorf("plumb blocks nosuchqueue: exit %d %q", code, errOut)
+	}
+}

@@ -108,6 +108,8 @@ func statsCommand() command {
 			if err != nil {
 				return err
 			}
+			fi, _ := os.Stderr.Stat()
+			tty := fi != nil && fi.Mode()&os.ModeCharDevice != 0 // redraw only on a terminal
 			for idle := 0; *wait && idle < 2; {
 				backlog, runs := int64(0), 0
 				for _, s := range st {
@@ -118,7 +120,9 @@ func statsCommand() command {
 					idle++ // twice in a row, so a run that just ended has published
 				} else {
 					idle = 0
-					fmt.Fprintf(os.Stderr, "\rwaiting: %d blocks in backlog, %d runs in progress   ", backlog, runs)
+					if tty {
+						fmt.Fprintf(os.Stderr, "\rwaiting: %d blocks in backlog, %d runs in progress   ", backlog, runs)
+					}
 				}
 				select {
 				case <-ctx.Done():
@@ -129,7 +133,7 @@ func statsCommand() command {
 					return err
 				}
 			}
-			if *wait {
+			if *wait && tty {
 				fmt.Fprintf(os.Stderr, "\r%60s\r", "")
 			}
 			tw := tabwriter.NewWriter(os.Stdout, 0, 4, 2, ' ', 0)

@@ -11,8 +11,12 @@ import (
 	"io"
 	"os"
 	"os/signal"
+	"regexp"
+	"runtime"
+	"runtime/debug"
 	"runtime/pprof"
 	"sort"
+	"strings"
 	"syscall"
 )
 
@@ -67,26 +71,41 @@ var errUsage = errors.New("usage")
 
 func run(args []string, stdout, stderr io.Writer) int {
 	cmds := commands()
-	usage := func() {
-		fmt.Fprintf(stderr, "usage: plumb COMMAND [flags] [args]\n\ncommands:\n")
+	usage := func(w io.Writer) {
+		fmt.Fprintf(w, "usage: plumb COMMAND [flags] [args]\n\ncommands:\n")
 		sort.Slice(cmds, func(i, j int) bool { return cmds[i].name < cmds[j].name })
 		for _, c := range cmds {
-			fmt.Fprintf(stderr, "  %-8s %s\n", c.name, c.short)
+			fmt.Fprintf(w, "  %-8s %s\n", c.name, c.short)
 		}
-		fmt.Fprintf(stderr, "\nRun 'plumb COMMAND -h' for a command's flags.\n")
+		fmt.Fprintf(w, "\nRun 'plumb COMMAND -h' for a command's flags, 'plumb version' for the build.\n")
 	}
-	if len(args) == 0 || args[0] == "-h" || args[0] == "--help" || args[0] == "help" {
-		usage()
+	switch {
+	case len(args) == 0:
+		usage(stderr)
 		return 2
+	case args[0] == "-h" || args[0] == "--help" || args[0] == "help":
+		usage(stdout) // asked for: not an error
+		return 0
+	case args[0] == "version" || args[0] == "--version":
+		fmt.Fprintln(stdout, versionLine())
+		return 0
 	}
 	for _, c := range cmds {
 		if c.name != args[0] {
 			continue
 		}
 		fs := flag.NewFlagSet("plumb "+c.name, flag.ContinueOnError)
-		fs.SetOutput(stderr)
+		// Help asked for goes to stdout (exit 0); usage after a mistake to
+		// stderr (exit 2).
+		out := stderr
+		for _, a := range args[1:] {
+			if a == "-h" || a == "-help" || a == "--help" {
+				out = stdout
+			}
+		}
+		fs.SetOutput(out)
 		fs.Usage = func() {
-			fmt.Fprintf(stderr, "usage: plumb %s [flags] %s\n\n%s\n\nflags:\n", c.name, c.usage, c.short)
+			fmt.Fprintf(out, "usage: plumb %s [flags] %s\n\n%s\n\nflags:\n", c.name, c.usage, c.short)
 			fs.PrintDefaults()
 		}
 		ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
@@ -109,12 +128,54 @@ func run(args []string, stdout, stderr io.Writer) int {
 			fs.Usage()
 			return 2
 		}
-		fmt.Fprintf(stderr, "plumb %s: %v\n", c.name, err)
+		fmt.Fprintf(stderr, "plumb %s: %s\n", c.name, plainError(err))
 		return 1
 	}
 	fmt.Fprintf(stderr, "plumb: unknown command %q\n\n", args[0])
-	usage()
+	usage(stderr)
 	return 2
+}
+
+// rpcFraming is how grpc-go spells a status in an error's text.
+var rpcFraming = regexp.MustCompile(`rpc error: code = (\w+) desc = `)
+
+// plainError shows a gRPC status as words ("not found: no queue x")
+// instead of its framing ("rpc error: code = NotFound desc = ...").
+func plainError(err error) string {
+	return rpcFraming.ReplaceAllStringFunc(err.Error(), func(m string) string {
+		code := rpcFraming.FindStringSubmatch(m)[1]
+		var words []string
+		start := 0
+		for i := 1; i < len(code); i++ {
+			if code[i] >= 'A' && code[i] <= 'Z' {
+				words = append(words, strings.ToLower(code[start:i]))
+				start = i
+			}
+		}
+		words = append(words, strings.ToLower(code[start:]))
+		return strings.Join(words, " ") + ": "
+	})
+}
+
+// versionLine says which build this is: the module version, the commit
+// and the Go version.
+func versionLine() string {
+	bi, ok := debug.ReadBuildInfo()
+	if !ok {
+		return "plumb (unknown build)"
+	}
+	rev, dirty := "unknown", ""
+	for _, s := range bi.Settings {
+		switch s.Key {
+		case "vcs.revision":
+			rev = s.Value
+		case "vcs.modified":
+			if s.Value == "true" {
+				dirty = "+dirty"
+			}
+		}
+	}
+	return fmt.Sprintf("plumb %s commit %s%s %s %s/%s", bi.Main.Version, rev, dirty, bi.GoVersion, runtime.GOOS, runtime.GOARCH)
 }
 
 // parseInterspersed parses flags that may come before or after positional
