@@ -8,6 +8,7 @@ import (
 	"strings"
 	"syscall"
 	"testing"
+	"time"
 
 	"github.com/plumb-dev/plumb/internal/testenv"
 )
@@ -160,5 +161,16 @@ func TestCLIConventions(t *testing.T) {
 	_, errOut, code = plumbExec(t, "blocks", "nosuchqueue", "--server", addr)
 	if code != 1 || !strings.Contains(errOut, "nosuchqueue") || strings.Contains(errOut, "rpc error") || !strings.Contains(errOut, "not found: ") {
 		t.Errorf("plumb blocks nosuchqueue: exit %d %q", code, errOut)
+	}
+}
+
+func TestHumanDuration(t *testing.T) {
+	for d, want := range map[time.Duration]string{
+		0: "-", 850 * time.Millisecond: "850ms", 12300 * time.Millisecond: "12.3s", 245 * time.Second: "4m05s",
+		5*time.Hour + 12*time.Minute: "5h12m", 100 * time.Hour: "4d", 498913 * time.Hour: "56.9y",
+	} {
+		if got := humanDuration(d); got != want {
+			t.Errorf("humanDuration(%v) = %q, want %q", d, got, want)
+		}
 	}
 }

@@ -251,6 +251,30 @@ func windowsCommand() command {
 		})
 }
 
+// humanDuration prints a duration at the size a reader wants: "850ms",
+// "12.3s", "4m05s", "5h12m", "3d", "2y" — the event-time latency of
+// backfilled data is its age, not 498913h3m14s. Zero is "-".
+func humanDuration(x time.Duration) string {
+	const day = 24 * time.Hour
+	switch {
+	case x == 0:
+		return "-"
+	case x < 0:
+		return "-" + humanDuration(-x)
+	case x < time.Second:
+		return x.Round(time.Millisecond).String()
+	case x < time.Minute:
+		return fmt.Sprintf("%.1fs", x.Seconds())
+	case x < time.Hour:
+		return fmt.Sprintf("%dm%02ds", int(x/time.Minute), int(x%time.Minute/time.Second))
+	case x < 3*day:
+		return fmt.Sprintf("%dh%02dm", int(x/time.Hour), int(x%time.Hour/time.Minute))
+	case x < 365*day:
+		return fmt.Sprintf("%dd", int(x/day))
+	}
+	return fmt.Sprintf("%.1fy", x.Hours()/24/365.25)
+}
+
 func statusCommand() command {
 	return clientCommand("status", "", "how far behind each stage and consumer group is: backlog, oldest block owed, latency p50/p99", 0, nil,
 		func(ctx context.Context, c *flight.Client, _ []string) error {
@@ -258,12 +282,7 @@ func statusCommand() command {
 			if err != nil {
 				return err
 			}
-			d := func(x time.Duration) string {
-				if x == 0 {
-					return "-"
-				}
-				return x.Round(time.Millisecond).String()
-			}
+			d := humanDuration
 			tw := tabwriter.NewWriter(os.Stdout, 0, 4, 2, ' ', 0)
 			fmt.Fprintln(tw, "STAGE / GROUP\tQUEUE\tBACKLOG\tWORKERS\tOLDEST OWED\tARRIVAL→OUT p50\tp99\tEVENT→OUT p50\tp99\tSAMPLES")
 			for _, r := range rows {
