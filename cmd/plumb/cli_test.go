@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"io"
+	"net/http"
 	"os"
 	"path/filepath"
 	"strings"
@@ -146,9 +147,19 @@ func TestCLIConventions(t *testing.T) {
 	if _, _, code := plumbExec(t); code != 2 {
 		t.Errorf("plumb without a command: exit %d, want 2", code)
 	}
-	addr := testenv.FreeAddr(t)
-	startPlumb(t, "serve", "--data", t.TempDir(), "--listen", addr)
+	addr, web := testenv.FreeAddr(t), testenv.FreeAddr(t)
+	startPlumb(t, "serve", "--data", t.TempDir(), "--listen", addr, "--http", web)
 	waitListening(t, addr)
+	waitListening(t, web)
+	if resp, err := http.Get("http://" + web + "/metrics"); err != nil {
+		t.Error(err)
+	} else {
+		body, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if !strings.Contains(string(body), "plumb_build_info{goversion=\"go1.") {
+			t.Errorf("/metrics has no plumb_build_info")
+		}
+	}
 	// Progress into a pipe is whole lines, never a redrawn \r line.
 	out, errOut, code := plumbExec(t, "import", "--server", addr, "--site", "lax", "--new-instance", "--spool", filepath.Join(t.TempDir(), "spool"),
 		"../../testdata/pcaps/dnscap__dns.pcap")

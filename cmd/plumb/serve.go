@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
+	"runtime"
+	"runtime/debug"
 	"time"
 
 	"github.com/plumb-dev/plumb/admission"
@@ -105,7 +107,7 @@ func serveCommand() command {
 			builtin.Register(cfg.Registry, builtin.FindXZ())
 			if *metricsAddr != "" || cfg.HTTP != "" {
 				reg := prometheus.NewRegistry()
-				reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}), flight.Panics)
+				reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}), flight.Panics, buildInfo())
 				cfg.Engine.Registerer, cfg.Gatherer = reg, reg
 			}
 			if *metricsAddr != "" {
@@ -129,6 +131,23 @@ type sandboxOptions struct {
 
 // sandboxFlags adds the flags that choose and bound the confinement of
 // stage programs; off says as whom unconfined programs run.
+// buildInfo is plumb_build_info: 1, labelled with what versionLine says.
+func buildInfo() prometheus.Collector {
+	version, revision := "(devel)", "unknown"
+	if bi, ok := debug.ReadBuildInfo(); ok {
+		version = bi.Main.Version
+		for _, s := range bi.Settings {
+			if s.Key == "vcs.revision" {
+				revision = s.Value
+			}
+		}
+	}
+	g := prometheus.NewGauge(prometheus.GaugeOpts{Name: "plumb_build_info", Help: "The running build: 1, labelled with its version, commit and Go version.",
+		ConstLabels: prometheus.Labels{"version": version, "revision": revision, "goversion": runtime.Version()}})
+	g.Set(1)
+	return g
+}
+
 func sandboxFlags(fs *flag.FlagSet, off string) *sandboxOptions {
 	o := &sandboxOptions{limits: sandbox.DefaultLimits()}
 	fs.StringVar(&o.mode, "sandbox", "bwrap", "how stage executables are confined: bwrap (namespaces, an unprivileged uid, rlimits, seccomp; needs the bubblewrap package) or off (as "+off+")")
