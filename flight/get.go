@@ -11,6 +11,7 @@ import (
 
 	aflight "github.com/apache/arrow-go/v18/arrow/flight"
 	"github.com/google/uuid"
+	"golang.org/x/time/rate"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/peer"
 	"google.golang.org/grpc/status"
@@ -263,8 +264,8 @@ func (s *Service) sendBlock(ctx context.Context, w *blockWriter, b state.Block) 
 	}
 	defer rc.Close()
 	var r io.Reader = rc
-	if s.cfg.ReadRate > 0 {
-		r = &paced{ctx: ctx, r: rc, rate: s.cfg.ReadRate / float64(max(s.cfg.ReadSlots, 1)), start: time.Now()}
+	if lim := s.readLimiter(); lim != nil {
+		r = &paced{ctx: ctx, r: rc, lim: lim}
 	}
 	meta, _ := json.Marshal(Header{Name: b.Name, Size: b.Size, SHA256: b.SHA256})
 	if err := w.copyBlock(b.Name, r, b.Size, meta); err != nil {
@@ -297,27 +298,38 @@ func mergeDone(a, b context.Context) (context.Context, context.CancelFunc) {
 	return ctx, func() { stop(); cancel(errors.New("done")) }
 }
 
-// paced reads no faster than rate bytes per second: a transfer's share of
-// the server's read cap.
+// paced reads no faster than its limiter lets: the server's --read-rate,
+// one token bucket for all reads, so one reader alone gets the whole rate
+// and many share it (each transfer used to be held to rate ÷ slots).
 type paced struct {
-	ctx   context.Context
-	r     io.Reader
-	rate  float64
-	start time.Time
-	n     int64
+	ctx context.Context
+	r   io.Reader
+	lim *rate.Limiter
 }
 
 func (p *paced) Read(b []byte) (int, error) {
+	if burst := p.lim.Burst(); len(b) > burst {
+		b = b[:burst]
+	}
 	n, err := p.r.Read(b)
-	p.n += int64(n)
-	if ahead := time.Duration(float64(p.n)/p.rate*float64(time.Second)) - time.Since(p.start); ahead > 0 {
-		t := time.NewTimer(ahead)
-		defer t.Stop()
-		select {
-		case <-p.ctx.Done():
-			return n, p.ctx.Err()
-		case <-t.C:
+	if n > 0 {
+		if werr := p.lim.WaitN(p.ctx, n); werr != nil {
+			return n, werr
 		}
 	}
 	return n, err
+}
+
+// readLimiter is the shared token bucket of --read-rate, or nil.
+func (s *Service) readLimiter() *rate.Limiter {
+	if s.cfg.ReadRate <= 0 {
+		return nil
+	}
+	s.limOnce.Do(func() {
+		// A tenth of a second's worth per wait keeps the rate smooth;
+		// at least 64 KiB so small rates still move whole chunks.
+		burst := max(int(s.cfg.ReadRate/10), 64<<10)
+		s.lim = rate.NewLimiter(rate.Limit(s.cfg.ReadRate), burst)
+	})
+	return s.lim
 }

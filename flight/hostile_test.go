@@ -188,3 +188,42 @@ func TestStalledReadEnds(t *testing.T) {
 		t.Errorf("the stalled stream ended with %v", last)
 	}
 }
+
+// TestReadRateCapsInAll: --read-rate was documented as a cap in all but
+// held each transfer to rate ÷ read slots: one reader at 16 MB/s read
+// 3.2 MB in 3.26 s. One token bucket is shared now: a reader alone gets
+// the whole rate, and the cap still holds.
+func TestReadRateCapsInAll(t *testing.T) {
+	addr := runServer(t, Config{ReadRate: 16e6, ReadSlots: 16})
+	c, err := Dial(addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	ctx := context.Background()
+	if _, err := c.Put(ctx, bytesSource("20250505-151105-00000001.lax.raw", bytes.Repeat([]byte("r"), 3200000))); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.Put(ctx, bytesSource("20250505-151106-00000002.lax.raw", bytes.Repeat([]byte("r"), 48000000))); err != nil {
+		t.Fatal(err)
+	}
+	read := func(name string) time.Duration {
+		start := time.Now()
+		s, err := c.Get(ctx, name)
+		if err != nil || !s.Next() {
+			t.Fatalf("get %s: %v", name, err)
+		}
+		io.Copy(io.Discard, s)
+		s.Close()
+		return time.Since(start)
+	}
+	small := read("20250505-151105-00000001.lax.raw")
+	big := read("20250505-151106-00000002.lax.raw")
+	t.Logf("3.2 MB at 16 MB/s: %v; 48 MB: %v", small, big)
+	if small > 1500*time.Millisecond {
+		t.Errorf("a lone reader of 3.2 MB took %v at a 16 MB/s cap (it was held to 1/16 of it)", small)
+	}
+	if big < 2*time.Second {
+		t.Errorf("48 MB took %v: the 16 MB/s cap did not hold", big)
+	}
+}

@@ -17,6 +17,7 @@ import (
 	"time"
 
 	aflight "github.com/apache/arrow-go/v18/arrow/flight"
+	"golang.org/x/time/rate"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials"
@@ -69,8 +70,9 @@ type Config struct {
 	// ReadSlotsPerUser is the most of them one user (or, without users,
 	// one client host) holds: half when 0, no cap when negative.
 	ReadSlotsPerUser int
-	// ReadRate caps block reads at this many bytes per second in all,
-	// shared by the slots; 0 for no cap.
+	// ReadRate caps block reads at this many bytes per second in all: one
+	// token bucket shared by every transfer, so one reader alone gets all
+	// of it; 0 for no cap.
 	ReadRate float64
 	// ShutdownGrace is how long in-flight calls get to finish on shutdown;
 	// 10 s when zero.
@@ -171,8 +173,11 @@ func (c *Config) defaults() {
 type Service struct {
 	aflight.BaseFlightServer
 	authz *auth.Authority // nil when authentication is off
-	audit *slog.Logger
-	space *space // nil: no space checks
+	// lim is the shared --read-rate bucket, made once.
+	limOnce sync.Once
+	lim     *rate.Limiter
+	audit   *slog.Logger
+	space   *space // nil: no space checks
 
 	cfg   Config
 	db    *state.DB
