@@ -45,7 +45,7 @@ func registerMetrics(reg prometheus.Registerer, st Stats, spool *Spool, labels p
 		counter("packets_dropped_total", "Packets of live sources dropped while the spool was full.", st.Cut.Dropped.Load),
 		counter("source_errors_total", "Sources that could not be read in full.", st.Cut.BadSources.Load),
 		gauge("spool_bytes", "Bytes of finished blocks waiting for acknowledgement.", func() float64 { return float64(spool.Bytes()) }),
-		gauge("lost_bytes", "Bytes of blocks cut short by crashes from sources that cannot be read again.", func() float64 { return float64(spool.LostBytes()) }),
+		counter("lost_bytes_total", "Bytes of blocks cut short by crashes from sources that cannot be read again.", spool.LostBytes),
 		gauge("oldest_unshipped_seconds", "Age of the oldest block not yet acknowledged.", func() float64 { return spool.OldestReady().Seconds() }),
 	} {
 		if err := reg.Register(c); err != nil {

@@ -126,9 +126,9 @@ func (e *Engine) remoteSlots(now time.Time) int {
 		}
 		n += w.hello.Slots
 	}
-	e.metrics.remote.WithLabelValues("workers").Set(float64(len(e.workers)))
-	e.metrics.remote.WithLabelValues("slots").Set(float64(n))
-	e.metrics.remote.WithLabelValues("leases").Set(float64(len(e.leases)))
+	e.metrics.remoteWorkers.Set(float64(len(e.workers)))
+	e.metrics.remoteSlots.Set(float64(n))
+	e.metrics.remoteLeases.Set(float64(len(e.leases)))
 	return n
 }
 

@@ -106,7 +106,7 @@ type metrics struct {
 	cpu        *prometheus.CounterVec
 	wait       *prometheus.HistogramVec
 	info       *prometheus.GaugeVec
-	remote     *prometheus.GaugeVec // remote workers, their slots, leases held
+	remoteWorkers, remoteSlots, remoteLeases prometheus.Gauge
 }
 
 type stageMetrics struct {
@@ -119,7 +119,7 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 	stage := []string{"stage"}
 	m := &metrics{
 		backlog:    prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "plumb_stage_backlog_blocks", Help: "Blocks waiting for a run of the stage."}, stage),
-		workers:    prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "plumb_stage_workers", Help: "Runs of the stage in progress."}, stage),
+		workers:    prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "plumb_stage_runs_in_progress", Help: "Runs of the stage in progress (local)."}, stage),
 		runs:       prometheus.NewCounterVec(prometheus.CounterOpts{Name: "plumb_stage_runs_total", Help: "Finished runs by result (ok, failed, faulty, lost)."}, []string{"stage", "result"}),
 		bytesIn:    prometheus.NewCounterVec(prometheus.CounterOpts{Name: "plumb_stage_bytes_in_total", Help: "Bytes read by successful runs (I)."}, stage),
 		bytesOut:   prometheus.NewCounterVec(prometheus.CounterOpts{Name: "plumb_stage_bytes_out_total", Help: "Bytes written by successful runs (O)."}, stage),
@@ -129,11 +129,12 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 			[]string{"stage", "program", "detail"}),
 		wait: prometheus.NewHistogramVec(prometheus.HistogramOpts{Name: "plumb_stage_queue_wait_seconds", Help: "Time from an input block's arrival to the start of its run.",
 			Buckets: prometheus.ExponentialBuckets(0.01, 4, 10)}, stage),
-		remote: prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "plumb_remote", Help: "Remote workers seen lately (what=workers), their slots (slots) and the leases they hold (leases)."},
-			[]string{"what"}),
+		remoteWorkers: prometheus.NewGauge(prometheus.GaugeOpts{Name: "plumb_remote_workers", Help: "Remote workers seen lately."}),
+		remoteSlots:   prometheus.NewGauge(prometheus.GaugeOpts{Name: "plumb_remote_slots", Help: "Slots of the remote workers seen lately."}),
+		remoteLeases:  prometheus.NewGauge(prometheus.GaugeOpts{Name: "plumb_remote_leases", Help: "Stage runs leased to remote workers now."}),
 	}
 	if reg != nil {
-		reg.MustRegister(m.backlog, m.workers, m.runs, m.bytesIn, m.bytesOut, m.processing, m.cpu, m.wait, m.info, m.remote)
+		reg.MustRegister(m.backlog, m.workers, m.runs, m.bytesIn, m.bytesOut, m.processing, m.cpu, m.wait, m.info, m.remoteWorkers, m.remoteSlots, m.remoteLeases)
 	}
 	return m
 }

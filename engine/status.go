@@ -37,11 +37,13 @@ type latencyMetrics struct {
 
 func newLatencyMetrics(reg prometheus.Registerer) *latencyMetrics {
 	buckets := prometheus.ExponentialBuckets(0.001, 4, 14) // 1 ms to about 74 hours
+	// Event time can be years old (backfill): up to about 35 years.
+	eventBuckets := prometheus.ExponentialBuckets(0.001, 4, 21)
 	m := &latencyMetrics{
 		arrivalToOutput: prometheus.NewHistogramVec(prometheus.HistogramOpts{Name: "plumb_stage_arrival_to_output_seconds",
 			Help: "From an input block's arrival to the stage publishing its output.", Buckets: buckets}, []string{"stage"}),
 		eventToOutput: prometheus.NewHistogramVec(prometheus.HistogramOpts{Name: "plumb_stage_event_to_output_seconds",
-			Help: "From an input block's event time to the stage publishing its output.", Buckets: buckets}, []string{"stage"}),
+			Help: "From an input block's event time to the stage publishing its output.", Buckets: eventBuckets}, []string{"stage"}),
 		arrivalToDelivery: prometheus.NewHistogramVec(prometheus.HistogramOpts{Name: "plumb_group_arrival_to_delivery_seconds",
 			Help: "From a block's arrival to a consumer group acknowledging it.", Buckets: buckets}, []string{"queue", "group"}),
 		streamArrivalToDelivery: prometheus.NewHistogramVec(prometheus.HistogramOpts{Name: "plumb_stream_arrival_to_delivery_seconds",

@@ -490,9 +490,9 @@ func TestAgentWatchRotation(t *testing.T) {
 	body, _ := io.ReadAll(resp.Body)
 	resp.Body.Close()
 	for _, line := range []string{
-		fmt.Sprintf(`plumb_agent_packets_total{instance="rot",queue="pcap.sz"} %d`, len(want)),
-		fmt.Sprintf(`plumb_agent_blocks_acked_total{instance="rot",queue="pcap.sz"} %d`, st.Blocks),
-		`plumb_agent_spool_bytes{instance="rot",queue="pcap.sz"} 0`,
+		fmt.Sprintf(`plumb_agent_packets_total{queue="pcap.sz",site="rot"} %d`, len(want)),
+		fmt.Sprintf(`plumb_agent_blocks_acked_total{queue="pcap.sz",site="rot"} %d`, st.Blocks),
+		`plumb_agent_spool_bytes{queue="pcap.sz",site="rot"} 0`,
 	} {
 		if !strings.Contains(string(body), line+"\n") {
 			t.Errorf("metrics lack %q:\n%s", line, body)
