@@ -97,15 +97,15 @@ func (e *Engine) Stats() []StageStats {
 
 // metrics are the engine's Prometheus series, labelled by stage name.
 type metrics struct {
-	backlog    *prometheus.GaugeVec
-	workers    *prometheus.GaugeVec
-	runs       *prometheus.CounterVec
-	bytesIn    *prometheus.CounterVec
-	bytesOut   *prometheus.CounterVec
-	processing *prometheus.CounterVec
-	cpu        *prometheus.CounterVec
-	wait       *prometheus.HistogramVec
-	info       *prometheus.GaugeVec
+	backlog                                  *prometheus.GaugeVec
+	workers                                  *prometheus.GaugeVec
+	runs                                     *prometheus.CounterVec
+	bytesIn                                  *prometheus.CounterVec
+	bytesOut                                 *prometheus.CounterVec
+	processing                               *prometheus.CounterVec
+	cpu                                      *prometheus.CounterVec
+	wait                                     *prometheus.HistogramVec
+	info                                     *prometheus.GaugeVec
 	remoteWorkers, remoteSlots, remoteLeases prometheus.Gauge
 }
 
