@@ -1,8 +1,11 @@
 package engine
 
 import (
+	"slices"
 	"sort"
 	"strings"
+
+	"github.com/plumb-dev/plumb/pipeline"
 
 	"github.com/prometheus/client_golang/prometheus"
 )
@@ -66,6 +69,34 @@ func (st *stage) count(m *runMeasure, result string) {
 		sm.wait.Observe(m.wait.Seconds())
 	}
 	sm.cpu.Add(m.cpu.Seconds())
+}
+
+// DisplayName is how people know a stage: "job/stage" for a stage of one
+// job, "stage (job-a, job-b)" for one merged from several. Internal
+// group ids ("stage-28f6bf6efb22") are never shown.
+func DisplayName(n *pipeline.Node) string {
+	if len(n.Owners) <= 1 {
+		return n.Name
+	}
+	jobs := make([]string, 0, len(n.Owners))
+	for _, o := range n.Owners {
+		if !slices.Contains(jobs, o.Job) {
+			jobs = append(jobs, o.Job)
+		}
+	}
+	return n.Owners[0].Stage + " (" + strings.Join(jobs, ", ") + ")"
+}
+
+// StageOf returns the display name of the stage whose consumer group is
+// group, if a stage of the graph reads as it.
+func (e *Engine) StageOf(group string) (string, bool) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	st := e.stages[group]
+	if st == nil {
+		return "", false
+	}
+	return DisplayName(st.node), true
 }
 
 // Stats returns every stage's measurements, sorted by name.

@@ -335,6 +335,11 @@ func (s *Service) stats(queue string) (QueueStats, error) {
 	if groups == nil {
 		groups = []state.GroupStats{}
 	}
+	if s.eng != nil {
+		for i := range groups {
+			groups[i].Stage, _ = s.eng.StageOf(groups[i].Group)
+		}
+	}
 	return QueueStats{Queue: q.Name, Blocks: q.Blocks, Bytes: q.Bytes, Groups: groups}, nil
 }
 

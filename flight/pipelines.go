@@ -252,6 +252,11 @@ func (s *Service) faulty(ctx context.Context, body []byte) (any, error) {
 	}
 	fb, err := s.db.Faulty(req.Queue)
 	fb = slices.DeleteFunc(fb, func(b state.FaultyBlock) bool { return !s.may(ctx, auth.Read, b.Queue) })
+	if s.eng != nil {
+		for i := range fb {
+			fb[i].Stage, _ = s.eng.StageOf(fb[i].Group)
+		}
+	}
 	return listOf(fb), err
 }
 

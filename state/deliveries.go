@@ -73,6 +73,8 @@ type GroupStats struct {
 	Lost       int       `json:"lost,omitempty"` // dropped unconsumed by the queue's retention
 	Created    time.Time `json:"created,omitzero"`
 	Used       time.Time `json:"used,omitzero"`
+	// Stage names the pipeline stage the group is, when it is one.
+	Stage string `json:"stage,omitempty"`
 }
 
 // addDeliveries records one UNRESERVED delivery of a new block for every

@@ -248,6 +248,7 @@ func advanceFloor(tx *bolt.Tx, queue, group string) error {
 type FaultyBlock struct {
 	Queue    string    `json:"queue"`
 	Group    string    `json:"group"`
+	Stage    string    `json:"stage,omitempty"` // the stage the group is, by name
 	Block    string    `json:"block"`
 	Serial   uint64    `json:"serial"`
 	Attempts int       `json:"attempts"`

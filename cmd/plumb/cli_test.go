@@ -2,6 +2,8 @@ package main
 
 import (
 	"bytes"
+	"context"
+	"fmt"
 	"io"
 	"net/http"
 	"os"
@@ -182,6 +184,42 @@ func TestHumanDuration(t *testing.T) {
 	} {
 		if got := humanDuration(d); got != want {
 			t.Errorf("humanDuration(%v) = %q, want %q", d, got, want)
+		}
+	}
+}
+
+// TestStagesByName: plumb faulty, queues and status show stages by their
+// job and stage names, a merged stage with every job that owns it, never
+// by internal group ids (issue 22: "for stage-07dbb1f0f865").
+func TestStagesByName(t *testing.T) {
+	addr := testenv.FreeAddr(t)
+	picky := filepath.Join(t.TempDir(), "picky.sh")
+	os.WriteFile(picky, []byte("#!/bin/sh\ndata=$(cat)\ncase \"$data\" in *poison*) echo poison >&2; exit 3;; esac\nprintf '%s' \"$data\"\n"), 0o755)
+	startPlumb(t, "serve", "--data", t.TempDir(), "--listen", addr, "--run-ro", picky)
+	waitListening(t, addr)
+	c := dialPlumb(t, addr)
+	ctx := context.Background()
+	if _, err := c.Put(ctx, source("20250505-151105-00000001.lax.raw", []byte("poison"))); err != nil {
+		t.Fatal(err)
+	}
+	for i, job := range []string{"alice-archive", "bob-summary"} {
+		src := fmt.Sprintf("job: %s\nfrom: earliest\nstages:\n  - {name: clean, inputs: [raw], program: [%s], outputs: [raw.clean]}\n"+
+			"  - {name: mine, inputs: [raw.clean], program: [cat], outputs: [raw.%d]}\n", job, picky, i)
+		if res, err := c.SubmitJob(ctx, job+".yaml", []byte(src)); err != nil || res.State != "accepted" {
+			t.Fatalf("%+v %v", res, err)
+		}
+	}
+	waitFor(t, "the poison block set aside", func() bool {
+		fb, err := c.Faulty(ctx, "raw")
+		return err == nil && len(fb) == 1
+	})
+	for _, verb := range []string{"faulty", "queues", "status"} {
+		out, errOut, code := plumbExec(t, verb, "--server", addr)
+		if code != 0 || strings.Contains(out, "stage-") {
+			t.Errorf("plumb %s: exit %d, shows an internal id:\n%s%s", verb, code, out, errOut)
+		}
+		if verb != "status" && !strings.Contains(out, "clean (alice-archive, bob-summary)") {
+			t.Errorf("plumb %s does not name the merged stage with its jobs:\n%s", verb, out)
 		}
 	}
 }

@@ -173,7 +173,11 @@ func faultyCommand() command {
 				return err
 			}
 			for _, b := range fb {
-				fmt.Printf("%s\tfor %s\tafter %d attempts: %s\n", b.Block, b.Group, b.Attempts, b.Error)
+				who := "group " + b.Group
+				if b.Stage != "" {
+					who = "stage " + b.Stage
+				}
+				fmt.Printf("%s\tfor %s\tafter %d attempts: %s\n", b.Block, who, b.Attempts, b.Error)
 			}
 			if len(fb) > 0 {
 				fmt.Fprintf(os.Stderr, "%d faulty; fix the cause, then `plumb retry` requeues them\n", len(fb))

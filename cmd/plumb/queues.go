@@ -22,7 +22,11 @@ func queuesCommand() command {
 			for _, q := range qs {
 				groups := ""
 				for _, g := range q.Groups {
-					groups += fmt.Sprintf("%s:%d/%d/%d ", g.Group, g.Unreserved, g.Reserved, g.Done)
+					name := g.Group
+					if g.Stage != "" {
+						name = g.Stage // people know stages by name, not by group id
+					}
+					groups += fmt.Sprintf("%s:%d/%d/%d ", name, g.Unreserved, g.Reserved, g.Done)
 				}
 				fmt.Fprintf(tw, "%s\t%d\t%d\t%s\n", q.Queue, q.Blocks, q.Bytes, groups)
 			}
