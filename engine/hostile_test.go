@@ -75,3 +75,22 @@ func TestBombsAreSetAside(t *testing.T) {
 		t.Errorf("the store holds %d MiB after the bombs", n>>20)
 	}
 }
+
+// TestNoChainAdviceForSharedStages: plumb stats advised chaining a stage
+// three jobs share; a shared stage feeds each job, so it is never a
+// candidate, while an unshared one still is.
+func TestNoChainAdviceForSharedStages(t *testing.T) {
+	r := newRig(t, engine.Config{Slots: 2, ChainAbove: 1e-12})
+	r.put("raw", 1, []byte("bytes"))
+	for i, job := range []string{"a", "b"} {
+		r.mustAccept("job: " + job + "\nfrom: earliest\nstages:\n  - {name: up, inputs: [raw], program: [tr, a-z, A-Z], outputs: [raw.up]}\n" +
+			"  - {name: mine, inputs: [raw.up], program: [cat], outputs: [raw." + string(rune('0'+i)) + "]}\n")
+	}
+	r.wait("both jobs' outputs", func() bool { return r.count("raw.0") == 1 && r.count("raw.1") == 1 })
+	for _, s := range r.eng.Stats() {
+		shared := len(s.Owners) > 1
+		if s.ChainCandidate == shared {
+			t.Errorf("stage %s (owners %v): chain candidate %v", s.Stage, s.Owners, s.ChainCandidate)
+		}
+	}
+}

@@ -118,7 +118,9 @@ func (e *Engine) Stats() []StageStats {
 		s.Backlog, s.Workers, s.Target = st.backlog, st.running, st.target
 		if s.ProcessingSeconds > 0 {
 			s.Intensity = (float64(s.BytesIn) + e.cfg.Replication*float64(s.BytesOut)) / s.ProcessingSeconds / 1e6
-			s.ChainCandidate = s.Intensity > e.cfg.ChainAbove
+			// A stage several jobs share feeds each of them: chaining it
+			// with one job's next stage would run it once per job again.
+			s.ChainCandidate = s.Intensity > e.cfg.ChainAbove && len(n.Owners) <= 1
 		}
 		out = append(out, s)
 	}
