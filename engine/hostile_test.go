@@ -94,3 +94,20 @@ func TestNoChainAdviceForSharedStages(t *testing.T) {
 		}
 	}
 }
+
+// TestJobBeforeItsQueue: a pipeline could not be set up before the
+// agents started (its input queue held no block). A job that declares
+// the queue under queues: is accepted, and runs once blocks arrive.
+func TestJobBeforeItsQueue(t *testing.T) {
+	r := newRig(t, engine.Config{Slots: 1})
+	if res := r.submit("job: early\nstages:\n  - {name: up, inputs: [site.pcap], program: [tr, a-z, A-Z], outputs: [site.up]}\n"); res.State != "rejected" ||
+		!strings.Contains(res.Reason, "declare it under the job's `queues:`") {
+		t.Errorf("an undeclared empty input: %+v", res)
+	}
+	r.mustAccept("job: early\nqueues: [site.pcap]\nstages:\n  - {name: up, inputs: [site.pcap], program: [tr, a-z, A-Z], outputs: [site.up], retention: forever}\n")
+	r.put("site.pcap", 1, []byte("first"))
+	r.wait("the first block's output", func() bool { return r.count("site.up") == 1 })
+	if got := string(r.read("site.up", 1)); got != "FIRST" {
+		t.Errorf("output %q", got)
+	}
+}

@@ -148,12 +148,18 @@ func Merge(jobs []*Job, opts Options) (*Graph, []Warning, error) {
 			g.Stages = append(g.Stages, n)
 		}
 	}
+	declared := map[string]bool{}
+	for _, j := range jobs {
+		for _, q := range j.Queues {
+			declared[q] = true
+		}
+	}
 	for _, n := range g.Stages {
 		for _, q := range n.Inputs {
-			if producer[q] == nil && opts.Exists != nil && !opts.Exists(q) {
+			if producer[q] == nil && !declared[q] && opts.Exists != nil && !opts.Exists(q) {
 				o := n.Owners[0]
 				problems = append(problems, Problem{File: "job " + o.Job, Field: fmt.Sprintf("stage %q", o.Stage),
-					What: fmt.Sprintf("input queue %s holds no blocks and no stage produces it; import or ship into it first, or add the stage that makes it", q)})
+					What: fmt.Sprintf("input queue %s holds no blocks and no stage produces it; declare it under the job's `queues:` if agents will ship into it, import into it first, or add the stage that makes it", q)})
 			}
 		}
 	}

@@ -36,7 +36,10 @@ type Job struct {
 	Owner string `yaml:"owner,omitempty"`
 	// From says where the job's new stages start: FromLatest (default)
 	// or FromEarliest.
-	From   string   `yaml:"from,omitempty"`
+	From string `yaml:"from,omitempty"`
+	// Queues are source queues the job expects agents to ship into: the
+	// job may be submitted before they hold a block.
+	Queues []string `yaml:"queues,omitempty"`
 	Stages []*Stage `yaml:"stages"`
 }
 

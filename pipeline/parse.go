@@ -170,11 +170,16 @@ func (p *parser) job(doc *yaml.Node) *Job {
 		p.add(nil, "", "empty job file; a job needs `job: NAME` and `stages:`")
 		return nil
 	}
-	f := p.fields(doc.Content[0], "", "job", "owner", "from", "stages")
+	f := p.fields(doc.Content[0], "", "job", "owner", "from", "queues", "stages")
 	if f == nil {
 		return nil
 	}
-	j := &Job{Name: p.str(f["job"], "job"), Owner: p.str(f["owner"], "owner"), From: p.str(f["from"], "from")}
+	j := &Job{Name: p.str(f["job"], "job"), Owner: p.str(f["owner"], "owner"), From: p.str(f["from"], "from"), Queues: p.strings(f["queues"], "queues")}
+	for _, q := range j.Queues {
+		if err := block.ValidateQueue(q); err != nil {
+			p.add(f["queues"], "queues", "%v", err)
+		}
+	}
 	var nodes []*yaml.Node
 	switch st := f["stages"]; {
 	case st == nil:
