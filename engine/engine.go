@@ -348,19 +348,7 @@ func (e *Engine) fill(ctx context.Context, runs *sync.WaitGroup, reshare bool) e
 		}
 		for st.running < st.target && e.localRunning < e.localSlots() {
 			reserver := e.boot + "-" + uuid.NewString()[:8]
-			var (
-				res state.Reservation
-				cin *state.CarryIn
-				ok  bool
-				err error
-			)
-			if st.sequential {
-				var in state.CarryIn
-				res, in, ok, err = e.db.ReserveNext(st.node.Inputs[0], st.group, reserver, e.visibility(st), e.cfg.GapWait)
-				cin = &in
-			} else {
-				res, ok, err = e.db.ReserveJoin(st.node.Inputs, st.group, reserver, e.visibility(st))
-			}
+			res, cin, ok, err := e.reserve(st, reserver, e.visibility(st))
 			if err != nil {
 				errs = append(errs, fmt.Errorf("stage %s: reserve: %w", st.node.Name, err))
 				break
@@ -387,6 +375,18 @@ func (e *Engine) fill(ctx context.Context, runs *sync.WaitGroup, reshare bool) e
 		}
 	}
 	return errors.Join(errs...)
+}
+
+// reserve takes a stage's next run for reserver: for a sequential stage
+// the next block of a site in sequence order, with how it carries state;
+// otherwise any owed block (joined with its partners).
+func (e *Engine) reserve(st *stage, reserver string, visibility time.Duration) (state.Reservation, *state.CarryIn, bool, error) {
+	if !st.sequential {
+		res, ok, err := e.db.ReserveJoin(st.node.Inputs, st.group, reserver, visibility)
+		return res, nil, ok, err
+	}
+	res, in, ok, err := e.db.ReserveNext(st.node.Inputs[0], st.group, reserver, visibility, e.cfg.GapWait)
+	return res, &in, ok, err
 }
 
 // localSlots is how many runs go in this process at once.

@@ -233,19 +233,7 @@ func (e *Engine) Lease(ctx context.Context, h Hello) (Lease, bool, error) {
 			continue
 		}
 		id := leasePrefix + uuid.NewString()[:12]
-		var (
-			res state.Reservation
-			cin *state.CarryIn
-			ok  bool
-			err error
-		)
-		if st.sequential {
-			var in state.CarryIn
-			res, in, ok, err = e.db.ReserveNext(st.node.Inputs[0], st.group, id, e.cfg.LeaseTTL, e.cfg.GapWait)
-			cin = &in
-		} else {
-			res, ok, err = e.db.ReserveJoin(st.node.Inputs, st.group, id, e.cfg.LeaseTTL)
-		}
+		res, cin, ok, err := e.reserve(st, id, e.cfg.LeaseTTL)
 		if err != nil {
 			return Lease{}, false, err
 		}

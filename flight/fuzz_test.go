@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"context"
 	"io"
-	"os"
 	"runtime"
 	"strings"
 	"testing"
@@ -192,9 +191,7 @@ func TestPutMetadataFlood(t *testing.T) {
 	file, secrets := usersFile(t)
 	addr := runServer(t, Config{Users: file})
 	ana := dialAs(t, addr, Security{User: "ana", Secret: secrets["ana"]})
-	keyFile := t.TempDir() + "/key"
-	os.WriteFile(keyFile, []byte(secrets["key"]), 0o600)
-	agent := dialAs(t, addr, Security{TokenFile: keyFile})
+	agent := dialAgent(t, addr, secrets)
 	flood := func(c *Client, queue string, size, count int) error {
 		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 		defer cancel()

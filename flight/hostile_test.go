@@ -5,7 +5,6 @@ import (
 	"context"
 	"fmt"
 	"io"
-	"os"
 	"runtime"
 	"strings"
 	"testing"
@@ -27,9 +26,7 @@ func TestArrowBombRefused(t *testing.T) {
 	file, secrets := usersFile(t)
 	addr := runServer(t, Config{Users: file})
 	ctx := context.Background()
-	keyFile := t.TempDir() + "/key"
-	os.WriteFile(keyFile, []byte(secrets["key"]), 0o600)
-	agent := dialAs(t, addr, Security{TokenFile: keyFile})
+	agent := dialAgent(t, addr, secrets)
 	bomb, err := hostile.ArrowZstdBomb(1 << 30)
 	if err != nil {
 		t.Fatal(err)
@@ -75,9 +72,7 @@ func TestReadsAreShared(t *testing.T) {
 	file, secrets := twoAnalysts(t)
 	addr := runServer(t, Config{Users: file, ReadSlots: 16})
 	ctx := context.Background()
-	keyFile := t.TempDir() + "/key"
-	os.WriteFile(keyFile, []byte(secrets["key"]), 0o600)
-	agent := dialAs(t, addr, Security{TokenFile: keyFile})
+	agent := dialAgent(t, addr, secrets)
 	big := bytes.Repeat([]byte("x"), 64<<20)
 	small := bytes.Repeat([]byte("y"), 400<<10)
 	for _, src := range []Source{bytesSource("20250505-151105-00000001.lax.dns.arrow", big), bytesSource("20250505-151106-00000002.lax.dns.arrow", small)} {
@@ -121,9 +116,7 @@ func TestGroupsPerUserCapped(t *testing.T) {
 	file, secrets := usersFile(t)
 	addr := runServer(t, Config{Users: file, MaxGroupsPerUser: 3})
 	ctx := context.Background()
-	keyFile := t.TempDir() + "/key"
-	os.WriteFile(keyFile, []byte(secrets["key"]), 0o600)
-	agent := dialAs(t, addr, Security{TokenFile: keyFile})
+	agent := dialAgent(t, addr, secrets)
 	if _, err := agent.Put(ctx, bytesSource("20250505-151105-00000001.lax.dns.arrow", []byte("rows"))); err != nil {
 		t.Fatal(err)
 	}
@@ -149,9 +142,7 @@ func TestStalledReadEnds(t *testing.T) {
 	file, secrets := usersFile(t)
 	addr := runServer(t, Config{Users: file, ReadSlotsPerUser: 1, SendTimeout: time.Second})
 	ctx := context.Background()
-	keyFile := t.TempDir() + "/key"
-	os.WriteFile(keyFile, []byte(secrets["key"]), 0o600)
-	agent := dialAs(t, addr, Security{TokenFile: keyFile})
+	agent := dialAgent(t, addr, secrets)
 	for _, src := range []Source{bytesSource("20250505-151105-00000001.lax.dns.arrow", bytes.Repeat([]byte("x"), 64<<20)),
 		bytesSource("20250505-151106-00000002.lax.dns.arrow", []byte("small"))} {
 		if _, err := agent.Put(ctx, src); err != nil {

@@ -64,9 +64,7 @@ func TestGroupsHaveOwners(t *testing.T) {
 	file, secrets := twoAnalysts(t)
 	addr := runServer(t, Config{Users: file, MaxVisibility: time.Minute})
 	ctx := context.Background()
-	keyFile := t.TempDir() + "/key"
-	os.WriteFile(keyFile, []byte(secrets["key"]), 0o600)
-	agent := dialAs(t, addr, Security{TokenFile: keyFile})
+	agent := dialAgent(t, addr, secrets)
 	var names []string
 	for i := 1; i <= 3; i++ {
 		n := fmt.Sprintf("20250505-1511%02d-%08d.lax.dns.arrow", i, i)
@@ -133,17 +131,7 @@ func TestRevocation(t *testing.T) {
 	file, secrets := usersFile(t)
 	addr := runServer(t, Config{Users: file})
 	ctx := context.Background()
-	edit := func(fn func(f *auth.File)) {
-		t.Helper()
-		f, err := auth.Load(file)
-		if err != nil {
-			t.Fatal(err)
-		}
-		fn(f)
-		if err := f.Save(file); err != nil {
-			t.Fatal(err)
-		}
-	}
+	edit := func(fn func(f *auth.File)) { t.Helper(); editUsers(t, file, fn) }
 	refused := func(c *Client, what string) {
 		t.Helper()
 		if _, err := c.Queues(ctx); codeOf(err) != codes.Unauthenticated {
@@ -172,9 +160,7 @@ func TestRevocation(t *testing.T) {
 	edit(func(f *auth.File) { delete(f.Users, "ops"); f.AddUser("ops", []string{"operators"}) })
 	refused(ops, "after remove and re-add")
 
-	keyFile := t.TempDir() + "/key"
-	os.WriteFile(keyFile, []byte(secrets["key"]), 0o600)
-	agent := dialAs(t, addr, Security{TokenFile: keyFile})
+	agent := dialAgent(t, addr, secrets)
 	if _, err := agent.Queues(ctx); err != nil {
 		t.Fatal(err)
 	}
@@ -238,17 +224,7 @@ func (copyBuiltin) Run(_ context.Context, in io.Reader, out io.Writer) error {
 // group, and the job resumes where it stopped when the user is back.
 func TestRemovedOwnerSuspends(t *testing.T) {
 	file, secrets := usersFile(t)
-	edit := func(fn func(f *auth.File)) {
-		t.Helper()
-		f, err := auth.Load(file)
-		if err != nil {
-			t.Fatal(err)
-		}
-		fn(f)
-		if err := f.Save(file); err != nil {
-			t.Fatal(err)
-		}
-	}
+	edit := func(fn func(f *auth.File)) { t.Helper(); editUsers(t, file, fn) }
 	edit(func(f *auth.File) {
 		f.Rules = append(f.Rules, auth.Rule{Queues: "ana.*", Groups: []string{"analysts"}, Allow: []auth.Perm{auth.Read, auth.Write}})
 	})
@@ -256,9 +232,7 @@ func TestRemovedOwnerSuspends(t *testing.T) {
 	reg.Add(engine.Factory{Name: "copy", New: func(url.Values) (engine.Builtin, error) { return copyBuiltin{}, nil }})
 	addr := runServer(t, Config{Users: file, Registry: reg})
 	ctx := context.Background()
-	keyFile := t.TempDir() + "/key"
-	os.WriteFile(keyFile, []byte(secrets["key"]), 0o600)
-	agent := dialAs(t, addr, Security{TokenFile: keyFile})
+	agent := dialAgent(t, addr, secrets)
 	ana := dialAs(t, addr, Security{User: "ana", Secret: secrets["ana"]})
 	ops := dialAs(t, addr, Security{User: "ops", Secret: secrets["ops"]})
 
@@ -330,9 +304,7 @@ func TestStreamConsumersHaveOwners(t *testing.T) {
 	file, secrets := twoAnalysts(t)
 	addr := runServer(t, Config{Users: file})
 	ctx := context.Background()
-	keyFile := t.TempDir() + "/key"
-	os.WriteFile(keyFile, []byte(secrets["key"]), 0o600)
-	agent := dialAs(t, addr, Security{TokenFile: keyFile})
+	agent := dialAgent(t, addr, secrets)
 	for i := 1; i <= 2; i++ {
 		if _, err := agent.Put(ctx, bytesSource(fmt.Sprintf("20250505-1511%02d-%08d.lax.dns.arrow", i, i), []byte("rows"))); err != nil {
 			t.Fatal(err)
@@ -392,9 +364,7 @@ func FuzzOthersGroups(f *testing.F) {
 	file, secrets := twoAnalysts(f)
 	addr := runServer(f, Config{Users: file, Registry: engine.NewRegistry(), MaxVisibility: time.Minute})
 	ctx := context.Background()
-	keyFile := filepath.Join(f.TempDir(), "key")
-	os.WriteFile(keyFile, []byte(secrets["key"]), 0o600)
-	agent := dialAs(f, addr, Security{TokenFile: keyFile})
+	agent := dialAgent(f, addr, secrets)
 	var names []string
 	for i := 1; i <= 3; i++ {
 		n := fmt.Sprintf("20250505-1511%02d-%08d.lax.dns.arrow", i, i)
@@ -480,9 +450,7 @@ func TestGroupLifecycle(t *testing.T) {
 	reg.Add(engine.Factory{Name: "copy", New: func(url.Values) (engine.Builtin, error) { return copyBuiltin{}, nil }})
 	addr := runServer(t, Config{Users: file, Registry: reg, Now: clock, TokenTTL: 1000 * time.Hour, SweepEvery: 20 * time.Millisecond, GroupIdle: 24 * time.Hour})
 	ctx := context.Background()
-	keyFile := t.TempDir() + "/key"
-	os.WriteFile(keyFile, []byte(secrets["key"]), 0o600)
-	agent := dialAs(t, addr, Security{TokenFile: keyFile})
+	agent := dialAgent(t, addr, secrets)
 	ana := dialAs(t, addr, Security{User: "ana", Secret: secrets["ana"]})
 	carol := dialAs(t, addr, Security{User: "carol", Secret: secrets["carol"]})
 	ops := dialAs(t, addr, Security{User: "ops", Secret: secrets["ops"]})
@@ -540,4 +508,27 @@ func TestGroupLifecycle(t *testing.T) {
 	if qs, err := ops.QueueStats(ctx, "dns.in"); err != nil || len(qs.Groups) != 1 || !strings.HasPrefix(qs.Groups[0].Group, "stage-") {
 		t.Errorf("the stage's group after the idle time: %+v %v", qs.Groups, err)
 	}
+}
+
+// editUsers changes the users file as `plumb user` would.
+func editUsers(t testing.TB, file string, fn func(f *auth.File)) {
+	t.Helper()
+	f, err := auth.Load(file)
+	if err != nil {
+		t.Fatal(err)
+	}
+	fn(f)
+	if err := f.Save(file); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// dialAgent connects as lax-agent with its API key, as an agent does.
+func dialAgent(t testing.TB, addr string, secrets map[string]string) *Client {
+	t.Helper()
+	keyFile := filepath.Join(t.TempDir(), "key")
+	if err := os.WriteFile(keyFile, []byte(secrets["key"]), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return dialAs(t, addr, Security{TokenFile: keyFile})
 }
