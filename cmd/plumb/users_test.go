@@ -44,7 +44,7 @@ func TestUsersLoginAndDefaults(t *testing.T) {
 	addr := testenv.FreeAddr(t)
 	startPlumb(t, "serve", "--data", t.TempDir(), "--listen", addr, "--users", users, "--log-level", "warn")
 	waitListening(t, addr)
-	if _, errOut, code := plumbExec(t, "queues", "--server", addr); code == 0 || !strings.Contains(errOut, "Unauthenticated") {
+	if _, errOut, code := plumbExec(t, "queues", "--server", addr); code == 0 || !strings.Contains(errOut, "unauthenticated: no credentials") {
 		t.Errorf("queues without a login: %d %s", code, errOut)
 	}
 	keyFile := filepath.Join(t.TempDir(), "key")
