@@ -285,6 +285,12 @@ func Run(ctx context.Context, cfg Config) (err error) {
 	srvCtx, stop := context.WithCancel(ctx)
 	defer stop()
 	svc := NewService(srvCtx, cfg, db, store)
+	if r := cfg.Engine.Registerer; r != nil {
+		// Per queue and per site, read from the metadata at each scrape.
+		if err := r.Register(queueCollector{db}); err != nil {
+			cfg.Logger.Warn("queue metrics not registered", "err", err)
+		}
+	}
 	svc.authz = authz
 	svc.space = &space{store: store, db: db, minFree: max(cfg.MinFree, 0), capBytes: cfg.StoreCap}
 	if cfg.MinFree == 0 {

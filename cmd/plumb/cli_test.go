@@ -150,6 +150,7 @@ func TestCLIConventions(t *testing.T) {
 		t.Errorf("plumb without a command: exit %d, want 2", code)
 	}
 	addr, web := testenv.FreeAddr(t), testenv.FreeAddr(t)
+	var metricsBefore string
 	startPlumb(t, "serve", "--data", t.TempDir(), "--listen", addr, "--http", web)
 	waitListening(t, addr)
 	waitListening(t, web)
@@ -161,6 +162,7 @@ func TestCLIConventions(t *testing.T) {
 		if !strings.Contains(string(body), "plumb_build_info{goversion=\"go1.") {
 			t.Errorf("/metrics has no plumb_build_info")
 		}
+		metricsBefore = string(body)
 	}
 	// Progress into a pipe is whole lines, never a redrawn \r line.
 	out, errOut, code := plumbExec(t, "import", "--server", addr, "--site", "lax", "--new-instance", "--spool", filepath.Join(t.TempDir(), "spool"),
@@ -170,6 +172,19 @@ func TestCLIConventions(t *testing.T) {
 	}
 	if out, errOut, code := plumbExec(t, "stats", "--wait", "--server", addr); code != 0 || strings.ContainsRune(out+errOut, '\r') {
 		t.Errorf("stats --wait into a pipe: exit %d %q %q", code, out, errOut)
+	}
+	// After the import, the queue and its site are in the metrics.
+	if resp, err := http.Get("http://" + web + "/metrics"); err == nil {
+		body, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		for _, want := range []string{`plumb_queue_blocks{queue="pcap.sz"} 1`, `plumb_site_last_seq{queue="pcap.sz",site="lax"} 1`, `plumb_site_last_arrival_timestamp_seconds{queue="pcap.sz",site="lax"}`} {
+			if !strings.Contains(string(body), want) {
+				t.Errorf("/metrics lacks %s", want)
+			}
+		}
+		if strings.Contains(metricsBefore, "plumb_site_last_seq") {
+			t.Errorf("a site before any block")
+		}
 	}
 	_, errOut, code = plumbExec(t, "blocks", "nosuchqueue", "--server", addr)
 	if code != 1 || !strings.Contains(errOut, "nosuchqueue") || strings.Contains(errOut, "rpc error") || !strings.Contains(errOut, "not found: ") {

@@ -1,0 +1,57 @@
+package flight
+
+import (
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/plumb-dev/plumb/block"
+	"github.com/plumb-dev/plumb/state"
+)
+
+// queueCollector reports, at each scrape, what the metadata holds per
+// queue and per site: what an operator watches to see a site fall silent
+// or a queue grow.
+type queueCollector struct {
+	db *state.DB
+}
+
+var (
+	queueBlocksDesc = prometheus.NewDesc("plumb_queue_blocks", "Blocks a queue holds.", []string{"queue"}, nil)
+	queueBytesDesc  = prometheus.NewDesc("plumb_queue_bytes", "Bytes of the blocks a queue holds.", []string{"queue"}, nil)
+	siteSeqDesc     = prometheus.NewDesc("plumb_site_last_seq", "The highest sequence number a site (instance) has stored in a queue.", []string{"queue", "site"}, nil)
+	siteArrivalDesc = prometheus.NewDesc("plumb_site_last_arrival_timestamp_seconds",
+		"When the block with a site's highest sequence number arrived (Unix time); a site whose value stops moving is silent.", []string{"queue", "site"}, nil)
+	siteTimeDesc = prometheus.NewDesc("plumb_site_last_event_timestamp_seconds",
+		"The event time of a site's block with the highest sequence number (Unix time).", []string{"queue", "site"}, nil)
+)
+
+func (c queueCollector) Describe(ch chan<- *prometheus.Desc) {
+	for _, d := range []*prometheus.Desc{queueBlocksDesc, queueBytesDesc, siteSeqDesc, siteArrivalDesc, siteTimeDesc} {
+		ch <- d
+	}
+}
+
+func (c queueCollector) Collect(ch chan<- prometheus.Metric) {
+	qs, err := c.db.Queues()
+	if err != nil {
+		return
+	}
+	for _, q := range qs {
+		ch <- prometheus.MustNewConstMetric(queueBlocksDesc, prometheus.GaugeValue, float64(q.Blocks), q.Name)
+		ch <- prometheus.MustNewConstMetric(queueBytesDesc, prometheus.GaugeValue, float64(q.Bytes), q.Name)
+		sites, err := c.db.Instances(q.Name)
+		if err != nil {
+			continue
+		}
+		for _, site := range sites {
+			seq, ok, err := c.db.LastSeq(q.Name, site)
+			if err != nil || !ok {
+				continue
+			}
+			ch <- prometheus.MustNewConstMetric(siteSeqDesc, prometheus.GaugeValue, float64(seq), q.Name, site)
+			if b, err := c.db.Lookup(block.ID{Queue: q.Name, Instance: site, Seq: seq}); err == nil {
+				ch <- prometheus.MustNewConstMetric(siteArrivalDesc, prometheus.GaugeValue, float64(b.Arrived.UnixNano())/1e9, q.Name, site)
+				ch <- prometheus.MustNewConstMetric(siteTimeDesc, prometheus.GaugeValue, float64(b.Time.UnixNano())/1e9, q.Name, site)
+			}
+		}
+	}
+}
