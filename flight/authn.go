@@ -55,6 +55,7 @@ func (a *authenticator) fail(ctx context.Context, method, why string, err error)
 		addr = p.Addr.String()
 	}
 	a.audit.Warn("authentication failed", "audit", true, "method", method, "peer", addr, "why", why)
+	AuthFailures.Inc()
 	if err != nil && strings.Contains(err.Error(), "expired") {
 		why = "the token expired"
 	}

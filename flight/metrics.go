@@ -7,11 +7,38 @@ import (
 	"github.com/plumb-dev/plumb/state"
 )
 
+// Counters of the Flight service, registered with the server's metrics.
+var (
+	// Uploads counts uploaded blocks by result: stored, duplicate, staged
+	// (a worker's output) or refused.
+	Uploads = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "plumb_uploads_total",
+		Help: "Blocks uploaded, by result: stored, duplicate, staged (a worker's output) or refused."}, []string{"result"})
+	// AuthFailures counts failed logins and refused credentials.
+	AuthFailures = prometheus.NewCounter(prometheus.CounterOpts{Name: "plumb_auth_failures_total",
+		Help: "Calls refused for a failed login or a bad, expired or revoked credential."})
+)
+
+var (
+	faultyDesc  = prometheus.NewDesc("plumb_queue_faulty_blocks", "Blocks of a queue set aside as FAULTY for a consumer (stage or group).", []string{"queue", "consumer"}, nil)
+	backlogDesc = prometheus.NewDesc("plumb_consumer_backlog_blocks", "Blocks a consumer group (or a stage, by name) is owed and has not taken yet.", []string{"queue", "consumer"}, nil)
+)
+
 // queueCollector reports, at each scrape, what the metadata holds per
 // queue and per site: what an operator watches to see a site fall silent
 // or a queue grow.
 type queueCollector struct {
-	db *state.DB
+	db      *state.DB
+	stageOf func(group string) (string, bool) // nil without an engine
+}
+
+// consumer names a group as people know it: a stage by its name.
+func (c queueCollector) consumer(group string) string {
+	if c.stageOf != nil {
+		if name, ok := c.stageOf(group); ok {
+			return name
+		}
+	}
+	return group
 }
 
 var (
@@ -25,7 +52,7 @@ var (
 )
 
 func (c queueCollector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{queueBlocksDesc, queueBytesDesc, siteSeqDesc, siteArrivalDesc, siteTimeDesc} {
+	for _, d := range []*prometheus.Desc{queueBlocksDesc, queueBytesDesc, siteSeqDesc, siteArrivalDesc, siteTimeDesc, faultyDesc, backlogDesc} {
 		ch <- d
 	}
 }
@@ -38,6 +65,13 @@ func (c queueCollector) Collect(ch chan<- prometheus.Metric) {
 	for _, q := range qs {
 		ch <- prometheus.MustNewConstMetric(queueBlocksDesc, prometheus.GaugeValue, float64(q.Blocks), q.Name)
 		ch <- prometheus.MustNewConstMetric(queueBytesDesc, prometheus.GaugeValue, float64(q.Bytes), q.Name)
+		if gs, err := c.db.Groups(q.Name); err == nil {
+			for _, g := range gs {
+				name := c.consumer(g.Group)
+				ch <- prometheus.MustNewConstMetric(backlogDesc, prometheus.GaugeValue, float64(g.Unreserved), q.Name, name)
+				ch <- prometheus.MustNewConstMetric(faultyDesc, prometheus.GaugeValue, float64(g.Faulty), q.Name, name)
+			}
+		}
 		sites, err := c.db.Instances(q.Name)
 		if err != nil {
 			continue

@@ -154,6 +154,7 @@ func (s *Service) DoPut(stream aflight.FlightService_DoPutServer) (err error) {
 		}
 		u, err := s.begin(ctx, cmd, raw)
 		if err != nil {
+			Uploads.WithLabelValues("refused").Inc()
 			return err
 		}
 		cur = u
@@ -363,6 +364,7 @@ func (s *Service) finish(ctx context.Context, stream aflight.FlightService_DoPut
 			return err
 		}
 		if u.staged {
+			Uploads.WithLabelValues("staged").Inc()
 			res, _ := json.Marshal(PutResult{Name: u.hdr.Name, Status: "staged"})
 			return stream.Send(&aflight.PutResult{AppMetadata: res})
 		}
@@ -383,6 +385,7 @@ func (s *Service) finish(ctx context.Context, stream aflight.FlightService_DoPut
 			s.log.Debug("block stored", "block", u.hdr.Name, "size", u.hdr.Size)
 		}
 	}
+	Uploads.WithLabelValues(string(st)).Inc()
 	res, _ := json.Marshal(PutResult{Name: u.hdr.Name, Status: string(st)})
 	return stream.Send(&aflight.PutResult{AppMetadata: res})
 }

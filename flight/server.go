@@ -287,8 +287,17 @@ func Run(ctx context.Context, cfg Config) (err error) {
 	svc := NewService(srvCtx, cfg, db, store)
 	if r := cfg.Engine.Registerer; r != nil {
 		// Per queue and per site, read from the metadata at each scrape.
-		if err := r.Register(queueCollector{db}); err != nil {
-			cfg.Logger.Warn("queue metrics not registered", "err", err)
+		qc := queueCollector{db: db}
+		qc.stageOf = func(g string) (string, bool) {
+			if svc.eng == nil {
+				return "", false
+			}
+			return svc.eng.StageOf(g)
+		}
+		for _, c := range []prometheus.Collector{qc, Uploads, AuthFailures} {
+			if err := r.Register(c); err != nil {
+				cfg.Logger.Warn("Flight metrics not registered", "err", err)
+			}
 		}
 	}
 	svc.authz = authz
