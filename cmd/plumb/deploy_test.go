@@ -179,6 +179,14 @@ func TestDeployFiles(t *testing.T) {
 				args = append(args, s)
 			}
 			checkPlumbArgs(t, "plumb.yaml "+name.(string), args)
+			// The scrape port must be a --metrics listener: under --users,
+			// --http answers /metrics with 401.
+			if port, ok := get(doc, "spec", "template", "metadata", "annotations", "prometheus.io/port").(string); ok {
+				i := slices.Index(args, "--metrics")
+				if i < 0 || i+1 >= len(args) || !strings.HasSuffix(args[i+1], ":"+port) {
+					t.Errorf("%v: Prometheus scrapes port %s, which is not its --metrics listener (args %v)", name, port, args)
+				}
+			}
 		}
 	}
 	if plumbPods != 2 {
