@@ -111,3 +111,14 @@ func TestJobBeforeItsQueue(t *testing.T) {
 		t.Errorf("output %q", got)
 	}
 }
+
+// TestAllProblemsAtOnce: a job's second round of problems used to show
+// only on the next submit. An unregistered program and an input no one
+// makes are both reported by the first.
+func TestAllProblemsAtOnce(t *testing.T) {
+	r := newRig(t, engine.Config{Slots: 1})
+	res := r.untrusted("job: two\nstages:\n  - {name: s, inputs: [nowhere], program: [/bin/sh], outputs: [x]}\n")
+	if res.State != "rejected" || !strings.Contains(res.Reason, `program "/bin/sh" is not registered`) || !strings.Contains(res.Reason, "input queue nowhere holds no blocks") {
+		t.Errorf("one submit, both problems: %+v", res)
+	}
+}

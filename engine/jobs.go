@@ -45,13 +45,17 @@ func (e *Engine) SubmitChecked(file string, src []byte, owner string, trusted bo
 	if owner != "" {
 		job.Owner = owner // the authenticated user wins over the file
 	}
+	// Every problem in one answer: rights, programs and the merge are all
+	// checked before the verdict, so a fix is not followed by a second
+	// round of errors.
+	var refused []error
 	if authorize != nil {
 		if err := authorize(job); err != nil {
-			return e.reject(job.Name, job.Owner, err)
+			refused = append(refused, err)
 		}
 	}
 	if err := e.checkPrograms(file, job, trusted); err != nil {
-		return e.reject(job.Name, job.Owner, err)
+		refused = append(refused, err)
 	}
 	e.mu.Lock()
 	defer e.mu.Unlock()
@@ -60,11 +64,14 @@ func (e *Engine) SubmitChecked(file string, src []byte, owner string, trusted bo
 		return SubmitResult{}, err
 	}
 	if mine := countOwned(jobs, job.Owner); job.Owner != "" && mine >= e.cfg.MaxJobsPerOwner {
-		return e.reject(job.Name, job.Owner, fmt.Errorf("user %s has %d accepted jobs, the most one user may have; retract one (plumb job retract NAME) or replace one by submitting under its name", job.Owner, mine))
+		refused = append(refused, fmt.Errorf("user %s has %d accepted jobs, the most one user may have; retract one (plumb job retract NAME) or replace one by submitting under its name", job.Owner, mine))
 	}
 	g, warns, err := pipeline.Merge(append(jobs, job), e.mergeOptions())
 	if err != nil {
-		return e.reject(job.Name, job.Owner, err)
+		refused = append(refused, err)
+	}
+	if len(refused) > 0 {
+		return e.reject(job.Name, job.Owner, joinProblems(refused))
 	}
 	var mine []string
 	for _, w := range warns {
@@ -91,6 +98,29 @@ func (e *Engine) SubmitChecked(file string, src []byte, owner string, trusted bo
 	}
 	e.log.Info("job accepted", "job", job.Name, "owner", job.Owner, "stages", res.Stages, "warnings", len(mine))
 	return res, nil
+}
+
+// joinProblems puts the problems of several checks into one list, one
+// per line in file order where they have positions.
+func joinProblems(errs []error) error {
+	var ps pipeline.Problems
+	var other []error
+	for _, err := range errs {
+		var p pipeline.Problems
+		if errors.As(err, &p) {
+			ps = append(ps, p...)
+		} else {
+			other = append(other, err)
+		}
+	}
+	if len(other) == 0 {
+		slices.SortStableFunc(ps, func(a, b pipeline.Problem) int { return a.Line - b.Line })
+		return ps
+	}
+	if len(ps) > 0 {
+		other = append([]error{ps}, other...)
+	}
+	return errors.Join(other...)
 }
 
 func countOwned(jobs []*pipeline.Job, owner string) int {
