@@ -8,12 +8,17 @@ import (
 	"flag"
 	"io"
 	"os"
+	"os/exec"
 	"path/filepath"
+	"regexp"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 
 	"gopkg.in/yaml.v3"
+
+	"github.com/plumb-dev/plumb/internal/testenv"
 )
 
 // checkPlumbArgs fails unless the plumb subcommand accepts every flag of
@@ -206,6 +211,31 @@ func TestDeployFiles(t *testing.T) {
 			if metric == "" || !bytes.Contains(metrics, []byte(`"`+metric+`"`)) {
 				t.Errorf("the autoscaler scales on %q, which the server does not export", metric)
 			}
+		}
+	}
+}
+
+// TestAgentUnitHardened: systemd-analyze security rates the agent's unit
+// OK (≤ 4.0): a dynamic user with raw sockets only, a spool directory
+// systemd creates (a fresh host has none), the key handed in as a
+// credential. The server and worker run bubblewrap sandboxes, which need
+// namespaces and mounts; their units are not held to it yet.
+func TestAgentUnitHardened(t *testing.T) {
+	sa := testenv.Tool(t, "systemd-analyze")
+	out, _ := exec.Command(sa, "security", "--offline=true", "../../deploy/systemd/plumb-agent.service").CombinedOutput()
+	m := regexp.MustCompile(`Overall exposure level for plumb-agent.service: ([0-9.]+)`).FindSubmatch(out)
+	if m == nil {
+		t.Fatalf("systemd-analyze security said:\n%s", out)
+	}
+	score, _ := strconv.ParseFloat(string(m[1]), 64)
+	t.Logf("plumb-agent.service exposure %.1f", score)
+	if score > 4.0 {
+		t.Errorf("plumb-agent.service exposure %.1f, want ≤ 4.0:\n%s", score, out)
+	}
+	unit, _ := os.ReadFile("../../deploy/systemd/plumb-agent.service")
+	for _, want := range []string{"DynamicUser=yes", "StateDirectory=plumb-agent", "--spool /var/lib/plumb-agent/"} {
+		if !strings.Contains(string(unit), want) {
+			t.Errorf("the agent unit lacks %q", want)
 		}
 	}
 }
