@@ -5,6 +5,8 @@
 package synth
 
 import (
+	"bytes"
+	"container/heap"
 	"context"
 	"fmt"
 	"math/rand/v2"
@@ -103,16 +105,63 @@ func Generate(ctx context.Context, w *pcap.Writer, cfg Config) (Stats, error) {
 				return g.st, err
 			}
 		}
-		if cfg.Duration > 0 && !now.Before(end) || cfg.MaxBytes > 0 && w.Bytes >= cfg.MaxBytes {
+		if cfg.Duration > 0 && !now.Before(end) || cfg.MaxBytes > 0 && w.Bytes+g.held >= cfg.MaxBytes {
 			break
+		}
+		// Every packet of this exchange and later ones is stamped at or
+		// after now: what is held from before can be written in order.
+		if err := g.release(now); err != nil {
+			return g.st, err
 		}
 		if err := g.exchange(now); err != nil {
 			return g.st, err
 		}
 		now = now.Add(time.Duration(g.r.ExpFloat64() / cfg.Rate * float64(time.Second)))
 	}
+	if err := g.release(time.Time{}); err != nil {
+		return g.st, err
+	}
 	g.st.Bytes = w.Bytes
 	return g.st, w.Flush()
+}
+
+// held is a packet waiting for the ones stamped before it.
+type held struct {
+	t    time.Time
+	seq  uint64 // order of making, for equal times
+	data []byte
+}
+
+type heldHeap []held
+
+func (h heldHeap) Len() int { return len(h) }
+func (h heldHeap) Less(i, j int) bool {
+	if !h[i].t.Equal(h[j].t) {
+		return h[i].t.Before(h[j].t)
+	}
+	return h[i].seq < h[j].seq
+}
+func (h heldHeap) Swap(i, j int) { h[i], h[j] = h[j], h[i] }
+func (h *heldHeap) Push(x any)   { *h = append(*h, x.(held)) }
+func (h *heldHeap) Pop() any {
+	old := *h
+	p := old[len(old)-1]
+	*h = old[:len(old)-1]
+	return p
+}
+
+// release writes the held packets stamped up to until (all of them when
+// until is zero), in time order: a capture is written as a capture
+// process sees it, not response before query.
+func (g *gen) release(until time.Time) error {
+	for len(g.pending) > 0 && (until.IsZero() || !g.pending[0].t.After(until)) {
+		p := heap.Pop(&g.pending).(held)
+		g.held -= int64(len(p.data)) + pcap.RecordHeaderSize
+		if err := g.w.WritePacket(gopacket.CaptureInfo{Timestamp: p.t, CaptureLength: len(p.data), Length: len(p.data)}, p.data); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 type gen struct {
@@ -122,6 +171,11 @@ type gen struct {
 	buf   gopacket.SerializeBuffer
 	names []string
 	st    Stats
+	// pending holds made packets until every packet stamped before them
+	// is made: exchanges overlap in time.
+	pending heldHeap
+	held    int64 // bytes pending, as written
+	made    uint64
 }
 
 func (g *gen) name() string {
@@ -310,7 +364,10 @@ func (g *gen) write(t time.Time, ls ...gopacket.SerializableLayer) error {
 	if err := gopacket.SerializeLayers(g.buf, gopacket.SerializeOptions{FixLengths: true, ComputeChecksums: true}, ls...); err != nil {
 		return fmt.Errorf("synth: serialize: %w", err)
 	}
-	data := g.buf.Bytes()
+	data := bytes.Clone(g.buf.Bytes())
 	g.st.Packets++
-	return g.w.WritePacket(gopacket.CaptureInfo{Timestamp: t, CaptureLength: len(data), Length: len(data)}, data)
+	g.made++
+	heap.Push(&g.pending, held{t, g.made, data})
+	g.held += int64(len(data)) + pcap.RecordHeaderSize
+	return nil
 }
