@@ -191,8 +191,16 @@ func agentCommand() command {
 				}
 				defer stop()
 			}
-			_, err = agent.Run(ctx, cfg, srcs, w)
-			return err
+			st, err := agent.Run(ctx, cfg, srcs, w)
+			if err != nil {
+				return err
+			}
+			finite := *watch == "" && *iface == "" && *follow == ""
+			if n := st.Cut.BadSources.Load(); n > 0 && finite {
+				// A broken pipeline must not look healthy (exit 0).
+				return fmt.Errorf("%d of %d sources could not be read as captures (the log says why); what could be read was shipped", n, len(srcs))
+			}
+			return nil
 		},
 	}
 }

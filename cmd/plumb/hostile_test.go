@@ -5,6 +5,7 @@ import (
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
+	"errors"
 	"io"
 	"os"
 	"os/exec"
@@ -207,5 +208,19 @@ func TestSpoolBelongsToItsServer(t *testing.T) {
 	}
 	if dirs, _ := filepath.Glob(filepath.Join(state, "plumb", "import", "*", "pcap.sz.nyc")); len(dirs) != 2 {
 		t.Errorf("spools under the state directory: %v", dirs)
+	}
+}
+
+// TestAgentGarbageFails: `echo hello | plumb agent --site x -` logged an
+// error and exited 0, so a broken capture pipeline looked healthy.
+func TestAgentGarbageFails(t *testing.T) {
+	addr := servePlumb(t, t.TempDir())
+	cmd := exec.Command(os.Args[0], "agent", "--server", addr, "--site", "x", "--new-instance", "--spool", filepath.Join(t.TempDir(), "spool"), "-")
+	cmd.Env = append(os.Environ(), "PLUMB_TEST_AS_PLUMB=1")
+	cmd.Stdin = strings.NewReader("hello\n")
+	out, err := cmd.CombinedOutput()
+	var ee *exec.ExitError
+	if !errors.As(err, &ee) || ee.ExitCode() != 1 || !strings.Contains(string(out), "could not be read as captures") {
+		t.Errorf("agent on garbage: %v\n%s", err, out)
 	}
 }
