@@ -45,6 +45,10 @@ type Config struct {
 	// Aging is how long after arriving a read without a deadline counts as
 	// due, for ordering; 2 s when 0.
 	Aging time.Duration
+	// Observe, when set, gets each finished transfer's estimate (made when
+	// it was granted, safety factor included) and its actual duration:
+	// how honest the admission is.
+	Observe func(estimated, actual time.Duration)
 	// PerUser is the most slots one user's reads hold at once, so one
 	// user (or one user's stalled streams) cannot take them all: half the
 	// slots when 0, none when negative. Reads over it wait while others'
@@ -226,6 +230,9 @@ func (c *Controller) release(start time.Time, user string, est time.Duration) fu
 			// Learn the transfer model, smoothed: big transfers tell the
 			// rate, small ones the fixed cost.
 			if d := now.Sub(start); d > 0 && sent > 0 {
+				if c.cfg.Observe != nil && est > 0 {
+					c.cfg.Observe(est, d)
+				}
 				if sent >= 256<<10 {
 					c.rate = 0.8*c.rate + 0.2*float64(sent)/d.Seconds()
 				} else if sent <= 16<<10 {

@@ -198,3 +198,20 @@ func TestPerUserShare(t *testing.T) {
 	}
 	held[1](100)
 }
+
+// TestObserveEstimate: each finished transfer reports the estimate it
+// was granted with and how long it took, for the estimate-error metric.
+func TestObserveEstimate(t *testing.T) {
+	clk := &clock{t: time.Unix(0, 0)}
+	var est, actual time.Duration
+	c := New(Config{Slots: 1, Rate: 1e6, Now: clk.now, Observe: func(e, a time.Duration) { est, actual = e, a }})
+	done, err := c.Acquire(context.Background(), 1e6)
+	if err != nil {
+		t.Fatal(err)
+	}
+	clk.add(3 * time.Second)
+	done(1e6)
+	if est != 1200*time.Millisecond || actual != 3*time.Second {
+		t.Errorf("observed estimate %v, actual %v; want 1.2s (1 s at 1 MB/s, ×1.2) and 3s", est, actual)
+	}
+}

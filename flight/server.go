@@ -194,7 +194,8 @@ type Service struct {
 // NewService returns a service over an open database and store.
 func NewService(ctx context.Context, cfg Config, db *state.DB, store blob.Store) *Service {
 	cfg.defaults()
-	adm := admission.New(admission.Config{Policy: cfg.ReadPolicy, Slots: cfg.ReadSlots, PerUser: cfg.ReadSlotsPerUser, Now: cfg.Now})
+	adm := admission.New(admission.Config{Policy: cfg.ReadPolicy, Slots: cfg.ReadSlots, PerUser: cfg.ReadSlotsPerUser, Now: cfg.Now,
+		Observe: func(est, actual time.Duration) { ReadEstimate.Observe(actual.Seconds() / est.Seconds()) }})
 	return &Service{cfg: cfg, db: db, store: store, adm: adm, log: cfg.Logger, audit: cfg.Logger.With("log", "audit"), ctx: ctx}
 }
 
@@ -294,7 +295,7 @@ func Run(ctx context.Context, cfg Config) (err error) {
 			}
 			return svc.eng.StageOf(g)
 		}
-		for _, c := range []prometheus.Collector{qc, Uploads, AuthFailures} {
+		for _, c := range []prometheus.Collector{qc, Uploads, AuthFailures, ReadEstimate} {
 			if err := r.Register(c); err != nil {
 				cfg.Logger.Warn("Flight metrics not registered", "err", err)
 			}

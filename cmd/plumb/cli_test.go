@@ -177,7 +177,7 @@ func TestCLIConventions(t *testing.T) {
 	if resp, err := http.Get("http://" + web + "/metrics"); err == nil {
 		body, _ := io.ReadAll(resp.Body)
 		resp.Body.Close()
-		for _, want := range []string{`plumb_uploads_total{result="stored"} 1`, `plumb_queue_blocks{queue="pcap.sz"} 1`, `plumb_site_last_seq{queue="pcap.sz",site="lax"} 1`, `plumb_site_last_arrival_timestamp_seconds{queue="pcap.sz",site="lax"}`} {
+		for _, want := range []string{"plumb_read_estimate_ratio_bucket", `plumb_uploads_total{result="stored"} 1`, `plumb_queue_blocks{queue="pcap.sz"} 1`, `plumb_site_last_seq{queue="pcap.sz",site="lax"} 1`, `plumb_site_last_arrival_timestamp_seconds{queue="pcap.sz",site="lax"}`} {
 			if !strings.Contains(string(body), want) {
 				t.Errorf("/metrics lacks %s", want)
 			}
