@@ -15,6 +15,17 @@ const touchEvery = time.Minute
 // its idle expiry starts over.
 func (d *DB) TouchGroup(queue, group string) error {
 	now := d.now().UTC()
+	// Most calls find it touched within the minute: a read-only look
+	// spares them a write transaction (and its fsync).
+	fresh := false
+	d.bolt.View(func(tx *bolt.Tx) error {
+		g, ok, err := getJSON[Group](mustSub(tx, bucketGroups, queue), []byte(group))
+		fresh = err == nil && ok && now.Sub(g.Used) < touchEvery
+		return nil
+	})
+	if fresh {
+		return nil
+	}
 	return d.bolt.Update(func(tx *bolt.Tx) error {
 		groups, g, err := loadGroup(tx, queue, group)
 		if err != nil {
