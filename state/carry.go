@@ -1,6 +1,7 @@
 package state
 
 import (
+	"encoding/json"
 	"fmt"
 	"time"
 
@@ -67,7 +68,44 @@ func (d *DB) ReserveNext(queue, group, reserver string, visibility, gapWait time
 		if err != nil {
 			return err
 		}
-		// The lowest sequence number each site still owes, and the
+		dels := mustSub(tx, bucketDeliveries, queue, group)
+		take := func(serial []byte, b Block, with CarryIn) error {
+			del, _, err := getJSON[Delivery](dels, serial)
+			if err != nil {
+				return err
+			}
+			del.State, del.Until, del.Reserver = Reserved, now.Add(visibility), reserver
+			del.Attempts++
+			if err := putJSON(dels, serial, del); err != nil {
+				return err
+			}
+			out, in = Reservation{Blocks: []Block{b}, Attempt: del.Attempts}, with
+			return nil
+		}
+		// The common case, found without scanning the backlog: a site's
+		// next block in sequence is here and free.
+		if err := carries.ForEach(func(inst, raw []byte) error {
+			if out.Blocks != nil {
+				return nil
+			}
+			var c Carry
+			if json.Unmarshal(raw, &c) != nil {
+				return nil
+			}
+			b, ok, err := getJSON[Block](blocks, blockKey(string(inst), c.Next))
+			if err != nil || !ok {
+				return err
+			}
+			del, ok, err := getJSON[Delivery](dels, u64(b.Serial))
+			if err != nil || !ok || !del.available(now) {
+				return err
+			}
+			return take(u64(b.Serial), b, CarryIn{Instance: b.Instance, Carried: true, State: c.State})
+		}); err != nil || out.Blocks != nil {
+			return err
+		}
+		// Otherwise scan: a site's first block, a late one, one past a
+		// gap. The lowest sequence number each site still owes, and the
 		// blocks that could run now.
 		type cand struct {
 			serial []byte
@@ -114,18 +152,7 @@ func (d *DB) ReserveNext(queue, group, reserver string, visibility, gapWait time
 			default:
 				continue
 			}
-			dels := mustSub(tx, bucketDeliveries, queue, group)
-			del, _, err := getJSON[Delivery](dels, c.serial)
-			if err != nil {
-				return err
-			}
-			del.State, del.Until, del.Reserver = Reserved, now.Add(visibility), reserver
-			del.Attempts++
-			if err := putJSON(dels, c.serial, del); err != nil {
-				return err
-			}
-			out = Reservation{Blocks: []Block{b}, Attempt: del.Attempts}
-			return nil
+			return take(c.serial, b, in)
 		}
 		return nil
 	})
