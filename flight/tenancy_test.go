@@ -19,6 +19,7 @@ import (
 
 	"github.com/plumb-dev/plumb/auth"
 	"github.com/plumb-dev/plumb/engine"
+	"github.com/plumb-dev/plumb/internal/testenv"
 	"github.com/plumb-dev/plumb/state"
 )
 
@@ -131,7 +132,7 @@ func TestRevocation(t *testing.T) {
 	file, secrets := usersFile(t)
 	addr := runServer(t, Config{Users: file})
 	ctx := context.Background()
-	edit := func(fn func(f *auth.File)) { t.Helper(); editUsers(t, file, fn) }
+	edit := func(fn func(f *auth.File)) { t.Helper(); testenv.EditUsers(t, file, fn) }
 	refused := func(c *Client, what string) {
 		t.Helper()
 		if _, err := c.Queues(ctx); codeOf(err) != codes.Unauthenticated {
@@ -224,7 +225,7 @@ func (copyBuiltin) Run(_ context.Context, in io.Reader, out io.Writer) error {
 // group, and the job resumes where it stopped when the user is back.
 func TestRemovedOwnerSuspends(t *testing.T) {
 	file, secrets := usersFile(t)
-	edit := func(fn func(f *auth.File)) { t.Helper(); editUsers(t, file, fn) }
+	edit := func(fn func(f *auth.File)) { t.Helper(); testenv.EditUsers(t, file, fn) }
 	edit(func(f *auth.File) {
 		f.Rules = append(f.Rules, auth.Rule{Queues: "ana.*", Groups: []string{"analysts"}, Allow: []auth.Perm{auth.Read, auth.Write}})
 	})
@@ -507,19 +508,6 @@ func TestGroupLifecycle(t *testing.T) {
 	waitFor("the idle group to expire and retention to free the blocks", func() bool { return blocks() == 0 })
 	if qs, err := ops.QueueStats(ctx, "dns.in"); err != nil || len(qs.Groups) != 1 || !strings.HasPrefix(qs.Groups[0].Group, "stage-") {
 		t.Errorf("the stage's group after the idle time: %+v %v", qs.Groups, err)
-	}
-}
-
-// editUsers changes the users file as `plumb user` would.
-func editUsers(t testing.TB, file string, fn func(f *auth.File)) {
-	t.Helper()
-	f, err := auth.Load(file)
-	if err != nil {
-		t.Fatal(err)
-	}
-	fn(f)
-	if err := f.Save(file); err != nil {
-		t.Fatal(err)
 	}
 }
 

@@ -25,6 +25,7 @@ import (
 	"github.com/plumb-dev/plumb/block"
 	"github.com/plumb-dev/plumb/engine"
 	"github.com/plumb-dev/plumb/engine/builtin"
+	"github.com/plumb-dev/plumb/internal/testenv"
 	"github.com/plumb-dev/plumb/sandbox"
 	"github.com/plumb-dev/plumb/state"
 	"github.com/plumb-dev/plumb/web"
@@ -340,17 +341,7 @@ func TestDashboardLogin(t *testing.T) {
 	// accept an old secret for 5 minutes): an old secret after a reset, a
 	// revoked token and a removed user are each refused on the next
 	// request.
-	edit := func(fn func(f *auth.File)) {
-		t.Helper()
-		f, err := auth.Load(file)
-		if err != nil {
-			t.Fatal(err)
-		}
-		fn(f)
-		if err := f.Save(file); err != nil {
-			t.Fatal(err)
-		}
-	}
+	edit := func(fn func(f *auth.File)) { t.Helper(); testenv.EditUsers(t, file, fn) }
 	var newSecret string
 	edit(func(f *auth.File) { newSecret, _ = f.AddUser("ana", []string{"analysts"}) })
 	if code, _, _ := get("/api/graph", "ana", anaSecret); code != 401 {
