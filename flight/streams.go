@@ -132,7 +132,7 @@ func (s *Service) getState(ctx context.Context, body []byte) (any, error) {
 	if err != nil {
 		return nil, statusOf(err, codes.InvalidArgument)
 	}
-	if s.authz != nil && c.Owner != "" && c.Owner != caller(ctx) && !s.may(ctx, auth.Admin, r.Queue) {
+	if s.authz != nil && c.Others(caller(ctx), s.may(ctx, auth.Admin, r.Queue)) {
 		s.audit.Warn("denied", "audit", true, "user", caller(ctx), "action", "get-state", "queue", r.Queue, "consumer", r.Consumer)
 		return nil, status.Errorf(codes.PermissionDenied, "get-state: stream consumer %s of %s/%s %v, %s; use a consumer name of your own", r.Consumer, r.Queue, r.Instance, state.ErrOwned, c.Owner)
 	}

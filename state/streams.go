@@ -102,6 +102,12 @@ func (d *DB) OpenCursor(queue, instance, consumer, from string) (Cursor, error) 
 	return d.OpenOwnedCursor(queue, instance, consumer, from, "", true)
 }
 
+// Others reports whether the cursor belongs to someone other than user,
+// who is no admin: then user may neither move nor read it.
+func (c Cursor) Others(user string, admin bool) bool {
+	return c.Owner != "" && c.Owner != user && !admin
+}
+
 // OpenOwnedCursor is OpenCursor for a user: a new cursor (or one from
 // before cursors had owners) becomes owner's; another user's is refused
 // with ErrOwned, untouched, unless admin.
@@ -118,7 +124,7 @@ func (d *DB) OpenOwnedCursor(queue, instance, consumer, from, owner string, admi
 			return err
 		}
 		c = old
-		if ok && old.Owner != "" && old.Owner != owner && !admin {
+		if ok && old.Others(owner, admin) {
 			return fmt.Errorf("stream consumer %s of %s/%s %w, %s", consumer, queue, instance, ErrOwned, old.Owner)
 		}
 		if !ok {
