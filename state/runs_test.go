@@ -154,3 +154,28 @@ func TestReserveJoinWaitsForEveryInput(t *testing.T) {
 		t.Fatal("seq 1 handed out without its dns.arrow half")
 	}
 }
+
+// TestCarryIsBounded: a run's carried state (from a worker over
+// commit-lease, say) over MaxCarry is refused with the limit named, and
+// the run is not committed.
+func TestCarryIsBounded(t *testing.T) {
+	db, _ := open(t)
+	db.EnsureGroup("pcap.sz", "stage-a", Earliest)
+	db.CommitBlock(mk(1, "aa"))
+	res, _, ok, err := db.ReserveNext("pcap.sz", "stage-a", "r", time.Minute, time.Minute)
+	if err != nil || !ok {
+		t.Fatal(ok, err)
+	}
+	run := Run{Group: "stage-a", Reserver: "r", Inputs: res.Blocks,
+		Carry: &CarryUpdate{Instance: res.Blocks[0].Instance, Seq: res.Blocks[0].Seq, State: make([]byte, MaxCarry+1)}}
+	if _, err := db.CommitRun(run); err == nil || !strings.Contains(err.Error(), "over 67108864") {
+		t.Fatalf("a carry over MaxCarry: %v", err)
+	}
+	if _, ok, _ := db.GetCarry("stage-a", res.Blocks[0].Instance); ok {
+		t.Error("the refused run's carry was stored")
+	}
+	run.Carry.State = []byte("small")
+	if _, err := db.CommitRun(run); err != nil {
+		t.Fatalf("the run with a carry within the limit: %v", err)
+	}
+}

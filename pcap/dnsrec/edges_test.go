@@ -181,3 +181,25 @@ func TestCutAnywhere(t *testing.T) {
 		}
 	}
 }
+
+// TestLoadStateRefusesGarbage: carried state that is not what SaveState
+// wrote (damaged, truncated, another version) is an error, not a panic
+// or a silent start from nothing.
+func TestLoadStateRefusesGarbage(t *testing.T) {
+	x := NewExtractor(layers.LinkTypeEthernet, nil, func(*Record) {})
+	for _, f := range v6Fragments(1)[:1] {
+		x.Packet(time.Unix(1, 0), f)
+	}
+	good, err := x.SaveState()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for name, bad := range map[string][]byte{"garbage": []byte("not a gob at all"), "truncated": good[:len(good)/2], "one byte": {0x7f}} {
+		if err := NewExtractor(layers.LinkTypeEthernet, nil, func(*Record) {}).LoadState(bad); err == nil {
+			t.Errorf("%s state loaded without an error", name)
+		}
+	}
+	if err := NewExtractor(layers.LinkTypeEthernet, nil, func(*Record) {}).LoadState(good); err != nil {
+		t.Errorf("good state: %v", err)
+	}
+}
