@@ -71,11 +71,17 @@ func (c queueCollector) Collect(ch chan<- prometheus.Metric) {
 	for _, q := range qs {
 		ch <- prometheus.MustNewConstMetric(queueBlocksDesc, prometheus.GaugeValue, float64(q.Blocks), q.Name)
 		ch <- prometheus.MustNewConstMetric(queueBytesDesc, prometheus.GaugeValue, float64(q.Bytes), q.Name)
-		if gs, err := c.db.Groups(q.Name); err == nil {
-			for _, g := range gs {
-				name := c.consumer(g.Group)
-				ch <- prometheus.MustNewConstMetric(backlogDesc, prometheus.GaugeValue, float64(g.Unreserved), q.Name, name)
-				ch <- prometheus.MustNewConstMetric(faultyDesc, prometheus.GaugeValue, float64(g.Faulty), q.Name, name)
+		// Counted from each group's floor: a scrape costs what is open,
+		// not the queue's history.
+		if names, err := c.db.GroupNames(q.Name); err == nil {
+			for _, g := range names {
+				backlog, faulty, err := c.db.Owed(q.Name, g)
+				if err != nil {
+					continue
+				}
+				name := c.consumer(g)
+				ch <- prometheus.MustNewConstMetric(backlogDesc, prometheus.GaugeValue, float64(backlog), q.Name, name)
+				ch <- prometheus.MustNewConstMetric(faultyDesc, prometheus.GaugeValue, float64(faulty), q.Name, name)
 			}
 		}
 		sites, err := c.db.Instances(q.Name)

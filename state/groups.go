@@ -87,3 +87,39 @@ func (d *DB) ExpireGroups(idle time.Duration, keep func(group string) bool) ([]G
 	}
 	return gone, nil
 }
+
+// GroupNames lists a queue's consumer groups without counting what they
+// hold (Groups counts every delivery, done ones included).
+func (d *DB) GroupNames(queue string) ([]string, error) {
+	var out []string
+	err := d.bolt.View(func(tx *bolt.Tx) error {
+		groups := mustSub(tx, bucketGroups, queue)
+		if groups == nil {
+			return nil
+		}
+		return groups.ForEach(func(k, _ []byte) error {
+			out = append(out, string(k))
+			return nil
+		})
+	})
+	return out, err
+}
+
+// Owed counts a group's deliveries past its floor (where every earlier
+// one is done): those it could take now or after a retry backoff, and the
+// FAULTY ones. Its cost follows what is open, not the queue's history.
+func (d *DB) Owed(queue, group string) (backlog, faulty int64, err error) {
+	now := d.now()
+	err = d.bolt.View(func(tx *bolt.Tx) error {
+		return eachOwed(tx, queue, group, func(_ []byte, del Delivery) (bool, error) {
+			switch {
+			case del.State == Unreserved || del.State == Reserved && now.After(del.Until):
+				backlog++
+			case del.State == Faulty:
+				faulty++
+			}
+			return false, nil
+		})
+	})
+	return backlog, faulty, err
+}
