@@ -1,5 +1,6 @@
 # Plumb. `make demo` runs the main job on the embedded default; `make test`
 # runs every test (what CI runs); `make bench` measures against baselines.
+SHELL   := /bin/bash
 GO      ?= go
 BIN     := bin/plumb
 PYTEST  ?= python3 -m pytest
@@ -39,8 +40,13 @@ lint:
 
 test: lint build test-go test-python fuzz-short
 
+# On failure the names of failed and hung tests are repeated at the end,
+# where a CI log that shows only its tail still shows them.
 test-go:
-	$(GO) test -race -count=1 -timeout 30m ./...
+	@log=$$(mktemp); $(GO) test -race -count=1 -timeout 20m ./... 2>&1 | tee $$log; st=$${PIPESTATUS[0]}; \
+	if [ $$st -ne 0 ]; then echo; echo "== what failed (repeated from above)"; \
+		grep -E -A4 '^(--- FAIL|panic: |FAIL|running tests:)' $$log | grep -v -E '^(\s*$$|--$$)' | head -80; fi; \
+	rm -f $$log; exit $$st
 
 test-python: build
 	PLUMB_BIN=$(CURDIR)/$(BIN) $(PYTEST) -q tests/python

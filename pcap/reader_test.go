@@ -7,7 +7,6 @@ import (
 	"errors"
 	"io"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"runtime"
 	"strconv"
@@ -135,7 +134,7 @@ func TestWriteRoundTrip(t *testing.T) {
 		out := filepath.Join(t.TempDir(), "x.pcap")
 		os.WriteFile(out, buf.Bytes(), 0o644)
 		if len(pkts) > 0 {
-			got, err := exec.Command(tcpdump, "-n", "-r", out).Output()
+			got, err := testenv.Command(t, 2*time.Minute, tcpdump, "-n", "-r", out).Output()
 			if n := strings.Count(string(got), "\n"); err != nil || n != len(pkts) {
 				t.Fatalf("%s: tcpdump read %d packets of our file (%v), want %d", f, n, err, len(pkts))
 			}

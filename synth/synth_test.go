@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"context"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -56,7 +55,7 @@ func TestTsharkAgrees(t *testing.T) {
 	data, st := generate(t, Config{Seed: 3, Duration: 3 * time.Second, TCP: 0.2, IPv6: 0.4, EDNS: 0.7})
 	path := filepath.Join(t.TempDir(), "synth.pcap")
 	os.WriteFile(path, data, 0o644)
-	out, err := exec.Command(tshark, "-r", path, "-n", "-o", "tcp.desegment_tcp_streams:TRUE",
+	out, err := testenv.Command(t, 5*time.Minute, tshark, "-r", path, "-n", "-o", "tcp.desegment_tcp_streams:TRUE",
 		"-Y", "dns", "-T", "fields", "-e", "ip.proto", "-e", "ipv6.nxt", "-e", "dns.flags.response", "-e", "_ws.malformed").Output()
 	if err != nil {
 		t.Fatalf("tshark: %v", err)

@@ -11,7 +11,6 @@ import (
 	"math/rand/v2"
 	"net/http"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"sort"
 	"strings"
@@ -116,7 +115,7 @@ func samePackets(t *testing.T, what string, got, want []packet) {
 // and the bytes in hex.
 func tcpdumpText(t *testing.T, tcpdump, path string) string {
 	t.Helper()
-	out, err := exec.Command(tcpdump, "-r", path, "-tt", "-nn", "-x", "-s", "0").Output()
+	out, err := testenv.Command(t, 2*time.Minute, tcpdump, "-r", path, "-tt", "-nn", "-x", "-s", "0").Output()
 	if err != nil && len(out) == 0 {
 		t.Fatalf("tcpdump -r %s: %v", path, err)
 	}
@@ -135,7 +134,7 @@ func TestAgentFromTcpdump(t *testing.T) {
 	files, _ := filepath.Glob("../../testdata/pcaps/*.pcap")
 	for i, f := range files {
 		site := fmt.Sprintf("site%02d", i)
-		cmd := exec.Command("sh", "-c", fmt.Sprintf("%s -r %s -w - 2>/dev/null | %s agent --server %s --site %s --new-instance --block-size 4KiB --spool %s --log-level warn -",
+		cmd := testenv.Command(t, 2*time.Minute, "sh", "-c", fmt.Sprintf("%s -r %s -w - 2>/dev/null | %s agent --server %s --site %s --new-instance --block-size 4KiB --spool %s --log-level warn -",
 			tcpdump, f, os.Args[0], addr, site, filepath.Join(t.TempDir(), "spool")))
 		cmd.Env = append(os.Environ(), "PLUMB_TEST_AS_PLUMB=1")
 		if out, err := cmd.CombinedOutput(); err != nil {
@@ -333,7 +332,7 @@ func TestAgentBadInput(t *testing.T) {
 	os.WriteFile(garbage, []byte("this is not a capture at all"), 0o644)
 
 	var stdout, stderr bytes.Buffer
-	cmd := exec.Command(os.Args[0], "import", "--quiet", "--server", addr, "--site", "bad", "--new-instance",
+	cmd := testenv.Command(t, 2*time.Minute, os.Args[0], "import", "--quiet", "--server", addr, "--site", "bad", "--new-instance",
 		"--spool", filepath.Join(dir, "spool"), truncated, corrupt, empty, garbage, good)
 	cmd.Env = append(os.Environ(), "PLUMB_TEST_AS_PLUMB=1")
 	cmd.Stdout, cmd.Stderr = &stdout, &stderr
@@ -390,7 +389,7 @@ func TestAgentLargeGenerated(t *testing.T) {
 	tcpdump := testenv.Tool(t, "tcpdump")
 	dir := t.TempDir()
 	input := filepath.Join(dir, "synth.pcap")
-	gen := exec.Command(os.Args[0], "synth", "--out", input, "--size", "256MiB", "--seed", "42")
+	gen := testenv.Command(t, 5*time.Minute, os.Args[0], "synth", "--out", input, "--size", "256MiB", "--seed", "42")
 	gen.Env = append(os.Environ(), "PLUMB_TEST_AS_PLUMB=1")
 	if out, err := gen.CombinedOutput(); err != nil {
 		t.Fatalf("synth: %v\n%s", err, out)
@@ -398,7 +397,7 @@ func TestAgentLargeGenerated(t *testing.T) {
 	addr := testenv.FreeAddr(t)
 	startPlumb(t, "serve", "--data", filepath.Join(dir, "data"), "--listen", addr, "--log-level", "warn")
 	waitListening(t, addr)
-	cmd := exec.Command("sh", "-c", fmt.Sprintf("%s -r %s -w - 2>/dev/null | %s agent --server %s --site big --new-instance --block-size 32MiB --spool %s --log-level warn -",
+	cmd := testenv.Command(t, 10*time.Minute, "sh", "-c", fmt.Sprintf("%s -r %s -w - 2>/dev/null | %s agent --server %s --site big --new-instance --block-size 32MiB --spool %s --log-level warn -",
 		tcpdump, input, os.Args[0], addr, filepath.Join(dir, "spool")))
 	cmd.Env = append(os.Environ(), "PLUMB_TEST_AS_PLUMB=1")
 	if out, err := cmd.CombinedOutput(); err != nil {
@@ -527,7 +526,7 @@ func TestAgentStdinSIGKILL(t *testing.T) {
 	args := []string{"agent", "--server", addr, "--site", "pipe", "--new-instance", "--spool", spool, "--block-size", "128KiB", "-"}
 
 	c := dialPlumb(t, addr)
-	cmd := exec.Command(os.Args[0], args...)
+	cmd := testenv.Command(t, 2*time.Minute, os.Args[0], args...)
 	cmd.Env = append(os.Environ(), "PLUMB_TEST_AS_PLUMB=1")
 	stdin, _ := cmd.StdinPipe()
 	if err := cmd.Start(); err != nil {
@@ -559,7 +558,7 @@ func TestAgentStdinSIGKILL(t *testing.T) {
 	cmd.Process.Signal(syscall.SIGKILL)
 	cmd.Wait()
 
-	again := exec.Command(os.Args[0], args...)
+	again := testenv.Command(t, 2*time.Minute, os.Args[0], args...)
 	again.Env = append(os.Environ(), "PLUMB_TEST_AS_PLUMB=1")
 	again.Stdin, _ = os.Open(filepath.Join(dir, "second.pcap"))
 	out, err := again.CombinedOutput()

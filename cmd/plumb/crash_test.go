@@ -68,6 +68,9 @@ func startPlumb(t *testing.T, args ...string) *plumbProc {
 	}
 	cmd := exec.Command(os.Args[0], args...)
 	cmd.Env = append(os.Environ(), "PLUMB_TEST_AS_PLUMB=1")
+	// A stage program the server started may outlive it, holding the
+	// log pipe: waiting at cleanup must not hang on it.
+	cmd.WaitDelay = 10 * time.Second
 	p := &plumbProc{cmd: cmd, log: &procLog{}}
 	cmd.Stdout, cmd.Stderr = p.log, p.log
 	if err := cmd.Start(); err != nil {

@@ -8,13 +8,13 @@ import (
 	"flag"
 	"io"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"regexp"
 	"slices"
 	"strconv"
 	"strings"
 	"testing"
+	"time"
 
 	"gopkg.in/yaml.v3"
 
@@ -222,7 +222,7 @@ func TestDeployFiles(t *testing.T) {
 // namespaces and mounts; their units are not held to it yet.
 func TestAgentUnitHardened(t *testing.T) {
 	sa := testenv.Tool(t, "systemd-analyze")
-	out, _ := exec.Command(sa, "security", "--offline=true", "../../deploy/systemd/plumb-agent.service").CombinedOutput()
+	out, _ := testenv.Command(t, time.Minute, sa, "security", "--offline=true", "../../deploy/systemd/plumb-agent.service").CombinedOutput()
 	m := regexp.MustCompile(`Overall exposure level for plumb-agent.service: ([0-9.]+)`).FindSubmatch(out)
 	if m == nil {
 		t.Fatalf("systemd-analyze security said:\n%s", out)

@@ -215,7 +215,7 @@ func TestSpoolBelongsToItsServer(t *testing.T) {
 // error and exited 0, so a broken capture pipeline looked healthy.
 func TestAgentGarbageFails(t *testing.T) {
 	addr := servePlumb(t, t.TempDir())
-	cmd := exec.Command(os.Args[0], "agent", "--server", addr, "--site", "x", "--new-instance", "--spool", filepath.Join(t.TempDir(), "spool"), "-")
+	cmd := testenv.Command(t, 2*time.Minute, os.Args[0], "agent", "--server", addr, "--site", "x", "--new-instance", "--spool", filepath.Join(t.TempDir(), "spool"), "-")
 	cmd.Env = append(os.Environ(), "PLUMB_TEST_AS_PLUMB=1")
 	cmd.Stdin = strings.NewReader("hello\n")
 	out, err := cmd.CombinedOutput()

@@ -89,7 +89,7 @@ func TestAgentLiveCapture(t *testing.T) {
 	}
 
 	const n = 300
-	send := exec.Command("ip", "netns", "exec", h.ns, python, "-c", fmt.Sprintf(`
+	send := testenv.Command(t, 2*time.Minute, "ip", "netns", "exec", h.ns, python, "-c", fmt.Sprintf(`
 import socket, time
 s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
 for i in range(%d):

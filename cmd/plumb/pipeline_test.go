@@ -143,7 +143,7 @@ stages:
 // returns its stdout, stderr and exit code.
 func plumbExec(t *testing.T, args ...string) (string, string, int) {
 	t.Helper()
-	cmd := exec.Command(os.Args[0], args...)
+	cmd := testenv.Command(t, 5*time.Minute, os.Args[0], args...)
 	cmd.Env = append(os.Environ(), "PLUMB_TEST_AS_PLUMB=1")
 	var out, errb bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &out, &errb

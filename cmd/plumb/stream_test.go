@@ -11,7 +11,6 @@ import (
 	"maps"
 	"math/rand/v2"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -68,9 +67,9 @@ func TestStreamToTcpdump(t *testing.T) {
 		}
 	}
 	out := filepath.Join(dir, "out.pcap")
-	stream := exec.Command(os.Args[0], "stream", "pcap.sz", "--instance", "lax", "--server", addr)
+	stream := testenv.Command(t, 2*time.Minute, os.Args[0], "stream", "pcap.sz", "--instance", "lax", "--server", addr)
 	stream.Env = append(os.Environ(), "PLUMB_TEST_AS_PLUMB=1")
-	td := exec.Command(tcpdump, "-r", "-", "-w", out)
+	td := testenv.Command(t, 2*time.Minute, tcpdump, "-r", "-", "-w", out)
 	pipe, _ := stream.StdoutPipe()
 	td.Stdin = pipe
 	var serr, terr bytes.Buffer

@@ -5,7 +5,6 @@ import (
 	"encoding/binary"
 	"fmt"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -71,7 +70,7 @@ func TestIPv6OptionsAfterFragment(t *testing.T) {
 	w.Flush()
 	path := filepath.Join(t.TempDir(), "v6frag.pcap")
 	os.WriteFile(path, b.Bytes(), 0o644)
-	out, err := exec.Command(tshark, "-r", path, "-n", "-Y", "dns", "-T", "fields", "-e", "frame.time_epoch", "-e", "dns.id", "-e", "dns.qry.name").Output()
+	out, err := testenv.Command(t, 5*time.Minute, tshark, "-r", path, "-n", "-Y", "dns", "-T", "fields", "-e", "frame.time_epoch", "-e", "dns.id", "-e", "dns.qry.name").Output()
 	if err != nil {
 		t.Fatalf("tshark: %v", err)
 	}

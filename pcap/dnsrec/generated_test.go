@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"context"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -48,7 +47,7 @@ func agreeWithTshark(t *testing.T, cfg synth.Config) {
 	// tshark reassembles out-of-order TCP segments only when asked; by
 	// default it loses the messages of reordered streams (430 of the
 	// attack mix's), which Plumb finds.
-	out, err := exec.Command(tshark, "-r", path, "-n", "-o", "tcp.desegment_tcp_streams:TRUE", "-o", "tcp.reassemble_out_of_order:TRUE", "-Y", "dns",
+	out, err := testenv.Command(t, 5*time.Minute, tshark, "-r", path, "-n", "-o", "tcp.desegment_tcp_streams:TRUE", "-o", "tcp.reassemble_out_of_order:TRUE", "-Y", "dns",
 		"-T", "fields", "-e", "frame.time_epoch", "-e", "ip.proto", "-e", "ipv6.nxt", "-e", "dns.id", "-e", "dns.flags.response",
 		"-e", "dns.flags.rcode", "-e", "dns.qry.name").Output()
 	if err != nil {
