@@ -14,11 +14,11 @@ FUZZTIME ?=
 FUZZ_TARGETS := \
 	./block:FuzzParse:800000x \
 	./codecs:FuzzReaders:200000x \
-	./flight:FuzzTicket:40000x \
-	./flight:FuzzPutHeader:50000x \
-	./flight:FuzzTicketAccess:20000x \
-	./flight:FuzzOthersGroups:3000x \
-	./flight:FuzzFlightData:20000x \
+	./server:FuzzTicket:40000x \
+	./server:FuzzPutHeader:50000x \
+	./server:FuzzTicketAccess:20000x \
+	./server:FuzzOthersGroups:3000x \
+	./server:FuzzFlightData:20000x \
 	./ipcguard:FuzzCheckFile:30000x \
 	./auth:FuzzVerify:300000x \
 	./auth:FuzzAllowed:300000x \

@@ -14,14 +14,14 @@ import (
 	"golang.org/x/sync/errgroup"
 
 	"github.com/plumb-dev/plumb/block"
+	"github.com/plumb-dev/plumb/client"
 	"github.com/plumb-dev/plumb/codecs"
-	"github.com/plumb-dev/plumb/flight"
 )
 
 // Config configures an agent or an import.
 type Config struct {
 	Server   string
-	Security flight.Security // TLS and token for the server
+	Security client.Security // TLS and token for the server
 	Queue    string          // e.g. pcap.sz
 	Instance string          // site or capture host
 	Spool    string          // spool directory
@@ -108,7 +108,7 @@ func Run(ctx context.Context, cfg Config, sources []Source, watch *Watch) (Stats
 			break
 		}
 	}
-	client, err := flight.DialSecure(cfg.Server, cfg.Security)
+	client, err := client.DialSecure(cfg.Server, cfg.Security)
 	if err != nil {
 		return st, err
 	}
@@ -193,7 +193,7 @@ func Run(ctx context.Context, cfg Config, sources []Source, watch *Watch) (Stats
 
 // learnSeq sets a fresh spool's sequence from the server, so a lost spool
 // never makes the instance reuse a number.
-func learnSeq(ctx context.Context, cfg Config, spool *Spool, c *flight.Client, log *slog.Logger) error {
+func learnSeq(ctx context.Context, cfg Config, spool *Spool, c *client.Client, log *slog.Logger) error {
 	if cfg.NewInstance {
 		log.Info("new instance: first block is sequence 1")
 		return spool.SetLastSeq(0, false)
@@ -221,7 +221,7 @@ func learnSeq(ctx context.Context, cfg Config, spool *Spool, c *flight.Client, l
 // spool kept from another server is refused before it skips a source it
 // finished there. An unreachable server is no error (a site captures
 // while its WAN is down); the shipper asks again at its first contact.
-func checkServer(ctx context.Context, cfg Config, spool *Spool, c *flight.Client) error {
+func checkServer(ctx context.Context, cfg Config, spool *Spool, c *client.Client) error {
 	qctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	defer cancel()
 	res, err := c.LastSeq(qctx, cfg.Queue, cfg.Instance)

@@ -16,7 +16,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
-	"github.com/plumb-dev/plumb/flight"
+	"github.com/plumb-dev/plumb/client"
 )
 
 // ShipCounters are the shipper's running totals.
@@ -31,7 +31,7 @@ type ShipCounters struct {
 // the server acknowledged it as stored or duplicate.
 type Shipper struct {
 	Spool    *Spool
-	Client   *flight.Client
+	Client   *client.Client
 	InFlight int           // blocks uploading at once
 	MaxWait  time.Duration // backoff cap during outages
 	Log      *slog.Logger
@@ -159,7 +159,7 @@ func (sh *Shipper) Run(ctx context.Context, drain <-chan struct{}) error {
 // backing off with jitter while the server cannot be reached.
 func (sh *Shipper) ship(ctx context.Context, b ReadyBlock) {
 	backoff := 200 * time.Millisecond
-	src := flight.Source{Name: b.Name.String(), Size: b.Size, SHA256: b.SHA256,
+	src := client.Source{Name: b.Name.String(), Size: b.Size, SHA256: b.SHA256,
 		Open: func() (io.ReadCloser, error) { return os.Open(b.Path) }}
 	for {
 		res, err := sh.Client.Put(ctx, src)
@@ -184,7 +184,7 @@ func (sh *Shipper) ship(ctx context.Context, b ReadyBlock) {
 		if err == nil {
 			err = fmt.Errorf("server answered %d results for one block", len(res))
 		}
-		if !flight.Transient(err) {
+		if !client.Transient(err) {
 			// The server refused the block itself (a conflict, a bad name):
 			// retrying will not help, but dropping it would lose data.
 			// Keep it in the spool and say what an operator must do.

@@ -14,8 +14,8 @@ import (
 	"google.golang.org/grpc/mem"
 )
 
-// msgSender is a gRPC stream (server or client side).
-type msgSender interface {
+// MsgSender is a gRPC stream (server or client side).
+type MsgSender interface {
 	SendMsg(m any) error
 }
 
@@ -23,24 +23,20 @@ type msgSender interface {
 // offset value (int64) and the binary column's two int32 offsets.
 const bodyPrefix = 16
 
-// blockWriter writes block batches to a Flight stream. It sends the schema
+// BlockWriter writes block batches to a Flight stream. It sends the schema
 // at once, so a reader of an empty or waiting stream sees it at once, and
 // reads block bytes straight into the buffer that becomes the IPC body, so
 // no byte is copied between the file and gRPC's framing.
-type blockWriter struct {
-	stream msgSender
+type BlockWriter struct {
+	stream MsgSender
 	pw     *payloadWriter
 	w      *ipc.Writer
 	pool   mem.BufferPool
 }
 
-func newBlockWriter(stream msgSender) (*blockWriter, error) {
-	return newBlockWriterDesc(stream, nil)
-}
-
-// newBlockWriterDesc is newBlockWriter with a descriptor sent with the
-// schema, as DoPut requires.
-func newBlockWriterDesc(stream msgSender, desc *aflight.FlightDescriptor) (*blockWriter, error) {
+// NewBlockWriter starts a block stream on stream: it sends the schema,
+// with desc when given (DoPut requires one; DoGet answers have none).
+func NewBlockWriter(stream MsgSender, desc *aflight.FlightDescriptor) (*BlockWriter, error) {
 	// ipc.Writer sends the schema lazily, on the first batch. Close a
 	// throwaway writer to get the schema message now, and have the real
 	// writer skip its own copy.
@@ -49,7 +45,7 @@ func newBlockWriterDesc(stream msgSender, desc *aflight.FlightDescriptor) (*bloc
 		return nil, err
 	}
 	pw := &payloadWriter{stream: stream, skip: 1}
-	return &blockWriter{
+	return &BlockWriter{
 		stream: stream,
 		pw:     pw,
 		w:      ipc.NewWriterWithPayloadWriter(pw, ipc.WithSchema(BlockSchema)),
@@ -57,9 +53,9 @@ func newBlockWriterDesc(stream msgSender, desc *aflight.FlightDescriptor) (*bloc
 	}, nil
 }
 
-// copyBlock sends size bytes of r as batches of ChunkSize, meta on the
+// CopyBlock sends size bytes of r as batches of ChunkSize, meta on the
 // first.
-func (b *blockWriter) copyBlock(name string, r io.Reader, size int64, meta []byte) error {
+func (b *BlockWriter) CopyBlock(name string, r io.Reader, size int64, meta []byte) error {
 	if size == 0 {
 		return b.write(0, nil, 0, meta)
 	}
@@ -79,9 +75,13 @@ func (b *blockWriter) copyBlock(name string, r io.Reader, size int64, meta []byt
 	return nil
 }
 
+// Event sends a batch of no rows whose app_metadata is meta: how a
+// stream announces a window, a gap or its end between blocks.
+func (b *BlockWriter) Event(meta []byte) error { return b.write(0, nil, 0, meta) }
+
 // write sends one batch: the n block bytes at (*buf)[bodyPrefix:] (no row
 // when buf is nil). It takes over buf.
-func (b *blockWriter) write(off int64, buf *[]byte, n int, meta []byte) error {
+func (b *BlockWriter) write(off int64, buf *[]byte, n int, meta []byte) error {
 	rows := 1
 	var body []byte
 	if buf == nil {
@@ -107,7 +107,7 @@ func (b *blockWriter) write(off int64, buf *[]byte, n int, meta []byte) error {
 
 // payloadWriter sends IPC payloads as FlightData.
 type payloadWriter struct {
-	stream msgSender
+	stream MsgSender
 	skip   int
 	desc   *aflight.FlightDescriptor
 	meta   []byte

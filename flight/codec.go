@@ -38,7 +38,9 @@ type codec struct {
 	proto encoding.CodecV2
 }
 
-func newCodec() codec { return codec{proto: encoding.GetCodecV2("proto")} }
+// Codec is the gRPC codec both sides use for Flight: the "proto" codec,
+// with FlightData bodies sent and received without a copy.
+func Codec() encoding.CodecV2 { return codec{proto: encoding.GetCodecV2("proto")} }
 
 // Name is "proto": the bytes on the wire are protobuf.
 func (codec) Name() string { return "proto" }

@@ -1,4 +1,6 @@
-// Package flight is Plumb's Arrow Flight service and its Go client.
+// Package flight is Plumb's Arrow Flight protocol: what the server (package
+// server) and the Go client (package client) both speak, and nothing of
+// either side.
 //
 // The wire protocol is plain Flight with JSON in the places Flight leaves to
 // the application, so any Flight client (pyarrow, arrow-go, Java) speaks it
@@ -15,7 +17,8 @@
 //   - DoGet tickets are {"block": NAME} or {"queue", "group", "follow",
 //     "from"}; DoAction bodies are JSON too.
 //
-// This package is the only place where errors become gRPC status codes.
+// The requests and answers of the actions are the types of this package;
+// they import nothing of Plumb's server, so a client links none of it.
 package flight
 
 import (
@@ -25,6 +28,13 @@ import (
 	"io"
 
 	"github.com/apache/arrow-go/v18/arrow"
+)
+
+// Flow-control windows both sides set: a stream may have StreamWindow
+// bytes in flight, all streams of a connection together ConnWindow.
+const (
+	StreamWindow = 8 << 20
+	ConnWindow   = 32 << 20
 )
 
 // ChunkSize is the most block bytes one record batch carries. It keeps every
@@ -37,9 +47,9 @@ var BlockSchema = arrow.NewSchema([]arrow.Field{
 	{Name: "data", Type: arrow.BinaryTypes.Binary, Nullable: true},
 }, nil)
 
-// isBlockSchema accepts any schema of (offset int64, data binary), whatever
+// IsBlockSchema accepts any schema of (offset int64, data binary), whatever
 // its nullability flags, as pyarrow and arrow-go default differently.
-func isBlockSchema(s *arrow.Schema) bool {
+func IsBlockSchema(s *arrow.Schema) bool {
 	if s.NumFields() != 2 {
 		return false
 	}
@@ -102,10 +112,10 @@ type AckRequest struct {
 	Blocks []string `json:"blocks"`
 }
 
-// decodeStrict decodes one JSON value and refuses unknown fields and
+// DecodeStrict decodes one JSON value and refuses unknown fields and
 // trailing data, so a typo in a ticket is an error rather than a silent
 // default.
-func decodeStrict(raw []byte, v any) error {
+func DecodeStrict(raw []byte, v any) error {
 	dec := json.NewDecoder(bytes.NewReader(raw))
 	dec.DisallowUnknownFields()
 	if err := dec.Decode(v); err != nil {

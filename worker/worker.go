@@ -22,13 +22,14 @@ import (
 
 	"github.com/plumb-dev/plumb/blob"
 	"github.com/plumb-dev/plumb/block"
+	"github.com/plumb-dev/plumb/client"
 	"github.com/plumb-dev/plumb/engine"
 	"github.com/plumb-dev/plumb/flight"
 )
 
 // Config configures a worker.
 type Config struct {
-	Client   *flight.Client
+	Client   *client.Client
 	ID, Host string
 	Slots    int    // runs at once
 	Stages   string // path.Match pattern of stage names to run; "" for all
@@ -84,7 +85,7 @@ func (w *Worker) hello() engine.Hello {
 func (w *Worker) loop(ctx context.Context) {
 	backoff := time.Second
 	for ctx.Err() == nil {
-		l, ok, err := w.cfg.Client.Lease(ctx, w.hello())
+		l, ok, err := lease(ctx, w.cfg.Client, w.hello())
 		if err != nil {
 			if ctx.Err() != nil {
 				return
@@ -115,7 +116,7 @@ func (w *Worker) run(ctx context.Context, l engine.Lease) {
 		w.missing = append(w.missing, prog)
 		w.mu.Unlock()
 		log.Warn("this machine lacks the stage's program; giving the run back", "program", prog)
-		c.LeaseDo(ctx, "fail-lease", flight.LeaseRequest{Lease: l.ID, Release: true})
+		c.Do(ctx, "fail-lease", flight.LeaseRequest{Lease: l.ID, Release: true}, nil)
 		return
 	}
 	rctx, cancel := context.WithCancelCause(ctx)
@@ -150,21 +151,21 @@ func (w *Worker) run(ctx context.Context, l engine.Lease) {
 			why += "; stderr: " + stderr
 		}
 		log.Warn("stage run failed", "err", why)
-		if ferr := c.LeaseDo(ctx, "fail-lease", flight.LeaseRequest{Lease: l.ID, Error: why}); ferr != nil {
+		if ferr := c.Do(ctx, "fail-lease", flight.LeaseRequest{Lease: l.ID, Error: why}, nil); ferr != nil {
 			log.Warn("could not report the failure; the lease will expire", "err", ferr)
 		}
 		return
 	}
-	var report []engine.Output
+	var report []flight.LeaseOutput
 	for _, o := range outs {
-		src := flight.Source{Name: o.name, Size: o.N, SHA256: o.Sum().String(),
+		src := client.Source{Name: o.name, Size: o.N, SHA256: o.Sum().String(),
 			Open: func() (io.ReadCloser, error) { return os.Open(o.F.Name()) }}
 		if w.cfg.Store != nil {
 			if err := w.putDirect(rctx, o); err != nil {
 				log.Warn("could not write an output to the store; the lease will expire and the run go elsewhere", "output", o.name, "err", err)
 				return
 			}
-			report = append(report, engine.Output{Queue: o.queue, Size: o.N, SHA256: src.SHA256})
+			report = append(report, flight.LeaseOutput{Queue: o.queue, Size: o.N, SHA256: src.SHA256})
 			continue
 		}
 		if _, err := c.PutStaged(rctx, l.ID, src); err != nil {
@@ -175,13 +176,13 @@ func (w *Worker) run(ctx context.Context, l engine.Lease) {
 			log.Warn("could not upload an output; the lease will expire and the run go elsewhere", "output", o.name, "err", err)
 			return
 		}
-		report = append(report, engine.Output{Queue: o.queue, Size: o.N, SHA256: src.SHA256})
+		report = append(report, flight.LeaseOutput{Queue: o.queue, Size: o.N, SHA256: src.SHA256})
 	}
 	req := flight.LeaseRequest{Lease: l.ID, Outputs: report, CPUSeconds: cpu.Seconds()}
 	if carry != nil {
 		req.Carry = carry.Out
 	}
-	err = c.LeaseDo(ctx, "commit-lease", req)
+	err = c.Do(ctx, "commit-lease", req, nil)
 	if status.Code(err) == codes.FailedPrecondition {
 		log.Warn("commit refused: the lease expired and the run went to another worker", "err", err)
 		return
@@ -203,7 +204,7 @@ func (w *Worker) heartbeat(ctx context.Context, cancel context.CancelCauseFunc, 
 			return
 		case <-t.C:
 		}
-		err := w.cfg.Client.LeaseDo(ctx, "heartbeat", flight.LeaseRequest{Lease: l.ID})
+		err := w.cfg.Client.Do(ctx, "heartbeat", flight.LeaseRequest{Lease: l.ID}, nil)
 		if status.Code(err) == codes.FailedPrecondition {
 			cancel(engine.ErrLeaseGone)
 			return
@@ -288,4 +289,12 @@ func (w *Worker) putDirect(ctx context.Context, o *output) error {
 	}
 	defer f.Close()
 	return w.cfg.Store.Put(ctx, blob.BlockKey(n, sum), f, o.N, sum)
+}
+
+// lease asks the server for a stage run; ok is false when none came
+// within flight.LeaseWait. Leases carry the engine's own types: a worker
+// runs stages as the server's engine does.
+func lease(ctx context.Context, c *client.Client, h engine.Hello) (l engine.Lease, ok bool, err error) {
+	err = c.Do(ctx, "lease", h, &l)
+	return l, err == nil && l.ID != "", err
 }

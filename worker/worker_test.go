@@ -17,11 +17,13 @@ import (
 
 	"github.com/plumb-dev/plumb/auth"
 	"github.com/plumb-dev/plumb/blob"
+	"github.com/plumb-dev/plumb/client"
 	"github.com/plumb-dev/plumb/engine"
 	"github.com/plumb-dev/plumb/engine/builtin"
 	"github.com/plumb-dev/plumb/flight"
 	"github.com/plumb-dev/plumb/internal/testenv"
 	"github.com/plumb-dev/plumb/sandbox"
+	"github.com/plumb-dev/plumb/server"
 	"github.com/plumb-dev/plumb/worker"
 )
 
@@ -41,12 +43,12 @@ func TestWorkerReadsAndWritesS3Directly(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() {
-		done <- flight.Run(ctx, flight.Config{Data: t.TempDir(), Store: url, Listen: "127.0.0.1:0", Logger: log, Registry: reg,
+		done <- server.Run(ctx, server.Config{Data: t.TempDir(), Store: url, Listen: "127.0.0.1:0", Logger: log, Registry: reg,
 			Engine: engine.Config{RemoteOnly: true, Tick: 50 * time.Millisecond}, Ready: func(a net.Addr) { ready <- a.String() }})
 	}()
 	defer func() { cancel(); <-done }()
 	addr := <-ready
-	c, err := flight.Dial(addr)
+	c, err := client.Dial(addr)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -55,7 +57,7 @@ func TestWorkerReadsAndWritesS3Directly(t *testing.T) {
 		data := []byte(text)
 		sum := sha256.Sum256(data)
 		name := "20250505-151105-0000000" + string(rune('0'+seq)) + ".lax.raw"
-		if _, err := c.Put(ctx, flight.Source{Name: name, Size: int64(len(data)), SHA256: hex.EncodeToString(sum[:]),
+		if _, err := c.Put(ctx, client.Source{Name: name, Size: int64(len(data)), SHA256: hex.EncodeToString(sum[:]),
 			Open: func() (io.ReadCloser, error) { return io.NopCloser(bytes.NewReader(data)), nil }}); err != nil {
 			t.Fatal(err)
 		}
@@ -137,18 +139,18 @@ func TestWorkerRunsConfined(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() {
-		done <- flight.Run(ctx, flight.Config{Data: data, Users: usersFile, Listen: "127.0.0.1:0", Logger: log, Registry: engine.NewRegistry(),
+		done <- server.Run(ctx, server.Config{Data: data, Users: usersFile, Listen: "127.0.0.1:0", Logger: log, Registry: engine.NewRegistry(),
 			Engine:    engine.Config{RemoteOnly: true, Tick: 50 * time.Millisecond, MaxAttempts: 2, Backoff: 10 * time.Millisecond},
 			RunShared: []string{os.Args[0]}, Ready: func(a net.Addr) { ready <- a.String() }})
 	}()
 	defer func() { cancel(); <-done }()
 	addr := <-ready
-	ops, err := flight.DialSecure(addr, flight.Security{User: "ops", Secret: opsSecret})
+	ops, err := client.DialSecure(addr, client.Security{User: "ops", Secret: opsSecret})
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer ops.Close()
-	ana, err := flight.DialSecure(addr, flight.Security{User: "ana", Secret: anaSecret})
+	ana, err := client.DialSecure(addr, client.Security{User: "ana", Secret: anaSecret})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -188,7 +190,7 @@ echo "input: $(cat)"
 	}
 	text := []byte("my own block")
 	sum := sha256.Sum256(text)
-	if _, err := ana.Put(ctx, flight.Source{Name: "20250505-151105-00000001.lax.ana.in", Size: int64(len(text)), SHA256: hex.EncodeToString(sum[:]),
+	if _, err := ana.Put(ctx, client.Source{Name: "20250505-151105-00000001.lax.ana.in", Size: int64(len(text)), SHA256: hex.EncodeToString(sum[:]),
 		Open: func() (io.ReadCloser, error) { return io.NopCloser(bytes.NewReader(text)), nil }}); err != nil {
 		t.Fatal(err)
 	}

@@ -28,7 +28,7 @@ import (
 
 	"github.com/plumb-dev/plumb/bench/internal/benchkit"
 	"github.com/plumb-dev/plumb/block"
-	"github.com/plumb-dev/plumb/flight"
+	"github.com/plumb-dev/plumb/client"
 )
 
 type object struct {
@@ -56,7 +56,7 @@ func main() {
 		if err != nil {
 			log.Fatal(err)
 		}
-		c, err := flight.Dial(srv.Addr)
+		c, err := client.Dial(srv.Addr)
 		if err != nil {
 			log.Fatal(err)
 		}
@@ -84,7 +84,7 @@ func main() {
 }
 
 // upload stores 64 blocks of sizes spread log-uniformly from 4 KiB to 1 MiB.
-func upload(c *flight.Client) []object {
+func upload(c *client.Client) []object {
 	r := rand.New(rand.NewPCG(5, 5))
 	var objs []object
 	for i := range 64 {
@@ -94,7 +94,7 @@ func upload(c *flight.Client) []object {
 			data[j] = byte(r.Uint32())
 		}
 		n := block.Name{Time: time.Date(2025, 5, 5, 0, 0, i, 0, time.UTC), Seq: uint64(i + 1), Instance: "rt", Queue: "objects"}
-		src := flight.Source{Name: n.String(), Size: int64(size), Open: func() (io.ReadCloser, error) { return io.NopCloser(strings.NewReader(string(data))), nil }}
+		src := client.Source{Name: n.String(), Size: int64(size), Open: func() (io.ReadCloser, error) { return io.NopCloser(strings.NewReader(string(data))), nil }}
 		if _, err := c.Put(context.Background(), src); err != nil {
 			log.Fatal(err)
 		}
@@ -105,7 +105,7 @@ func upload(c *flight.Client) []object {
 
 // burst sends n reads spread evenly over the window, so more reads are
 // more load, and sorts their fates.
-func burst(c *flight.Client, objs []object, n int, seed uint64, window time.Duration) (served, refused, late int) {
+func burst(c *client.Client, objs []object, n int, seed uint64, window time.Duration) (served, refused, late int) {
 	r := rand.New(rand.NewPCG(seed, 9))
 	var s, ref, lt atomic.Int64
 	var wg sync.WaitGroup

@@ -29,6 +29,7 @@ import (
 	"github.com/plumb-dev/plumb/bench/internal/benchkit"
 	"github.com/plumb-dev/plumb/blob"
 	"github.com/plumb-dev/plumb/block"
+	"github.com/plumb-dev/plumb/client"
 	"github.com/plumb-dev/plumb/flight"
 )
 
@@ -118,14 +119,14 @@ func run(plumb, minioPath string, total, size int64, workers, readers int) error
 		return err
 	}
 	defer srv.Stop()
-	c, err := flight.Dial(srv.Addr)
+	c, err := client.Dial(srv.Addr)
 	if err != nil {
 		return err
 	}
 	defer c.Close()
 	ctx := context.Background()
 	var added map[string]string
-	if err := c.StoreDo(ctx, "store-add", flight.StoreRequest{Name: "spot", URL: "s3://spot?endpoint=" + b}, &added); err != nil {
+	if err := c.Do(ctx, "store-add", flight.StoreRequest{Name: "spot", URL: "s3://spot?endpoint=" + b}, &added); err != nil {
 		return err
 	}
 	// Fill: new blocks go to both stores in turn; keep uploading until
@@ -138,7 +139,7 @@ func run(plumb, minioPath string, total, size int64, workers, readers int) error
 		sum := sha256.Sum256(data)
 		nm := block.Name{Time: time.Date(2025, 5, 5, 0, 0, 0, 0, time.UTC), Seq: uint64(seq), Instance: "site", Queue: "pcap.sz"}.String()
 		d := append([]byte(nil), data...)
-		if _, err := c.Put(ctx, flight.Source{Name: nm, Size: size, SHA256: hex.EncodeToString(sum[:]),
+		if _, err := c.Put(ctx, client.Source{Name: nm, Size: size, SHA256: hex.EncodeToString(sum[:]),
 			Open: func() (io.ReadCloser, error) { return io.NopCloser(bytes.NewReader(d)), nil }}); err != nil {
 			return err
 		}
@@ -203,7 +204,7 @@ func run(plumb, minioPath string, total, size int64, workers, readers int) error
 	for w := range readers {
 		wg.Go(func() {
 			r := mrand.New(mrand.NewPCG(uint64(w), 1))
-			rc, err := flight.Dial(srv.Addr)
+			rc, err := client.Dial(srv.Addr)
 			if err != nil {
 				readErrs.Add(1)
 				return
@@ -225,7 +226,7 @@ func run(plumb, minioPath string, total, size int64, workers, readers int) error
 		})
 	}
 	var rep blob.DrainReport
-	err = c.StoreDo(ctx, "store-drain", flight.StoreRequest{Name: "spot", DeadlineSeconds: 3600, Workers: workers}, &rep)
+	err = c.Do(ctx, "store-drain", flight.StoreRequest{Name: "spot", DeadlineSeconds: 3600, Workers: workers}, &rep)
 	stop()
 	wg.Wait()
 	if err != nil {

@@ -33,9 +33,8 @@ import (
 
 	"github.com/plumb-dev/plumb/bench/internal/benchkit"
 	"github.com/plumb-dev/plumb/block"
+	"github.com/plumb-dev/plumb/client"
 	"github.com/plumb-dev/plumb/codecs"
-	"github.com/plumb-dev/plumb/engine"
-	"github.com/plumb-dev/plumb/flight"
 )
 
 func main() {
@@ -92,7 +91,7 @@ type scenario struct {
 	queue     string // the input queue
 	latencyOf string
 	every     time.Duration // with latencyOf: one input block per interval
-	onStats   func([]engine.StageStats)
+	onStats   func([]client.StageStats)
 }
 
 func (b *bench) run(sc scenario) (outcome, error) {
@@ -106,7 +105,7 @@ func (b *bench) run(sc scenario) (outcome, error) {
 		return outcome{}, err
 	}
 	defer srv.Stop()
-	c, err := flight.Dial(srv.Addr)
+	c, err := client.Dial(srv.Addr)
 	if err != nil {
 		return outcome{}, err
 	}
@@ -117,7 +116,7 @@ func (b *bench) run(sc scenario) (outcome, error) {
 		data := sc.input(seq)
 		sum := sha256.Sum256(data)
 		name := block.Name{Time: time.Date(2025, 5, 5, 0, 0, 0, 0, time.UTC).Add(time.Duration(seq) * time.Second), Seq: uint64(seq), Instance: "bench", Queue: sc.queue}
-		_, err := c.Put(ctx, flight.Source{Name: name.String(), Size: int64(len(data)), SHA256: hex.EncodeToString(sum[:]),
+		_, err := c.Put(ctx, client.Source{Name: name.String(), Size: int64(len(data)), SHA256: hex.EncodeToString(sum[:]),
 			Open: func() (io.ReadCloser, error) { return io.NopCloser(bytes.NewReader(data)), nil }})
 		return err
 	}
@@ -302,7 +301,7 @@ func (b *bench) runCost(heavy bool) (time.Duration, error) {
 	_, err := b.run(scenario{
 		jobs:  []string{fmt.Sprintf("job: unit\nfrom: earliest\nstages:\n  - {name: w, inputs: [raw], program: %q, outputs: [raw.w]}\n", b.skewed())},
 		input: func(seq int) []byte { raw := make([]byte, b.size); raw[0] = first; return raw }, queue: "raw",
-		onStats: func(st []engine.StageStats) {
+		onStats: func(st []client.StageStats) {
 			perRun = time.Duration(st[0].ProcessingSeconds / float64(st[0].Runs) * float64(time.Second))
 		},
 	})

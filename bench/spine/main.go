@@ -23,7 +23,7 @@ import (
 
 	"github.com/plumb-dev/plumb/bench/internal/benchkit"
 
-	"github.com/plumb-dev/plumb/flight"
+	"github.com/plumb-dev/plumb/client"
 )
 
 func main() {
@@ -81,7 +81,7 @@ func run(plumb string, size int64, n, reps int, dir string) error {
 	}
 	defer srv.Stop()
 	addr := srv.Addr
-	c, err := flight.Dial(addr)
+	c, err := client.Dial(addr)
 	if err != nil {
 		return err
 	}
@@ -121,7 +121,7 @@ func run(plumb string, size int64, n, reps int, dir string) error {
 		for i := range n {
 			// New names each repetition, so every put stores.
 			name := fmt.Sprintf("20250505-151105-%08d.bench%d.pcap", i+1, rep)
-			res, err := c.Put(ctx, flight.Source{Name: name, Size: size, SHA256: sum,
+			res, err := c.Put(ctx, client.Source{Name: name, Size: size, SHA256: sum,
 				Open: func() (io.ReadCloser, error) { return os.Open(src) }})
 			if err != nil || res[0].Status != "stored" {
 				return r, fmt.Errorf("put %s: %v %v", name, res, err)

@@ -22,13 +22,14 @@ import (
 
 	"github.com/plumb-dev/plumb/bench/internal/benchkit"
 	"github.com/plumb-dev/plumb/block"
+	"github.com/plumb-dev/plumb/client"
 	"github.com/plumb-dev/plumb/flight"
 )
 
-func source(site string, seq uint64, data []byte) flight.Source {
+func source(site string, seq uint64, data []byte) client.Source {
 	n := block.Name{Time: time.Date(2025, 5, 5, 0, 0, 0, 0, time.UTC).Add(time.Duration(seq) * time.Second), Seq: seq, Instance: site, Queue: "pcap"}
 	sum := sha256.Sum256(data)
-	return flight.Source{Name: n.String(), Size: int64(len(data)), SHA256: hex.EncodeToString(sum[:]),
+	return client.Source{Name: n.String(), Size: int64(len(data)), SHA256: hex.EncodeToString(sum[:]),
 		Open: func() (io.ReadCloser, error) { return io.NopCloser(bytes.NewReader(data)), nil }}
 }
 
@@ -49,7 +50,7 @@ func main() {
 		log.Fatal(err)
 	}
 	defer srv.Stop()
-	c, err := flight.Dial(srv.Addr)
+	c, err := client.Dial(srv.Addr)
 	if err != nil {
 		log.Fatal(err)
 	}

@@ -15,7 +15,7 @@ import (
 
 	"github.com/plumb-dev/plumb/bench/internal/benchkit"
 	"github.com/plumb-dev/plumb/block"
-	"github.com/plumb-dev/plumb/flight"
+	"github.com/plumb-dev/plumb/client"
 )
 
 // serverMonth replays the trace's first month through a real server with
@@ -34,7 +34,7 @@ func serverMonth(plumb string, tr *trace) error {
 		return err
 	}
 	defer srv.Stop()
-	c, err := flight.Dial(srv.Addr)
+	c, err := client.Dial(srv.Addr)
 	if err != nil {
 		return err
 	}
@@ -47,11 +47,11 @@ func serverMonth(plumb string, tr *trace) error {
 			month = append(month, a)
 		}
 	}
-	source := func(a arrival) flight.Source {
+	source := func(a arrival) client.Source {
 		n := block.Name{Time: a.t, Seq: a.seq, Instance: a.site, Queue: "trace"}
 		data := []byte(fmt.Sprintf("%s %d\n", a.site, a.seq))
 		sum := sha256.Sum256(data)
-		return flight.Source{Name: n.String(), Size: int64(len(data)), SHA256: hex.EncodeToString(sum[:]),
+		return client.Source{Name: n.String(), Size: int64(len(data)), SHA256: hex.EncodeToString(sum[:]),
 			Open: func() (io.ReadCloser, error) { return io.NopCloser(bytes.NewReader(data)), nil }}
 	}
 	// The queue must hold a block before a job names it.
@@ -105,7 +105,7 @@ stages:
 		wg.Go(func() {
 			for i := 0; i < len(as); i += 64 {
 				part := as[i:min(i+64, len(as))]
-				var srcs []flight.Source
+				var srcs []client.Source
 				for _, a := range part {
 					srcs = append(srcs, source(a))
 				}

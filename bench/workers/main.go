@@ -17,7 +17,7 @@ import (
 	"time"
 
 	"github.com/plumb-dev/plumb/bench/internal/benchkit"
-	"github.com/plumb-dev/plumb/flight"
+	"github.com/plumb-dev/plumb/client"
 )
 
 func main() {
@@ -81,7 +81,7 @@ func once(plumb, taskset, dir, capture string, blockMiB, n int) (benchkit.Result
 		"--spool", filepath.Join(dir, "spool"), "--block-size", fmt.Sprintf("%dMiB", blockMiB), capture).CombinedOutput(); err != nil {
 		return benchkit.Result{}, fmt.Errorf("import: %v\n%s", err, out)
 	}
-	c, err := flight.Dial(srv.Addr)
+	c, err := client.Dial(srv.Addr)
 	if err != nil {
 		return benchkit.Result{}, err
 	}

@@ -22,11 +22,10 @@ import (
 	"github.com/gopacket/gopacket/layers"
 
 	"github.com/plumb-dev/plumb/block"
+	"github.com/plumb-dev/plumb/client"
 	"github.com/plumb-dev/plumb/codecs"
-	"github.com/plumb-dev/plumb/flight"
 	"github.com/plumb-dev/plumb/internal/testenv"
 	"github.com/plumb-dev/plumb/pcap"
-	"github.com/plumb-dev/plumb/state"
 )
 
 type packet struct {
@@ -57,7 +56,7 @@ func readPackets(t *testing.T, r io.Reader) []packet {
 // fetchInstance downloads every block of one instance, checks that their
 // sequence numbers run 1..N without a gap or a repeat, and returns the
 // packets they hold in order.
-func fetchInstance(t *testing.T, c *flight.Client, queue, instance string) ([]packet, int) {
+func fetchInstance(t *testing.T, c *client.Client, queue, instance string) ([]packet, int) {
 	t.Helper()
 	ctx := context.Background()
 	all, err := c.Blocks(ctx, queue)
@@ -631,7 +630,7 @@ func TestAgentFollowsGrowingFile(t *testing.T) {
 
 // dialBlocks connects to the server (closed when the test ends) and lists
 // a queue's blocks.
-func dialBlocks(t *testing.T, addr, queue string) (*flight.Client, []state.Block) {
+func dialBlocks(t *testing.T, addr, queue string) (*client.Client, []client.Block) {
 	t.Helper()
 	c := dialPlumb(t, addr)
 	blocks, err := c.Blocks(context.Background(), queue)
@@ -642,7 +641,7 @@ func dialBlocks(t *testing.T, addr, queue string) (*flight.Client, []state.Block
 }
 
 // fetchCount counts the packets an instance's blocks hold so far.
-func fetchCount(t *testing.T, c *flight.Client, queue, instance string) (int, error) {
+func fetchCount(t *testing.T, c *client.Client, queue, instance string) (int, error) {
 	bs, err := c.Blocks(context.Background(), queue)
 	if err != nil {
 		return 0, err

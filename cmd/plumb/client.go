@@ -6,7 +6,7 @@ import (
 	"flag"
 	"os"
 
-	"github.com/plumb-dev/plumb/flight"
+	"github.com/plumb-dev/plumb/client"
 )
 
 // serverFlag adds --server, defaulting to $PLUMB_SERVER or 127.0.0.1:8815.
@@ -25,7 +25,7 @@ const (
 // flags (before or after the arguments), checks the argument count, dials
 // --server and hands the client to do.
 func clientCommand(name, usage, short string, nargs int, flags func(fs *flag.FlagSet),
-	do func(ctx context.Context, c *flight.Client, args []string) error) command {
+	do func(ctx context.Context, c *client.Client, args []string) error) command {
 	return command{name: name, usage: usage, short: short,
 		run: func(ctx context.Context, fs *flag.FlagSet, args []string) error {
 			server := serverFlag(fs)
@@ -44,7 +44,7 @@ func clientCommand(name, usage, short string, nargs int, flags func(fs *flag.Fla
 				return errUsage
 			}
 			sec.Secret = os.Getenv("PLUMB_SECRET")
-			c, err := flight.DialSecure(*server, *sec)
+			c, err := client.DialSecure(*server, *sec)
 			if err != nil {
 				return err
 			}
@@ -56,8 +56,8 @@ func clientCommand(name, usage, short string, nargs int, flags func(fs *flag.Fla
 // securityFlags adds how to reach a server that wants TLS or a login:
 // --tls, --tls-ca, --tls-server-name, --token-file (or PLUMB_TOKEN_FILE),
 // --user (or PLUMB_USER, with the secret in PLUMB_SECRET).
-func securityFlags(fs *flag.FlagSet) *flight.Security {
-	var sec flight.Security
+func securityFlags(fs *flag.FlagSet) *client.Security {
+	var sec client.Security
 	fs.BoolVar(&sec.TLS, "tls", false, "connect with TLS, verifying the server against the system's roots")
 	fs.StringVar(&sec.CAFile, "tls-ca", os.Getenv("PLUMB_TLS_CA"), "connect with TLS, verifying the server against the PEM roots in `FILE` (also PLUMB_TLS_CA)")
 	fs.StringVar(&sec.ServerName, "tls-server-name", "", "`NAME` to verify in the server's certificate, when it differs from --server")

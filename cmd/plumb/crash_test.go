@@ -17,7 +17,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/plumb-dev/plumb/flight"
+	"github.com/plumb-dev/plumb/client"
 	"github.com/plumb-dev/plumb/internal/testenv"
 	"github.com/plumb-dev/plumb/internal/testprog"
 )
@@ -95,9 +95,9 @@ func servePlumb(t *testing.T, data string, extra ...string) string {
 }
 
 // dialPlumb connects to a server; the client is closed when the test ends.
-func dialPlumb(t *testing.T, addr string) *flight.Client {
+func dialPlumb(t *testing.T, addr string) *client.Client {
 	t.Helper()
-	c, err := flight.Dial(addr)
+	c, err := client.Dial(addr)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -122,7 +122,7 @@ func waitListening(t *testing.T, addr string) {
 }
 
 type sent struct {
-	src  flight.Source
+	src  client.Source
 	data []byte
 }
 
@@ -134,7 +134,7 @@ func makeBlock(round, i int) sent {
 	}
 	sum := sha256.Sum256(data)
 	name := fmt.Sprintf("20250505-151105-%08d.crash.pcap.sz", round*1000+i)
-	return sent{data: data, src: flight.Source{
+	return sent{data: data, src: client.Source{
 		Name: name, Size: int64(len(data)), SHA256: hex.EncodeToString(sum[:]),
 		Open: func() (io.ReadCloser, error) { return io.NopCloser(bytes.NewReader(data)), nil },
 	}}
@@ -159,7 +159,7 @@ func TestCrashDuringUploads(t *testing.T) {
 	for round := 1; round <= rounds; round++ {
 		p := startPlumb(t, "serve", "--data", data, "--listen", addr, "--log-level", "warn")
 		waitListening(t, addr)
-		c, err := flight.Dial(addr)
+		c, err := client.Dial(addr)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -207,7 +207,7 @@ func TestCrashDuringUploads(t *testing.T) {
 		// Restart and check.
 		p = startPlumb(t, "serve", "--data", data, "--listen", addr, "--log-level", "warn")
 		waitListening(t, addr)
-		c, err = flight.Dial(addr)
+		c, err = client.Dial(addr)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -257,7 +257,7 @@ func TestCrashDuringUploads(t *testing.T) {
 		}
 		// Re-send everything of this round: stored blocks are duplicates,
 		// the others are stored now.
-		var srcs []flight.Source
+		var srcs []client.Source
 		for _, b := range blocks {
 			srcs = append(srcs, b.src)
 		}

@@ -21,8 +21,8 @@ import (
 	"gopkg.in/yaml.v3"
 
 	"github.com/plumb-dev/plumb/block"
+	"github.com/plumb-dev/plumb/client"
 	"github.com/plumb-dev/plumb/codecs"
-	"github.com/plumb-dev/plumb/flight"
 	"github.com/plumb-dev/plumb/internal/testenv"
 	"github.com/plumb-dev/plumb/pcap"
 	"github.com/plumb-dev/plumb/synth"
@@ -42,7 +42,7 @@ func artifacts(t *testing.T) string {
 }
 
 // captureBlock is a minute of generated DNS traffic as a snappy block.
-func captureBlock(t *testing.T, site string, seq uint64, at time.Time) flight.Source {
+func captureBlock(t *testing.T, site string, seq uint64, at time.Time) client.Source {
 	t.Helper()
 	var raw bytes.Buffer
 	w, _ := pcap.NewWriter(&raw, layers.LinkTypeEthernet, 65535, false)
@@ -58,7 +58,7 @@ func captureBlock(t *testing.T, site string, seq uint64, at time.Time) flight.So
 	}
 	data := z.Bytes()
 	sum := sha256.Sum256(data)
-	return flight.Source{Name: block.Name{Time: at, Seq: seq, Instance: site, Queue: "pcap.sz"}.String(), Size: int64(len(data)),
+	return client.Source{Name: block.Name{Time: at, Seq: seq, Instance: site, Queue: "pcap.sz"}.String(), Size: int64(len(data)),
 		SHA256: hex.EncodeToString(sum[:]), Open: func() (io.ReadCloser, error) { return io.NopCloser(bytes.NewReader(data)), nil }}
 }
 

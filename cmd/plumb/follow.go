@@ -10,6 +10,7 @@ import (
 	"path/filepath"
 	"time"
 
+	"github.com/plumb-dev/plumb/client"
 	"github.com/plumb-dev/plumb/flight"
 )
 
@@ -25,7 +26,7 @@ func followCommand() command {
 			fs.StringVar(&from, "from", "latest", "where a new group starts: earliest or latest")
 			fs.BoolVar(&once, "once", false, "stop when no block is owed instead of waiting for more")
 		},
-		func(ctx context.Context, c *flight.Client, args []string) error {
+		func(ctx context.Context, c *client.Client, args []string) error {
 			if group == "" && once && out != "" {
 				// A one-off look: a group of its own, deleted at the end, so
 				// it pins nothing afterwards.
@@ -51,7 +52,7 @@ func followCommand() command {
 				if err == nil || ctx.Err() != nil {
 					return nil
 				}
-				if !flight.Transient(err) {
+				if !client.Transient(err) {
 					return err
 				}
 				fmt.Fprintf(os.Stderr, "plumb follow: %v; reconnecting in %s\n", err, backoff)
@@ -65,7 +66,7 @@ func followCommand() command {
 		})
 }
 
-func followOnce(ctx context.Context, c *flight.Client, t flight.Ticket, out string) error {
+func followOnce(ctx context.Context, c *client.Client, t flight.Ticket, out string) error {
 	err := c.Consume(ctx, t, func(h flight.Header, r io.Reader) error {
 		if err := writeAtomic(filepath.Join(out, h.Name), r); err != nil {
 			return err

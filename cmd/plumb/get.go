@@ -8,7 +8,7 @@ import (
 	"os"
 	"path/filepath"
 
-	"github.com/plumb-dev/plumb/flight"
+	"github.com/plumb-dev/plumb/client"
 )
 
 func getCommand() command {
@@ -17,7 +17,7 @@ func getCommand() command {
 		func(fs *flag.FlagSet) {
 			fs.StringVar(&out, "o", ".", "output `PATH`: a directory (the block keeps its name), a file, or - for stdout")
 		},
-		func(ctx context.Context, c *flight.Client, args []string) error {
+		func(ctx context.Context, c *client.Client, args []string) error {
 			s, err := c.Get(ctx, args[0])
 			if err != nil {
 				return err

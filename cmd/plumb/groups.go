@@ -7,12 +7,12 @@ import (
 	"text/tabwriter"
 	"time"
 
-	"github.com/plumb-dev/plumb/flight"
+	"github.com/plumb-dev/plumb/client"
 )
 
 func groupCommand() command {
 	return clientCommand("group", "list QUEUE | delete QUEUE GROUP", "list a queue's consumer groups, or delete one (its creator or an admin), releasing what it was owed", -1, nil,
-		func(ctx context.Context, c *flight.Client, args []string) error {
+		func(ctx context.Context, c *client.Client, args []string) error {
 			switch verb, rest := args[0], args[1:]; {
 			case verb == "list" && len(rest) == 1:
 				gs, err := c.Groups(ctx, rest[0])

@@ -15,14 +15,16 @@ import (
 	"testing"
 	"time"
 
+	"github.com/plumb-dev/plumb/client"
 	"github.com/plumb-dev/plumb/flight"
+	"github.com/plumb-dev/plumb/fsck"
 	"github.com/plumb-dev/plumb/internal/hostile"
 	"github.com/plumb-dev/plumb/internal/testenv"
 )
 
-func source(name string, data []byte) flight.Source {
+func source(name string, data []byte) client.Source {
 	sum := sha256.Sum256(data)
-	return flight.Source{Name: name, Size: int64(len(data)), SHA256: hex.EncodeToString(sum[:]),
+	return client.Source{Name: name, Size: int64(len(data)), SHA256: hex.EncodeToString(sum[:]),
 		Open: func() (io.ReadCloser, error) { return io.NopCloser(bytes.NewReader(data)), nil }}
 }
 
@@ -86,10 +88,10 @@ func TestPoisonBlockEndsFaulty(t *testing.T) {
 	// fsck finds and, with repair, removes what a dead run left.
 	os.MkdirAll(filepath.Join(data, "tmp", "run-dead"), 0o700)
 	os.WriteFile(filepath.Join(data, "tmp", "run-dead", "out-1"), make([]byte, 1000), 0o600)
-	if rep, err := c.Fsck(ctx, flight.FsckRequest{}); err != nil || rep.Scratch != 1 || rep.ScratchBytes != 1000 {
+	if rep, err := fsckVia(ctx, c, flight.FsckRequest{}); err != nil || rep.Scratch != 1 || rep.ScratchBytes != 1000 {
 		t.Errorf("fsck: %+v %v", rep, err)
 	}
-	if rep, err := c.Fsck(ctx, flight.FsckRequest{Repair: true}); err != nil || !rep.ScratchRemoved {
+	if rep, err := fsckVia(ctx, c, flight.FsckRequest{Repair: true}); err != nil || !rep.ScratchRemoved {
 		t.Errorf("fsck --repair: %+v %v", rep, err)
 	}
 	if _, err := os.Stat(filepath.Join(data, "tmp", "run-dead")); !os.IsNotExist(err) {
@@ -223,4 +225,10 @@ func TestAgentGarbageFails(t *testing.T) {
 	if !errors.As(err, &ee) || ee.ExitCode() != 1 || !strings.Contains(string(out), "could not be read as captures") {
 		t.Errorf("agent on garbage: %v\n%s", err, out)
 	}
+}
+
+func fsckVia(ctx context.Context, c *client.Client, req flight.FsckRequest) (fsck.Report, error) {
+	var rep fsck.Report
+	err := c.Do(ctx, "fsck", req, &rep)
+	return rep, err
 }

@@ -12,12 +12,12 @@ import (
 	"time"
 
 	"github.com/plumb-dev/plumb/block"
-	"github.com/plumb-dev/plumb/flight"
+	"github.com/plumb-dev/plumb/client"
 )
 
 func jobCommand() command {
 	return clientCommand("job", "submit FILE... | retract NAME | list", "submit, retract and list pipeline jobs", -1, nil,
-		func(ctx context.Context, c *flight.Client, args []string) error {
+		func(ctx context.Context, c *client.Client, args []string) error {
 			switch verb, rest := args[0], args[1:]; {
 			case verb == "submit" && len(rest) > 0:
 				var refused int
@@ -81,7 +81,7 @@ func graphCommand() command {
 			dot = fs.Bool("dot", false, "print Graphviz DOT")
 			svg = fs.Bool("svg", false, "render SVG through Graphviz's dot (must be installed)")
 		},
-		func(ctx context.Context, c *flight.Client, _ []string) error {
+		func(ctx context.Context, c *client.Client, _ []string) error {
 			g, err := c.Graph(ctx, *dot || *svg)
 			if err != nil || !*svg {
 				fmt.Print(g)
@@ -103,7 +103,7 @@ func statsCommand() command {
 		func(fs *flag.FlagSet) {
 			wait = fs.Bool("wait", false, "first wait until every stage is idle (no backlog, no run), showing progress")
 		},
-		func(ctx context.Context, c *flight.Client, _ []string) error {
+		func(ctx context.Context, c *client.Client, _ []string) error {
 			st, err := c.Stats(ctx)
 			if err != nil {
 				return err
@@ -163,7 +163,7 @@ func statsCommand() command {
 
 func faultyCommand() command {
 	return clientCommand("faulty", "[QUEUE]", "list blocks set aside after their last attempt, with the error", optionalArg, nil,
-		func(ctx context.Context, c *flight.Client, pos []string) error {
+		func(ctx context.Context, c *client.Client, pos []string) error {
 			q := ""
 			if len(pos) == 1 {
 				q = pos[0]
@@ -188,7 +188,7 @@ func faultyCommand() command {
 
 func retryCommand() command {
 	return clientCommand("retry", "[QUEUE | BLOCK]", "requeue faulty blocks: one block, a queue's, or all", optionalArg, nil,
-		func(ctx context.Context, c *flight.Client, pos []string) error {
+		func(ctx context.Context, c *client.Client, pos []string) error {
 			var q, name string
 			if len(pos) == 1 {
 				if _, err := block.Parse(pos[0]); err == nil {
@@ -207,7 +207,7 @@ func retryCommand() command {
 
 func windowsCommand() command {
 	return clientCommand("windows", "[STAGE] | fire STAGE WINDOW", "list window stages' windows (waiting, fired), or fire one now", -3, nil,
-		func(ctx context.Context, c *flight.Client, args []string) error {
+		func(ctx context.Context, c *client.Client, args []string) error {
 			if len(args) == 3 && args[0] == "fire" {
 				if err := c.FireWindow(ctx, args[1], args[2]); err != nil {
 					return err
@@ -281,7 +281,7 @@ func humanDuration(x time.Duration) string {
 
 func statusCommand() command {
 	return clientCommand("status", "", "how far behind each stage and consumer group is: backlog, oldest block owed, latency p50/p99", 0, nil,
-		func(ctx context.Context, c *flight.Client, _ []string) error {
+		func(ctx context.Context, c *client.Client, _ []string) error {
 			rows, err := c.Status(ctx)
 			if err != nil {
 				return err

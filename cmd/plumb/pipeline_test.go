@@ -17,9 +17,8 @@ import (
 
 	"github.com/gopacket/gopacket/layers"
 	"github.com/plumb-dev/plumb/block"
+	"github.com/plumb-dev/plumb/client"
 	"github.com/plumb-dev/plumb/codecs"
-	"github.com/plumb-dev/plumb/engine"
-	"github.com/plumb-dev/plumb/flight"
 	"github.com/plumb-dev/plumb/internal/testenv"
 	"github.com/plumb-dev/plumb/pcap"
 	"github.com/plumb-dev/plumb/synth"
@@ -27,7 +26,7 @@ import (
 
 // snappyBlock is a source block: random-ish bytes, snappy-compressed, and
 // the SHA-256 of the bytes a decode stage must produce from it.
-func snappyBlock(t *testing.T, seq int) (flight.Source, string) {
+func snappyBlock(t *testing.T, seq int) (client.Source, string) {
 	r := rand.New(rand.NewPCG(uint64(seq), 3))
 	raw := make([]byte, 32<<10+r.IntN(128<<10))
 	for i := range raw {
@@ -42,7 +41,7 @@ func snappyBlock(t *testing.T, seq int) (flight.Source, string) {
 	data := z.Bytes()
 	sum := sha256.Sum256(data)
 	want := sha256.Sum256(raw)
-	return flight.Source{
+	return client.Source{
 		Name: fmt.Sprintf("20250505-151105-%08d.site1.pcap.sz", seq), Size: int64(len(data)), SHA256: hex.EncodeToString(sum[:]),
 		Open: func() (io.ReadCloser, error) { return io.NopCloser(bytes.NewReader(data)), nil },
 	}, hex.EncodeToString(want[:])
@@ -66,10 +65,10 @@ stages:
   - {name: slow-copy, inputs: [pcap], program: [sh, -c, "sleep 0.05; cat"], outputs: [pcap.copy], retention: forever}
 `), 0o644)
 
-	serve := func() (*plumbProc, *flight.Client) {
+	serve := func() (*plumbProc, *client.Client) {
 		p := startPlumb(t, "serve", "--data", data, "--listen", addr, "--slots", "4", "--log-level", "warn")
 		waitListening(t, addr)
-		c, err := flight.Dial(addr)
+		c, err := client.Dial(addr)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -232,7 +231,7 @@ func TestDailyRSSACWindowThroughServer(t *testing.T) {
 		data := b.Bytes()
 		sum := sha256.Sum256(data)
 		n := block.Name{Time: tm, Seq: seq, Instance: site, Queue: "pcap"}
-		if _, err := c.Put(ctx, flight.Source{Name: n.String(), Size: int64(len(data)), SHA256: hex.EncodeToString(sum[:]),
+		if _, err := c.Put(ctx, client.Source{Name: n.String(), Size: int64(len(data)), SHA256: hex.EncodeToString(sum[:]),
 			Open: func() (io.ReadCloser, error) { return io.NopCloser(bytes.NewReader(data)), nil }}); err != nil {
 			t.Fatal(err)
 		}
@@ -262,12 +261,12 @@ stages:
 		}
 		put(site, 5, day.Add(25*time.Hour)) // the next day brackets this one
 	}
-	fired := func() map[string]engine.WindowView {
+	fired := func() map[string]client.WindowView {
 		ws, err := c.Windows(ctx, "rssac/daily")
 		if err != nil {
 			t.Fatal(err)
 		}
-		out := map[string]engine.WindowView{}
+		out := map[string]client.WindowView{}
 		for _, w := range ws {
 			if w.State == "fired" {
 				out[fmt.Sprintf("%s rev %d", w.ID, w.Revision)] = w
@@ -275,7 +274,7 @@ stages:
 		}
 		return out
 	}
-	waitFor := func(what string, cond func(map[string]engine.WindowView) bool) map[string]engine.WindowView {
+	waitFor := func(what string, cond func(map[string]client.WindowView) bool) map[string]client.WindowView {
 		t.Helper()
 		deadline := time.Now().Add(60 * time.Second)
 		for {
@@ -289,7 +288,7 @@ stages:
 			time.Sleep(100 * time.Millisecond)
 		}
 	}
-	ws := waitFor("three days", func(ws map[string]engine.WindowView) bool { return len(ws) == 3 })
+	ws := waitFor("three days", func(ws map[string]client.WindowView) bool { return len(ws) == 3 })
 	if w := ws["lax/20213 rev 1"]; w.Reason != "max_wait" || fmt.Sprint(w.Missing) != "[lax:3]" {
 		t.Fatalf("lax's day = %+v", w)
 	}
@@ -297,7 +296,7 @@ stages:
 		t.Fatalf("ams's day = %+v", w)
 	}
 	put("lax", 3, day.Add(15*time.Hour))
-	ws = waitFor("revision 2", func(ws map[string]engine.WindowView) bool { return len(ws) == 4 })
+	ws = waitFor("revision 2", func(ws map[string]client.WindowView) bool { return len(ws) == 4 })
 	if w := ws["lax/20213 rev 2"]; len(w.Missing) != 0 || fmt.Sprint(w.Late) != "[lax:3]" || w.Blocks != 4 {
 		t.Fatalf("revision 2 = %+v", w)
 	}

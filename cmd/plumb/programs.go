@@ -7,6 +7,7 @@ import (
 	"os"
 	"text/tabwriter"
 
+	"github.com/plumb-dev/plumb/client"
 	"github.com/plumb-dev/plumb/flight"
 )
 
@@ -19,7 +20,7 @@ func programCommand() command {
 			sha = fs.String("sha256", "", "refuse the file unless its SHA-256 is `HEX`")
 			network = fs.Bool("network", false, "let stages that ask for it (network: true) reach the network")
 		},
-		func(ctx context.Context, c *flight.Client, args []string) error {
+		func(ctx context.Context, c *client.Client, args []string) error {
 			switch verb, rest := args[0], args[1:]; {
 			case verb == "add" && len(rest) == 2:
 				p, err := c.AddProgram(ctx, flight.AddProgramRequest{Name: rest[0], Path: rest[1], SHA256: *sha, Network: *network})

@@ -8,7 +8,7 @@ import (
 	"os"
 
 	"github.com/plumb-dev/plumb/block"
-	"github.com/plumb-dev/plumb/flight"
+	"github.com/plumb-dev/plumb/client"
 )
 
 func putCommand() command {
@@ -17,16 +17,16 @@ func putCommand() command {
 		func(fs *flag.FlagSet) {
 			fs.StringVar(&asName, "name", "", "block `NAME` for a single FILE (YYYYMMDD-HHMMSS-SEQ[-INFO].INSTANCE.QUEUE)")
 		},
-		func(ctx context.Context, c *flight.Client, files []string) error {
+		func(ctx context.Context, c *client.Client, files []string) error {
 			if asName != "" && len(files) != 1 {
 				return errUsage
 			}
 			// One stream per queue and instance, in the order given.
 			type key struct{ queue, instance string }
 			var order []key
-			groups := map[key][]flight.Source{}
+			groups := map[key][]client.Source{}
 			for _, f := range files {
-				src, err := flight.FileSource(f)
+				src, err := client.FileSource(f)
 				if asName != "" {
 					src, err = namedSource(f, asName)
 				}
@@ -53,13 +53,13 @@ func putCommand() command {
 		})
 }
 
-func namedSource(path, name string) (flight.Source, error) {
+func namedSource(path, name string) (client.Source, error) {
 	if _, err := block.Parse(name); err != nil {
-		return flight.Source{}, err
+		return client.Source{}, err
 	}
 	fi, err := os.Stat(path)
 	if err != nil {
-		return flight.Source{}, err
+		return client.Source{}, err
 	}
-	return flight.Source{Name: name, Size: fi.Size(), Open: func() (io.ReadCloser, error) { return os.Open(path) }}, nil
+	return client.Source{Name: name, Size: fi.Size(), Open: func() (io.ReadCloser, error) { return os.Open(path) }}, nil
 }

@@ -7,12 +7,12 @@ import (
 	"text/tabwriter"
 	"time"
 
-	"github.com/plumb-dev/plumb/flight"
+	"github.com/plumb-dev/plumb/client"
 )
 
 func queuesCommand() command {
 	return clientCommand("queues", "", "list the server's queues with block counts, bytes and consumer groups", 0, nil,
-		func(ctx context.Context, c *flight.Client, _ []string) error {
+		func(ctx context.Context, c *client.Client, _ []string) error {
 			qs, err := c.Queues(ctx)
 			if err != nil {
 				return err
@@ -36,7 +36,7 @@ func queuesCommand() command {
 
 func blocksCommand() command {
 	return clientCommand("blocks", "QUEUE", "list a queue's blocks in arrival order", 1, nil,
-		func(ctx context.Context, c *flight.Client, args []string) error {
+		func(ctx context.Context, c *client.Client, args []string) error {
 			bs, err := c.Blocks(ctx, args[0])
 			if err != nil {
 				return err

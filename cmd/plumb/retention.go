@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"encoding/json"
 	"flag"
 	"fmt"
 	"os"
@@ -9,7 +10,9 @@ import (
 	"time"
 
 	"github.com/plumb-dev/plumb/blob"
+	"github.com/plumb-dev/plumb/client"
 	"github.com/plumb-dev/plumb/flight"
+	"github.com/plumb-dev/plumb/fsck"
 )
 
 func retentionCommand() command {
@@ -18,7 +21,7 @@ func retentionCommand() command {
 		func(fs *flag.FlagSet) {
 			drop = fs.Bool("drop-unconsumed", false, "let blocks go even while a subscriber still owes them (it is told which: plumb lost)")
 		},
-		func(ctx context.Context, c *flight.Client, pos []string) error {
+		func(ctx context.Context, c *client.Client, pos []string) error {
 			switch len(pos) {
 			case 2:
 				p, err := c.SetRetention(ctx, pos[0], pos[1], *drop)
@@ -50,7 +53,7 @@ func lostCommand() command {
 	var group *string
 	return clientCommand("lost", "QUEUE", "list blocks the queue's retention dropped before a subscriber was done with them", 1,
 		func(fs *flag.FlagSet) { group = fs.String("group", "", "only this consumer group's") },
-		func(ctx context.Context, c *flight.Client, pos []string) error {
+		func(ctx context.Context, c *client.Client, pos []string) error {
 			ls, err := c.LostBlocks(ctx, pos[0], *group)
 			if err != nil {
 				return err
@@ -71,8 +74,9 @@ func fsckCommand() command {
 			verify = fs.Bool("verify", false, "read every blob and check its SHA-256 (slow), not only its size")
 			grace = fs.Duration("grace", time.Hour, "leave orphan blobs younger than this (uploads about to commit)")
 		},
-		func(ctx context.Context, c *flight.Client, _ []string) error {
-			rep, err := c.Fsck(ctx, flight.FsckRequest{Repair: *repair, Verify: *verify, GraceSeconds: grace.Seconds()})
+		func(ctx context.Context, c *client.Client, _ []string) error {
+			var rep fsck.Report
+			err := c.Do(ctx, "fsck", flight.FsckRequest{Repair: *repair, Verify: *verify, GraceSeconds: grace.Seconds()}, &rep)
 			if err != nil {
 				return err
 			}
@@ -98,10 +102,16 @@ func storeCommand() command {
 			deadline = fs.Duration("deadline", 30*time.Second, "drain: stop after this long and list what was not moved")
 			workers = fs.Int("workers", 4, "drain: blobs moved at once")
 		},
-		func(ctx context.Context, c *flight.Client, pos []string) error {
+		func(ctx context.Context, c *client.Client, pos []string) error {
 			switch {
 			case len(pos) == 1 && pos[0] == "list":
-				ms, err := c.Stores(ctx)
+				var ms []blob.MemberInfo
+				err := c.Do(ctx, "store-list", struct{}{}, func(raw []byte) error {
+					var m blob.MemberInfo
+					err := json.Unmarshal(raw, &m)
+					ms = append(ms, m)
+					return err
+				})
 				if err != nil {
 					return err
 				}
@@ -124,13 +134,13 @@ func storeCommand() command {
 				return tw.Flush()
 			case len(pos) == 3 && pos[0] == "add":
 				var out map[string]string
-				return c.StoreDo(ctx, "store-add", flight.StoreRequest{Name: pos[1], URL: pos[2]}, &out)
+				return c.Do(ctx, "store-add", flight.StoreRequest{Name: pos[1], URL: pos[2]}, &out)
 			case len(pos) == 2 && pos[0] == "remove":
 				var out map[string]string
-				return c.StoreDo(ctx, "store-remove", flight.StoreRequest{Name: pos[1]}, &out)
+				return c.Do(ctx, "store-remove", flight.StoreRequest{Name: pos[1]}, &out)
 			case len(pos) == 2 && pos[0] == "drain":
 				var rep blob.DrainReport
-				err := c.StoreDo(ctx, "store-drain", flight.StoreRequest{Name: pos[1], DeadlineSeconds: deadline.Seconds(), Workers: *workers}, &rep)
+				err := c.Do(ctx, "store-drain", flight.StoreRequest{Name: pos[1], DeadlineSeconds: deadline.Seconds(), Workers: *workers}, &rep)
 				if err != nil {
 					return err
 				}

@@ -13,9 +13,9 @@ import (
 	"github.com/plumb-dev/plumb/admission"
 	"github.com/plumb-dev/plumb/engine"
 	"github.com/plumb-dev/plumb/engine/builtin"
-	"github.com/plumb-dev/plumb/flight"
 	"github.com/plumb-dev/plumb/pipeline"
 	"github.com/plumb-dev/plumb/sandbox"
+	"github.com/plumb-dev/plumb/server"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 )
@@ -26,7 +26,7 @@ func serveCommand() command {
 		usage: "",
 		short: "run the Plumb server (Arrow Flight) on a data directory",
 		run: func(ctx context.Context, fs *flag.FlagSet, args []string) error {
-			var cfg flight.Config
+			var cfg server.Config
 			fs.StringVar(&cfg.Data, "data", "plumb-data", "data `DIR`: metadata, and blobs unless --store says otherwise")
 			fs.StringVar(&cfg.Store, "store", "", "blob store `URL`: file:///DIR or s3://BUCKET?endpoint=HOST:PORT (credentials from AWS_ACCESS_KEY_ID/AWS_SECRET_ACCESS_KEY); default DATA/blobs")
 			fs.StringVar(&cfg.Listen, "listen", "127.0.0.1:8815", "`ADDR` to serve Arrow Flight on")
@@ -43,8 +43,8 @@ func serveCommand() command {
 			readPolicy := fs.String("read-policy", "llf", "order of block reads waiting for a slot: llf (least laxity first; reads that cannot meet their deadline are refused) or fifo")
 			fs.IntVar(&cfg.ReadSlots, "read-slots", 16, "block transfers at once")
 			fs.DurationVar(&cfg.MaxVisibility, "max-visibility", time.Hour, "the longest visibility timeout a consumer may ask for; longer ones are refused")
-			fs.DurationVar(&cfg.SendTimeout, "send-timeout", flight.SendTimeout, "end a read whose client takes nothing for this long, freeing its slot")
-			fs.DurationVar(&cfg.GroupIdle, "group-idle", flight.GroupIdle, "delete a consumer group not read from for this long, releasing its blocks (stages' never; -1s: never)")
+			fs.DurationVar(&cfg.SendTimeout, "send-timeout", server.SendTimeout, "end a read whose client takes nothing for this long, freeing its slot")
+			fs.DurationVar(&cfg.GroupIdle, "group-idle", server.GroupIdle, "delete a consumer group not read from for this long, releasing its blocks (stages' never; -1s: never)")
 			fs.IntVar(&cfg.MaxGroupsPerUser, "max-groups-per-user", 16, "consumer groups one user may create on a queue (-1: no cap)")
 			fs.IntVar(&cfg.ReadSlotsPerUser, "read-slots-per-user", 0, "the most of the read slots one user (without --users, one client host) holds at once; 0: half of them, -1: no cap")
 			fs.Float64Var(&cfg.ReadRate, "read-rate", 0, "cap block reads at this many bytes per second in all (0: no cap)")
@@ -107,7 +107,7 @@ func serveCommand() command {
 			builtin.Register(cfg.Registry, builtin.FindXZ())
 			if *metricsAddr != "" || cfg.HTTP != "" {
 				reg := prometheus.NewRegistry()
-				reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}), flight.Panics, buildInfo())
+				reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}), server.Panics, buildInfo())
 				cfg.Engine.Registerer, cfg.Gatherer = reg, reg
 			}
 			if *metricsAddr != "" {
@@ -117,7 +117,7 @@ func serveCommand() command {
 				}
 				defer stop()
 			}
-			return flight.Run(ctx, cfg)
+			return server.Run(ctx, cfg)
 		},
 	}
 }

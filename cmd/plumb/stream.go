@@ -11,9 +11,9 @@ import (
 	"os"
 	"time"
 
+	"github.com/plumb-dev/plumb/client"
 	"github.com/plumb-dev/plumb/flight"
 	"github.com/plumb-dev/plumb/pcap"
-	"github.com/plumb-dev/plumb/pipeline"
 )
 
 func streamCommand() command {
@@ -31,14 +31,14 @@ func streamCommand() command {
 			gapWait = fs.Duration("gap-wait", 0, "at a missing block, wait this long (0: forever)")
 			gapThen = fs.String("gap-then", "skip", "after --gap-wait: skip the missing block, or stop")
 		},
-		func(ctx context.Context, c *flight.Client, args []string) error {
+		func(ctx context.Context, c *client.Client, args []string) error {
 			if *instance == "" {
 				return errUsage
 			}
 			t := flight.StreamTicket{Stream: args[0], Instance: *instance, Consumer: *consumer, Follow: *follow}
 			t.From, _ = json.Marshal(*from)
 			if *gapWait > 0 {
-				t.Gap = &flight.GapPolicy{Wait: pipeline.Duration(*gapWait), Then: *gapThen}
+				t.Gap = &flight.GapPolicy{Wait: gapWait.String(), Then: *gapThen}
 			}
 			s, err := c.Stream(ctx, t)
 			if err != nil {

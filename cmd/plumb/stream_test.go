@@ -19,6 +19,7 @@ import (
 	"github.com/gopacket/gopacket/layers"
 
 	"github.com/plumb-dev/plumb/block"
+	"github.com/plumb-dev/plumb/client"
 	"github.com/plumb-dev/plumb/codecs"
 	"github.com/plumb-dev/plumb/flight"
 	"github.com/plumb-dev/plumb/internal/testenv"
@@ -28,8 +29,8 @@ import (
 
 // cutBlocks splits packets into snappy-compressed capture blocks of a
 // site, named with their first packet's time, as an agent would.
-func cutBlocks(t *testing.T, pkts []packet, per int, site string) []flight.Source {
-	var out []flight.Source
+func cutBlocks(t *testing.T, pkts []packet, per int, site string) []client.Source {
+	var out []client.Source
 	for i, seq := 0, uint64(1); i < len(pkts); i, seq = i+per, seq+1 {
 		part := pkts[i:min(i+per, len(pkts))]
 		var b bytes.Buffer
@@ -43,7 +44,7 @@ func cutBlocks(t *testing.T, pkts []packet, per int, site string) []flight.Sourc
 		data := b.Bytes()
 		sum := sha256.Sum256(data)
 		n := block.Name{Time: part[0].ci.Timestamp, Seq: seq, Instance: site, Queue: "pcap.sz"}
-		out = append(out, flight.Source{Name: n.String(), Size: int64(len(data)), SHA256: hex.EncodeToString(sum[:]),
+		out = append(out, client.Source{Name: n.String(), Size: int64(len(data)), SHA256: hex.EncodeToString(sum[:]),
 			Open: func() (io.ReadCloser, error) { return io.NopCloser(bytes.NewReader(data)), nil }})
 	}
 	return out
@@ -126,7 +127,7 @@ func TestStreamGaps(t *testing.T) {
 	}
 	// The stream ticket, from this consumer's cursor, waits 300 ms at the
 	// hole, then skips it.
-	tk := flight.StreamTicket{Stream: "pcap.sz", Instance: "ams", Consumer: "ids", Gap: &flight.GapPolicy{Wait: 300_000_000, Then: "skip"}}
+	tk := flight.StreamTicket{Stream: "pcap.sz", Instance: "ams", Consumer: "ids", Gap: &flight.GapPolicy{Wait: "300ms", Then: "skip"}}
 	tk.From, _ = json.Marshal("3")
 	s, err := c.Stream(ctx, tk)
 	if err != nil {
@@ -231,7 +232,7 @@ func TestStreamStageSurvivesServerKill(t *testing.T) {
 		p.cmd.Wait()
 		p = serve()
 		c.Close()
-		if c, err = flight.Dial(addr); err != nil {
+		if c, err = client.Dial(addr); err != nil {
 			t.Fatal(err)
 		}
 	}

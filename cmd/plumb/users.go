@@ -12,7 +12,7 @@ import (
 	"time"
 
 	"github.com/plumb-dev/plumb/auth"
-	"github.com/plumb-dev/plumb/flight"
+	"github.com/plumb-dev/plumb/client"
 )
 
 // groupsFlag collects repeated --group flags.
@@ -120,7 +120,7 @@ func loginCommand() command {
 		func(fs *flag.FlagSet) {
 			out = fs.String("o", "", "write the token to `FILE` (mode 600) instead of stdout")
 		},
-		func(ctx context.Context, c *flight.Client, _ []string) error {
+		func(ctx context.Context, c *client.Client, _ []string) error {
 			user, secret := os.Getenv("PLUMB_USER"), os.Getenv("PLUMB_SECRET")
 			if user == "" || secret == "" {
 				return errors.New("set PLUMB_USER and PLUMB_SECRET (the secret `plumb user add` printed)")

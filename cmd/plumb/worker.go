@@ -10,9 +10,9 @@ import (
 	"runtime"
 
 	"github.com/plumb-dev/plumb/blob"
+	"github.com/plumb-dev/plumb/client"
 	"github.com/plumb-dev/plumb/engine"
 	"github.com/plumb-dev/plumb/engine/builtin"
-	"github.com/plumb-dev/plumb/flight"
 	"github.com/plumb-dev/plumb/sandbox"
 	"github.com/plumb-dev/plumb/worker"
 )
@@ -31,7 +31,7 @@ func workerCommand() command {
 			sbOpts = sandboxFlags(fs, "this process's user")
 			store = fs.String("store", "", "the server's S3 store `URL` (s3://BUCKET?endpoint=HOST:PORT, credentials from AWS_ACCESS_KEY_ID/AWS_SECRET_ACCESS_KEY) to read inputs and write outputs directly; without it all bytes go through the server")
 		},
-		func(ctx context.Context, c *flight.Client, _ []string) error {
+		func(ctx context.Context, c *client.Client, _ []string) error {
 			var lv slog.Level
 			if err := lv.UnmarshalText([]byte(*level)); err != nil {
 				return err
@@ -74,7 +74,7 @@ func workerCommand() command {
 
 func workersCommand() command {
 	return clientCommand("workers", "", "list the remote workers: host, slots, runs held, last heartbeat", 0, nil,
-		func(ctx context.Context, c *flight.Client, _ []string) error {
+		func(ctx context.Context, c *client.Client, _ []string) error {
 			ws, err := c.Workers(ctx)
 			if err != nil {
 				return err

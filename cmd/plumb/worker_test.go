@@ -12,7 +12,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/plumb-dev/plumb/flight"
+	"github.com/plumb-dev/plumb/client"
 	"github.com/plumb-dev/plumb/internal/testenv"
 )
 
@@ -32,7 +32,7 @@ func runPipeline(t *testing.T, addr, capture string) {
 		"--spool", filepath.Join(t.TempDir(), "spool"), "--block-size", "1MiB", capture); code != 0 {
 		t.Fatalf("import: %s %s", out, errOut)
 	}
-	c, _ := flight.Dial(addr)
+	c, _ := client.Dial(addr)
 	defer c.Close()
 	if res, err := c.SubmitJob(context.Background(), "job.yaml", []byte(workerJob)); err != nil || res.State != "accepted" {
 		t.Fatalf("submit: %+v %v", res, err)
@@ -42,7 +42,7 @@ func runPipeline(t *testing.T, addr, capture string) {
 // outputs lists a server's output blocks by name with their checksums.
 func outputs(t *testing.T, addr string) map[string]string {
 	t.Helper()
-	c, _ := flight.Dial(addr)
+	c, _ := client.Dial(addr)
 	defer c.Close()
 	out := map[string]string{}
 	for _, q := range []string{"dns.arrow", "pcap.xz"} {
@@ -92,7 +92,7 @@ func TestWorkersSurviveSIGKILL(t *testing.T) {
 	waitListening(t, addr)
 	runPipeline(t, addr, capture)
 	w1 := startPlumb(t, "worker", "--server", addr, "--slots", "1", "--scratch", t.TempDir(), "--store", store)
-	c, _ := flight.Dial(addr)
+	c, _ := client.Dial(addr)
 	defer c.Close()
 	// Kill worker 1 once it holds a run.
 	deadline := time.Now().Add(60 * time.Second)
@@ -190,7 +190,7 @@ func TestWorkerCutOffLosesItsLease(t *testing.T) {
 	startPlumb(t, "serve", "--data", t.TempDir(), "--listen", addr, "--log-level", "info", "--tick", "100ms",
 		"--remote-only", "--lease-ttl", "1s")
 	waitListening(t, addr)
-	c, _ := flight.Dial(addr)
+	c, _ := client.Dial(addr)
 	defer c.Close()
 	ctx := context.Background()
 	src, _ := snappyBlock(t, 1)

@@ -1,0 +1,183 @@
+package client
+
+import (
+	"context"
+	"encoding/json"
+
+	aflight "github.com/apache/arrow-go/v18/arrow/flight"
+	"github.com/plumb-dev/plumb/flight"
+)
+
+// Groups lists a queue's consumer groups (a non-admin sees their own).
+func (c *Client) Groups(ctx context.Context, queue string) ([]GroupStats, error) {
+	return collect[GroupStats](ctx, c, "group-list", flight.GroupRequest{Queue: queue})
+}
+
+// DeleteGroup deletes a consumer group of a queue.
+func (c *Client) DeleteGroup(ctx context.Context, queue, group string) error {
+	return c.action(ctx, "group-delete", flight.GroupRequest{Queue: queue, Group: group}, func([]byte) error { return nil })
+}
+
+// Status reports how far behind each stage and consumer group is.
+func (c *Client) Status(ctx context.Context) ([]StatusRow, error) {
+	return collect[StatusRow](ctx, c, "status", struct{}{})
+}
+
+// Windows lists window stages' windows, waiting and fired.
+func (c *Client) Windows(ctx context.Context, stage string) ([]WindowView, error) {
+	return collect[WindowView](ctx, c, "windows", map[string]string{"stage": stage})
+}
+
+// FireWindow fires a waiting window now.
+func (c *Client) FireWindow(ctx context.Context, stage, window string) error {
+	return c.action(ctx, "fire-window", map[string]string{"stage": stage, "window": window}, func([]byte) error { return nil })
+}
+
+// SubmitJob submits a job file's YAML; a refused job comes back with
+// State "rejected" and the reason, not as an error.
+func (c *Client) SubmitJob(ctx context.Context, file string, yaml []byte) (SubmitResult, error) {
+	var res SubmitResult
+	err := c.action(ctx, "submit-job", flight.SubmitJobRequest{File: file, YAML: string(yaml)}, func(raw []byte) error {
+		return json.Unmarshal(raw, &res)
+	})
+	return res, err
+}
+
+// RetractJob retracts an accepted job.
+func (c *Client) RetractJob(ctx context.Context, name string) error {
+	return c.action(ctx, "retract-job", map[string]string{"job": name}, func([]byte) error { return nil })
+}
+
+// Jobs lists the submitted jobs.
+func (c *Client) Jobs(ctx context.Context) ([]Job, error) {
+	return collect[Job](ctx, c, "list-jobs", struct{}{})
+}
+
+// Graph returns the merged graph as YAML, or as Graphviz DOT.
+func (c *Client) Graph(ctx context.Context, dot bool) (string, error) {
+	req := flight.GraphRequest{Format: "yaml"}
+	if dot {
+		req.Format = "dot"
+	}
+	var res flight.GraphResult
+	err := c.action(ctx, "graph", req, func(raw []byte) error { return json.Unmarshal(raw, &res) })
+	return res.YAML + res.DOT, err
+}
+
+// Stats returns every stage's measurements.
+func (c *Client) Stats(ctx context.Context) ([]StageStats, error) {
+	return collect[StageStats](ctx, c, "stats", struct{}{})
+}
+
+// Faulty lists the faulty blocks of a queue, or of all when queue is "".
+func (c *Client) Faulty(ctx context.Context, queue string) ([]FaultyBlock, error) {
+	return collect[FaultyBlock](ctx, c, "faulty", map[string]string{"queue": queue})
+}
+
+// Retry requeues faulty blocks: one by name, a queue's, or all.
+func (c *Client) Retry(ctx context.Context, queue, name string) (int, error) {
+	var res struct {
+		Requeued int `json:"requeued"`
+	}
+	err := c.action(ctx, "retry", flight.RetryRequest{Queue: queue, Block: name}, func(raw []byte) error { return json.Unmarshal(raw, &res) })
+	return res.Requeued, err
+}
+
+// AddProgram registers an executable on the server (admin).
+func (c *Client) AddProgram(ctx context.Context, req flight.AddProgramRequest) (Program, error) {
+	var out Program
+	err := c.action(ctx, "program-add", req, func(b []byte) error { return json.Unmarshal(b, &out) })
+	return out, err
+}
+
+// Programs lists the registered programs.
+func (c *Client) Programs(ctx context.Context) ([]Program, error) {
+	return collect[Program](ctx, c, "program-list", struct{}{})
+}
+
+// RemoveProgram unregisters a program (admin).
+func (c *Client) RemoveProgram(ctx context.Context, name string) error {
+	return c.action(ctx, "program-remove", map[string]string{"name": name}, func([]byte) error { return nil })
+}
+
+// Records reads the rows a records ticket selects. Release the reader
+// when done; cancelling ctx ends the read.
+func (c *Client) Records(ctx context.Context, t flight.RecordsTicket) (*aflight.Reader, error) {
+	raw, err := json.Marshal(t)
+	if err != nil {
+		return nil, err
+	}
+	rpc, err := c.fc.DoGet(ctx, &aflight.Ticket{Ticket: raw})
+	if err != nil {
+		return nil, err
+	}
+	return aflight.NewRecordReader(rpc)
+}
+
+// Workers lists the remote workers the server has seen lately.
+func (c *Client) Workers(ctx context.Context) ([]WorkerInfo, error) {
+	return collect[WorkerInfo](ctx, c, "workers", struct{}{})
+}
+
+// Retentions lists every queue's retention policy, by queue name.
+func (c *Client) Retentions(ctx context.Context) ([]flight.QueuePolicy, error) {
+	return collect[flight.QueuePolicy](ctx, c, "retention", struct{}{})
+}
+
+// SetRetention sets a source queue's retention ("" removes it).
+func (c *Client) SetRetention(ctx context.Context, queue, retention string, dropUnconsumed bool) (Policy, error) {
+	var p Policy
+	err := c.action(ctx, "set-retention", flight.RetentionRequest{Queue: queue, Retention: retention, DropUnconsumed: dropUnconsumed},
+		func(raw []byte) error { return json.Unmarshal(raw, &p) })
+	return p, err
+}
+
+// LostBlocks lists the blocks a queue's retention dropped before a group
+// (or any, with "") was done with them.
+func (c *Client) LostBlocks(ctx context.Context, queue, group string) ([]LostBlock, error) {
+	return collect[LostBlock](ctx, c, "lost", map[string]string{"queue": queue, "group": group})
+}
+
+// Do runs any action with a JSON body and decodes its answer into out
+// (nil to ignore it); an action answering a list calls each per item
+// when out is a func([]byte) error. The README lists the actions.
+func (c *Client) Do(ctx context.Context, action string, req, out any) error {
+	return c.action(ctx, action, req, func(raw []byte) error {
+		switch o := out.(type) {
+		case nil:
+			return nil
+		case func([]byte) error:
+			return o(raw)
+		default:
+			return json.Unmarshal(raw, out)
+		}
+	})
+}
+
+// Stream reads a stream ticket: blocks in order, with events between.
+func (c *Client) Stream(ctx context.Context, t flight.StreamTicket) (*Stream, error) {
+	return c.doGet(ctx, t)
+}
+
+// StreamAction calls a stream action and decodes its answer into out.
+func (c *Client) StreamAction(ctx context.Context, action string, req flight.StreamRequest, out any) error {
+	return c.action(ctx, action, req, func(raw []byte) error {
+		if out == nil {
+			return nil
+		}
+		return json.Unmarshal(raw, out)
+	})
+}
+
+func collect[T any](ctx context.Context, c *Client, typ string, body any) ([]T, error) {
+	var out []T
+	err := c.action(ctx, typ, body, func(raw []byte) error {
+		var x T
+		if err := json.Unmarshal(raw, &x); err != nil {
+			return err
+		}
+		out = append(out, x)
+		return nil
+	})
+	return out, err
+}

@@ -1,0 +1,447 @@
+package server
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"slices"
+	"sort"
+	"strings"
+
+	aflight "github.com/apache/arrow-go/v18/arrow/flight"
+	"github.com/apache/arrow-go/v18/arrow/memory"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	"github.com/plumb-dev/plumb/auth"
+	"github.com/plumb-dev/plumb/block"
+	"github.com/plumb-dev/plumb/flight"
+	"github.com/plumb-dev/plumb/state"
+)
+
+type action struct {
+	desc string
+	run  func(s *Service, ctx context.Context, body []byte) (any, error)
+}
+
+var actions = map[string]action{
+	"ack": {
+		desc: `Acknowledge blocks for a consumer group so they are not handed out again. Body {"queue","group","blocks":[NAME,...]}; answers {"acked": N}.`,
+		run:  (*Service).ack,
+	},
+	"group-list": {
+		desc: `A queue's consumer groups: owner, created, last used, and the deliveries unreserved, reserved, done and faulty; a non-admin sees their own. Body {"queue"}; one result each.`,
+		run:  (*Service).groupList,
+	},
+	"group-delete": {
+		desc: `Delete a consumer group (its creator or an admin; not a stage's), releasing the blocks it was owed. Body {"queue","group"}.`,
+		run:  (*Service).groupDelete,
+	},
+	"queue-stats": {
+		desc: `Counts for one queue: blocks, bytes, and per consumer group the deliveries unreserved, reserved, done and faulty. Body {"queue"}.`,
+		run:  (*Service).queueStats,
+	},
+	"last-seq": {
+		desc: `The highest sequence number stored for an instance, so an agent that lost its state never reuses one. Body {"queue","instance"}; answers {"seq": N, "found": bool}.`,
+		run:  (*Service).lastSeq,
+	},
+	"list-blocks": {
+		desc: `The blocks of a queue in arrival order, one JSON result each. Body {"queue","after":SERIAL,"limit":N}.`,
+		run:  (*Service).listBlocks,
+	},
+
+	"submit-job": {
+		desc: `Submit a job (YAML). Body {"file","yaml"}; answers {"job","state":"accepted"|"rejected","reason","warnings","stages"}.`,
+		run:  (*Service).submitJob,
+	},
+	"program-add": {
+		desc: `Register an executable on the server for jobs to name (admin). Body {"name","path","sha256","network"}; answers the program.`,
+		run:  (*Service).addProgram,
+	},
+	"program-list": {
+		desc: `The registered programs, one result each.`,
+		run:  (*Service).listPrograms,
+	},
+	"program-remove": {
+		desc: `Unregister a program no accepted job runs (admin). Body {"name"}.`,
+		run:  (*Service).removeProgram,
+	},
+	"retract-job": {
+		desc: `Retract an accepted job; its stages stop unless another job owns them. Body {"job"}.`,
+		run:  (*Service).retractJob,
+	},
+	"list-jobs": {
+		desc: `Every submitted job with its state, reason and warnings, one result each.`,
+		run:  (*Service).listJobs,
+	},
+	"graph": {
+		desc: `The merged graph. Body {"format":"yaml"|"dot"}; answers {"yaml"} or {"dot"}.`,
+		run:  (*Service).graph,
+	},
+	"stats": {
+		desc: `Per stage: backlog, workers, runs, bytes in and out, processing and CPU seconds, I/O intensity; one result each.`,
+		run:  (*Service).stageStats,
+	},
+	"faulty": {
+		desc: `Blocks set aside after their last attempt, with the error kept; one result each. Body {"queue"} or {} for all.`,
+		run:  (*Service).faulty,
+	},
+	"windows": {
+		desc: `Window stages' windows: waiting ones with present and missing blocks, max_wait deadline and what a strict order waits for; fired ones with revision, reason, missing and late blocks. Body {"stage"} or {}.`,
+		run:  (*Service).windows,
+	},
+	"fire-window": {
+		desc: `Fire a waiting window now with what it holds. Body {"stage","window":"SITE/INDEX"}.`,
+		run:  (*Service).fireWindow,
+	},
+	"peek-next": {
+		desc: `Where a stream consumer stands: the next sequence number, whether it is present, the gap (1 present, k+1 with k missing, 0 caught up, negative for a late block behind the cursor), late blocks, and nanoseconds since it last advanced. Body {"queue","instance","consumer","from"}.`,
+		run:  (*Service).peekNext,
+	},
+	"process-next": {
+		desc: `The block at a stream consumer's cursor and its ticket; commit it to advance. Body {"queue","instance","consumer"}.`,
+		run:  (*Service).processNext,
+	},
+	"commit": {
+		desc: `Advance a stream consumer past the block it processed. Body {"queue","instance","consumer","seq"}.`,
+		run:  (*Service).commitStream,
+	},
+	"skip": {
+		desc: `Move a stream consumer past a missing block on purpose; the skip is recorded. Body {"queue","instance","consumer"}.`,
+		run:  (*Service).skipStream,
+	},
+	"put-state": {
+		desc: `Set keys of a stream consumer's small state (an empty value deletes). Body {"queue","instance","consumer","state":{...}}.`,
+		run:  (*Service).putState,
+	},
+	"get-state": {
+		desc: `A stream consumer's cursor, state, skips and checkpoint. Body {"queue","instance","consumer"}.`,
+		run:  (*Service).getState,
+	},
+	"list-state": {
+		desc: `Every stream consumer of a queue with its cursor and state, one result each. Body {"queue"}.`,
+		run:  (*Service).listState,
+	},
+	"checkpoint": {
+		desc: `Save a stream consumer's cursor and state together (with "state" given, that state); a stream from "checkpoint" resumes there. Body {"queue","instance","consumer","state"}.`,
+		run:  (*Service).checkpoint,
+	},
+	"set-retention": {
+		desc: `Set how long a queue keeps its blocks (admin): {"queue","retention":"forever"|"30d"|"500GiB"|"30d,500GiB"|"","drop_unconsumed":bool}. Blocks past it go unless a subscriber still owes them (drop_unconsumed: they go anyway and the subscriber's delivery becomes LOST). Queues a stage produces keep what its job says.`,
+		run:  (*Service).setRetention,
+	},
+	"retention": {
+		desc: `Every queue's retention policy; one result each.`,
+		run:  (*Service).retentions,
+	},
+	"fsck": {
+		desc: `Check metadata against blobs (admin on "*"): blocks whose blob is missing or (with verify) corrupt, blobs no block names. Body {"repair":bool,"verify":bool,"grace_seconds":N}; repair deletes orphan blobs older than the grace (1 h) and marks broken blocks lost.`,
+		run:  (*Service).fsck,
+	},
+	"store-list": {
+		desc: `The blob stores (admin on "*"): name, URL, primary, draining, free and total bytes when the store can tell; one result each.`,
+		run:  (*Service).storeList,
+	},
+	"store-add": {
+		desc: `Add a blob store (admin on "*"): {"name","url":"file:///DIR"|"s3://BUCKET?endpoint=HOST:PORT"}. New blocks go to the store with the most free space.`,
+		run:  (*Service).storeAdd,
+	},
+	"store-remove": {
+		desc: `Forget an empty store (admin on "*"): {"name"}; drain it first.`,
+		run:  (*Service).storeRemove,
+	},
+	"store-drain": {
+		desc: `Move every blob of a store to the others while reads go on (admin on "*"): {"name","deadline_seconds":30,"workers":4}. The store takes no new blocks from the start; answers {"moved","bytes","left":[KEY...],"seconds"} — left are the blobs not moved by the deadline.`,
+		run:  (*Service).storeDrain,
+	},
+	"lease": {
+		desc: `For workers (admin on "*"): take a stage run. Body {"worker","host","slots","stages":PATTERN,"missing":[PROGRAM...]}; answers a lease {"lease","stage","program","inputs","outputs","ttl_ns"}, or {} when there was no work for 5 s. Read inputs with block tickets, upload outputs with DoPut {"queue","instance","lease"}, then commit-lease; heartbeat within the TTL.`,
+		run:  (*Service).lease,
+	},
+	"heartbeat": {
+		desc: `For workers: keep a lease alive. Body {"lease"}; FAILED_PRECONDITION when it expired (stop: the run went elsewhere).`,
+		run:  (*Service).heartbeat,
+	},
+	"commit-lease": {
+		desc: `For workers: publish a lease's staged outputs and release its inputs at once. Body {"lease","outputs":[{"queue","size","sha256"}]}; refused when the lease expired, so only one run publishes.`,
+		run:  (*Service).commitLease,
+	},
+	"fail-lease": {
+		desc: `For workers: report a failed run (retried with backoff, FAULTY after the last attempt). Body {"lease","error"}.`,
+		run:  (*Service).failLease,
+	},
+	"workers": {
+		desc: `The remote workers seen lately: host, slots, the runs each holds, last heartbeat, runs done and lost; one result each.`,
+		run:  (*Service).workers,
+	},
+	"lost": {
+		desc: `Blocks a queue's retention dropped before a group was done with them. Body {"queue","group"}; one result each.`,
+		run:  (*Service).lost,
+	},
+	"status": {
+		desc: `How far behind each stage and consumer group is: backlog, workers, age of the oldest block owed, and arrival-to-output (or delivery) and event-to-output p50/p99 over the last hour; one result each.`,
+		run:  (*Service).status,
+	},
+	"retry": {
+		desc: `Requeue faulty blocks: {"queue","block"} for one, {"queue"} for a queue's, {} for all; answers {"requeued": N}.`,
+		run:  (*Service).retry,
+	},
+}
+
+// ListActions implements Flight.
+func (s *Service) ListActions(_ *aflight.Empty, stream aflight.FlightService_ListActionsServer) error {
+	names := make([]string, 0, len(actions))
+	for n := range actions {
+		names = append(names, n)
+	}
+	sort.Strings(names)
+	for _, n := range names {
+		if err := stream.Send(&aflight.ActionType{Type: n, Description: actions[n].desc}); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// DoAction implements Flight. Results are JSON; list-blocks sends one
+// result per block.
+func (s *Service) DoAction(act *aflight.Action, stream aflight.FlightService_DoActionServer) error {
+	a, ok := actions[act.Type]
+	if !ok {
+		known := make([]string, 0, len(actions))
+		for n := range actions {
+			known = append(known, n)
+		}
+		sort.Strings(known)
+		return status.Errorf(codes.InvalidArgument, "action %q is not known (known: %s)", act.Type, strings.Join(known, ", "))
+	}
+	res, err := a.run(s, stream.Context(), act.Body)
+	if err != nil {
+		return statusOf(err, codes.Internal)
+	}
+	items, isList := res.([]any)
+	if !isList {
+		items = []any{res}
+	}
+	for _, it := range items {
+		raw, err := json.Marshal(it)
+		if err != nil {
+			return status.Error(codes.Internal, err.Error())
+		}
+		if err := stream.Send(&aflight.Result{Body: raw}); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func badBody(action string, body []byte, err error) error {
+	return status.Errorf(codes.InvalidArgument, "%s: body %q: %v (see ListActions)", action, truncate(body), err)
+}
+
+func (s *Service) ack(ctx context.Context, body []byte) (any, error) {
+	var req flight.AckRequest
+	if err := flight.DecodeStrict(body, &req); err != nil {
+		return nil, badBody("ack", body, err)
+	}
+	if err := block.ValidateQueue(req.Queue); err != nil {
+		return nil, badBody("ack", body, err)
+	}
+	if err := block.ValidateGroup(req.Group); err != nil {
+		return nil, badBody("ack", body, err)
+	}
+	ids := make([]block.ID, 0, len(req.Blocks))
+	for _, name := range req.Blocks {
+		n, err := block.Parse(name)
+		if err != nil {
+			return nil, badBody("ack", body, err)
+		}
+		if n.Queue != req.Queue {
+			return nil, badBody("ack", body, fmt.Errorf("block %s is not of queue %q", name, req.Queue))
+		}
+		ids = append(ids, n.ID())
+	}
+	if err := s.allow(ctx, auth.Read, req.Queue, "ack"); err != nil {
+		return nil, err
+	}
+	if _, err := s.useGroup(ctx, req.Queue, req.Group, "", "ack", false); err != nil {
+		return nil, err
+	}
+	n, err := s.db.Ack(req.Queue, req.Group, ids)
+	if err != nil {
+		return nil, err
+	}
+	if s.eng != nil {
+		s.eng.Delivered(req.Queue, req.Group, ids)
+		s.eng.Acked(ctx, ids)
+	}
+	return map[string]int{"acked": n}, nil
+}
+
+func (s *Service) lastSeq(ctx context.Context, body []byte) (any, error) {
+	var req flight.PutCommand
+	if err := flight.DecodeStrict(body, &req); err != nil {
+		return nil, badBody("last-seq", body, err)
+	}
+	if err := block.ValidateQueue(req.Queue); err != nil {
+		return nil, badBody("last-seq", body, err)
+	}
+	if err := block.ValidateInstance(req.Instance); err != nil {
+		return nil, badBody("last-seq", body, err)
+	}
+	if !s.may(ctx, auth.Write, req.Queue) { // an agent asks where to go on
+		if err := s.allow(ctx, auth.Read, req.Queue, "last-seq"); err != nil {
+			return nil, err
+		}
+	}
+	seq, found, err := s.db.LastSeq(req.Queue, req.Instance)
+	return flight.LastSeqResult{Seq: seq, Found: found, Server: s.db.ID()}, err
+}
+
+func (s *Service) stats(queue string) (flight.QueueStats, error) {
+	q, err := s.db.Queue(queue)
+	if err != nil {
+		return flight.QueueStats{}, err
+	}
+	groups, err := s.db.Groups(queue)
+	if err != nil {
+		return flight.QueueStats{}, err
+	}
+	if groups == nil {
+		groups = []state.GroupStats{}
+	}
+	if s.eng != nil {
+		for i := range groups {
+			groups[i].Stage, _ = s.eng.StageOf(groups[i].Group)
+		}
+	}
+	return flight.QueueStats{Queue: q.Name, Blocks: q.Blocks, Bytes: q.Bytes, Groups: wireAll[flight.GroupStats](groups)}, nil
+}
+
+func (s *Service) queueStats(ctx context.Context, body []byte) (any, error) {
+	var req struct {
+		Queue string `json:"queue"`
+	}
+	if err := flight.DecodeStrict(body, &req); err != nil {
+		return nil, badBody("queue-stats", body, err)
+	}
+	if err := block.ValidateQueue(req.Queue); err != nil {
+		return nil, badBody("queue-stats", body, err)
+	}
+	if err := s.allow(ctx, auth.Read, req.Queue, "queue-stats"); err != nil {
+		return nil, err
+	}
+	qs, err := s.stats(req.Queue)
+	if err == nil && s.authz != nil && !s.may(ctx, auth.Admin, req.Queue) {
+		// Other users' groups, and what they hold, are theirs to know.
+		qs.Groups = slices.DeleteFunc(qs.Groups, func(g flight.GroupStats) bool {
+			return g.Owner != "" && g.Owner != caller(ctx)
+		})
+	}
+	return qs, err
+}
+
+func (s *Service) listBlocks(ctx context.Context, body []byte) (any, error) {
+	var req flight.ListBlocksRequest
+	if err := flight.DecodeStrict(body, &req); err != nil {
+		return nil, badBody("list-blocks", body, err)
+	}
+	if err := block.ValidateQueue(req.Queue); err != nil {
+		return nil, badBody("list-blocks", body, err)
+	}
+	if err := s.allow(ctx, auth.Read, req.Queue, "list-blocks"); err != nil {
+		return nil, err
+	}
+	if req.Limit <= 0 || req.Limit > 100000 {
+		req.Limit = 1000
+	}
+	if _, err := s.db.Queue(req.Queue); errors.Is(err, state.ErrNotFound) {
+		return nil, status.Errorf(codes.NotFound, "no queue %s; list queues with `plumb queues`", req.Queue)
+	}
+	blocks, err := s.db.Blocks(req.Queue, req.After, req.Limit)
+	if err != nil {
+		return nil, err
+	}
+	out := make([]any, len(blocks))
+	for i, b := range blocks {
+		out[i] = b
+	}
+	return out, nil
+}
+
+// flightInfo describes one queue as a flight: path [queue], the block
+// schema, the counts, and one endpoint whose ticket reads the queue.
+func (s *Service) flightInfo(q state.Queue) (*aflight.FlightInfo, error) {
+	st, err := s.stats(q.Name)
+	if err != nil {
+		return nil, err
+	}
+	meta, _ := json.Marshal(st)
+	tkt, _ := json.Marshal(flight.Ticket{Queue: q.Name, From: string(state.Earliest)})
+	return &aflight.FlightInfo{
+		Schema:           aflight.SerializeSchema(flight.BlockSchema, memory.DefaultAllocator),
+		FlightDescriptor: &aflight.FlightDescriptor{Type: aflight.DescriptorPATH, Path: []string{q.Name}},
+		Endpoint:         []*aflight.FlightEndpoint{{Ticket: &aflight.Ticket{Ticket: tkt}}},
+		TotalRecords:     -1,
+		TotalBytes:       q.Bytes,
+		AppMetadata:      meta,
+	}, nil
+}
+
+// ListFlights implements Flight: one flight per queue the caller may
+// read.
+func (s *Service) ListFlights(_ *aflight.Criteria, stream aflight.FlightService_ListFlightsServer) error {
+	qs, err := s.db.Queues()
+	if err != nil {
+		return statusOf(err, codes.Internal)
+	}
+	for _, q := range qs {
+		if !s.may(stream.Context(), auth.Read, q.Name) {
+			continue
+		}
+		fi, err := s.flightInfo(q)
+		if err != nil {
+			return statusOf(err, codes.Internal)
+		}
+		if err := stream.Send(fi); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func (s *Service) queueOf(ctx context.Context, desc *aflight.FlightDescriptor) (state.Queue, error) {
+	if desc == nil || desc.Type != aflight.DescriptorPATH || len(desc.Path) != 1 {
+		return state.Queue{}, status.Error(codes.InvalidArgument, "want a path descriptor [QUEUE]")
+	}
+	if err := block.ValidateQueue(desc.Path[0]); err != nil {
+		return state.Queue{}, status.Error(codes.InvalidArgument, err.Error())
+	}
+	if err := s.allow(ctx, auth.Read, desc.Path[0], "flight info"); err != nil {
+		return state.Queue{}, err
+	}
+	q, err := s.db.Queue(desc.Path[0])
+	if err != nil {
+		return q, statusOf(err, codes.Internal)
+	}
+	return q, nil
+}
+
+// GetFlightInfo implements Flight for a path descriptor [queue].
+func (s *Service) GetFlightInfo(ctx context.Context, desc *aflight.FlightDescriptor) (*aflight.FlightInfo, error) {
+	q, err := s.queueOf(ctx, desc)
+	if err != nil {
+		return nil, err
+	}
+	fi, err := s.flightInfo(q)
+	return fi, statusOf(err, codes.Internal)
+}
+
+// GetSchema implements Flight: every queue has the block schema.
+func (s *Service) GetSchema(ctx context.Context, desc *aflight.FlightDescriptor) (*aflight.SchemaResult, error) {
+	if _, err := s.queueOf(ctx, desc); err != nil {
+		return nil, err
+	}
+	return &aflight.SchemaResult{Schema: aflight.SerializeSchema(flight.BlockSchema, memory.DefaultAllocator)}, nil
+}

@@ -1,0 +1,91 @@
+package server
+
+import (
+	"context"
+	"errors"
+	"slices"
+	"strings"
+	"time"
+
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	"github.com/plumb-dev/plumb/auth"
+	"github.com/plumb-dev/plumb/block"
+	"github.com/plumb-dev/plumb/flight"
+	"github.com/plumb-dev/plumb/state"
+)
+
+// GroupIdle is how long a consumer group may go unread before it is
+// deleted, unless configured.
+const GroupIdle = 7 * 24 * time.Hour
+
+func (s *Service) groupList(ctx context.Context, body []byte) (any, error) {
+	var req flight.GroupRequest
+	if err := flight.DecodeStrict(body, &req); err != nil {
+		return nil, badBody("group-list", body, err)
+	}
+	if err := block.ValidateQueue(req.Queue); err != nil {
+		return nil, badBody("group-list", body, err)
+	}
+	if err := s.allow(ctx, auth.Read, req.Queue, "group-list"); err != nil {
+		return nil, err
+	}
+	if _, err := s.db.Queue(req.Queue); errors.Is(err, state.ErrNotFound) {
+		return nil, status.Errorf(codes.NotFound, "no queue %s; list queues with `plumb queues`", req.Queue)
+	}
+	gs, err := s.db.Groups(req.Queue)
+	if err != nil {
+		return nil, statusOf(err, codes.Internal)
+	}
+	if s.authz != nil && !s.may(ctx, auth.Admin, req.Queue) {
+		gs = slices.DeleteFunc(gs, func(g state.GroupStats) bool { return g.Owner != caller(ctx) })
+	}
+	return listOf(gs), nil
+}
+
+// groupDelete deletes a consumer group, releasing what it was owed: its
+// creator's or an admin's to do; stage groups go with their stage only.
+func (s *Service) groupDelete(ctx context.Context, body []byte) (any, error) {
+	var req flight.GroupRequest
+	if err := flight.DecodeStrict(body, &req); err != nil {
+		return nil, badBody("group-delete", body, err)
+	}
+	if err := errors.Join(block.ValidateQueue(req.Queue), block.ValidateGroup(req.Group)); err != nil {
+		return nil, badBody("group-delete", body, err)
+	}
+	if err := s.allow(ctx, auth.Read, req.Queue, "group-delete"); err != nil {
+		return nil, err
+	}
+	if _, err := s.useGroup(ctx, req.Queue, req.Group, "", "group-delete", false); err != nil {
+		return nil, err
+	}
+	if err := s.db.DeleteGroup(req.Queue, req.Group); err != nil {
+		return nil, statusOf(err, codes.Internal)
+	}
+	s.log.Info("consumer group deleted", "queue", req.Queue, "group", req.Group, "by", caller(ctx))
+	return map[string]string{"deleted": req.Group}, nil
+}
+
+// expireGroups deletes idle consumer groups every interval until ctx
+// ends; stages' groups never expire.
+func (s *Service) expireGroups(ctx context.Context, idle, every time.Duration) {
+	t := time.NewTicker(every)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		gone, err := s.db.ExpireGroups(idle, func(g string) bool { return strings.HasPrefix(g, stageGroupPrefix) })
+		if err != nil {
+			s.log.Error("expiring idle consumer groups", "err", err)
+			continue
+		}
+		for _, g := range gone {
+			s.log.Info("consumer group expired: not read for --group-idle; the blocks it was owed are released",
+				"queue", g.Queue, "group", g.Group, "owner", g.Owner, "idle", g.Idle.Round(time.Minute))
+		}
+	}
+}

@@ -1,0 +1,103 @@
+package server
+
+import (
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/plumb-dev/plumb/block"
+	"github.com/plumb-dev/plumb/state"
+)
+
+// Counters of the Flight service, registered with the server's metrics.
+var (
+	// Uploads counts uploaded blocks by result: stored, duplicate, staged
+	// (a worker's output) or refused.
+	Uploads = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "plumb_uploads_total",
+		Help: "Blocks uploaded, by result: stored, duplicate, staged (a worker's output) or refused."}, []string{"result"})
+	// ReadEstimate is each block read's actual duration over the admission
+	// estimate it was granted with: above 1, reads take longer than the
+	// deadline scheduler thinks.
+	ReadEstimate = prometheus.NewHistogram(prometheus.HistogramOpts{Name: "plumb_read_estimate_ratio",
+		Help:    "A block read's actual transfer time divided by the admission estimate (safety factor included); above 1 the estimate was too low.",
+		Buckets: []float64{0.125, 0.25, 0.5, 0.75, 1, 1.5, 2, 4, 8, 16}})
+	// AuthFailures counts failed logins and refused credentials.
+	AuthFailures = prometheus.NewCounter(prometheus.CounterOpts{Name: "plumb_auth_failures_total",
+		Help: "Calls refused for a failed login or a bad, expired or revoked credential."})
+)
+
+var (
+	faultyDesc  = prometheus.NewDesc("plumb_queue_faulty_blocks", "Blocks of a queue set aside as FAULTY for a consumer (stage or group).", []string{"queue", "consumer"}, nil)
+	backlogDesc = prometheus.NewDesc("plumb_consumer_backlog_blocks", "Blocks a consumer group (or a stage, by name) is owed and has not taken yet.", []string{"queue", "consumer"}, nil)
+)
+
+// queueCollector reports, at each scrape, what the metadata holds per
+// queue and per site: what an operator watches to see a site fall silent
+// or a queue grow.
+type queueCollector struct {
+	db      *state.DB
+	stageOf func(group string) (string, bool) // nil without an engine
+}
+
+// consumer names a group as people know it: a stage by its name.
+func (c queueCollector) consumer(group string) string {
+	if c.stageOf != nil {
+		if name, ok := c.stageOf(group); ok {
+			return name
+		}
+	}
+	return group
+}
+
+var (
+	queueBlocksDesc = prometheus.NewDesc("plumb_queue_blocks", "Blocks a queue holds.", []string{"queue"}, nil)
+	queueBytesDesc  = prometheus.NewDesc("plumb_queue_bytes", "Bytes of the blocks a queue holds.", []string{"queue"}, nil)
+	siteSeqDesc     = prometheus.NewDesc("plumb_site_last_seq", "The highest sequence number a site (instance) has stored in a queue.", []string{"queue", "site"}, nil)
+	siteArrivalDesc = prometheus.NewDesc("plumb_site_last_arrival_timestamp_seconds",
+		"When the block with a site's highest sequence number arrived (Unix time); a site whose value stops moving is silent.", []string{"queue", "site"}, nil)
+	siteTimeDesc = prometheus.NewDesc("plumb_site_last_event_timestamp_seconds",
+		"The event time of a site's block with the highest sequence number (Unix time).", []string{"queue", "site"}, nil)
+)
+
+func (c queueCollector) Describe(ch chan<- *prometheus.Desc) {
+	for _, d := range []*prometheus.Desc{queueBlocksDesc, queueBytesDesc, siteSeqDesc, siteArrivalDesc, siteTimeDesc, faultyDesc, backlogDesc} {
+		ch <- d
+	}
+}
+
+func (c queueCollector) Collect(ch chan<- prometheus.Metric) {
+	qs, err := c.db.Queues()
+	if err != nil {
+		return
+	}
+	for _, q := range qs {
+		ch <- prometheus.MustNewConstMetric(queueBlocksDesc, prometheus.GaugeValue, float64(q.Blocks), q.Name)
+		ch <- prometheus.MustNewConstMetric(queueBytesDesc, prometheus.GaugeValue, float64(q.Bytes), q.Name)
+		// Counted from each group's floor: a scrape costs what is open,
+		// not the queue's history.
+		if names, err := c.db.GroupNames(q.Name); err == nil {
+			for _, g := range names {
+				backlog, faulty, err := c.db.Owed(q.Name, g)
+				if err != nil {
+					continue
+				}
+				name := c.consumer(g)
+				ch <- prometheus.MustNewConstMetric(backlogDesc, prometheus.GaugeValue, float64(backlog), q.Name, name)
+				ch <- prometheus.MustNewConstMetric(faultyDesc, prometheus.GaugeValue, float64(faulty), q.Name, name)
+			}
+		}
+		sites, err := c.db.Instances(q.Name)
+		if err != nil {
+			continue
+		}
+		for _, site := range sites {
+			seq, ok, err := c.db.LastSeq(q.Name, site)
+			if err != nil || !ok {
+				continue
+			}
+			ch <- prometheus.MustNewConstMetric(siteSeqDesc, prometheus.GaugeValue, float64(seq), q.Name, site)
+			if b, err := c.db.Lookup(block.ID{Queue: q.Name, Instance: site, Seq: seq}); err == nil {
+				ch <- prometheus.MustNewConstMetric(siteArrivalDesc, prometheus.GaugeValue, float64(b.Arrived.UnixNano())/1e9, q.Name, site)
+				ch <- prometheus.MustNewConstMetric(siteTimeDesc, prometheus.GaugeValue, float64(b.Time.UnixNano())/1e9, q.Name, site)
+			}
+		}
+	}
+}

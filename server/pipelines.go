@@ -1,0 +1,339 @@
+package server
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"time"
+
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	"github.com/plumb-dev/plumb/auth"
+	"github.com/plumb-dev/plumb/block"
+	"github.com/plumb-dev/plumb/engine"
+	"github.com/plumb-dev/plumb/flight"
+	"github.com/plumb-dev/plumb/pipeline"
+	"github.com/plumb-dev/plumb/state"
+)
+
+func (s *Service) engine() (*engine.Engine, error) {
+	if s.eng == nil {
+		return nil, status.Error(codes.Unimplemented, "this server runs no pipelines")
+	}
+	return s.eng, nil
+}
+
+func (s *Service) submitJob(ctx context.Context, body []byte) (any, error) {
+	eng, err := s.engine()
+	if err != nil {
+		return nil, err
+	}
+	var req flight.SubmitJobRequest
+	if err := flight.DecodeStrict(body, &req); err != nil {
+		return nil, badBody("submit-job", body, err)
+	}
+	if req.File == "" {
+		req.File = "job.yaml"
+	}
+	if s.authz == nil {
+		return eng.Submit(req.File, []byte(req.YAML), "")
+	}
+	owner := caller(ctx)
+	// An admin may name any executable on the server, as registering it
+	// would; others only registered programs.
+	trusted := s.may(ctx, auth.Admin, "")
+	return eng.SubmitChecked(req.File, []byte(req.YAML), owner, trusted, func(job *pipeline.Job) error {
+		var ps pipeline.Problems
+		if old, err := s.db.GetJob(job.Name); err == nil && old.Owner != owner && old.State == state.JobAccepted && !s.may(ctx, auth.Admin, "") {
+			ps = append(ps, pipeline.Problem{File: req.File, Line: 1, Column: 1, Field: "job",
+				What: fmt.Sprintf("job %s belongs to %s; choose another name", job.Name, old.Owner)})
+		}
+		id, _ := AuthFromContext(ctx)
+		ps = append(ps, s.queueRights(req.File, id, job)...)
+		if len(ps) > 0 {
+			s.audit.Warn("denied", "audit", true, "user", owner, "action", "submit-job", "job", job.Name, "why", ps.Error())
+			return ps
+		}
+		return nil
+	})
+}
+
+// queueRights lists the inputs id may not read and the outputs it may not
+// write, as problems at the stages that name them.
+func (s *Service) queueRights(file string, id auth.Identity, job *pipeline.Job) pipeline.Problems {
+	var ps pipeline.Problems
+	for _, st := range job.Stages {
+		for _, q := range st.Inputs {
+			if !s.authz.Allowed(id, auth.Read, q) {
+				ps = append(ps, pipeline.Problem{File: file, Line: st.Line, Column: 1, Field: fmt.Sprintf("stage %q.inputs", st.Name),
+					What: fmt.Sprintf("user %s may not read queue %s; an admin grants it with a rule in the users file", id.User, q)})
+			}
+		}
+		for _, q := range st.Outputs {
+			if !s.authz.Allowed(id, auth.Write, q) {
+				ps = append(ps, pipeline.Problem{File: file, Line: st.Line, Column: 1, Field: fmt.Sprintf("stage %q.outputs", st.Name),
+					What: fmt.Sprintf("user %s may not write queue %s; an admin grants it with a rule in the users file", id.User, q)})
+			}
+		}
+	}
+	return ps
+}
+
+// jobRights is the engine's recheck of an accepted job against the users
+// file as it is now.
+func (s *Service) jobRights(owner string, job *pipeline.Job) (trusted bool, err error) {
+	if owner == "" {
+		return true, nil // submitted before users were configured
+	}
+	id, err := s.authz.Identify(owner, "job")
+	if err != nil {
+		return false, fmt.Errorf("its owner %s is no longer in the users file", owner)
+	}
+	if ps := s.queueRights("job "+job.Name, id, job); len(ps) > 0 {
+		return false, ps
+	}
+	return s.authz.Allowed(id, auth.Admin, ""), nil
+}
+
+// watchRights rechecks the accepted jobs whenever the users file changes
+// (a SIGHUP reload, or a change noticed on disk), so that a removed owner's
+// jobs stop and resume when the rights return.
+func (s *Service) watchRights(ctx context.Context, every time.Duration) {
+	var seen uint64
+	t := time.NewTicker(every)
+	defer t.Stop()
+	for {
+		if v := s.authz.Refresh(); v != seen {
+			if err := s.eng.Recheck(s.jobRights); err != nil {
+				s.log.Error("rechecking the jobs' rights after the users file changed", "err", err)
+			} else {
+				seen = v
+			}
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+	}
+}
+
+func (s *Service) retractJob(ctx context.Context, body []byte) (any, error) {
+	eng, err := s.engine()
+	if err != nil {
+		return nil, err
+	}
+	var req struct {
+		Job string `json:"job"`
+	}
+	if err := flight.DecodeStrict(body, &req); err != nil {
+		return nil, badBody("retract-job", body, err)
+	}
+	if s.authz != nil {
+		if old, err := s.db.GetJob(req.Job); err == nil && old.Owner != caller(ctx) {
+			if err := s.allow(ctx, auth.Admin, "", "retract job "+req.Job+" of "+old.Owner); err != nil {
+				return nil, err
+			}
+		}
+	}
+	if err := eng.Retract(req.Job); err != nil {
+		if errors.Is(err, state.ErrNotFound) {
+			return nil, status.Errorf(codes.NotFound, "%v; list jobs with `plumb job list`", err)
+		}
+		return nil, status.Error(codes.FailedPrecondition, err.Error())
+	}
+	return map[string]string{"retracted": req.Job}, nil
+}
+
+func (s *Service) listJobs(ctx context.Context, _ []byte) (any, error) {
+	eng, err := s.engine()
+	if err != nil {
+		return nil, err
+	}
+	jobs, err := eng.Jobs()
+	if s.authz != nil && !s.may(ctx, auth.Admin, "") {
+		jobs = slices.DeleteFunc(jobs, func(j state.Job) bool { return j.Owner != caller(ctx) })
+	}
+	return listOf(jobs), err
+}
+
+// readable reports whether the caller may read every input of a stage,
+// which is what it takes to see the stage.
+func (s *Service) readable(ctx context.Context, inputs []string) bool {
+	for _, q := range inputs {
+		if !s.may(ctx, auth.Read, q) {
+			return false
+		}
+	}
+	return true
+}
+
+// visibleGraph is the part of the merged graph the caller may see.
+func (s *Service) visibleGraph(ctx context.Context, g *pipeline.Graph) *pipeline.Graph {
+	if s.authz == nil || g == nil {
+		return g
+	}
+	out := &pipeline.Graph{}
+	for _, n := range g.Stages {
+		if s.readable(ctx, n.Inputs) {
+			out.Stages = append(out.Stages, n)
+		}
+	}
+	return out
+}
+
+func (s *Service) graph(ctx context.Context, body []byte) (any, error) {
+	eng, err := s.engine()
+	if err != nil {
+		return nil, err
+	}
+	var req flight.GraphRequest
+	if len(body) > 0 {
+		if err := flight.DecodeStrict(body, &req); err != nil {
+			return nil, badBody("graph", body, err)
+		}
+	}
+	g := s.visibleGraph(ctx, eng.Graph())
+	switch req.Format {
+	case "", "yaml":
+		return flight.GraphResult{YAML: string(g.YAML())}, nil
+	case "dot":
+		notes := map[string]pipeline.Annotation{}
+		for _, st := range eng.Stats() {
+			notes[st.ID] = pipeline.Annotation{Backlog: st.Backlog, Workers: st.Workers, Faulty: st.Faulty}
+		}
+		return flight.GraphResult{DOT: string(g.DOT(notes))}, nil
+	}
+	return nil, badBody("graph", body, fmt.Errorf("format %q: want yaml or dot", req.Format))
+}
+
+func (s *Service) stageStats(ctx context.Context, _ []byte) (any, error) {
+	eng, err := s.engine()
+	if err != nil {
+		return nil, err
+	}
+	stats := slices.DeleteFunc(eng.Stats(), func(st engine.StageStats) bool { return !s.readable(ctx, st.Inputs) })
+	return listOf(stats), nil
+}
+
+func (s *Service) faulty(ctx context.Context, body []byte) (any, error) {
+	var req struct {
+		Queue string `json:"queue,omitempty"`
+	}
+	if len(body) > 0 {
+		if err := flight.DecodeStrict(body, &req); err != nil {
+			return nil, badBody("faulty", body, err)
+		}
+	}
+	fb, err := s.db.Faulty(req.Queue)
+	fb = slices.DeleteFunc(fb, func(b state.FaultyBlock) bool { return !s.may(ctx, auth.Read, b.Queue) })
+	if s.eng != nil {
+		for i := range fb {
+			fb[i].Stage, _ = s.eng.StageOf(fb[i].Group)
+		}
+	}
+	return listOf(fb), err
+}
+
+func (s *Service) retry(ctx context.Context, body []byte) (any, error) {
+	var req flight.RetryRequest
+	if len(body) > 0 {
+		if err := flight.DecodeStrict(body, &req); err != nil {
+			return nil, badBody("retry", body, err)
+		}
+	}
+	if req.Block != "" {
+		n, err := block.Parse(req.Block)
+		if err != nil {
+			return nil, badBody("retry", body, err)
+		}
+		req.Queue = n.Queue
+	}
+	if err := s.allow(ctx, auth.Admin, req.Queue, "retry"); err != nil {
+		return nil, err
+	}
+	n, err := s.db.Retry(req.Queue, req.Block)
+	return map[string]int{"requeued": n}, err
+}
+
+// stageInputs maps each stage's name and ID to its inputs.
+func (s *Service) stageInputs() map[string][]string {
+	in := map[string][]string{}
+	if g := s.eng.Graph(); g != nil {
+		for _, n := range g.Stages {
+			in[n.Name], in[n.ID()] = n.Inputs, n.Inputs
+		}
+	}
+	return in
+}
+
+func (s *Service) windows(ctx context.Context, body []byte) (any, error) {
+	eng, err := s.engine()
+	if err != nil {
+		return nil, err
+	}
+	var req struct {
+		Stage string `json:"stage,omitempty"`
+	}
+	if len(body) > 0 {
+		if err := flight.DecodeStrict(body, &req); err != nil {
+			return nil, badBody("windows", body, err)
+		}
+	}
+	ws, err := eng.Windows(req.Stage)
+	if err != nil {
+		return nil, status.Error(codes.NotFound, err.Error())
+	}
+	in := s.stageInputs()
+	ws = slices.DeleteFunc(ws, func(w engine.WindowView) bool { return !s.readable(ctx, in[w.Stage]) })
+	return listOf(ws), nil
+}
+
+func (s *Service) fireWindow(ctx context.Context, body []byte) (any, error) {
+	eng, err := s.engine()
+	if err != nil {
+		return nil, err
+	}
+	var req struct {
+		Stage  string `json:"stage"`
+		Window string `json:"window"`
+	}
+	if err := flight.DecodeStrict(body, &req); err != nil {
+		return nil, badBody("fire-window", body, err)
+	}
+	if s.authz != nil {
+		in, ok := s.stageInputs()[req.Stage]
+		if !ok {
+			return nil, status.Errorf(codes.NotFound, "no window stage %q; `plumb windows` lists them", req.Stage)
+		}
+		for _, q := range in {
+			if err := s.allow(ctx, auth.Admin, q, "fire window "+req.Window+" of "+req.Stage); err != nil {
+				return nil, err
+			}
+		}
+	}
+	if err := eng.FireWindow(req.Stage, req.Window); err != nil {
+		return nil, status.Error(codes.FailedPrecondition, err.Error())
+	}
+	return map[string]string{"fired": req.Window}, nil
+}
+
+func (s *Service) status(ctx context.Context, _ []byte) (any, error) {
+	eng, err := s.engine()
+	if err != nil {
+		return nil, err
+	}
+	rows, err := eng.Status(ctx)
+	rows = slices.DeleteFunc(rows, func(r engine.StatusRow) bool { return !s.may(ctx, auth.Read, r.Queue) })
+	return listOf(rows), err
+}
+
+func listOf[T any](xs []T) []any {
+	out := make([]any, len(xs))
+	for i, x := range xs {
+		out[i] = x
+	}
+	return out
+}

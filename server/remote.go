@@ -1,0 +1,99 @@
+package server
+
+import (
+	"context"
+	"errors"
+	"time"
+
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	"github.com/plumb-dev/plumb/auth"
+	"github.com/plumb-dev/plumb/engine"
+	"github.com/plumb-dev/plumb/flight"
+)
+
+func (s *Service) workerEngine(ctx context.Context, action string) (*engine.Engine, error) {
+	if err := s.allow(ctx, auth.Admin, "", action); err != nil {
+		return nil, err
+	}
+	return s.engine()
+}
+
+func leaseErr(err error) error {
+	if errors.Is(err, engine.ErrLeaseGone) {
+		return status.Error(codes.FailedPrecondition, err.Error())
+	}
+	return err
+}
+
+func (s *Service) lease(ctx context.Context, body []byte) (any, error) {
+	eng, err := s.workerEngine(ctx, "lease")
+	if err != nil {
+		return nil, err
+	}
+	var h engine.Hello
+	if err := flight.DecodeStrict(body, &h); err != nil || h.Worker == "" || h.Slots <= 0 {
+		return nil, badBody("lease", body, errors.Join(err, errors.New(`want {"worker","host","slots">0,"stages","missing"}`)))
+	}
+	deadline := time.After(flight.LeaseWait)
+	for {
+		changed := s.db.Changed("")
+		l, ok, err := eng.Lease(ctx, h)
+		if err != nil || ok {
+			return l, err
+		}
+		select {
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		case <-s.ctx.Done():
+			return engine.Lease{}, nil
+		case <-deadline:
+			return engine.Lease{}, nil // nothing now; ask again
+		case <-changed:
+		case <-time.After(500 * time.Millisecond):
+		}
+	}
+}
+
+func (s *Service) leaseAction(ctx context.Context, name string, body []byte, fn func(*engine.Engine, flight.LeaseRequest) error) (any, error) {
+	eng, err := s.workerEngine(ctx, name)
+	if err != nil {
+		return nil, err
+	}
+	var req flight.LeaseRequest
+	if err := flight.DecodeStrict(body, &req); err != nil {
+		return nil, badBody(name, body, err)
+	}
+	if err := fn(eng, req); err != nil {
+		return nil, leaseErr(err)
+	}
+	return map[string]string{"lease": req.Lease}, nil
+}
+
+func (s *Service) heartbeat(ctx context.Context, body []byte) (any, error) {
+	return s.leaseAction(ctx, "heartbeat", body, func(e *engine.Engine, r flight.LeaseRequest) error { return e.Heartbeat(r.Lease) })
+}
+
+func (s *Service) commitLease(ctx context.Context, body []byte) (any, error) {
+	return s.leaseAction(ctx, "commit-lease", body, func(e *engine.Engine, r flight.LeaseRequest) error {
+		return e.CommitLease(ctx, r.Lease, wireAll[engine.Output](r.Outputs), time.Duration(r.CPUSeconds*float64(time.Second)), r.Carry)
+	})
+}
+
+func (s *Service) failLease(ctx context.Context, body []byte) (any, error) {
+	return s.leaseAction(ctx, "fail-lease", body, func(e *engine.Engine, r flight.LeaseRequest) error {
+		if r.Release {
+			return e.ReleaseLease(r.Lease)
+		}
+		return e.FailLease(r.Lease, r.Error)
+	})
+}
+
+func (s *Service) workers(ctx context.Context, _ []byte) (any, error) {
+	eng, err := s.workerEngine(ctx, "workers")
+	if err != nil {
+		return nil, err
+	}
+	return listOf(eng.Workers()), nil
+}

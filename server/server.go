@@ -1,0 +1,552 @@
+package server
+
+import (
+	"cmp"
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"runtime"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	aflight "github.com/apache/arrow-go/v18/arrow/flight"
+	"golang.org/x/time/rate"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials"
+	"google.golang.org/grpc/keepalive"
+	"google.golang.org/grpc/status"
+
+	"github.com/plumb-dev/plumb/admission"
+	"github.com/plumb-dev/plumb/auth"
+	"github.com/plumb-dev/plumb/blob"
+	"github.com/plumb-dev/plumb/engine"
+	"github.com/plumb-dev/plumb/flight"
+	"github.com/plumb-dev/plumb/fsck"
+	"github.com/plumb-dev/plumb/retention"
+	"github.com/plumb-dev/plumb/sandbox"
+	"github.com/plumb-dev/plumb/state"
+	"github.com/plumb-dev/plumb/web"
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+// Config configures a server.
+type Config struct {
+	// Data is the data directory: metadata lives in DATA/meta.db and, unless
+	// Store says otherwise, blobs in DATA/blobs.
+	Data string
+	// Store is a blob store URL (file:///DIR or s3://BUCKET?endpoint=...).
+	Store string
+	// Listen is the address to serve on; 127.0.0.1:8815 when empty.
+	Listen string
+	// Visibility is how long a block handed to a consumer group stays
+	// reserved without an ack; 60 s when zero.
+	Visibility time.Duration
+	// MaxVisibility is the most a ticket may ask for; 1 h when zero.
+	MaxVisibility time.Duration
+	// MaxBlockSize bounds the declared size of an uploaded block; 16 GiB
+	// when zero.
+	MaxBlockSize int64
+	// ReadPolicy orders block reads waiting for a transfer slot: llf
+	// (least laxity first, refusing hopeless reads; default) or fifo.
+	ReadPolicy admission.Policy
+	// ReadSlots is how many block transfers run at once; 16 when 0.
+	ReadSlots int
+	// SendTimeout ends a DoGet whose client takes nothing for that long;
+	// SendTimeout (1 min) when 0.
+	SendTimeout time.Duration
+	// GroupIdle deletes consumer groups not read from for that long
+	// (stages' never); GroupIdle (7 days) when 0, never when negative.
+	GroupIdle time.Duration
+	// MaxGroupsPerUser caps the consumer groups one user creates on a
+	// queue; 16 when 0, none when negative.
+	MaxGroupsPerUser int
+	// ReadSlotsPerUser is the most of them one user (or, without users,
+	// one client host) holds: half when 0, no cap when negative.
+	ReadSlotsPerUser int
+	// ReadRate caps block reads at this many bytes per second in all: one
+	// token bucket shared by every transfer, so one reader alone gets all
+	// of it; 0 for no cap.
+	ReadRate float64
+	// ShutdownGrace is how long in-flight calls get to finish on shutdown;
+	// 10 s when zero.
+	ShutdownGrace time.Duration
+	// Logger receives the server's logs; slog.Default() when nil.
+	Logger *slog.Logger
+	// Ready, when set, is called with the listening address once the
+	// server accepts calls.
+	Ready func(addr net.Addr)
+	// Now is the clock; time.Now when nil.
+	Now func() time.Time
+	// Registry holds the built-in stages; with nil the server runs no
+	// pipelines.
+	Registry *engine.Registry
+	// Sandbox is how stage executables are confined: "bwrap" (the
+	// default) or "off", which runs them as the server's user and is
+	// refused with Users.
+	Sandbox string
+	// RunLimits bound each confined run; sandbox.DefaultLimits when zero.
+	RunLimits sandbox.Limits
+	// RunShared are more paths every confined run may read (tools
+	// installed outside /usr).
+	RunShared []string
+	// Engine configures the pipeline engine; its Scratch defaults to
+	// DATA/tmp.
+	Engine engine.Config
+	// HTTP, when set, is the address of the dashboard, /metrics, /healthz
+	// and /readyz; HTTPReady gets its listening address.
+	HTTP      string
+	HTTPReady func(addr net.Addr)
+	// Gatherer serves /metrics on the HTTP listener; the default registry
+	// when nil.
+	Gatherer prometheus.Gatherer
+	// LatencyEvery is how often the dashboard samples latency for its
+	// chart; a minute when zero.
+	LatencyEvery time.Duration
+
+	// Users is the users file; when set every call must authenticate and
+	// the file's rules decide what each user may do. Without it the server
+	// serves loopback addresses only, unless InsecureNoAuth.
+	Users          string
+	InsecureNoAuth bool
+	// TokenTTL is how long a login's bearer token lasts; 12 h when zero.
+	TokenTTL time.Duration
+	// SweepEvery is how often blocks past their queue's retention are
+	// deleted; a minute when zero.
+	SweepEvery time.Duration
+	// MinFree is the free space a directory store keeps: below it uploads
+	// are refused (RESOURCE_EXHAUSTED) and stages pause until space
+	// returns; 100 MiB when zero, none when negative.
+	MinFree int64
+	// StoreCap bounds the bytes stored in all, likewise; 0 for none.
+	StoreCap int64
+	// FsckEvery is how often metadata is checked against blobs, deleting
+	// old orphan blobs and marking blocks with missing blobs lost; an hour
+	// when zero, never when negative.
+	FsckEvery time.Duration
+	// TLSCert and TLSKey turn on TLS; ClientCA also requires client
+	// certificates signed by it (mutual TLS), whose common name is the user.
+	TLSCert, TLSKey, ClientCA string
+}
+
+func (c *Config) defaults() {
+	if c.Listen == "" {
+		c.Listen = "127.0.0.1:8815"
+	}
+	if c.GroupIdle == 0 {
+		c.GroupIdle = GroupIdle
+	}
+	if c.SendTimeout <= 0 {
+		c.SendTimeout = SendTimeout
+	}
+	if c.MaxGroupsPerUser == 0 {
+		c.MaxGroupsPerUser = 16
+	}
+	if c.MaxVisibility == 0 {
+		c.MaxVisibility = time.Hour
+	}
+	if c.Visibility == 0 {
+		c.Visibility = 60 * time.Second
+	}
+	if c.MaxBlockSize == 0 {
+		c.MaxBlockSize = 16 << 30
+	}
+	if c.ShutdownGrace == 0 {
+		c.ShutdownGrace = 10 * time.Second
+	}
+	if c.Logger == nil {
+		c.Logger = slog.Default()
+	}
+	if c.Now == nil {
+		c.Now = time.Now
+	}
+}
+
+// Service implements the Flight service over a metadata database and a
+// blob store.
+type Service struct {
+	aflight.BaseFlightServer
+	authz *auth.Authority // nil when authentication is off
+	// lim is the shared --read-rate bucket, made once.
+	limOnce sync.Once
+	lim     *rate.Limiter
+	audit   *slog.Logger
+	space   *space // nil: no space checks
+
+	cfg   Config
+	db    *state.DB
+	store blob.Store
+	eng   *engine.Engine // nil: no pipelines
+	adm   *admission.Controller
+	log   *slog.Logger
+
+	// ctx ends when the server shuts down, so that follow streams end
+	// instead of holding up a graceful stop.
+	ctx context.Context
+}
+
+// NewService returns a service over an open database and store.
+func NewService(ctx context.Context, cfg Config, db *state.DB, store blob.Store) *Service {
+	cfg.defaults()
+	adm := admission.New(admission.Config{Policy: cfg.ReadPolicy, Slots: cfg.ReadSlots, PerUser: cfg.ReadSlotsPerUser, Now: cfg.Now,
+		Observe: func(est, actual time.Duration) { ReadEstimate.Observe(actual.Seconds() / est.Seconds()) }})
+	return &Service{cfg: cfg, db: db, store: store, adm: adm, log: cfg.Logger, audit: cfg.Logger.With("log", "audit"), ctx: ctx}
+}
+
+// reloadOnHUP rereads the users file on each SIGHUP until ctx ends.
+func reloadOnHUP(ctx context.Context, authz *auth.Authority, log *slog.Logger) {
+	hup := make(chan os.Signal, 1)
+	signal.Notify(hup, syscall.SIGHUP)
+	defer signal.Stop(hup)
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-hup:
+			if err := authz.Reload(); err != nil {
+				log.Error("users file not reloaded; the previous one stays in force", "err", err)
+				continue
+			}
+			log.Info("users file reloaded", "users", authz.Users())
+		}
+	}
+}
+
+// Run opens the data directory and store, serves Flight until ctx ends,
+// then stops gracefully: follow streams end at once, other calls get
+// ShutdownGrace to finish.
+func Run(ctx context.Context, cfg Config) (err error) {
+	cfg.defaults()
+	if cfg.Data == "" {
+		return errors.New("no data directory; pass --data DIR")
+	}
+	var authz *auth.Authority
+	if cfg.Users == "" {
+		for flag, addr := range map[string]string{"--listen": cfg.Listen, "--http": cfg.HTTP} {
+			if addr != "" && !IsLoopback(addr) && !cfg.InsecureNoAuth {
+				return fmt.Errorf("refusing to serve on %s (%s) without authentication: pass --users FILE (create users with `plumb user add NAME --group G --users FILE`), "+
+					"or --insecure-no-auth if something in front of Plumb authenticates", addr, flag)
+			}
+		}
+		cfg.Logger.Warn("authentication is off (no --users): every caller may do everything; serving on loopback only unless --insecure-no-auth", "listen", cfg.Listen)
+	} else {
+		key, err := auth.SignKey(filepath.Join(cfg.Data, "auth.key"))
+		if err != nil {
+			return fmt.Errorf("token signing key: %w", err)
+		}
+		if authz, err = auth.NewAuthority(cfg.Users, key, cfg.TokenTTL, cfg.Now); err != nil {
+			return err
+		}
+		cfg.Logger.Info("authentication is on", "users", cfg.Users, "count", authz.Users(), "tls", cfg.TLSCert != "", "mtls", cfg.ClientCA != "")
+	}
+	if cfg.ClientCA != "" && cfg.TLSCert == "" {
+		return errors.New("--client-ca needs --tls-cert and --tls-key")
+	}
+	if cfg.Store == "" {
+		cfg.Store = "file://" + filepath.Join(cfg.Data, "blobs")
+	}
+	primary, err := blob.Open(ctx, cfg.Store)
+	if err != nil {
+		return err
+	}
+	db, err := state.Open(filepath.Join(cfg.Data, "meta.db"), state.Options{Now: cfg.Now})
+	if err != nil {
+		primary.Close()
+		return err
+	}
+	defer db.Close()
+	// The primary store and those added with `plumb store add`; each blob's
+	// store is in the metadata.
+	store := blob.NewMulti(db, flight.PrimaryStore, cfg.Store, primary)
+	defer store.Close()
+	recs, err := db.Stores()
+	if err != nil {
+		return err
+	}
+	for _, r := range recs {
+		s, err := blob.Open(ctx, r.URL)
+		if err != nil {
+			cfg.Logger.Error("a store could not be opened; its blocks are unreadable until it can", "store", r.Name, "url", r.URL, "err", err)
+			continue
+		}
+		store.Add(r.Name, r.URL, s)
+		store.SetDraining(r.Name, r.Draining)
+	}
+
+	lis, err := net.Listen("tcp", cfg.Listen)
+	if err != nil {
+		return fmt.Errorf("listen on %s: %w (is another server running? choose another with --listen)", cfg.Listen, err)
+	}
+	srvCtx, stop := context.WithCancel(ctx)
+	defer stop()
+	svc := NewService(srvCtx, cfg, db, store)
+	if r := cfg.Engine.Registerer; r != nil {
+		// Per queue and per site, read from the metadata at each scrape.
+		qc := queueCollector{db: db}
+		qc.stageOf = func(g string) (string, bool) {
+			if svc.eng == nil {
+				return "", false
+			}
+			return svc.eng.StageOf(g)
+		}
+		for _, c := range []prometheus.Collector{qc, Uploads, AuthFailures, ReadEstimate} {
+			if err := r.Register(c); err != nil {
+				cfg.Logger.Warn("Flight metrics not registered", "err", err)
+			}
+		}
+	}
+	svc.authz = authz
+	svc.space = &space{store: store, db: db, minFree: max(cfg.MinFree, 0), capBytes: cfg.StoreCap}
+	if cfg.MinFree == 0 {
+		svc.space.minFree = 100 << 20
+	}
+	var grpcOpts []grpc.ServerOption
+	if cfg.TLSCert != "" {
+		tcfg, err := serverTLS(cfg.TLSCert, cfg.TLSKey, cfg.ClientCA)
+		if err != nil {
+			lis.Close()
+			return err
+		}
+		grpcOpts = append(grpcOpts, grpc.Creds(credentials.NewTLS(tcfg)))
+	}
+	if authz != nil {
+		a := &authenticator{authz: authz, audit: svc.audit}
+		grpcOpts = append(grpcOpts, grpc.ChainUnaryInterceptor(a.unary), grpc.ChainStreamInterceptor(a.stream))
+		var wg sync.WaitGroup
+		defer func() { stop(); wg.Wait() }()
+		wg.Go(func() { reloadOnHUP(srvCtx, authz, cfg.Logger) })
+	}
+	engDone := make(chan struct{})
+	if cfg.Registry != nil {
+		ecfg := cfg.Engine
+		if ecfg.Scratch == "" {
+			ecfg.Scratch = filepath.Join(cfg.Data, "tmp")
+		}
+		if ecfg.Programs == "" {
+			ecfg.Programs = filepath.Join(cfg.Data, "programs")
+		}
+		if err := confine(ctx, cfg, &ecfg); err != nil {
+			lis.Close()
+			return err
+		}
+		if ecfg.Logger == nil {
+			ecfg.Logger = cfg.Logger
+		}
+		if ecfg.Now == nil {
+			ecfg.Now = cfg.Now
+		}
+		ecfg.Full = svc.space.full
+		eng, err := engine.New(db, store, cfg.Registry, ecfg)
+		if err != nil {
+			lis.Close()
+			return fmt.Errorf("start the pipeline engine: %w", err)
+		}
+		svc.eng = eng
+		if authz != nil {
+			rightsDone := make(chan struct{})
+			go func() { defer close(rightsDone); svc.watchRights(srvCtx, 2*time.Second) }()
+			defer func() { stop(); <-rightsDone }()
+		}
+		go func() { defer close(engDone); eng.Run(srvCtx) }()
+	} else {
+		close(engDone)
+	}
+	// Stage runs stop before the metadata closes.
+	defer func() { stop(); <-engDone }()
+	if cfg.GroupIdle > 0 {
+		groupsDone := make(chan struct{})
+		go func() {
+			defer close(groupsDone)
+			svc.expireGroups(srvCtx, cfg.GroupIdle, cmp.Or(cfg.SweepEvery, min(cfg.GroupIdle/10, time.Minute)))
+		}()
+		defer func() { stop(); <-groupsDone }()
+	}
+	sweepDone := make(chan struct{})
+	go func() {
+		defer close(sweepDone)
+		retention.Run(srvCtx, db, store, cmp.Or(cfg.SweepEvery, time.Minute), cfg.Logger)
+	}()
+	defer func() { stop(); <-sweepDone }()
+	if cfg.FsckEvery >= 0 {
+		fsckDone := make(chan struct{})
+		go func() {
+			defer close(fsckDone)
+			var recompute func(context.Context, state.Block) error
+			if svc.eng != nil {
+				recompute = svc.eng.Recompute
+			}
+			fsck.Run(srvCtx, db, store, cmp.Or(cfg.FsckEvery, time.Hour), recompute, cfg.Logger)
+		}()
+		defer func() { stop(); <-fsckDone }()
+	}
+	if cfg.HTTP != "" {
+		dash := web.New(svc.eng, db, cfg.Gatherer, cfg.Logger)
+		if authz != nil {
+			dash.WithAuth(authz)
+		}
+		hlis, err := net.Listen("tcp", cfg.HTTP)
+		if err != nil {
+			lis.Close()
+			return fmt.Errorf("listen on %s: %w (choose another with --http)", cfg.HTTP, err)
+		}
+		httpDone := make(chan struct{})
+		go func() { defer close(httpDone); dash.Serve(srvCtx, hlis, cfg.LatencyEvery) }()
+		defer func() { stop(); <-httpDone }()
+		cfg.Logger.Info("plumb serving the dashboard", "url", "http://"+hlis.Addr().String()+"/")
+		if cfg.HTTPReady != nil {
+			cfg.HTTPReady(hlis.Addr())
+		}
+	}
+	gs := NewGRPCServer(cfg.Logger, grpcOpts...)
+	aflight.RegisterFlightServiceServer(gs, svc)
+
+	errc := make(chan error, 1)
+	go func() { errc <- gs.Serve(lis) }()
+	cfg.Logger.Info("plumb serving Arrow Flight", "addr", lis.Addr().String(), "store", store.String(), "data", cfg.Data)
+	if cfg.Ready != nil {
+		cfg.Ready(lis.Addr())
+	}
+	select {
+	case err := <-errc:
+		return err
+	case <-ctx.Done():
+	}
+	cfg.Logger.Info("plumb shutting down", "grace", cfg.ShutdownGrace)
+	stop()
+	done := make(chan struct{})
+	go func() { gs.GracefulStop(); close(done) }()
+	select {
+	case <-done:
+	case <-time.After(cfg.ShutdownGrace):
+		gs.Stop()
+		<-done
+	}
+	<-errc
+	return nil
+}
+
+// NewGRPCServer returns a gRPC server with Plumb's options: 64 MiB receive
+// limit, keepalive that permits client pings every 10 s, and panic recovery
+// that turns a panic into an Internal error instead of a crash.
+// Panics counts panics recovered in Flight calls; a non-zero value is a
+// bug to report.
+var Panics = prometheus.NewCounter(prometheus.CounterOpts{Name: "plumb_flight_panics_total", Help: "Panics recovered in Flight calls (each a bug; the log says where)."})
+
+// panicSite is the file and line the panic came from: the first frame
+// below the runtime's panic machinery.
+func panicSite() string {
+	pcs := make([]uintptr, 32)
+	frames := runtime.CallersFrames(pcs[:runtime.Callers(3, pcs)])
+	past := false
+	for {
+		f, more := frames.Next()
+		if strings.HasPrefix(f.Function, "runtime.") {
+			past = true
+		} else if past {
+			return fmt.Sprintf("%s (%s:%d)", f.Function, f.File, f.Line)
+		}
+		if !more {
+			return "unknown"
+		}
+	}
+}
+
+func NewGRPCServer(log *slog.Logger, extra ...grpc.ServerOption) *grpc.Server {
+	recoverErr := func(method string, p any) error {
+		// The last net: each panic is a bug to fix, so one short line says
+		// where, and a counter says how often.
+		Panics.Inc()
+		log.Error("panic in Flight call", "method", method, "panic", fmt.Sprint(p), "at", panicSite())
+		return status.Errorf(codes.Internal, "internal error in %s; the server logged the details", method)
+	}
+	return grpc.NewServer(append([]grpc.ServerOption{
+		grpc.MaxRecvMsgSize(64 << 20),
+		grpc.ForceServerCodecV2(flight.Codec()),
+		// Blocks are large: bigger socket buffers cut syscalls per byte, and
+		// fixed flow-control windows keep loopback and LAN links full.
+		grpc.WriteBufferSize(1 << 20),
+		grpc.ReadBufferSize(1 << 20),
+		grpc.InitialWindowSize(flight.StreamWindow),
+		grpc.InitialConnWindowSize(flight.ConnWindow),
+		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: 10 * time.Second, PermitWithoutStream: true}),
+		grpc.KeepaliveParams(keepalive.ServerParameters{Time: 30 * time.Second, Timeout: 20 * time.Second}),
+		grpc.ChainUnaryInterceptor(func(ctx context.Context, req any, info *grpc.UnaryServerInfo, h grpc.UnaryHandler) (resp any, err error) {
+			defer func() {
+				if p := recover(); p != nil {
+					err = recoverErr(info.FullMethod, p)
+				}
+			}()
+			return h(ctx, req)
+		}),
+		grpc.ChainStreamInterceptor(func(srv any, ss grpc.ServerStream, info *grpc.StreamServerInfo, h grpc.StreamHandler) (err error) {
+			defer func() {
+				if p := recover(); p != nil {
+					err = recoverErr(info.FullMethod, p)
+				}
+			}()
+			return h(srv, ss)
+		}),
+	}, extra...)...)
+}
+
+// statusOf turns an error into a gRPC status, keeping one that already is.
+func statusOf(err error, code codes.Code) error {
+	if err == nil {
+		return nil
+	}
+	if _, ok := status.FromError(err); ok {
+		return err
+	}
+	switch {
+	case errors.Is(err, context.Canceled):
+		return status.Error(codes.Canceled, err.Error())
+	case errors.Is(err, context.DeadlineExceeded):
+		return status.Error(codes.DeadlineExceeded, err.Error())
+	case errors.Is(err, state.ErrNotFound), errors.Is(err, blob.ErrNotFound):
+		return status.Error(codes.NotFound, err.Error())
+	case errors.Is(err, state.ErrConflict):
+		return status.Error(codes.FailedPrecondition, err.Error())
+	}
+	return status.Error(code, err.Error())
+}
+
+// confine sets up the sandbox for the engine's executables. Where it
+// cannot be set up the server still starts: built-ins run, executables
+// are refused with the reason.
+func confine(ctx context.Context, cfg Config, ecfg *engine.Config) error {
+	switch cfg.Sandbox {
+	case "off":
+		if cfg.Users != "" {
+			return errors.New("--sandbox off would run every user's programs as the server's own user; it is refused with --users")
+		}
+		ecfg.Unconfined = true
+		cfg.Logger.Warn("stage executables run unconfined, as the server's user (--sandbox off)")
+		return nil
+	case "", "bwrap":
+	default:
+		return fmt.Errorf("--sandbox %q: want bwrap or off", cfg.Sandbox)
+	}
+	lim := cfg.RunLimits
+	if lim == (sandbox.Limits{}) {
+		lim = sandbox.DefaultLimits()
+	}
+	private := []string{cfg.Data}
+	if cfg.Users != "" {
+		private = append(private, cfg.Users)
+	}
+	sb, err := sandbox.New(ctx, sandbox.Config{Limits: lim, Private: private, Shared: cfg.RunShared})
+	if err != nil {
+		ecfg.NoSandbox = err
+		cfg.Logger.Warn("stage executables will be refused; built-ins run", "err", err)
+		return nil
+	}
+	ecfg.Sandbox = sb
+	return nil
+}

@@ -1,0 +1,259 @@
+package server
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"slices"
+	"time"
+
+	aflight "github.com/apache/arrow-go/v18/arrow/flight"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	"github.com/plumb-dev/plumb/auth"
+	"github.com/plumb-dev/plumb/block"
+	"github.com/plumb-dev/plumb/flight"
+	"github.com/plumb-dev/plumb/pipeline"
+	"github.com/plumb-dev/plumb/state"
+)
+
+// decodeStreamRequest decodes a stream action's body and checks its names.
+func decodeStreamRequest(r *flight.StreamRequest, action string, body []byte) error {
+	if err := flight.DecodeStrict(body, r); err != nil {
+		return badBody(action, body, err)
+	}
+	for _, err := range []error{block.ValidateQueue(r.Queue), block.ValidateInstance(r.Instance), block.ValidateGroup(r.Consumer)} {
+		if err != nil {
+			return badBody(action, body, err)
+		}
+	}
+	return nil
+}
+
+// streamAction runs one stream action on an opened cursor.
+func (s *Service) streamAction(ctx context.Context, name string, body []byte, fn func(r flight.StreamRequest) (any, error)) (any, error) {
+	var r flight.StreamRequest
+	if err := decodeStreamRequest(&r, name, body); err != nil {
+		return nil, err
+	}
+	if err := s.allow(ctx, auth.Read, r.Queue, name); err != nil {
+		return nil, err
+	}
+	if _, err := s.useConsumer(ctx, r.Queue, r.Instance, r.Consumer, r.From, name); err != nil {
+		return nil, err
+	}
+	res, err := fn(r)
+	switch {
+	case errors.Is(err, state.ErrNotPresent), errors.Is(err, state.ErrPresent):
+		return nil, status.Error(codes.FailedPrecondition, err.Error())
+	case err != nil:
+		return nil, statusOf(err, codes.InvalidArgument)
+	}
+	return res, nil
+}
+
+func (s *Service) peekNext(ctx context.Context, body []byte) (any, error) {
+	return s.streamAction(ctx, "peek-next", body, func(r flight.StreamRequest) (any, error) {
+		return s.db.PeekNext(r.Queue, r.Instance, r.Consumer)
+	})
+}
+
+func (s *Service) processNext(ctx context.Context, body []byte) (any, error) {
+	return s.streamAction(ctx, "process-next", body, func(r flight.StreamRequest) (any, error) {
+		b, err := s.db.ProcessNext(r.Queue, r.Instance, r.Consumer)
+		return flight.ProcessResult{Seq: b.Seq, Block: b.Name, Ticket: flight.Ticket{Block: b.Name}}, err
+	})
+}
+
+func (s *Service) commitStream(ctx context.Context, body []byte) (any, error) {
+	return s.streamAction(ctx, "commit", body, func(r flight.StreamRequest) (any, error) {
+		c, err := s.db.Commit(r.Queue, r.Instance, r.Consumer, r.Seq)
+		if err == nil {
+			s.streamDelivered(block.ID{Queue: r.Queue, Instance: r.Instance, Seq: r.Seq}, r.Consumer)
+		}
+		return c, err
+	})
+}
+
+// streamDelivered records, for the latency accounting, a stream consumer
+// committing a block.
+func (s *Service) streamDelivered(id block.ID, consumer string) {
+	if s.eng == nil {
+		return
+	}
+	if b, err := s.db.Lookup(id); err == nil {
+		s.eng.StreamDelivered(b, consumer)
+	}
+}
+
+func (s *Service) skipStream(ctx context.Context, body []byte) (any, error) {
+	return s.streamAction(ctx, "skip", body, func(r flight.StreamRequest) (any, error) {
+		return s.db.Skip(r.Queue, r.Instance, r.Consumer)
+	})
+}
+
+func (s *Service) putState(ctx context.Context, body []byte) (any, error) {
+	return s.streamAction(ctx, "put-state", body, func(r flight.StreamRequest) (any, error) {
+		c, err := s.db.PutState(r.Queue, r.Instance, r.Consumer, r.State)
+		return c.State, err
+	})
+}
+
+// getState reads a cursor without moving it; a stage's cursor may be
+// read too (it shows how far the stage is), by whoever may read the queue.
+func (s *Service) getState(ctx context.Context, body []byte) (any, error) {
+	var r flight.StreamRequest
+	if err := decodeStreamRequest(&r, "get-state", body); err != nil {
+		return nil, err
+	}
+	if err := s.allow(ctx, auth.Read, r.Queue, "get-state"); err != nil {
+		return nil, err
+	}
+	c, err := s.db.GetCursor(r.Queue, r.Instance, r.Consumer)
+	if errors.Is(err, state.ErrNotFound) {
+		return nil, status.Errorf(codes.NotFound, "get-state: no stream consumer %s of %s/%s; process-next or a stream ticket opens one", r.Consumer, r.Queue, r.Instance)
+	}
+	if err != nil {
+		return nil, statusOf(err, codes.InvalidArgument)
+	}
+	if s.authz != nil && c.Others(caller(ctx), s.may(ctx, auth.Admin, r.Queue)) {
+		s.audit.Warn("denied", "audit", true, "user", caller(ctx), "action", "get-state", "queue", r.Queue, "consumer", r.Consumer)
+		return nil, status.Errorf(codes.PermissionDenied, "get-state: stream consumer %s of %s/%s %v, %s; use a consumer name of your own", r.Consumer, r.Queue, r.Instance, state.ErrOwned, c.Owner)
+	}
+	return c, nil
+}
+
+func (s *Service) listState(ctx context.Context, body []byte) (any, error) {
+	var r struct {
+		Queue string `json:"queue"`
+	}
+	if err := flight.DecodeStrict(body, &r); err != nil {
+		return nil, badBody("list-state", body, err)
+	}
+	if err := s.allow(ctx, auth.Read, r.Queue, "list-state"); err != nil {
+		return nil, err
+	}
+	cs, err := s.db.Cursors(r.Queue)
+	if s.authz != nil && !s.may(ctx, auth.Admin, r.Queue) {
+		// Others' consumers and their state are theirs.
+		cs = slices.DeleteFunc(cs, func(c state.Cursor) bool { return c.Owner != caller(ctx) })
+	}
+	return listOf(cs), err
+}
+
+func (s *Service) checkpoint(ctx context.Context, body []byte) (any, error) {
+	return s.streamAction(ctx, "checkpoint", body, func(r flight.StreamRequest) (any, error) {
+		return s.db.SaveCheckpoint(r.Queue, r.Instance, r.Consumer, r.State)
+	})
+}
+
+func (s *Service) serveStream(ctx context.Context, raw []byte, stream aflight.FlightService_DoGetServer) error {
+	var t flight.StreamTicket
+	if err := flight.DecodeStrict(raw, &t); err != nil {
+		return status.Errorf(codes.InvalidArgument, "stream ticket %q: %v; want {\"stream\": QUEUE, \"instance\", \"consumer\", \"from\", \"follow\", \"gap\": {\"wait\": \"10s\", \"then\": \"skip\"|\"stop\"}}", truncate(raw), err)
+	}
+	for _, err := range []error{block.ValidateQueue(t.Stream), block.ValidateInstance(t.Instance), block.ValidateGroup(t.Consumer)} {
+		if err != nil {
+			return status.Errorf(codes.InvalidArgument, "stream ticket: %v", err)
+		}
+	}
+	from := "checkpoint"
+	if len(t.From) > 0 {
+		var str string
+		if json.Unmarshal(t.From, &str) == nil {
+			from = str
+		} else {
+			from = string(t.From)
+		}
+	}
+	if t.Gap != nil && t.Gap.Then != "skip" && t.Gap.Then != "stop" {
+		return status.Errorf(codes.InvalidArgument, "stream ticket: gap.then %q: want skip or stop", t.Gap.Then)
+	}
+	var gapWait time.Duration
+	if t.Gap != nil && t.Gap.Wait != "" {
+		d, err := pipeline.ParseDuration(t.Gap.Wait)
+		if err != nil {
+			return status.Errorf(codes.InvalidArgument, "stream ticket: gap.wait %q: %v", t.Gap.Wait, err)
+		}
+		gapWait = time.Duration(d)
+	}
+	if _, err := s.useConsumer(ctx, t.Stream, t.Instance, t.Consumer, from, "stream"); err != nil {
+		return err
+	}
+	w, err := flight.NewBlockWriter(stream, nil)
+	if err != nil {
+		return statusOf(err, codes.Unavailable)
+	}
+	event := func(e flight.StreamEvent) error {
+		meta, _ := json.Marshal(e)
+		return w.Event(meta)
+	}
+	var holeSince time.Time // when the stream reached the current hole
+	var holeAt uint64
+	for {
+		changed := s.db.Changed(t.Stream)
+		p, err := s.db.PeekNext(t.Stream, t.Instance, t.Consumer)
+		if err != nil {
+			return statusOf(err, codes.Internal)
+		}
+		if len(p.Late) > 0 {
+			if err := event(flight.StreamEvent{Event: "late", Next: p.Next, Late: p.Late}); err != nil {
+				return err
+			}
+		}
+		if p.Present {
+			b, err := s.db.ProcessNext(t.Stream, t.Instance, t.Consumer)
+			if err != nil {
+				return statusOf(err, codes.Internal)
+			}
+			if err := s.sendBlock(ctx, w, b); err != nil {
+				return statusOf(err, codes.Unavailable)
+			}
+			if _, err := s.db.Commit(t.Stream, t.Instance, t.Consumer, b.Seq); err != nil {
+				return statusOf(err, codes.Internal)
+			}
+			if s.eng != nil {
+				s.eng.StreamDelivered(b, t.Consumer)
+			}
+			continue
+		}
+		wait := time.Minute
+		if p.Gap > 1 { // a hole, with blocks after it
+			if holeAt != p.Next || holeSince.IsZero() {
+				holeAt, holeSince = p.Next, s.cfg.Now()
+				if err := event(flight.StreamEvent{Event: "gap", Next: p.Next, Missing: uint64(p.Gap - 1)}); err != nil {
+					return err
+				}
+			}
+			if t.Gap != nil {
+				left := gapWait - s.cfg.Now().Sub(holeSince)
+				if left <= 0 {
+					if t.Gap.Then == "stop" {
+						return event(flight.StreamEvent{Event: "stopped", Next: p.Next, Missing: uint64(p.Gap - 1)})
+					}
+					if _, err := s.db.Skip(t.Stream, t.Instance, t.Consumer); err != nil {
+						return statusOf(err, codes.Internal)
+					}
+					if err := event(flight.StreamEvent{Event: "skipped", Next: p.Next}); err != nil {
+						return err
+					}
+					holeSince = time.Time{}
+					continue
+				}
+				wait = min(wait, left)
+			}
+		} else if !t.Follow {
+			return nil // caught up
+		}
+		timer := time.NewTimer(wait)
+		select {
+		case <-ctx.Done():
+			timer.Stop()
+			return nil
+		case <-changed:
+		case <-timer.C:
+		}
+		timer.Stop()
+	}
+}
