@@ -87,6 +87,36 @@ type Key struct {
 	Created time.Time `yaml:"created"`
 }
 
+// UnmarshalYAML reads a key, taking its created time in the forms YAML
+// tools write besides RFC 3339: PyYAML, for one, writes a time it read
+// back as "2026-12-01 07:12:06+00:00", which yaml.v3 will not parse, and
+// an operator who edits the rules with such a tool must not lock every
+// user out.
+func (k *Key) UnmarshalYAML(n *yaml.Node) error {
+	var raw struct {
+		ID      string    `yaml:"id"`
+		SHA256  string    `yaml:"sha256"`
+		Created yaml.Node `yaml:"created"`
+	}
+	if err := n.Decode(&raw); err != nil {
+		return err
+	}
+	k.ID, k.SHA256 = raw.ID, raw.SHA256
+	if raw.Created.Kind == 0 {
+		return nil
+	}
+	if raw.Created.Decode(&k.Created) == nil {
+		return nil
+	}
+	for _, layout := range []string{"2006-01-02 15:04:05.999999999Z07:00", "2006-01-02 15:04:05.999999999 Z07:00", "2006-01-02 15:04:05.999999999"} {
+		if t, err := time.Parse(layout, raw.Created.Value); err == nil {
+			k.Created = t.UTC()
+			return nil
+		}
+	}
+	return fmt.Errorf("line %d: key %s: created %q is not a time (want RFC 3339, such as 2026-12-01T07:12:06Z)", raw.Created.Line, raw.ID, raw.Created.Value)
+}
+
 // File is the users file.
 type File struct {
 	Users map[string]*User `yaml:"users"`

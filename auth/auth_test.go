@@ -213,3 +213,38 @@ func FuzzAllowed(f *testing.F) {
 		}
 	})
 }
+
+// TestKeyTimesFromOtherTools: a users file rewritten by PyYAML (which
+// writes times as "2026-12-01 07:12:06+00:00") still loads, with the same
+// key times.
+func TestKeyTimesFromOtherTools(t *testing.T) {
+	file := filepath.Join(t.TempDir(), "users.yaml")
+	f, _ := LoadOrNew(file)
+	f.AddUser("agent", []string{"capture"})
+	created := time.Date(2026, 12, 1, 7, 12, 6, 0, time.UTC)
+	if _, err := f.AddKey("agent", created); err != nil {
+		t.Fatal(err)
+	}
+	if err := f.Save(file); err != nil {
+		t.Fatal(err)
+	}
+	raw, _ := os.ReadFile(file)
+	for _, form := range []string{"2026-12-01 07:12:06+00:00", "2026-12-01 07:12:06 +00:00", "2026-12-01 07:12:06"} {
+		edited := strings.Replace(string(raw), "2026-12-01T07:12:06Z", form, 1)
+		if edited == string(raw) {
+			t.Fatalf("no RFC 3339 time in the saved file:\n%s", raw)
+		}
+		os.WriteFile(file, []byte(edited), 0o600)
+		g, err := Load(file)
+		if err != nil {
+			t.Fatalf("%s: %v", form, err)
+		}
+		if got := g.Users["agent"].Keys[0].Created; !got.Equal(created) {
+			t.Errorf("%s: created %v, want %v", form, got, created)
+		}
+	}
+	os.WriteFile(file, []byte(strings.Replace(string(raw), "2026-12-01T07:12:06Z", "yesterday", 1)), 0o600)
+	if _, err := Load(file); err == nil || !strings.Contains(err.Error(), `created "yesterday" is not a time`) {
+		t.Errorf("a bad time: %v", err)
+	}
+}

@@ -119,6 +119,10 @@ var actions = map[string]action{
 		desc: `A stream consumer's cursor, state, skips and checkpoint. Body {"queue","instance","consumer"}.`,
 		run:  (*Service).getState,
 	},
+	"delete-state": {
+		desc: `Delete a stream consumer (its owner or an admin), releasing the blocks its cursor held. Body {"queue","instance","consumer"}.`,
+		run:  (*Service).deleteState,
+	},
 	"list-state": {
 		desc: `Every stream consumer of a queue with its cursor and state, one result each. Body {"queue"}.`,
 		run:  (*Service).listState,

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"slices"
+	"strings"
 	"time"
 
 	aflight "github.com/apache/arrow-go/v18/arrow/flight"
@@ -122,6 +123,37 @@ func (s *Service) getState(ctx context.Context, body []byte) (any, error) {
 		return nil, status.Errorf(codes.PermissionDenied, "get-state: stream consumer %s of %s/%s %v, %s; use a consumer name of your own", r.Consumer, r.Queue, r.Instance, state.ErrOwned, c.Owner)
 	}
 	return c, nil
+}
+
+// deleteState deletes a stream consumer: its owner or an admin may; a
+// stage's consumer is the engine's.
+func (s *Service) deleteState(ctx context.Context, body []byte) (any, error) {
+	var r flight.StreamRequest
+	if err := decodeStreamRequest(&r, "delete-state", body); err != nil {
+		return nil, err
+	}
+	if err := s.allow(ctx, auth.Read, r.Queue, "delete-state"); err != nil {
+		return nil, err
+	}
+	if strings.HasPrefix(r.Consumer, stageGroupPrefix) {
+		return nil, status.Errorf(codes.PermissionDenied, "delete-state: %s is a pipeline stage's consumer; retract the job instead", r.Consumer)
+	}
+	c, err := s.db.GetCursor(r.Queue, r.Instance, r.Consumer)
+	if errors.Is(err, state.ErrNotFound) {
+		return nil, status.Errorf(codes.NotFound, "delete-state: no stream consumer %s of %s/%s", r.Consumer, r.Queue, r.Instance)
+	}
+	if err != nil {
+		return nil, statusOf(err, codes.InvalidArgument)
+	}
+	if s.authz != nil && c.Others(caller(ctx), s.may(ctx, auth.Admin, r.Queue)) {
+		s.audit.Warn("denied", "audit", true, "user", caller(ctx), "action", "delete-state", "queue", r.Queue, "consumer", r.Consumer)
+		return nil, status.Errorf(codes.PermissionDenied, "delete-state: stream consumer %s of %s/%s %v, %s", r.Consumer, r.Queue, r.Instance, state.ErrOwned, c.Owner)
+	}
+	if err := s.db.DeleteCursor(r.Queue, r.Instance, r.Consumer); err != nil {
+		return nil, statusOf(err, codes.Internal)
+	}
+	s.audit.Info("stream consumer deleted", "audit", true, "user", caller(ctx), "queue", r.Queue, "instance", r.Instance, "consumer", r.Consumer)
+	return map[string]bool{"deleted": true}, nil
 }
 
 func (s *Service) listState(ctx context.Context, body []byte) (any, error) {

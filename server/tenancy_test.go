@@ -322,7 +322,7 @@ func TestStreamConsumersHaveOwners(t *testing.T) {
 	if err := ana.StreamAction(ctx, "process-next", req, &pr); err != nil || pr.Seq != 1 {
 		t.Fatalf("ana's own consumer: %+v %v", pr, err)
 	}
-	for _, action := range []string{"process-next", "peek-next", "commit", "skip", "put-state", "checkpoint", "get-state"} {
+	for _, action := range []string{"process-next", "peek-next", "commit", "skip", "put-state", "checkpoint", "get-state", "delete-state"} {
 		r := req
 		r.Seq = 1
 		if err := carol.StreamAction(ctx, action, r, nil); codeOf(err) != codes.PermissionDenied || !strings.Contains(err.Error(), "belongs to another user, ana") {
@@ -358,6 +358,17 @@ func TestStreamConsumersHaveOwners(t *testing.T) {
 	}
 	if err := ops.StreamAction(ctx, "get-state", req, nil); err != nil {
 		t.Errorf("an admin reads ana's consumer: %v", err)
+	}
+	// Ana deletes her consumer; then it is gone, and a stage's is not hers
+	// to delete.
+	if err := ana.StreamAction(ctx, "delete-state", req, nil); err != nil {
+		t.Errorf("ana deletes her consumer: %v", err)
+	}
+	if err := ana.StreamAction(ctx, "get-state", req, nil); codeOf(err) != codes.NotFound {
+		t.Errorf("ana's consumer after delete-state: %v", err)
+	}
+	if err := ana.StreamAction(ctx, "delete-state", flight.StreamRequest{Queue: "dns.arrow", Instance: "lax", Consumer: "stage-0123456789ab"}, nil); codeOf(err) != codes.PermissionDenied {
+		t.Errorf("ana deletes a stage's consumer: %v", err)
 	}
 }
 
@@ -402,7 +413,7 @@ func FuzzOthersGroups(f *testing.F) {
 	}
 	want := snapshot()
 	actions := []string{"ack", "lost", "queue-stats", "peek-next", "process-next", "commit", "skip", "put-state", "checkpoint",
-		"get-state", "list-state", "program-add", "program-remove", "submit-job", "retract-job"}
+		"get-state", "delete-state", "group-delete", "list-state", "program-add", "program-remove", "submit-job", "retract-job"}
 	for _, seed := range []string{
 		`{"queue":"dns.arrow","group":"team","blocks":["20250505-151102-00000002.lax.dns.arrow"]}`,
 		`{"queue":"dns.arrow","instance":"lax","consumer":"ids","seq":1}`,

@@ -164,6 +164,19 @@ func (d *DB) OpenOwnedCursor(queue, instance, consumer, from, owner string, admi
 	return c, err
 }
 
+// DeleteCursor removes a stream consumer's cursor and state, releasing
+// the blocks it held from retention.
+func (d *DB) DeleteCursor(queue, instance, consumer string) error {
+	return d.bolt.Update(func(tx *bolt.Tx) error {
+		sb := mustSub(tx, bucketStreams, queue)
+		k := cursorKey(instance, consumer)
+		if sb == nil || sb.Get(k) == nil {
+			return fmt.Errorf("stream consumer %q of %s/%s: %w", consumer, queue, instance, ErrNotFound)
+		}
+		return sb.Delete(k)
+	})
+}
+
 // updateCursor changes a cursor in one transaction.
 func (d *DB) updateCursor(queue, instance, consumer string, fn func(tx *bolt.Tx, c *Cursor) error) (Cursor, error) {
 	var c Cursor

@@ -25,7 +25,7 @@ func streamCommand() command {
 	return clientCommand("stream", "QUEUE --instance SITE", "write one site's blocks in sequence order as one continuous capture on stdout", 1,
 		func(fs *flag.FlagSet) {
 			instance = fs.String("instance", "", "the site whose stream to read (required)")
-			consumer = fs.String("consumer", "cli", "the stream consumer: the server keeps its cursor")
+			consumer = fs.String("consumer", "", "the stream `CONSUMER` whose cursor the server keeps (default: a temporary one, deleted at the end)")
 			from = fs.String("from", "earliest", "where to start: earliest, checkpoint, or a sequence number")
 			follow = fs.Bool("follow", false, "keep waiting for new blocks")
 			gapWait = fs.Duration("gap-wait", 0, "at a missing block, wait this long (0: forever)")
@@ -34,6 +34,19 @@ func streamCommand() command {
 		func(ctx context.Context, c *client.Client, args []string) error {
 			if *instance == "" {
 				return errUsage
+			}
+			if *consumer == "" {
+				// A read that names no consumer must not leave one behind:
+				// a cursor holds every block after it from retention.
+				*consumer = fmt.Sprintf("tmp-%d-%d", os.Getpid(), time.Now().UnixNano()%1e9)
+				defer func() {
+					dctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
+					defer cancel()
+					req := flight.StreamRequest{Queue: args[0], Instance: *instance, Consumer: *consumer}
+					if err := c.StreamAction(dctx, "delete-state", req, nil); err != nil {
+						fmt.Fprintf(os.Stderr, "plumb stream: the temporary consumer %s was not deleted (%v); delete it with the delete-state action\n", *consumer, plainError(err))
+					}
+				}()
 			}
 			t := flight.StreamTicket{Stream: args[0], Instance: *instance, Consumer: *consumer, Follow: *follow}
 			t.From, _ = json.Marshal(*from)

@@ -52,7 +52,7 @@ func cutBlocks(t *testing.T, pkts []packet, per int, site string) []client.Sourc
 
 // TestStreamToTcpdump: a site's blocks uploaded out of order and one twice
 // come out of `plumb stream | tcpdump -r - -w out.pcap` as the original
-// capture: every packet once, in time order.
+// capture: every packet once, in time order; the read leaves no consumer.
 func TestStreamToTcpdump(t *testing.T) {
 	tcpdump := testenv.Tool(t, "tcpdump")
 	addr := servePlumb(t, t.TempDir())
@@ -88,6 +88,12 @@ func TestStreamToTcpdump(t *testing.T) {
 	defer f.Close()
 	got := readPackets(t, f)
 	samePackets(t, "stream through tcpdump", got, pkts)
+	// Without --consumer the stream read as a temporary consumer, deleted
+	// at the end: no cursor is left holding the site's blocks.
+	left := 0
+	if err := c.Do(context.Background(), "list-state", map[string]string{"queue": "pcap.sz"}, func([]byte) error { left++; return nil }); err != nil || left != 0 {
+		t.Errorf("stream consumers left after plumb stream: %d (%v)", left, err)
+	}
 }
 
 // TestStreamGaps: a withheld block is a gap event; with gap.then skip the

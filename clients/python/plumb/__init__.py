@@ -1,0 +1,44 @@
+"""Python client of a Plumb server, over Arrow Flight with pyarrow.
+
+    import plumb
+    c = plumb.connect("127.0.0.1:8815")
+    for block in c.consume("pcap.sz", group="archive"):
+        ...  # acknowledged when the loop moves on to the next block
+
+Every call speaks the protocol the server's README documents; nothing
+here is needed that a plain pyarrow.flight client could not do, it only
+saves writing the JSON tickets and the block framing by hand.
+"""
+from ._client import (
+    Block,
+    Client,
+    Event,
+    Stream,
+    Window,
+    connect,
+)
+from ._errors import (
+    InvalidArgument,
+    NotFound,
+    PermissionDenied,
+    PlumbError,
+    ResourceExhausted,
+    Unauthenticated,
+    Unavailable,
+)
+
+__all__ = [
+    "Block",
+    "Client",
+    "Event",
+    "InvalidArgument",
+    "NotFound",
+    "PermissionDenied",
+    "PlumbError",
+    "ResourceExhausted",
+    "Stream",
+    "Unauthenticated",
+    "Unavailable",
+    "Window",
+    "connect",
+]

@@ -1,0 +1,445 @@
+"""The client: connections, blocks, groups, windows, streams and records."""
+from __future__ import annotations
+
+import datetime as _dt
+import hashlib
+import json
+import os
+import re
+from dataclasses import dataclass, field
+from typing import Any, Dict, Iterable, Iterator, List, Mapping, Optional, Sequence, Tuple, Union
+
+import pyarrow as pa
+import pyarrow.flight as fl
+
+from ._errors import InvalidArgument, PlumbError, translated
+
+BLOCK_SCHEMA = pa.schema([("offset", pa.int64()), ("data", pa.binary())])
+CHUNK = 1 << 20  # block bytes per record batch, as the server sends them
+_NAME = re.compile(r"^(?P<time>\d{8}-\d{6})-(?P<seq>\d+)\.(?P<instance>[^.]+)\.(?P<queue>.+)$")
+
+Data = Union[bytes, bytearray, memoryview, str, "os.PathLike[str]"]
+Where = Union[Mapping[str, Any], Sequence[Tuple[str, str, Any]]]
+
+
+def _parse_name(name: str) -> Tuple[str, str, int, _dt.datetime]:
+    m = _NAME.match(name)
+    if not m:
+        raise InvalidArgument(f"{name!r} is not a block name: want DATE-TIME-SEQ.SITE.QUEUE, "
+                              "such as 20250505-151105-00000001.lax.pcap.sz")
+    t = _dt.datetime.strptime(m["time"], "%Y%m%d-%H%M%S").replace(tzinfo=_dt.timezone.utc)
+    return m["queue"], m["instance"], int(m["seq"]), t
+
+
+@dataclass
+class Block:
+    """A block as read: its name, bytes and checksum."""
+
+    name: str
+    data: bytes
+    sha256: str
+
+    @property
+    def queue(self) -> str:
+        return _parse_name(self.name)[0]
+
+    @property
+    def instance(self) -> str:
+        """The site that cut it."""
+        return _parse_name(self.name)[1]
+
+    @property
+    def seq(self) -> int:
+        return _parse_name(self.name)[2]
+
+    @property
+    def time(self) -> _dt.datetime:
+        """Its event time, from the name (UTC)."""
+        return _parse_name(self.name)[3]
+
+
+@dataclass
+class Event:
+    """Something a stream says between blocks: a gap, a skip, late blocks, or its end."""
+
+    event: str
+    next: int
+    missing: int = 0
+    late: List[int] = field(default_factory=list)
+
+
+@dataclass
+class Window:
+    """A complete window: which blocks it holds, lacks or got late, and its blocks."""
+
+    id: str
+    instance: str
+    present: List[int]
+    missing: List[int]
+    late: List[int]
+    revision: int
+    reason: str
+    start: Optional[str]
+    end: Optional[str]
+    blocks: List[Block]
+
+
+def _frames(reader: fl.FlightStreamReader) -> Iterator[Union[Block, dict]]:
+    """Blocks (checked against their SHA-256), and the app_metadata of
+    batches that are not blocks, as they come on a DoGet stream."""
+    cur: Optional[dict] = None
+    buf = bytearray()
+    while True:
+        try:
+            chunk = reader.read_chunk()
+        except StopIteration:
+            break
+        meta = chunk.app_metadata
+        if meta is not None:
+            if cur is not None:
+                raise PlumbError(f"protocol error: block {cur['name']}: next header before its last "
+                                 f"{cur['size'] - len(buf)} bytes")
+            obj = json.loads(meta.to_pybytes())
+            if not obj.get("name"):
+                yield obj  # an event or a window header
+                continue
+            cur, buf = obj, bytearray()
+        if chunk.data is not None and chunk.data.num_rows:
+            if cur is None:
+                raise PlumbError("protocol error: block bytes before any block header")
+            for off, data in zip(chunk.data.column("offset").to_pylist(), chunk.data.column("data").to_pylist()):
+                if off != len(buf):
+                    raise PlumbError(f"protocol error: block {cur['name']}: offset {off}, expected {len(buf)}")
+                buf.extend(data)
+        if cur is not None and len(buf) >= cur["size"]:
+            got = hashlib.sha256(buf).hexdigest()
+            if len(buf) != cur["size"] or got != cur["sha256"]:
+                raise PlumbError(f"block {cur['name']}: received {len(buf)} bytes with sha256 {got}, "
+                                 f"header says {cur['size']} bytes with sha256 {cur['sha256']}")
+            yield Block(cur["name"], bytes(buf), got)
+            cur = None
+    if cur is not None:
+        raise PlumbError(f"block {cur['name']}: stream ended with {cur['size'] - len(buf)} bytes left")
+
+
+class Client:
+    """A connection to a Plumb server. Make one with connect()."""
+
+    def __init__(self, flight: fl.FlightClient, options: fl.FlightCallOptions):
+        self._fc = flight
+        self._opts = options
+
+    @property
+    def flight(self) -> fl.FlightClient:
+        """The pyarrow Flight client underneath, for calls this class has no method for."""
+        return self._fc
+
+    @property
+    def options(self) -> fl.FlightCallOptions:
+        """The call options (login headers) every call here sends."""
+        return self._opts
+
+    def close(self) -> None:
+        self._fc.close()
+
+    def __enter__(self) -> "Client":
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()
+
+    # Actions.
+
+    def action(self, typ: str, body: Any = None) -> List[Any]:
+        """Run a DoAction with a JSON body; its answers, decoded."""
+        raw = json.dumps({} if body is None else body).encode()
+        with translated():
+            return [json.loads(r.body.to_pybytes()) for r in self._fc.do_action(fl.Action(typ, raw), options=self._opts)]
+
+    def _do_get(self, ticket: Mapping[str, Any]) -> fl.FlightStreamReader:
+        with translated():
+            return self._fc.do_get(fl.Ticket(json.dumps(ticket).encode()), options=self._opts)
+
+    # Blocks.
+
+    def put(self, name: str, data: Data) -> str:
+        """Upload one block; "stored", or "duplicate" if the server holds it already.
+
+        data is the block's bytes or the path of a file holding them.
+        """
+        return self.put_many([(name, data)])[0]
+
+    def put_many(self, blocks: Iterable[Tuple[str, Data]]) -> List[str]:
+        """Upload blocks, one call per queue and site; their statuses, in order."""
+        out: List[str] = []
+        batch: List[Tuple[str, bytes]] = []
+        key: Optional[Tuple[str, str]] = None
+        for name, data in blocks:
+            queue, instance, _, _ = _parse_name(name)
+            if not isinstance(data, (bytes, bytearray, memoryview)):
+                with open(data, "rb") as f:
+                    data = f.read()
+            if key is not None and key != (queue, instance):
+                out += self._put(key, batch)
+                batch = []
+            key = (queue, instance)
+            batch.append((name, bytes(data)))
+        if key is not None:
+            out += self._put(key, batch)
+        return out
+
+    def _put(self, key: Tuple[str, str], blocks: List[Tuple[str, bytes]]) -> List[str]:
+        cmd = json.dumps({"queue": key[0], "instance": key[1]}).encode()
+        with translated():
+            writer, reader = self._fc.do_put(fl.FlightDescriptor.for_command(cmd), BLOCK_SCHEMA, options=self._opts)
+            try:
+                for name, data in blocks:
+                    header = json.dumps({"name": name, "size": len(data),
+                                         "sha256": hashlib.sha256(data).hexdigest()}).encode()
+                    offsets = range(0, len(data), CHUNK) or [0]
+                    for i, off in enumerate(offsets):
+                        piece = data[off:off + CHUNK]
+                        if piece or len(data):
+                            batch = pa.record_batch([pa.array([off], pa.int64()), pa.array([piece], pa.binary())],
+                                                    schema=BLOCK_SCHEMA)
+                        else:  # an empty block is one batch with no rows
+                            batch = pa.record_batch([pa.array([], pa.int64()), pa.array([], pa.binary())],
+                                                    schema=BLOCK_SCHEMA)
+                        if i == 0:
+                            writer.write_with_metadata(batch, header)
+                        else:
+                            writer.write_batch(batch)
+                writer.done_writing()
+                results = []
+                for _ in blocks:
+                    buf = reader.read()
+                    if buf is None:
+                        break
+                    results.append(json.loads(buf.to_pybytes())["status"])
+            finally:
+                writer.close()  # raises the server's error, if the call failed
+        if len(results) != len(blocks):
+            raise PlumbError(f"queue {key[0]}: the server answered {len(results)} of {len(blocks)} blocks")
+        return results
+
+    def get(self, name: str) -> Block:
+        """Read one block by name (its SHA-256 checked)."""
+        with translated():
+            for frame in _frames(self._do_get({"block": name})):
+                if isinstance(frame, Block):
+                    return frame
+        raise PlumbError(f"block {name}: the server sent no block")
+
+    def queues(self) -> List[Dict[str, Any]]:
+        """Every queue the caller may read: name, blocks, bytes and consumer groups."""
+        with translated():
+            return [json.loads(f.app_metadata) for f in self._fc.list_flights(options=self._opts)]
+
+    def blocks(self, queue: str) -> List[Dict[str, Any]]:
+        """A queue's blocks in arrival order: name, site, seq, time, size, sha256, arrived."""
+        out: List[Dict[str, Any]] = []
+        after = 0
+        while True:
+            page = self.action("list-blocks", {"queue": queue, "after": after, "limit": 1000})
+            out += page
+            if len(page) < 1000:
+                return out
+            after = page[-1]["serial"]
+
+    def ack(self, queue: str, group: str, *names: str) -> int:
+        """Acknowledge blocks for a consumer group; how many were owed."""
+        return self.action("ack", {"queue": queue, "group": group, "blocks": list(names)})[0]["acked"]
+
+    def consume(self, queue: str, group: str, start: str = "earliest", follow: bool = False,
+                visibility: Optional[float] = None) -> Iterator[Block]:
+        """A consumer group's blocks. Each is acknowledged when the loop asks
+        for the next one, so a block the caller did not finish (an exception,
+        a break) stays owed and is handed out again after the visibility
+        timeout (seconds; the server's default when None)."""
+        t: Dict[str, Any] = {"queue": queue, "group": group, "from": start, "follow": follow}
+        if visibility is not None:
+            t["visibility"] = visibility
+        reader = self._do_get(t)
+        try:
+            with translated():
+                for frame in _frames(reader):
+                    if isinstance(frame, Block):
+                        yield frame
+                        self.ack(queue, group, frame.name)
+        finally:
+            reader.cancel()
+
+    def groups(self, queue: str) -> List[Dict[str, Any]]:
+        """A queue's consumer groups (a non-admin sees their own)."""
+        return self.action("group-list", {"queue": queue})
+
+    def delete_group(self, queue: str, group: str) -> None:
+        """Delete a consumer group, releasing the blocks it held."""
+        self.action("group-delete", {"queue": queue, "group": group})
+
+    # Records, windows and streams.
+
+    def records(self, queue: str, columns: Optional[Sequence[str]] = None, where: Optional[Where] = None,
+                since: Union[str, int, _dt.datetime, None] = None, until: Union[str, int, _dt.datetime, None] = None,
+                instance: Optional[str] = None) -> pa.Table:
+        """Rows of a queue of Arrow blocks (such as dns.arrow) as one table.
+
+        where is {column: value} for equality, or [(column, op, value)] with
+        op one of = != < <= > >=; since and until are times (datetime or
+        RFC 3339) or sequence numbers, both ends included.
+        """
+        t: Dict[str, Any] = {"records": queue}
+        if instance:
+            t["instance"] = instance
+        if columns:
+            t["columns"] = list(columns)
+        if where:
+            items = where.items() if isinstance(where, Mapping) else where
+            t["filter"] = [{"column": c, "op": op, "value": v} for c, op, v in
+                           (((k, "=", v) for k, v in items) if isinstance(where, Mapping) else items)]
+        for key, v in (("from", since), ("to", until)):
+            if isinstance(v, _dt.datetime):
+                if v.tzinfo is None:
+                    raise InvalidArgument(f"{key} {v}: give a timezone (UTC, say)")
+                v = v.isoformat()
+            if v is not None:
+                t[key] = v
+        reader = self._do_get(t)
+        with translated():
+            return reader.read_all()
+
+    def windows(self, queue: str, group: str, spec: Mapping[str, Any], follow: bool = False,
+                start: Optional[str] = None) -> Iterator[Window]:
+        """A queue's complete windows, each once for the group, with its blocks.
+
+        spec is a window as a job declares it ({"size": "24h"}, {"size": "12",
+        "max_wait": "1h"}, ...). A window's blocks are acknowledged when the
+        loop asks for the next window.
+        """
+        t: Dict[str, Any] = {"window": queue, "spec": dict(spec), "group": group, "follow": follow}
+        if start:
+            t["from"] = start
+        reader = self._do_get(t)
+        try:
+            with translated():
+                frames = _frames(reader)
+                for frame in frames:
+                    if isinstance(frame, Block) or "window" not in frame:
+                        raise PlumbError(f"protocol error: window stream sent {frame!r} before a window header")
+                    w, blocks = frame["window"], []
+                    for _ in range(frame.get("blocks", 0)):
+                        b = next(frames)
+                        if not isinstance(b, Block):
+                            raise PlumbError(f"window {w['id']}: expected a block, got {b!r}")
+                        blocks.append(b)
+                    yield Window(id=w["id"], instance=frame.get("instance", ""), present=frame.get("present") or [],
+                                 missing=frame.get("missing") or [], late=frame.get("late") or [],
+                                 revision=w.get("revision", 0), reason=w.get("reason", ""),
+                                 start=w.get("from"), end=w.get("to"), blocks=blocks)
+                    if blocks:
+                        self.ack(queue, group, *(b.name for b in blocks))
+        finally:
+            reader.cancel()
+
+    def stream(self, queue: str, instance: str, consumer: str, start: str = "checkpoint", follow: bool = False,
+               gap_wait: Optional[str] = None, gap_then: str = "skip") -> "Stream":
+        """One site's blocks in sequence order, with a cursor and state kept on the server."""
+        return Stream(self, queue, instance, consumer, start, follow, gap_wait, gap_then)
+
+    def delete_consumer(self, queue: str, instance: str, consumer: str) -> None:
+        """Delete a stream consumer, releasing the blocks its cursor held."""
+        self.action("delete-state", {"queue": queue, "instance": instance, "consumer": consumer})
+
+    # Pipelines.
+
+    def submit_job(self, yaml_text: str, file: str = "") -> Dict[str, Any]:
+        """Submit a job; the answer says accepted or rejected, and why."""
+        return self.action("submit-job", {"file": file, "yaml": yaml_text})[0]
+
+    def jobs(self) -> List[Dict[str, Any]]:
+        return self.action("list-jobs")
+
+    def stats(self) -> List[Dict[str, Any]]:
+        """Every stage's measurements: runs, bytes, CPU seconds, backlog."""
+        return self.action("stats")
+
+    def status(self) -> List[Dict[str, Any]]:
+        """How far behind each stage, group and stream consumer is."""
+        return self.action("status")
+
+
+class Stream:
+    """One site's blocks in order (iterate it), with its consumer's state.
+
+    The server keeps the cursor: a stream opened again goes on from the
+    last checkpoint (or from start="earliest" or a sequence number).
+    """
+
+    def __init__(self, c: Client, queue: str, instance: str, consumer: str, start: str, follow: bool,
+                 gap_wait: Optional[str], gap_then: str):
+        self._c = c
+        self._req = {"queue": queue, "instance": instance, "consumer": consumer}
+        t: Dict[str, Any] = {"stream": queue, "instance": instance, "consumer": consumer, "follow": follow,
+                             "from": start}
+        if gap_wait:
+            t["gap"] = {"wait": gap_wait, "then": gap_then}
+        self._reader = c._do_get(t)
+        self.events: List[Event] = []
+
+    def __iter__(self) -> Iterator[Block]:
+        with translated():
+            for frame in _frames(self._reader):
+                if isinstance(frame, Block):
+                    yield frame
+                else:
+                    self.events.append(Event(event=frame.get("event", ""), next=frame.get("next", 0),
+                                             missing=frame.get("missing", 0), late=frame.get("late") or []))
+
+    def state(self) -> Dict[str, Any]:
+        """The cursor: next sequence number, state, checkpoint, skipped and late blocks."""
+        return self._c.action("get-state", self._req)[0]
+
+    def checkpoint(self, state: Optional[Mapping[str, str]] = None) -> None:
+        """Save the cursor and state together; a restarted stream resumes here."""
+        body = dict(self._req)
+        if state is not None:
+            body["state"] = dict(state)
+        self._c.action("checkpoint", body)
+
+    def close(self) -> None:
+        self._reader.cancel()
+
+    def __enter__(self) -> "Stream":
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()
+
+
+def connect(addr: str, user: Optional[str] = None, secret: Optional[str] = None, token_file: Optional[str] = None,
+            tls_ca: Optional[str] = None, timeout: Optional[float] = None) -> Client:
+    """Connect to a server at HOST:PORT (or a grpc:// / grpc+tls:// URI).
+
+    user and secret log in with a Basic handshake; token_file holds a token
+    or API key instead. tls_ca is a PEM file of the roots to trust, which
+    also turns TLS on. timeout (seconds) bounds each call.
+    """
+    if "://" in addr:
+        location = addr
+    else:
+        location = ("grpc+tls://" if tls_ca else "grpc://") + addr
+    kw: Dict[str, Any] = {}
+    if tls_ca:
+        with open(tls_ca, "rb") as f:
+            kw["tls_root_certs"] = f.read()
+    with translated():
+        fc = fl.FlightClient(location, **kw)
+        headers: List[Tuple[bytes, bytes]] = []
+        if user is not None:
+            if secret is None:
+                raise InvalidArgument(f"user {user}: give the secret too")
+            headers.append(fc.authenticate_basic_token(user, secret))
+        elif token_file:
+            with open(token_file) as f:
+                headers.append((b"authorization", b"Bearer " + f.read().strip().encode()))
+    return Client(fc, fl.FlightCallOptions(headers=headers, timeout=timeout))

@@ -1,0 +1,199 @@
+"""The Python package (clients/python) against real servers, as a user
+would install and use it: the wheel is built with `pip wheel`, installed
+into a directory of its own, and imported from there."""
+import datetime as dt
+import io
+import time
+import json
+import subprocess
+import sys
+import zipfile
+
+import pyarrow as pa
+import pytest
+import yaml
+
+from conftest import ROOT, TESTDATA, Server
+
+CAPTURES = sorted((TESTDATA / "pcaps").glob("*.pcap"))
+
+
+@pytest.fixture(scope="session")
+def plumb(tmp_path_factory):
+    """The package, from the wheel `pip wheel` builds."""
+    out = tmp_path_factory.mktemp("wheel")
+    subprocess.run([sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "--no-build-isolation",
+                    "-w", str(out), str(ROOT / "clients" / "python")], check=True)
+    wheels = list(out.glob("plumb_client-*.whl"))
+    assert len(wheels) == 1, wheels
+    names = zipfile.ZipFile(wheels[0]).namelist()
+    assert "plumb/__init__.py" in names and "plumb/py.typed" in names, names
+    target = tmp_path_factory.mktemp("site")
+    subprocess.run([sys.executable, "-m", "pip", "install", "-q", "--no-deps", "--target", str(target),
+                    str(wheels[0])], check=True)
+    sys.path.insert(0, str(target))
+    import plumb as pkg
+    assert pkg.__file__.startswith(str(target)), pkg.__file__
+    return pkg
+
+
+def name(seq, site="lax", queue="pcap.sz", day=5):
+    return f"202505{day:02d}-151105-{seq:08d}.{site}.{queue}"
+
+
+def names_file():
+    t0 = dt.datetime(2025, 5, 5, 15, 11, 5, tzinfo=dt.timezone.utc)
+    table = pa.table({
+        "time": pa.array([t0, t0 + dt.timedelta(seconds=1), t0 + dt.timedelta(hours=2)], pa.timestamp("ns", "UTC")),
+        "qname": ["www.example.", "nope.example.", "late.example."],
+        "rcode": pa.array([0, 3, 3], pa.int64()),
+    })
+    sink = io.BytesIO()
+    with pa.ipc.new_file(sink, table.schema) as w:
+        w.write_table(table)
+    return sink.getvalue()
+
+
+def test_blocks_and_groups(plumb, server):
+    c = plumb.connect(server.addr)
+    blocks = [(name(i + 1), CAPTURES[i].read_bytes()) for i in range(3)]
+    big = bytes(range(256)) * 9000  # 2.3 MB: several batches each way
+    blocks.append((name(4), big))
+    blocks.append((name(1, site="ams"), b""))
+    assert c.put_many(blocks) == ["stored"] * 5
+    assert c.put(name(2), CAPTURES[1]) == "duplicate"  # a path works too
+    got = c.get(name(4))
+    assert (got.name, got.data, got.seq, got.instance, got.queue) == (name(4), big, 4, "lax", "pcap.sz")
+    assert got.time == dt.datetime(2025, 5, 5, 15, 11, 5, tzinfo=dt.timezone.utc)
+    assert c.get(name(1, site="ams")).data == b""
+
+    [q] = c.queues()
+    assert (q["queue"], q["blocks"], q["bytes"]) == ("pcap.sz", 5, sum(len(d) for _, d in blocks))
+    assert [b["name"] for b in c.blocks("pcap.sz")] == [n for n, _ in blocks]
+
+    # A block the loop did not finish stays owed; the others are acked.
+    seen = []
+    for b in c.consume("pcap.sz", group="archive", visibility=1):
+        seen.append(b.name)
+        if len(seen) == 3:
+            break  # the third is not acknowledged
+    assert seen == [n for n, _ in blocks[:3]]
+    [g] = c.groups("pcap.sz")
+    assert (g["group"], g["done"]) == ("archive", 2)
+    # The unfinished block (and any the server had sent ahead) comes again
+    # once its visibility timeout has passed.
+    time.sleep(1.2)
+    again = sorted(b.name for b in c.consume("pcap.sz", group="archive", visibility=1))
+    assert again == sorted([name(3), name(4), name(1, site="ams")])
+    assert c.groups("pcap.sz")[0]["done"] == 5
+    c.delete_group("pcap.sz", "archive")
+    assert c.groups("pcap.sz") == []
+
+
+def test_records_windows_and_streams(plumb, server):
+    c = plumb.connect(server.addr)
+    c.put(name(1, queue="names.arrow"), names_file())
+    t = c.records("names.arrow", columns=["qname", "rcode"], where=[("rcode", "=", 3)],
+                  until=dt.datetime(2025, 5, 5, 16, 0, tzinfo=dt.timezone.utc))
+    assert t.column_names == ["qname", "rcode"]
+    assert t.to_pylist() == [{"qname": "nope.example.", "rcode": 3}]
+    assert c.records("names.arrow", where={"qname": "www.example."}).num_rows == 1
+    assert list(c.records("names.arrow").to_pandas()["rcode"]) == [0, 3, 3]
+
+    c.put_many([(name(i), f"lax {i}".encode()) for i in (1, 2, 4)])
+    ws = list(c.windows("pcap.sz", group="pairs", spec={"size": "2", "max_missing": "1", "max_wait": "1ms"}))
+    assert [(w.id, w.present, w.missing, [b.name for b in w.blocks]) for w in ws][0] == (
+        "lax/0", [1, 2], [], [name(1), name(2)])
+
+    with c.stream("pcap.sz", "lax", consumer="ids") as s:
+        for b in s:
+            s.checkpoint({"last": str(b.seq)})
+            if b.seq == 2:
+                break
+    st = s.state()
+    assert st["checkpoint"]["state"] == {"last": "2"} and st["next"] == 3
+    with c.stream("pcap.sz", "lax", consumer="ids", gap_wait="100ms", gap_then="skip") as s:
+        got = [b.seq for b in s]
+    assert got == [4], "resumed after the checkpoint, past the hole at 3"
+    assert [e.event for e in s.events][:2] == ["gap", "skipped"]
+    c.delete_consumer("pcap.sz", "lax", "ids")
+    with pytest.raises(plumb.NotFound, match="no stream consumer ids"):
+        s.state()
+
+
+def test_pipelines(plumb, server):
+    c = plumb.connect(server.addr)
+    job = yaml.safe_dump({"job": "raw", "from": "earliest", "queues": ["pcap.sz"], "stages": [
+        {"name": "decode", "inputs": ["pcap.sz"], "program": "builtin:decode", "outputs": ["pcap"]}]})
+    res = c.submit_job(job, file="raw.yaml")
+    assert res["state"] == "accepted", res
+    assert [j["name"] for j in c.jobs()] == ["raw"]
+    bad = c.submit_job("job: x\nstages: []\n", file="x.yaml")
+    assert bad["state"] == "rejected" and "x.yaml" in bad["reason"]
+    c.put(name(1), CAPTURES[0].read_bytes())
+    deadline = time.time() + 30
+    while not any(q["queue"] == "pcap" and q["blocks"] == 1 for q in c.queues()):
+        assert time.time() < deadline, "the stage produced nothing in 30 s"
+        time.sleep(0.05)
+    assert c.get(name(1, queue="pcap")).data == CAPTURES[0].read_bytes()
+    [st] = c.stats()
+    assert (st["stage"], st["runs"]) == ("raw/decode", 1)
+    assert any(r["queue"] == "pcap.sz" and r["backlog"] == 0 for r in c.status())
+
+
+def test_errors_name_what_is_wrong(plumb, server):
+    c = plumb.connect(server.addr)
+    with pytest.raises(plumb.NotFound, match="block 20250505-151105-00000042.lax.pcap.sz is not stored"):
+        c.get(name(42))
+    with pytest.raises(plumb.NotFound, match="no queue nope"):
+        c.blocks("nope")
+    with pytest.raises(plumb.InvalidArgument, match="not a block name"):
+        c.put("x.pcap", b"1")
+    with pytest.raises(plumb.InvalidArgument, match="unknown field"):
+        c.action("ack", {"queue": "pcap.sz", "grop": "x"})
+    assert issubclass(plumb.NotFound, KeyError) and issubclass(plumb.InvalidArgument, ValueError)
+
+
+@pytest.fixture
+def secured(plumb_bin, tmp_path):
+    """A server with TLS and users: ana reads dns.*, the agent writes pcap.sz."""
+    cert, key = tmp_path / "cert.pem", tmp_path / "key.pem"
+    subprocess.run(["openssl", "req", "-x509", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:P-256", "-nodes",
+                    "-keyout", str(key), "-out", str(cert), "-days", "1", "-subj", "/CN=plumb",
+                    "-addext", "subjectAltName=IP:127.0.0.1"], check=True, capture_output=True)
+    users = tmp_path / "users.yaml"
+    secrets = {}
+    for user, group in [("ana", "analysts"), ("agent", "capture")]:
+        out = subprocess.run([plumb_bin, "user", "add", user, "--group", group, "--users", str(users)],
+                             capture_output=True, text=True, check=True)
+        secrets[user] = out.stdout.strip()
+    key_out = subprocess.run([plumb_bin, "user", "key", "agent", "--users", str(users)],
+                             capture_output=True, text=True, check=True)
+    token = tmp_path / "agent.key"
+    token.write_text(key_out.stdout.strip() + "\n")
+    doc = yaml.safe_load(users.read_text())
+    doc["rules"] = [{"queues": "pcap.sz", "groups": ["capture"], "allow": ["write", "read"]},
+                    {"queues": "dns.*", "groups": ["analysts"], "allow": ["read"]}]
+    users.write_text(yaml.safe_dump(doc))
+    s = Server(plumb_bin, tmp_path / "data", ["--users", str(users), "--tls-cert", str(cert), "--tls-key", str(key)])
+    yield s, secrets, str(cert), str(token)
+    s.stop()
+
+
+def test_auth_and_tls(plumb, secured):
+    server, secrets, ca, token = secured
+    agent = plumb.connect(server.addr, token_file=token, tls_ca=ca)
+    assert agent.put(name(1), b"captured") == "stored"
+    assert agent.get(name(1)).data == b"captured"
+    ana = plumb.connect(server.addr, user="ana", secret=secrets["ana"], tls_ca=ca)
+    assert ana.queues() == []  # pcap.sz is not hers to see
+    with pytest.raises(plumb.PermissionDenied, match="pcap.sz"):
+        ana.get(name(1))
+    with pytest.raises(plumb.PermissionDenied, match="pcap.sz"):
+        ana.put(name(2), b"x")
+    with pytest.raises(plumb.Unauthenticated):
+        plumb.connect(server.addr, user="ana", secret="wrong", tls_ca=ca).queues()
+    with pytest.raises(plumb.Unauthenticated):
+        plumb.connect(server.addr, tls_ca=ca).queues()
+    with pytest.raises(plumb.PlumbError):  # TLS is required: plain gRPC does not get through
+        plumb.connect(server.addr, user="ana", secret=secrets["ana"], timeout=5)
