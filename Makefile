@@ -27,7 +27,8 @@ FUZZ_TARGETS := \
 	./pipeline:FuzzParseJob:200000x \
 	./pcap/dnsmsg:FuzzParse:200000x \
 	./pcap/netpkt:FuzzDecode:200000x \
-	./pcap/dnstcp:FuzzReassemble:150000x
+	./pcap/dnstcp:FuzzReassemble:150000x \
+	./pcap/anon:FuzzPacket:200000x
 
 .PHONY: build test test-go test-python fuzz-short bench bench-windows demo lint clean
 

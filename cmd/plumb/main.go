@@ -60,6 +60,7 @@ func commands() []command {
 		workerCommand(),
 		workersCommand(),
 		loginCommand(),
+		anonKeyCommand(),
 	}
 }
 

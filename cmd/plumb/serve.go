@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
+	"path/filepath"
 	"runtime"
 	"runtime/debug"
 	"time"
@@ -26,8 +27,10 @@ func serveCommand() command {
 		usage: "",
 		short: "run the Plumb server (Arrow Flight) on a data directory",
 		run: func(ctx context.Context, fs *flag.FlagSet, args []string) error {
+			var anonKeys string
 			var cfg server.Config
 			fs.StringVar(&cfg.Data, "data", "plumb-data", "data `DIR`: metadata, and blobs unless --store says otherwise")
+			fs.StringVar(&anonKeys, "anon-keys", "", "`DIR` of the keys builtin:anonymize names (default DATA/keys; make one with `plumb anon-key NAME`)")
 			fs.StringVar(&cfg.Store, "store", "", "blob store `URL`: file:///DIR or s3://BUCKET?endpoint=HOST:PORT (credentials from AWS_ACCESS_KEY_ID/AWS_SECRET_ACCESS_KEY); default DATA/blobs")
 			fs.StringVar(&cfg.Listen, "listen", "127.0.0.1:8815", "`ADDR` to serve Arrow Flight on")
 			fs.DurationVar(&cfg.Visibility, "visibility", 60*time.Second, "how long a block handed to a consumer group stays reserved without an ack")
@@ -105,6 +108,10 @@ func serveCommand() command {
 			}
 			cfg.Registry = engine.NewRegistry()
 			builtin.Register(cfg.Registry, builtin.FindXZ())
+			if anonKeys == "" {
+				anonKeys = filepath.Join(cfg.Data, "keys")
+			}
+			builtin.RegisterAnonymize(cfg.Registry, anonKeys)
 			if *metricsAddr != "" || cfg.HTTP != "" {
 				reg := prometheus.NewRegistry()
 				reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}), server.Panics, buildInfo())

@@ -19,7 +19,7 @@ import (
 
 func workerCommand() command {
 	var slots *int
-	var stages, scratch, level, store, programs *string
+	var stages, scratch, level, store, programs, anonKeys *string
 	var sbOpts *sandboxOptions
 	return clientCommand("worker", "", "run the server's stage runs on this machine: lease, run, heartbeat, commit (needs admin on \"*\" when auth is on)", 0,
 		func(fs *flag.FlagSet) {
@@ -27,6 +27,7 @@ func workerCommand() command {
 			stages = fs.String("stages", "", "only stages whose name matches `PATTERN` (path.Match, e.g. 'archive/*')")
 			scratch = fs.String("scratch", filepath.Join(os.TempDir(), "plumb-worker"), "`DIR` for outputs before they are uploaded")
 			level = fs.String("log-level", "info", "log level: debug, info, warn, error")
+			anonKeys = fs.String("anon-keys", "", "`DIR` of the keys builtin:anonymize names: the same files as the server's --anon-keys")
 			programs = fs.String("programs", "", "`DIR` of registered programs, each in a file named by its SHA-256 (copy them from the server's DATA/programs)")
 			sbOpts = sandboxFlags(fs, "this process's user")
 			store = fs.String("store", "", "the server's S3 store `URL` (s3://BUCKET?endpoint=HOST:PORT, credentials from AWS_ACCESS_KEY_ID/AWS_SECRET_ACCESS_KEY) to read inputs and write outputs directly; without it all bytes go through the server")
@@ -42,6 +43,7 @@ func workerCommand() command {
 			host, _ := os.Hostname()
 			reg := engine.NewRegistry()
 			builtin.Register(reg, builtin.FindXZ())
+			builtin.RegisterAnonymize(reg, *anonKeys)
 			runner := &engine.Runner{Registry: reg, Programs: *programs}
 			switch sbOpts.mode {
 			case "off":

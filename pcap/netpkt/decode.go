@@ -46,6 +46,11 @@ type Packet struct {
 	Seq              uint32 // TCP
 	Flags            uint8  // TCP
 	Payload          []byte // UDP or TCP payload
+
+	// IP is the IP datagram from its header on, and L4 the transport
+	// header on (nil for a fragment), both in the frame's bytes: for
+	// rewriting a packet in place.
+	IP, L4 []byte
 }
 
 // Errors Decode returns; test with errors.Is.
@@ -160,6 +165,7 @@ func ipv4(b []byte, p *Packet) error {
 		b = b[:total]
 	}
 	p.IPVersion = 4
+	p.IP = b
 	p.Src = netip.AddrFrom4([4]byte(b[12:16]))
 	p.Dst = netip.AddrFrom4([4]byte(b[16:20]))
 	p.Proto = b[9]
@@ -184,6 +190,7 @@ func ipv6(b []byte, p *Packet) error {
 		b = b[:40+plen] // link-layer padding
 	}
 	p.IPVersion = 6
+	p.IP = b
 	p.Src = netip.AddrFrom16([16]byte(b[8:24]))
 	p.Dst = netip.AddrFrom16([16]byte(b[24:40]))
 	next, rest := b[6], b[40:]
@@ -250,6 +257,7 @@ func extensions(next byte, rest []byte) (byte, []byte, error) {
 // Transport reads the UDP or TCP header of a whole IP payload into p.
 // Other protocols leave the payload as it is.
 func Transport(p *Packet, b []byte) error {
+	p.L4 = b
 	switch p.Proto {
 	case ProtoUDP:
 		if len(b) < 8 {

@@ -1,0 +1,295 @@
+package builtin
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"io"
+	"net/netip"
+	"net/url"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+
+	"github.com/apache/arrow-go/v18/arrow"
+	"github.com/apache/arrow-go/v18/arrow/array"
+	"github.com/apache/arrow-go/v18/arrow/ipc"
+	"github.com/apache/arrow-go/v18/arrow/memory"
+
+	"github.com/plumb-dev/plumb/codecs"
+	"github.com/plumb-dev/plumb/engine"
+	"github.com/plumb-dev/plumb/ipcguard"
+	"github.com/plumb-dev/plumb/pcap"
+	"github.com/plumb-dev/plumb/pcap/anon"
+)
+
+// RegisterAnonymize adds anonymize, whose keys are files in keys (the
+// server's or worker's --anon-keys): a job names a key, it never holds
+// one, and it cannot point the stage at any other file.
+func RegisterAnonymize(reg *engine.Registry, keys string) {
+	reg.Add(engine.Factory{
+		Name: "anonymize",
+		Doc: "Rewrites addresses so a capture or DNS records can be shared: ?key=NAME (a 32-byte key in the --anon-keys directory) " +
+			"&method=cryptopan|truncate (prefix-preserving, or &v4=24&v6=48 bits kept) &what=all|clients (clients: not the end on port 53/853) " +
+			"&rdata=true (A/AAAA answers too) &codec=same|none|snappy|xz|gzip|zstd. Captures keep every other byte, " +
+			"packet count and time; checksums are updated. Arrow DNS records get src, dst and ecs_address rewritten.",
+		New: func(args url.Values) (engine.Builtin, error) {
+			return newAnonymize(args, keys)
+		},
+	})
+}
+
+func newAnonymize(args url.Values, keys string) (*Anonymize, error) {
+	if err := engine.StrictArgs(args, "key", "method", "v4", "v6", "what", "rdata", "codec"); err != nil {
+		return nil, err
+	}
+	cfg := anon.Config{Method: args.Get("method")}
+	if m := cfg.Method; m != "" && m != "cryptopan" && m != "truncate" {
+		return nil, fmt.Errorf("method=%q: want cryptopan or truncate", m)
+	}
+	for _, b := range []struct {
+		name string
+		to   *int
+	}{{"v4", &cfg.V4}, {"v6", &cfg.V6}} {
+		if v := args.Get(b.name); v != "" {
+			n, err := strconv.Atoi(v)
+			if err != nil {
+				return nil, fmt.Errorf("%s=%q: want a number of bits", b.name, v)
+			}
+			*b.to = n
+		}
+	}
+	switch args.Get("what") {
+	case "", "all":
+	case "clients":
+		cfg.Clients = true
+	default:
+		return nil, fmt.Errorf("what=%q: want all or clients", args.Get("what"))
+	}
+	switch args.Get("rdata") {
+	case "", "false":
+	case "true":
+		cfg.RData = true
+	default:
+		return nil, fmt.Errorf("rdata=%q: want true or false", args.Get("rdata"))
+	}
+	a := &Anonymize{}
+	if c := args.Get("codec"); c != "" && c != "same" {
+		codec, err := codecs.Parse(c)
+		if err != nil {
+			return nil, err
+		}
+		a.codec = &codec
+	}
+	if cfg.Method == "" || cfg.Method == "cryptopan" {
+		key, err := readKey(keys, args.Get("key"))
+		if err != nil {
+			return nil, err
+		}
+		cfg.Key = key
+	} else if args.Get("key") != "" {
+		return nil, fmt.Errorf("method=%s takes no key", cfg.Method)
+	}
+	if _, err := anon.New(cfg); err != nil { // checked now, so the job is refused
+		return nil, err
+	}
+	a.cfg = cfg
+	return a, nil
+}
+
+// readKey reads the key NAME of the keys directory: 32 bytes, raw or as
+// 64 hex digits. Its bytes never appear in an error.
+func readKey(dir, name string) ([]byte, error) {
+	switch {
+	case name == "":
+		return nil, errors.New("key=NAME is required for cryptopan: the name of a key file in the --anon-keys directory (make one with `plumb anon-key NAME`)")
+	case strings.ContainsAny(name, `/\`) || strings.HasPrefix(name, ".") || len(name) > 64:
+		return nil, fmt.Errorf("key=%q: a key is named by a plain file name in the --anon-keys directory", name)
+	case dir == "":
+		return nil, errors.New("no --anon-keys directory is set, so no key can be named")
+	}
+	path := filepath.Join(dir, name)
+	fi, err := os.Stat(path)
+	if err != nil {
+		return nil, fmt.Errorf("key %s: %w (keys live in %s; make one with `plumb anon-key %s`)", name, err, dir, name)
+	}
+	if fi.Size() > 256 {
+		return nil, fmt.Errorf("key %s: %d bytes; a key is 32 bytes, or 64 hex digits", name, fi.Size())
+	}
+	raw, err := os.ReadFile(path)
+	if err != nil {
+		return nil, fmt.Errorf("key %s: %w", name, err)
+	}
+	if len(raw) == 32 {
+		return raw, nil
+	}
+	if key, err := hex.DecodeString(strings.TrimSpace(string(raw))); err == nil && len(key) == 32 {
+		return key, nil
+	}
+	return nil, fmt.Errorf("key %s: not 32 bytes or 64 hex digits", name)
+}
+
+// Anonymize rewrites the addresses of a capture (any codec) or of Arrow
+// DNS records.
+type Anonymize struct {
+	cfg   anon.Config
+	codec *codecs.Codec // the output's; the input's when nil
+}
+
+// arrowMagic starts an Arrow IPC file.
+var arrowMagic = []byte("ARROW1")
+
+// maxAnonArrow bounds an Arrow block read whole to be rewritten.
+const maxAnonArrow = 1 << 30
+
+// Run implements engine.Builtin.
+func (s *Anonymize) Run(ctx context.Context, in io.Reader, out io.Writer) error {
+	a, err := anon.New(s.cfg)
+	if err != nil {
+		return err
+	}
+	br := bufio.NewReaderSize(in, 1<<20)
+	head, _ := br.Peek(codecs.SniffLen)
+	if bytes.HasPrefix(head, arrowMagic) {
+		return s.records(ctx, a, br, out)
+	}
+	codec := codecs.Sniff(head)
+	if s.codec != nil {
+		codec = *s.codec
+	}
+	r, closer, err := pcap.NewReader(br)
+	if err != nil {
+		return fmt.Errorf("%w: %v", engine.ErrMalformed, err)
+	}
+	defer closer.Close()
+	enc, err := codec.NewWriter(out)
+	if err != nil {
+		return err
+	}
+	w, err := pcap.NewWriter(enc, r.LinkType, r.Snaplen, r.Nanos)
+	if err != nil {
+		return err
+	}
+	for n := 0; ; n++ {
+		if n%4096 == 0 && ctx.Err() != nil {
+			return ctx.Err()
+		}
+		data, ci, err := r.Next()
+		if err == io.EOF {
+			break
+		}
+		if err != nil {
+			return malformed(fmt.Errorf("%w: %v", engine.ErrMalformed, err))
+		}
+		a.Packet(r.LinkType, data)
+		if err := w.WritePacket(ci, data); err != nil {
+			return err
+		}
+	}
+	if err := w.Flush(); err != nil {
+		return err
+	}
+	return enc.Close()
+}
+
+// records rewrites the address columns of Arrow DNS records: src and dst
+// (only the client's with what=clients: the one whose port is not 53 or
+// 853) and ecs_address when the file has it.
+func (s *Anonymize) records(ctx context.Context, a *anon.Anonymizer, in io.Reader, out io.Writer) error {
+	data, err := io.ReadAll(io.LimitReader(in, maxAnonArrow+1))
+	if err != nil {
+		return err
+	}
+	if len(data) > maxAnonArrow {
+		return fmt.Errorf("%w: an Arrow block over %d bytes", engine.ErrMalformed, maxAnonArrow)
+	}
+	if err := ipcguard.CheckFile(data); err != nil {
+		return fmt.Errorf("%w: %v", engine.ErrMalformed, err)
+	}
+	var f *ipc.FileReader
+	if err := ipcguard.Under(func() (err error) {
+		f, err = ipc.NewFileReader(bytes.NewReader(data), ipc.WithAllocator(ipcguard.NewBudget(256<<20)))
+		return err
+	}); err != nil {
+		return fmt.Errorf("%w: %v", engine.ErrMalformed, err)
+	}
+	defer f.Close()
+	schema := f.Schema()
+	w, err := ipc.NewFileWriter(out, ipc.WithSchema(schema), ipc.WithZstd())
+	if err != nil {
+		return err
+	}
+	for i := 0; i < f.NumRecords(); i++ {
+		if ctx.Err() != nil {
+			return ctx.Err()
+		}
+		var rec arrow.RecordBatch
+		if err := ipcguard.Under(func() (err error) { rec, err = f.RecordBatch(i); return err }); err != nil {
+			return fmt.Errorf("%w: batch %d: %v", engine.ErrMalformed, i, err)
+		}
+		nrec, err := anonymizeBatch(a, s.cfg.Clients, rec)
+		rec.Release()
+		if err != nil {
+			return fmt.Errorf("%w: batch %d: %v", engine.ErrMalformed, i, err)
+		}
+		err = w.Write(nrec)
+		nrec.Release()
+		if err != nil {
+			return err
+		}
+	}
+	return w.Close()
+}
+
+func anonymizeBatch(a *anon.Anonymizer, clients bool, rec arrow.RecordBatch) (arrow.RecordBatch, error) {
+	schema := rec.Schema()
+	ports := func(name string) *array.Uint16 {
+		if idx := schema.FieldIndices(name); len(idx) > 0 {
+			c, _ := rec.Column(idx[0]).(*array.Uint16)
+			return c
+		}
+		return nil
+	}
+	sport, dport := ports("sport"), ports("dport")
+	cols := make([]arrow.Array, rec.NumCols())
+	for j := range cols {
+		cols[j] = rec.Column(j)
+		name := schema.Field(j).Name
+		if name != "src" && name != "dst" && name != "ecs_address" {
+			continue
+		}
+		str, ok := cols[j].(*array.String)
+		if !ok {
+			return nil, fmt.Errorf("column %s is %s, not text", name, cols[j].DataType())
+		}
+		b := array.NewStringBuilder(memory.DefaultAllocator)
+		for i := 0; i < str.Len(); i++ {
+			if str.IsNull(i) {
+				b.AppendNull()
+				continue
+			}
+			v := str.Value(i)
+			keep := false
+			if clients && sport != nil && dport != nil && name != "ecs_address" {
+				// The server's end stays: the source of an answer from
+				// port 53, the destination of a query to it.
+				sp, dp := sport.Value(i), dport.Value(i)
+				keep = name == "src" && (sp == 53 || sp == 853) || name == "dst" && (dp == 53 || dp == 853) && !(sp == 53 || sp == 853)
+			}
+			if x, err := netip.ParseAddr(v); err == nil && !keep {
+				v = a.Map(x).String()
+			}
+			b.Append(v)
+		}
+		cols[j] = b.NewArray()
+		b.Release()
+		defer cols[j].Release()
+	}
+	return array.NewRecordBatch(schema, cols, rec.NumRows()), nil
+}
+
+var _ engine.Builtin = (*Anonymize)(nil)

@@ -1,0 +1,327 @@
+package anon
+
+import (
+	"encoding/binary"
+	"fmt"
+	"net/netip"
+
+	"github.com/gopacket/gopacket/layers"
+
+	"github.com/plumb-dev/plumb/pcap/netpkt"
+)
+
+// Config says how to anonymize.
+type Config struct {
+	// Method is "cryptopan" (the default) or "truncate".
+	Method string
+	// Key is the 32-byte Crypto-PAn key.
+	Key []byte
+	// V4 and V6 are the prefix lengths truncate keeps (24 and 48 when 0).
+	V4, V6 int
+	// Clients rewrites only the client side of DNS traffic (the end not on
+	// port 53 or 853), leaving the server's own address; packets with
+	// neither port, or without ports (fragments, ICMP), get both rewritten.
+	Clients bool
+	// RData rewrites the addresses in A and AAAA records of DNS messages
+	// over UDP too.
+	RData bool
+}
+
+// Anonymizer rewrites packets. It keeps a bounded cache of the addresses
+// it mapped; it is not safe for concurrent use.
+type Anonymizer struct {
+	cfg   Config
+	cpan  *CryptoPAn
+	cache map[netip.Addr]netip.Addr
+}
+
+// cacheSize bounds the cache: a capture's addresses repeat (a server's
+// own in every packet), and Crypto-PAn costs 32 or 128 AES blocks each.
+const cacheSize = 1 << 16
+
+// New checks cfg and makes an Anonymizer.
+func New(cfg Config) (*Anonymizer, error) {
+	a := &Anonymizer{cfg: cfg, cache: make(map[netip.Addr]netip.Addr)}
+	switch cfg.Method {
+	case "", "cryptopan":
+		c, err := NewCryptoPAn(cfg.Key)
+		if err != nil {
+			return nil, err
+		}
+		a.cpan = c
+	case "truncate":
+		if a.cfg.V4 == 0 {
+			a.cfg.V4 = 24
+		}
+		if a.cfg.V6 == 0 {
+			a.cfg.V6 = 48
+		}
+		if a.cfg.V4 < 0 || a.cfg.V4 > 32 || a.cfg.V6 < 0 || a.cfg.V6 > 128 {
+			return nil, fmt.Errorf("truncate keeps v4=0..32 and v6=0..128 bits, not %d and %d", a.cfg.V4, a.cfg.V6)
+		}
+	default:
+		return nil, fmt.Errorf("method %q: want cryptopan or truncate", cfg.Method)
+	}
+	return a, nil
+}
+
+// Map anonymizes one address.
+func (a *Anonymizer) Map(x netip.Addr) netip.Addr {
+	if y, ok := a.cache[x]; ok {
+		return y
+	}
+	var y netip.Addr
+	if a.cpan != nil {
+		y = a.cpan.Map(x)
+	} else {
+		bits := a.cfg.V6
+		if x.Is4() {
+			bits = a.cfg.V4
+		}
+		p, _ := x.Prefix(bits)
+		y = p.Addr()
+	}
+	if len(a.cache) >= cacheSize {
+		clear(a.cache)
+	}
+	a.cache[x] = y
+	return y
+}
+
+// mapBytes rewrites the address in b (4 or 16 bytes) in place.
+func (a *Anonymizer) mapBytes(b []byte) {
+	var x netip.Addr
+	if len(b) == 4 {
+		x = netip.AddrFrom4([4]byte(b))
+	} else {
+		x = netip.AddrFrom16([16]byte(b))
+	}
+	copy(b, a.Map(x).AsSlice())
+}
+
+// Packet rewrites one frame in place; false when it holds no IP packet
+// (left as it is).
+func (a *Anonymizer) Packet(link layers.LinkType, frame []byte) bool {
+	var p netpkt.Packet
+	netpkt.Decode(link, frame, &p) // a truncated transport still has its IP header
+	if p.IP == nil {
+		return false
+	}
+	ip := p.IP
+	srcOff, alen := 12, 4
+	if p.IPVersion == 6 {
+		srcOff, alen = 8, 16
+	}
+	src, dst := ip[srcOff:srcOff+alen], ip[srcOff+alen:srcOff+2*alen]
+	doSrc, doDst := true, true
+	if a.cfg.Clients && p.L4 != nil && (p.Proto == netpkt.ProtoUDP || p.Proto == netpkt.ProtoTCP) {
+		switch {
+		case server(p.SrcPort):
+			doSrc = false
+		case server(p.DstPort):
+			doDst = false
+		}
+	}
+	// The transport header, also of a datagram's first fragment.
+	l4 := p.L4
+	if p.Fragment && p.FragOffset == 0 {
+		l4 = p.Payload
+	} else if p.Fragment {
+		l4 = nil
+	}
+	var old [32]byte
+	copy(old[:], src)
+	copy(old[16:], dst)
+	oldPseudo := sum(src, false) + sum(dst, false)
+	if doSrc {
+		a.mapBytes(src)
+	}
+	if doDst {
+		a.mapBytes(dst)
+	}
+	newPseudo := sum(src, false) + sum(dst, false)
+	if p.IPVersion == 4 {
+		hc := binary.BigEndian.Uint16(ip[10:])
+		binary.BigEndian.PutUint16(ip[10:], update(hc, oldPseudo, newPseudo))
+	}
+	mapped := func(b []byte) bool {
+		return !a.cfg.Clients || (doSrc && string(b) == string(old[:alen])) || (doDst && string(b) == string(old[16:16+alen]))
+	}
+	switch {
+	case l4 == nil:
+	case p.Proto == netpkt.ProtoTCP && len(l4) >= 18:
+		fix(l4[16:], oldPseudo, newPseudo, false)
+	case p.Proto == netpkt.ProtoUDP && len(l4) >= 8:
+		ck := binary.BigEndian.Uint16(l4[6:])
+		if ck == 0 && p.IPVersion == 4 {
+			break // no checksum
+		}
+		o, n := oldPseudo, newPseudo
+		if a.cfg.RData && !p.Fragment && (server(p.SrcPort) || server(p.DstPort)) && len(l4) > 8 {
+			ro, rn := a.rdata(l4[8:], 8)
+			o, n = o+ro, n+rn
+		}
+		fix(l4[6:], o, n, true)
+	case p.Proto == 1 && p.IPVersion == 4 && len(l4) >= 8:
+		// An ICMP error quotes the IP header of the packet it is about.
+		if t := l4[0]; t == 3 || t == 4 || t == 5 || t == 11 || t == 12 {
+			ro, rn := a.quoted(l4[8:], 8, 4, mapped)
+			fix(l4[2:], ro, rn, false)
+		}
+	case p.Proto == 58 && p.IPVersion == 6 && len(l4) >= 8:
+		ro, rn := oldPseudo, newPseudo // ICMPv6 sums a pseudo-header
+		if t := l4[0]; t >= 1 && t <= 4 {
+			qo, qn := a.quoted(l4[8:], 8, 6, mapped)
+			ro, rn = ro+qo, rn+qn
+		}
+		fix(l4[2:], ro, rn, false)
+	}
+	return true
+}
+
+// server reports whether port is a DNS server's.
+func server(port uint16) bool { return port == 53 || port == 853 }
+
+// quoted rewrites the addresses of the IP header an ICMP error quotes (at
+// offset off into the ICMP message), as the outer ones were, and returns
+// the sums of the ICMP bytes it changed, before and after.
+func (a *Anonymizer) quoted(q []byte, off, version int, mapped func([]byte) bool) (before, after uint32) {
+	srcOff, alen, hl := 12, 4, 20
+	if version == 6 {
+		srcOff, alen, hl = 8, 16, 40
+	}
+	if len(q) < hl || int(q[0]>>4) != version {
+		return 0, 0
+	}
+	if version == 4 {
+		hl = int(q[0]&0xf) * 4
+		if hl < 20 || len(q) < hl {
+			return 0, 0
+		}
+	}
+	region := q[:srcOff+2*alen]
+	if version == 4 {
+		region = q[:hl] // its header checksum changes too
+	}
+	before = sum(region, off%2 == 1)
+	var oldHdr [20]byte
+	copy(oldHdr[:], q)
+	for _, b := range [][]byte{q[srcOff : srcOff+alen], q[srcOff+alen : srcOff+2*alen]} {
+		if mapped(b) {
+			a.mapBytes(b)
+		}
+	}
+	if version == 4 {
+		o := sum(oldHdr[12:20], false)
+		n := sum(q[12:20], false)
+		hc := binary.BigEndian.Uint16(q[10:])
+		binary.BigEndian.PutUint16(q[10:], update(hc, o, n))
+	}
+	return before, sum(region, off%2 == 1)
+}
+
+// rdata rewrites the A and AAAA records of a DNS message (at offset off
+// into the checksummed UDP datagram) and returns the sums of the bytes it
+// changed, before and after. A message it cannot walk is left as it is.
+func (a *Anonymizer) rdata(m []byte, off int) (before, after uint32) {
+	if len(m) < 12 {
+		return 0, 0
+	}
+	qd := int(binary.BigEndian.Uint16(m[4:]))
+	rr := int(binary.BigEndian.Uint16(m[6:])) + int(binary.BigEndian.Uint16(m[8:])) + int(binary.BigEndian.Uint16(m[10:]))
+	i := 12
+	for range qd {
+		if i = skipName(m, i); i < 0 || i+4 > len(m) {
+			return before, after
+		}
+		i += 4
+	}
+	for range rr {
+		if i = skipName(m, i); i < 0 || i+10 > len(m) {
+			return before, after
+		}
+		typ := binary.BigEndian.Uint16(m[i:])
+		class := binary.BigEndian.Uint16(m[i+2:])
+		rdlen := int(binary.BigEndian.Uint16(m[i+8:]))
+		i += 10
+		if i+rdlen > len(m) {
+			return before, after
+		}
+		if class == 1 && (typ == 1 && rdlen == 4 || typ == 28 && rdlen == 16) {
+			r := m[i : i+rdlen]
+			odd := (off+i)%2 == 1
+			before += sum(r, odd)
+			a.mapBytes(r)
+			after += sum(r, odd)
+		}
+		i += rdlen
+	}
+	return before, after
+}
+
+// skipName returns the offset after the name at i, or -1.
+func skipName(m []byte, i int) int {
+	for range 128 {
+		if i >= len(m) {
+			return -1
+		}
+		l := int(m[i])
+		switch {
+		case l == 0:
+			return i + 1
+		case l&0xc0 == 0xc0:
+			if i+2 > len(m) {
+				return -1
+			}
+			return i + 2
+		case l&0xc0 != 0:
+			return -1
+		}
+		i += 1 + l
+	}
+	return -1
+}
+
+// sum is the one's-complement sum of b's 16-bit words, unfolded; odd says
+// b starts at an odd offset of the checksummed data, so its first byte is
+// the low half of a word.
+func sum(b []byte, odd bool) uint32 {
+	var s uint32
+	i := 0
+	if odd && len(b) > 0 {
+		s, i = uint32(b[0]), 1
+	}
+	for ; i+1 < len(b); i += 2 {
+		s += uint32(b[i])<<8 | uint32(b[i+1])
+	}
+	if i < len(b) {
+		s += uint32(b[i]) << 8
+	}
+	return s
+}
+
+func fold(s uint32) uint16 {
+	for s > 0xffff {
+		s = s&0xffff + s>>16
+	}
+	return uint16(s)
+}
+
+// update is RFC 1624's HC' = ~(~HC + ~m + m'), with m and m' the sums of
+// the changed words before and after.
+func update(hc uint16, before, after uint32) uint16 {
+	return ^fold(uint32(^hc) + uint32(^fold(before)) + uint32(fold(after)))
+}
+
+// fix updates the checksum at b[0:2]; for UDP a result of 0 is sent as
+// 0xffff (0 means no checksum).
+func fix(b []byte, before, after uint32, udp bool) {
+	if len(b) < 2 {
+		return
+	}
+	ck := update(binary.BigEndian.Uint16(b), before, after)
+	if udp && ck == 0 {
+		ck = 0xffff
+	}
+	binary.BigEndian.PutUint16(b, ck)
+}
