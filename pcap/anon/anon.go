@@ -30,9 +30,16 @@ type Config struct {
 // Anonymizer rewrites packets. It keeps a bounded cache of the addresses
 // it mapped; it is not safe for concurrent use.
 type Anonymizer struct {
-	cfg   Config
-	cpan  *CryptoPAn
-	cache map[netip.Addr]netip.Addr
+	cfg  Config
+	cpan *CryptoPAn
+	// The cache by address bytes: cheaper to hash than netip.Addr, and
+	// a packet's bytes are looked up without building one.
+	v4 map[[4]byte][4]byte
+	v6 map[[16]byte][16]byte
+	// last is the most recent IPv4 mapping: a server's own address is in
+	// every packet.
+	last4, last4To [4]byte
+	haveLast4      bool
 }
 
 // cacheSize bounds the cache: a capture's addresses repeat (a server's
@@ -41,7 +48,7 @@ const cacheSize = 1 << 16
 
 // New checks cfg and makes an Anonymizer.
 func New(cfg Config) (*Anonymizer, error) {
-	a := &Anonymizer{cfg: cfg, cache: make(map[netip.Addr]netip.Addr)}
+	a := &Anonymizer{cfg: cfg, v4: make(map[[4]byte][4]byte), v6: make(map[[16]byte][16]byte)}
 	switch cfg.Method {
 	case "", "cryptopan":
 		c, err := NewCryptoPAn(cfg.Key)
@@ -67,36 +74,79 @@ func New(cfg Config) (*Anonymizer, error) {
 
 // Map anonymizes one address.
 func (a *Anonymizer) Map(x netip.Addr) netip.Addr {
-	if y, ok := a.cache[x]; ok {
-		return y
+	if x.Is4() {
+		b := x.As4()
+		a.map4(b[:])
+		return netip.AddrFrom4(b)
 	}
-	var y netip.Addr
-	if a.cpan != nil {
-		y = a.cpan.Map(x)
-	} else {
-		bits := a.cfg.V6
-		if x.Is4() {
-			bits = a.cfg.V4
-		}
-		p, _ := x.Prefix(bits)
-		y = p.Addr()
-	}
-	if len(a.cache) >= cacheSize {
-		clear(a.cache)
-	}
-	a.cache[x] = y
-	return y
+	b := x.As16()
+	a.map16(b[:])
+	return netip.AddrFrom16(b).WithZone(x.Zone())
 }
 
 // mapBytes rewrites the address in b (4 or 16 bytes) in place.
 func (a *Anonymizer) mapBytes(b []byte) {
-	var x netip.Addr
 	if len(b) == 4 {
-		x = netip.AddrFrom4([4]byte(b))
+		a.map4(b)
 	} else {
-		x = netip.AddrFrom16([16]byte(b))
+		a.map16(b)
 	}
-	copy(b, a.Map(x).AsSlice())
+}
+
+func (a *Anonymizer) map4(b []byte) {
+	k := [4]byte(b)
+	if a.haveLast4 && k == a.last4 {
+		copy(b, a.last4To[:])
+		return
+	}
+	v, ok := a.v4[k]
+	if !ok {
+		v = k
+		if a.cpan != nil {
+			a.cpan.mapBits(v[:])
+		} else {
+			truncate(v[:], a.cfg.V4)
+		}
+		if len(a.v4) >= cacheSize {
+			clear(a.v4)
+		}
+		a.v4[k] = v
+	}
+	a.last4, a.last4To, a.haveLast4 = k, v, true
+	copy(b, v[:])
+}
+
+func (a *Anonymizer) map16(b []byte) {
+	k := [16]byte(b)
+	v, ok := a.v6[k]
+	if !ok {
+		v = k
+		if a.cpan != nil {
+			a.cpan.mapBits(v[:])
+		} else {
+			truncate(v[:], a.cfg.V6)
+		}
+		if len(a.v6) >= cacheSize {
+			clear(a.v6)
+		}
+		a.v6[k] = v
+	}
+	copy(b, v[:])
+}
+
+// truncate zeroes the bits of b after the first keep.
+func truncate(b []byte, keep int) {
+	for i := range b {
+		switch {
+		case keep >= 8:
+			keep -= 8
+		case keep > 0:
+			b[i] &= byte(0xff << (8 - keep))
+			keep = 0
+		default:
+			b[i] = 0
+		}
+	}
 }
 
 // Packet rewrites one frame in place; false when it holds no IP packet
