@@ -3,8 +3,8 @@ package builtin
 import (
 	"bufio"
 	"bytes"
-	"encoding/binary"
 	"context"
+	"encoding/binary"
 	"encoding/hex"
 	"errors"
 	"fmt"
