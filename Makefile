@@ -28,7 +28,8 @@ FUZZ_TARGETS := \
 	./pcap/dnsmsg:FuzzParse:200000x \
 	./pcap/netpkt:FuzzDecode:200000x \
 	./pcap/dnstcp:FuzzReassemble:150000x \
-	./pcap/anon:FuzzPacket:200000x
+	./pcap/anon:FuzzPacket:200000x \
+	./pcap/filter:FuzzCompile:100000x
 
 .PHONY: build test test-go test-python fuzz-short bench bench-windows demo lint clean
 

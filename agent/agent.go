@@ -30,6 +30,10 @@ type Config struct {
 	Interval time.Duration
 	SpoolMax int64
 	InFlight int
+	// Filter is a capture filter in tcpdump's syntax (package filter):
+	// packets it does not keep are not cut into blocks. A live capture
+	// attaches it to the socket, so the kernel drops them.
+	Filter string
 	// MaxBackoff caps the wait between upload attempts; 30 s when zero.
 	MaxBackoff time.Duration
 	// NewInstance asserts that the instance never shipped a block, so a
@@ -128,7 +132,7 @@ func Run(ctx context.Context, cfg Config, sources []Source, watch *Watch) (Stats
 			return st, err
 		}
 	}
-	cutCfg := CutConfig{Queue: cfg.Queue, Instance: cfg.Instance, Codec: cfg.Codec, MaxBytes: cfg.MaxBytes, Interval: cfg.Interval, SpoolMax: cfg.SpoolMax}
+	cutCfg := CutConfig{Queue: cfg.Queue, Instance: cfg.Instance, Codec: cfg.Codec, MaxBytes: cfg.MaxBytes, Interval: cfg.Interval, SpoolMax: cfg.SpoolMax, Filter: cfg.Filter}
 	sh := &Shipper{Spool: spool, Client: client, InFlight: cfg.InFlight, MaxWait: cfg.MaxBackoff, Log: log, Counters: st.Ship, FailFast: cfg.Once}
 	// The cutter stops with ctx, finishing its open block. The shipper
 	// outlives it by up to StopGrace, so a stopped agent ships what it cut

@@ -23,6 +23,7 @@ import (
 	"github.com/plumb-dev/plumb/codecs"
 	"github.com/plumb-dev/plumb/internal/countio"
 	"github.com/plumb-dev/plumb/pcap"
+	"github.com/plumb-dev/plumb/pcap/filter"
 )
 
 // Source is where packets come from.
@@ -78,6 +79,8 @@ type CutConfig struct {
 	Interval time.Duration
 	// SpoolMax bounds the bytes waiting in the spool; 0 is no bound.
 	SpoolMax int64
+	// Filter keeps only the packets it matches (tcpdump syntax).
+	Filter string
 
 	// perPacket turns off copying runs of records whole, so tests can
 	// check that both ways cut the same bytes.
@@ -90,6 +93,7 @@ type Counters struct {
 	BytesIn     atomic.Int64 // uncompressed pcap bytes cut into blocks
 	Blocks      atomic.Int64
 	Dropped     atomic.Int64 // packets dropped while the spool was full
+	Filtered    atomic.Int64 // packets read from files and stdin that --filter did not keep
 	BadSources  atomic.Int64
 	SourceBytes atomic.Int64 // bytes read from the sources (compressed, if they are)
 }
@@ -296,6 +300,16 @@ func (ct *cutter) read(ctx context.Context, src Source) error {
 	}
 	defer closer.Close()
 	link := linkInfo{rd.LinkType, rd.Snaplen, rd.Nanos}
+	// A live source has its filter on the socket already.
+	var flt *filter.Filter
+	if ct.cfg.Filter != "" && !src.Live {
+		if flt, err = filter.Compile(ct.cfg.Filter, rd.LinkType); err != nil {
+			ct.c.BadSources.Add(1)
+			ct.log.Error("the filter cannot apply to this source; skipping it", "source", src.Name, "err", err)
+			ct.pos[src.Name] = SourcePos{Done: true, Stamp: src.Stamp}
+			return nil
+		}
+	}
 
 	var n int64 // packets read from this source
 	skip := int64(0)
@@ -315,7 +329,7 @@ func (ct *cutter) read(ctx context.Context, src Source) error {
 	if st, ok := rc.(interface{ Stamp() Stamp }); ok {
 		stamp = st.Stamp
 	}
-	runs := rd.Raw() && !ct.cfg.perPacket
+	runs := rd.Raw() && !ct.cfg.perPacket && flt == nil
 	for {
 		if err := ctx.Err(); err != nil && !drains {
 			return err
@@ -357,6 +371,10 @@ func (ct *cutter) read(ctx context.Context, src Source) error {
 		}
 		n++
 		if n <= skip {
+			continue
+		}
+		if flt != nil && !flt.Match(data) {
+			ct.c.Filtered.Add(1)
 			continue
 		}
 		written, err := ct.packet(ctx, src, link, ci, data)

@@ -15,19 +15,30 @@ import (
 	"github.com/gopacket/gopacket/afpacket"
 	"github.com/gopacket/gopacket/layers"
 
+	"github.com/plumb-dev/plumb/pcap/filter"
+
 	"github.com/plumb-dev/plumb/pcap"
 )
 
 // LiveSource captures from a network interface with AF_PACKET (no cgo;
 // needs root or CAP_NET_RAW). It is live: nothing can be read again after
 // a crash, and packets are dropped (and counted) while the spool is full.
-func LiveSource(iface string, log *slog.Logger) (Source, error) {
+//
+// A filter (tcpdump syntax) is compiled for the interface's link type and
+// attached to the socket: the kernel drops what it does not keep.
+func LiveSource(iface, expr string, log *slog.Logger) (Source, error) {
 	link, err := linkTypeOf(iface)
 	if err != nil {
 		return Source{}, err
 	}
+	var flt *filter.Filter
+	if expr != "" {
+		if flt, err = filter.Compile(expr, link); err != nil {
+			return Source{}, fmt.Errorf("interface %s: %w", iface, err)
+		}
+	}
 	return Source{Name: "live:" + iface, Live: true, Open: func() (io.ReadCloser, error) {
-		rc, err := openLive(iface, link)
+		rc, err := openLive(iface, link, flt)
 		if err == nil {
 			log.Info("live capture started", "interface", iface, "link_type", link.String())
 		}
@@ -62,11 +73,17 @@ type live struct {
 	done chan struct{}
 }
 
-func openLive(iface string, link layers.LinkType) (io.ReadCloser, error) {
+func openLive(iface string, link layers.LinkType, flt *filter.Filter) (io.ReadCloser, error) {
 	h, err := afpacket.NewTPacket(afpacket.OptInterface(iface), afpacket.OptFrameSize(liveSnaplen),
 		afpacket.OptBlockSize(1<<20), afpacket.OptNumBlocks(64), afpacket.OptPollTimeout(200*time.Millisecond))
 	if err != nil {
 		return nil, fmt.Errorf("capture on %s: %w (the agent needs root or CAP_NET_RAW)", iface, err)
+	}
+	if flt != nil {
+		if err := h.SetBPF(flt.Program()); err != nil {
+			h.Close()
+			return nil, fmt.Errorf("capture on %s: attach the filter %q: %w", iface, flt, err)
+		}
 	}
 	pr, pw := io.Pipe()
 	l := &live{pr: pr, done: make(chan struct{})}

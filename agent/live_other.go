@@ -8,6 +8,6 @@ import (
 )
 
 // LiveSource is only available on Linux (AF_PACKET).
-func LiveSource(iface string, log *slog.Logger) (Source, error) {
+func LiveSource(iface, filter string, log *slog.Logger) (Source, error) {
 	return Source{}, fmt.Errorf("live capture from %s needs Linux (AF_PACKET); pipe tcpdump -w - into the agent instead", iface)
 }

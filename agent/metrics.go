@@ -43,6 +43,7 @@ func registerMetrics(reg prometheus.Registerer, st Stats, spool *Spool, labels p
 		counter("blocks_duplicate_total", "Blocks the server already held.", st.Ship.Duplicates.Load),
 		counter("upload_failures_total", "Failed upload attempts.", st.Ship.Failures.Load),
 		counter("packets_dropped_total", "Packets of live sources dropped while the spool was full.", st.Cut.Dropped.Load),
+		counter("packets_filtered_total", "Packets of files and stdin that --filter did not keep (a live capture's are dropped in the kernel).", st.Cut.Filtered.Load),
 		counter("source_errors_total", "Sources that could not be read in full.", st.Cut.BadSources.Load),
 		gauge("spool_bytes", "Bytes of finished blocks waiting for acknowledgement.", func() float64 { return float64(spool.Bytes()) }),
 		counter("lost_bytes_total", "Bytes of blocks cut short by crashes from sources that cannot be read again.", spool.LostBytes),

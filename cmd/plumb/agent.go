@@ -14,11 +14,13 @@ import (
 	"strings"
 	"time"
 
+	"github.com/gopacket/gopacket/layers"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"github.com/plumb-dev/plumb/agent"
 	"github.com/plumb-dev/plumb/codecs"
+	"github.com/plumb-dev/plumb/pcap/filter"
 	"github.com/plumb-dev/plumb/pipeline"
 )
 
@@ -53,6 +55,7 @@ func (a *agentFlags) register(fs *flag.FlagSet) {
 	fs.StringVar(&a.cfg.Security.CertFile, "tls-client-cert", "", "present the PEM client certificate in `FILE` (mutual TLS; with --tls-client-key)")
 	fs.StringVar(&a.cfg.Security.KeyFile, "tls-client-key", "", "the PEM private key of --tls-client-cert in `FILE`")
 	fs.StringVar(&a.cfg.Security.TokenFile, "token-file", "", "send the API key or bearer token in `FILE` on every call")
+	fs.StringVar(&a.cfg.Filter, "filter", "", "keep only packets this capture filter `EXPR` matches (tcpdump syntax: host, net, port, portrange, proto, src/dst, ip, ip6, tcp, udp, icmp, vlan, and/or/not); on --interface the kernel applies it")
 }
 
 func (a *agentFlags) config() (agent.Config, error) {
@@ -75,6 +78,13 @@ func (a *agentFlags) config() (agent.Config, error) {
 	}
 	if cfg.SpoolMax, err = parseSize(a.spoolMax); err != nil {
 		return cfg, fmt.Errorf("--spool-max: %w", err)
+	}
+	if cfg.Filter != "" {
+		// Refused now, not at the first source: the syntax does not
+		// depend on the link type a source turns out to have.
+		if _, err := filter.Compile(cfg.Filter, layers.LinkTypeEthernet); err != nil {
+			return cfg, fmt.Errorf("--filter: %w", err)
+		}
 	}
 	a.spoolSet = cfg.Spool != ""
 	cfg.Spool = cmp.Or(cfg.Spool, filepath.Join("plumb-spool", cfg.Instance))
@@ -172,7 +182,7 @@ func agentCommand() command {
 				srcs = append(srcs, g)
 			}
 			if *iface != "" {
-				live, err := agent.LiveSource(*iface, cfg.Logger)
+				live, err := agent.LiveSource(*iface, cfg.Filter, cfg.Logger)
 				if err != nil {
 					return err
 				}
@@ -237,6 +247,9 @@ func importCommand() command {
 			}
 			fmt.Printf("imported %d packets in %d blocks (%d already on the server) to %s in %s\n",
 				st.Cut.Packets.Load(), st.Ship.Acked.Load(), st.Ship.Duplicates.Load(), cfg.Queue, time.Since(start).Round(time.Millisecond))
+			if n := st.Cut.Filtered.Load(); n > 0 {
+				fmt.Printf("%d packets not kept by --filter %q\n", n, cfg.Filter)
+			}
 			if bad := st.Cut.BadSources.Load(); bad > 0 {
 				return fmt.Errorf("%d source(s) could not be read in full; see the log above", bad)
 			}

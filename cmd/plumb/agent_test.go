@@ -26,6 +26,7 @@ import (
 	"github.com/plumb-dev/plumb/codecs"
 	"github.com/plumb-dev/plumb/internal/testenv"
 	"github.com/plumb-dev/plumb/pcap"
+	"github.com/plumb-dev/plumb/pcap/filter"
 )
 
 type packet struct {
@@ -736,5 +737,46 @@ func TestAgentSpoolDamage(t *testing.T) {
 	samePackets(t, "after re-importing a damaged block", got, want)
 	if n < 3 {
 		t.Fatalf("only %d blocks: the capture should span several", n)
+	}
+}
+
+// TestImportFilter: `plumb import --filter EXPR` ships exactly the
+// packets `tcpdump -r FILE -w - EXPR` keeps, for every capture in
+// testdata whose link type the compiler takes; a filter outside its
+// syntax is refused before anything is read.
+func TestImportFilter(t *testing.T) {
+	tcpdump := testenv.Tool(t, "tcpdump")
+	addr := servePlumb(t, t.TempDir())
+	c := dialPlumb(t, addr)
+	const expr = "udp port 53 or (tcp and src portrange 1-1023) or icmp6"
+	files, _ := filepath.Glob("../../testdata/pcaps/*.pcap")
+	checked := 0
+	for i, f := range files {
+		raw, _ := os.ReadFile(f)
+		rd := linkTypeOf(t, raw)
+		if _, err := filter.Compile(expr, rd.LinkType); err != nil {
+			continue // PKTAP
+		}
+		ref := filepath.Join(t.TempDir(), "ref.pcap")
+		if out, err := testenv.Command(t, time.Minute, tcpdump, "-r", f, "-w", ref, expr).CombinedOutput(); err != nil {
+			t.Fatalf("tcpdump: %v\n%s", err, out)
+		}
+		want, _ := os.ReadFile(ref)
+		wantPkts := readPackets(t, bytes.NewReader(want))
+		site := fmt.Sprintf("f%02d", i)
+		if out, errOut, code := plumbExec(t, "import", "--quiet", "--server", addr, "--site", site, "--new-instance",
+			"--spool", filepath.Join(t.TempDir(), "spool"), "--block-size", "4KiB", "--filter", expr, f); code != 0 {
+			t.Fatalf("%s: import: %s %s", f, out, errOut)
+		}
+		got, _ := fetchInstance(t, c, "pcap.sz", site)
+		samePackets(t, filepath.Base(f)+" filtered", got, wantPkts)
+		checked++
+	}
+	if checked < 40 {
+		t.Fatalf("only %d captures checked", checked)
+	}
+	_, errOut, code := plumbExec(t, "import", "--server", addr, "--site", "x", "--new-instance", "--filter", "ether host 02:00:00:00:00:01", files[0])
+	if code == 0 || !strings.Contains(errOut, `"ether"`) || !strings.Contains(errOut, "--filter") {
+		t.Errorf("an unsupported filter: %d %s", code, errOut)
 	}
 }
