@@ -49,6 +49,9 @@ type Config struct {
 	StopGrace time.Duration
 	// Metrics, when set, receives the agent's Prometheus metrics.
 	Metrics prometheus.Registerer
+	// Live, when set, holds the counts of the live sources (kernel drops
+	// per interface), for the metrics, the summary and the last line.
+	Live *LiveStats
 	// Summary is how often a summary is logged; one minute when zero.
 	Summary time.Duration
 	Logger  *slog.Logger
@@ -128,7 +131,7 @@ func Run(ctx context.Context, cfg Config, sources []Source, watch *Watch) (Stats
 	}
 
 	if cfg.Metrics != nil {
-		if err := registerMetrics(cfg.Metrics, st, spool, prometheus.Labels{"queue": cfg.Queue, "site": cfg.Instance}); err != nil {
+		if err := registerMetrics(cfg.Metrics, st, spool, cfg.Live, prometheus.Labels{"queue": cfg.Queue, "site": cfg.Instance}); err != nil {
 			return st, err
 		}
 	}
@@ -188,6 +191,13 @@ func Run(ctx context.Context, cfg Config, sources []Source, watch *Watch) (Stats
 		if isTerminal(cfg.Progress) {
 			fmt.Fprintln(cfg.Progress) // leave the redrawn line
 		}
+	}
+	if cfg.Live != nil {
+		// As tcpdump ends: what the kernel could not hand over is said.
+		cfg.Live.Each(func(name string, st *IfaceStats) {
+			log.Info(fmt.Sprintf("%s: %d packets captured, %d packets dropped by kernel", name, st.Packets.Load(), st.KernelDropped.Load()),
+				"interface", name, "packets", st.Packets.Load(), "kernel_dropped", st.KernelDropped.Load())
+		})
 	}
 	if left, _ := spool.Ready(); len(left) > 0 && err == nil {
 		log.Warn("stopped with blocks still in the spool; they are shipped at the next start", "blocks", len(left), "bytes", spool.Bytes())

@@ -3,11 +3,11 @@
 package agent
 
 import (
-	"fmt"
+	"errors"
 	"log/slog"
 )
 
 // LiveSource is only available on Linux (AF_PACKET).
-func LiveSource(iface, filter string, log *slog.Logger) (Source, error) {
-	return Source{}, fmt.Errorf("live capture from %s needs Linux (AF_PACKET); pipe tcpdump -w - into the agent instead", iface)
+func LiveSource(cfg LiveConfig, stats *LiveStats, log *slog.Logger) (Source, error) {
+	return Source{}, errors.New("live capture needs Linux (AF_PACKET); pipe tcpdump -w - into the agent instead")
 }

@@ -27,7 +27,12 @@ func (s *Spool) OldestReady() time.Duration {
 }
 
 // registerMetrics exposes the run's counters on reg.
-func registerMetrics(reg prometheus.Registerer, st Stats, spool *Spool, labels prometheus.Labels) error {
+func registerMetrics(reg prometheus.Registerer, st Stats, spool *Spool, live *LiveStats, labels prometheus.Labels) error {
+	if live != nil {
+		if err := reg.Register(newLiveCollector(live, labels)); err != nil {
+			return err
+		}
+	}
 	counter := func(name, help string, f func() int64) prometheus.Collector {
 		return prometheus.NewCounterFunc(prometheus.CounterOpts{Namespace: "plumb_agent", Name: name, Help: help, ConstLabels: labels},
 			func() float64 { return float64(f()) })

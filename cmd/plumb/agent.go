@@ -3,6 +3,7 @@ package main
 import (
 	"net"
 	"net/http"
+	"slices"
 
 	"cmp"
 	"context"
@@ -159,7 +160,7 @@ func sourcesOf(args []string) ([]agent.Source, error) {
 func agentCommand() command {
 	return command{
 		name:  "agent",
-		usage: "--site SITE [SOURCE...] [--watch DIR] [--follow FILE] [--interface IFACE] (a SOURCE is a capture file, or - for stdin)",
+		usage: "--site SITE [SOURCE...] [--watch DIR] [--follow FILE] [--interface IFACE]... (a SOURCE is a capture file, or - for stdin)",
 		short: "cut captures (files, or - for stdin) into sequence-numbered blocks, spool and ship them; ends when finite sources are shipped",
 		run: func(ctx context.Context, fs *flag.FlagSet, args []string) error {
 			var a agentFlags
@@ -168,11 +169,33 @@ func agentCommand() command {
 			pattern := fs.String("pattern", "", "with --watch, only file names matching this shell `PATTERN`")
 			settle := fs.Duration("settle", 30*time.Second, "with --watch, a file that has not grown for this long is closed; with --follow, the block being cut is shipped")
 			metricsAddr := fs.String("metrics", "", "serve Prometheus metrics on `ADDR` (e.g. 127.0.0.1:9815) at /metrics")
-			iface := fs.String("interface", "", "capture live from network `IFACE` (AF_PACKET; needs root or CAP_NET_RAW); runs until stopped")
+			var live agent.LiveConfig
+			fs.Func("interface", "capture live from network `IFACE` (AF_PACKET; needs root or CAP_NET_RAW); repeat it for several, or any for all (then the blocks are Linux cooked v2 captures, as tcpdump -i any writes); runs until stopped", func(v string) error {
+				live.Interfaces = append(live.Interfaces, v)
+				return nil
+			})
+			fs.IntVar(&live.Fanout, "fanout", 1, "readers per interface, sharing its packets by flow hash (PACKET_FANOUT): a TCP connection stays on one reader")
+			fs.IntVar(&live.Snaplen, "snaplen", 262144, "keep at most this many bytes of each live packet")
+			fs.BoolVar(&live.Promisc, "promisc", false, "put the interfaces in promiscuous mode")
+			bufSize := fs.String("buffer-size", "32MiB", "each reader's capture ring; the kernel drops (and counts) packets when it is full")
+			summary := fs.Duration("summary", time.Minute, "log a summary this often")
+			iface := new(string)
 			follow := fs.String("follow", "", "a capture `FILE` still being written (tcpdump -w FILE): read it as it grows, like tail -f; runs until stopped")
-			cfg, srcs, err := a.parse(fs, args, func() bool { return *watch != "" || *iface != "" || *follow != "" })
+			cfg, srcs, err := a.parse(fs, args, func() bool { return *watch != "" || len(live.Interfaces) > 0 || *follow != "" })
 			if err != nil {
 				return err
+			}
+			cfg.Summary = *summary
+			if len(live.Interfaces) > 0 {
+				*iface = "set"
+				n, err := parseSize(*bufSize)
+				if err != nil {
+					return fmt.Errorf("--buffer-size: %w", err)
+				}
+				live.BufferSize, live.Filter = int(n), cfg.Filter
+				if slices.Contains(live.Interfaces, "any") && len(live.Interfaces) > 1 {
+					return fmt.Errorf("--interface any already takes every interface; give it alone")
+				}
 			}
 			if *follow != "" {
 				g, err := agent.GrowingSource(*follow, 0, *settle)
@@ -182,11 +205,12 @@ func agentCommand() command {
 				srcs = append(srcs, g)
 			}
 			if *iface != "" {
-				live, err := agent.LiveSource(*iface, cfg.Filter, cfg.Logger)
+				cfg.Live = &agent.LiveStats{}
+				src, err := agent.LiveSource(live, cfg.Live, cfg.Logger)
 				if err != nil {
 					return err
 				}
-				srcs = append(srcs, live)
+				srcs = append(srcs, src)
 			}
 			var w *agent.Watch
 			if *watch != "" {

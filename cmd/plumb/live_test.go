@@ -5,22 +5,30 @@ package main
 import (
 	"bytes"
 	"context"
+	"encoding/binary"
 	"fmt"
+	"io"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
+	"strconv"
 	"strings"
 	"syscall"
 	"testing"
 	"time"
 
+	"github.com/gopacket/gopacket/layers"
 	"github.com/plumb-dev/plumb/internal/testenv"
+	"github.com/plumb-dev/plumb/pcap"
 )
 
 // testHost is a network namespace joined to this one by a veth pair: the
 // project's own test host, so test traffic never leaves the machine.
 type testHost struct {
 	ns, outer, inner string
+	net              string // its /24, e.g. 192.0.2: the host side is .1, the test host .2
 }
 
 // hosts counts the test hosts made, so each has its own names.
@@ -48,9 +56,10 @@ func newTestHost(t *testing.T) testHost {
 	})
 	run("link", "add", h.outer, "type", "veth", "peer", "name", h.inner)
 	run("link", "set", h.inner, "netns", h.ns)
-	run("addr", "add", "192.0.2.1/24", "dev", h.outer)
+	h.net = []string{"192.0.2", "198.51.100", "203.0.113"}[(hosts-1)%3]
+	run("addr", "add", h.net+".1/24", "dev", h.outer)
 	run("link", "set", h.outer, "up")
-	run("netns", "exec", h.ns, "ip", "addr", "add", "192.0.2.2/24", "dev", h.inner)
+	run("netns", "exec", h.ns, "ip", "addr", "add", h.net+".2/24", "dev", h.inner)
 	run("netns", "exec", h.ns, "ip", "link", "set", h.inner, "up")
 	run("netns", "exec", h.ns, "ip", "link", "set", "lo", "up")
 	// The sandbox may not answer ARP for the outer address; a static
@@ -59,7 +68,7 @@ func newTestHost(t *testing.T) testHost {
 	if err != nil {
 		t.Fatal(err)
 	}
-	run("netns", "exec", h.ns, "ip", "neigh", "replace", "192.0.2.1", "lladdr", strings.TrimSpace(string(mac)), "dev", h.inner, "nud", "permanent")
+	run("netns", "exec", h.ns, "ip", "neigh", "replace", h.net+".1", "lladdr", strings.TrimSpace(string(mac)), "dev", h.inner, "nud", "permanent")
 	return h
 }
 
@@ -97,9 +106,9 @@ func TestAgentLiveCapture(t *testing.T) {
 import socket, time
 s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
 for i in range(%d):
-    s.sendto(b"plumb-live-%%05d" %% i + b"x" * 80, ("192.0.2.1", 53))
+    s.sendto(b"plumb-live-%%05d" %% i + b"x" * 80, ("%s.1", 53))
     time.sleep(0.001)
-`, n))
+`, n, h.net))
 	if out, err := send.CombinedOutput(); err != nil {
 		t.Fatalf("sender: %v\n%s", err, out)
 	}
@@ -147,8 +156,8 @@ func TestAgentLiveFilter(t *testing.T) {
 	ref := filepath.Join(dir, "tcpdump.pcap")
 	// -Z root: tcpdump would drop to its own user, who may not write here.
 	td := testenv.Command(t, 2*time.Minute, tcpdump, "-i", h.outer, "--immediate-mode", "-U", "-n", "-s", "0", "-Z", "root", "-w", ref, expr)
-	var tdErr bytes.Buffer
-	td.Stderr = &tdErr
+	tdErr := &procLog{} // read while tcpdump writes
+	td.Stderr = tdErr
 	if err := td.Start(); err != nil {
 		t.Fatal(err)
 	}
@@ -176,11 +185,11 @@ import socket, time
 s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
 t = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
 for i in range(%d):
-    s.sendto(b"plumb-dns-%%05d" %% i + b"x" * 60, ("192.0.2.1", 53))
-    s.sendto(b"plumb-mdns-%%05d" %% i, ("192.0.2.1", 5353))
-    s.sendto(b"plumb-other-%%05d" %% i, ("192.0.2.1", 40053))
+    s.sendto(b"plumb-dns-%%05d" %% i + b"x" * 60, ("%[2]s.1", 53))
+    s.sendto(b"plumb-mdns-%%05d" %% i, ("%[2]s.1", 5353))
+    s.sendto(b"plumb-other-%%05d" %% i, ("%[2]s.1", 40053))
     time.sleep(0.001)
-`, n))
+`, n, h.net))
 	if out, err := send.CombinedOutput(); err != nil {
 		t.Fatalf("sender: %v\n%s", err, out)
 	}
@@ -215,4 +224,252 @@ for i in range(%d):
 			t.Fatalf("packet %d differs from tcpdump's", i+1)
 		}
 	}
+}
+
+// liveAgent is a `plumb agent` capturing live, with its log.
+type liveAgent struct {
+	cmd *exec.Cmd
+	log string
+}
+
+func startLiveAgent(t *testing.T, args ...string) *liveAgent {
+	t.Helper()
+	a := &liveAgent{log: filepath.Join(t.TempDir(), "agent.log")}
+	f, err := os.Create(a.log)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { f.Close() })
+	a.cmd = exec.Command(os.Args[0], append([]string{"agent", "--new-instance", "--block-size", "8KiB", "--spool", t.TempDir()}, args...)...)
+	a.cmd.Env = append(os.Environ(), "PLUMB_TEST_AS_PLUMB=1")
+	a.cmd.Stdout, a.cmd.Stderr = f, f
+	if err := a.cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { a.cmd.Process.Kill(); a.cmd.Wait() })
+	for deadline := time.Now().Add(30 * time.Second); !strings.Contains(a.Log(), "live capture started"); {
+		if time.Now().After(deadline) {
+			t.Fatalf("agent did not start capturing within 30s:\n%s", a.Log())
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	return a
+}
+
+func (a *liveAgent) Log() string { b, _ := os.ReadFile(a.log); return string(b) }
+
+// stop ends the agent with SIGTERM, as systemd does, and waits for it.
+func (a *liveAgent) stop(t *testing.T) {
+	t.Helper()
+	a.cmd.Process.Signal(syscall.SIGTERM)
+	done := make(chan error, 1)
+	go func() { done <- a.cmd.Wait() }()
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatalf("agent exit on SIGTERM: %v\n%s", err, a.Log())
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatalf("agent did not stop within 30s of SIGTERM\n%s", a.Log())
+	}
+}
+
+// sendUDP sends n datagrams marked tag-%05d to the host side of h, from
+// flows source ports.
+func sendUDP(t *testing.T, h testHost, tag string, n, flows int, pause string) {
+	t.Helper()
+	python := testenv.Tool(t, "python3")
+	send := testenv.Command(t, 2*time.Minute, "ip", "netns", "exec", h.ns, python, "-c", fmt.Sprintf(`
+import socket, time
+socks = []
+for f in range(%d):
+    s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    s.bind(("%s.2", 20000 + f))
+    socks.append(s)
+for i in range(%d):
+    socks[i %% len(socks)].sendto(b"%s-%%05d" %% i + b"x" * 100, ("%s.1", 53))
+    time.sleep(%s)
+`, flows, h.net, n, tag, h.net, pause))
+	if out, err := send.CombinedOutput(); err != nil {
+		t.Fatalf("sender: %v\n%s", err, out)
+	}
+}
+
+// marked counts, per mark, the packets of an instance that carry it.
+func marked(t *testing.T, addr, instance string, tags ...string) (map[string]int, []packet) {
+	t.Helper()
+	c := dialPlumb(t, addr)
+	got, _ := fetchInstance(t, c, "pcap.sz", instance)
+	seen := map[string]int{}
+	for _, p := range got {
+		for _, tag := range tags {
+			if i := bytes.Index(p.data, []byte(tag+"-")); i >= 0 {
+				seen[string(p.data[i:i+len(tag)+6])]++
+			}
+		}
+	}
+	return seen, got
+}
+
+// TestAgentLiveInterfaces: two interfaces at once, and then any, write
+// Linux cooked v2 blocks (as tcpdump -i any) in which each datagram of
+// both test hosts is once, with its interface's index.
+func TestAgentLiveInterfaces(t *testing.T) {
+	h1, h2 := newTestHost(t), newTestHost(t)
+	addr := servePlumb(t, t.TempDir())
+	flt := fmt.Sprintf("udp port 53 and (net %s.0/24 or net %s.0/24)", h1.net, h2.net)
+	for _, ifaces := range [][]string{{h1.outer, h2.outer}, {"any"}} {
+		site := "two"
+		if ifaces[0] == "any" {
+			site = "any"
+		}
+		args := []string{"--server", addr, "--site", site, "--filter", flt}
+		for _, i := range ifaces {
+			args = append(args, "--interface", i)
+		}
+		a := startLiveAgent(t, args...)
+		const n = 100
+		sendUDP(t, h1, "one", n, 4, "0.001")
+		sendUDP(t, h2, "two", n, 4, "0.001")
+		a.stop(t)
+		seen, got := marked(t, addr, site, "one", "two")
+		for _, tag := range []string{"one", "two"} {
+			for i := range n {
+				if k := fmt.Sprintf("%s-%05d", tag, i); seen[k] != 1 {
+					t.Fatalf("%v: %s arrived %d times (%d packets)", ifaces, k, seen[k], len(got))
+				}
+			}
+		}
+		if len(got) != 2*n {
+			t.Errorf("%v: %d packets, want the %d datagrams", ifaces, len(got), 2*n)
+		}
+		// The blocks are SLL2: each packet names its interface.
+		c := dialPlumb(t, addr)
+		bs, _ := c.Blocks(context.Background(), "pcap.sz")
+		for _, b := range bs {
+			if b.Instance != site {
+				continue
+			}
+			s, _ := c.Get(context.Background(), b.Name)
+			s.Next()
+			raw, _ := io.ReadAll(s)
+			s.Close()
+			r, closer, err := pcap.NewReader(bytes.NewReader(raw))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if r.LinkType != layers.LinkTypeLinuxSLL2 {
+				t.Fatalf("%v: block %s has link type %s, want Linux cooked v2", ifaces, b.Name, r.LinkType)
+			}
+			for {
+				data, _, err := r.Next()
+				if err != nil {
+					break
+				}
+				idx := int(binary.BigEndian.Uint32(data[4:8]))
+				if want := ifindex(t, h1.outer); bytes.Contains(data, []byte("one-")) && idx != want {
+					t.Fatalf("%v: a packet of %s names interface %d, not %d", ifaces, h1.outer, idx, want)
+				}
+			}
+			closer.Close()
+		}
+	}
+}
+
+func ifindex(t *testing.T, name string) int {
+	b, err := os.ReadFile("/sys/class/net/" + name + "/ifindex")
+	if err != nil {
+		t.Fatal(err)
+	}
+	n, _ := strconv.Atoi(strings.TrimSpace(string(b)))
+	return n
+}
+
+// TestAgentFanout: two readers share an interface by flow hash: nothing
+// is lost or doubled, both readers carry packets, and each flow's packets
+// stay in their order (a flow split over readers would interleave).
+func TestAgentFanout(t *testing.T) {
+	h := newTestHost(t)
+	addr := servePlumb(t, t.TempDir())
+	metrics := testenv.FreeAddr(t)
+	a := startLiveAgent(t, "--server", addr, "--site", "fan", "--interface", h.outer, "--fanout", "2",
+		"--filter", "udp dst port 53", "--metrics", metrics)
+	const n, flows = 2000, 32
+	sendUDP(t, h, "fan", n, flows, "0.0002")
+	time.Sleep(500 * time.Millisecond)
+	perReader := scrape(t, metrics, `plumb_agent_reader_packets_total{interface="`+h.outer+`",`)
+	a.stop(t)
+	seen, got := marked(t, addr, "fan", "fan")
+	for i := range n {
+		if k := fmt.Sprintf("fan-%05d", i); seen[k] != 1 {
+			t.Fatalf("%s arrived %d times", k, seen[k])
+		}
+	}
+	last := map[uint16]int{}
+	for _, p := range got {
+		i := bytes.Index(p.data, []byte("fan-"))
+		seq, _ := strconv.Atoi(string(p.data[i+4 : i+9]))
+		port := binary.BigEndian.Uint16(p.data[34:36]) // Ethernet, IPv4 without options: the UDP source port
+		if prev, ok := last[port]; ok && seq < prev {
+			t.Fatalf("flow from port %d: datagram %d after %d", port, seq, prev)
+		}
+		last[port] = seq
+	}
+	if len(perReader) != 2 || perReader[0] == 0 || perReader[1] == 0 {
+		t.Errorf("packets per reader: %v", perReader)
+	}
+	t.Logf("packets per reader: %v", perReader)
+}
+
+// scrape reads the values of the metric lines starting with prefix.
+func scrape(t *testing.T, addr, prefix string) []float64 {
+	t.Helper()
+	resp, err := http.Get("http://" + addr + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	body, _ := io.ReadAll(resp.Body)
+	var out []float64
+	for _, line := range strings.Split(string(body), "\n") {
+		if strings.HasPrefix(line, prefix) {
+			f, _ := strconv.ParseFloat(line[strings.LastIndexByte(line, ' ')+1:], 64)
+			out = append(out, f)
+		}
+	}
+	return out
+}
+
+// TestAgentKernelDrops: with a small ring and the agent paused, the
+// kernel drops packets; the agent counts exactly the drops the socket
+// reports (every datagram is either on the server or dropped) and says so
+// in its metrics, its summary and its last line.
+func TestAgentKernelDrops(t *testing.T) {
+	h := newTestHost(t)
+	addr := servePlumb(t, t.TempDir())
+	metrics := testenv.FreeAddr(t)
+	a := startLiveAgent(t, "--server", addr, "--site", "drops", "--interface", h.outer, "--buffer-size", "64KiB",
+		"--filter", "udp dst port 53", "--metrics", metrics, "--summary", "300ms")
+	a.cmd.Process.Signal(syscall.SIGSTOP)
+	const n = 3000
+	sendUDP(t, h, "drop", n, 1, "0")
+	a.cmd.Process.Signal(syscall.SIGCONT)
+	time.Sleep(1500 * time.Millisecond) // the ring drains; the stats are read at each quiet poll
+	dropped := scrape(t, metrics, `plumb_agent_kernel_dropped_packets_total{interface="`+h.outer+`"`)
+	a.stop(t)
+	seen, _ := marked(t, addr, "drops", "drop")
+	if len(dropped) != 1 || dropped[0] == 0 {
+		t.Fatalf("kernel drops in the metrics: %v", dropped)
+	}
+	if got := len(seen) + int(dropped[0]); got != n {
+		t.Errorf("%d datagrams on the server + %.0f dropped by the kernel = %d, want the %d sent", len(seen), dropped[0], got, n)
+	}
+	log := a.Log()
+	if !strings.Contains(log, fmt.Sprintf("%d packets dropped by kernel", int(dropped[0]))) {
+		t.Errorf("no last line with the drops:\n%s", log)
+	}
+	if !regexp.MustCompile(`agent summary.* kernel_dropped=[1-9]`).MatchString(log) {
+		t.Errorf("no summary with the drops:\n%s", log)
+	}
+	t.Logf("%d captured, %.0f dropped by the kernel", len(seen), dropped[0])
 }
