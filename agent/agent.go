@@ -212,7 +212,7 @@ func learnSeq(ctx context.Context, cfg Config, spool *Spool, c *client.Client, l
 		log.Info("new instance: first block is sequence 1")
 		return spool.SetLastSeq(0, false)
 	}
-	qctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	qctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
 	res, err := c.LastSeq(qctx, cfg.Queue, cfg.Instance)
 	if err == nil {
@@ -221,9 +221,16 @@ func learnSeq(ctx context.Context, cfg Config, spool *Spool, c *client.Client, l
 			return err
 		}
 	}
+	if err != nil && cfg.Once {
+		// An import is run by hand: say at once that the server is away.
+		return fmt.Errorf("the server could not be asked for instance %s's last sequence (%v); run the import when the server is reachable, or pass --new-instance if this instance never shipped a block",
+			cfg.Instance, err)
+	}
 	if err != nil {
-		return fmt.Errorf("spool %s has no sequence state and the server could not be asked for instance %s's last sequence (%v); start when the server is reachable, or pass --new-instance if this instance never shipped a block",
-			filepath.Clean(cfg.Spool), cfg.Instance, err)
+		// Capture now: the blocks are numbered when the server is reached.
+		log.Warn("the server cannot be asked where this instance stands; capturing with provisional sequence numbers, fixed at the first contact",
+			"spool", filepath.Clean(cfg.Spool), "err", err)
+		return spool.StartProvisional()
 	}
 	if res.Found {
 		log.Warn("spool has no sequence state; continuing after the server's last sequence", "last_seq", res.Seq)

@@ -62,6 +62,13 @@ func (sh *Shipper) bind(ctx context.Context) (bool, error) {
 	if err := sh.Spool.BindServer(res.Server); err != nil {
 		return false, err
 	}
+	if sh.Spool.Provisional() {
+		off, err := sh.Spool.Rebase(res.Seq, res.Found)
+		if err != nil {
+			return false, err
+		}
+		sh.Log.Info("server reached: blocks cut while it could not be asked ship after its last sequence number", "offset", off)
+	}
 	sh.bound = true
 	return true, nil
 }
@@ -159,7 +166,7 @@ func (sh *Shipper) Run(ctx context.Context, drain <-chan struct{}) error {
 // backing off with jitter while the server cannot be reached.
 func (sh *Shipper) ship(ctx context.Context, b ReadyBlock) {
 	backoff := 200 * time.Millisecond
-	src := client.Source{Name: b.Name.String(), Size: b.Size, SHA256: b.SHA256,
+	src := client.Source{Name: b.Ship.String(), Size: b.Size, SHA256: b.SHA256,
 		Open: func() (io.ReadCloser, error) { return os.Open(b.Path) }}
 	for {
 		res, err := sh.Client.Put(ctx, src)

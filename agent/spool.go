@@ -84,6 +84,13 @@ type spoolState struct {
 	// the first contact: its sequence numbers and finished sources are
 	// that server's.
 	Server string `json:"server,omitempty"`
+	// Provisional: the spool started while the server could not be asked
+	// for the instance's last sequence number, so its blocks are numbered
+	// from 1 on disk and nothing ships until the first contact sets
+	// Offset, once: block p on disk ships as p+Offset. The rebase is one
+	// state write, so a block has one identity whatever crashes when.
+	Provisional bool   `json:"provisional,omitempty"`
+	Offset      uint64 `json:"offset,omitempty"`
 }
 
 // Recovered says what OpenSpool found and did.
@@ -186,6 +193,41 @@ func (s *Spool) SetLastSeq(seq uint64, known bool) error {
 		s.st.LastSeq = 0
 	}
 	return s.saveLocked()
+}
+
+// StartProvisional starts a fresh spool numbering its blocks from 1 on
+// disk while the server cannot be asked where the instance stands; the
+// first contact (Rebase) fixes the numbers they ship under.
+func (s *Spool) StartProvisional() error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.st.LastSeq, s.st.HasSeq, s.st.Provisional = 0, true, true
+	return s.saveLocked()
+}
+
+// Provisional reports whether the spool waits for the first contact to
+// know the sequence numbers its blocks ship under.
+func (s *Spool) Provisional() bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.st.Provisional
+}
+
+// Rebase ends a provisional spool at the first contact: its blocks ship
+// after the server's last sequence number of the instance (last, when
+// found). It does nothing to a spool that is not provisional.
+func (s *Spool) Rebase(last uint64, found bool) (offset uint64, err error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if !s.st.Provisional {
+		return s.st.Offset, nil
+	}
+	if !found {
+		last = 0
+	}
+	s.st.Offset, s.st.Provisional = last, false
+	s.signalLocked() // the blocks may ship now
+	return last, s.saveLocked()
 }
 
 // Identity is the queue and instance the spool holds.
@@ -335,7 +377,10 @@ func (s *Spool) Discard(f *os.File, n block.Name) {
 
 // ReadyBlock is a finished block in the spool.
 type ReadyBlock struct {
-	Name block.Name
+	Name block.Name // as on disk
+	// Ship is the name it ships under: Name, or after a provisional
+	// start Name renumbered after the server's last block.
+	Ship block.Name
 	Path string
 	Size int64
 	// SHA256 (hex) when known without reading the block.
@@ -360,7 +405,9 @@ func (s *Spool) Ready() ([]ReadyBlock, error) {
 		if err != nil {
 			continue
 		}
-		out = append(out, ReadyBlock{Name: n, Path: filepath.Join(s.dir, "ready", e.Name()), Size: fi.Size(), SHA256: s.sums[e.Name()]})
+		ship := n
+		ship.Seq += s.st.Offset
+		out = append(out, ReadyBlock{Name: n, Ship: ship, Path: filepath.Join(s.dir, "ready", e.Name()), Size: fi.Size(), SHA256: s.sums[e.Name()]})
 	}
 	sort.Slice(out, func(i, j int) bool { return out[i].Name.Seq < out[j].Name.Seq })
 	return out, nil

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"maps"
 	"net"
 	"net/http"
 	"slices"
@@ -18,6 +19,7 @@ import (
 	"github.com/gopacket/gopacket/layers"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"gopkg.in/yaml.v3"
 
 	"github.com/plumb-dev/plumb/agent"
 	"github.com/plumb-dev/plumb/codecs"
@@ -27,13 +29,15 @@ import (
 
 // agentFlags are shared by agent and import.
 type agentFlags struct {
-	cfg       agent.Config
-	site      string
-	codec     string
-	blockSize string
-	spoolMax  string
-	spoolSet  bool // --spool was given
-	logLevel  string
+	cfg        agent.Config
+	site       string
+	codec      string
+	blockSize  string
+	spoolMax   string
+	spoolSet   bool // --spool was given
+	logLevel   string
+	logFormat  string
+	configFile string
 }
 
 func (a *agentFlags) register(fs *flag.FlagSet) {
@@ -50,6 +54,8 @@ func (a *agentFlags) register(fs *flag.FlagSet) {
 	fs.DurationVar(&a.cfg.MaxBackoff, "max-backoff", 30*time.Second, "longest wait between upload attempts while the server is unreachable")
 	fs.BoolVar(&a.cfg.NewInstance, "new-instance", false, "this instance never shipped a block: start a fresh spool at sequence 1 without asking the server")
 	fs.StringVar(&a.logLevel, "log-level", "info", "log level: debug, info, warn, error")
+	fs.StringVar(&a.logFormat, "log-format", "text", "log as text, or json (one object a line, for Loki or Elastic)")
+	fs.StringVar(&a.configFile, "config", "", "read flags from the YAML `FILE` first (keys are the flags' names, lists for repeatable ones, sources: [FILE, ...]); the command line overrides it")
 	fs.BoolVar(&a.cfg.Security.TLS, "tls", false, "connect with TLS, verifying the server against the system's roots")
 	fs.StringVar(&a.cfg.Security.CAFile, "tls-ca", "", "connect with TLS, verifying the server against the PEM roots in `FILE`")
 	fs.StringVar(&a.cfg.Security.ServerName, "tls-server-name", "", "`NAME` to verify in the server's certificate, when it differs from --server")
@@ -93,7 +99,14 @@ func (a *agentFlags) config() (agent.Config, error) {
 	if err := lv.UnmarshalText([]byte(a.logLevel)); err != nil {
 		return cfg, err
 	}
-	cfg.Logger = slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: lv}))
+	switch a.logFormat {
+	case "text":
+		cfg.Logger = slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: lv}))
+	case "json":
+		cfg.Logger = slog.New(slog.NewJSONHandler(os.Stderr, &slog.HandlerOptions{Level: lv}))
+	default:
+		return cfg, fmt.Errorf("--log-format %q: want text or json", a.logFormat)
+	}
 	return cfg, nil
 }
 
@@ -126,10 +139,15 @@ func parseSize(s string) (int64, error) { return pipeline.ParseSize(s) }
 // configuration and the sources named by the arguments. allowNone permits
 // no arguments (an agent may only watch or capture live).
 func (a *agentFlags) parse(fs *flag.FlagSet, args []string, allowNone func() bool) (agent.Config, []agent.Source, error) {
+	fromFile, err := applyConfig(fs, args)
+	if err != nil {
+		return agent.Config{}, nil, err
+	}
 	pos, err := parseInterspersed(fs, args)
 	if err != nil {
 		return agent.Config{}, nil, err
 	}
+	pos = append(fromFile, pos...)
 	if len(pos) == 0 && !allowNone() {
 		return agent.Config{}, nil, errUsage
 	}
@@ -139,6 +157,53 @@ func (a *agentFlags) parse(fs *flag.FlagSet, args []string, allowNone func() boo
 	}
 	srcs, err := sourcesOf(pos)
 	return cfg, srcs, err
+}
+
+// applyConfig sets the flags a --config file names, before the command
+// line is parsed (so the command line wins), and returns its sources.
+func applyConfig(fs *flag.FlagSet, args []string) ([]string, error) {
+	var file string
+	for i, a := range args {
+		switch {
+		case (a == "--config" || a == "-config") && i+1 < len(args):
+			file = args[i+1]
+		case strings.HasPrefix(a, "--config="), strings.HasPrefix(a, "-config="):
+			file = a[strings.IndexByte(a, '=')+1:]
+		}
+	}
+	if file == "" {
+		return nil, nil
+	}
+	raw, err := os.ReadFile(file)
+	if err != nil {
+		return nil, fmt.Errorf("--config: %w", err)
+	}
+	var doc map[string]any
+	if err := yaml.Unmarshal(raw, &doc); err != nil {
+		return nil, fmt.Errorf("--config %s: %w", file, err)
+	}
+	var sources []string
+	keys := slices.Sorted(maps.Keys(doc))
+	for _, k := range keys {
+		vals, list := doc[k].([]any)
+		if !list {
+			vals = []any{doc[k]}
+		}
+		for _, v := range vals {
+			s := fmt.Sprint(v)
+			if k == "sources" {
+				sources = append(sources, s)
+				continue
+			}
+			if k == "config" || fs.Lookup(k) == nil {
+				return nil, fmt.Errorf("--config %s: unknown key %q (the keys are the flags' names, and sources)", file, k)
+			}
+			if err := fs.Set(k, s); err != nil {
+				return nil, fmt.Errorf("--config %s: %s: %w", file, k, err)
+			}
+		}
+	}
+	return sources, nil
 }
 
 func sourcesOf(args []string) ([]agent.Source, error) {

@@ -5,6 +5,7 @@ import (
 	"context"
 	"crypto/sha256"
 	"encoding/binary"
+	"encoding/json"
 	"fmt"
 	"hash"
 	"io"
@@ -778,5 +779,121 @@ func TestImportFilter(t *testing.T) {
 	_, errOut, code := plumbExec(t, "import", "--server", addr, "--site", "x", "--new-instance", "--filter", "ether host 02:00:00:00:00:01", files[0])
 	if code == 0 || !strings.Contains(errOut, `"ether"`) || !strings.Contains(errOut, "--filter") {
 		t.Errorf("an unsupported filter: %d %s", code, errOut)
+	}
+}
+
+// TestAgentOfflineStart: an agent whose spool is new starts while the
+// server is down (here after the instance already shipped blocks, and
+// then the spool was lost), captures, is SIGKILLed and started again,
+// still offline; when the server comes up every packet is there once,
+// the sequence numbers go on after the server's last block without a
+// gap, and no identity is stored twice.
+func TestAgentOfflineStart(t *testing.T) {
+	addr := testenv.FreeAddr(t)
+	data := t.TempDir()
+	srv := startPlumb(t, "serve", "--data", data, "--listen", addr, "--log-level", "warn")
+	waitListening(t, addr)
+	dir := t.TempDir()
+	before := makeCapture(t, filepath.Join(dir, "before.pcap"), 400, 21)
+	if out, errOut, code := plumbExec(t, "import", "--quiet", "--server", addr, "--site", "off", "--new-instance",
+		"--spool", filepath.Join(dir, "old-spool"), "--block-size", "16KiB", filepath.Join(dir, "before.pcap")); code != 0 {
+		t.Fatalf("import: %s %s", out, errOut)
+	}
+	c := dialPlumb(t, addr)
+	last, err := c.LastSeq(context.Background(), "pcap.sz", "off")
+	if err != nil || !last.Found || last.Seq < 2 {
+		t.Fatalf("the instance's last block: %+v %v", last, err)
+	}
+	srv.cmd.Process.Signal(syscall.SIGKILL)
+	srv.cmd.Wait()
+
+	input := filepath.Join(dir, "input.pcap")
+	want := makeCapture(t, input, 6000, 22)
+	spool := filepath.Join(dir, "spool")
+	args := []string{"agent", "--server", addr, "--site", "off", "--spool", spool, "--block-size", "64KiB", "--max-backoff", "300ms", input}
+	a := startPlumb(t, args...)
+	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+		if ents, _ := os.ReadDir(filepath.Join(spool, "ready")); len(ents) >= 2 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the agent cut nothing while the server was down:\n%s", a.log)
+		}
+	}
+	a.cmd.Process.Signal(syscall.SIGKILL)
+	a.cmd.Wait()
+	if !strings.Contains(a.log.String(), "provisional sequence numbers") {
+		t.Errorf("the agent did not say it captures with provisional numbers:\n%s", a.log)
+	}
+	a = startPlumb(t, args...)
+	done := make(chan error, 1)
+	go func() { done <- a.cmd.Wait() }()
+	select {
+	case err := <-done:
+		t.Fatalf("the restarted agent ended while the server was down: %v\n%s", err, a.log)
+	case <-time.After(1500 * time.Millisecond):
+	}
+	startPlumb(t, "serve", "--data", data, "--listen", addr, "--log-level", "warn")
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatalf("agent: %v\n%s", err, a.log)
+		}
+	case <-time.After(60 * time.Second):
+		t.Fatalf("the agent did not ship within 60s of the server's return\n%s", a.log)
+	}
+	c = dialPlumb(t, addr)
+	got, n := fetchInstance(t, c, "pcap.sz", "off") // sequence numbers 1..n, each once
+	samePackets(t, "after an offline start", got, append(before, want...))
+	t.Logf("%d blocks before the outage, %d in all", last.Seq, n)
+}
+
+// TestAgentConfigFile: the flags and sources of an agent can come from a
+// YAML file (the command line overrides it), and --log-format json logs
+// one JSON object a line; an unknown key is refused, naming it.
+func TestAgentConfigFile(t *testing.T) {
+	addr := servePlumb(t, t.TempDir())
+	dir := t.TempDir()
+	cfg := filepath.Join(dir, "agent.yaml")
+	os.WriteFile(cfg, []byte(fmt.Sprintf(`server: %s
+site: cfg
+new-instance: true
+filter: udp port 53
+block-size: 4KiB
+log-format: json
+log-level: debug
+spool: %s
+sources: [../../testdata/pcaps/dnscap__dns.pcap]
+`, addr, filepath.Join(dir, "spool"))), 0o644)
+	_, errOut, code := plumbExec(t, "agent", "--config", cfg, "--site", "cfg2")
+	if code != 0 {
+		t.Fatalf("agent --config: %d\n%s", code, errOut)
+	}
+	lines := strings.Split(strings.TrimSpace(errOut), "\n")
+	for _, l := range lines {
+		var m map[string]any
+		if err := json.Unmarshal([]byte(l), &m); err != nil || m["msg"] == nil {
+			t.Fatalf("a log line that is not JSON: %q", l)
+		}
+	}
+	if !strings.Contains(errOut, `"instance":"cfg2"`) {
+		t.Errorf("the command line's --site did not override the file's:\n%s", errOut)
+	}
+	c := dialPlumb(t, addr)
+	got, _ := fetchInstance(t, c, "pcap.sz", "cfg2")
+	raw, _ := os.ReadFile("../../testdata/pcaps/dnscap__dns.pcap")
+	f, _ := filter.Compile("udp port 53", layers.LinkTypeEthernet)
+	want := 0
+	for _, p := range readPackets(t, bytes.NewReader(raw)) {
+		if f.Match(p.data) {
+			want++
+		}
+	}
+	if len(got) != want || want == 0 {
+		t.Errorf("%d packets shipped, %d match the file's filter", len(got), want)
+	}
+	os.WriteFile(cfg, []byte("sitee: x\n"), 0o644)
+	if _, errOut, code := plumbExec(t, "agent", "--config", cfg); code == 0 || !strings.Contains(errOut, `unknown key "sitee"`) {
+		t.Errorf("an unknown key: %d %s", code, errOut)
 	}
 }
