@@ -72,6 +72,7 @@ bench: build
 	$(GO) run ./bench/drain -plumb $(CURDIR)/$(BIN)
 	$(GO) run ./bench/workers -plumb $(CURDIR)/$(BIN)
 	$(GO) run ./bench/anon -plumb $(CURDIR)/$(BIN)
+	$(GO) run ./bench/capture -plumb $(CURDIR)/$(BIN)
 
 bench-windows: build
 	$(GO) run ./bench/windows -plumb $(CURDIR)/$(BIN)
