@@ -117,6 +117,11 @@ type cutter struct {
 	link    linkInfo
 	pos     map[string]SourcePos // source positions once this block is finished
 	nextSeq uint64
+	// drops, for a live source, is what its kernel dropped before the
+	// packet the cutter is at; droppedAtBegin its value when the block was
+	// begun.
+	drops          func() int64
+	droppedAtBegin int64
 
 	// Finishing a block (fsyncs and renames) runs on its own goroutine, in
 	// order, while the next block is cut: a live source is not left
@@ -136,6 +141,7 @@ type finishJob struct {
 	bytes   int64
 	size    int64  // compressed size on disk
 	sum     string // SHA-256 of what was written, hex
+	dropped int64  // by the kernel while the block was cut
 }
 
 // finisher makes queued blocks durable in order. After a failure it
@@ -154,7 +160,7 @@ func (ct *cutter) finisher() {
 		// writer waiting for room is woken by Finish's signal with the
 		// true total.
 		ct.pending.Add(-j.size)
-		err := ct.spool.Finish(j.f, j.name, j.pos, j.sum)
+		err := ct.spool.Finish(j.f, j.name, j.pos, j.sum, j.dropped)
 		if err != nil {
 			ct.finMu.Lock()
 			ct.finErr = err
@@ -162,7 +168,7 @@ func (ct *cutter) finisher() {
 			continue
 		}
 		ct.c.Blocks.Add(1)
-		ct.log.Debug("block cut", "block", j.name.String(), "packets", j.packets, "bytes", j.bytes)
+		ct.log.Debug("block cut", "block", j.name.String(), "packets", j.packets, "bytes", j.bytes, "kernel_dropped", j.dropped)
 	}
 }
 
@@ -312,6 +318,9 @@ func (ct *cutter) read(ctx context.Context, src Source) error {
 	}
 
 	var n int64 // packets read from this source
+	if d, ok := rc.(interface{ DropsAt(int64) int64 }); ok {
+		ct.drops = func() int64 { return d.DropsAt(n) }
+	}
 	skip := int64(0)
 	if src.Rereadable {
 		skip = pos.Packets
@@ -472,6 +481,7 @@ func (ct *cutter) begin(link linkInfo, first time.Time) error {
 		return err
 	}
 	ct.f, ct.fw, ct.sum, ct.cw, ct.pw, ct.link, ct.packets = f, fw, sum, cw, pw, link, 0
+	ct.droppedAtBegin = ct.dropsNow()
 	ct.end = time.Time{}
 	if ct.cfg.Interval > 0 {
 		ct.end = first.Truncate(ct.cfg.Interval).Add(ct.cfg.Interval)
@@ -494,7 +504,8 @@ func (ct *cutter) finish() error {
 	if err := ct.fw.Flush(); err != nil {
 		return fmt.Errorf("block %s: %w", ct.name, err)
 	}
-	job := finishJob{f: ct.f, name: ct.name, pos: ct.pos, packets: ct.packets, bytes: ct.pw.Bytes, sum: hex.EncodeToString(ct.sum.Sum(nil))}
+	job := finishJob{f: ct.f, name: ct.name, pos: ct.pos, packets: ct.packets, bytes: ct.pw.Bytes, sum: hex.EncodeToString(ct.sum.Sum(nil)),
+		dropped: ct.dropsNow() - ct.droppedAtBegin}
 	if fi, err := ct.f.Stat(); err == nil {
 		job.size = fi.Size()
 	}
@@ -503,6 +514,13 @@ func (ct *cutter) finish() error {
 	ct.nextSeq++
 	ct.jobs <- job
 	return ct.finishError()
+}
+
+func (ct *cutter) dropsNow() int64 {
+	if ct.drops == nil {
+		return 0
+	}
+	return ct.drops()
 }
 
 // abandon drops an unfinished block (on cancellation or error).

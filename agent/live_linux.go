@@ -12,6 +12,7 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -143,6 +144,27 @@ type live struct {
 	pr   *io.PipeReader
 	stop atomic.Bool
 	done chan struct{}
+
+	// The kernel's drops in stream order: marks[i] says that before
+	// packet marks[i].at of the stream the sockets had dropped
+	// marks[i].total, so a block records the drops among its packets
+	// whenever the counters happen to be read.
+	mu      sync.Mutex
+	written int64
+	marks   []dropMark
+}
+
+type dropMark struct{ at, total int64 }
+
+// DropsAt is what the kernel had dropped before the stream's packet n.
+func (l *live) DropsAt(n int64) int64 {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	i := sort.Search(len(l.marks), func(i int) bool { return l.marks[i].at > n })
+	if i == 0 {
+		return 0
+	}
+	return l.marks[i-1].total
 }
 
 // readerFrame is the most a ring frame holds.
@@ -208,7 +230,8 @@ func openLive(cfg LiveConfig, ifs []iface, link layers.LinkType, cooked bool, st
 		closeAll()
 		return nil, err
 	}
-	var mu sync.Mutex // the writer
+	mu := &l.mu // the writer, and the marks
+	var total atomic.Int64
 	var wg sync.WaitGroup
 	errs := make(chan error, len(readers))
 	for _, r := range readers {
@@ -219,10 +242,18 @@ func openLive(cfg LiveConfig, ifs []iface, link layers.LinkType, cooked bool, st
 				v2, v3, err := r.h.SocketStats()
 				if d := max(v2.Drops(), v3.Drops()); err == nil && d > dropped {
 					r.st.KernelDropped.Add(int64(d - dropped))
+					t := total.Add(int64(d - dropped))
 					dropped = d
+					mu.Lock()
+					l.marks = append(l.marks, dropMark{at: l.written, total: t})
+					if len(l.marks) > 4096 {
+						l.marks = slices.Delete(l.marks, 0, 2048) // long past: the cutter is far beyond
+					}
+					mu.Unlock()
 				}
 			}
 			defer account()
+			lastAccount := time.Now()
 			var sll [20]byte
 			for {
 				data, ci, err := r.h.ZeroCopyReadPacketData()
@@ -244,10 +275,14 @@ func openLive(cfg LiveConfig, ifs []iface, link layers.LinkType, cooked bool, st
 					errs <- fmt.Errorf("capture on %s: %w", r.ifc.name, err)
 					return
 				}
-				r.st.Packets.Add(1)
+				if r.st.Packets.Add(1)%1024 == 0 && time.Since(lastAccount) > 100*time.Millisecond {
+					account() // a busy ring never times out
+					lastAccount = time.Now()
+				}
 				r.st.Readers[r.n].Add(1)
 				mu.Lock()
 				err = writeFrame(w, ci, data, cfg.Snaplen, cooked, r.ifc, &sll)
+				l.written++
 				mu.Unlock()
 				if err != nil {
 					errs <- err

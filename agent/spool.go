@@ -91,6 +91,9 @@ type spoolState struct {
 	// state write, so a block has one identity whatever crashes when.
 	Provisional bool   `json:"provisional,omitempty"`
 	Offset      uint64 `json:"offset,omitempty"`
+	// Dropped is, per block not yet acknowledged, what the kernel dropped
+	// while it was cut; it ships in the block's header.
+	Dropped map[string]int64 `json:"dropped,omitempty"`
 }
 
 // Recovered says what OpenSpool found and did.
@@ -157,8 +160,15 @@ func OpenSpool(dir, queue, instance string) (*Spool, Recovered, error) {
 	if err != nil {
 		return nil, rec, err
 	}
+	here := map[string]bool{}
 	for _, r := range ready {
 		s.bytes += r.Size
+		here[r.Name.String()] = true
+	}
+	for n := range s.st.Dropped {
+		if !here[n] {
+			delete(s.st.Dropped, n) // shipped before the crash
+		}
 	}
 	return s, rec, nil
 }
@@ -331,8 +341,9 @@ func (s *Spool) Create(n block.Name) (*os.File, error) {
 
 // Finish makes the block in f durable and ready to ship, and records the
 // source positions after it, as one step (see the type's comment). f is
-// closed. sum, when not empty, is the SHA-256 (hex) of what was written.
-func (s *Spool) Finish(f *os.File, n block.Name, pos map[string]SourcePos, sum string) error {
+// closed. sum, when not empty, is the SHA-256 (hex) of what was written;
+// dropped is what the kernel dropped while the block was cut.
+func (s *Spool) Finish(f *os.File, n block.Name, pos map[string]SourcePos, sum string, dropped int64) error {
 	if err := s.fsync(f); err != nil {
 		f.Close()
 		return fmt.Errorf("spool: fsync block %s: %w", n, err)
@@ -352,6 +363,12 @@ func (s *Spool) Finish(f *os.File, n block.Name, pos map[string]SourcePos, sum s
 		s.st.Sources[k] = v
 	}
 	s.st.Pending = tempName(n.String())
+	if dropped > 0 {
+		if s.st.Dropped == nil {
+			s.st.Dropped = map[string]int64{}
+		}
+		s.st.Dropped[n.String()] = dropped
+	}
 	if err := s.saveLocked(); err != nil {
 		return err
 	}
@@ -385,6 +402,8 @@ type ReadyBlock struct {
 	Size int64
 	// SHA256 (hex) when known without reading the block.
 	SHA256 string
+	// KernelDropped is what the kernel dropped while it was cut.
+	KernelDropped int64
 }
 
 // Ready lists the finished blocks in sequence order.
@@ -407,7 +426,8 @@ func (s *Spool) Ready() ([]ReadyBlock, error) {
 		}
 		ship := n
 		ship.Seq += s.st.Offset
-		out = append(out, ReadyBlock{Name: n, Ship: ship, Path: filepath.Join(s.dir, "ready", e.Name()), Size: fi.Size(), SHA256: s.sums[e.Name()]})
+		out = append(out, ReadyBlock{Name: n, Ship: ship, Path: filepath.Join(s.dir, "ready", e.Name()), Size: fi.Size(), SHA256: s.sums[e.Name()],
+			KernelDropped: s.st.Dropped[e.Name()]})
 	}
 	sort.Slice(out, func(i, j int) bool { return out[i].Name.Seq < out[j].Name.Seq })
 	return out, nil
@@ -424,6 +444,7 @@ func (s *Spool) Remove(b ReadyBlock) error {
 	s.mu.Lock()
 	s.bytes -= b.Size
 	delete(s.sums, b.Name.String())
+	delete(s.st.Dropped, b.Name.String()) // saved with the next state write
 	s.signalLocked()
 	s.mu.Unlock()
 	return nil

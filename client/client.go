@@ -92,7 +92,10 @@ type Source struct {
 	Size int64
 	// SHA256 in hex; computed by reading Open once when empty.
 	SHA256 string
-	Open   func() (io.ReadCloser, error)
+	// KernelDropped is what the capturing kernel dropped while the block
+	// was cut (capture agents say; zero otherwise).
+	KernelDropped int64
+	Open          func() (io.ReadCloser, error)
 }
 
 // BytesSource is a block held in memory.
@@ -266,7 +269,7 @@ func (c *Client) send(stream aflight.FlightService_DoPutClient, desc *aflight.Fl
 }
 
 func sendSource(w *flight.BlockWriter, src Source) error {
-	meta, _ := json.Marshal(flight.Header{Name: src.Name, Size: src.Size, SHA256: src.SHA256})
+	meta, _ := json.Marshal(flight.Header{Name: src.Name, Size: src.Size, SHA256: src.SHA256, KernelDropped: src.KernelDropped})
 	rc, err := src.Open()
 	if err != nil {
 		return err

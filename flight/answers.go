@@ -19,6 +19,9 @@ type Block struct {
 	Key      string    `json:"key"` // where the store keeps it
 	Arrived  time.Time `json:"arrived"`
 	Serial   uint64    `json:"serial"` // arrival order within the queue, from 1
+	// KernelDropped is what the capturing kernel dropped while the block
+	// was cut, as its agent said.
+	KernelDropped int64 `json:"kernel_dropped,omitempty"`
 }
 
 // GroupStats counts a consumer group's deliveries by state.

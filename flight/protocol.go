@@ -68,6 +68,10 @@ type Header struct {
 	Name   string `json:"name"`
 	Size   int64  `json:"size"`
 	SHA256 string `json:"sha256"`
+	// KernelDropped, on upload, is how many packets the capturing kernel
+	// dropped while the block was cut (its rings were full): a gap in the
+	// capture that no missing block explains.
+	KernelDropped int64 `json:"kernel_dropped,omitempty"`
 }
 
 // PutCommand is the DoPut descriptor command.

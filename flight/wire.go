@@ -238,4 +238,8 @@ type WindowHeader struct {
 	Missing  []uint64 `json:"missing"`
 	Late     []uint64 `json:"late"`
 	Blocks   int      `json:"blocks"` // how many block reads follow
+	// KernelDropped sums what the capturing kernels dropped while the
+	// window's present blocks were cut: packets lost at capture, not a
+	// missing block.
+	KernelDropped int64 `json:"kernel_dropped,omitempty"`
 }

@@ -155,6 +155,7 @@ func (s *Service) sendWindow(ctx context.Context, w *flight.BlockWriter, t fligh
 			return fmt.Errorf("window %s: block %s: %w", h.Window.ID, b.Name, err)
 		}
 		blocks = append(blocks, sb)
+		h.KernelDropped += sb.KernelDropped
 		h.Present = append(h.Present, b.Seq)
 		rec.Blocks = append(rec.Blocks, b.Name)
 	}

@@ -43,6 +43,9 @@ type Block struct {
 	Key      string    `json:"key"` // blob key
 	Arrived  time.Time `json:"arrived"`
 	Serial   uint64    `json:"serial"` // arrival order within the queue, from 1
+	// KernelDropped is what the capturing kernel dropped while the block
+	// was cut, as its agent said.
+	KernelDropped int64 `json:"kernel_dropped,omitempty"`
 }
 
 // ID returns the block's identity.

@@ -464,6 +464,15 @@ func TestAgentKernelDrops(t *testing.T) {
 	if got := len(seen) + int(dropped[0]); got != n {
 		t.Errorf("%d datagrams on the server + %.0f dropped by the kernel = %d, want the %d sent", len(seen), dropped[0], got, n)
 	}
+	// The blocks say what was dropped while each was cut.
+	var inBlocks int64
+	bs, _ := dialPlumb(t, addr).Blocks(context.Background(), "pcap.sz")
+	for _, b := range bs {
+		inBlocks += b.KernelDropped
+	}
+	if inBlocks != int64(dropped[0]) {
+		t.Errorf("the blocks record %d kernel drops, the agent counted %.0f\n%s", inBlocks, dropped[0], a.Log())
+	}
 	log := a.Log()
 	if !strings.Contains(log, fmt.Sprintf("%d packets dropped by kernel", int(dropped[0]))) {
 		t.Errorf("no last line with the drops:\n%s", log)
