@@ -10,7 +10,7 @@ import (
 
 // Groups lists a queue's consumer groups (a non-admin sees their own).
 func (c *Client) Groups(ctx context.Context, queue string) ([]GroupStats, error) {
-	return collect[GroupStats](ctx, c, "group-list", flight.GroupRequest{Queue: queue})
+	return List[GroupStats](ctx, c, "group-list", flight.GroupRequest{Queue: queue})
 }
 
 // DeleteGroup deletes a consumer group of a queue.
@@ -20,12 +20,12 @@ func (c *Client) DeleteGroup(ctx context.Context, queue, group string) error {
 
 // Status reports how far behind each stage and consumer group is.
 func (c *Client) Status(ctx context.Context) ([]StatusRow, error) {
-	return collect[StatusRow](ctx, c, "status", struct{}{})
+	return List[StatusRow](ctx, c, "status", struct{}{})
 }
 
 // Windows lists window stages' windows, waiting and fired.
 func (c *Client) Windows(ctx context.Context, stage string) ([]WindowView, error) {
-	return collect[WindowView](ctx, c, "windows", map[string]string{"stage": stage})
+	return List[WindowView](ctx, c, "windows", map[string]string{"stage": stage})
 }
 
 // FireWindow fires a waiting window now.
@@ -50,7 +50,7 @@ func (c *Client) RetractJob(ctx context.Context, name string) error {
 
 // Jobs lists the submitted jobs.
 func (c *Client) Jobs(ctx context.Context) ([]Job, error) {
-	return collect[Job](ctx, c, "list-jobs", struct{}{})
+	return List[Job](ctx, c, "list-jobs", struct{}{})
 }
 
 // Graph returns the merged graph as YAML, or as Graphviz DOT.
@@ -66,12 +66,12 @@ func (c *Client) Graph(ctx context.Context, dot bool) (string, error) {
 
 // Stats returns every stage's measurements.
 func (c *Client) Stats(ctx context.Context) ([]StageStats, error) {
-	return collect[StageStats](ctx, c, "stats", struct{}{})
+	return List[StageStats](ctx, c, "stats", struct{}{})
 }
 
 // Faulty lists the faulty blocks of a queue, or of all when queue is "".
 func (c *Client) Faulty(ctx context.Context, queue string) ([]FaultyBlock, error) {
-	return collect[FaultyBlock](ctx, c, "faulty", map[string]string{"queue": queue})
+	return List[FaultyBlock](ctx, c, "faulty", map[string]string{"queue": queue})
 }
 
 // Retry requeues faulty blocks: one by name, a queue's, or all.
@@ -92,7 +92,7 @@ func (c *Client) AddProgram(ctx context.Context, req flight.AddProgramRequest) (
 
 // Programs lists the registered programs.
 func (c *Client) Programs(ctx context.Context) ([]Program, error) {
-	return collect[Program](ctx, c, "program-list", struct{}{})
+	return List[Program](ctx, c, "program-list", struct{}{})
 }
 
 // RemoveProgram unregisters a program (admin).
@@ -116,12 +116,12 @@ func (c *Client) Records(ctx context.Context, t flight.RecordsTicket) (*aflight.
 
 // Workers lists the remote workers the server has seen lately.
 func (c *Client) Workers(ctx context.Context) ([]WorkerInfo, error) {
-	return collect[WorkerInfo](ctx, c, "workers", struct{}{})
+	return List[WorkerInfo](ctx, c, "workers", struct{}{})
 }
 
 // Retentions lists every queue's retention policy, by queue name.
 func (c *Client) Retentions(ctx context.Context) ([]flight.QueuePolicy, error) {
-	return collect[flight.QueuePolicy](ctx, c, "retention", struct{}{})
+	return List[flight.QueuePolicy](ctx, c, "retention", struct{}{})
 }
 
 // SetRetention sets a source queue's retention ("" removes it).
@@ -135,7 +135,7 @@ func (c *Client) SetRetention(ctx context.Context, queue, retention string, drop
 // LostBlocks lists the blocks a queue's retention dropped before a group
 // (or any, with "") was done with them.
 func (c *Client) LostBlocks(ctx context.Context, queue, group string) ([]LostBlock, error) {
-	return collect[LostBlock](ctx, c, "lost", map[string]string{"queue": queue, "group": group})
+	return List[LostBlock](ctx, c, "lost", map[string]string{"queue": queue, "group": group})
 }
 
 // Do runs any action with a JSON body and decodes its answer into out
@@ -169,9 +169,12 @@ func (c *Client) StreamAction(ctx context.Context, action string, req flight.Str
 	})
 }
 
-func collect[T any](ctx context.Context, c *Client, typ string, body any) ([]T, error) {
+// List runs an action that answers a list (one result per item) and
+// decodes each item as a T: for actions this package has no method for,
+// with the caller's own type.
+func List[T any](ctx context.Context, c *Client, action string, body any) ([]T, error) {
 	var out []T
-	err := c.action(ctx, typ, body, func(raw []byte) error {
+	err := c.action(ctx, action, body, func(raw []byte) error {
 		var x T
 		if err := json.Unmarshal(raw, &x); err != nil {
 			return err

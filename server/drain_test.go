@@ -3,7 +3,6 @@ package server
 import (
 	"bytes"
 	"context"
-	"encoding/json"
 	"fmt"
 	"math/rand/v2"
 	"strings"
@@ -46,13 +45,7 @@ func TestDrainBetweenTwoMinIO(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	var ms []blob.MemberInfo
-	err := c.Do(ctx, "store-list", struct{}{}, func(raw []byte) error {
-		var m blob.MemberInfo
-		err := json.Unmarshal(raw, &m)
-		ms = append(ms, m)
-		return err
-	})
+	ms, err := client.List[blob.MemberInfo](ctx, c, "store-list", struct{}{})
 	if err != nil || len(ms) != 2 || ms[0].Name != "b" || ms[1].Name != flight.PrimaryStore || ms[1].URL != "s3://plumb?endpoint="+a.Endpoint {
 		t.Fatalf("stores: %+v %v", ms, err)
 	}

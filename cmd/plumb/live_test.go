@@ -79,27 +79,7 @@ func TestAgentLiveCapture(t *testing.T) {
 	h := newTestHost(t)
 	python := testenv.Tool(t, "python3")
 	addr := servePlumb(t, t.TempDir())
-	logPath := filepath.Join(t.TempDir(), "agent.log")
-	logFile, err := os.Create(logPath)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer logFile.Close()
-	agentCmd := exec.Command(os.Args[0], "agent", "--server", addr, "--site", "live", "--new-instance",
-		"--spool", t.TempDir(), "--block-size", "8KiB", "--interface", h.outer)
-	agentCmd.Env = append(os.Environ(), "PLUMB_TEST_AS_PLUMB=1")
-	agentCmd.Stdout, agentCmd.Stderr = logFile, logFile
-	if err := agentCmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { agentCmd.Process.Kill(); agentCmd.Wait() })
-	agentLog := func() string { b, _ := os.ReadFile(logPath); return string(b) }
-	for deadline := time.Now().Add(30 * time.Second); !strings.Contains(agentLog(), "live capture started"); {
-		if time.Now().After(deadline) {
-			t.Fatalf("agent did not start capturing within 30s:\n%s", agentLog())
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+	a := startLiveAgent(t, "--server", addr, "--site", "live", "--interface", h.outer)
 
 	const n = 300
 	send := testenv.Command(t, 2*time.Minute, "ip", "netns", "exec", h.ns, python, "-c", fmt.Sprintf(`
@@ -112,18 +92,7 @@ for i in range(%d):
 	if out, err := send.CombinedOutput(); err != nil {
 		t.Fatalf("sender: %v\n%s", err, out)
 	}
-	// Stop at once: what the kernel captured is still shipped.
-	agentCmd.Process.Signal(syscall.SIGTERM)
-	done := make(chan error, 1)
-	go func() { done <- agentCmd.Wait() }()
-	select {
-	case err := <-done:
-		if err != nil {
-			t.Fatalf("agent exit on SIGTERM: %v\n%s", err, agentLog())
-		}
-	case <-time.After(20 * time.Second):
-		t.Fatalf("agent did not stop within 20s of SIGTERM\n%s", agentLog())
-	}
+	a.stop(t) // at once: what the kernel captured is still shipped
 
 	c := dialPlumb(t, addr)
 	got, nblocks := fetchInstance(t, c, "pcap.sz", "live")
@@ -161,23 +130,11 @@ func TestAgentLiveFilter(t *testing.T) {
 	if err := td.Start(); err != nil {
 		t.Fatal(err)
 	}
-	logPath := filepath.Join(dir, "agent.log")
-	logFile, _ := os.Create(logPath)
-	defer logFile.Close()
-	agentCmd := exec.Command(os.Args[0], "agent", "--server", addr, "--site", "live", "--new-instance",
-		"--spool", filepath.Join(dir, "spool"), "--block-size", "8KiB", "--interface", h.outer, "--filter", expr)
-	agentCmd.Env = append(os.Environ(), "PLUMB_TEST_AS_PLUMB=1")
-	agentCmd.Stdout, agentCmd.Stderr = logFile, logFile
-	if err := agentCmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { agentCmd.Process.Kill(); agentCmd.Wait() })
-	agentLog := func() string { b, _ := os.ReadFile(logPath); return string(b) }
-	for deadline := time.Now().Add(30 * time.Second); !strings.Contains(agentLog(), "live capture started") || !strings.Contains(tdErr.String(), "listening on"); {
+	a := startLiveAgent(t, "--server", addr, "--site", "live", "--interface", h.outer, "--filter", expr)
+	for deadline := time.Now().Add(30 * time.Second); !strings.Contains(tdErr.String(), "listening on"); time.Sleep(20 * time.Millisecond) {
 		if time.Now().After(deadline) {
-			t.Fatalf("capture did not start within 30s:\nagent: %s\ntcpdump: %s", agentLog(), tdErr.String())
+			t.Fatalf("tcpdump did not start within 30s: %s", tdErr.String())
 		}
-		time.Sleep(20 * time.Millisecond)
 	}
 	const n = 200
 	send := testenv.Command(t, 2*time.Minute, "ip", "netns", "exec", h.ns, python, "-c", fmt.Sprintf(`
@@ -196,10 +153,7 @@ for i in range(%d):
 	time.Sleep(200 * time.Millisecond) // tcpdump writes what it has (-U)
 	td.Process.Signal(syscall.SIGINT)
 	td.Wait()
-	agentCmd.Process.Signal(syscall.SIGTERM)
-	if err := agentCmd.Wait(); err != nil {
-		t.Fatalf("agent exit on SIGTERM: %v\n%s", err, agentLog())
-	}
+	a.stop(t)
 	c := dialPlumb(t, addr)
 	got, _ := fetchInstance(t, c, "pcap.sz", "live")
 	raw, _ := os.ReadFile(ref)

@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"encoding/json"
 	"flag"
 	"fmt"
 	"os"
@@ -105,13 +104,7 @@ func storeCommand() command {
 		func(ctx context.Context, c *client.Client, pos []string) error {
 			switch {
 			case len(pos) == 1 && pos[0] == "list":
-				var ms []blob.MemberInfo
-				err := c.Do(ctx, "store-list", struct{}{}, func(raw []byte) error {
-					var m blob.MemberInfo
-					err := json.Unmarshal(raw, &m)
-					ms = append(ms, m)
-					return err
-				})
+				ms, err := client.List[blob.MemberInfo](ctx, c, "store-list", struct{}{})
 				if err != nil {
 					return err
 				}
