@@ -27,8 +27,13 @@ type Message struct {
 	// The first question, when there is one.
 	HasQuestion bool
 	QName       string // lower-cased presentation form without the final dot ("example.com"); "." for the root
+	QNameRaw    string // as sent: the case kept (0x20 randomisation shows), without the final dot
 	QType       uint16
 	QClass      uint16
+
+	// The records of each section; Additional leaves out the OPT record,
+	// whose fields are below.
+	Answer, Authority, Additional []RR
 
 	// EDNS, from the OPT record of the additional section.
 	EDNS        bool
@@ -36,6 +41,10 @@ type Message struct {
 	UDPSize     uint16
 	DO          bool
 	EDNSOptions bool // the OPT record carries at least one option
+	Options     []Option
+	ECS         ECS   // the client subnet option; Family 0 when absent
+	EDE         []EDE // extended errors
+	Cookie      bool  // a DNS cookie option is present
 }
 
 // ErrMalformed marks a message that cannot be read whole; the error says
@@ -91,6 +100,8 @@ func Parse(b []byte) (Message, error) {
 		if i == 0 {
 			m.HasQuestion = true
 			m.QName = string(n)
+			raw, _, _ := readNameMode(b, off, name[:0], nameRaw)
+			m.QNameRaw = string(raw)
 			m.QType = binary.BigEndian.Uint16(b[next:])
 			m.QClass = binary.BigEndian.Uint16(b[next+2:])
 		}
@@ -98,7 +109,7 @@ func Parse(b []byte) (Message, error) {
 	}
 	rrs := int(m.ANCount) + int(m.NSCount)
 	for i := 0; i < rrs+int(m.ARCount); i++ {
-		_, next, err := readName(b, off, nil, false)
+		owner, next, err := readName(b, off, name[:0], true)
 		if err != nil {
 			return m, err
 		}
@@ -113,13 +124,27 @@ func Parse(b []byte) (Message, error) {
 		if rdata+rdlen > len(b) {
 			return m, malformed(rdata, "record %d claims %d bytes of data; %d remain", i+1, rdlen, len(b)-rdata)
 		}
-		if i >= rrs && typ == TypeOPT && !m.EDNS {
+		switch {
+		case i >= rrs && typ == TypeOPT && !m.EDNS:
 			m.EDNS = true
 			m.UDPSize = class
 			m.Rcode |= uint16(ttl>>24) << 4
 			m.EDNSVersion = uint8(ttl >> 16)
 			m.DO = ttl&0x8000 != 0
 			m.EDNSOptions = rdlen > 0
+			m.options(b[rdata : rdata+rdlen])
+		case typ == TypeOPT && i >= rrs:
+			// a second OPT record is malformed; the first stands
+		default:
+			rr := RR{Name: string(owner), Type: typ, Class: class, TTL: ttl, RData: rdataText(b, rdata, rdlen, typ)}
+			switch {
+			case i < int(m.ANCount):
+				m.Answer = append(m.Answer, rr)
+			case i < rrs:
+				m.Authority = append(m.Authority, rr)
+			default:
+				m.Additional = append(m.Additional, rr)
+			}
 		}
 		off = rdata + rdlen
 	}
@@ -138,6 +163,22 @@ const maxPointers = 64
 // lower-cased presentation form (when present is true), and the offset
 // after the name where it starts (past the first pointer, if any).
 func readName(b []byte, off int, dst []byte, present bool) ([]byte, int, error) {
+	mode := nameSkip
+	if present {
+		mode = nameLower
+	}
+	return readNameMode(b, off, dst, mode)
+}
+
+// How readNameMode returns a name.
+const (
+	nameSkip  = iota // not at all: only where it ends
+	nameLower        // lower-cased presentation form
+	nameRaw          // presentation form, the case kept
+)
+
+func readNameMode(b []byte, off int, dst []byte, mode int) ([]byte, int, error) {
+	present := mode != nameSkip
 	next := -1
 	wire := 0
 	pointers := 0
@@ -168,7 +209,7 @@ func readName(b []byte, off int, dst []byte, present bool) ([]byte, int, error) 
 				if len(dst) > 0 {
 					dst = append(dst, '.')
 				}
-				dst = appendLabel(dst, b[pos+1:pos+1+l])
+				dst = appendLabel(dst, b[pos+1:pos+1+l], mode == nameLower)
 			}
 			pos += 1 + l
 		case 0xc0:
@@ -191,10 +232,10 @@ func readName(b []byte, off int, dst []byte, present bool) ([]byte, int, error) 
 // appendLabel writes a label lower-cased in presentation form: '.' and
 // '\' escaped with a backslash, other bytes outside printable ASCII as
 // \DDD.
-func appendLabel(dst, label []byte) []byte {
+func appendLabel(dst, label []byte, lower bool) []byte {
 	for _, c := range label {
 		switch {
-		case c >= 'A' && c <= 'Z':
+		case lower && c >= 'A' && c <= 'Z':
 			dst = append(dst, c+'a'-'A')
 		case c == '.' || c == '\\':
 			dst = append(dst, '\\', c)

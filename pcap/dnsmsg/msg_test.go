@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/binary"
 	"errors"
+	"reflect"
 	"strings"
 	"testing"
 
@@ -31,9 +32,9 @@ func TestParse(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := Message{ID: 0xbeef, RD: true, QDCount: 1, ARCount: 1, HasQuestion: true, QName: "www.example.com", QType: 28, QClass: 1,
-		EDNS: true, UDPSize: 1232, DO: true, EDNSOptions: true, Rcode: 1 << 4}
-	if m != want {
+	want := Message{ID: 0xbeef, RD: true, QDCount: 1, ARCount: 1, HasQuestion: true, QName: "www.example.com", QNameRaw: "WWW.Example.COM", QType: 28, QClass: 1,
+		EDNS: true, UDPSize: 1232, DO: true, EDNSOptions: true, Rcode: 1 << 4, Options: []Option{{Code: 3}}}
+	if !reflect.DeepEqual(m, want) {
 		t.Errorf("got  %+v\nwant %+v", m, want)
 	}
 

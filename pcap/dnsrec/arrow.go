@@ -3,11 +3,14 @@ package dnsrec
 import (
 	"fmt"
 	"io"
+	"strings"
 
 	"github.com/apache/arrow-go/v18/arrow"
 	"github.com/apache/arrow-go/v18/arrow/array"
 	"github.com/apache/arrow-go/v18/arrow/ipc"
 	"github.com/apache/arrow-go/v18/arrow/memory"
+	"github.com/plumb-dev/plumb/pcap/dnsmsg"
+	"golang.org/x/net/publicsuffix"
 )
 
 // Schema is the table of DNS messages: one row per message, the columns
@@ -43,11 +46,41 @@ var Schema = arrow.NewSchema([]arrow.Field{
 	{Name: "edns", Type: arrow.FixedWidthTypes.Boolean},
 	{Name: "edns_version", Type: arrow.PrimitiveTypes.Uint8, Nullable: true},
 	{Name: "edns_udp_size", Type: arrow.PrimitiveTypes.Uint16, Nullable: true},
-	{Name: "do", Type: arrow.FixedWidthTypes.Boolean},
-	{Name: "edns_options", Type: arrow.FixedWidthTypes.Boolean},
+	{Name: "edns_do", Type: arrow.FixedWidthTypes.Boolean},
+	{Name: "edns_options", Type: arrow.ListOf(optionType)},
 	{Name: "malformed", Type: arrow.FixedWidthTypes.Boolean},
 	{Name: "error", Type: arrow.BinaryTypes.String, Nullable: true},
+	{Name: "qname_raw", Type: arrow.BinaryTypes.String, Nullable: true},
+	{Name: "labels", Type: arrow.PrimitiveTypes.Uint8, Nullable: true},
+	{Name: "tld", Type: arrow.BinaryTypes.String, Nullable: true},
+	{Name: "registered_domain", Type: arrow.BinaryTypes.String, Nullable: true},
+	{Name: "answers", Type: arrow.ListOf(rrType)},
+	{Name: "authority", Type: arrow.ListOf(rrType)},
+	{Name: "additional", Type: arrow.ListOf(rrType)},
+	{Name: "ecs_family", Type: arrow.PrimitiveTypes.Uint16, Nullable: true},
+	{Name: "ecs_source_prefix", Type: arrow.PrimitiveTypes.Uint8, Nullable: true},
+	{Name: "ecs_scope_prefix", Type: arrow.PrimitiveTypes.Uint8, Nullable: true},
+	{Name: "ecs_address", Type: arrow.BinaryTypes.String, Nullable: true},
+	{Name: "ede", Type: arrow.ListOf(arrow.PrimitiveTypes.Uint16)},
+	{Name: "ede_text", Type: arrow.BinaryTypes.String, Nullable: true},
+	{Name: "cookie", Type: arrow.FixedWidthTypes.Boolean},
 }, nil)
+
+// rrType is a resource record in the answers, authority and additional
+// columns; rdata is as dig prints it (see dnsmsg.RR).
+var rrType = arrow.StructOf(
+	arrow.Field{Name: "name", Type: arrow.BinaryTypes.String},
+	arrow.Field{Name: "type", Type: arrow.PrimitiveTypes.Uint16},
+	arrow.Field{Name: "class", Type: arrow.PrimitiveTypes.Uint16},
+	arrow.Field{Name: "ttl", Type: arrow.PrimitiveTypes.Uint32},
+	arrow.Field{Name: "rdata", Type: arrow.BinaryTypes.String},
+)
+
+// optionType is an EDNS option in the edns_options column.
+var optionType = arrow.StructOf(
+	arrow.Field{Name: "code", Type: arrow.PrimitiveTypes.Uint16},
+	arrow.Field{Name: "data", Type: arrow.BinaryTypes.Binary},
+)
 
 // BatchRows is how many rows go in one record batch.
 const BatchRows = 64 << 10
@@ -64,6 +97,9 @@ type Writer struct {
 	c        cols
 	rows     int
 	addr     []byte
+	// The last question's name and its registered domain: answers
+	// follow their queries.
+	lastName, lastReg string
 	// Rows counts the rows written.
 	Rows int64
 
@@ -110,7 +146,11 @@ type cols struct {
 	size                                                        *array.Uint32Builder
 	sport, dport, id, rcode, qd, an, ns, ar, qtype, qclass, udp *array.Uint16Builder
 	flags                                                       [6]*array.BooleanBuilder // aa tc rd ra ad cd
-	qr, edns, do, ednsOptions, malformed                        *array.BooleanBuilder
+	qr, edns, do, malformed, cookie                             *array.BooleanBuilder
+	ednsOptions, answers, authority, additional, ede            *array.ListBuilder
+	qnameRaw, tld, regDomain, ecsAddress, edeText               *array.StringBuilder
+	labels, ecsSource, ecsScope                                 *array.Uint8Builder
+	ecsFamily                                                   *array.Uint16Builder
 }
 
 func typed(b *array.RecordBuilder) cols {
@@ -124,8 +164,13 @@ func typed(b *array.RecordBuilder) cols {
 		an: f[21].(*array.Uint16Builder), ns: f[22].(*array.Uint16Builder), ar: f[23].(*array.Uint16Builder),
 		qname: f[24].(*array.StringBuilder), qtype: f[25].(*array.Uint16Builder), qclass: f[26].(*array.Uint16Builder),
 		edns: f[27].(*array.BooleanBuilder), ednsVersion: f[28].(*array.Uint8Builder), udp: f[29].(*array.Uint16Builder),
-		do: f[30].(*array.BooleanBuilder), ednsOptions: f[31].(*array.BooleanBuilder), malformed: f[32].(*array.BooleanBuilder),
-		errs: f[33].(*array.StringBuilder),
+		do: f[30].(*array.BooleanBuilder), ednsOptions: f[31].(*array.ListBuilder), malformed: f[32].(*array.BooleanBuilder),
+		errs:     f[33].(*array.StringBuilder),
+		qnameRaw: f[34].(*array.StringBuilder), labels: f[35].(*array.Uint8Builder), tld: f[36].(*array.StringBuilder),
+		regDomain: f[37].(*array.StringBuilder), answers: f[38].(*array.ListBuilder), authority: f[39].(*array.ListBuilder),
+		additional: f[40].(*array.ListBuilder), ecsFamily: f[41].(*array.Uint16Builder), ecsSource: f[42].(*array.Uint8Builder),
+		ecsScope: f[43].(*array.Uint8Builder), ecsAddress: f[44].(*array.StringBuilder), ede: f[45].(*array.ListBuilder),
+		edeText: f[46].(*array.StringBuilder), cookie: f[47].(*array.BooleanBuilder),
 	}
 	for i := range c.flags {
 		c.flags[i] = f[13+i].(*array.BooleanBuilder)
@@ -137,11 +182,47 @@ func typed(b *array.RecordBuilder) cols {
 // append without a capacity check each.
 func (c *cols) reserve(n int) {
 	for _, b := range []array.Builder{c.seq, c.time, c.ipVersion, c.opcode, c.ednsVersion, c.size, c.sport, c.dport, c.id,
-		c.rcode, c.qd, c.an, c.ns, c.ar, c.qtype, c.qclass, c.udp, c.qr, c.edns, c.do, c.ednsOptions, c.malformed} {
+		c.rcode, c.qd, c.an, c.ns, c.ar, c.qtype, c.qclass, c.udp, c.qr, c.edns, c.do, c.malformed, c.cookie} {
 		b.Reserve(n)
 	}
 	for _, b := range c.flags {
 		b.Reserve(n)
+	}
+}
+
+// names appends the name columns of the question: as sent, the label
+// count, the top-level domain and the registered domain (public suffix
+// plus one label), null without a question.
+func (w *Writer) names(m *dnsmsg.Message) {
+	c := &w.c
+	if !m.HasQuestion {
+		c.qnameRaw.AppendNull()
+		c.labels.AppendNull()
+		c.tld.AppendNull()
+		c.regDomain.AppendNull()
+		return
+	}
+	c.qnameRaw.Append(m.QNameRaw)
+	if m.QName == "." {
+		c.labels.Append(0)
+		c.tld.AppendNull()
+		c.regDomain.AppendNull()
+		return
+	}
+	c.labels.Append(uint8(min(strings.Count(m.QName, ".")+1, 255)))
+	c.tld.Append(m.QName[strings.LastIndexByte(m.QName, '.')+1:])
+	reg := w.lastReg
+	if m.QName != w.lastName {
+		var err error
+		if reg, err = publicsuffix.EffectiveTLDPlusOne(m.QName); err != nil {
+			reg = ""
+		}
+		w.lastName, w.lastReg = m.QName, reg
+	}
+	if reg == "" {
+		c.regDomain.AppendNull()
+	} else {
+		c.regDomain.Append(reg)
 	}
 }
 
@@ -197,13 +278,59 @@ func (w *Writer) Add(r *Record) error {
 		c.udp.UnsafeAppendBoolToBitmap(false)
 	}
 	c.do.UnsafeAppend(m.DO)
-	c.ednsOptions.UnsafeAppend(m.EDNSOptions)
+	c.ednsOptions.Append(true)
+	opts := c.ednsOptions.ValueBuilder().(*array.StructBuilder)
+	for _, o := range m.Options {
+		opts.Append(true)
+		opts.FieldBuilder(0).(*array.Uint16Builder).Append(o.Code)
+		opts.FieldBuilder(1).(*array.BinaryBuilder).Append(o.Data)
+	}
 	c.malformed.UnsafeAppend(r.Err != nil)
 	if r.Err != nil {
 		c.errs.Append(r.Err.Error())
 	} else {
 		c.errs.AppendNull()
 	}
+	w.names(m)
+	for i, rrs := range [][]dnsmsg.RR{m.Answer, m.Authority, m.Additional} {
+		lb := []*array.ListBuilder{c.answers, c.authority, c.additional}[i]
+		lb.Append(true)
+		sb := lb.ValueBuilder().(*array.StructBuilder)
+		for _, rr := range rrs {
+			sb.Append(true)
+			sb.FieldBuilder(0).(*array.StringBuilder).Append(rr.Name)
+			sb.FieldBuilder(1).(*array.Uint16Builder).Append(rr.Type)
+			sb.FieldBuilder(2).(*array.Uint16Builder).Append(rr.Class)
+			sb.FieldBuilder(3).(*array.Uint32Builder).Append(rr.TTL)
+			sb.FieldBuilder(4).(*array.StringBuilder).Append(rr.RData)
+		}
+	}
+	if e := m.ECS; e.Family != 0 {
+		c.ecsFamily.Append(e.Family)
+		c.ecsSource.Append(e.SourcePrefix)
+		c.ecsScope.Append(e.ScopePrefix)
+		c.ecsAddress.Append(e.Address)
+	} else {
+		c.ecsFamily.AppendNull()
+		c.ecsSource.AppendNull()
+		c.ecsScope.AppendNull()
+		c.ecsAddress.AppendNull()
+	}
+	c.ede.Append(true)
+	codes := c.ede.ValueBuilder().(*array.Uint16Builder)
+	var texts []string
+	for _, e := range m.EDE {
+		codes.Append(e.Code)
+		if e.Text != "" {
+			texts = append(texts, e.Text)
+		}
+	}
+	if len(texts) > 0 {
+		c.edeText.Append(strings.Join(texts, "; "))
+	} else {
+		c.edeText.AppendNull()
+	}
+	c.cookie.UnsafeAppend(m.Cookie)
 	w.rows++
 	w.Rows++
 	if w.rows == BatchRows {

@@ -62,3 +62,46 @@ def test_records_ticket_errors_name_the_problem(server):
         records(c, records="dns.arrow", columns=["nope"]).read_all()
     with pytest.raises(Exception, match="want an RFC 3339 time or a sequence number"):
         records(c, records="dns.arrow", **{"from": "yesterday"}).read_all()
+
+
+def test_answers_options_and_names_in_pandas_polars_duckdb(server):
+    """The records carry the answer sections, EDNS options, client subnet
+    and name columns; pandas, polars and DuckDB read them, and DuckDB
+    takes edns_do (do is a reserved word there)."""
+    import duckdb
+    import polars as pl
+
+    c = server.client()
+    ecs = (TESTDATA / "pcaps" / "zeek__dns-edns-ecs.pcap").read_bytes()
+    put_blocks(c, "pcap", "lax", [("20160518-051550-00000001.lax.pcap", ecs)])
+    [res] = [json.loads(r.body.to_pybytes()) for r in c.do_action(fl.Action("submit-job", json.dumps({"yaml": JOB}).encode()))]
+    assert res["state"] == "accepted", res
+    deadline = time.time() + 30
+    while True:
+        [st] = [json.loads(r.body.to_pybytes()) for r in c.do_action(fl.Action("stats", b"{}"))]
+        if st["runs"] == 1:
+            break
+        assert time.time() < deadline, st
+        time.sleep(0.1)
+    table = records(c, records="dns.arrow").read_all()
+    for col in ["answers", "authority", "additional", "edns_options", "edns_do", "ecs_address", "ecs_source_prefix",
+                "ede", "cookie", "qname_raw", "labels", "tld", "registered_domain"]:
+        assert col in table.column_names, col
+    assert "do" not in table.column_names
+
+    df = table.to_pandas()
+    soa = df[df["qtype"] == 6].iloc[0]
+    assert soa["answers"][0]["rdata"].startswith("ns1.weberdns.de. webmaster.weberdns.de. ")
+    assert soa["tld"] == "de" and soa["registered_domain"] == "weberdns.de" and soa["labels"] == 2
+    with_ecs = df[df["ecs_address"].notna()]
+    assert len(with_ecs) > 0 and set(with_ecs["ecs_address"]) >= {"213.61.29.0"}
+    assert set(with_ecs["ecs_source_prefix"]) == {24, 56}  # IPv4 /24s and IPv6 /56s
+
+    pl_df = pl.from_arrow(table)
+    assert pl_df.filter(pl.col("ecs_address").is_not_null()).height == len(with_ecs)
+
+    con = duckdb.connect()
+    con.register("t", table)
+    assert con.execute("select count(*) from t where edns_do").fetchone()[0] == int(df["edns_do"].sum())
+    a = con.execute("select a.rdata from t, unnest(answers) as u(a) where a.type = 1 order by 1 limit 1").fetchone()[0]
+    assert a.count(".") == 3
