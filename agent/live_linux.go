@@ -148,9 +148,11 @@ type live struct {
 	// The kernel's drops in stream order: marks[i] says that before
 	// packet marks[i].at of the stream the sockets had dropped
 	// marks[i].total, so a block records the drops among its packets
-	// whenever the counters happen to be read.
-	mu      sync.Mutex
-	written int64
+	// whenever the counters happen to be read. marksMu is not the
+	// writer's lock: a reader holds that while the cutter drains the
+	// pipe, and the cutter asks for drops between packets.
+	written atomic.Int64 // packets written to the stream
+	marksMu sync.Mutex
 	marks   []dropMark
 }
 
@@ -158,8 +160,8 @@ type dropMark struct{ at, total int64 }
 
 // DropsAt is what the kernel had dropped before the stream's packet n.
 func (l *live) DropsAt(n int64) int64 {
-	l.mu.Lock()
-	defer l.mu.Unlock()
+	l.marksMu.Lock()
+	defer l.marksMu.Unlock()
 	i := sort.Search(len(l.marks), func(i int) bool { return l.marks[i].at > n })
 	if i == 0 {
 		return 0
@@ -230,7 +232,7 @@ func openLive(cfg LiveConfig, ifs []iface, link layers.LinkType, cooked bool, st
 		closeAll()
 		return nil, err
 	}
-	mu := &l.mu // the writer, and the marks
+	var mu sync.Mutex // the writer
 	var total atomic.Int64
 	var wg sync.WaitGroup
 	errs := make(chan error, len(readers))
@@ -244,12 +246,12 @@ func openLive(cfg LiveConfig, ifs []iface, link layers.LinkType, cooked bool, st
 					r.st.KernelDropped.Add(int64(d - dropped))
 					t := total.Add(int64(d - dropped))
 					dropped = d
-					mu.Lock()
-					l.marks = append(l.marks, dropMark{at: l.written, total: t})
+					l.marksMu.Lock()
+					l.marks = append(l.marks, dropMark{at: l.written.Load(), total: t})
 					if len(l.marks) > 4096 {
 						l.marks = slices.Delete(l.marks, 0, 2048) // long past: the cutter is far beyond
 					}
-					mu.Unlock()
+					l.marksMu.Unlock()
 				}
 			}
 			defer account()
@@ -282,7 +284,7 @@ func openLive(cfg LiveConfig, ifs []iface, link layers.LinkType, cooked bool, st
 				r.st.Readers[r.n].Add(1)
 				mu.Lock()
 				err = writeFrame(w, ci, data, cfg.Snaplen, cooked, r.ifc, &sll)
-				l.written++
+				l.written.Add(1)
 				mu.Unlock()
 				if err != nil {
 					errs <- err

@@ -29,6 +29,10 @@ func TestMain(m *testing.M) {
 		testprog.CounterMain()
 		os.Exit(0)
 	}
+	if os.Getenv("PLUMB_TEST_UDP_SENDER") != "" { // a fast sender in a test host
+		udpSender(os.Getenv("PLUMB_TEST_UDP_SENDER"))
+		os.Exit(0)
+	}
 	if os.Getenv("PLUMB_TEST_AS_PLUMB") == "1" {
 		os.Exit(run(os.Args[1:], os.Stdout, os.Stderr))
 	}

@@ -3,10 +3,12 @@ package testenv
 import (
 	"context"
 	"fmt"
+	"math/rand/v2"
 	"net"
 	"net/http"
 	"os"
 	"os/exec"
+	"sync"
 	"testing"
 	"time"
 )
@@ -65,10 +67,33 @@ func StartMinIO(t testing.TB) MinIO {
 // FreeAddr returns a loopback address with a port that was free a moment ago.
 func FreeAddr(t testing.TB) string {
 	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
+	// Not a port from the kernel's ephemeral range (":0"): the packages'
+	// test binaries run at once, and a port one of them closed is handed
+	// to the next socket anyone opens; a server that then fails to bind
+	// leaves the test talking to a stranger on its port. Below 32768 no
+	// one is handed ports, and a random pick makes two processes choosing
+	// the same one unlikely.
+	for range 100 {
+		port := 20000 + rand.IntN(12000)
+		addrMu.Lock()
+		used := addrUsed[port]
+		addrUsed[port] = true
+		addrMu.Unlock()
+		if used {
+			continue
+		}
+		l, err := net.Listen("tcp", fmt.Sprintf("127.0.0.1:%d", port))
+		if err != nil {
+			continue
+		}
+		l.Close()
+		return fmt.Sprintf("127.0.0.1:%d", port)
 	}
-	defer l.Close()
-	return fmt.Sprint(l.Addr())
+	t.Fatal("no free port in 20000-31999")
+	return ""
 }
+
+var (
+	addrMu   sync.Mutex
+	addrUsed = map[int]bool{} // ports this process handed out
+)
