@@ -272,7 +272,7 @@ func (s *Anonymize) records(ctx context.Context, a *anon.Anonymizer, in io.Reade
 		if err := ipcguard.Under(func() (err error) { rec, err = f.RecordBatch(i); return err }); err != nil {
 			return fmt.Errorf("%w: batch %d: %v", engine.ErrMalformed, i, err)
 		}
-		nrec, err := anonymizeBatch(a, s.cfg.Clients, rec)
+		nrec, err := anonymizeBatch(a, s.cfg.Clients, s.cfg.RData, rec)
 		rec.Release()
 		if err != nil {
 			return fmt.Errorf("%w: batch %d: %v", engine.ErrMalformed, i, err)
@@ -286,7 +286,7 @@ func (s *Anonymize) records(ctx context.Context, a *anon.Anonymizer, in io.Reade
 	return w.Close()
 }
 
-func anonymizeBatch(a *anon.Anonymizer, clients bool, rec arrow.RecordBatch) (arrow.RecordBatch, error) {
+func anonymizeBatch(a *anon.Anonymizer, clients, rdata bool, rec arrow.RecordBatch) (arrow.RecordBatch, error) {
 	schema := rec.Schema()
 	ports := func(name string) *array.Uint16 {
 		if idx := schema.FieldIndices(name); len(idx) > 0 {
@@ -296,10 +296,37 @@ func anonymizeBatch(a *anon.Anonymizer, clients bool, rec arrow.RecordBatch) (ar
 		return nil
 	}
 	sport, dport := ports("sport"), ports("dport")
+	var ecsPrefix *array.Uint8
+	if idx := schema.FieldIndices("ecs_source_prefix"); len(idx) > 0 {
+		ecsPrefix, _ = rec.Column(idx[0]).(*array.Uint8)
+	}
 	cols := make([]arrow.Array, rec.NumCols())
 	for j := range cols {
 		cols[j] = rec.Column(j)
 		name := schema.Field(j).Name
+		if name == "edns_options" {
+			// The client subnet's address, as in packets.
+			if l, ok := cols[j].(*array.List); ok {
+				nl, err := anonymizeOptions(a, l)
+				if err != nil {
+					return nil, fmt.Errorf("column %s: %w", name, err)
+				}
+				cols[j] = nl
+				defer nl.Release()
+			}
+			continue
+		}
+		if rdata && (name == "answers" || name == "authority" || name == "additional") {
+			if l, ok := cols[j].(*array.List); ok {
+				nl, err := anonymizeRecords(a, l)
+				if err != nil {
+					return nil, fmt.Errorf("column %s: %w", name, err)
+				}
+				cols[j] = nl
+				defer nl.Release()
+			}
+			continue
+		}
 		if name != "src" && name != "dst" && name != "ecs_address" {
 			continue
 		}
@@ -322,7 +349,14 @@ func anonymizeBatch(a *anon.Anonymizer, clients bool, rec arrow.RecordBatch) (ar
 				keep = name == "src" && (sp == 53 || sp == 853) || name == "dst" && (dp == 53 || dp == 853) && !(sp == 53 || sp == 853)
 			}
 			if x, err := netip.ParseAddr(v); err == nil && !keep {
-				v = a.Map(x).String()
+				y := a.Map(x)
+				if name == "ecs_address" && ecsPrefix != nil && !ecsPrefix.IsNull(i) {
+					// As in packets: the subnet's bits only, the rest zero.
+					if p, err := y.Prefix(int(ecsPrefix.Value(i))); err == nil {
+						y = p.Addr()
+					}
+				}
+				v = y.String()
 			}
 			b.Append(v)
 		}
@@ -331,6 +365,75 @@ func anonymizeBatch(a *anon.Anonymizer, clients bool, rec arrow.RecordBatch) (ar
 		defer cols[j].Release()
 	}
 	return array.NewRecordBatch(schema, cols, rec.NumRows()), nil
+}
+
+// anonymizeOptions rewrites the address of the client subnet options in a
+// list<struct{code, data}> column (edns_options).
+func anonymizeOptions(a *anon.Anonymizer, l *array.List) (arrow.Array, error) {
+	st, ok := l.ListValues().(*array.Struct)
+	if !ok || st.NumField() != 2 {
+		return nil, fmt.Errorf("not a list of options")
+	}
+	code, ok1 := st.Field(0).(*array.Uint16)
+	data, ok2 := st.Field(1).(*array.Binary)
+	if !ok1 || !ok2 {
+		return nil, fmt.Errorf("not a list of options")
+	}
+	b := array.NewBinaryBuilder(memory.DefaultAllocator, arrow.BinaryTypes.Binary)
+	defer b.Release()
+	for i := 0; i < data.Len(); i++ {
+		d := bytes.Clone(data.Value(i))
+		if code.Value(i) == 8 {
+			a.ECSOption(d)
+		}
+		b.Append(d)
+	}
+	return replaceField(l, st, 1, b.NewArray())
+}
+
+// replaceField is list l with field k of its struct values replaced.
+func replaceField(l *array.List, st *array.Struct, k int, col arrow.Array) (arrow.Array, error) {
+	defer col.Release()
+	fields := make([]arrow.Array, st.NumField())
+	for i := range fields {
+		fields[i] = st.Field(i)
+	}
+	fields[k] = col
+	nst, err := array.NewStructArrayWithFields(fields, st.DataType().(*arrow.StructType).Fields())
+	if err != nil {
+		return nil, err
+	}
+	defer nst.Release()
+	data := array.NewData(l.DataType(), l.Len(), l.Data().Buffers(), []arrow.ArrayData{nst.Data()}, l.NullN(), l.Data().Offset())
+	defer data.Release()
+	return array.MakeFromData(data), nil
+}
+
+// anonymizeRecords rewrites the rdata of the A and AAAA records in a
+// list<struct{name, type, class, ttl, rdata}> column (the DNS records'
+// sections), as rdata=true does in packets.
+func anonymizeRecords(a *anon.Anonymizer, l *array.List) (arrow.Array, error) {
+	st, ok := l.ListValues().(*array.Struct)
+	if !ok || st.NumField() != 5 {
+		return nil, fmt.Errorf("not a list of records")
+	}
+	typ, ok1 := st.Field(1).(*array.Uint16)
+	rd, ok2 := st.Field(4).(*array.String)
+	if !ok1 || !ok2 {
+		return nil, fmt.Errorf("not a list of records")
+	}
+	b := array.NewStringBuilder(memory.DefaultAllocator)
+	defer b.Release()
+	for i := 0; i < rd.Len(); i++ {
+		v := rd.Value(i)
+		if t := typ.Value(i); (t == 1 || t == 28) && !rd.IsNull(i) {
+			if x, err := netip.ParseAddr(v); err == nil {
+				v = a.Map(x).String()
+			}
+		}
+		b.Append(v)
+	}
+	return replaceField(l, st, 4, b.NewArray())
 }
 
 var _ engine.Builtin = (*Anonymize)(nil)

@@ -23,7 +23,9 @@ type Config struct {
 	// neither port, or without ports (fragments, ICMP), get both rewritten.
 	Clients bool
 	// RData rewrites the addresses in A and AAAA records of DNS messages
-	// over UDP too.
+	// too. The address of an EDNS client subnet option is rewritten
+	// always: it is a client's. Both in DNS over UDP, and over TCP where a
+	// segment holds one whole message; not in a later IP fragment.
 	RData bool
 }
 
@@ -200,18 +202,25 @@ func (a *Anonymizer) Packet(link layers.LinkType, frame []byte) bool {
 	switch {
 	case l4 == nil:
 	case p.Proto == netpkt.ProtoTCP && len(l4) >= 18:
-		fix(l4[16:], oldPseudo, newPseudo, false)
-	case p.Proto == netpkt.ProtoUDP && len(l4) >= 8:
-		ck := binary.BigEndian.Uint16(l4[6:])
-		if ck == 0 && p.IPVersion == 4 {
-			break // no checksum
-		}
 		o, n := oldPseudo, newPseudo
-		if a.cfg.RData && !p.Fragment && (server(p.SrcPort) || server(p.DstPort)) && len(l4) > 8 {
-			ro, rn := a.rdata(l4[8:], 8)
+		// A segment that holds one whole DNS message (its length prefix
+		// says exactly the rest) is rewritten as over UDP; a message split
+		// over segments cannot be walked here, and is left alone.
+		if pl := p.Payload; !p.Fragment && (server(p.SrcPort) || server(p.DstPort)) && len(pl) > 2+12 &&
+			int(binary.BigEndian.Uint16(pl)) == len(pl)-2 && len(pl) <= len(l4) {
+			ro, rn := a.dnsAddresses(pl[2:], len(l4)-len(pl)+2)
 			o, n = o+ro, n+rn
 		}
-		fix(l4[6:], o, n, true)
+		fix(l4[16:], o, n, false)
+	case p.Proto == netpkt.ProtoUDP && len(l4) >= 8:
+		o, n := oldPseudo, newPseudo
+		if !p.Fragment && (server(p.SrcPort) || server(p.DstPort)) && len(l4) > 8 {
+			ro, rn := a.dnsAddresses(l4[8:], 8)
+			o, n = o+ro, n+rn
+		}
+		if ck := binary.BigEndian.Uint16(l4[6:]); ck != 0 || p.IPVersion == 6 {
+			fix(l4[6:], o, n, true) // 0 in IPv4: no checksum
+		}
 	case p.Proto == 1 && p.IPVersion == 4 && len(l4) >= 8:
 		// An ICMP error quotes the IP header of the packet it is about.
 		if t := l4[0]; t == 3 || t == 4 || t == 5 || t == 11 || t == 12 {
@@ -270,10 +279,12 @@ func (a *Anonymizer) quoted(q []byte, off, version int, mapped func([]byte) bool
 	return before, sum(region, off%2 == 1)
 }
 
-// rdata rewrites the A and AAAA records of a DNS message (at offset off
-// into the checksummed UDP datagram) and returns the sums of the bytes it
-// changed, before and after. A message it cannot walk is left as it is.
-func (a *Anonymizer) rdata(m []byte, off int) (before, after uint32) {
+// dnsAddresses rewrites the addresses a DNS message carries (at offset off
+// into the checksummed UDP datagram): the client subnet of an EDNS option
+// always, the A and AAAA records with RData. It returns the sums of the
+// bytes it changed, before and after. A message it cannot walk is left as
+// it is.
+func (a *Anonymizer) dnsAddresses(m []byte, off int) (before, after uint32) {
 	if len(m) < 12 {
 		return 0, 0
 	}
@@ -297,16 +308,64 @@ func (a *Anonymizer) rdata(m []byte, off int) (before, after uint32) {
 		if i+rdlen > len(m) {
 			return before, after
 		}
-		if class == 1 && (typ == 1 && rdlen == 4 || typ == 28 && rdlen == 16) {
+		if a.cfg.RData && class == 1 && (typ == 1 && rdlen == 4 || typ == 28 && rdlen == 16) {
 			r := m[i : i+rdlen]
 			odd := (off+i)%2 == 1
 			before += sum(r, odd)
 			a.mapBytes(r)
 			after += sum(r, odd)
 		}
+		if typ == 41 { // OPT: a client subnet option is a client's address too
+			b, af := a.ecs(m[i:i+rdlen], off+i)
+			before, after = before+b, after+af
+		}
 		i += rdlen
 	}
 	return before, after
+}
+
+// ecs rewrites the address of an EDNS Client Subnet option (RFC 7871)
+// in an OPT record's data (at offset off into the checksummed datagram):
+// the address as sent is its first source-prefix bits, so it is mapped
+// whole and cut back to them, the bits past the prefix zero as the RFC
+// wants. It returns the sums of the bytes changed, before and after.
+func (a *Anonymizer) ecs(d []byte, off int) (before, after uint32) {
+	for i := 0; i+4 <= len(d); {
+		code, l := binary.BigEndian.Uint16(d[i:]), int(binary.BigEndian.Uint16(d[i+2:]))
+		if i+4+l > len(d) {
+			return before, after
+		}
+		if o := d[i+4 : i+4+l]; code == 8 && l > 4 {
+			odd := (off+i+8)%2 == 1
+			b := sum(o[4:], odd)
+			if a.ECSOption(o) {
+				before, after = before+b, after+sum(o[4:], odd)
+			}
+		}
+		i += 4 + l
+	}
+	return before, after
+}
+
+// ECSOption rewrites, in place, the address of an EDNS Client Subnet
+// option's data (family, source prefix, scope prefix, address): mapped
+// whole, then cut back to its source-prefix bits. It reports whether the
+// option could be read.
+func (a *Anonymizer) ECSOption(o []byte) bool {
+	if len(o) <= 4 {
+		return false
+	}
+	family, prefix, addr := binary.BigEndian.Uint16(o), int(o[2]), o[4:]
+	size := map[uint16]int{1: 4, 2: 16}[family]
+	if size == 0 || len(addr) > size || prefix > 8*size {
+		return false
+	}
+	full := make([]byte, size)
+	copy(full, addr)
+	a.mapBytes(full)
+	truncate(full, prefix)
+	copy(addr, full)
+	return true
 }
 
 // skipName returns the offset after the name at i, or -1.
