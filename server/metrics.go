@@ -101,3 +101,33 @@ func (c queueCollector) Collect(ch chan<- prometheus.Metric) {
 		}
 	}
 }
+
+var (
+	storeFreeDesc = prometheus.NewDesc("plumb_store_free_bytes",
+		"Free bytes where the blob store keeps blocks (a directory store's file system; absent when the store cannot tell).", nil, nil)
+	storeUsedDesc = prometheus.NewDesc("plumb_store_used_bytes", "Bytes of the blocks the store holds.", nil, nil)
+	storeKeepDesc = prometheus.NewDesc("plumb_store_min_free_bytes",
+		"The free bytes the server keeps (--min-free): below it uploads are refused.", nil, nil)
+)
+
+// storeCollector reports the store's space at each scrape: what an alert
+// on a filling store watches.
+type storeCollector struct{ s *space }
+
+func (c storeCollector) Describe(ch chan<- *prometheus.Desc) {
+	ch <- storeFreeDesc
+	ch <- storeUsedDesc
+	ch <- storeKeepDesc
+}
+
+func (c storeCollector) Collect(ch chan<- prometheus.Metric) {
+	c.s.mu.Lock()
+	c.s.measure()
+	free, used := c.s.free, c.s.used
+	c.s.mu.Unlock()
+	if free >= 0 {
+		ch <- prometheus.MustNewConstMetric(storeFreeDesc, prometheus.GaugeValue, float64(free))
+	}
+	ch <- prometheus.MustNewConstMetric(storeUsedDesc, prometheus.GaugeValue, float64(used))
+	ch <- prometheus.MustNewConstMetric(storeKeepDesc, prometheus.GaugeValue, float64(c.s.minFree))
+}

@@ -287,6 +287,10 @@ func Run(ctx context.Context, cfg Config) (err error) {
 	srvCtx, stop := context.WithCancel(ctx)
 	defer stop()
 	svc := NewService(srvCtx, cfg, db, store)
+	svc.space = &space{store: store, db: db, minFree: max(cfg.MinFree, 0), capBytes: cfg.StoreCap}
+	if cfg.MinFree == 0 {
+		svc.space.minFree = 100 << 20
+	}
 	if r := cfg.Engine.Registerer; r != nil {
 		// Per queue and per site, read from the metadata at each scrape.
 		qc := queueCollector{db: db}
@@ -296,17 +300,13 @@ func Run(ctx context.Context, cfg Config) (err error) {
 			}
 			return svc.eng.StageOf(g)
 		}
-		for _, c := range []prometheus.Collector{qc, Uploads, AuthFailures, ReadEstimate} {
+		for _, c := range []prometheus.Collector{qc, storeCollector{svc.space}, Uploads, AuthFailures, ReadEstimate} {
 			if err := r.Register(c); err != nil {
 				cfg.Logger.Warn("Flight metrics not registered", "err", err)
 			}
 		}
 	}
 	svc.authz = authz
-	svc.space = &space{store: store, db: db, minFree: max(cfg.MinFree, 0), capBytes: cfg.StoreCap}
-	if cfg.MinFree == 0 {
-		svc.space.minFree = 100 << 20
-	}
 	var grpcOpts []grpc.ServerOption
 	if cfg.TLSCert != "" {
 		tcfg, err := serverTLS(cfg.TLSCert, cfg.TLSKey, cfg.ClientCA)
