@@ -6,10 +6,12 @@
 package ipcguard
 
 import (
+	"bytes"
 	"errors"
 	"fmt"
 	"sync/atomic"
 
+	"github.com/apache/arrow-go/v18/arrow/ipc"
 	"github.com/apache/arrow-go/v18/arrow/memory"
 	fb "github.com/google/flatbuffers/go"
 )
@@ -222,4 +224,19 @@ func Under(fn func() error) (err error) {
 		}
 	}()
 	return fn()
+}
+
+// OpenFile opens an Arrow IPC file from anyone: its footer checked
+// (CheckFile), the reader made under Under, and its batches decompressed
+// through a Budget of most bytes. Close the reader when done.
+func OpenFile(data []byte, most int64) (*ipc.FileReader, error) {
+	if err := CheckFile(data); err != nil {
+		return nil, err
+	}
+	var f *ipc.FileReader
+	err := Under(func() (err error) {
+		f, err = ipc.NewFileReader(bytes.NewReader(data), ipc.WithAllocator(NewBudget(most)))
+		return err
+	})
+	return f, err
 }

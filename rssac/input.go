@@ -10,7 +10,6 @@ import (
 
 	"github.com/apache/arrow-go/v18/arrow"
 	"github.com/apache/arrow-go/v18/arrow/array"
-	"github.com/apache/arrow-go/v18/arrow/ipc"
 
 	"github.com/plumb-dev/plumb/ipcguard"
 	"github.com/plumb-dev/plumb/pcap"
@@ -46,14 +45,7 @@ func (d *Day) AddFile(data []byte, w Window) error {
 const maxArrowMemory = 256 << 20
 
 func (d *Day) addArrow(data []byte, w Window) error {
-	if err := ipcguard.CheckFile(data); err != nil {
-		return fmt.Errorf("read DNS records: %w", err)
-	}
-	var f *ipc.FileReader
-	err := ipcguard.Under(func() (err error) {
-		f, err = ipc.NewFileReader(bytes.NewReader(data), ipc.WithAllocator(ipcguard.NewBudget(maxArrowMemory)))
-		return err
-	})
+	f, err := ipcguard.OpenFile(data, maxArrowMemory)
 	if err != nil {
 		return fmt.Errorf("read DNS records: %w", err)
 	}

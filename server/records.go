@@ -1,7 +1,6 @@
 package server
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -121,15 +120,7 @@ func (s *Service) serveRecords(ctx context.Context, raw []byte, stream aflight.F
 		if err != nil {
 			return err
 		}
-		if err := ipcguard.CheckFile(data); err != nil {
-			return status.Errorf(codes.FailedPrecondition, "block %s is not an Arrow IPC file arrow can read safely (%v); a records ticket reads queues of Arrow blocks such as dns.arrow", b.Name, err)
-		}
-		mem := ipcguard.NewBudget(maxRecordsMemory)
-		var f *ipc.FileReader
-		err = ipcguard.Under(func() (err error) {
-			f, err = ipc.NewFileReader(bytes.NewReader(data), ipc.WithAllocator(mem))
-			return err
-		})
+		f, err := ipcguard.OpenFile(data, maxRecordsMemory)
 		if err != nil {
 			return status.Errorf(codes.FailedPrecondition, "block %s is not an Arrow IPC file (%v); a records ticket reads queues of Arrow blocks such as dns.arrow", b.Name, err)
 		}

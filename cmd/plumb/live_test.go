@@ -9,7 +9,6 @@ import (
 	"fmt"
 	"io"
 	"net"
-	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -352,7 +351,7 @@ func TestAgentFanout(t *testing.T) {
 	const n, flows = 2000, 32
 	sendUDP(t, h, "fan", n, flows, "0.0002")
 	time.Sleep(500 * time.Millisecond)
-	perReader := scrape(t, metrics, `plumb_agent_reader_packets_total{interface="`+h.outer+`",`)
+	perReader := interfaceValues(t, metrics, "plumb_agent_reader_packets_total", h.outer)
 	a.stop(t)
 	seen, got := marked(t, addr, "fan", "fan")
 	for i := range n {
@@ -376,20 +375,19 @@ func TestAgentFanout(t *testing.T) {
 	t.Logf("packets per reader: %v", perReader)
 }
 
-// scrape reads the values of the metric lines starting with prefix.
-func scrape(t *testing.T, addr, prefix string) []float64 {
+// interfaceValues scrapes the values of a metric's samples on one
+// interface, in the order they are exposed (by reader, for per-reader
+// metrics).
+func interfaceValues(t *testing.T, addr, name, iface string) []float64 {
 	t.Helper()
-	resp, err := http.Get("http://" + addr + "/metrics")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer resp.Body.Close()
-	body, _ := io.ReadAll(resp.Body)
 	var out []float64
-	for _, line := range strings.Split(string(body), "\n") {
-		if strings.HasPrefix(line, prefix) {
-			f, _ := strconv.ParseFloat(line[strings.LastIndexByte(line, ' ')+1:], 64)
-			out = append(out, f)
+	if f := scrapeFamilies(t, addr)[name]; f != nil {
+		for _, m := range f.GetMetric() {
+			for _, l := range m.GetLabel() {
+				if l.GetName() == "interface" && l.GetValue() == iface {
+					out = append(out, m.GetCounter().GetValue())
+				}
+			}
 		}
 	}
 	return out
@@ -410,7 +408,7 @@ func TestAgentKernelDrops(t *testing.T) {
 	sendUDP(t, h, "drop", n, 1, "0")
 	a.cmd.Process.Signal(syscall.SIGCONT)
 	time.Sleep(1500 * time.Millisecond) // the ring drains; the stats are read at each quiet poll
-	dropped := scrape(t, metrics, `plumb_agent_kernel_dropped_packets_total{interface="`+h.outer+`"`)
+	dropped := interfaceValues(t, metrics, "plumb_agent_kernel_dropped_packets_total", h.outer)
 	a.stop(t)
 	seen, _ := marked(t, addr, "drops", "drop")
 	if len(dropped) != 1 || dropped[0] == 0 {
@@ -457,7 +455,7 @@ func TestAgentLiveBusy(t *testing.T) {
 		t.Fatalf("sender: %v\n%s", err, out)
 	}
 	time.Sleep(time.Second)
-	dropped := scrape(t, metrics, `plumb_agent_kernel_dropped_packets_total{interface="`+h.outer+`"`)
+	dropped := interfaceValues(t, metrics, "plumb_agent_kernel_dropped_packets_total", h.outer)
 	a.stop(t)
 	seen, got := marked(t, addr, "busy", "busy")
 	for k, c := range seen {

@@ -248,14 +248,8 @@ func (s *Anonymize) records(ctx context.Context, a *anon.Anonymizer, in io.Reade
 	if len(data) > maxAnonArrow {
 		return fmt.Errorf("%w: an Arrow block over %d bytes", engine.ErrMalformed, maxAnonArrow)
 	}
-	if err := ipcguard.CheckFile(data); err != nil {
-		return fmt.Errorf("%w: %v", engine.ErrMalformed, err)
-	}
-	var f *ipc.FileReader
-	if err := ipcguard.Under(func() (err error) {
-		f, err = ipc.NewFileReader(bytes.NewReader(data), ipc.WithAllocator(ipcguard.NewBudget(256<<20)))
-		return err
-	}); err != nil {
+	f, err := ipcguard.OpenFile(data, 256<<20)
+	if err != nil {
 		return fmt.Errorf("%w: %v", engine.ErrMalformed, err)
 	}
 	defer f.Close()

@@ -76,6 +76,19 @@ func oracleRows(t *testing.T, capture string) []row {
 }
 
 func extract(t *testing.T, capture string) ([]row, Stats) {
+	var out []row
+	st := eachRecord(t, capture, func(rec *Record) {
+		tr := "udp"
+		if rec.TCP {
+			tr = "tcp"
+		}
+		out = append(out, row{tr, rec.Msg.ID, rec.Msg.QR, normName(rec.Msg.QName), rec.Msg.Rcode & 0xf, frameTime(rec)})
+	})
+	return out, st
+}
+
+// eachRecord extracts a capture's records, calling fn with each.
+func eachRecord(t *testing.T, capture string, fn func(*Record)) Stats {
 	f, err := os.Open(capture)
 	if err != nil {
 		t.Fatal(err)
@@ -86,15 +99,7 @@ func extract(t *testing.T, capture string) ([]row, Stats) {
 		t.Fatal(err)
 	}
 	defer closer.Close()
-	var out []row
-	x := NewExtractor(r.LinkType, nil, func(rec *Record) {
-		tr := "udp"
-		if rec.TCP {
-			tr = "tcp"
-		}
-		ts := fmt.Sprintf("%d.%09d", rec.Time.Unix(), rec.Time.Nanosecond())
-		out = append(out, row{tr, rec.Msg.ID, rec.Msg.QR, normName(rec.Msg.QName), rec.Msg.Rcode & 0xf, ts})
-	})
+	x := NewExtractor(r.LinkType, nil, fn)
 	for {
 		data, ci, err := r.Next()
 		if err != nil {
@@ -103,7 +108,12 @@ func extract(t *testing.T, capture string) ([]row, Stats) {
 		x.Packet(ci.Timestamp, data)
 	}
 	x.Flush()
-	return out, x.Stats()
+	return x.Stats()
+}
+
+// frameTime is a record's time as tshark prints frame.time_epoch.
+func frameTime(rec *Record) string {
+	return fmt.Sprintf("%d.%09d", rec.Time.Unix(), rec.Time.Nanosecond())
 }
 
 func diff(got, want []row) (missing, extra []row) {

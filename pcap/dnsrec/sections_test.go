@@ -1,8 +1,6 @@
 package dnsrec
 
 import (
-	"fmt"
-	"os"
 	"path/filepath"
 	"sort"
 	"strconv"
@@ -11,7 +9,6 @@ import (
 	"time"
 
 	"github.com/plumb-dev/plumb/internal/testenv"
-	"github.com/plumb-dev/plumb/pcap"
 	"github.com/plumb-dev/plumb/pcap/dnsmsg"
 )
 
@@ -159,27 +156,7 @@ type timedMsg struct {
 // messages extracts a capture's messages with the time of their frame, as
 // tshark prints frame.time_epoch.
 func messages(t *testing.T, capture string) []timedMsg {
-	f, err := os.Open(capture)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer f.Close()
-	r, closer, err := pcap.NewReader(f)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer closer.Close()
 	var out []timedMsg
-	x := NewExtractor(r.LinkType, nil, func(rec *Record) {
-		out = append(out, timedMsg{fmt.Sprintf("%d.%09d", rec.Time.Unix(), rec.Time.Nanosecond()), rec.Msg})
-	})
-	for {
-		data, ci, err := r.Next()
-		if err != nil {
-			break
-		}
-		x.Packet(ci.Timestamp, data)
-	}
-	x.Flush()
+	eachRecord(t, capture, func(rec *Record) { out = append(out, timedMsg{frameTime(rec), rec.Msg}) })
 	return out
 }
