@@ -203,7 +203,7 @@ func (r *Reader) Next() ([]byte, gopacket.CaptureInfo, error) {
 	if r.lim != nil {
 		r.lim.disarm()
 		if r.lim.tripped || err == nil && len(data) > MaxRecord {
-			err = ErrRecordTooLarge
+			err = fmt.Errorf("%w (%d bytes)", ErrRecordTooLarge, MaxRecord)
 		}
 	}
 	if err != nil && strings.HasPrefix(err.Error(), "capture length exceeds snap length") {

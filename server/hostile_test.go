@@ -14,6 +14,7 @@ import (
 
 	aflight "github.com/apache/arrow-go/v18/arrow/flight"
 	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 
 	"github.com/plumb-dev/plumb/flight"
 	"github.com/plumb-dev/plumb/internal/hostile"
@@ -219,5 +220,34 @@ func TestReadRateCapsInAll(t *testing.T) {
 	}
 	if big < 2*time.Second {
 		t.Errorf("48 MB took %v: the 16 MB/s cap did not hold", big)
+	}
+}
+
+// TestKernelDroppedBounded: the drops an upload claims are summed over a
+// window's blocks; a negative claim, or one past any kernel's count that
+// would overflow the sum, is refused naming the bound, and nothing is
+// stored.
+func TestKernelDroppedBounded(t *testing.T) {
+	addr := runServer(t, Config{})
+	c, err := client.Dial(addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	ctx := context.Background()
+	for i, d := range []int64{-1, MaxKernelDropped + 1, 1 << 62} {
+		src := bytesSource(fmt.Sprintf("20250505-151105-%08d.lax.pcap.sz", i+1), []byte("block"))
+		src.KernelDropped = d
+		if _, err := c.Put(ctx, src); status.Code(err) != codes.InvalidArgument || !strings.Contains(err.Error(), "outside 0..1099511627776") {
+			t.Errorf("kernel_dropped %d: %v", d, err)
+		}
+	}
+	if bs, err := c.Blocks(ctx, "pcap.sz"); err == nil && len(bs) != 0 {
+		t.Errorf("refused uploads stored %d blocks", len(bs))
+	}
+	src := bytesSource("20250505-151105-00000009.lax.pcap.sz", []byte("block"))
+	src.KernelDropped = MaxKernelDropped
+	if _, err := c.Put(ctx, src); err != nil {
+		t.Errorf("the largest allowed claim: %v", err)
 	}
 }

@@ -242,6 +242,11 @@ func checkBatch(rec arrow.RecordBatch) error {
 	return nil
 }
 
+// MaxKernelDropped bounds the kernel drops one block may claim (2^40, a
+// trillion packets): a window sums them over up to 2^22 blocks without
+// overflow.
+const MaxKernelDropped = 1 << 40
+
 // parseHeader decodes and validates a block header sent on a stream for
 // cmd's queue and instance.
 func parseHeader(cmd flight.PutCommand, raw []byte, maxSize int64) (flight.Header, block.Name, blob.Sum, error) {
@@ -265,6 +270,11 @@ func parseHeader(cmd flight.PutCommand, raw []byte, maxSize int64) (flight.Heade
 	}
 	if sum, err = blob.ParseSum(h.SHA256); err != nil {
 		return h, n, sum, status.Errorf(codes.InvalidArgument, "block %s: %v", h.Name, err)
+	}
+	if h.KernelDropped < 0 || h.KernelDropped > MaxKernelDropped {
+		// Summed over a window's blocks: a claim past any kernel's count
+		// would only overflow the sum.
+		return h, n, sum, status.Errorf(codes.InvalidArgument, "block %s: kernel_dropped %d is outside 0..%d", h.Name, h.KernelDropped, int64(MaxKernelDropped))
 	}
 	return h, n, sum, nil
 }
@@ -371,7 +381,7 @@ func (s *Service) finish(ctx context.Context, stream aflight.FlightService_DoPut
 		}
 		_, commitSt, err := s.db.CommitBlock(state.Block{
 			Name: u.hdr.Name, Queue: u.name.Queue, Instance: u.name.Instance, Seq: u.name.Seq,
-			Time: u.name.Time, Size: u.hdr.Size, SHA256: u.sum.String(), Key: u.key, KernelDropped: max(u.hdr.KernelDropped, 0),
+			Time: u.name.Time, Size: u.hdr.Size, SHA256: u.sum.String(), Key: u.key, KernelDropped: u.hdr.KernelDropped,
 		})
 		if errors.Is(err, state.ErrConflict) {
 			// Lost a race with another upload of the same identity; our blob

@@ -3,12 +3,15 @@ package builtin
 import (
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
+	"io"
 	"net/netip"
 	"net/url"
 	"os"
 	"path/filepath"
 	"reflect"
+	"runtime"
 	"slices"
 	"strings"
 	"testing"
@@ -18,6 +21,8 @@ import (
 	"github.com/gopacket/gopacket"
 	"github.com/gopacket/gopacket/layers"
 
+	"github.com/plumb-dev/plumb/engine"
+	"github.com/plumb-dev/plumb/internal/hostile"
 	"github.com/plumb-dev/plumb/internal/testenv"
 	"github.com/plumb-dev/plumb/pcap"
 	"github.com/plumb-dev/plumb/pcap/dnsmsg"
@@ -447,4 +452,49 @@ func onesSum(b []byte) uint16 {
 		s = s&0xffff + s>>16
 	}
 	return uint16(s)
+}
+
+// TestAnonymizeHostileBlocks: the anonymize stage reads blocks anyone may
+// upload. A pcap claiming a 2 GiB record, a pcapng one likewise, an xz
+// block claiming a 4 GiB dictionary and an Arrow file whose buffer claims
+// 1 GiB are each set aside as malformed, naming the limit, with the heap
+// staying small; a zstd bomb of zeros is not a capture.
+func TestAnonymizeHostileBlocks(t *testing.T) {
+	keys := anonKeys(t)
+	args, _ := url.ParseQuery("key=k")
+	s, err := newAnonymize(args, keys)
+	if err != nil {
+		t.Fatal(err)
+	}
+	xzBomb, err := hostile.XZBigDict([]byte(strings.Repeat("dns ", 1000)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	arrowBomb, err := hostile.ArrowZstdBomb(1 << 30)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for name, c := range map[string]struct {
+		in   []byte
+		says string
+	}{
+		"pcap with a 2 GiB record":   {hostile.BigRecordPcap(2<<30 - 1), "262144"},
+		"pcapng with a 2 GiB record": {hostile.BigRecordPcapNG(2<<30 - 4), "262144"},
+		"xz with a 4 GiB dictionary": {xzBomb, "MiB LZMA2 dictionary"},
+		"Arrow claiming 1 GiB":       {arrowBomb, "256 MiB"},
+		"1 GiB of zstd-packed zeros": {hostile.ZstdBomb(1 << 30), "not a pcap or pcapng capture"},
+	} {
+		var before runtime.MemStats
+		runtime.GC()
+		runtime.ReadMemStats(&before)
+		err := s.Run(context.Background(), bytes.NewReader(c.in), io.Discard)
+		var after runtime.MemStats
+		runtime.ReadMemStats(&after)
+		if !errors.Is(err, engine.ErrMalformed) || !strings.Contains(err.Error(), c.says) {
+			t.Errorf("%s: %v, want malformed naming %q", name, err, c.says)
+		}
+		if grew := int64(after.HeapSys) - int64(before.HeapSys); grew > 512<<20 {
+			t.Errorf("%s: the heap grew by %d MiB", name, grew>>20)
+		}
+	}
 }
