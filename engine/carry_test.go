@@ -17,6 +17,7 @@ import (
 
 	"github.com/plumb-dev/plumb/engine"
 	"github.com/plumb-dev/plumb/pcap"
+	"github.com/plumb-dev/plumb/pcap/dnspair"
 	"github.com/plumb-dev/plumb/pcap/dnsrec"
 )
 
@@ -126,4 +127,110 @@ func TestDNSAcrossBlocks(t *testing.T) {
 	if err != nil || !ok || c.Gaps != 1 || c.Next != next+1 {
 		t.Errorf("carry after the gap: %+v %v %v", c, ok, err)
 	}
+}
+
+// pairRows are a DNS transactions block's rows as "query response id"
+// lines, with "-" for a missing side.
+func pairRows(t *testing.T, data []byte) []string {
+	t.Helper()
+	f, err := ipc.NewFileReader(bytes.NewReader(data))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	var out []string
+	for i := 0; i < f.NumRecords(); i++ {
+		rec, err := f.RecordBatch(i)
+		if err != nil {
+			t.Fatal(err)
+		}
+		idx := func(name string) int { return rec.Schema().FieldIndices(name)[0] }
+		ts := rec.Column(idx("time")).(*array.Timestamp)
+		rts := rec.Column(idx("response_time")).(*array.Timestamp)
+		orphan := rec.Column(idx("orphan_response")).(*array.Boolean)
+		ids := rec.Column(idx("id")).(*array.Uint16)
+		for j := 0; j < int(rec.NumRows()); j++ {
+			q, r := fmt.Sprint(ts.Value(j)), "-"
+			if orphan.Value(j) {
+				q = "-"
+			}
+			if rts.IsValid(j) {
+				r = fmt.Sprint(rts.Value(j))
+			}
+			out = append(out, fmt.Sprintf("%s %s %04x", q, r, ids.Value(j)))
+		}
+	}
+	return out
+}
+
+// TestDNSPairsAcrossBlocks: builtin:dnspairs pairs a query at the end of
+// one block with its response at the start of the next: a capture cut
+// between every query and its response, shipped shuffled, gives the
+// transactions of the uncut capture, each once.
+func TestDNSPairsAcrossBlocks(t *testing.T) {
+	var cis []gopacket.CaptureInfo
+	var frames [][]byte
+	f, err := os.Open("../testdata/pcaps/dnscap__dns.pcap")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	rd, closer, err := pcap.NewReader(f)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer closer.Close()
+	for {
+		data, ci, err := rd.Next()
+		if err != nil {
+			break
+		}
+		cis, frames = append(cis, ci), append(frames, bytes.Clone(data))
+	}
+	// The uncut transactions, without the end-of-capture flush: queries
+	// still waiting at the end wait for the site's next block.
+	var want []string
+	p := dnspair.New(func(tx *dnspair.Txn) {
+		q, r := "-", "-"
+		if tx.Query != nil {
+			q = fmt.Sprint(tx.Query.Time.UnixNano())
+		}
+		if tx.Response != nil {
+			r = fmt.Sprint(tx.Response.Time.UnixNano())
+		}
+		want = append(want, fmt.Sprintf("%s %s %04x", q, r, tx.Key.ID))
+	})
+	x := dnsrec.NewExtractor(rd.LinkType, nil, p.Add)
+	// One packet per block: every query is in another block than its
+	// response.
+	var blocks [][]byte
+	for i := range frames {
+		var b bytes.Buffer
+		w, _ := pcap.NewWriter(&b, rd.LinkType, 65535, true)
+		w.WritePacket(cis[i], frames[i])
+		w.Flush()
+		x.Packet(cis[i].Timestamp, frames[i])
+		blocks = append(blocks, b.Bytes())
+	}
+	st := p.Stats()
+	if st.Answered < 10 {
+		t.Fatalf("the capture has %d answered queries; the test needs some", st.Answered)
+	}
+	r := newRig(t, engine.Config{Slots: 4, GapWait: 2 * time.Second})
+	rng := rand.New(rand.NewPCG(19, 19))
+	for _, i := range rng.Perm(len(blocks)) {
+		r.put("pcap", uint64(i+1), blocks[i])
+	}
+	r.mustAccept("job: pairs\nfrom: earliest\nstages:\n  - {name: p, inputs: [pcap], program: builtin:dnspairs, outputs: [dns.pairs], retention: forever}\n")
+	r.wait("every block's transactions", func() bool { return r.count("dns.pairs") == int64(len(blocks)) })
+	var got []string
+	for seq := 1; seq <= len(blocks); seq++ {
+		got = append(got, pairRows(t, r.read("dns.pairs", uint64(seq)))...)
+	}
+	slices.Sort(got)
+	slices.Sort(want)
+	if strings.Join(got, "\n") != strings.Join(want, "\n") {
+		t.Errorf("%d one-packet blocks: %d transactions, uncut %d\n got %q\nwant %q", len(blocks), len(got), len(want), got, want)
+	}
+	t.Logf("%d packets in as many blocks, shipped shuffled: %d transactions (%v), as uncut", len(frames), len(got), st)
 }

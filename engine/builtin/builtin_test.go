@@ -137,8 +137,11 @@ func TestBuiltinArgumentsAreStrict(t *testing.T) {
 		{"transcode", url.Values{"too": {"xz"}}, `unknown argument "too" (known: to)`},
 		{"cpuwork", url.Values{"rounds": {"0"}}, "want a whole number from 1 to 1000"},
 		{"decode", url.Values{"x": {"1"}}, `unknown argument "x"`},
-		{"nosuch", nil, `built-in "nosuch" is not known (known: cpuwork, decode, dns, encode, flowhash, pcapinfo, rssac, transcode)`},
+		{"nosuch", nil, `built-in "nosuch" is not known (known: cpuwork, decode, dns, dnspairs, encode, flowhash, pcapinfo, rssac, transcode)`},
 		{"dns", url.Values{"ports": {"53,x"}}, "want port numbers"},
+		{"dnspairs", url.Values{"window": {"0s"}}, "want a duration between 1ns and 1h"},
+		{"dnspairs", url.Values{"max_pending": {"99999999"}}, "want a count between 1 and 4194304"},
+		{"dnspairs", url.Values{"ports": {"x"}}, "want port numbers"},
 	} {
 		if _, err := reg.New(c.name, c.args); err == nil || !strings.Contains(err.Error(), c.want) {
 			t.Errorf("%s %v: %v; want %q", c.name, c.args, err, c.want)

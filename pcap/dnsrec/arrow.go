@@ -54,9 +54,9 @@ var Schema = arrow.NewSchema([]arrow.Field{
 	{Name: "labels", Type: arrow.PrimitiveTypes.Uint8, Nullable: true},
 	{Name: "tld", Type: arrow.BinaryTypes.String, Nullable: true},
 	{Name: "registered_domain", Type: arrow.BinaryTypes.String, Nullable: true},
-	{Name: "answers", Type: arrow.ListOf(rrType)},
-	{Name: "authority", Type: arrow.ListOf(rrType)},
-	{Name: "additional", Type: arrow.ListOf(rrType)},
+	{Name: "answers", Type: arrow.ListOf(RRType)},
+	{Name: "authority", Type: arrow.ListOf(RRType)},
+	{Name: "additional", Type: arrow.ListOf(RRType)},
 	{Name: "ecs_family", Type: arrow.PrimitiveTypes.Uint16, Nullable: true},
 	{Name: "ecs_source_prefix", Type: arrow.PrimitiveTypes.Uint8, Nullable: true},
 	{Name: "ecs_scope_prefix", Type: arrow.PrimitiveTypes.Uint8, Nullable: true},
@@ -66,9 +66,9 @@ var Schema = arrow.NewSchema([]arrow.Field{
 	{Name: "cookie", Type: arrow.FixedWidthTypes.Boolean},
 }, nil)
 
-// rrType is a resource record in the answers, authority and additional
+// RRType is a resource record in the answers, authority and additional
 // columns; rdata is as dig prints it (see dnsmsg.RR).
-var rrType = arrow.StructOf(
+var RRType = arrow.StructOf(
 	arrow.Field{Name: "name", Type: arrow.BinaryTypes.String},
 	arrow.Field{Name: "type", Type: arrow.PrimitiveTypes.Uint16},
 	arrow.Field{Name: "class", Type: arrow.PrimitiveTypes.Uint16},
@@ -97,9 +97,7 @@ type Writer struct {
 	c        cols
 	rows     int
 	addr     []byte
-	// The last question's name and its registered domain: answers
-	// follow their queries.
-	lastName, lastReg string
+	domains  Domains
 	// Rows counts the rows written.
 	Rows int64
 
@@ -210,19 +208,54 @@ func (w *Writer) names(m *dnsmsg.Message) {
 		return
 	}
 	c.labels.Append(uint8(min(strings.Count(m.QName, ".")+1, 255)))
-	c.tld.Append(m.QName[strings.LastIndexByte(m.QName, '.')+1:])
-	reg := w.lastReg
-	if m.QName != w.lastName {
-		var err error
-		if reg, err = publicsuffix.EffectiveTLDPlusOne(m.QName); err != nil {
-			reg = ""
-		}
-		w.lastName, w.lastReg = m.QName, reg
-	}
-	if reg == "" {
+	c.tld.Append(TLD(m.QName))
+	if reg := w.domains.Registered(m.QName); reg == "" {
 		c.regDomain.AppendNull()
 	} else {
 		c.regDomain.Append(reg)
+	}
+}
+
+// TLD is the last label of a name as dnsmsg reads it ("" for the root).
+func TLD(qname string) string {
+	if qname == "." {
+		return ""
+	}
+	return qname[strings.LastIndexByte(qname, '.')+1:]
+}
+
+// Domains finds registered domains (public suffix plus one label),
+// remembering the last name: a response follows its query, and a
+// capture asks for the same name in runs.
+type Domains struct {
+	lastName, lastReg string
+}
+
+// Registered is the registered domain of a name as dnsmsg reads it, or
+// "" when it has none (a public suffix itself, or the root).
+func (d *Domains) Registered(qname string) string {
+	if qname == d.lastName {
+		return d.lastReg
+	}
+	reg, err := publicsuffix.EffectiveTLDPlusOne(qname)
+	if err != nil || qname == "." {
+		reg = ""
+	}
+	d.lastName, d.lastReg = qname, reg
+	return reg
+}
+
+// AppendRRs appends one list of records to a builder of list<RRType>.
+func AppendRRs(lb *array.ListBuilder, rrs []dnsmsg.RR) {
+	lb.Append(true)
+	sb := lb.ValueBuilder().(*array.StructBuilder)
+	for _, rr := range rrs {
+		sb.Append(true)
+		sb.FieldBuilder(0).(*array.StringBuilder).Append(rr.Name)
+		sb.FieldBuilder(1).(*array.Uint16Builder).Append(rr.Type)
+		sb.FieldBuilder(2).(*array.Uint16Builder).Append(rr.Class)
+		sb.FieldBuilder(3).(*array.Uint32Builder).Append(rr.TTL)
+		sb.FieldBuilder(4).(*array.StringBuilder).Append(rr.RData)
 	}
 }
 
@@ -292,19 +325,9 @@ func (w *Writer) Add(r *Record) error {
 		c.errs.AppendNull()
 	}
 	w.names(m)
-	for i, rrs := range [][]dnsmsg.RR{m.Answer, m.Authority, m.Additional} {
-		lb := []*array.ListBuilder{c.answers, c.authority, c.additional}[i]
-		lb.Append(true)
-		sb := lb.ValueBuilder().(*array.StructBuilder)
-		for _, rr := range rrs {
-			sb.Append(true)
-			sb.FieldBuilder(0).(*array.StringBuilder).Append(rr.Name)
-			sb.FieldBuilder(1).(*array.Uint16Builder).Append(rr.Type)
-			sb.FieldBuilder(2).(*array.Uint16Builder).Append(rr.Class)
-			sb.FieldBuilder(3).(*array.Uint32Builder).Append(rr.TTL)
-			sb.FieldBuilder(4).(*array.StringBuilder).Append(rr.RData)
-		}
-	}
+	AppendRRs(c.answers, m.Answer)
+	AppendRRs(c.authority, m.Authority)
+	AppendRRs(c.additional, m.Additional)
 	if e := m.ECS; e.Family != 0 {
 		c.ecsFamily.Append(e.Family)
 		c.ecsSource.Append(e.SourcePrefix)
