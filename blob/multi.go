@@ -522,13 +522,10 @@ func (m *Multi) move(ctx context.Context, src *member, i Info) (bool, error) {
 	return true, nil
 }
 
-// sumOfKey reads the SHA-256 a block key ends with (BlockKey).
+// sumOfKey reads the SHA-256 a block key holds (BlockKey).
 func sumOfKey(key string) (Sum, error) {
-	i := strings.LastIndex(key, ".sha256-")
-	if i < 0 {
-		return Sum{}, fmt.Errorf("key %s names no checksum", key)
-	}
-	return ParseSum(key[i+len(".sha256-"):])
+	_, sum, err := ParseBlockKey(key)
+	return sum, err
 }
 
 // SetDraining marks a member as taking no new blobs (as a drain does), or

@@ -46,8 +46,34 @@ type Linker interface {
 // BlockKey is where a block's bytes live in a store: one key per identity
 // and checksum, so a different upload (or a repeated stage run) of the same
 // identity can never overwrite stored bytes.
+//
+// Most queues keep QUEUE/INSTANCE/NAME.sha256-SUM. A queue named
+// *.parquet is a lake that query engines read in place, so its blocks go
+// under Hive partitions, QUEUE/date=YYYY-MM-DD/site=INSTANCE/, the date
+// being the block's (UTC, of its first packet), and end in .parquet.
 func BlockKey(n block.Name, sum Sum) string {
+	if IsLake(n.Queue) {
+		return n.Queue + "/date=" + n.Time.UTC().Format("2006-01-02") + "/site=" + n.Instance + "/" + n.String() +
+			".sha256-" + sum.String() + lakeExt
+	}
 	return n.Queue + "/" + n.Instance + "/" + n.String() + ".sha256-" + sum.String()
+}
+
+const lakeExt = ".parquet"
+
+// IsLake reports whether a queue's blocks are laid out as a lake.
+func IsLake(queue string) bool { return strings.HasSuffix(queue, lakeExt) }
+
+// ParseBlockKey returns the block name and checksum a key made by
+// BlockKey holds.
+func ParseBlockKey(key string) (name string, sum Sum, err error) {
+	base := key[strings.LastIndexByte(key, '/')+1:]
+	name, rest, ok := strings.Cut(base, ".sha256-")
+	if !ok {
+		return "", sum, fmt.Errorf("key %s names no checksum", key)
+	}
+	sum, err = ParseSum(strings.TrimSuffix(rest, lakeExt))
+	return name, sum, err
 }
 
 // Sum is a SHA-256 digest.

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"crypto/sha256"
+	"encoding/hex"
 	"errors"
 	"io"
 	"math/rand/v2"
@@ -15,6 +16,7 @@ import (
 	"testing"
 
 	"github.com/plumb-dev/plumb/blob"
+	"github.com/plumb-dev/plumb/block"
 	"github.com/plumb-dev/plumb/internal/testenv"
 )
 
@@ -275,5 +277,37 @@ func TestDirRefusesPlantedSymlinks(t *testing.T) {
 		if err := s.Put(ctx, key, bytes.NewReader(data), int64(len(data)), sum); !errors.Is(err, blob.ErrBadKey) {
 			t.Errorf("Put(%q) = %v; want ErrBadKey", key, err)
 		}
+	}
+}
+
+// TestLakeKeys: a *.parquet queue's blocks go under Hive partitions by
+// UTC date and site, ending in .parquet, where query engines find them;
+// other queues keep their layout; both read back to name and checksum.
+func TestLakeKeys(t *testing.T) {
+	sum := sha256.Sum256([]byte("x"))
+	for _, c := range []struct{ name, want string }{
+		{"20250505-235959-00000007.lax.dns.parquet",
+			"dns.parquet/date=2025-05-05/site=lax/20250505-235959-00000007.lax.dns.parquet.sha256-" + hex.EncodeToString(sum[:]) + ".parquet"},
+		{"20250505-235959-00000007-x.lax.pcap.sz",
+			"pcap.sz/lax/20250505-235959-00000007-x.lax.pcap.sz.sha256-" + hex.EncodeToString(sum[:])},
+	} {
+		n, err := block.Parse(c.name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		key := blob.BlockKey(n, sum)
+		if key != c.want {
+			t.Errorf("BlockKey(%s) = %s, want %s", c.name, key, c.want)
+		}
+		if err := blob.CheckKey(key); err != nil {
+			t.Errorf("%s: %v", key, err)
+		}
+		name, got, err := blob.ParseBlockKey(key)
+		if err != nil || name != c.name || got != sum {
+			t.Errorf("ParseBlockKey(%s) = %s %x %v", key, name, got, err)
+		}
+	}
+	if _, _, err := blob.ParseBlockKey("dns.parquet/date=2025-05-05/site=lax/x.parquet"); err == nil {
+		t.Error("a key without a checksum parsed")
 	}
 }

@@ -236,12 +236,11 @@ func checkBlobs(ctx context.Context, db *state.DB, store blob.Store, opt Options
 	})
 }
 
-// named reports whether a block's metadata names the blob key, which is
-// QUEUE/INSTANCE/NAME.sha256-SUM.
+// named reports whether a block's metadata names the blob key (see
+// blob.BlockKey).
 func named(db *state.DB, key string) bool {
-	base := key[strings.LastIndexByte(key, '/')+1:]
-	name, _, ok := strings.Cut(base, ".sha256-")
-	if !ok {
+	name, _, err := blob.ParseBlockKey(key)
+	if err != nil {
 		return false
 	}
 	n, err := block.Parse(name)

@@ -21,6 +21,7 @@ func Register(reg *engine.Registry, xz XZ) {
 	registerPcapInfo(reg)
 	registerCPUWork(reg)
 	registerDNS(reg)
+	registerParquet(reg)
 	registerFlowHash(reg)
 	registerRSSAC(reg)
 	reg.Add(engine.Factory{

@@ -1,0 +1,153 @@
+"""The Parquet lake: a team runs builtin:dns and builtin:dnspairs into
+builtin:parquet, and analysts query the files in place, in a directory
+store and in a real MinIO bucket, with pyarrow.dataset and DuckDB, as
+they would with Spark or Trino."""
+import json
+import os
+import shutil
+import socket
+import subprocess
+import time
+import urllib.request
+from pathlib import Path
+
+import pyarrow.dataset as ds
+import pyarrow.flight as fl
+import pytest
+
+from conftest import TESTDATA, Server, free_port, put_blocks
+
+JOB = """
+job: lake
+from: earliest
+stages:
+  - {name: dns, inputs: [pcap], program: builtin:dns, outputs: [dns.arrow]}
+  - {name: lake, inputs: [dns.arrow], program: builtin:parquet, outputs: [dns.parquet], retention: forever}
+  - {name: pairs, inputs: [pcap], program: builtin:dnspairs, outputs: [dns.pairs]}
+  - {name: pairs-lake, inputs: [dns.pairs], program: builtin:parquet, outputs: [pairs.parquet], retention: forever}
+"""
+
+# Two sites on two days: dnscap's UDP capture (41 answered queries) and its
+# TCP capture (41 more, over one connection).
+BLOCKS = [("pcap", "lax", "20161020-151621-00000001.lax.pcap", "dnscap__dns.pcap"),
+          ("pcap", "ams", "20180110-112241-00000001.ams.pcap", "dnscap__dnso1tcp.pcap")]
+
+
+def fill(server):
+    c = server.client()
+    for queue, site, name, capture in BLOCKS:
+        put_blocks(c, queue, site, [(name, (TESTDATA / "pcaps" / capture).read_bytes())])
+    [res] = [json.loads(r.body.to_pybytes()) for r in c.do_action(fl.Action("submit-job", json.dumps({"yaml": JOB}).encode()))]
+    assert res["state"] == "accepted", res
+    deadline = time.time() + 60
+    while True:
+        st = [json.loads(r.body.to_pybytes()) for r in c.do_action(fl.Action("stats", b"{}"))]
+        if sum(s["runs"] for s in st) == 8:
+            return
+        assert time.time() < deadline, st
+        time.sleep(0.1)
+
+
+def check_lake(records, pairs):
+    """What an analyst asks of the two lakes, through pyarrow and DuckDB."""
+    import duckdb
+
+    t = records.to_table()
+    assert t.num_rows == 164
+    assert set(t.column("site").to_pylist()) == {"lax", "ams"}
+    assert sorted(str(d) for d in set(t.column("date").to_pylist())) == ["2016-10-20", "2018-01-10"]
+    assert str(t.schema.field("time").type) == "timestamp[us, tz=UTC]"
+    # Partition pruning: one site's files only.
+    lax = records.to_table(filter=ds.field("site") == "lax")
+    assert lax.num_rows == 82 and set(lax.column("transport").to_pylist()) == {"udp"}
+
+    con = duckdb.connect()
+    con.register("records", records)
+    con.register("pairs", pairs)
+    rows = con.sql("select site, count(*) n, count(*) filter (where qr) responses from records "
+                   "group by site order by site").fetchall()
+    assert rows == [("ams", 82, 41), ("lax", 82, 41)], rows
+    [(answers,)] = con.sql("select count(*) from (select unnest(answers) a from records) where a.type = 1").fetchall()
+    assert answers > 0
+    assert con.sql("select count(*) from records where edns_do").fetchall() == [(0,)]
+
+    rows = con.sql("select site, count(*) n, count(*) filter (where unanswered) unanswered, "
+                   "count(*) filter (where orphan_response) orphans, max(latency) < 1e9 from pairs "
+                   "group by site order by site").fetchall()
+    assert rows == [("ams", 41, 0, 0, True), ("lax", 41, 0, 0, True)], rows
+    [(qname, n)] = con.sql("select qname, count(*) from pairs where site = 'lax' group by qname "
+                           "order by 2 desc limit 1").fetchall()
+    assert qname == "google.com" and n > 10
+
+
+def wait_for_files(root, n):
+    deadline = time.time() + 30
+    while len(list(Path(root).rglob("*.parquet"))) < n:
+        assert time.time() < deadline, list(Path(root).rglob("*"))
+        time.sleep(0.1)
+
+
+def test_lake_in_a_directory_store(plumb_bin, tmp_path):
+    import duckdb
+
+    server = Server(plumb_bin, tmp_path / "data")
+    try:
+        fill(server)
+        root = tmp_path / "data" / "blobs" / "blobs"  # the store, and its blobs under it
+        lake, plake = root / "dns.parquet", root / "pairs.parquet"
+        files = sorted(str(p.relative_to(lake)) for p in lake.rglob("*.parquet"))
+        assert [f.rsplit("/", 1)[0] for f in files] == ["date=2016-10-20/site=lax", "date=2018-01-10/site=ams"], files
+        check_lake(ds.dataset(lake, format="parquet", partitioning="hive"),
+                   ds.dataset(plake, format="parquet", partitioning="hive"))
+        # DuckDB straight from the files, as a notebook would.
+        [(n,)] = duckdb.sql(f"select count(*) from read_parquet('{lake}/**/*.parquet', hive_partitioning=true) "
+                            "where site = 'ams' and transport = 'tcp'").fetchall()
+        assert n == 82
+    finally:
+        server.stop()
+
+
+@pytest.fixture
+def minio(tmp_path):
+    binary = shutil.which("minio") or shutil.which(os.path.expanduser("~/go/bin/minio"))
+    if binary is None:
+        pytest.fail("minio is not installed (.ci/run installs it with go install)")
+    addr, console = f"127.0.0.1:{free_port()}", f"127.0.0.1:{free_port()}"
+    env = dict(os.environ, MINIO_ROOT_USER="plumbtest", MINIO_ROOT_PASSWORD="plumbtest-secret",
+               MINIO_BROWSER="off", MINIO_UPDATE="off", MINIO_CI_CD="1")
+    log = open(tmp_path / "minio.log", "wb")
+    proc = subprocess.Popen([binary, "server", "--quiet", "--address", addr, "--console-address", console,
+                             str(tmp_path / "minio")], env=env, stdout=log, stderr=subprocess.STDOUT)
+    deadline = time.time() + 60
+    while True:
+        try:
+            if urllib.request.urlopen(f"http://{addr}/minio/health/ready", timeout=1).status == 200:
+                break
+        except OSError:
+            pass
+        if proc.poll() is not None or time.time() > deadline:
+            raise RuntimeError("minio did not start: " + (tmp_path / "minio.log").read_text())
+        time.sleep(0.1)
+    yield addr
+    proc.kill()
+    proc.wait()
+    log.close()
+
+
+def test_lake_in_minio_read_through_pyarrow_s3(plumb_bin, tmp_path, minio, monkeypatch):
+    from pyarrow import fs
+
+    monkeypatch.setenv("AWS_ACCESS_KEY_ID", "plumbtest")
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "plumbtest-secret")
+    server = Server(plumb_bin, tmp_path / "data", extra=["--store", f"s3://plumb-lake?endpoint={minio}"])
+    try:
+        fill(server)
+        s3 = fs.S3FileSystem(access_key="plumbtest", secret_key="plumbtest-secret", endpoint_override=minio,
+                             scheme="http", region="us-east-1")
+        files = s3.get_file_info(fs.FileSelector("plumb-lake/dns.parquet", recursive=True))
+        parts = sorted(f.path.split("/")[2] + "/" + f.path.split("/")[3] for f in files if f.path.endswith(".parquet"))
+        assert parts == ["date=2016-10-20/site=lax", "date=2018-01-10/site=ams"], [f.path for f in files]
+        check_lake(ds.dataset("plumb-lake/dns.parquet", filesystem=s3, format="parquet", partitioning="hive"),
+                   ds.dataset("plumb-lake/pairs.parquet", filesystem=s3, format="parquet", partitioning="hive"))
+    finally:
+        server.stop()
