@@ -4,7 +4,9 @@ import (
 	"context"
 	"encoding/json"
 
+	"github.com/apache/arrow-go/v18/arrow"
 	aflight "github.com/apache/arrow-go/v18/arrow/flight"
+	"github.com/apache/arrow-go/v18/arrow/memory"
 	"github.com/plumb-dev/plumb/flight"
 )
 
@@ -112,6 +114,21 @@ func (c *Client) Records(ctx context.Context, t flight.RecordsTicket) (*aflight.
 		return nil, err
 	}
 	return aflight.NewRecordReader(rpc)
+}
+
+// RecordsSchema returns the schema of the table a records ticket reads,
+// without reading it (the queue's first block's, or what its stage
+// writes); a ticket the server would refuse is refused here.
+func (c *Client) RecordsSchema(ctx context.Context, t flight.RecordsTicket) (*arrow.Schema, error) {
+	raw, err := json.Marshal(t)
+	if err != nil {
+		return nil, err
+	}
+	res, err := c.fc.GetSchema(ctx, &aflight.FlightDescriptor{Type: aflight.DescriptorCMD, Cmd: raw})
+	if err != nil {
+		return nil, err
+	}
+	return aflight.DeserializeSchema(res.GetSchema(), memory.DefaultAllocator)
 }
 
 // Workers lists the remote workers the server has seen lately.

@@ -10,6 +10,7 @@ import (
 
 	"github.com/apache/arrow-go/v18/arrow"
 	"github.com/apache/arrow-go/v18/arrow/array"
+	"google.golang.org/grpc/status"
 
 	"github.com/plumb-dev/plumb/client"
 )
@@ -120,6 +121,27 @@ func ExampleClient_Records() {
 	// Output:
 	// 1 rows: qname rcode
 	// nope.example.
+}
+
+// RecordsSchema says which columns a records ticket reads, and refuses
+// a ticket the server would, before any row moves.
+func ExampleClient_RecordsSchema() {
+	ctx := context.Background()
+	c, err := client.Dial(addr)
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer c.Close()
+	schema, err := c.RecordsSchema(ctx, client.RecordsTicket{Records: "names.arrow", Columns: []string{"rcode", "qname"}})
+	if err != nil {
+		log.Fatal(err)
+	}
+	fmt.Println(schema.Field(0).Name, schema.Field(0).Type, schema.Field(1).Name, schema.Field(1).Type)
+	_, err = c.RecordsSchema(ctx, client.RecordsTicket{Records: "names.arrow", Columns: []string{"nope"}})
+	fmt.Println(status.Code(err))
+	// Output:
+	// rcode int64 qname utf8
+	// InvalidArgument
 }
 
 // A window stream hands a consumer group each complete window of a

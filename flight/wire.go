@@ -103,13 +103,19 @@ type RecordsTicket struct {
 	Columns []string `json:"columns,omitempty"`
 	// Filter keeps rows where every condition holds.
 	Filter []Condition `json:"filter,omitempty"`
+	// Limit, when positive, ends the table after that many rows.
+	Limit int64 `json:"limit,omitempty"`
 }
 
-// Condition compares a column with a value: op is one of = != < <= > >=.
+// Condition tests a column: op is one of = != < <= > >= (with a value),
+// "in" (with a list of values), "like" (an SQL pattern: % any run, _ one
+// character, \ escapes), "suffix" (a name: "example.com" keeps
+// example.com and every name under it), "is_null" or "not_null" (no
+// value). A row whose column is null passes only is_null.
 type Condition struct {
 	Column string `json:"column"`
 	Op     string `json:"op"`
-	Value  any    `json:"value"`
+	Value  any    `json:"value,omitempty"`
 }
 
 // LeaseWait is how long a lease request waits for work before answering

@@ -417,7 +417,7 @@ func (s *Service) ListFlights(_ *aflight.Criteria, stream aflight.FlightService_
 
 func (s *Service) queueOf(ctx context.Context, desc *aflight.FlightDescriptor) (state.Queue, error) {
 	if desc == nil || desc.Type != aflight.DescriptorPATH || len(desc.Path) != 1 {
-		return state.Queue{}, status.Error(codes.InvalidArgument, "want a path descriptor [QUEUE]")
+		return state.Queue{}, status.Error(codes.InvalidArgument, `want a path descriptor [QUEUE], or a command descriptor {"records": QUEUE, ...}`)
 	}
 	if err := block.ValidateQueue(desc.Path[0]); err != nil {
 		return state.Queue{}, status.Error(codes.InvalidArgument, err.Error())
@@ -432,8 +432,13 @@ func (s *Service) queueOf(ctx context.Context, desc *aflight.FlightDescriptor) (
 	return q, nil
 }
 
-// GetFlightInfo implements Flight for a path descriptor [queue].
+// GetFlightInfo implements Flight: for a path descriptor [queue], the
+// queue's blocks; for a command descriptor holding a records ticket, the
+// table it reads (its schema, and the ticket).
 func (s *Service) GetFlightInfo(ctx context.Context, desc *aflight.FlightDescriptor) (*aflight.FlightInfo, error) {
+	if desc != nil && desc.Type == aflight.DescriptorCMD {
+		return s.recordsInfo(ctx, desc)
+	}
 	q, err := s.queueOf(ctx, desc)
 	if err != nil {
 		return nil, err
@@ -442,8 +447,16 @@ func (s *Service) GetFlightInfo(ctx context.Context, desc *aflight.FlightDescrip
 	return fi, statusOf(err, codes.Internal)
 }
 
-// GetSchema implements Flight: every queue has the block schema.
+// GetSchema implements Flight: every queue has the block schema; a
+// records command has the schema of its table.
 func (s *Service) GetSchema(ctx context.Context, desc *aflight.FlightDescriptor) (*aflight.SchemaResult, error) {
+	if desc != nil && desc.Type == aflight.DescriptorCMD {
+		fi, err := s.recordsInfo(ctx, desc)
+		if err != nil {
+			return nil, err
+		}
+		return &aflight.SchemaResult{Schema: fi.Schema}, nil
+	}
 	if _, err := s.queueOf(ctx, desc); err != nil {
 		return nil, err
 	}

@@ -1,11 +1,13 @@
 package server
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
+	"regexp"
 	"slices"
 	"strconv"
 	"strings"
@@ -19,10 +21,13 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
+	"github.com/plumb-dev/plumb/auth"
 	"github.com/plumb-dev/plumb/block"
 	"github.com/plumb-dev/plumb/flight"
 	"github.com/plumb-dev/plumb/ipcguard"
+	"github.com/plumb-dev/plumb/pcap/dnspair"
 	"github.com/plumb-dev/plumb/pcap/dnsrec"
+	"github.com/plumb-dev/plumb/pipeline"
 	"github.com/plumb-dev/plumb/state"
 )
 
@@ -60,36 +65,63 @@ func parseBound(raw json.RawMessage, what string) (bound, error) {
 	return bound{set: true, seq: n}, nil
 }
 
-// serveRecords streams the selected rows.
-func (s *Service) serveRecords(ctx context.Context, raw []byte, stream aflight.FlightService_DoGetServer) error {
-	var t flight.RecordsTicket
-	if err := flight.DecodeStrict(raw, &t); err != nil {
-		return status.Errorf(codes.InvalidArgument, "records ticket %q: %v; want {\"records\": QUEUE, \"instance\", \"from\", \"to\", \"columns\": [...], \"filter\": [{\"column\",\"op\",\"value\"}]}", truncate(raw), err)
+// recordsRequest is a records ticket read and checked.
+type recordsRequest struct {
+	flight.RecordsTicket
+	from, to bound
+}
+
+const recordsForm = `{"records": QUEUE, "instance", "from", "to", "columns": [...], "filter": [{"column","op","value"}], "limit"}`
+
+// parseRecords reads a records ticket or command; what is wrong with it
+// is the ticket's fault, said before any block is read.
+func parseRecords(raw []byte) (recordsRequest, error) {
+	var r recordsRequest
+	if err := flight.DecodeStrict(raw, &r.RecordsTicket); err != nil {
+		return r, status.Errorf(codes.InvalidArgument, "records ticket %q: %v; want %s", truncate(raw), err, recordsForm)
 	}
-	if err := block.ValidateQueue(t.Records); err != nil {
-		return status.Error(codes.InvalidArgument, err.Error())
+	if err := block.ValidateQueue(r.Records); err != nil {
+		return r, status.Errorf(codes.InvalidArgument, "records ticket: %v", err)
 	}
-	from, err := parseBound(t.From, "from")
-	if err != nil {
-		return status.Error(codes.InvalidArgument, err.Error())
+	var err error
+	if r.from, err = parseBound(r.From, "from"); err != nil {
+		return r, status.Errorf(codes.InvalidArgument, "records ticket: %v", err)
 	}
-	to, err := parseBound(t.To, "to")
-	if err != nil {
-		return status.Error(codes.InvalidArgument, err.Error())
+	if r.to, err = parseBound(r.To, "to"); err != nil {
+		return r, status.Errorf(codes.InvalidArgument, "records ticket: %v", err)
+	}
+	if r.Limit < 0 {
+		return r, status.Errorf(codes.InvalidArgument, "records ticket: limit %d: want a positive count, or none", r.Limit)
+	}
+	return r, nil
+}
+
+// recordBlocks returns the blocks a request reads, in the event-time
+// order of their blocks (stage runs finish in any order), skipping those
+// its instance and sequence bounds leave out without reading them. An
+// unknown queue is NOT_FOUND; a queue a stage will fill but has not yet
+// has no blocks.
+func (s *Service) recordBlocks(r recordsRequest) ([]state.Block, error) {
+	if _, err := s.db.Queue(r.Records); errors.Is(err, state.ErrNotFound) {
+		if s.producer(r.Records) == nil {
+			return nil, status.Errorf(codes.NotFound, "no queue %s; list queues with `plumb queues`", r.Records)
+		}
+	} else if err != nil {
+		return nil, statusOf(err, codes.Internal)
 	}
 	var blocks []state.Block
 	for after := uint64(0); ; {
-		bs, err := s.db.Blocks(t.Records, after, 1000)
+		bs, err := s.db.Blocks(r.Records, after, 1000)
 		if err != nil {
-			return statusOf(err, codes.Internal)
+			return nil, statusOf(err, codes.Internal)
 		}
 		for _, b := range bs {
 			after = b.Serial
 			switch {
-			case t.Instance != "" && b.Instance != t.Instance,
-				from.set && !from.byTS && b.Seq < from.seq,
-				to.set && !to.byTS && b.Seq > to.seq,
-				to.set && to.byTS && b.Time.After(to.time):
+			case r.Instance != "" && b.Instance != r.Instance,
+				r.from.set && !r.from.byTS && b.Seq < r.from.seq,
+				r.to.set && !r.to.byTS && b.Seq > r.to.seq,
+				r.to.set && r.to.byTS && b.Time.After(r.to.time):
 				continue
 			}
 			blocks = append(blocks, b)
@@ -98,8 +130,6 @@ func (s *Service) serveRecords(ctx context.Context, raw []byte, stream aflight.F
 			break
 		}
 	}
-	// Rows come in event-time order of their blocks, whatever order the
-	// blocks arrived in (stage runs finish in any order).
 	slices.SortStableFunc(blocks, func(a, b state.Block) int {
 		if c := a.Time.Compare(b.Time); c != 0 {
 			return c
@@ -109,64 +139,222 @@ func (s *Service) serveRecords(ctx context.Context, raw []byte, stream aflight.F
 		}
 		return cmpOrdered(int64(a.Seq), int64(b.Seq))
 	})
-	var w *aflight.Writer
-	defer func() {
-		if w != nil {
-			w.Close()
+	return blocks, nil
+}
+
+// producer is the stage that writes a queue, or nil.
+func (s *Service) producer(queue string) *pipeline.Node {
+	if s.eng == nil {
+		return nil
+	}
+	for _, n := range s.eng.Graph().Stages {
+		if slices.Contains(n.Outputs, queue) {
+			return n
 		}
-	}()
-	for _, b := range blocks {
-		data, err := s.readAll(ctx, b)
+	}
+	return nil
+}
+
+// recordsSchema is the table a queue's records have: its first block's
+// schema, or, before any block, the schema of what its stage writes.
+func (s *Service) recordsSchema(ctx context.Context, queue string, blocks []state.Block) (*arrow.Schema, error) {
+	if len(blocks) > 0 {
+		return s.blockSchema(ctx, blocks[0])
+	}
+	if n := s.producer(queue); n != nil {
+		prog, _, _ := strings.Cut(n.Program.String(), "?")
+		if prog == "builtin:dnspairs" {
+			return dnspair.Schema, nil
+		}
+	}
+	return dnsrec.Schema, nil
+}
+
+// maxSchemaPrefix bounds what is read of a block to learn its schema:
+// an Arrow IPC file starts with its schema message.
+const maxSchemaPrefix = 1 << 20
+
+func (s *Service) blockSchema(ctx context.Context, b state.Block) (*arrow.Schema, error) {
+	rc, err := s.store.Open(ctx, b.Key)
+	if err != nil {
+		return nil, statusOf(fmt.Errorf("block %s: %w", b.Name, err), codes.Unavailable)
+	}
+	defer rc.Close()
+	prefix, err := io.ReadAll(io.LimitReader(rc, maxSchemaPrefix))
+	if err != nil {
+		return nil, statusOf(fmt.Errorf("read block %s: %w", b.Name, err), codes.Unavailable)
+	}
+	const magic = "ARROW1\x00\x00"
+	var schema *arrow.Schema
+	err = ipcguard.Under(func() error {
+		if len(prefix) < len(magic) || string(prefix[:len(magic)]) != magic {
+			return errors.New("no Arrow file magic")
+		}
+		r, err := ipc.NewReader(bytes.NewReader(prefix[len(magic):]), ipc.WithAllocator(ipcguard.NewBudget(maxSchemaPrefix)))
 		if err != nil {
 			return err
 		}
-		f, err := ipcguard.OpenFile(data, maxRecordsMemory)
-		if err != nil {
-			return status.Errorf(codes.FailedPrecondition, "block %s is not an Arrow IPC file (%v); a records ticket reads queues of Arrow blocks such as dns.arrow", b.Name, err)
-		}
-		for i := 0; i < f.NumRecords(); i++ {
-			rec, err := f.RecordBatch(i)
-			if errors.Is(err, ipcguard.ErrOverBudget) {
-				f.Close()
-				return status.Errorf(codes.ResourceExhausted, "block %s, batch %d: %v; write Arrow blocks in smaller batches", b.Name, i, err)
-			}
-			if err != nil {
-				f.Close()
-				return status.Errorf(codes.DataLoss, "block %s, batch %d: %v", b.Name, i, err)
-			}
-			out, err := selectRows(rec, t, from, to)
-			rec.Release()
-			if err != nil {
-				f.Close()
-				return status.Errorf(codes.InvalidArgument, "block %s: %v", b.Name, err)
-			}
-			if w == nil {
-				w = aflight.NewRecordWriter(stream, ipc.WithSchema(out.Schema()), ipc.WithZstd())
-			}
-			if out.NumRows() > 0 {
-				err = w.Write(out)
-			}
-			out.Release()
-			if err != nil {
-				f.Close()
-				return statusOf(err, codes.Unavailable)
-			}
-		}
-		f.Close()
+		schema = r.Schema()
+		r.Release()
+		return nil
+	})
+	if err != nil {
+		return nil, status.Errorf(codes.FailedPrecondition, "block %s is not an Arrow IPC file (%v); a records ticket reads queues of Arrow blocks such as dns.arrow", b.Name, err)
 	}
-	if w == nil {
-		// No block: still answer with the schema, so a reader gets an
-		// empty table with the right columns.
-		schema, err := project(dnsrec.Schema, t.Columns)
-		if err != nil {
-			return status.Error(codes.InvalidArgument, err.Error())
+	return schema, nil
+}
+
+// check tries a request's columns and filter on a schema, so their
+// errors name the ticket before any row is sent.
+func (r recordsRequest) check(schema *arrow.Schema) (*arrow.Schema, error) {
+	out, err := project(schema, r.Columns)
+	if err != nil {
+		return nil, status.Errorf(codes.InvalidArgument, "records ticket: %v", err)
+	}
+	empty := array.NewRecordBatch(schema, emptyColumns(schema), 0)
+	defer empty.Release()
+	if _, err := evaluate(empty, r.conditions()); err != nil {
+		return nil, status.Errorf(codes.InvalidArgument, "records ticket: %v", err)
+	}
+	return out, nil
+}
+
+// conditions are the filter and the time bounds of a request.
+func (r recordsRequest) conditions() []flight.Condition {
+	conds := slices.Clone(r.Filter)
+	if r.from.set && r.from.byTS {
+		conds = append(conds, flight.Condition{Column: "time", Op: ">=", Value: r.from.time.Format(time.RFC3339Nano)})
+	}
+	if r.to.set && r.to.byTS {
+		conds = append(conds, flight.Condition{Column: "time", Op: "<=", Value: r.to.time.Format(time.RFC3339Nano)})
+	}
+	return conds
+}
+
+// serveRecords streams the selected rows.
+func (s *Service) serveRecords(ctx context.Context, raw []byte, stream aflight.FlightService_DoGetServer) error {
+	r, err := parseRecords(raw)
+	if err != nil {
+		return err
+	}
+	blocks, err := s.recordBlocks(r)
+	if err != nil {
+		return err
+	}
+	schema, err := s.recordsSchema(ctx, r.Records, blocks)
+	if err != nil {
+		return err
+	}
+	outSchema, err := r.check(schema)
+	if err != nil {
+		return err
+	}
+	conds := r.conditions()
+	w := aflight.NewRecordWriter(stream, ipc.WithSchema(outSchema), ipc.WithZstd())
+	defer w.Close()
+	sent := int64(0)
+	for _, b := range blocks {
+		if r.Limit > 0 && sent >= r.Limit {
+			break
 		}
-		w = aflight.NewRecordWriter(stream, ipc.WithSchema(schema))
-		rec := array.NewRecordBatch(schema, emptyColumns(schema), 0)
+		n, err := s.sendRecords(ctx, w, b, r, outSchema, conds, sent)
+		sent += n
+		if err != nil {
+			return err
+		}
+	}
+	if sent == 0 {
+		// Still a batch, so a reader gets an empty table with the columns.
+		rec := array.NewRecordBatch(outSchema, emptyColumns(outSchema), 0)
 		defer rec.Release()
 		return statusOf(w.Write(rec), codes.Unavailable)
 	}
 	return nil
+}
+
+// sendRecords sends the selected rows of one block, up to the request's
+// limit (sent rows went before), and returns how many it sent.
+func (s *Service) sendRecords(ctx context.Context, w *aflight.Writer, b state.Block, r recordsRequest, outSchema *arrow.Schema, conds []flight.Condition, sent int64) (int64, error) {
+	data, err := s.readAll(ctx, b)
+	if err != nil {
+		return 0, err
+	}
+	f, err := ipcguard.OpenFile(data, maxRecordsMemory)
+	if err != nil {
+		return 0, status.Errorf(codes.FailedPrecondition, "block %s is not an Arrow IPC file (%v); a records ticket reads queues of Arrow blocks such as dns.arrow", b.Name, err)
+	}
+	defer f.Close()
+	var n int64
+	for i := 0; i < f.NumRecords() && (r.Limit == 0 || sent+n < r.Limit); i++ {
+		var rec arrow.RecordBatch
+		err := ipcguard.Under(func() (err error) { rec, err = f.RecordBatch(i); return err })
+		if errors.Is(err, ipcguard.ErrOverBudget) {
+			return n, status.Errorf(codes.ResourceExhausted, "block %s, batch %d: %v; write Arrow blocks in smaller batches", b.Name, i, err)
+		}
+		if err != nil {
+			return n, status.Errorf(codes.DataLoss, "block %s, batch %d: %v", b.Name, i, err)
+		}
+		out, err := selectRows(rec, r.Columns, conds)
+		rec.Release()
+		if err != nil {
+			// The ticket was checked on the first block's schema: this
+			// block's table differs from it.
+			return n, status.Errorf(codes.FailedPrecondition, "block %s: %v (its columns differ from the queue's first block)", b.Name, err)
+		}
+		if r.Limit > 0 && sent+n+out.NumRows() > r.Limit {
+			cut := out.NewSlice(0, r.Limit-sent-n)
+			out.Release()
+			out = cut
+		}
+		if out.NumRows() > 0 {
+			if !out.Schema().Equal(outSchema) {
+				out.Release()
+				return n, status.Errorf(codes.FailedPrecondition, "block %s: its columns differ from the queue's first block; read it with a ticket of its own", b.Name)
+			}
+			err = w.Write(out)
+			n += out.NumRows()
+		}
+		out.Release()
+		if err != nil {
+			return n, statusOf(err, codes.Unavailable)
+		}
+	}
+	return n, nil
+}
+
+// recordsInfo answers GetFlightInfo and GetSchema for a records command:
+// the table's schema, and a ticket that reads it.
+func (s *Service) recordsInfo(ctx context.Context, desc *aflight.FlightDescriptor) (*aflight.FlightInfo, error) {
+	r, err := parseRecords(desc.Cmd)
+	if err != nil {
+		return nil, err
+	}
+	if err := s.allow(ctx, auth.Read, r.Records, "flight info"); err != nil {
+		return nil, err
+	}
+	blocks, err := s.recordBlocks(r)
+	if err != nil {
+		return nil, err
+	}
+	schema, err := s.recordsSchema(ctx, r.Records, blocks)
+	if err != nil {
+		return nil, err
+	}
+	out, err := r.check(schema)
+	if err != nil {
+		return nil, err
+	}
+	var size int64
+	for _, b := range blocks {
+		size += b.Size
+	}
+	return &aflight.FlightInfo{
+		Schema:           aflight.SerializeSchema(out, memory.DefaultAllocator),
+		FlightDescriptor: desc,
+		Endpoint:         []*aflight.FlightEndpoint{{Ticket: &aflight.Ticket{Ticket: desc.Cmd}}},
+		TotalRecords:     -1,
+		TotalBytes:       size,
+	}, nil
 }
 
 func emptyColumns(schema *arrow.Schema) []arrow.Array {
@@ -217,17 +405,10 @@ func columnNames(s *arrow.Schema) string {
 	return fmt.Sprint(names)
 }
 
-// selectRows applies the time range and filter to a batch and projects
-// its columns.
-func selectRows(rec arrow.RecordBatch, t flight.RecordsTicket, from, to bound) (arrow.RecordBatch, error) {
-	conds := slices.Clone(t.Filter)
-	if from.set && from.byTS {
-		conds = append(conds, flight.Condition{Column: "time", Op: ">=", Value: from.time.Format(time.RFC3339Nano)})
-	}
-	if to.set && to.byTS {
-		conds = append(conds, flight.Condition{Column: "time", Op: "<=", Value: to.time.Format(time.RFC3339Nano)})
-	}
-	schema, err := project(rec.Schema(), t.Columns)
+// selectRows keeps the rows of a batch where every condition holds, and
+// projects its columns.
+func selectRows(rec arrow.RecordBatch, columns []string, conds []flight.Condition) (arrow.RecordBatch, error) {
+	schema, err := project(rec.Schema(), columns)
 	if err != nil {
 		return nil, err
 	}
@@ -301,18 +482,119 @@ func evaluate(rec arrow.RecordBatch, conds []flight.Condition) ([]bool, error) {
 		if len(idx) == 0 {
 			return nil, fmt.Errorf("filter: no column %q (columns: %s)", c.Column, columnNames(rec.Schema()))
 		}
-		col := rec.Column(idx[0])
-		cmp, err := comparer(col, c)
+		test, err := predicate(rec.Column(idx[0]), c)
 		if err != nil {
 			return nil, err
 		}
 		for i := range keep {
 			if keep[i] {
-				keep[i] = !col.IsNull(i) && holds(c.Op, cmp(i))
+				keep[i] = test(i)
 			}
 		}
 	}
 	return keep, nil
+}
+
+// maxInValues and maxPattern bound what one condition may ask.
+const (
+	maxInValues = 10000
+	maxPattern  = 1024
+)
+
+// predicate returns whether row i of col passes a condition.
+func predicate(col arrow.Array, c flight.Condition) (func(i int) bool, error) {
+	notNull := func(f func(i int) bool) func(i int) bool {
+		return func(i int) bool { return !col.IsNull(i) && f(i) }
+	}
+	switch c.Op {
+	case "is_null", "not_null":
+		if c.Value != nil {
+			return nil, fmt.Errorf("filter on %s: %s takes no value", c.Column, c.Op)
+		}
+		if c.Op == "is_null" {
+			return col.IsNull, nil
+		}
+		return func(i int) bool { return !col.IsNull(i) }, nil
+	case "in":
+		vals, ok := c.Value.([]any)
+		if !ok || len(vals) > maxInValues {
+			return nil, fmt.Errorf("filter on %s: in wants a list of at most %d values", c.Column, maxInValues)
+		}
+		tests := make([]func(int) int, len(vals))
+		for k, v := range vals {
+			cmp, err := comparer(col, flight.Condition{Column: c.Column, Op: "=", Value: v})
+			if err != nil {
+				return nil, err
+			}
+			tests[k] = cmp
+		}
+		return notNull(func(i int) bool {
+			for _, cmp := range tests {
+				if cmp(i) == 0 {
+					return true
+				}
+			}
+			return false
+		}), nil
+	case "like", "suffix":
+		a, isStr := col.(*array.String)
+		v, ok := c.Value.(string)
+		if !isStr {
+			return nil, fmt.Errorf("filter on %s: %s works on string columns, not %s", c.Column, c.Op, col.DataType())
+		}
+		if !ok || len(v) > maxPattern {
+			return nil, fmt.Errorf("filter on %s: %s wants a string of at most %d bytes", c.Column, c.Op, maxPattern)
+		}
+		if c.Op == "suffix" {
+			// Names are lower-case without the final dot; "." or ""
+			// is the root, above every name.
+			name := strings.ToLower(strings.Trim(v, "."))
+			if name == "" {
+				return notNull(func(int) bool { return true }), nil
+			}
+			dotted := "." + name
+			return notNull(func(i int) bool {
+				s := a.Value(i)
+				return s == name || strings.HasSuffix(s, dotted)
+			}), nil
+		}
+		re, err := likeRegexp(v)
+		if err != nil {
+			return nil, fmt.Errorf("filter on %s: like %q: %v", c.Column, v, err)
+		}
+		return notNull(func(i int) bool { return re.MatchString(a.Value(i)) }), nil
+	}
+	cmp, err := comparer(col, c)
+	if err != nil {
+		return nil, err
+	}
+	return notNull(func(i int) bool { return holds(c.Op, cmp(i)) }), nil
+}
+
+// likeRegexp turns an SQL LIKE pattern into an anchored regular
+// expression (linear time, RE2): % is any run of characters, _ one, a
+// backslash escapes the next.
+func likeRegexp(p string) (*regexp.Regexp, error) {
+	var b strings.Builder
+	b.WriteString(`^(?s:`)
+	for i := 0; i < len(p); i++ {
+		switch ch := p[i]; ch {
+		case '%':
+			b.WriteString(`.*`)
+		case '_':
+			b.WriteString(`.`)
+		case '\\':
+			if i+1 == len(p) {
+				return nil, errors.New("ends in an escape")
+			}
+			i++
+			b.WriteString(regexp.QuoteMeta(p[i : i+1]))
+		default:
+			b.WriteString(regexp.QuoteMeta(string(ch)))
+		}
+	}
+	b.WriteString(`)$`)
+	return regexp.Compile(b.String())
 }
 
 func holds(op string, c int) bool {
@@ -339,7 +621,7 @@ func comparer(col arrow.Array, c flight.Condition) (func(i int) int, error) {
 	switch c.Op {
 	case "=", "==", "!=", "<", "<=", ">", ">=":
 	default:
-		return nil, fmt.Errorf("filter on %s: op %q: want = != < <= > >=", c.Column, c.Op)
+		return nil, fmt.Errorf("filter on %s: op %q: want = != < <= > >= in like suffix is_null not_null", c.Column, c.Op)
 	}
 	bad := func(want string) error {
 		return fmt.Errorf("filter on %s: value %v: want %s", c.Column, c.Value, want)

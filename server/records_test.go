@@ -1,14 +1,12 @@
 package server
 
 import (
-	"encoding/json"
 	"strings"
 	"testing"
 
 	"github.com/apache/arrow-go/v18/arrow"
 	"github.com/apache/arrow-go/v18/arrow/array"
 	"github.com/apache/arrow-go/v18/arrow/memory"
-	"github.com/plumb-dev/plumb/flight"
 )
 
 func batch(t *testing.T) arrow.RecordBatch {
@@ -17,14 +15,20 @@ func batch(t *testing.T) arrow.RecordBatch {
 		{Name: "qname", Type: arrow.BinaryTypes.String},
 		{Name: "qtype", Type: arrow.PrimitiveTypes.Uint16},
 		{Name: "qr", Type: arrow.FixedWidthTypes.Boolean},
+		{Name: "rcode", Type: arrow.PrimitiveTypes.Uint16, Nullable: true},
 	}, nil)
 	b := array.NewRecordBuilder(memory.DefaultAllocator, schema)
 	defer b.Release()
-	for i, name := range []string{"a.example", "b.example", "c.example", "d.example", "e.example"} {
+	for i, name := range []string{"a.example", "www.b.example", "c.example", "xb.example", "e.example"} {
 		b.Field(0).(*array.TimestampBuilder).Append(arrow.Timestamp(int64(i) * 1e9))
 		b.Field(1).(*array.StringBuilder).Append(name)
 		b.Field(2).(*array.Uint16Builder).Append(uint16(1 + i%2*27))
 		b.Field(3).(*array.BooleanBuilder).Append(i%2 == 1)
+		if i%2 == 1 {
+			b.Field(4).(*array.Uint16Builder).Append(uint16(i / 2 * 3)) // b: 0, d: 3
+		} else {
+			b.Field(4).AppendNull() // queries have no rcode
+		}
 	}
 	return b.NewRecordBatch()
 }
@@ -46,24 +50,35 @@ func TestSelectRows(t *testing.T) {
 		want   string
 		err    string
 	}{
-		{`{"records":"q"}`, "a.example,b.example,c.example,d.example,e.example", ""},
-		{`{"records":"q","filter":[{"column":"qtype","op":"=","value":28}]}`, "b.example,d.example", ""},
+		{`{"records":"q"}`, "a.example,www.b.example,c.example,xb.example,e.example", ""},
+		{`{"records":"q","filter":[{"column":"qtype","op":"=","value":28}]}`, "www.b.example,xb.example", ""},
 		{`{"records":"q","filter":[{"column":"qtype","op":"<","value":28},{"column":"qname","op":"!=","value":"c.example"}]}`, "a.example,e.example", ""},
 		{`{"records":"q","filter":[{"column":"qr","op":"=","value":false}]}`, "a.example,c.example,e.example", ""},
-		{`{"records":"q","from":"1970-01-01T00:00:01Z","to":"1970-01-01T00:00:03Z"}`, "b.example,c.example,d.example", ""},
-		{`{"records":"q","filter":[{"column":"qname","op":">=","value":"d"}],"columns":["qname"]}`, "d.example,e.example", ""},
+		{`{"records":"q","from":"1970-01-01T00:00:01Z","to":"1970-01-01T00:00:03Z"}`, "www.b.example,c.example,xb.example", ""},
+		{`{"records":"q","filter":[{"column":"qname","op":">=","value":"d"}],"columns":["qname"]}`, "www.b.example,xb.example,e.example", ""},
 		{`{"records":"q","filter":[{"column":"qtype","op":"=","value":99}]}`, "", ""},
+		{`{"records":"q","filter":[{"column":"qname","op":"in","value":["c.example","e.example","z"]}]}`, "c.example,e.example", ""},
+		{`{"records":"q","filter":[{"column":"qtype","op":"in","value":[28]}]}`, "www.b.example,xb.example", ""},
+		{`{"records":"q","filter":[{"column":"qname","op":"like","value":"%b.ex_mple"}]}`, "www.b.example,xb.example", ""},
+		{`{"records":"q","filter":[{"column":"qname","op":"like","value":"_.example"}]}`, "a.example,c.example,e.example", ""},
+		{`{"records":"q","filter":[{"column":"qname","op":"suffix","value":"b.example."}]}`, "www.b.example", ""},
+		{`{"records":"q","filter":[{"column":"qname","op":"suffix","value":"example"}]}`, "a.example,www.b.example,c.example,xb.example,e.example", ""},
+		{`{"records":"q","filter":[{"column":"rcode","op":"is_null"}]}`, "a.example,c.example,e.example", ""},
+		{`{"records":"q","filter":[{"column":"rcode","op":"not_null"}]}`, "www.b.example,xb.example", ""},
+		{`{"records":"q","filter":[{"column":"rcode","op":"!=","value":3}]}`, "www.b.example", ""},
 		{`{"records":"q","filter":[{"column":"qtype","op":"~","value":1}]}`, "", `op "~"`},
 		{`{"records":"q","filter":[{"column":"qtype","op":"=","value":"x"}]}`, "", "want a number"},
 		{`{"records":"q","filter":[{"column":"nope","op":"=","value":1}]}`, "", `no column "nope"`},
+		{`{"records":"q","filter":[{"column":"qtype","op":"like","value":"1%"}]}`, "", "works on string columns"},
+		{`{"records":"q","filter":[{"column":"qname","op":"in","value":"a.example"}]}`, "", "in wants a list"},
+		{`{"records":"q","filter":[{"column":"qname","op":"like","value":"a\\"}]}`, "", "ends in an escape"},
+		{`{"records":"q","filter":[{"column":"rcode","op":"is_null","value":0}]}`, "", "takes no value"},
 	} {
-		var tk flight.RecordsTicket
-		if err := json.Unmarshal([]byte(c.ticket), &tk); err != nil {
+		r, err := parseRecords([]byte(c.ticket))
+		if err != nil {
 			t.Fatal(err)
 		}
-		from, _ := parseBound(tk.From, "from")
-		to, _ := parseBound(tk.To, "to")
-		out, err := selectRows(rec, tk, from, to)
+		out, err := selectRows(rec, r.Columns, r.conditions())
 		if c.err != "" {
 			if err == nil || !strings.Contains(err.Error(), c.err) {
 				t.Errorf("%s: error %v, want %q", c.ticket, err, c.err)

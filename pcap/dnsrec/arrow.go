@@ -64,6 +64,8 @@ var Schema = arrow.NewSchema([]arrow.Field{
 	{Name: "ede", Type: arrow.ListOf(arrow.PrimitiveTypes.Uint16)},
 	{Name: "ede_text", Type: arrow.BinaryTypes.String, Nullable: true},
 	{Name: "cookie", Type: arrow.FixedWidthTypes.Boolean},
+	{Name: "tunnel", Type: arrow.BinaryTypes.String, Nullable: true},
+	{Name: "partial", Type: arrow.FixedWidthTypes.Boolean},
 }, nil)
 
 // RRType is a resource record in the answers, authority and additional
@@ -149,6 +151,8 @@ type cols struct {
 	qnameRaw, tld, regDomain, ecsAddress, edeText               *array.StringBuilder
 	labels, ecsSource, ecsScope                                 *array.Uint8Builder
 	ecsFamily                                                   *array.Uint16Builder
+	tunnel                                                      *array.StringBuilder
+	partial                                                     *array.BooleanBuilder
 }
 
 func typed(b *array.RecordBuilder) cols {
@@ -169,6 +173,7 @@ func typed(b *array.RecordBuilder) cols {
 		additional: f[40].(*array.ListBuilder), ecsFamily: f[41].(*array.Uint16Builder), ecsSource: f[42].(*array.Uint8Builder),
 		ecsScope: f[43].(*array.Uint8Builder), ecsAddress: f[44].(*array.StringBuilder), ede: f[45].(*array.ListBuilder),
 		edeText: f[46].(*array.StringBuilder), cookie: f[47].(*array.BooleanBuilder),
+		tunnel: f[48].(*array.StringBuilder), partial: f[49].(*array.BooleanBuilder),
 	}
 	for i := range c.flags {
 		c.flags[i] = f[13+i].(*array.BooleanBuilder)
@@ -180,7 +185,7 @@ func typed(b *array.RecordBuilder) cols {
 // append without a capacity check each.
 func (c *cols) reserve(n int) {
 	for _, b := range []array.Builder{c.seq, c.time, c.ipVersion, c.opcode, c.ednsVersion, c.size, c.sport, c.dport, c.id,
-		c.rcode, c.qd, c.an, c.ns, c.ar, c.qtype, c.qclass, c.udp, c.qr, c.edns, c.do, c.malformed, c.cookie} {
+		c.rcode, c.qd, c.an, c.ns, c.ar, c.qtype, c.qclass, c.udp, c.qr, c.edns, c.do, c.malformed, c.cookie, c.partial} {
 		b.Reserve(n)
 	}
 	for _, b := range c.flags {
@@ -354,6 +359,12 @@ func (w *Writer) Add(r *Record) error {
 		c.edeText.AppendNull()
 	}
 	c.cookie.UnsafeAppend(m.Cookie)
+	if r.Tunnel != "" {
+		c.tunnel.Append(r.Tunnel)
+	} else {
+		c.tunnel.AppendNull()
+	}
+	c.partial.UnsafeAppend(r.Partial)
 	w.rows++
 	w.Rows++
 	if w.rows == BatchRows {

@@ -27,6 +27,13 @@ type Record struct {
 	// Err is why the message could not be read whole; Msg holds what was
 	// read before the fault.
 	Err error
+	// Tunnel names the tunnel the packet came out of ("vxlan",
+	// "geneve"), or is "".
+	Tunnel string
+	// Partial marks the start of a datagram whose other fragments never
+	// came: Msg holds what its first fragments carry (the header and
+	// usually the question), Err says where it ends.
+	Partial bool
 }
 
 // Stats counts what an Extractor saw.
@@ -38,6 +45,8 @@ type Stats struct {
 	Undecodable   int64 // frames that ended inside a header or were not IP
 	Fragments     int64
 	Reassembled   int64 // datagrams made whole from fragments
+	Partial       int64 // messages of datagrams never made whole, read from their first fragments
+	Tunneled      int64 // packets taken out of VXLAN or Geneve
 	TCPSkipped    int   // holes given up on
 	TCPEvicted    int   // streams dropped for room
 	DefragDropped int
@@ -53,7 +62,13 @@ type Extractor struct {
 	stats Stats
 	emit  func(*Record)
 	rec   Record
+	// tunnel is the tunnel of the packet being read, for the TCP
+	// messages it completes.
+	tunnel string
 }
+
+// maxTunnels bounds tunnels inside tunnels.
+const maxTunnels = 4
 
 // DefaultPorts are where DNS is read: unicast DNS on 53. mDNS (5353) and
 // LLMNR are other protocols.
@@ -69,7 +84,17 @@ func NewExtractor(link layers.LinkType, ports []uint16, emit func(*Record)) *Ext
 	for _, p := range ports {
 		x.ports[p] = true
 	}
+	x.frag.Partial = x.partial
 	return x
+}
+
+// partial reads the start of a datagram given up on, if it is DNS.
+func (x *Extractor) partial(t time.Time, p *netpkt.Packet) {
+	if p.Proto != netpkt.ProtoUDP || len(p.Payload) == 0 || (!x.ports[p.SrcPort] && !x.ports[p.DstPort]) {
+		return
+	}
+	x.stats.Partial++
+	x.record(t, p.Src, p.Dst, p.SrcPort, p.DstPort, false, p.IPVersion, p.Payload, "", true)
 }
 
 // Packet takes one frame seen at time t.
@@ -80,12 +105,26 @@ func (x *Extractor) Packet(t time.Time, frame []byte) {
 		x.stats.Undecodable++
 		return
 	}
-	if p.Fragment {
-		x.stats.Fragments++
-		if !x.frag.Add(t, p) {
+	tunnel := ""
+	for depth := 0; ; depth++ {
+		if p.Fragment {
+			x.stats.Fragments++
+			if !x.frag.Add(t, p) {
+				return
+			}
+			x.stats.Reassembled++
+		}
+		// DNS on a tunnel's own port is DNS, not a tunnel.
+		kind := netpkt.TunnelOf(p)
+		if kind == "" || depth == maxTunnels || x.ports[p.DstPort] {
+			break
+		}
+		if err := netpkt.Decap(p); err != nil {
+			x.stats.Undecodable++
 			return
 		}
-		x.stats.Reassembled++
+		x.stats.Tunneled++
+		tunnel = kind
 	}
 	if !x.ports[p.SrcPort] && !x.ports[p.DstPort] {
 		return
@@ -95,25 +134,28 @@ func (x *Extractor) Packet(t time.Time, frame []byte) {
 		if len(p.Payload) == 0 {
 			return // nothing to read; not a message
 		}
-		x.record(t, p.Src, p.Dst, p.SrcPort, p.DstPort, false, p.IPVersion, p.Payload)
+		x.record(t, p.Src, p.Dst, p.SrcPort, p.DstPort, false, p.IPVersion, p.Payload, tunnel, false)
 	case netpkt.ProtoTCP:
 		ipv := p.IPVersion
 		x.tcp.Add(t, p, func(k dnstcp.Key, mt time.Time, msg []byte) {
-			x.record(mt, k.Src, k.Dst, k.SrcPort, k.DstPort, true, ipv, msg)
+			// A message has the tunnel of the packet that completed it.
+			x.record(mt, k.Src, k.Dst, k.SrcPort, k.DstPort, true, ipv, msg, tunnel, false)
 		})
 	}
 }
 
-// Flush emits the messages still held by TCP streams (beyond holes), at
-// the end of the capture.
+// Flush emits the messages still held by TCP streams (beyond holes) and
+// the starts of datagrams still missing fragments (as partial), at the
+// end of the capture.
 func (x *Extractor) Flush() {
 	x.tcp.Flush(func(k dnstcp.Key, mt time.Time, msg []byte) {
 		v := uint8(4)
 		if k.Src.Is6() {
 			v = 6
 		}
-		x.record(mt, k.Src, k.Dst, k.SrcPort, k.DstPort, true, v, msg)
+		x.record(mt, k.Src, k.Dst, k.SrcPort, k.DstPort, true, v, msg, "", false)
 	})
+	x.frag.Flush()
 }
 
 // Stats returns the counts so far.
@@ -123,9 +165,10 @@ func (x *Extractor) Stats() Stats {
 	return s
 }
 
-func (x *Extractor) record(t time.Time, src, dst netip.Addr, sport, dport uint16, tcp bool, ipv uint8, msg []byte) {
+func (x *Extractor) record(t time.Time, src, dst netip.Addr, sport, dport uint16, tcp bool, ipv uint8, msg []byte, tunnel string, partial bool) {
 	r := &x.rec
-	*r = Record{Time: t, Src: src, Dst: dst, SrcPort: sport, DstPort: dport, TCP: tcp, IPVersion: ipv, Size: len(msg)}
+	*r = Record{Time: t, Src: src, Dst: dst, SrcPort: sport, DstPort: dport, TCP: tcp, IPVersion: ipv, Size: len(msg),
+		Tunnel: tunnel, Partial: partial}
 	r.Msg, r.Err = dnsmsg.Parse(msg)
 	x.stats.Messages++
 	if tcp {

@@ -78,7 +78,10 @@ func agreeWithTshark(t *testing.T, cfg synth.Config) {
 			want = append(want, row{tr, uint16(id), qr, normName(at(names, i)), uint16(rc), at0})
 		}
 	}
-	got, xs := extract(t, path)
+	got, partial, xs := extract(t, path)
+	if len(partial) > 0 {
+		t.Errorf("%d partial messages in a capture whose every datagram is whole: %v", len(partial), head(partial))
+	}
 	missing, extra := diff(got, want)
 	if len(missing)+len(extra) > 0 || int64(len(got)) != st.Messages {
 		t.Fatalf("generated %d messages (%d TCP); Plumb %d (%d TCP), tshark %d; missing %d %v; extra %d %v",

@@ -9,7 +9,9 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+	"time"
 
+	"github.com/plumb-dev/plumb/internal/testenv"
 	"github.com/plumb-dev/plumb/pcap"
 )
 
@@ -75,16 +77,23 @@ func oracleRows(t *testing.T, capture string) []row {
 	return out
 }
 
-func extract(t *testing.T, capture string) ([]row, Stats) {
-	var out []row
-	st := eachRecord(t, capture, func(rec *Record) {
+// extract returns a capture's messages as rows, and apart from them the
+// partial ones (read from the first fragments of datagrams never made
+// whole), which tshark with defragmentation on does not decode.
+func extract(t *testing.T, capture string) (rows, partial []row, st Stats) {
+	st = eachRecord(t, capture, func(rec *Record) {
 		tr := "udp"
 		if rec.TCP {
 			tr = "tcp"
 		}
-		out = append(out, row{tr, rec.Msg.ID, rec.Msg.QR, normName(rec.Msg.QName), rec.Msg.Rcode & 0xf, frameTime(rec)})
+		r := row{tr, rec.Msg.ID, rec.Msg.QR, normName(rec.Msg.QName), rec.Msg.Rcode & 0xf, frameTime(rec)}
+		if rec.Partial {
+			partial = append(partial, r)
+		} else {
+			rows = append(rows, r)
+		}
 	})
-	return out, st
+	return rows, partial, st
 }
 
 // eachRecord extracts a capture's records, calling fn with each.
@@ -144,13 +153,19 @@ func diff(got, want []row) (missing, extra []row) {
 }
 
 // differences are the captures where Plumb and tshark differ by design:
-// how many of tshark's messages Plumb does not report, and why.
+// how many of tshark's messages Plumb does not report, how many partial
+// messages Plumb reads from datagrams never made whole (tshark, with
+// defragmentation on, decodes none; TestPartialAgreesWithTshark checks
+// them against tshark with it off), and why.
 var differences = map[string]struct {
-	missing int
-	why     string
+	missing, partial int
+	why              string
 }{
-	"pcap-thread__v4_frag_timeout_udp.pcap": {1, "its last fragment comes 100 s after the others; Plumb gives up on a datagram after 30 s of packet time " +
-		"(pcap-thread's expectation for this file), tshark waits forever. The payload is not DNS anyway."},
+	"pcap-thread__v4_frag_timeout_udp.pcap": {1, 1, "its last fragment comes 100 s after the others; Plumb gives up on a datagram after 30 s of packet time " +
+		"(pcap-thread's expectation for this file) and reads the start it had, tshark waits forever. The payload is not DNS anyway."},
+	"pcap-thread__v4_frag_empty_udp.pcap":            {0, 1, "a fragment of no bytes: the datagram never completes; its start is read as partial"},
+	"pcap-thread__v4_frag_offset_offbyone1_udp.pcap": {0, 1, "a fragment one byte off: the datagram never completes; its start is read as partial"},
+	"pcap-thread__v4_frag_skip_middle_udp.pcap":      {0, 1, "a middle fragment never comes; the datagram's start is read as partial"},
 }
 
 // TestAgreesWithTshark compares every message Plumb finds in the real
@@ -164,10 +179,13 @@ func TestAgreesWithTshark(t *testing.T) {
 	}
 	var udp, tcp int
 	for _, c := range captures {
-		got, st := extract(t, c)
+		got, partial, st := extract(t, c)
 		want := oracleRows(t, c)
 		missing, extra := diff(got, want)
 		d := differences[filepath.Base(c)]
+		if len(partial) != d.partial {
+			t.Errorf("%s: %d partial messages, want %d (%s): %v", filepath.Base(c), len(partial), d.partial, d.why, partial)
+		}
 		if len(extra) > 0 || len(missing) != d.missing {
 			t.Errorf("%s: %d messages, tshark %d; missing %v; extra %v (stats %+v)", filepath.Base(c), len(got), len(want), missing, extra, st)
 		}
@@ -175,4 +193,46 @@ func TestAgreesWithTshark(t *testing.T) {
 		tcp += int(st.TCP)
 	}
 	t.Logf("%d captures: %d messages over UDP, %d over TCP", len(captures), udp, tcp)
+}
+
+// TestPartialAgreesWithTshark: a message read from the first fragments of
+// a datagram never made whole has the id, flags and question tshark reads
+// from that first fragment when it does not defragment.
+func TestPartialAgreesWithTshark(t *testing.T) {
+	tshark := testenv.Tool(t, "tshark")
+	var n int
+	for name, d := range differences {
+		if d.partial == 0 {
+			continue
+		}
+		capture := filepath.Join("../../testdata/pcaps", name)
+		_, partial, _ := extract(t, capture)
+		out, err := testenv.Command(t, time.Minute, tshark, "-n", "-r", capture, "-o", "ip.defragment:FALSE",
+			"-o", "ipv6.defragment:FALSE", "-Y", "dns", "-T", "fields", "-E", "separator=/t",
+			"-e", "frame.time_epoch", "-e", "dns.id", "-e", "dns.flags.response", "-e", "dns.qry.name").Output()
+		if err != nil {
+			t.Fatalf("tshark -r %s: %v", capture, err)
+		}
+		frames := map[string]string{}
+		for _, line := range strings.Split(strings.TrimSpace(string(out)), "\n") {
+			ts, rest, _ := strings.Cut(line, "\t")
+			frames[ts] = rest
+		}
+		for _, r := range partial {
+			want, ok := frames[r.time]
+			qr := "0"
+			if r.qr {
+				qr = "1"
+			}
+			// tshark leaves the name of a question it cannot read whole
+			// empty, as Plumb does.
+			if got := fmt.Sprintf("0x%04x\t%s\t%s", r.id, qr, r.qname); !ok || strings.TrimRight(want, "\t") != strings.TrimRight(got, "\t") {
+				t.Errorf("%s: partial message %v; tshark reads the first fragment at its time as %q", name, r, want)
+			}
+			n++
+		}
+	}
+	if n == 0 {
+		t.Fatal("no partial message compared")
+	}
 }

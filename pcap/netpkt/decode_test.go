@@ -128,18 +128,33 @@ func FuzzDecode(f *testing.F) {
 	f.Add(uint16(layers.LinkTypeRaw), frame(f, &layers.IPv6{Version: 6, NextHeader: layers.IPProtocolUDP, HopLimit: 1,
 		SrcIP: netip.MustParseAddr("2001:db8::1").AsSlice(), DstIP: netip.MustParseAddr("2001:db8::2").AsSlice()}, udp, body))
 	f.Add(uint16(258), []byte{8, 0, 0, 0, 1, 0, 0, 0})
+	vxlan := &layers.UDP{SrcPort: 40000, DstPort: PortVXLAN}
+	vxlan.SetNetworkLayerForChecksum(ip4)
+	f.Add(uint16(layers.LinkTypeEthernet), frame(f, eth, ip4, vxlan,
+		gopacket.Payload(append([]byte{8, 0, 0, 0, 0, 0, 1, 0}, frame(f, eth, ip4, udp, body)...))))
 	f.Fuzz(func(t *testing.T, link uint16, data []byte) {
 		var p Packet
 		if Decode(layers.LinkType(link), data, &p) != nil {
 			return
 		}
-		// Whatever decodes points inside the frame.
-		if len(p.Payload) > len(data) {
-			t.Fatalf("payload of %d bytes from a %d-byte frame", len(p.Payload), len(data))
+		// Whatever decodes points inside the frame, through tunnels too.
+		for range 4 {
+			if len(p.Payload) > len(data) {
+				t.Fatalf("payload of %d bytes from a %d-byte frame", len(p.Payload), len(data))
+			}
+			if TunnelOf(&p) == "" || Decap(&p) != nil {
+				break
+			}
 		}
 		var d Defrag
+		d.Partial = func(_ time.Time, p *Packet) {
+			if len(p.Payload) > len(data) {
+				t.Fatalf("partial payload of %d bytes from a %d-byte frame", len(p.Payload), len(data))
+			}
+		}
 		if p.Fragment {
 			d.Add(time.Unix(0, 0), &p)
+			d.Flush()
 		}
 	})
 }

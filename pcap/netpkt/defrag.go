@@ -1,6 +1,7 @@
 package netpkt
 
 import (
+	"cmp"
 	"net/netip"
 	"slices"
 	"time"
@@ -21,6 +22,12 @@ type Defrag struct {
 	// Dropped counts datagrams given up on (timed out, evicted, or
 	// inconsistent).
 	Dropped int
+	// Partial, when set, is called with each datagram given up on whose
+	// first fragment came: p holds its transport header and as much of
+	// the payload as arrived in one run from the start, at the time the
+	// first fragment was seen. A DNS reader can still read the header
+	// and question of a response whose later fragments were lost.
+	Partial func(t time.Time, p *Packet)
 }
 
 type fragKey struct {
@@ -31,6 +38,7 @@ type fragKey struct {
 
 type datagram struct {
 	first  time.Time
+	head   time.Time // when the fragment at offset 0 came; zero before
 	pieces []piece
 	total  int // the datagram's length, once the last fragment arrived
 	size   int
@@ -64,6 +72,9 @@ func (d *Defrag) Add(now time.Time, p *Packet) bool {
 	}
 	if !p.MoreFrags {
 		dg.total = end
+	}
+	if p.FragOffset == 0 && dg.head.IsZero() {
+		dg.head = now
 	}
 	dg.pieces = append(dg.pieces, piece{p.FragOffset, slices.Clone(p.Payload)})
 	dg.size += len(p.Payload)
@@ -131,10 +142,32 @@ func (d *Defrag) expire(now time.Time) {
 		return // a sweep a second is enough
 	}
 	d.lastExpire = now
+	d.dropWhere(func(dg *datagram) bool { return now.Sub(dg.first) > d.Timeout })
+}
+
+// dropWhere drops the datagrams that pass, oldest first (ties by key), so
+// what Partial sees comes in the same order every time.
+func (d *Defrag) dropWhere(pass func(*datagram) bool) {
+	var keys []fragKey
 	for k, dg := range d.pending {
-		if now.Sub(dg.first) > d.Timeout {
-			d.drop(k, dg)
+		if pass(dg) {
+			keys = append(keys, k)
 		}
+	}
+	slices.SortFunc(keys, func(a, b fragKey) int {
+		if c := d.pending[a].first.Compare(d.pending[b].first); c != 0 {
+			return c
+		}
+		if c := a.src.Compare(b.src); c != 0 {
+			return c
+		}
+		if c := a.dst.Compare(b.dst); c != 0 {
+			return c
+		}
+		return cmp.Or(cmp.Compare(a.id, b.id), cmp.Compare(a.proto, b.proto))
+	})
+	for _, k := range keys {
+		d.drop(k, d.pending[k])
 	}
 }
 
@@ -155,6 +188,43 @@ func (d *Defrag) drop(k fragKey, dg *datagram) {
 	d.bytes -= dg.size
 	delete(d.pending, k)
 	d.Dropped++
+	if d.Partial == nil || dg.head.IsZero() {
+		return
+	}
+	head := dg.prefix()
+	p := Packet{Src: k.src, Dst: k.dst, Proto: k.proto, IPVersion: 4}
+	if k.src.Is6() {
+		p.IPVersion = 6
+		var err error
+		if p.Proto, head, err = extensions(p.Proto, head); err != nil {
+			return
+		}
+	}
+	if Transport(&p, head) == nil {
+		d.Partial(dg.head, &p)
+	}
+}
+
+// prefix returns the datagram's bytes from offset 0 up to its first
+// hole, first arrival winning overlaps as in assemble.
+func (dg *datagram) prefix() []byte {
+	var out []byte
+	for grew := true; grew; {
+		grew = false
+		for _, pc := range dg.pieces {
+			if pc.off <= len(out) && pc.off+len(pc.data) > len(out) {
+				out = append(out, pc.data[len(out)-pc.off:]...)
+				grew = true
+			}
+		}
+	}
+	return out
+}
+
+// Flush gives up on every datagram still missing fragments: the capture
+// ended, or the blocks that held the rest are gone.
+func (d *Defrag) Flush() {
+	d.dropWhere(func(*datagram) bool { return true })
 }
 
 // Pending returns how many datagrams wait for fragments.

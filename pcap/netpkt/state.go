@@ -18,6 +18,7 @@ type DatagramState struct {
 	ID          uint32
 	Proto       uint8
 	First       time.Time
+	Head        time.Time // when the first fragment came; zero before
 	Pieces      []PieceState
 	Total, Size int
 }
@@ -32,7 +33,7 @@ type PieceState struct {
 func (d *Defrag) State() DefragState {
 	st := DefragState{LastExpire: d.lastExpire}
 	for k, dg := range d.pending {
-		ds := DatagramState{Src: k.src, Dst: k.dst, ID: k.id, Proto: k.proto, First: dg.first, Total: dg.total, Size: dg.size}
+		ds := DatagramState{Src: k.src, Dst: k.dst, ID: k.id, Proto: k.proto, First: dg.first, Head: dg.head, Total: dg.total, Size: dg.size}
 		for _, pc := range dg.pieces {
 			ds.Pieces = append(ds.Pieces, PieceState{pc.off, append([]byte(nil), pc.data...)})
 		}
@@ -47,7 +48,7 @@ func (d *Defrag) Restore(st DefragState) {
 	d.init()
 	d.lastExpire = st.LastExpire
 	for _, ds := range st.Datagrams {
-		dg := &datagram{first: ds.First, total: ds.Total, size: ds.Size}
+		dg := &datagram{first: ds.First, head: ds.Head, total: ds.Total, size: ds.Size}
 		for _, pc := range ds.Pieces {
 			dg.pieces = append(dg.pieces, piece{pc.Off, pc.Data})
 		}

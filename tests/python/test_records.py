@@ -3,6 +3,7 @@ the rows with pyarrow and pandas through a records ticket."""
 import json
 import time
 
+import pyarrow as pa
 import pyarrow.flight as fl
 import pytest
 
@@ -58,10 +59,63 @@ def test_records_ticket_reads_dns_rows_as_pandas(server):
 
 def test_records_ticket_errors_name_the_problem(server):
     c = server.client()
-    with pytest.raises(Exception, match='no column "nope"'):
+    # An unknown queue is not an empty table.
+    with pytest.raises(pa.ArrowKeyError, match="no queue dns.arrow"):  # NOT_FOUND
+        records(c, records="dns.arrow").read_all()
+    job = JOB + "queues: [pcap]\n"  # agents will ship into it
+    [res] = [json.loads(r.body.to_pybytes()) for r in c.do_action(fl.Action("submit-job", json.dumps({"yaml": job}).encode()))]
+    assert res["state"] == "accepted", res
+    # A queue a stage will fill: an empty table with its columns.
+    assert records(c, records="dns.arrow", columns=["qname"]).read_all().column_names == ["qname"]
+    with pytest.raises(pa.ArrowInvalid, match='records ticket: no column "nope"'):  # INVALID_ARGUMENT
         records(c, records="dns.arrow", columns=["nope"]).read_all()
-    with pytest.raises(Exception, match="want an RFC 3339 time or a sequence number"):
+    with pytest.raises(pa.ArrowInvalid, match="want an RFC 3339 time or a sequence number"):
         records(c, records="dns.arrow", **{"from": "yesterday"}).read_all()
+    with pytest.raises(pa.ArrowInvalid, match="like works on string columns"):
+        records(c, records="dns.arrow", filter=[{"column": "qtype", "op": "like", "value": "1%"}]).read_all()
+
+
+def test_records_flight_info_filters_and_limit(server):
+    """GetFlightInfo and GetSchema on a records command give the table's
+    schema and a ticket; in, like, suffix, is_null and limit select rows
+    in the scan."""
+    c = server.client()
+    udp = (TESTDATA / "pcaps" / "dnscap__dns.pcap").read_bytes()
+    put_blocks(c, "pcap", "lax", [("20161020-151621-00000001.lax.pcap", udp)])
+    [res] = [json.loads(r.body.to_pybytes()) for r in c.do_action(fl.Action("submit-job", json.dumps({"yaml": JOB}).encode()))]
+    assert res["state"] == "accepted", res
+    deadline = time.time() + 30
+    while True:
+        [st] = [json.loads(r.body.to_pybytes()) for r in c.do_action(fl.Action("stats", b"{}"))]
+        if st["runs"] == 1:
+            break
+        assert time.time() < deadline, st
+        time.sleep(0.1)
+
+    cmd = {"records": "dns.arrow", "columns": ["time", "qname", "qtype", "rcode"],
+           "filter": [{"column": "qname", "op": "suffix", "value": "in-addr.arpa"}]}
+    desc = fl.FlightDescriptor.for_command(json.dumps(cmd).encode())
+    info = c.get_flight_info(desc)
+    assert info.schema.names == ["time", "qname", "qtype", "rcode"]
+    assert c.get_schema(desc).schema == info.schema
+    t = c.do_get(info.endpoints[0].ticket).read_all()
+    assert t.num_rows > 0 and all(n.endswith(".in-addr.arpa") for n in t.column("qname").to_pylist())
+    assert t.schema == info.schema
+
+    def rows(**ticket):
+        return records(c, records="dns.arrow", **ticket).read_all()
+
+    assert rows(limit=5).num_rows == 5
+    everything = rows()
+    assert rows(limit=10 ** 9).num_rows == everything.num_rows == 82
+    assert set(rows(filter=[{"column": "qtype", "op": "in", "value": [1, 12]}])
+               .column("qtype").to_pylist()) == {1, 12}
+    like = rows(filter=[{"column": "qname", "op": "like", "value": "goo%.c_m"}]).column("qname").to_pylist()
+    assert like and set(like) == {"google.com"}
+    assert rows(filter=[{"column": "edns_version", "op": "is_null"}]).num_rows == 82
+    assert rows(filter=[{"column": "edns_version", "op": "not_null"}]).num_rows == 0
+    with pytest.raises(pa.ArrowKeyError, match="no queue nope.arrow"):
+        c.get_flight_info(fl.FlightDescriptor.for_command(json.dumps({"records": "nope.arrow"}).encode()))
 
 
 def test_answers_options_and_names_in_pandas_polars_duckdb(server):
@@ -85,7 +139,7 @@ def test_answers_options_and_names_in_pandas_polars_duckdb(server):
         time.sleep(0.1)
     table = records(c, records="dns.arrow").read_all()
     for col in ["answers", "authority", "additional", "edns_options", "edns_do", "ecs_address", "ecs_source_prefix",
-                "ede", "cookie", "qname_raw", "labels", "tld", "registered_domain"]:
+                "ede", "cookie", "qname_raw", "labels", "tld", "registered_domain", "tunnel", "partial"]:
         assert col in table.column_names, col
     assert "do" not in table.column_names
 
