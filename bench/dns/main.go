@@ -1,7 +1,12 @@
-// Command dns measures builtin:dns's extraction (`plumb dns`, the same
-// code) on generated captures of the normal and the attack mix, beside
-// tshark doing the same extraction in the same run, and reports the
-// packets/s ratio and the extractor's peak memory.
+// Command dns measures the DNS stages on generated captures of the
+// normal and the attack mix, beside tshark doing the same extraction in
+// the same run:
+//
+//   - builtin:dns (`plumb dns -o`, the same code, writing every column of
+//     the records as Arrow): packets/s, the ratio to tshark, peak memory;
+//   - builtin:dnspairs (`plumb dns --pairs -o`): packets/s, peak memory;
+//   - the lake: the records written by builtin:parquet, in bytes per
+//     million messages, against the Arrow IPC block and the gzip'd pcap.
 //
 // tshark reads a prefix of each capture (the same seed gives the same
 // first packets): at its rate a whole GiB would take minutes, and a rate
@@ -9,6 +14,7 @@
 package main
 
 import (
+	"context"
 	"flag"
 	"fmt"
 	"log"
@@ -19,6 +25,8 @@ import (
 	"strconv"
 	"syscall"
 	"time"
+
+	"github.com/plumb-dev/plumb/engine/builtin"
 )
 
 func main() {
@@ -32,8 +40,11 @@ func main() {
 	}
 	defer os.RemoveAll(dir)
 	tshark, _ := exec.LookPath("tshark")
-	fmt.Printf("== builtin:dns on %s of generated DNS per mix, beside tshark (on a %s prefix)\n", *size, *tsharkSize)
-	fmt.Printf("%-7s %12s %12s %9s %12s %14s %7s\n", "mix", "packets", "plumb pkt/s", "MB/s", "peak MiB", "tshark pkt/s", "ratio")
+	fmt.Printf("== builtin:dns and builtin:dnspairs on %s of generated DNS per mix, beside tshark (on a %s prefix)\n", *size, *tsharkSize)
+	fmt.Printf("%-7s %11s %12s %7s %9s %13s %7s %12s %9s\n", "mix", "packets", "dns pkt/s", "MB/s", "peak MiB",
+		"tshark pkt/s", "ratio", "pairs pkt/s", "peak MiB")
+	type sizes struct{ messages, pcap, gz, arrow, parquet float64 }
+	lake := map[string]sizes{}
 	for _, mix := range []string{"normal", "attack"} {
 		full := filepath.Join(dir, mix+".pcap")
 		prefix := filepath.Join(dir, mix+"-prefix.pcap")
@@ -43,19 +54,16 @@ func main() {
 			}
 		}
 		fi, _ := os.Stat(full)
-		start := time.Now()
-		cmd := exec.Command(*plumb, "dns", full)
-		out, err := cmd.CombinedOutput()
-		secs := time.Since(start).Seconds()
-		if err != nil {
-			log.Fatalf("plumb dns: %v: %s", err, out)
-		}
+		records := filepath.Join(dir, mix+".arrow")
+		out, secs, peak := run(*plumb, "dns", "-o", records, full)
 		packets := number(`^(\d+) packets`, out)
-		peak := float64(cmd.ProcessState.SysUsage().(*syscall.Rusage).Maxrss) / 1024
+		messages := number(`packets, (\d+) DNS messages`, out)
 		rate := packets / secs
+		_, psecs, ppeak := run(*plumb, "dns", "--pairs", "-o", filepath.Join(dir, mix+".pairs.arrow"), full)
+		os.Remove(filepath.Join(dir, mix+".pairs.arrow"))
 		tsRate := 0.0
 		if tshark != "" {
-			pp := packetsOf(*plumb, prefix)
+			pp := number(`^(\d+) packets`, first(run(*plumb, "dns", prefix)))
 			t0 := time.Now()
 			ts := exec.Command(tshark, "-r", prefix, "-n", "-o", "tcp.desegment_tcp_streams:TRUE", "-o", "tcp.reassemble_out_of_order:TRUE",
 				"-o", "ip.defragment:TRUE", "-o", "ipv6.defragment:TRUE", "-Y", "dns", "-T", "fields",
@@ -63,7 +71,9 @@ func main() {
 				"-e", "udp.srcport", "-e", "tcp.srcport", "-e", "udp.dstport", "-e", "tcp.dstport",
 				"-e", "dns.id", "-e", "dns.flags.response", "-e", "dns.flags.opcode", "-e", "dns.flags.rcode",
 				"-e", "dns.count.queries", "-e", "dns.count.answers", "-e", "dns.count.auth_rr", "-e", "dns.count.add_rr",
-				"-e", "dns.qry.name", "-e", "dns.qry.type", "-e", "dns.qry.class", "-e", "dns.rr.udp_payload_size")
+				"-e", "dns.qry.name", "-e", "dns.qry.type", "-e", "dns.qry.class", "-e", "dns.rr.udp_payload_size",
+				"-e", "dns.a", "-e", "dns.aaaa", "-e", "dns.cname", "-e", "dns.ns", "-e", "dns.resp.ttl",
+				"-e", "dns.opt.client.addr4", "-e", "dns.opt.client.netmask", "-e", "dns.opt.code")
 			if err := ts.Run(); err != nil {
 				log.Fatalf("tshark: %v", err)
 			}
@@ -73,9 +83,76 @@ func main() {
 		if tsRate > 0 {
 			ratio = fmt.Sprintf("%.0fx", rate/tsRate)
 		}
-		fmt.Printf("%-7s %12.0f %12.0f %9.1f %12.1f %14.0f %7s\n", mix, packets, rate, float64(fi.Size())/1e6/secs, peak, tsRate, ratio)
+		fmt.Printf("%-7s %11.0f %12.0f %7.1f %9.1f %13.0f %7s %12.0f %9.1f\n", mix, packets, rate, float64(fi.Size())/1e6/secs,
+			peak, tsRate, ratio, packets/psecs, ppeak)
+		lake[mix] = sizes{messages, float64(fi.Size()), gzipSize(full), fileSize(records), parquetSize(records)}
+		os.Remove(full)
+		os.Remove(records)
 	}
-	fmt.Println("aim: at least 40x tshark on the normal mix; peak memory under 256 MiB on the attack mix")
+	fmt.Println("aim: builtin:dns at least 30x tshark on the normal mix; peak memory under 256 MiB on the attack mix")
+	fmt.Printf("\n== the lake: bytes per million DNS messages\n")
+	fmt.Printf("%-7s %11s %11s %11s %11s %11s %15s %13s\n", "mix", "messages", "pcap", "pcap.gz", "arrow", "parquet",
+		"parquet/arrow", "parquet/gz")
+	for _, mix := range []string{"normal", "attack"} {
+		s := lake[mix]
+		per := func(b float64) string { return fmt.Sprintf("%.1f MB", b/s.messages*1e6/1e6) }
+		fmt.Printf("%-7s %11.0f %11s %11s %11s %11s %15.2f %13.2f\n", mix, s.messages, per(s.pcap), per(s.gz), per(s.arrow),
+			per(s.parquet), s.parquet/s.arrow, s.parquet/s.gz)
+	}
+	fmt.Println("aim: parquet at most 0.5x the Arrow IPC blocks")
+}
+
+// run runs plumb and returns its output, wall seconds and peak RSS (MiB).
+func run(plumb string, args ...string) ([]byte, float64, float64) {
+	start := time.Now()
+	cmd := exec.Command(plumb, args...)
+	out, err := cmd.CombinedOutput()
+	secs := time.Since(start).Seconds()
+	if err != nil {
+		log.Fatalf("plumb %v: %v: %s", args, err, out)
+	}
+	return out, secs, float64(cmd.ProcessState.SysUsage().(*syscall.Rusage).Maxrss) / 1024
+}
+
+func first(out []byte, _, _ float64) []byte { return out }
+
+func fileSize(path string) float64 {
+	fi, err := os.Stat(path)
+	if err != nil {
+		log.Fatal(err)
+	}
+	return float64(fi.Size())
+}
+
+// gzipSize is the size of the capture as `gzip -6` (the default) writes it.
+func gzipSize(path string) float64 {
+	cmd := exec.Command("gzip", "-6", "-c", path)
+	var n countWriter
+	cmd.Stdout = &n
+	if err := cmd.Run(); err != nil {
+		log.Fatalf("gzip: %v", err)
+	}
+	return float64(n)
+}
+
+type countWriter int64
+
+func (c *countWriter) Write(p []byte) (int, error) { *c += countWriter(len(p)); return len(p), nil }
+
+// parquetSize runs builtin:parquet on an Arrow file, as the lake stage
+// does, and returns the Parquet file's size.
+func parquetSize(records string) float64 {
+	f, err := os.Open(records)
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer f.Close()
+	var out countWriter
+	p := &builtin.Parquet{RowGroupRows: builtin.DefaultRowGroupRows}
+	if err := p.Run(context.Background(), f, &out); err != nil {
+		log.Fatalf("builtin:parquet on %s: %v", records, err)
+	}
+	return float64(out)
 }
 
 func number(pattern string, out []byte) float64 {
@@ -85,12 +162,4 @@ func number(pattern string, out []byte) float64 {
 	}
 	n, _ := strconv.ParseFloat(string(m[1]), 64)
 	return n
-}
-
-func packetsOf(plumb, path string) float64 {
-	out, err := exec.Command(plumb, "dns", path).CombinedOutput()
-	if err != nil {
-		log.Fatalf("plumb dns %s: %v: %s", path, err, out)
-	}
-	return number(`^(\d+) packets`, out)
 }

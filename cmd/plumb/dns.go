@@ -10,18 +10,20 @@ import (
 	"time"
 
 	"github.com/plumb-dev/plumb/pcap"
+	"github.com/plumb-dev/plumb/pcap/dnspair"
 	"github.com/plumb-dev/plumb/pcap/dnsrec"
 )
 
 func dnsCommand() command {
 	return command{
 		name:  "dns",
-		usage: "[-o OUT.arrow] CAPTURE",
-		short: "extract the DNS messages of a capture into an Arrow file, as builtin:dns does",
+		usage: "[-o OUT.arrow] [--pairs] CAPTURE",
+		short: "extract the DNS messages (or, with --pairs, transactions) of a capture into an Arrow file, as builtin:dns (builtin:dnspairs) does",
 		run: func(ctx context.Context, fs *flag.FlagSet, args []string) error {
 			out := fs.String("o", "", "Arrow IPC `FILE` to write (default: count only)")
 			instance := fs.String("instance", "local", "instance (site) written in each row")
 			seq := fs.Uint64("seq", 0, "sequence number written in each row")
+			pairs := fs.Bool("pairs", false, "write one row per transaction (query and response paired), as builtin:dnspairs")
 			files, err := parseInterspersed(fs, args)
 			if err != nil {
 				return err
@@ -41,24 +43,50 @@ func dnsCommand() command {
 			defer closer.Close()
 			// Without -o only the counts are wanted: no Arrow file is built
 			// (it used to be built and compressed into io.Discard).
-			var w *dnsrec.Writer
 			var of *os.File
 			if *out != "" {
 				if of, err = os.Create(*out); err != nil {
 					return err
 				}
 				defer of.Close()
-				if w, err = dnsrec.NewWriter(of, *instance, *seq); err != nil {
-					return err
-				}
-				defer w.Close() // ends its writer on early returns
 			}
-			var werr error
-			x := dnsrec.NewExtractor(r.LinkType, nil, func(rec *dnsrec.Record) {
-				if w != nil && werr == nil {
-					werr = w.Add(rec)
+			var (
+				werr   error
+				emit   func(*dnsrec.Record)
+				closeW = func() error { return nil }
+				pairer *dnspair.Pairer
+			)
+			if *pairs {
+				var w *dnspair.Writer
+				if *out != "" {
+					if w, err = dnspair.NewWriter(of, *instance, *seq); err != nil {
+						return err
+					}
+					defer w.Close()
+					closeW = w.Close
 				}
-			})
+				pairer = dnspair.New(func(t *dnspair.Txn) {
+					if w != nil && werr == nil {
+						werr = w.Add(t)
+					}
+				})
+				emit = pairer.Add
+			} else {
+				var w *dnsrec.Writer
+				if *out != "" {
+					if w, err = dnsrec.NewWriter(of, *instance, *seq); err != nil {
+						return err
+					}
+					defer w.Close() // ends its writer on early returns
+					closeW = w.Close
+				}
+				emit = func(rec *dnsrec.Record) {
+					if w != nil && werr == nil {
+						werr = w.Add(rec)
+					}
+				}
+			}
+			x := dnsrec.NewExtractor(r.LinkType, nil, emit)
 			start := time.Now()
 			for n := 0; ; n++ {
 				if n%65536 == 0 && ctx.Err() != nil {
@@ -80,9 +108,10 @@ func dnsCommand() command {
 				}
 			}
 			x.Flush()
-			if w != nil {
-				werr = errors.Join(werr, w.Close())
+			if pairer != nil {
+				pairer.Flush()
 			}
+			werr = errors.Join(werr, closeW())
 			if werr != nil {
 				return werr
 			}
@@ -95,6 +124,10 @@ func dnsCommand() command {
 			secs := time.Since(start).Seconds()
 			fmt.Fprintf(os.Stderr, "%d packets, %d DNS messages (%d UDP, %d TCP, %d malformed) in %.2fs: %.0f packets/s\n",
 				st.Packets, st.Messages, st.UDP, st.TCP, st.Malformed, secs, float64(st.Packets)/secs)
+			if pairer != nil {
+				ps := pairer.Stats()
+				fmt.Fprintf(os.Stderr, "%d transactions: %s\n", ps.Answered+ps.Unanswered+ps.Orphans+ps.Evicted, ps)
+			}
 			return nil
 		},
 	}
