@@ -99,6 +99,10 @@ func (p *Parquet) write(ctx context.Context, f *ipc.FileReader, out io.Writer, m
 		parquet.WithStats(true),
 		parquet.WithMaxRowGroupLength(int64(p.RowGroupRows)),
 		parquet.WithDictionaryDefault(true),
+		parquet.WithDictionaryFor("time", false),
+		parquet.WithEncodingFor("time", parquet.Encodings.DeltaBinaryPacked),
+		parquet.WithDictionaryFor("response_time", false),
+		parquet.WithEncodingFor("response_time", parquet.Encodings.DeltaBinaryPacked),
 		parquet.WithCreatedBy("plumb"),
 		parquet.WithAllocator(mem),
 	)

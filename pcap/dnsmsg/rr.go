@@ -86,11 +86,10 @@ func rdataText(b []byte, off, n int, typ uint16) string {
 		if err != nil || next > off+n {
 			return "", 0, false
 		}
-		s := string(nm)
-		if s != "." {
-			s += "."
+		if len(nm) != 1 || nm[0] != '.' {
+			nm = append(nm, '.')
 		}
-		return s, next, true
+		return string(nm), next, true
 	}
 	u16 := func(i int) uint16 { return binary.BigEndian.Uint16(d[i:]) }
 	u32 := func(i int) uint32 { return binary.BigEndian.Uint32(d[i:]) }

@@ -1,9 +1,12 @@
 package dnsrec
 
 import (
+	"errors"
 	"fmt"
+	"hash/maphash"
 	"io"
 	"strings"
+	"sync/atomic"
 
 	"github.com/apache/arrow-go/v18/arrow"
 	"github.com/apache/arrow-go/v18/arrow/array"
@@ -85,23 +88,37 @@ var optionType = arrow.StructOf(
 )
 
 // BatchRows is how many rows go in one record batch.
-const BatchRows = 64 << 10
+const BatchRows = 32 << 10
+
+// chunkRows is how many records Add hands the building goroutine at once.
+const chunkRows = 1024
 
 // Writer writes records as an Arrow IPC file, ZSTD-compressed, in
-// batches of BatchRows. Compressing and writing a batch happens on a
-// goroutine of its own while the next batch fills, so extraction and
-// compression use two cores.
+// batches of BatchRows. Three goroutines share the work: the caller's
+// extracts and copies records, one builds the columns of the next batch,
+// and one compresses and writes the last, so extraction, building and
+// compression use the cores there are.
 type Writer struct {
 	instance string
 	seq      uint64
-	b        *array.RecordBuilder
 	f        *ipc.FileWriter
-	c        cols
-	rows     int
-	addr     []byte
-	domains  Domains
 	// Rows counts the rows written.
 	Rows int64
+
+	// The caller's side: records waiting to be built.
+	chunk  []Record
+	chunks chan []Record
+	free   chan []Record
+	built  chan error // the building goroutine's verdict
+	failed atomic.Pointer[error]
+
+	domains Domains
+
+	// The building goroutine's.
+	b    *array.RecordBuilder
+	c    cols
+	rows int
+	addr []byte
 
 	batches chan arrow.RecordBatch
 	done    chan error // the writing goroutine's verdict
@@ -116,10 +133,63 @@ func NewWriter(w io.Writer, instance string, seq uint64) (*Writer, error) {
 		return nil, err
 	}
 	wr := &Writer{instance: instance, seq: seq, b: array.NewRecordBuilder(memory.DefaultAllocator, Schema), f: f,
+		chunks: make(chan []Record, 2), free: make(chan []Record, 3), built: make(chan error, 1),
 		batches: make(chan arrow.RecordBatch, 1), done: make(chan error, 1)}
 	wr.c = typed(wr.b)
+	wr.chunk = make([]Record, 0, chunkRows)
+	go wr.build()
 	go wr.write()
 	return wr, nil
+}
+
+// Add appends a record (copied: the caller may reuse it).
+func (w *Writer) Add(r *Record) error {
+	w.chunk = append(w.chunk, *r)
+	if m := &r.Msg; m.HasQuestion && m.QName != "." {
+		w.chunk[len(w.chunk)-1].registered = w.domains.Registered(m.QName)
+	}
+	w.Rows++
+	if len(w.chunk) == chunkRows {
+		return w.send()
+	}
+	return nil
+}
+
+// send hands the records waiting to the building goroutine.
+func (w *Writer) send() error {
+	if err := w.failed.Load(); err != nil {
+		return *err // the building goroutine failed; it only drains now
+	}
+	w.chunks <- w.chunk
+	select {
+	case w.chunk = <-w.free:
+	default:
+		w.chunk = make([]Record, 0, chunkRows)
+	}
+	return nil
+}
+
+// build builds batches of the records it is sent until the channel
+// closes; after an error it only drains.
+func (w *Writer) build() {
+	var err error
+	for chunk := range w.chunks {
+		for i := 0; i < len(chunk) && err == nil; i++ {
+			if err = w.add(&chunk[i]); err != nil {
+				w.failed.Store(&err)
+			}
+		}
+		clear(chunk)
+		select {
+		case w.free <- chunk[:0]:
+		default:
+		}
+	}
+	if err == nil {
+		err = w.flush()
+	}
+	close(w.batches)
+	w.built <- err
 }
 
 // write writes batches until the channel closes; after an error it only
@@ -193,10 +263,10 @@ func (c *cols) reserve(n int) {
 	}
 }
 
-// names appends the name columns of the question: as sent, the label
-// count, the top-level domain and the registered domain (public suffix
+// names appends the name columns of the question: as sent (when not
+// as qname), the label count, the top-level domain and the registered domain (public suffix
 // plus one label), null without a question.
-func (w *Writer) names(m *dnsmsg.Message) {
+func (w *Writer) names(m *dnsmsg.Message, registered string) {
 	c := &w.c
 	if !m.HasQuestion {
 		c.qnameRaw.AppendNull()
@@ -205,7 +275,14 @@ func (w *Writer) names(m *dnsmsg.Message) {
 		c.regDomain.AppendNull()
 		return
 	}
-	c.qnameRaw.Append(m.QNameRaw)
+	// As sent only where it differs from qname (in case): most names
+	// are sent in lower case, and a copy of every name would be a fifth
+	// of the table stored.
+	if m.QNameRaw != m.QName {
+		c.qnameRaw.Append(m.QNameRaw)
+	} else {
+		c.qnameRaw.AppendNull()
+	}
 	if m.QName == "." {
 		c.labels.Append(0)
 		c.tld.AppendNull()
@@ -214,7 +291,7 @@ func (w *Writer) names(m *dnsmsg.Message) {
 	}
 	c.labels.Append(uint8(min(strings.Count(m.QName, ".")+1, 255)))
 	c.tld.Append(TLD(m.QName))
-	if reg := w.domains.Registered(m.QName); reg == "" {
+	if reg := registered; reg == "" {
 		c.regDomain.AppendNull()
 	} else {
 		c.regDomain.Append(reg)
@@ -230,23 +307,35 @@ func TLD(qname string) string {
 }
 
 // Domains finds registered domains (public suffix plus one label),
-// remembering the last name: a response follows its query, and a
-// capture asks for the same name in runs.
+// remembering names it was asked in a small direct-mapped table: traffic
+// asks for the same names again and again, and the public suffix list
+// costs a search per name. The table stays in the CPU's cache, where a
+// map of every name seen would not; a flood of random names only
+// overwrites it.
 type Domains struct {
-	lastName, lastReg string
+	slots *[domainSlots]domainSlot
+	seed  maphash.Seed
 }
+
+type domainSlot struct{ name, reg string }
+
+const domainSlots = 1 << 12
 
 // Registered is the registered domain of a name as dnsmsg reads it, or
 // "" when it has none (a public suffix itself, or the root).
 func (d *Domains) Registered(qname string) string {
-	if qname == d.lastName {
-		return d.lastReg
+	if d.slots == nil {
+		d.slots, d.seed = new([domainSlots]domainSlot), maphash.MakeSeed()
+	}
+	slot := &d.slots[maphash.String(d.seed, qname)%domainSlots]
+	if slot.name == qname && qname != "" {
+		return slot.reg
 	}
 	reg, err := publicsuffix.EffectiveTLDPlusOne(qname)
 	if err != nil || qname == "." {
 		reg = ""
 	}
-	d.lastName, d.lastReg = qname, reg
+	*slot = domainSlot{qname, reg}
 	return reg
 }
 
@@ -264,8 +353,8 @@ func AppendRRs(lb *array.ListBuilder, rrs []dnsmsg.RR) {
 	}
 }
 
-// Add appends a record.
-func (w *Writer) Add(r *Record) error {
+// add appends a record to the batch being built.
+func (w *Writer) add(r *Record) error {
 	c := &w.c
 	if w.rows == 0 {
 		c.reserve(BatchRows)
@@ -329,7 +418,7 @@ func (w *Writer) Add(r *Record) error {
 	} else {
 		c.errs.AppendNull()
 	}
-	w.names(m)
+	w.names(m, r.registered)
 	AppendRRs(c.answers, m.Answer)
 	AppendRRs(c.authority, m.Authority)
 	AppendRRs(c.additional, m.Additional)
@@ -366,7 +455,6 @@ func (w *Writer) Add(r *Record) error {
 	}
 	c.partial.UnsafeAppend(r.Partial)
 	w.rows++
-	w.Rows++
 	if w.rows == BatchRows {
 		return w.flush()
 	}
@@ -395,13 +483,17 @@ func (w *Writer) Close() error {
 		return nil
 	}
 	w.closed = true
-	defer w.b.Release()
-	err := w.flush()
-	close(w.batches)
+	var err error
+	if len(w.chunk) > 0 {
+		err = w.send()
+	}
+	close(w.chunks)
+	berr := <-w.built
+	w.b.Release()
 	if werr := <-w.done; werr != nil {
 		return werr
 	}
-	if err != nil {
+	if err := errors.Join(err, berr); err != nil {
 		return err
 	}
 	return w.f.Close()
