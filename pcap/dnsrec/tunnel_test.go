@@ -23,18 +23,9 @@ import (
 // as a capture in dir.
 func encapsulate(t *testing.T, capture, tunnel, dir string) string {
 	t.Helper()
-	f, err := os.Open(capture)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer f.Close()
-	r, closer, err := pcap.NewReader(f)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer closer.Close()
-	if r.LinkType != layers.LinkTypeEthernet {
-		t.Fatalf("%s: link type %s; the test wraps Ethernet frames", capture, r.LinkType)
+	link, cis, frames := packetsOf(t, capture)
+	if link != layers.LinkTypeEthernet {
+		t.Fatalf("%s: link type %s; the test wraps Ethernet frames", capture, link)
 	}
 	out := filepath.Join(dir, tunnel+"-"+filepath.Base(capture))
 	var b bytes.Buffer
@@ -42,11 +33,8 @@ func encapsulate(t *testing.T, capture, tunnel, dir string) string {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for i := 0; ; i++ {
-		frame, ci, err := r.Next()
-		if err != nil {
-			break
-		}
+	for i, frame := range frames {
+		ci := cis[i]
 		var hdr []byte
 		port := layers.UDPPort(4789)
 		switch tunnel {

@@ -129,3 +129,16 @@ def read_blocks(reader, limit=None):
     if cur is not None:
         blocks.append(cur)
     return blocks
+
+
+def run_job(client, yaml, runs, timeout=60):
+    """Submit a job and wait until its stages have made runs runs in all."""
+    [res] = [json.loads(r.body.to_pybytes()) for r in client.do_action(fl.Action("submit-job", json.dumps({"yaml": yaml}).encode()))]
+    assert res["state"] == "accepted", res
+    deadline = time.time() + timeout
+    while True:
+        st = [json.loads(r.body.to_pybytes()) for r in client.do_action(fl.Action("stats", b"{}"))]
+        if sum(s["runs"] for s in st) >= runs:
+            return res
+        assert time.time() < deadline, st
+        time.sleep(0.1)

@@ -2,20 +2,17 @@
 builtin:parquet, and analysts query the files in place, in a directory
 store and in a real MinIO bucket, with pyarrow.dataset and DuckDB, as
 they would with Spark or Trino."""
-import json
 import os
 import shutil
-import socket
 import subprocess
 import time
 import urllib.request
 from pathlib import Path
 
 import pyarrow.dataset as ds
-import pyarrow.flight as fl
 import pytest
 
-from conftest import TESTDATA, Server, free_port, put_blocks
+from conftest import TESTDATA, Server, free_port, put_blocks, run_job
 
 JOB = """
 job: lake
@@ -37,15 +34,7 @@ def fill(server):
     c = server.client()
     for queue, site, name, capture in BLOCKS:
         put_blocks(c, queue, site, [(name, (TESTDATA / "pcaps" / capture).read_bytes())])
-    [res] = [json.loads(r.body.to_pybytes()) for r in c.do_action(fl.Action("submit-job", json.dumps({"yaml": JOB}).encode()))]
-    assert res["state"] == "accepted", res
-    deadline = time.time() + 60
-    while True:
-        st = [json.loads(r.body.to_pybytes()) for r in c.do_action(fl.Action("stats", b"{}"))]
-        if sum(s["runs"] for s in st) == 8:
-            return
-        assert time.time() < deadline, st
-        time.sleep(0.1)
+    run_job(c, JOB, 8)
 
 
 def check_lake(records, pairs):

@@ -1,13 +1,12 @@
 """DNS messages as a table: a team runs builtin:dns over captures and reads
 the rows with pyarrow and pandas through a records ticket."""
 import json
-import time
 
 import pyarrow as pa
 import pyarrow.flight as fl
 import pytest
 
-from conftest import TESTDATA, put_blocks
+from conftest import TESTDATA, put_blocks, run_job
 
 JOB = """
 job: dns
@@ -27,15 +26,7 @@ def test_records_ticket_reads_dns_rows_as_pandas(server):
     tcp = (TESTDATA / "pcaps" / "dnscap__dnso1tcp.pcap").read_bytes()
     put_blocks(c, "pcap", "lax", [("20161020-151621-00000001.lax.pcap", udp),
                                   ("20161020-151700-00000002.lax.pcap", tcp)])
-    [res] = [json.loads(r.body.to_pybytes()) for r in c.do_action(fl.Action("submit-job", json.dumps({"yaml": JOB}).encode()))]
-    assert res["state"] == "accepted", res
-    deadline = time.time() + 30
-    while True:
-        [st] = [json.loads(r.body.to_pybytes()) for r in c.do_action(fl.Action("stats", b"{}"))]
-        if st["runs"] == 2:
-            break
-        assert time.time() < deadline, st
-        time.sleep(0.1)
+    run_job(c, JOB, 2)
 
     df = records(c, records="dns.arrow").read_pandas()
     assert len(df) == 164
@@ -82,15 +73,7 @@ def test_records_flight_info_filters_and_limit(server):
     c = server.client()
     udp = (TESTDATA / "pcaps" / "dnscap__dns.pcap").read_bytes()
     put_blocks(c, "pcap", "lax", [("20161020-151621-00000001.lax.pcap", udp)])
-    [res] = [json.loads(r.body.to_pybytes()) for r in c.do_action(fl.Action("submit-job", json.dumps({"yaml": JOB}).encode()))]
-    assert res["state"] == "accepted", res
-    deadline = time.time() + 30
-    while True:
-        [st] = [json.loads(r.body.to_pybytes()) for r in c.do_action(fl.Action("stats", b"{}"))]
-        if st["runs"] == 1:
-            break
-        assert time.time() < deadline, st
-        time.sleep(0.1)
+    run_job(c, JOB, 1)
 
     cmd = {"records": "dns.arrow", "columns": ["time", "qname", "qtype", "rcode"],
            "filter": [{"column": "qname", "op": "suffix", "value": "in-addr.arpa"}]}
@@ -128,15 +111,7 @@ def test_answers_options_and_names_in_pandas_polars_duckdb(server):
     c = server.client()
     ecs = (TESTDATA / "pcaps" / "zeek__dns-edns-ecs.pcap").read_bytes()
     put_blocks(c, "pcap", "lax", [("20160518-051550-00000001.lax.pcap", ecs)])
-    [res] = [json.loads(r.body.to_pybytes()) for r in c.do_action(fl.Action("submit-job", json.dumps({"yaml": JOB}).encode()))]
-    assert res["state"] == "accepted", res
-    deadline = time.time() + 30
-    while True:
-        [st] = [json.loads(r.body.to_pybytes()) for r in c.do_action(fl.Action("stats", b"{}"))]
-        if st["runs"] == 1:
-            break
-        assert time.time() < deadline, st
-        time.sleep(0.1)
+    run_job(c, JOB, 1)
     table = records(c, records="dns.arrow").read_all()
     for col in ["answers", "authority", "additional", "edns_options", "edns_do", "ecs_address", "ecs_source_prefix",
                 "ede", "cookie", "qname_raw", "labels", "tld", "registered_domain", "tunnel", "partial"]:
