@@ -55,10 +55,17 @@ var (
 		"When the block with a site's highest sequence number arrived (Unix time); a site whose value stops moving is silent.", []string{"queue", "site"}, nil)
 	siteTimeDesc = prometheus.NewDesc("plumb_site_last_event_timestamp_seconds",
 		"The event time of a site's block with the highest sequence number (Unix time).", []string{"queue", "site"}, nil)
+	siteMissingDesc = prometheus.NewDesc("plumb_site_missing_blocks",
+		"Sequence numbers missing among a site's latest 1024 in a queue (between the lowest stored there and the highest): a gap that stays is lost data.",
+		[]string{"queue", "site"}, nil)
 )
 
+// missingSpan is how many of a site's latest sequence numbers the gap
+// metric looks at: a scrape reads that many keys per site, not history.
+const missingSpan = 1024
+
 func (c queueCollector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{queueBlocksDesc, queueBytesDesc, siteSeqDesc, siteArrivalDesc, siteTimeDesc, faultyDesc, backlogDesc} {
+	for _, d := range []*prometheus.Desc{queueBlocksDesc, queueBytesDesc, siteSeqDesc, siteArrivalDesc, siteTimeDesc, siteMissingDesc, faultyDesc, backlogDesc} {
 		ch <- d
 	}
 }
@@ -94,6 +101,9 @@ func (c queueCollector) Collect(ch chan<- prometheus.Metric) {
 				continue
 			}
 			ch <- prometheus.MustNewConstMetric(siteSeqDesc, prometheus.GaugeValue, float64(seq), q.Name, site)
+			if missing, err := c.db.MissingRecent(q.Name, site, seq, missingSpan); err == nil {
+				ch <- prometheus.MustNewConstMetric(siteMissingDesc, prometheus.GaugeValue, float64(missing), q.Name, site)
+			}
 			if b, err := c.db.Lookup(block.ID{Queue: q.Name, Instance: site, Seq: seq}); err == nil {
 				ch <- prometheus.MustNewConstMetric(siteArrivalDesc, prometheus.GaugeValue, float64(b.Arrived.UnixNano())/1e9, q.Name, site)
 				ch <- prometheus.MustNewConstMetric(siteTimeDesc, prometheus.GaugeValue, float64(b.Time.UnixNano())/1e9, q.Name, site)

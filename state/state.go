@@ -412,6 +412,43 @@ func (d *DB) LastSerial(queue string) (uint64, error) {
 
 func bytesU64(b []byte) uint64 { return binary.BigEndian.Uint64(b) }
 
+// MissingRecent counts the sequence numbers missing among an instance's
+// latest span numbers up to last: between the lowest block stored in
+// that span and last, the numbers no block holds. Only the span is read,
+// so the cost does not grow with the queue's history; blocks retention
+// removed from below the span's lowest stored block are not counted.
+func (d *DB) MissingRecent(queue, instance string, last, span uint64) (uint64, error) {
+	var missing uint64
+	err := d.bolt.View(func(tx *bolt.Tx) error {
+		blocks, _ := sub(tx, bucketBlocks, queue)
+		if blocks == nil || span == 0 {
+			return nil
+		}
+		from := uint64(1)
+		if last >= span {
+			from = last - span + 1
+		}
+		prefix := append([]byte(instance), 0)
+		c := blocks.Cursor()
+		var lowest, n uint64
+		for k, _ := c.Seek(blockKey(instance, from)); k != nil && bytes.HasPrefix(k, prefix) && len(k) == len(prefix)+8; k, _ = c.Next() {
+			seq := bytesU64(k[len(prefix):])
+			if seq > last {
+				break
+			}
+			if n == 0 {
+				lowest = seq
+			}
+			n++
+		}
+		if n > 0 {
+			missing = last - lowest + 1 - n
+		}
+		return nil
+	})
+	return missing, err
+}
+
 // LastSeq returns the highest sequence number stored for an instance in a
 // queue, and false if the queue holds no block of that instance.
 func (d *DB) LastSeq(queue, instance string) (uint64, bool, error) {

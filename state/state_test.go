@@ -187,3 +187,30 @@ func TestBlocksPaging(t *testing.T) {
 		t.Fatalf("blocks of a missing queue: %v", page)
 	}
 }
+
+// TestMissingRecent counts the sequence numbers a site lacks among its
+// latest ones: holes between the lowest stored in the span and the
+// highest, not numbers below the span or below the lowest kept.
+func TestMissingRecent(t *testing.T) {
+	db, _ := open(t)
+	for _, seq := range []uint64{3, 4, 6, 9, 10} { // 1 and 2 long gone; 5, 7 and 8 missing
+		if _, _, err := db.CommitBlock(mk(seq, "s")); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, c := range []struct{ last, span, want uint64 }{
+		{10, 1024, 3}, // 5, 7, 8 (nothing below 3 is counted)
+		{10, 5, 2},    // 6..10: 7, 8
+		{10, 2, 0},    // 9, 10
+		{4, 1024, 0},
+		{12, 1024, 5}, // 11 and 12 were never stored either
+	} {
+		got, err := db.MissingRecent("pcap.sz", "lax", c.last, c.span)
+		if err != nil || got != c.want {
+			t.Errorf("MissingRecent(last %d, span %d) = %d, %v; want %d", c.last, c.span, got, err, c.want)
+		}
+	}
+	if got, err := db.MissingRecent("pcap.sz", "nowhere", 10, 1024); err != nil || got != 0 {
+		t.Errorf("a site with no blocks: %d, %v", got, err)
+	}
+}

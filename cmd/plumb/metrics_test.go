@@ -42,7 +42,7 @@ func TestMetricNames(t *testing.T) {
 		}
 	}
 	want := map[string][]string{
-		srvMetrics: {"plumb_build_info", "plumb_queue_blocks", "plumb_queue_bytes", "plumb_site_last_seq",
+		srvMetrics: {"plumb_build_info", "plumb_queue_blocks", "plumb_queue_bytes", "plumb_site_last_seq", "plumb_site_missing_blocks",
 			"plumb_site_last_arrival_timestamp_seconds", "plumb_site_last_event_timestamp_seconds", "plumb_uploads_total",
 			"plumb_consumer_backlog_blocks", "plumb_queue_faulty_blocks", "plumb_auth_failures_total",
 			"plumb_store_free_bytes", "plumb_store_used_bytes", "plumb_store_min_free_bytes", "plumb_stage_runs_total"},

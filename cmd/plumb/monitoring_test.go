@@ -1,0 +1,165 @@
+package main
+
+import (
+	"encoding/json"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"regexp"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"gopkg.in/yaml.v3"
+
+	"github.com/plumb-dev/plumb/internal/testenv"
+)
+
+var (
+	// metricLiteral is a metric name as the code registers it.
+	metricLiteral = regexp.MustCompile(`"(plumb_[a-z0-9_]+)"`)
+	// metricInQuery is a metric name in a PromQL expression.
+	metricInQuery = regexp.MustCompile(`\bplumb_[a-z0-9_]+\b`)
+	// namespace and helperName find metrics a file registers through
+	// helpers that add a namespace (the agent's counter("x", ...)).
+	namespace  = regexp.MustCompile(`Namespace: "(plumb_[a-z0-9_]+)"`)
+	helperName = regexp.MustCompile(`\b(?:counter|gauge)\("([a-z0-9_]+)"`)
+)
+
+// exportedMetrics are the metric names the code registers: every
+// "plumb_…" string in the non-test Go files of the repository, and the
+// names registered through a namespaced helper.
+func exportedMetrics(t *testing.T) map[string]bool {
+	t.Helper()
+	names := map[string]bool{}
+	err := filepath.WalkDir("../..", func(path string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		if d.IsDir() && (d.Name() == ".git" || d.Name() == "testdata" || d.Name() == "node_modules") {
+			return filepath.SkipDir
+		}
+		if d.IsDir() || !strings.HasSuffix(path, ".go") || strings.HasSuffix(path, "_test.go") {
+			return nil
+		}
+		src, err := os.ReadFile(path)
+		if err != nil {
+			return err
+		}
+		for _, m := range metricLiteral.FindAllSubmatch(src, -1) {
+			names[string(m[1])] = true
+		}
+		for _, ns := range namespace.FindAllSubmatch(src, -1) {
+			for _, m := range helperName.FindAllSubmatch(src, -1) {
+				names[string(ns[1])+"_"+string(m[1])] = true
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return names
+}
+
+// unknownMetrics returns the metric names of a PromQL expression that the
+// code does not export (a histogram's _bucket, _sum and _count count as
+// the histogram's).
+func unknownMetrics(expr string, exported map[string]bool) []string {
+	var out []string
+	for _, name := range metricInQuery.FindAllString(expr, -1) {
+		base := name
+		for _, suffix := range []string{"_bucket", "_sum", "_count"} {
+			if b, ok := strings.CutSuffix(name, suffix); ok && exported[b] {
+				base = b
+			}
+		}
+		if !exported[base] {
+			out = append(out, name)
+		}
+	}
+	return out
+}
+
+// TestMonitoringFiles: the shipped alert rules and Grafana dashboard name
+// only metrics the code exports, cover what an operator is paged for,
+// and pass promtool's checks and the rules' own unit tests.
+func TestMonitoringFiles(t *testing.T) {
+	exported := exportedMetrics(t)
+	if len(exported) < 30 {
+		t.Fatalf("found only %d exported metric names: %v", len(exported), exported)
+	}
+	// The check catches a name no code exports.
+	if got := unknownMetrics(`rate(plumb_nope_total[5m]) + plumb_stage_arrival_to_output_seconds_bucket`, exported); !slices.Equal(got, []string{"plumb_nope_total"}) {
+		t.Fatalf("unknown names found in a planted query: %v", got)
+	}
+
+	var rules struct {
+		Groups []struct {
+			Rules []struct {
+				Alert string `yaml:"alert"`
+				Expr  string `yaml:"expr"`
+			} `yaml:"rules"`
+		} `yaml:"groups"`
+	}
+	raw, err := os.ReadFile("../../deploy/prometheus/plumb-alerts.yml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := yaml.Unmarshal(raw, &rules); err != nil {
+		t.Fatal(err)
+	}
+	var alerts []string
+	for _, g := range rules.Groups {
+		for _, r := range g.Rules {
+			alerts = append(alerts, r.Alert)
+			if bad := unknownMetrics(r.Expr, exported); len(bad) > 0 {
+				t.Errorf("alert %s uses metrics the code does not export: %v", r.Alert, bad)
+			}
+		}
+	}
+	for _, want := range []string{"PlumbSiteSilent", "PlumbSequenceGap", "PlumbFaultyBlocks", "PlumbStoreNearlyFull",
+		"PlumbConsumerLag", "PlumbKernelDrops"} {
+		if !slices.Contains(alerts, want) {
+			t.Errorf("no alert %s (have %v)", want, alerts)
+		}
+	}
+
+	var dash struct {
+		Panels []struct {
+			Title   string `json:"title"`
+			Targets []struct {
+				Expr string `json:"expr"`
+			} `json:"targets"`
+		} `json:"panels"`
+	}
+	raw, err = os.ReadFile("../../deploy/grafana/plumb-dashboard.json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := json.Unmarshal(raw, &dash); err != nil {
+		t.Fatalf("dashboard: %v", err)
+	}
+	exprs := 0
+	for _, p := range dash.Panels {
+		for _, tg := range p.Targets {
+			exprs++
+			if bad := unknownMetrics(tg.Expr, exported); len(bad) > 0 {
+				t.Errorf("dashboard panel %q uses metrics the code does not export: %v", p.Title, bad)
+			}
+		}
+	}
+	if exprs < 10 {
+		t.Errorf("the dashboard has %d queries", exprs)
+	}
+
+	promtool := testenv.Tool(t, "promtool")
+	for _, args := range [][]string{{"check", "rules", "plumb-alerts.yml"}, {"test", "rules", "plumb-alerts.test.yml"}} {
+		cmd := testenv.Command(t, time.Minute, promtool, args...)
+		cmd.Dir = "../../deploy/prometheus"
+		if out, err := cmd.CombinedOutput(); err != nil {
+			t.Errorf("promtool %s: %v\n%s", strings.Join(args, " "), err, out)
+		}
+	}
+}
