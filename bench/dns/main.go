@@ -47,8 +47,8 @@ func main() {
 	defer os.RemoveAll(dir)
 	tshark, _ := exec.LookPath("tshark")
 	fmt.Printf("== builtin:dns and builtin:dnspairs on %s of generated DNS per mix, beside tshark (on a %s prefix)\n", *size, *tsharkSize)
-	fmt.Printf("%-7s %11s %12s %7s %9s %13s %7s %12s %9s\n", "mix", "packets", "dns pkt/s", "MB/s", "peak MiB",
-		"tshark pkt/s", "ratio", "pairs pkt/s", "peak MiB")
+	fmt.Printf("%-7s %10s %10s %6s %8s %12s %6s %11s %8s | %12s %12s %10s\n", "mix", "packets", "dns pkt/s", "MB/s", "peak MiB",
+		"tshark pkt/s", "ratio", "pairs pkt/s", "peak MiB", "dns CPU s/GB", "tshark CPU/GB", "CPU ratio")
 	type sizes struct{ messages, pcap, gz, arrow, parquet float64 }
 	lake := map[string]sizes{}
 	for _, mix := range []string{"normal", "attack"} {
@@ -61,13 +61,13 @@ func main() {
 		}
 		fi, _ := os.Stat(full)
 		records := filepath.Join(dir, mix+".arrow")
-		out, secs, peak := run(*plumb, "dns", "-o", records, full)
+		out, secs, peak, cpu := run(*plumb, "dns", "-o", records, full)
 		packets := number(`^(\d+) packets`, out)
 		messages := number(`packets, (\d+) DNS messages`, out)
 		rate := packets / secs
-		_, psecs, ppeak := run(*plumb, "dns", "--pairs", "-o", filepath.Join(dir, mix+".pairs.arrow"), full)
+		_, psecs, ppeak, _ := run(*plumb, "dns", "--pairs", "-o", filepath.Join(dir, mix+".pairs.arrow"), full)
 		os.Remove(filepath.Join(dir, mix+".pairs.arrow"))
-		tsRate := 0.0
+		tsRate, tsCPU := 0.0, 0.0
 		if tshark != "" {
 			pp := number(`^(\d+) packets`, first(run(*plumb, "dns", prefix)))
 			t0 := time.Now()
@@ -84,18 +84,27 @@ func main() {
 				log.Fatalf("tshark: %v", err)
 			}
 			tsRate = pp / time.Since(t0).Seconds()
+			pfi, _ := os.Stat(prefix)
+			tsCPU = (ts.ProcessState.UserTime() + ts.ProcessState.SystemTime()).Seconds() / (float64(pfi.Size()) / 1e9)
 		}
 		ratio := "n/a"
 		if tsRate > 0 {
 			ratio = fmt.Sprintf("%.0fx", rate/tsRate)
 		}
-		fmt.Printf("%-7s %11.0f %12.0f %7.1f %9.1f %13.0f %7s %12.0f %9.1f\n", mix, packets, rate, float64(fi.Size())/1e6/secs,
-			peak, tsRate, ratio, packets/psecs, ppeak)
+		dnsCPU := cpu / (float64(fi.Size()) / 1e9)
+		cpuRatio := "n/a"
+		if tsCPU > 0 {
+			cpuRatio = fmt.Sprintf("%.0fx", tsCPU/dnsCPU)
+		}
+		fmt.Printf("%-7s %10.0f %10.0f %6.1f %8.1f %12.0f %6s %11.0f %8.1f | %12.1f %12.1f %10s\n", mix, packets, rate,
+			float64(fi.Size())/1e6/secs, peak, tsRate, ratio, packets/psecs, ppeak, dnsCPU, tsCPU, cpuRatio)
 		lake[mix] = sizes{messages, float64(fi.Size()), gzipSize(full), fileSize(records), parquetChild(records)}
 		os.Remove(full)
 		os.Remove(records)
 	}
 	fmt.Println("aim: builtin:dns at least 30x tshark on the normal mix; peak memory under 256 MiB on the attack mix")
+	fmt.Println("(wall rates depend on the cores free while each runs; CPU seconds per GB of capture do not: plumb uses")
+	fmt.Println(" up to three goroutines, tshark one thread, so the CPU ratio is the lower, steadier figure)")
 	fmt.Printf("\n== the lake: bytes per million DNS messages\n")
 	fmt.Printf("%-7s %11s %11s %11s %11s %11s %15s %13s\n", "mix", "messages", "pcap", "pcap.gz", "arrow", "parquet",
 		"parquet/arrow", "parquet/gz")
@@ -108,8 +117,9 @@ func main() {
 	fmt.Println("aim: parquet at most 0.5x the Arrow IPC blocks")
 }
 
-// run runs plumb and returns its output, wall seconds and peak RSS (MiB).
-func run(plumb string, args ...string) ([]byte, float64, float64) {
+// run runs plumb and returns its output, wall seconds, peak RSS (MiB)
+// and CPU seconds.
+func run(plumb string, args ...string) ([]byte, float64, float64, float64) {
 	start := time.Now()
 	cmd := exec.Command(plumb, args...)
 	out, err := cmd.CombinedOutput()
@@ -117,10 +127,11 @@ func run(plumb string, args ...string) ([]byte, float64, float64) {
 	if err != nil {
 		log.Fatalf("plumb %v: %v: %s", args, err, out)
 	}
-	return out, secs, float64(cmd.ProcessState.SysUsage().(*syscall.Rusage).Maxrss) / 1024
+	cpu := (cmd.ProcessState.UserTime() + cmd.ProcessState.SystemTime()).Seconds()
+	return out, secs, float64(cmd.ProcessState.SysUsage().(*syscall.Rusage).Maxrss) / 1024, cpu
 }
 
-func first(out []byte, _, _ float64) []byte { return out }
+func first(out []byte, _, _, _ float64) []byte { return out }
 
 func fileSize(path string) float64 {
 	fi, err := os.Stat(path)

@@ -88,7 +88,7 @@ var optionType = arrow.StructOf(
 )
 
 // BatchRows is how many rows go in one record batch.
-const BatchRows = 32 << 10
+const BatchRows = 16 << 10
 
 // chunkRows is how many records Add hands the building goroutine at once.
 const chunkRows = 1024
