@@ -266,6 +266,18 @@ func TestBadInput(t *testing.T) {
 	wantCode(t, err, codes.InvalidArgument, "not known")
 }
 
+// blobFiles counts the files under the store's directory, temp files too.
+func blobFiles(data string) int {
+	n := 0
+	filepath.WalkDir(filepath.Join(data, "blobs"), func(p string, d os.DirEntry, err error) error {
+		if err == nil && !d.IsDir() {
+			n++
+		}
+		return nil
+	})
+	return n
+}
+
 func assertNoBlobs(t *testing.T, data string) {
 	t.Helper()
 	filepath.WalkDir(filepath.Join(data, "blobs"), func(p string, d os.DirEntry, err error) error {
@@ -294,14 +306,16 @@ func TestDisconnectMidUpload(t *testing.T) {
 	if _, err := ts.c.Put(ctx, half); err == nil {
 		t.Fatal("cancelled upload succeeded")
 	}
-	// The server notices the cancellation asynchronously.
+	// The server notices the cancellation asynchronously, and may not
+	// have opened its temp file yet when the client gives up: wait until
+	// the store has held no file for a while.
 	deadline := time.Now().Add(5 * time.Second)
-	for {
-		ents, _ := os.ReadDir(filepath.Join(ts.data, "blobs", "tmp"))
-		if len(ents) == 0 || time.Now().After(deadline) {
-			break
+	for quiet := 0; quiet < 10 && time.Now().Before(deadline); time.Sleep(20 * time.Millisecond) {
+		if blobFiles(ts.data) == 0 {
+			quiet++
+		} else {
+			quiet = 0
 		}
-		time.Sleep(10 * time.Millisecond)
 	}
 	assertNoBlobs(t, ts.data)
 	if _, err := getBlock(t, ts.c, name(1)); status.Code(err) != codes.NotFound {

@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"bytes"
 	"context"
+	"debug/elf"
 	"errors"
 	"flag"
 	"io"
@@ -194,6 +195,65 @@ func TestDeployFiles(t *testing.T) {
 			}
 		}
 	}
+	// PodSecurity "restricted", field by field (no cluster runs here to
+	// admit them).
+	for _, doc := range append(byKind["Deployment"], byKind["StatefulSet"]...) {
+		name := get(doc, "metadata", "name")
+		pod := get(doc, "spec", "template", "spec")
+		if get(pod, "securityContext", "runAsNonRoot") != true {
+			t.Errorf("%v: pod securityContext.runAsNonRoot is not true", name)
+		}
+		if uid, ok := get(pod, "securityContext", "runAsUser").(int); !ok || uid == 0 {
+			t.Errorf("%v: pod runs as user %v; want a non-zero uid", name, get(pod, "securityContext", "runAsUser"))
+		}
+		if get(pod, "securityContext", "seccompProfile", "type") != "RuntimeDefault" {
+			t.Errorf("%v: seccompProfile is not RuntimeDefault", name)
+		}
+		containers, _ := get(pod, "containers").([]any)
+		for _, c := range containers {
+			cname := get(c, "name")
+			if get(c, "securityContext", "allowPrivilegeEscalation") != false {
+				t.Errorf("%v/%v: allowPrivilegeEscalation is not false", name, cname)
+			}
+			drop, _ := get(c, "securityContext", "capabilities", "drop").([]any)
+			if !slices.Contains(drop, any("ALL")) || get(c, "securityContext", "capabilities", "add") != nil {
+				t.Errorf("%v/%v: capabilities drop %v, add %v; want drop [ALL] and nothing added", name, cname, drop,
+					get(c, "securityContext", "capabilities", "add"))
+			}
+			if get(c, "securityContext", "privileged") == true {
+				t.Errorf("%v/%v: privileged", name, cname)
+			}
+		}
+		if name == "plumb-server" && get(containers[0], "startupProbe") == nil {
+			t.Errorf("%v: no startupProbe; a slow start after a crash gets the server killed by its liveness probe", name)
+		}
+	}
+	// Secrets mounted for a non-root user are readable through fsGroup,
+	// not by the world.
+	for _, doc := range byKind["StatefulSet"] {
+		vols, _ := get(doc, "spec", "template", "spec", "volumes").([]any)
+		for _, v := range vols {
+			if mode, ok := get(v, "secret", "defaultMode").(int); ok && (mode&0o040 == 0 || mode&0o007 != 0) {
+				t.Errorf("%v: secret volume %v has mode %o; want group-readable (fsGroup), not world-readable", get(doc, "metadata", "name"), get(v, "name"), mode)
+			}
+		}
+	}
+	if len(byKind["PodDisruptionBudget"]) == 0 {
+		t.Error("no PodDisruptionBudget for the workers")
+	}
+	for _, sm := range byKind["ServiceMonitor"] {
+		for _, ep := range get(sm, "spec", "endpoints").([]any) {
+			port := get(ep, "port")
+			found := false
+			for _, svc := range byKind["Service"] {
+				ports, _ := get(svc, "spec", "ports").([]any)
+				found = found || slices.ContainsFunc(ports, func(p any) bool { return get(p, "name") == port })
+			}
+			if !found {
+				t.Errorf("ServiceMonitor %v scrapes port %v, which no Service names", get(sm, "metadata", "name"), port)
+			}
+		}
+	}
 	if plumbPods != 2 {
 		t.Errorf("plumb.yaml runs plumb in %d pod templates; want the server and the workers", plumbPods)
 	}
@@ -237,5 +297,96 @@ func TestAgentUnitHardened(t *testing.T) {
 		if !strings.Contains(string(unit), want) {
 			t.Errorf("the agent unit lacks %q", want)
 		}
+	}
+}
+
+// TestContainerfile checks the image recipe without a container builder
+// (none is installable here): base images pinned by version, the Go
+// image at go.mod's version, a non-root user on a distroless static
+// base, and its build command, run here, makes a static binary that
+// needs no loader or libraries.
+func TestContainerfile(t *testing.T) {
+	raw, err := os.ReadFile("../../Containerfile")
+	if err != nil {
+		t.Fatal(err)
+	}
+	mod, err := os.ReadFile("../../go.mod")
+	if err != nil {
+		t.Fatal(err)
+	}
+	goVersion := regexp.MustCompile(`(?m)^go (\S+)$`).FindSubmatch(mod)
+	if goVersion == nil {
+		t.Fatal("go.mod has no go line")
+	}
+	var froms, users []string
+	var build string
+	for _, line := range strings.Split(string(raw), "\n") {
+		f := strings.Fields(line)
+		if len(f) < 2 || strings.HasPrefix(f[0], "#") {
+			continue
+		}
+		switch strings.ToUpper(f[0]) {
+		case "FROM":
+			froms = append(froms, f[1])
+			users = append(users, "")
+			_, tag, ok := strings.Cut(f[1][strings.LastIndexByte(f[1], '/')+1:], ":")
+			if !ok || tag == "" || tag == "latest" {
+				t.Errorf("FROM %s: pin the image by version", f[1])
+			}
+			if strings.Contains(f[1], "/golang:") && !strings.HasPrefix(tag, string(goVersion[1])+"-") {
+				t.Errorf("FROM %s: go.mod asks for Go %s", f[1], goVersion[1])
+			}
+		case "USER":
+			users[len(users)-1] = f[1]
+		case "RUN":
+			if strings.Contains(line, "go build") {
+				build = strings.TrimSpace(strings.TrimPrefix(strings.TrimSpace(line), "RUN"))
+			}
+		}
+	}
+	if len(froms) < 2 {
+		t.Fatalf("stages %v; want a build stage and a runtime stage", froms)
+	}
+	final := froms[len(froms)-1]
+	if !strings.Contains(final, "distroless/static") && final != "scratch" {
+		t.Errorf("the image runs on %s; want a distroless static or scratch base", final)
+	}
+	if u := users[len(users)-1]; u == "" || u == "0" || strings.HasPrefix(u, "0:") || u == "root" {
+		t.Errorf("the image runs as %q; want a non-root user", u)
+	}
+
+	// Run the recipe's build command here, writing elsewhere.
+	words := shellWords(build)
+	var env []string
+	for len(words) > 0 && strings.Contains(words[0], "=") {
+		env, words = append(env, words[0]), words[1:]
+	}
+	if !slices.Contains(env, "CGO_ENABLED=0") || len(words) < 2 || words[0] != "go" || words[1] != "build" {
+		t.Fatalf("build command %q: want CGO_ENABLED=0 go build ...", build)
+	}
+	out := filepath.Join(t.TempDir(), "plumb")
+	if i := slices.Index(words, "-o"); i < 0 || i+1 >= len(words) {
+		t.Fatalf("build command %q has no -o", build)
+	} else {
+		words[i+1] = out
+	}
+	cmd := testenv.Command(t, 10*time.Minute, words[0], words[1:]...)
+	cmd.Dir = "../.."
+	cmd.Env = append(os.Environ(), env...)
+	if msg, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("%s: %v\n%s", build, err, msg)
+	}
+	f, err := elf.Open(out)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	for _, p := range f.Progs {
+		if p.Type == elf.PT_INTERP || p.Type == elf.PT_DYNAMIC {
+			t.Errorf("the binary is dynamically linked (%s); a distroless static base has no loader", p.Type)
+		}
+	}
+	if libs, _ := f.ImportedLibraries(); len(libs) > 0 {
+		t.Errorf("the binary needs %v", libs)
 	}
 }
