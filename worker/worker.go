@@ -15,8 +15,10 @@ import (
 	"os"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
@@ -42,6 +44,8 @@ type Config struct {
 	// through Flight.
 	Store blob.Store
 	Log   *slog.Logger
+	// Metrics, when set, receives the worker's Prometheus metrics.
+	Metrics prometheus.Registerer
 }
 
 // Worker leases and runs stage runs until its context ends.
@@ -49,10 +53,62 @@ type Worker struct {
 	cfg     Config
 	mu      sync.Mutex
 	missing []string // executables this machine lacks
+	m       *metrics
 }
 
-// New returns a worker.
-func New(cfg Config) *Worker { return &Worker{cfg: cfg} }
+// New returns a worker. Its metrics go to cfg.Metrics when it is set;
+// registering them twice is an error New reports by panicking, as
+// prometheus.MustRegister does.
+func New(cfg Config) *Worker {
+	w := &Worker{cfg: cfg, m: newMetrics(cfg.Slots)}
+	if cfg.Metrics != nil {
+		cfg.Metrics.MustRegister(w.m.runs, w.m.inProgress, w.m.leaseFailures, w.m.slots, w.m.lastContact)
+	}
+	return w
+}
+
+// ReadyWithin is how recently a ready worker has heard from the server:
+// a lease request answers within flight.LeaseWait when the server is up.
+const ReadyWithin = 3 * flight.LeaseWait
+
+// Ready reports whether the worker has reached the server lately, for a
+// readiness probe.
+func (w *Worker) Ready() bool {
+	last := w.m.last.Load()
+	return last != 0 && time.Since(time.Unix(0, last)) < ReadyWithin
+}
+
+// metrics are a worker's own: what it ran, and whether it reaches the
+// server. The server's plumb_remote_* show the workers from its side.
+type metrics struct {
+	runs          *prometheus.CounterVec
+	inProgress    prometheus.Gauge
+	leaseFailures prometheus.Counter
+	slots         prometheus.Gauge
+	lastContact   prometheus.GaugeFunc
+	last          atomic.Int64 // UnixNano of the last lease answer
+}
+
+func newMetrics(slots int) *metrics {
+	m := &metrics{
+		runs: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "plumb_worker_runs_total",
+			Help: "Leased runs by how they ended: committed, failed, given_back (the program is missing here), lost (the lease went elsewhere) or stopped."},
+			[]string{"result"}),
+		inProgress: prometheus.NewGauge(prometheus.GaugeOpts{Name: "plumb_worker_runs_in_progress", Help: "Leased runs under way."}),
+		leaseFailures: prometheus.NewCounter(prometheus.CounterOpts{Name: "plumb_worker_lease_failures_total",
+			Help: "Lease requests that failed (the server unreachable or refusing)."}),
+		slots: prometheus.NewGauge(prometheus.GaugeOpts{Name: "plumb_worker_slots", Help: "Runs the worker takes at once (--slots)."}),
+	}
+	m.slots.Set(float64(slots))
+	for _, r := range []string{"committed", "failed", "given_back", "lost", "stopped"} {
+		m.runs.WithLabelValues(r) // every result shows from the start, at 0
+	}
+	m.lastContact = prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "plumb_worker_last_contact_timestamp_seconds",
+		Help: "When the server last answered a lease request (Unix time)."}, func() float64 { return float64(m.last.Load()) / 1e9 })
+	return m
+}
+
+func (m *metrics) contact() { m.last.Store(time.Now().UnixNano()) }
 
 // Run runs Slots lease loops until ctx ends; runs under way when it ends
 // are abandoned (their leases expire and go elsewhere).
@@ -90,6 +146,7 @@ func (w *Worker) loop(ctx context.Context) {
 			if ctx.Err() != nil {
 				return
 			}
+			w.m.leaseFailures.Inc()
 			w.cfg.Log.Warn("lease request failed; retrying", "err", err, "retry_in", backoff)
 			select {
 			case <-ctx.Done():
@@ -100,14 +157,20 @@ func (w *Worker) loop(ctx context.Context) {
 			continue
 		}
 		backoff = time.Second
+		w.m.contact()
 		if ok {
-			w.run(ctx, l)
+			w.m.inProgress.Inc()
+			result := w.run(ctx, l)
+			w.m.inProgress.Dec()
+			w.m.runs.WithLabelValues(result).Inc()
 		}
 	}
 }
 
-// run does one leased run.
-func (w *Worker) run(ctx context.Context, l engine.Lease) {
+// run does one leased run and says how it ended: committed, failed,
+// given_back (this machine lacks the program), lost (the lease went
+// elsewhere) or stopped (the worker is stopping).
+func (w *Worker) run(ctx context.Context, l engine.Lease) string {
 	log := w.cfg.Log.With("lease", l.ID, "stage", l.Stage, "block", l.Inputs[0].Name)
 	log.Debug("run leased")
 	c := w.cfg.Client
@@ -117,7 +180,7 @@ func (w *Worker) run(ctx context.Context, l engine.Lease) {
 		w.mu.Unlock()
 		log.Warn("this machine lacks the stage's program; giving the run back", "program", prog)
 		c.Do(ctx, "fail-lease", flight.LeaseRequest{Lease: l.ID, Release: true}, nil)
-		return
+		return "given_back"
 	}
 	rctx, cancel := context.WithCancelCause(ctx)
 	defer cancel(nil)
@@ -140,10 +203,10 @@ func (w *Worker) run(ctx context.Context, l engine.Lease) {
 	}()
 	if cause := context.Cause(rctx); errors.Is(cause, engine.ErrLeaseGone) {
 		log.Warn("lease lost while running; the run was given to another worker", "err", err)
-		return
+		return "lost"
 	}
 	if ctx.Err() != nil {
-		return // stopping: the lease expires and the run goes elsewhere
+		return "stopped" // the lease expires and the run goes elsewhere
 	}
 	if err != nil {
 		why := err.Error()
@@ -154,7 +217,7 @@ func (w *Worker) run(ctx context.Context, l engine.Lease) {
 		if ferr := c.Do(ctx, "fail-lease", flight.LeaseRequest{Lease: l.ID, Error: why}, nil); ferr != nil {
 			log.Warn("could not report the failure; the lease will expire", "err", ferr)
 		}
-		return
+		return "failed"
 	}
 	var report []flight.LeaseOutput
 	for _, o := range outs {
@@ -163,7 +226,7 @@ func (w *Worker) run(ctx context.Context, l engine.Lease) {
 		if w.cfg.Store != nil {
 			if err := w.putDirect(rctx, o); err != nil {
 				log.Warn("could not write an output to the store; the lease will expire and the run go elsewhere", "output", o.name, "err", err)
-				return
+				return "lost"
 			}
 			report = append(report, flight.LeaseOutput{Queue: o.queue, Size: o.N, SHA256: src.SHA256})
 			continue
@@ -171,10 +234,10 @@ func (w *Worker) run(ctx context.Context, l engine.Lease) {
 		if _, err := c.PutStaged(rctx, l.ID, src); err != nil {
 			if status.Code(err) == codes.FailedPrecondition || errors.Is(context.Cause(rctx), engine.ErrLeaseGone) {
 				log.Warn("lease lost before the output was uploaded; the run was given to another worker and this one is dropped", "err", err)
-				return
+				return "lost"
 			}
 			log.Warn("could not upload an output; the lease will expire and the run go elsewhere", "output", o.name, "err", err)
-			return
+			return "lost"
 		}
 		report = append(report, flight.LeaseOutput{Queue: o.queue, Size: o.N, SHA256: src.SHA256})
 	}
@@ -185,13 +248,14 @@ func (w *Worker) run(ctx context.Context, l engine.Lease) {
 	err = c.Do(ctx, "commit-lease", req, nil)
 	if status.Code(err) == codes.FailedPrecondition {
 		log.Warn("commit refused: the lease expired and the run went to another worker", "err", err)
-		return
+		return "lost"
 	}
 	if err != nil {
 		log.Warn("commit failed; the lease will expire and the run go elsewhere", "err", err)
-		return
+		return "lost"
 	}
 	log.Debug("run committed")
+	return "committed"
 }
 
 // heartbeat keeps the lease alive, cancelling the run when it is lost.

@@ -284,7 +284,7 @@ func agentCommand() command {
 			if *metricsAddr != "" {
 				reg := prometheus.NewRegistry()
 				cfg.Metrics = reg
-				stop, err := serveMetrics(ctx, *metricsAddr, reg)
+				stop, err := serveMetrics(ctx, *metricsAddr, reg, nil)
 				if err != nil {
 					return err
 				}
@@ -347,14 +347,24 @@ func importCommand() command {
 	}
 }
 
-// serveMetrics serves reg at http://ADDR/metrics until stop is called.
-func serveMetrics(ctx context.Context, addr string, reg prometheus.Gatherer) (stop func(), err error) {
+// serveMetrics serves reg at http://ADDR/metrics until stop is called,
+// with /healthz (the process answers) and /readyz (ready says so; always
+// when ready is nil) for probes.
+func serveMetrics(ctx context.Context, addr string, reg prometheus.Gatherer, ready func() bool) (stop func(), err error) {
 	lis, err := net.Listen("tcp", addr)
 	if err != nil {
 		return nil, fmt.Errorf("--metrics %s: %w", addr, err)
 	}
 	mux := http.NewServeMux()
 	mux.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
+	mux.HandleFunc("/healthz", func(w http.ResponseWriter, _ *http.Request) { fmt.Fprintln(w, "ok") })
+	mux.HandleFunc("/readyz", func(w http.ResponseWriter, _ *http.Request) {
+		if ready != nil && !ready() {
+			http.Error(w, "not ready: the server has not answered lately", http.StatusServiceUnavailable)
+			return
+		}
+		fmt.Fprintln(w, "ready")
+	})
 	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
 	done := make(chan struct{})
 	go func() {

@@ -223,6 +223,10 @@ func TestDeployFiles(t *testing.T) {
 			if get(c, "securityContext", "privileged") == true {
 				t.Errorf("%v/%v: privileged", name, cname)
 			}
+			if img, _ := get(c, "image").(string); strings.Contains(img, "plumb") &&
+				(get(c, "readinessProbe") == nil || get(c, "livenessProbe") == nil) {
+				t.Errorf("%v/%v: a plumb container without readiness and liveness probes", name, cname)
+			}
 		}
 		if name == "plumb-server" && get(containers[0], "startupProbe") == nil {
 			t.Errorf("%v: no startupProbe; a slow start after a crash gets the server killed by its liveness probe", name)

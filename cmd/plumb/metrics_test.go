@@ -21,7 +21,7 @@ import (
 // list an operator's dashboards and alerts rely on.
 func TestMetricNames(t *testing.T) {
 	dir := t.TempDir()
-	srvMetrics, agentMetrics := testenv.FreeAddr(t), testenv.FreeAddr(t)
+	srvMetrics, agentMetrics, workerMetrics := testenv.FreeAddr(t), testenv.FreeAddr(t), testenv.FreeAddr(t)
 	addr := servePlumb(t, filepath.Join(dir, "data"), "--metrics", srvMetrics)
 	c := dialPlumb(t, addr)
 	job := "job: raw\nqueues: [pcap.sz]\nstages:\n  - {name: decode, inputs: [pcap.sz], program: builtin:decode, outputs: [pcap]}\n"
@@ -33,6 +33,21 @@ func TestMetricNames(t *testing.T) {
 	makeCapture(t, capture, 500, 3)
 	startPlumb(t, "agent", "--server", addr, "--site", "lax", "--new-instance", "--spool", filepath.Join(dir, "spool"),
 		"--block-size", "16KiB", "--follow", capture, "--settle", "200ms", "--metrics", agentMetrics, "--log-level", "warn")
+	startPlumb(t, "worker", "--server", addr, "--slots", "1", "--scratch", filepath.Join(dir, "scratch"),
+		"--metrics", workerMetrics, "--log-level", "warn")
+	// A worker is ready once the server has answered it.
+	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(100 * time.Millisecond) {
+		resp, err := http.Get("http://" + workerMetrics + "/readyz")
+		if err == nil {
+			resp.Body.Close()
+			if resp.StatusCode == http.StatusOK {
+				break
+			}
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the worker's /readyz: %v %v", resp, err)
+		}
+	}
 	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(50 * time.Millisecond) {
 		if st, _ := c.Stats(context.Background()); len(st) == 1 && st[0].Runs > 0 {
 			break
@@ -46,11 +61,13 @@ func TestMetricNames(t *testing.T) {
 			"plumb_site_last_arrival_timestamp_seconds", "plumb_site_last_event_timestamp_seconds", "plumb_uploads_total",
 			"plumb_consumer_backlog_blocks", "plumb_queue_faulty_blocks", "plumb_auth_failures_total",
 			"plumb_store_free_bytes", "plumb_store_used_bytes", "plumb_store_min_free_bytes", "plumb_stage_runs_total"},
+		workerMetrics: {"plumb_worker_runs_total", "plumb_worker_runs_in_progress", "plumb_worker_lease_failures_total",
+			"plumb_worker_slots", "plumb_worker_last_contact_timestamp_seconds", "plumb_build_info"},
 		agentMetrics: {"plumb_agent_packets_total", "plumb_agent_blocks_acked_total", "plumb_agent_spool_bytes",
 			"plumb_agent_lost_bytes_total", "plumb_agent_packets_dropped_total", "plumb_agent_packets_filtered_total",
 			"plumb_agent_oldest_unshipped_seconds"},
 	}
-	for _, target := range []string{srvMetrics, agentMetrics} {
+	for _, target := range []string{srvMetrics, agentMetrics, workerMetrics} {
 		fams := scrapeFamilies(t, target)
 		for _, name := range want[target] {
 			if fams[name] == nil {

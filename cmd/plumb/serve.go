@@ -118,7 +118,7 @@ func serveCommand() command {
 				cfg.Engine.Registerer, cfg.Gatherer = reg, reg
 			}
 			if *metricsAddr != "" {
-				stop, err := serveMetrics(ctx, *metricsAddr, cfg.Gatherer)
+				stop, err := serveMetrics(ctx, *metricsAddr, cfg.Gatherer, nil)
 				if err != nil {
 					return err
 				}

@@ -9,6 +9,9 @@ import (
 	"path/filepath"
 	"runtime"
 
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+
 	"github.com/plumb-dev/plumb/blob"
 	"github.com/plumb-dev/plumb/client"
 	"github.com/plumb-dev/plumb/engine"
@@ -19,7 +22,7 @@ import (
 
 func workerCommand() command {
 	var slots *int
-	var stages, scratch, level, store, programs, anonKeys *string
+	var stages, scratch, level, store, programs, anonKeys, metricsAddr *string
 	var sbOpts *sandboxOptions
 	return clientCommand("worker", "", "run the server's stage runs on this machine: lease, run, heartbeat, commit (needs admin on \"*\" when auth is on)", 0,
 		func(fs *flag.FlagSet) {
@@ -30,6 +33,7 @@ func workerCommand() command {
 			anonKeys = fs.String("anon-keys", "", "`DIR` of the keys builtin:anonymize names: the same files as the server's --anon-keys")
 			programs = fs.String("programs", "", "`DIR` of registered programs, each in a file named by its SHA-256 (copy them from the server's DATA/programs)")
 			sbOpts = sandboxFlags(fs, "this process's user")
+			metricsAddr = fs.String("metrics", "", "serve Prometheus metrics on `ADDR` at /metrics, with /healthz and /readyz (ready while the server answers lease requests) for probes")
 			store = fs.String("store", "", "the server's S3 store `URL` (s3://BUCKET?endpoint=HOST:PORT, credentials from AWS_ACCESS_KEY_ID/AWS_SECRET_ACCESS_KEY) to read inputs and write outputs directly; without it all bytes go through the server")
 		},
 		func(ctx context.Context, c *client.Client, _ []string) error {
@@ -69,7 +73,20 @@ func workerCommand() command {
 				defer st.Close()
 				cfg.Store = st
 			}
+			var mreg *prometheus.Registry
+			if *metricsAddr != "" {
+				mreg = prometheus.NewRegistry()
+				mreg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}), buildInfo())
+				cfg.Metrics = mreg
+			}
 			w := worker.New(cfg)
+			if mreg != nil {
+				stop, err := serveMetrics(ctx, *metricsAddr, mreg, w.Ready)
+				if err != nil {
+					return err
+				}
+				defer stop()
+			}
 			return w.Run(ctx)
 		})
 }
