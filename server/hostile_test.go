@@ -18,6 +18,7 @@ import (
 
 	"github.com/plumb-dev/plumb/flight"
 	"github.com/plumb-dev/plumb/internal/hostile"
+	"github.com/plumb-dev/plumb/pcap/dnsrec"
 )
 
 // TestArrowBombRefused is issue 18's records attack: a 33 KB Arrow IPC
@@ -250,4 +251,74 @@ func TestKernelDroppedBounded(t *testing.T) {
 	if _, err := c.Put(ctx, src); err != nil {
 		t.Errorf("the largest allowed claim: %v", err)
 	}
+}
+
+// TestRecordsCommandsAreBounded: what a records ticket or command may ask
+// is bounded, each limit named in its refusal, before any block is read;
+// the schema of a queue is asked only by those who may read it (an
+// unknown queue the caller may not read is refused, not reported
+// missing); and a block whose schema message claims 2 GiB is set aside
+// naming the block, within the 1 MiB read for a schema.
+func TestRecordsCommandsAreBounded(t *testing.T) {
+	file, secrets := usersFile(t)
+	addr := runServer(t, Config{Users: file})
+	ctx := context.Background()
+	agent := dialAgent(t, addr, secrets)
+	ana := dialAs(t, addr, client.Security{User: "ana", Secret: secrets["ana"]})
+	schemaOf := func(raw string) error {
+		_, err := ana.Flight().GetSchema(ctx, &aflight.FlightDescriptor{Type: aflight.DescriptorCMD, Cmd: []byte(raw)})
+		return err
+	}
+
+	if _, err := agent.Put(ctx, bytesSource("20250505-151105-00000001.lax.dns.arrow", emptyRecords(t))); err != nil {
+		t.Fatal(err)
+	}
+	many := make([]string, maxInValues+1)
+	for i := range many {
+		many[i] = fmt.Sprint(i)
+	}
+	for _, c := range []struct{ cmd, says string }{
+		{`{"records": "dns.arrow", "limit": -1}`, "limit -1: want a positive count"},
+		{`{"records": "dns.arrow", "filter": [{"column": "qtype", "op": "in", "value": [` + strings.Join(many, ",") + `]}]}`,
+			fmt.Sprintf("at most %d values", maxInValues)},
+		{`{"records": "dns.arrow", "filter": [{"column": "qname", "op": "like", "value": "` + strings.Repeat("%", maxPattern+1) + `"}]}`,
+			fmt.Sprintf("at most %d bytes", maxPattern)},
+		{`{"records": "dns.arrow", "columns": ["qname"], "nope": 1}`, "unknown field"},
+		{`{"records": "../x"}`, "records ticket"},
+	} {
+		if err := schemaOf(c.cmd); codeOf(err) != codes.InvalidArgument || !strings.Contains(err.Error(), c.says) {
+			t.Errorf("%.80s…: %v; want InvalidArgument saying %q", c.cmd, err, c.says)
+		}
+	}
+
+	// Only a reader of the queue learns its schema, or whether it exists.
+	for _, q := range []string{"pcap.sz", "secret.arrow"} {
+		if err := schemaOf(`{"records": "` + q + `"}`); codeOf(err) != codes.PermissionDenied {
+			t.Errorf("ana asks the schema of %s: %v; want PermissionDenied", q, err)
+		}
+	}
+
+	// A schema message that claims 2 GiB: set aside with the block's name.
+	bomb := append([]byte("ARROW1\x00\x00\xff\xff\xff\xff"), 0xff, 0xff, 0xff, 0x7f)
+	bomb = append(bomb, bytes.Repeat([]byte{0}, 64)...)
+	if _, err := agent.Put(ctx, bytesSource("20250505-151105-00000001.lax.dns.bomb", bomb)); err != nil {
+		t.Fatal(err)
+	}
+	if err := schemaOf(`{"records": "dns.bomb"}`); codeOf(err) != codes.FailedPrecondition || !strings.Contains(err.Error(), "20250505-151105-00000001.lax.dns.bomb") {
+		t.Errorf("the schema of a block claiming 2 GiB: %v; want FailedPrecondition naming the block", err)
+	}
+}
+
+// emptyRecords is an Arrow IPC file of DNS records with no row.
+func emptyRecords(t *testing.T) []byte {
+	t.Helper()
+	var b bytes.Buffer
+	w, err := dnsrec.NewWriter(&b, "lax", 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := w.Close(); err != nil {
+		t.Fatal(err)
+	}
+	return b.Bytes()
 }
