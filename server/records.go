@@ -231,21 +231,28 @@ func (r recordsRequest) conditions() []flight.Condition {
 	return conds
 }
 
+// planRecords finds what a records request reads: the blocks, and the
+// table's schema with the request tried on it. Reading rows and answering
+// GetFlightInfo both start here.
+func (s *Service) planRecords(ctx context.Context, r recordsRequest) (blocks []state.Block, out *arrow.Schema, err error) {
+	if blocks, err = s.recordBlocks(r); err != nil {
+		return nil, nil, err
+	}
+	schema, err := s.recordsSchema(ctx, r.Records, blocks)
+	if err != nil {
+		return nil, nil, err
+	}
+	out, err = r.check(schema)
+	return blocks, out, err
+}
+
 // serveRecords streams the selected rows.
 func (s *Service) serveRecords(ctx context.Context, raw []byte, stream aflight.FlightService_DoGetServer) error {
 	r, err := parseRecords(raw)
 	if err != nil {
 		return err
 	}
-	blocks, err := s.recordBlocks(r)
-	if err != nil {
-		return err
-	}
-	schema, err := s.recordsSchema(ctx, r.Records, blocks)
-	if err != nil {
-		return err
-	}
-	outSchema, err := r.check(schema)
+	blocks, outSchema, err := s.planRecords(ctx, r)
 	if err != nil {
 		return err
 	}
@@ -332,15 +339,7 @@ func (s *Service) recordsInfo(ctx context.Context, desc *aflight.FlightDescripto
 	if err := s.allow(ctx, auth.Read, r.Records, "flight info"); err != nil {
 		return nil, err
 	}
-	blocks, err := s.recordBlocks(r)
-	if err != nil {
-		return nil, err
-	}
-	schema, err := s.recordsSchema(ctx, r.Records, blocks)
-	if err != nil {
-		return nil, err
-	}
-	out, err := r.check(schema)
+	blocks, out, err := s.planRecords(ctx, r)
 	if err != nil {
 		return nil, err
 	}
