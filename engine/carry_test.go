@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/apache/arrow-go/v18/arrow"
 	"github.com/apache/arrow-go/v18/arrow/array"
 	"github.com/apache/arrow-go/v18/arrow/ipc"
 	"github.com/gopacket/gopacket"
@@ -21,42 +22,28 @@ import (
 	"github.com/plumb-dev/plumb/pcap/dnsrec"
 )
 
-// dnsRows are a dns.arrow block's rows as "time id qname" lines.
-func dnsRows(t *testing.T, data []byte) []string {
+// eachBatch calls fn with each record batch of an Arrow IPC file, and
+// col to find a column of it by name.
+func eachBatch(t *testing.T, data []byte, fn func(rec arrow.RecordBatch, col func(string) arrow.Array)) {
 	t.Helper()
 	f, err := ipc.NewFileReader(bytes.NewReader(data))
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer f.Close()
-	var out []string
 	for i := 0; i < f.NumRecords(); i++ {
 		rec, err := f.RecordBatch(i)
 		if err != nil {
 			t.Fatal(err)
 		}
-		idx := func(name string) int { return rec.Schema().FieldIndices(name)[0] }
-		ts := rec.Column(idx("time")).(*array.Timestamp)
-		ids := rec.Column(idx("id")).(*array.Uint16)
-		names := rec.Column(idx("qname")).(*array.String)
-		for j := 0; j < int(rec.NumRows()); j++ {
-			out = append(out, fmt.Sprintf("%d %04x %s", ts.Value(j), ids.Value(j), names.Value(j)))
-		}
+		fn(rec, func(name string) arrow.Array { return rec.Column(rec.Schema().FieldIndices(name)[0]) })
 	}
-	return out
 }
 
-// TestDNSAcrossBlocks: builtin:dns runs a site's blocks in sequence,
-// each going on from what the previous held, so a capture cut into
-// blocks of a packet or two (splitting TCP messages and IP fragments at
-// every boundary) and shipped in shuffled order gives the rows of the
-// uncut capture, each once; a block that never comes is skipped after
-// the gap wait, and the next goes on.
-func TestDNSAcrossBlocks(t *testing.T) {
-	var cis []gopacket.CaptureInfo
-	var frames [][]byte
-	var link layers.LinkType
-	for _, name := range []string{"dnscap__dnsotcp-many1pkt.pcap", "dnscap__frags.pcap"} {
+// captureFrames reads the frames of captures in testdata/pcaps, in order.
+func captureFrames(t *testing.T, names ...string) (link layers.LinkType, cis []gopacket.CaptureInfo, frames [][]byte) {
+	t.Helper()
+	for _, name := range names {
 		f, err := os.Open("../testdata/pcaps/" + name)
 		if err != nil {
 			t.Fatal(err)
@@ -76,6 +63,32 @@ func TestDNSAcrossBlocks(t *testing.T) {
 		closer.Close()
 		f.Close()
 	}
+	return link, cis, frames
+}
+
+// dnsRows are a dns.arrow block's rows as "time id qname" lines.
+func dnsRows(t *testing.T, data []byte) []string {
+	t.Helper()
+	var out []string
+	eachBatch(t, data, func(rec arrow.RecordBatch, col func(string) arrow.Array) {
+		ts := col("time").(*array.Timestamp)
+		ids := col("id").(*array.Uint16)
+		names := col("qname").(*array.String)
+		for j := 0; j < int(rec.NumRows()); j++ {
+			out = append(out, fmt.Sprintf("%d %04x %s", ts.Value(j), ids.Value(j), names.Value(j)))
+		}
+	})
+	return out
+}
+
+// TestDNSAcrossBlocks: builtin:dns runs a site's blocks in sequence,
+// each going on from what the previous held, so a capture cut into
+// blocks of a packet or two (splitting TCP messages and IP fragments at
+// every boundary) and shipped in shuffled order gives the rows of the
+// uncut capture, each once; a block that never comes is skipped after
+// the gap wait, and the next goes on.
+func TestDNSAcrossBlocks(t *testing.T) {
+	link, cis, frames := captureFrames(t, "dnscap__dnsotcp-many1pkt.pcap", "dnscap__frags.pcap")
 	// The uncut rows, without the end-of-capture flush: the last block's
 	// held bytes wait for the site's next block, as they would live.
 	var want []string
@@ -133,22 +146,12 @@ func TestDNSAcrossBlocks(t *testing.T) {
 // lines, with "-" for a missing side.
 func pairRows(t *testing.T, data []byte) []string {
 	t.Helper()
-	f, err := ipc.NewFileReader(bytes.NewReader(data))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer f.Close()
 	var out []string
-	for i := 0; i < f.NumRecords(); i++ {
-		rec, err := f.RecordBatch(i)
-		if err != nil {
-			t.Fatal(err)
-		}
-		idx := func(name string) int { return rec.Schema().FieldIndices(name)[0] }
-		ts := rec.Column(idx("time")).(*array.Timestamp)
-		rts := rec.Column(idx("response_time")).(*array.Timestamp)
-		orphan := rec.Column(idx("orphan_response")).(*array.Boolean)
-		ids := rec.Column(idx("id")).(*array.Uint16)
+	eachBatch(t, data, func(rec arrow.RecordBatch, col func(string) arrow.Array) {
+		ts := col("time").(*array.Timestamp)
+		rts := col("response_time").(*array.Timestamp)
+		orphan := col("orphan_response").(*array.Boolean)
+		ids := col("id").(*array.Uint16)
 		for j := 0; j < int(rec.NumRows()); j++ {
 			q, r := fmt.Sprint(ts.Value(j)), "-"
 			if orphan.Value(j) {
@@ -159,7 +162,7 @@ func pairRows(t *testing.T, data []byte) []string {
 			}
 			out = append(out, fmt.Sprintf("%s %s %04x", q, r, ids.Value(j)))
 		}
-	}
+	})
 	return out
 }
 
@@ -168,25 +171,7 @@ func pairRows(t *testing.T, data []byte) []string {
 // between every query and its response, shipped shuffled, gives the
 // transactions of the uncut capture, each once.
 func TestDNSPairsAcrossBlocks(t *testing.T) {
-	var cis []gopacket.CaptureInfo
-	var frames [][]byte
-	f, err := os.Open("../testdata/pcaps/dnscap__dns.pcap")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer f.Close()
-	rd, closer, err := pcap.NewReader(f)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer closer.Close()
-	for {
-		data, ci, err := rd.Next()
-		if err != nil {
-			break
-		}
-		cis, frames = append(cis, ci), append(frames, bytes.Clone(data))
-	}
+	link, cis, frames := captureFrames(t, "dnscap__dns.pcap")
 	// The uncut transactions, without the end-of-capture flush: queries
 	// still waiting at the end wait for the site's next block.
 	var want []string
@@ -200,13 +185,13 @@ func TestDNSPairsAcrossBlocks(t *testing.T) {
 		}
 		want = append(want, fmt.Sprintf("%s %s %04x", q, r, tx.Key.ID))
 	})
-	x := dnsrec.NewExtractor(rd.LinkType, nil, p.Add)
+	x := dnsrec.NewExtractor(link, nil, p.Add)
 	// One packet per block: every query is in another block than its
 	// response.
 	var blocks [][]byte
 	for i := range frames {
 		var b bytes.Buffer
-		w, _ := pcap.NewWriter(&b, rd.LinkType, 65535, true)
+		w, _ := pcap.NewWriter(&b, link, 65535, true)
 		w.WritePacket(cis[i], frames[i])
 		w.Flush()
 		x.Packet(cis[i].Timestamp, frames[i])
