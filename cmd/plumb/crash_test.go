@@ -12,6 +12,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strings"
 	"sync"
 	"syscall"
 	"testing"
@@ -61,6 +62,24 @@ func (l *procLog) String() string {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	return l.b.String()
+}
+
+// Without returns the log without its lines that contain noise (such
+// as the thousand "will retry" lines of an agent waiting for space), and
+// says how many it left out, so that a failure shows the line that
+// matters.
+func (l *procLog) Without(noise string) string {
+	var b strings.Builder
+	n := 0
+	for _, line := range strings.SplitAfter(l.String(), "\n") {
+		if strings.Contains(line, noise) {
+			n++
+			continue
+		}
+		b.WriteString(line)
+	}
+	fmt.Fprintf(&b, "(%d lines with %q left out)\n", n, noise)
+	return b.String()
 }
 
 func startPlumb(t *testing.T, args ...string) *plumbProc {

@@ -65,10 +65,10 @@ func TestStoreFullBackPressure(t *testing.T) {
 	select {
 	case err := <-done:
 		if err != nil {
-			t.Fatalf("import: %v\n%s", err, imp.log)
+			t.Fatalf("import: %v\n%s\nserver:\n%s", err, imp.log.Without("will retry"), srv.log.Without("--store-cap"))
 		}
 	case <-time.After(90 * time.Second):
-		t.Fatalf("the import did not finish once space returned\n%s", imp.log)
+		t.Fatalf("the import did not finish once space returned\n%s", imp.log.Without("will retry"))
 	}
 	// Wait for the follower to have every block, then compare packets.
 	var got []packet
