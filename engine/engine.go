@@ -196,7 +196,8 @@ type stage struct {
 	sequential bool
 	running    int
 	target     int
-	backlog    int64
+	backlog    int64 // blocks a run could take now
+	waiting    int64 // a window stage's blocks held for windows not yet due
 	stats      StageStats
 	mu         sync.Mutex // guards stats
 	metrics    *stageMetrics
@@ -423,6 +424,18 @@ func (e *Engine) backlog(st *stage) (int64, error) {
 	n, err := e.db.Backlog(st.node.Inputs[0], st.group)
 	if err != nil {
 		return 0, fmt.Errorf("stage %s: backlog: %w", st.node.Name, err)
+	}
+	if st.win != nil {
+		// A window stage's blocks wait for their windows, which fire in
+		// the tick that finds them due: only firings waiting to be retried
+		// are work a run could take.
+		var due int64
+		for _, p := range st.win.retry {
+			due += int64(len(p.f.Blocks))
+		}
+		due = min(due, n)
+		st.waiting, n = n-due, due
+		e.metrics.waiting.WithLabelValues(st.node.Name).Set(float64(st.waiting))
 	}
 	e.metrics.backlog.WithLabelValues(st.node.Name).Set(float64(n))
 	return n, nil

@@ -373,6 +373,7 @@ func (e *Engine) CommitLease(ctx context.Context, id string, outs []Output, cpu 
 	for _, b := range blocks {
 		m.out += b.Size
 	}
+	m.inputEdges(r.lease.Inputs, blocks)
 	r.st.count(&m, "ok")
 	e.outputLatency(r.st.node.Name, r.lease.Inputs)
 	e.afterCommit(ctx, r.lease.Inputs)

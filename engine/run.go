@@ -63,6 +63,7 @@ func (e *Engine) runBlock(ctx context.Context, st *stage, spec runSpec, res stat
 		if err != nil {
 			return fmt.Errorf("stage %s: commit the run on block %s: %w", spec.node.Name, inputs[0].Name, err)
 		}
+		m.inputEdges(inputs, outputs)
 		st.count(&m, "ok")
 		e.outputLatency(spec.node.Name, inputs)
 		e.afterCommit(ctx, inputs)
@@ -165,6 +166,38 @@ type runMeasure struct {
 	took time.Duration // processing time
 	cpu  time.Duration
 	wait time.Duration // from the input's arrival to the run's start
+	// edges counts what went along each edge of the graph: the blocks read
+	// from each input queue and written to each output queue.
+	edgesIn, edgesOut map[string]EdgeCount
+}
+
+// edges counts a committed run's inputs and outputs by queue; a window
+// run's inputs all come from queue.
+func (m *runMeasure) edges(queue string, inBlocks int, inBytes int64, outputs []state.Block) {
+	if m.edgesIn == nil {
+		m.edgesIn, m.edgesOut = map[string]EdgeCount{}, map[string]EdgeCount{}
+	}
+	c := m.edgesIn[queue]
+	c.Blocks += int64(inBlocks)
+	c.Bytes += inBytes
+	m.edgesIn[queue] = c
+	for _, b := range outputs {
+		c := m.edgesOut[b.Queue]
+		c.Blocks++
+		c.Bytes += b.Size
+		m.edgesOut[b.Queue] = c
+	}
+}
+
+// inputEdges counts input blocks by their queue.
+func (m *runMeasure) inputEdges(inputs, outputs []state.Block) {
+	for i, b := range inputs {
+		var outs []state.Block
+		if i == 0 {
+			outs = outputs
+		}
+		m.edges(b.Queue, 1, b.Size, outs)
+	}
 }
 
 // process streams the inputs through the program into durable output

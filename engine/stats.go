@@ -1,6 +1,7 @@
 package engine
 
 import (
+	"maps"
 	"slices"
 	"sort"
 	"strings"
@@ -22,14 +23,22 @@ type StageStats struct {
 	// Suspended says why the stage starts no runs: every job owning it
 	// lost a right it needs.
 	Suspended string `json:"suspended,omitempty"`
-	Backlog   int64  `json:"backlog"`
-	Workers   int    `json:"workers"`
-	Target    int    `json:"target"`
-	Runs      int64  `json:"runs"`
-	Failed    int64  `json:"failed"`
-	Faulty    int64  `json:"faulty"`
-	BytesIn   int64  `json:"bytes_in"`
-	BytesOut  int64  `json:"bytes_out"`
+	// Backlog counts the blocks a run could take now; Waiting the blocks
+	// a window stage holds for windows that are not due yet, which no
+	// worker can speed up.
+	Backlog  int64 `json:"backlog"`
+	Waiting  int64 `json:"waiting_for_window"`
+	Workers  int   `json:"workers"`
+	Target   int   `json:"target"`
+	Runs     int64 `json:"runs"`
+	Failed   int64 `json:"failed"`
+	Faulty   int64 `json:"faulty"`
+	BytesIn  int64 `json:"bytes_in"`
+	BytesOut int64 `json:"bytes_out"`
+	// In and Out count the blocks and bytes of successful runs per input
+	// and output queue: the graph's edges.
+	In  map[string]EdgeCount `json:"in,omitempty"`
+	Out map[string]EdgeCount `json:"out,omitempty"`
 	// ProcessingSeconds is the wall time of runs (P), CPUSeconds the CPU
 	// of their programs, QueueWaitSeconds the time inputs waited.
 	ProcessingSeconds float64 `json:"processing_seconds"`
@@ -39,6 +48,24 @@ type StageStats struct {
 	// threshold, so chaining the stage with a neighbour would save I/O.
 	Intensity      float64 `json:"intensity_mb_s"`
 	ChainCandidate bool    `json:"chain_candidate,omitempty"`
+}
+
+// EdgeCount is what went along one edge of the graph.
+type EdgeCount struct {
+	Blocks int64 `json:"blocks"`
+	Bytes  int64 `json:"bytes"`
+}
+
+func addEdges(to *map[string]EdgeCount, from map[string]EdgeCount) {
+	if len(from) > 0 && *to == nil {
+		*to = map[string]EdgeCount{}
+	}
+	for q, c := range from {
+		t := (*to)[q]
+		t.Blocks += c.Blocks
+		t.Bytes += c.Bytes
+		(*to)[q] = t
+	}
 }
 
 // count adds one finished run to the stage's measurements.
@@ -52,6 +79,8 @@ func (st *stage) count(m *runMeasure, result string) {
 		st.stats.BytesOut += m.out
 		st.stats.ProcessingSeconds += m.took.Seconds()
 		st.stats.QueueWaitSeconds += m.wait.Seconds()
+		addEdges(&st.stats.In, m.edgesIn)
+		addEdges(&st.stats.Out, m.edgesOut)
 	case "failed":
 		st.stats.Failed++
 	case "faulty":
@@ -107,6 +136,7 @@ func (e *Engine) Stats() []StageStats {
 	for id, st := range e.stages {
 		st.mu.Lock()
 		s := st.stats
+		s.In, s.Out = maps.Clone(s.In), maps.Clone(s.Out)
 		st.mu.Unlock()
 		n := st.node
 		s.Stage, s.ID, s.Inputs, s.Outputs, s.Program = n.Name, id, n.Inputs, n.Outputs, n.Program.String()
@@ -115,7 +145,7 @@ func (e *Engine) Stats() []StageStats {
 			s.Owners = append(s.Owners, o.Job+"/"+o.Stage)
 		}
 		s.Detail, s.Suspended = detail(st.steps), st.suspended
-		s.Backlog, s.Workers, s.Target = st.backlog, st.running, st.target
+		s.Backlog, s.Waiting, s.Workers, s.Target = st.backlog, st.waiting, st.running, st.target
 		if s.ProcessingSeconds > 0 {
 			s.Intensity = (float64(s.BytesIn) + e.cfg.Replication*float64(s.BytesOut)) / s.ProcessingSeconds / 1e6
 			// A stage several jobs share feeds each of them: chaining it
@@ -130,7 +160,7 @@ func (e *Engine) Stats() []StageStats {
 
 // metrics are the engine's Prometheus series, labelled by stage name.
 type metrics struct {
-	backlog                                  *prometheus.GaugeVec
+	backlog, waiting                         *prometheus.GaugeVec
 	workers                                  *prometheus.GaugeVec
 	runs                                     *prometheus.CounterVec
 	bytesIn                                  *prometheus.CounterVec
@@ -151,7 +181,10 @@ type stageMetrics struct {
 func newMetrics(reg prometheus.Registerer) *metrics {
 	stage := []string{"stage"}
 	m := &metrics{
-		backlog:    prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "plumb_stage_backlog_blocks", Help: "Blocks waiting for a run of the stage."}, stage),
+		backlog: prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "plumb_stage_backlog_blocks",
+			Help: "Blocks a run of the stage could take now (what more workers would speed up); a window stage's blocks held for windows not yet due are in plumb_stage_window_waiting_blocks."}, stage),
+		waiting: prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "plumb_stage_window_waiting_blocks",
+			Help: "Blocks a window stage holds for windows that are not due yet: waiting by design, not congestion."}, stage),
 		workers:    prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "plumb_stage_runs_in_progress", Help: "Runs of the stage in progress (local)."}, stage),
 		runs:       prometheus.NewCounterVec(prometheus.CounterOpts{Name: "plumb_stage_runs_total", Help: "Finished runs by result (ok, failed, faulty, lost)."}, []string{"stage", "result"}),
 		bytesIn:    prometheus.NewCounterVec(prometheus.CounterOpts{Name: "plumb_stage_bytes_in_total", Help: "Bytes read by successful runs (I)."}, stage),
@@ -167,7 +200,7 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 		remoteLeases:  prometheus.NewGauge(prometheus.GaugeOpts{Name: "plumb_remote_leases", Help: "Stage runs leased to remote workers now."}),
 	}
 	if reg != nil {
-		reg.MustRegister(m.backlog, m.workers, m.runs, m.bytesIn, m.bytesOut, m.processing, m.cpu, m.wait, m.info, m.remoteWorkers, m.remoteSlots, m.remoteLeases)
+		reg.MustRegister(m.backlog, m.waiting, m.workers, m.runs, m.bytesIn, m.bytesOut, m.processing, m.cpu, m.wait, m.info, m.remoteWorkers, m.remoteSlots, m.remoteLeases)
 	}
 	return m
 }

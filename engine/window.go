@@ -344,6 +344,7 @@ func (e *Engine) runWindow(ctx context.Context, st *stage, spec runSpec, f windo
 	if _, err := e.db.CommitWindow(rec, st.win.queue, consumed, blocks); err != nil {
 		return fmt.Errorf("commit window %s: %w", rec.ID, err)
 	}
+	m.edges(st.win.queue, len(f.Blocks), m.in.Load(), blocks)
 	st.count(&m, "ok")
 	var ins []state.Block
 	for _, b := range f.Blocks {

@@ -162,6 +162,16 @@ stages:
 	if _, err := r.eng.Windows("nosuch"); err == nil {
 		t.Error("unknown stage accepted")
 	}
+	// The four blocks wait for their windows by design: no run could take
+	// them, so they are not backlog (which would call for more workers).
+	var st engine.StageStats
+	r.wait("the blocks counted as waiting for windows", func() bool {
+		st = r.eng.Stats()[0]
+		return st.Waiting == 4
+	})
+	if st.Backlog != 0 {
+		t.Errorf("a window stage waiting for block 2: backlog %d, waiting %d; want 0 and 4", st.Backlog, st.Waiting)
+	}
 	if err := r.eng.FireWindow("hourly/h", ws[0].ID); err != nil {
 		t.Fatal(err)
 	}

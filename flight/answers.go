@@ -108,27 +108,40 @@ type Job struct {
 
 // StageStats measures a stage (the stats action).
 type StageStats struct {
-	Stage             string   `json:"stage"`
-	ID                string   `json:"id"`
-	Inputs            []string `json:"inputs"`
-	Outputs           []string `json:"outputs"`
-	Owners            []string `json:"owners"`
-	Program           string   `json:"program"`
-	Detail            string   `json:"detail,omitempty"`
-	Suspended         string   `json:"suspended,omitempty"`
-	Backlog           int64    `json:"backlog"`
-	Workers           int      `json:"workers"`
-	Target            int      `json:"target"`
-	Runs              int64    `json:"runs"`
-	Failed            int64    `json:"failed"`
-	Faulty            int64    `json:"faulty"`
-	BytesIn           int64    `json:"bytes_in"`
-	BytesOut          int64    `json:"bytes_out"`
-	ProcessingSeconds float64  `json:"processing_seconds"`
-	CPUSeconds        float64  `json:"cpu_seconds"`
-	QueueWaitSeconds  float64  `json:"queue_wait_seconds"`
-	Intensity         float64  `json:"intensity_mb_s"`
-	ChainCandidate    bool     `json:"chain_candidate,omitempty"`
+	Stage     string   `json:"stage"`
+	ID        string   `json:"id"`
+	Inputs    []string `json:"inputs"`
+	Outputs   []string `json:"outputs"`
+	Owners    []string `json:"owners"`
+	Program   string   `json:"program"`
+	Detail    string   `json:"detail,omitempty"`
+	Suspended string   `json:"suspended,omitempty"`
+	// Backlog counts blocks a run could take now; Waiting a window
+	// stage's blocks held for windows not yet due.
+	Backlog  int64 `json:"backlog"`
+	Waiting  int64 `json:"waiting_for_window"`
+	Workers  int   `json:"workers"`
+	Target   int   `json:"target"`
+	Runs     int64 `json:"runs"`
+	Failed   int64 `json:"failed"`
+	Faulty   int64 `json:"faulty"`
+	BytesIn  int64 `json:"bytes_in"`
+	BytesOut int64 `json:"bytes_out"`
+	// In and Out count the blocks and bytes of successful runs by input
+	// and output queue: the graph's edges.
+	In                map[string]EdgeCount `json:"in,omitempty"`
+	Out               map[string]EdgeCount `json:"out,omitempty"`
+	ProcessingSeconds float64              `json:"processing_seconds"`
+	CPUSeconds        float64              `json:"cpu_seconds"`
+	QueueWaitSeconds  float64              `json:"queue_wait_seconds"`
+	Intensity         float64              `json:"intensity_mb_s"`
+	ChainCandidate    bool                 `json:"chain_candidate,omitempty"`
+}
+
+// EdgeCount is what went along one edge of the graph.
+type EdgeCount struct {
+	Blocks int64 `json:"blocks"`
+	Bytes  int64 `json:"bytes"`
 }
 
 // FaultyBlock is a delivery set aside after its attempts ran out.

@@ -449,6 +449,75 @@ func (d *DB) MissingRecent(queue, instance string, last, span uint64) (uint64, e
 	return missing, err
 }
 
+// Site is what a site (an instance) shipped lately to a queue, read
+// from its latest sequence numbers only.
+type Site struct {
+	Queue string `json:"queue"`
+	Site  string `json:"site"`
+	// LastSeq is the highest sequence number the site used, counting
+	// blocks retention removed; Last the stored block with the highest.
+	LastSeq uint64 `json:"last_seq"`
+	Last    *Block `json:"last,omitempty"`
+	// Blocks, Bytes and KernelDropped sum the stored blocks among the
+	// span; FirstArrived is the earliest arrival among them.
+	Blocks        int       `json:"blocks"`
+	Bytes         int64     `json:"bytes"`
+	KernelDropped int64     `json:"kernel_dropped"`
+	FirstArrived  time.Time `json:"first_arrived,omitzero"`
+	// Missing counts the numbers no block holds between the lowest stored
+	// in the span and LastSeq (as MissingRecent).
+	Missing uint64 `json:"missing"`
+}
+
+// SiteRecent summarises a site's latest span sequence numbers in a queue;
+// its cost is the span's, whatever the queue's history.
+func (d *DB) SiteRecent(queue, instance string, span uint64) (Site, error) {
+	out := Site{Queue: queue, Site: instance}
+	last, ok, err := d.LastSeq(queue, instance)
+	if err != nil || !ok || span == 0 {
+		return out, err
+	}
+	out.LastSeq = last
+	err = d.bolt.View(func(tx *bolt.Tx) error {
+		blocks, _ := sub(tx, bucketBlocks, queue)
+		if blocks == nil {
+			return nil
+		}
+		from := uint64(1)
+		if last >= span {
+			from = last - span + 1
+		}
+		prefix := append([]byte(instance), 0)
+		c := blocks.Cursor()
+		var lowest uint64
+		for k, v := c.Seek(blockKey(instance, from)); k != nil && bytes.HasPrefix(k, prefix) && len(k) == len(prefix)+8; k, v = c.Next() {
+			seq := bytesU64(k[len(prefix):])
+			if seq > last {
+				break
+			}
+			var b Block
+			if err := json.Unmarshal(v, &b); err != nil {
+				return fmt.Errorf("block %s:%d of queue %s: %w", instance, seq, queue, err)
+			}
+			if out.Blocks == 0 {
+				lowest = seq
+			}
+			out.Blocks++
+			out.Bytes += b.Size
+			out.KernelDropped += b.KernelDropped
+			if out.FirstArrived.IsZero() || b.Arrived.Before(out.FirstArrived) {
+				out.FirstArrived = b.Arrived
+			}
+			out.Last = &b
+		}
+		if out.Blocks > 0 {
+			out.Missing = last - lowest + 1 - uint64(out.Blocks)
+		}
+		return nil
+	})
+	return out, err
+}
+
 // LastSeq returns the highest sequence number stored for an instance in a
 // queue, and false if the queue holds no block of that instance.
 func (d *DB) LastSeq(queue, instance string) (uint64, bool, error) {

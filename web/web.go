@@ -48,6 +48,8 @@ type Server struct {
 type point struct {
 	At   time.Time          `json:"at"`
 	Rows []engine.StatusRow `json:"rows"`
+	// Counts are the stages' cumulative counts, for the rates.
+	Counts []stageCount `json:"-"`
 }
 
 // historyKeep bounds the latency chart: a sample a minute for a day.
@@ -93,6 +95,17 @@ func (s *Server) Handler() http.Handler {
 	mux.HandleFunc("GET /api/status", s.status)
 	mux.HandleFunc("GET /api/latency", s.latency)
 	mux.HandleFunc("GET /api/workers", s.workers)
+	mux.HandleFunc("GET /api/rates", s.rates)
+	mux.HandleFunc("GET /api/sites", s.sites)
+	mux.HandleFunc("GET /api/faulty", s.faulty)
+	mux.HandleFunc("GET /api/jobs", s.jobs)
+	mux.HandleFunc("GET /api/me", s.me)
+	// Actions change things: see actions.go for why these three hold
+	// against cross-site requests.
+	guard := http.NewCrossOriginProtection()
+	mux.Handle("POST /api/retry", guard.Handler(action(s, "retry", s.retry)))
+	mux.Handle("POST /api/fire-window", guard.Handler(action(s, "fire-window", s.fireWindow)))
+	mux.Handle("POST /api/retract", guard.Handler(action(s, "retract", s.retract)))
 	return open
 }
 
@@ -132,7 +145,7 @@ func (s *Server) sample(ctx context.Context, every time.Duration) {
 				rows = []engine.StatusRow{} // no stages yet
 			}
 			s.mu.Lock()
-			s.history = append(s.history, point{time.Now().UTC(), rows})
+			s.history = append(s.history, point{At: time.Now().UTC(), Rows: rows, Counts: countsOf(s.eng.Stats())})
 			if len(s.history) > historyKeep {
 				s.history = slices.Delete(s.history, 0, len(s.history)-historyKeep)
 			}
@@ -166,6 +179,7 @@ type GraphStage struct {
 	Owners      []string `json:"owners"`
 	Merged      bool     `json:"merged"`
 	Backlog     int64    `json:"backlog"`
+	Waiting     int64    `json:"waiting_for_window"`
 	Workers     int      `json:"workers"`
 	Faulty      int64    `json:"faulty"`
 }
@@ -200,7 +214,7 @@ func (s *Server) graph(w http.ResponseWriter, r *http.Request) {
 	for _, n := range g.Stages {
 		st := stats[n.ID()]
 		gs := GraphStage{Name: n.Name, ID: n.ID(), Inputs: n.Inputs, Outputs: n.Outputs, Program: n.Program.String(),
-			Abstraction: n.Abstraction, Merged: n.Merged, Backlog: st.Backlog, Workers: st.Workers, Faulty: st.Faulty}
+			Abstraction: n.Abstraction, Merged: n.Merged, Backlog: st.Backlog, Waiting: st.Waiting, Workers: st.Workers, Faulty: st.Faulty}
 		for _, o := range n.Owners {
 			owner := o.Job + "/" + o.Stage
 			if o.User != "" {
@@ -349,9 +363,15 @@ func (s *Server) readableRows(r *http.Request, rows []engine.StatusRow) []engine
 }
 
 func (s *Server) latency(w http.ResponseWriter, r *http.Request) {
+	from, ok := since(r, time.Now())
+	if !ok {
+		http.Error(w, "range: want 15m, 1h, 6h or 24h", http.StatusBadRequest)
+		return
+	}
 	s.mu.Lock()
 	h := slices.Clone(s.history)
 	s.mu.Unlock()
+	h = slices.DeleteFunc(h, func(p point) bool { return p.At.Before(from) })
 	if s.authz != nil {
 		for i := range h {
 			h[i].Rows = s.readableRows(r, h[i].Rows)

@@ -377,3 +377,47 @@ func TestDashboardLogin(t *testing.T) {
 		t.Errorf("a removed user's cached login: %d", code)
 	}
 }
+
+// TestServeSamplesRates: the rates between samples show what went along
+// each edge of a stage that ran, in and out, and a range the page does
+// not offer is refused.
+func TestServeSamplesRates(t *testing.T) {
+	r := newRig(t)
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- web.New(r.eng, r.db, nil, slog.Default()).Serve(ctx, lis, 10*time.Millisecond) }()
+	defer func() { cancel(); <-done }()
+	base := "http://" + lis.Addr().String()
+	r.put(t, 1, "0123456789")
+	if res, err := r.eng.Submit("j.yaml", []byte("job: j\nfrom: earliest\nstages:\n  - {name: c, inputs: [raw], program: [cat], outputs: [raw.c]}\n"), ""); err != nil || res.State != "accepted" {
+		t.Fatal(res, err)
+	}
+	seen := map[string]web.Rate{} // the busiest point of each series
+	for deadline := time.Now().Add(60 * time.Second); len(seen) < 3; time.Sleep(10 * time.Millisecond) {
+		for _, rs := range getJSON[[]web.RateSeries](t, base+"/api/rates?range=15m") {
+			key := rs.Kind + " " + rs.Stage + rs.From + ">" + rs.To
+			for _, p := range rs.Points {
+				if p.BlocksPerSec > 0 || p.RunsPerSec > 0 {
+					seen[key] = p
+				}
+			}
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("rates never showed the run; saw %+v", seen)
+		}
+	}
+	in, out, st := seen["edge raw>j/c"], seen["edge j/c>raw.c"], seen["stage j/c>"]
+	// One 10-byte block in and out within one sampling interval: the
+	// rates stand in that ratio, whatever the interval.
+	if in.BlocksPerSec <= 0 || in.BytesPerSec != 10*in.BlocksPerSec || out.BytesPerSec != 10*out.BlocksPerSec ||
+		st.BytesPerSec != in.BytesPerSec || st.OutBytesPerSec != out.BytesPerSec || st.RunsPerSec != in.BlocksPerSec {
+		t.Errorf("rates: in %+v, out %+v, stage %+v", in, out, st)
+	}
+	if code, _, body := getText(t, base+"/api/rates?range=1y"); code != 400 || !strings.Contains(body, "15m, 1h, 6h or 24h") {
+		t.Errorf("range=1y: %d %s", code, body)
+	}
+}

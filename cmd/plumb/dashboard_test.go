@@ -64,24 +64,25 @@ func captureBlock(t *testing.T, site string, seq uint64, at time.Time) client.So
 
 // statsBacklog runs `plumb stats` and returns each stage's backlog and
 // faulty count as it prints them.
-func statsBacklog(t *testing.T, addr string) map[string][2]int {
+func statsBacklog(t *testing.T, addr string) map[string][3]int {
 	t.Helper()
 	out, errOut, code := plumbExec(t, "stats", "--server", addr)
 	if code != 0 {
 		t.Fatalf("plumb stats: exit %d: %s", code, errOut)
 	}
-	got := map[string][2]int{}
+	got := map[string][3]int{}
 	lines := strings.Split(strings.TrimSpace(out), "\n")
 	head := strings.Fields(lines[0])
-	backlog, faulty := slices.Index(head, "BACKLOG"), slices.Index(head, "FAULTY")
+	backlog, waiting, faulty := slices.Index(head, "BACKLOG"), slices.Index(head, "WAITING"), slices.Index(head, "FAULTY")
 	for _, l := range lines[1:] {
 		f := strings.Fields(l)
 		if len(f) <= faulty || strings.Contains(l, ": ") {
 			continue // a note under the table
 		}
 		b, _ := strconv.Atoi(f[backlog])
+		w, _ := strconv.Atoi(f[waiting])
 		n, _ := strconv.Atoi(f[faulty])
-		got[f[0]] = [2]int{b, n}
+		got[f[0]] = [3]int{b, w, n}
 	}
 	return got
 }
@@ -207,20 +208,22 @@ stages:
 	// until the pipeline settles: the shared stages idle, dave's blocks
 	// all faulty, carol's window holding its blocks.
 	type drawn struct {
-		Stages  map[string][2]int `json:"stages"`
+		Stages  map[string][3]int `json:"stages"`
 		Queues  []string          `json:"queues"`
 		Red     string            `json:"red"`
 		Doubles []string          `json:"doubles"`
+		Waiting []string          `json:"waiting"`
 	}
 	var page drawn
-	var stats map[string][2]int
+	var stats map[string][3]int
 	deadline := time.Now().Add(90 * time.Second)
 	for {
 		page = browse(t, bctx, "read the graph", chromedp.Evaluate[drawn](`render().then(() => {
-			const out = {stages: {}, queues: [], red: '', doubles: []};
+			const out = {stages: {}, queues: [], red: '', doubles: [], waiting: []};
 			for (const g of document.querySelectorAll('svg.graph g.stage')) {
-				out.stages[g.dataset.stage] = [+g.dataset.backlog, +g.dataset.faulty];
+				out.stages[g.dataset.stage] = [+g.dataset.backlog, +g.dataset.waiting, +g.dataset.faulty];
 				if (g.querySelector('rect.outer')) out.doubles.push(g.dataset.stage);
+				if (g.classList.contains('waiting')) out.waiting.push(g.dataset.stage);
 			}
 			for (const g of document.querySelectorAll('svg.graph g.queue')) out.queues.push(g.dataset.queue);
 			const f = document.querySelector('svg.graph text.faulty');
@@ -228,13 +231,14 @@ stages:
 			return out;
 		})`, chromedp.EvalAwaitPromise))
 		stats = statsBacklog(t, addr)
-		settled := stats["dave/picky"] == [2]int{0, 4} && stats["alice-archive/decode"] == [2]int{0, 0} &&
-			stats["alice-archive/archive"] == [2]int{0, 0} && stats["bob-summary/summary"] == [2]int{0, 0} && stats["carol/hourly"][0] > 0
+		// carol's blocks wait for her window by design: not backlog.
+		settled := stats["dave/picky"] == [3]int{0, 0, 4} && stats["alice-archive/decode"] == [3]int{0, 0, 0} &&
+			stats["alice-archive/archive"] == [3]int{0, 0, 0} && stats["bob-summary/summary"] == [3]int{0, 0, 0} && stats["carol/hourly"][0] == 0 && stats["carol/hourly"][1] > 0
 		if settled && fmt.Sprint(page.Stages) == fmt.Sprint(stats) {
 			break
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("the page's backlog and faulty numbers never matched plumb stats on a settled pipeline:\npage:  %v\nstats: %v", page.Stages, stats)
+			t.Fatalf("the page's backlog, waiting and faulty numbers never matched plumb stats on a settled pipeline:\npage:  %v\nstats: %v", page.Stages, stats)
 		}
 		time.Sleep(200 * time.Millisecond)
 	}
@@ -250,6 +254,9 @@ stages:
 	}
 	if page.Red != "rgb(201, 42, 42) faulty 4" {
 		t.Errorf("dave's faulty blocks drawn as %q; want red 'faulty 4'", page.Red)
+	}
+	if fmt.Sprint(page.Waiting) != "[carol/hourly]" {
+		t.Errorf("stages drawn as waiting for windows: %v; want carol's window stage only", page.Waiting)
 	}
 	if fmt.Sprint(page.Doubles) != "[alice-archive/decode]" {
 		t.Errorf("stages drawn as merged: %v; want only the decode stage alice and bob share", page.Doubles)
@@ -301,6 +308,59 @@ stages:
 	if txt := browse(t, bctx, "read workers", chromedp.Text(chromedp.CSS(`main`))); !strings.Contains(txt, "None: every stage runs on the server") {
 		t.Errorf("workers page: %q", txt)
 	}
+
+	// Sites: lax shipped blocks 1, 2, 4 and 5; 3 is a gap.
+	do("open sites", chromedp.Click(chromedp.CSS(`nav a[data-nav="sites"]`)), chromedp.WaitVisible(chromedp.ID(`sites`)), shot("sites"))
+	site := browse(t, bctx, "read the sites", chromedp.Evaluate[[]string](`[...document.querySelectorAll('#sites tr[data-site]')].map(tr => tr.dataset.site + ' missing=' + tr.dataset.missing + ' silent=' + tr.dataset.silent + ' ' + tr.children[3].textContent)`))
+	if fmt.Sprint(site) != "[pcap.sz lax missing=1 silent=false 5]" {
+		t.Errorf("sites page: %q; want lax at seq 5 with one block missing, shipping", site)
+	}
+
+	// Rates: a row and a chart per stage, and the edges that carried blocks.
+	do("open rates", chromedp.Click(chromedp.CSS(`nav a[data-nav="rates"]`)), chromedp.WaitVisible(chromedp.CSS(`#rates tr[data-rate="pcap.sz → alice-archive/decode"]`)),
+		chromedp.WaitVisible(chromedp.CSS(`figure[data-chart="stage alice-archive/decode"] svg`)), shot("rates"))
+
+	// Faulty: dave's four blocks with the error his program gave; an
+	// admin (no --users here: everyone is) requeues one with two clicks.
+	do("open faulty", chromedp.Click(chromedp.CSS(`nav a[data-nav="faulty"]`)), chromedp.WaitVisible(chromedp.ID(`faulty`)), shot("faulty"))
+	rows := browse(t, bctx, "read faulty", chromedp.Evaluate[[][]string](`[...document.querySelectorAll('#faulty tr[data-block]')].map(tr => [tr.dataset.block, tr.dataset.group, tr.querySelector('td.error').textContent])`))
+	if len(rows) != 4 {
+		t.Fatalf("faulty page lists %d blocks; want dave's 4: %v", len(rows), rows)
+	}
+	for _, row := range rows {
+		if row[1] != "dave/picky" || !strings.Contains(row[2], "picky: refuses every block") {
+			t.Errorf("faulty row %v; want dave/picky with its stderr", row)
+		}
+	}
+	retryButton := chromedp.CSS(`#faulty tr[data-block="` + rows[0][0] + `"] button`)
+	do("retry a faulty block", chromedp.Click(retryButton), chromedp.WaitVisible(chromedp.CSS(`#faulty tr[data-block="`+rows[0][0]+`"] button.armed`)),
+		chromedp.Click(retryButton), chromedp.WaitVisible(chromedp.CSS(`#flash.ok`)), shot("retried"))
+	if flash := browse(t, bctx, "read the answer", chromedp.Text(chromedp.ID(`flash`))); flash != `retry: {"requeued":1}` {
+		t.Errorf("after retry the page says %q", flash)
+	}
+
+	// Windows: fire carol's waiting window now, without block 3.
+	fire := chromedp.CSS(`#open-windows tr[data-missing="1"] button`)
+	do("fire the window", chromedp.Click(chromedp.CSS(`nav a[data-nav="windows"]`)), chromedp.WaitVisible(fire), chromedp.Click(fire),
+		chromedp.WaitVisible(chromedp.CSS(`#open-windows tr[data-missing="1"] button.armed`)), chromedp.Click(fire),
+		chromedp.WaitVisible(chromedp.CSS(`#fired-windows tr[data-missing="1"]`)), shot("fired"))
+	if why := browse(t, bctx, "read the fired window", chromedp.Text(chromedp.CSS(`#fired-windows tr[data-missing="1"] td:last-child`))); why != "forced" {
+		t.Errorf("the fired window's reason: %q; want forced", why)
+	}
+
+	// Jobs: retract dave's.
+	retract := chromedp.CSS(`#jobs tr[data-job="dave"] button`)
+	do("retract a job", chromedp.Click(chromedp.CSS(`nav a[data-nav="jobs"]`)), chromedp.WaitVisible(retract), chromedp.Click(retract),
+		chromedp.WaitVisible(chromedp.CSS(`#jobs tr[data-job="dave"] button.armed`)), chromedp.Click(retract), chromedp.WaitVisible(chromedp.CSS(`#flash.ok`)))
+	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(100 * time.Millisecond) {
+		if out, _, _ := plumbExec(t, "job", "list", "--server", addr); strings.Contains(out, "retracted") {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("dave's job was not retracted from the dashboard")
+		}
+	}
+	do("screenshot", shot("jobs"))
 
 	time.Sleep(300 * time.Millisecond) // the last page's messages
 	mu.Lock()

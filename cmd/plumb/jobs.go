@@ -137,7 +137,7 @@ func statsCommand() command {
 				fmt.Fprintf(os.Stderr, "\r%60s\r", "")
 			}
 			tw := tabwriter.NewWriter(os.Stdout, 0, 4, 2, ' ', 0)
-			fmt.Fprintln(tw, "STAGE\tOWNERS\tBACKLOG\tWORKERS\tRUNS\tFAILED\tFAULTY\tIN MB\tOUT MB\tPROC s\tCPU s\tWAIT s\tMB/s\t")
+			fmt.Fprintln(tw, "STAGE\tOWNERS\tBACKLOG\tWAITING\tWORKERS\tRUNS\tFAILED\tFAULTY\tIN MB\tOUT MB\tPROC s\tCPU s\tWAIT s\tMB/s\t")
 			var notes []string
 			for _, s := range st {
 				flag := ""
@@ -145,7 +145,7 @@ func statsCommand() command {
 					flag = "chain?"
 					notes = append(notes, fmt.Sprintf("%s moves %.0f MB/s of I/O: chain it with a neighbour (program: [a, b]) to skip storing its blocks", s.Stage, s.Intensity))
 				}
-				fmt.Fprintf(tw, "%s\t%d\t%d\t%d\t%d\t%d\t%d\t%.1f\t%.1f\t%.2f\t%.2f\t%.2f\t%.1f\t%s\n", s.Stage, len(s.Owners), s.Backlog, s.Workers,
+				fmt.Fprintf(tw, "%s\t%d\t%d\t%d\t%d\t%d\t%d\t%d\t%.1f\t%.1f\t%.2f\t%.2f\t%.2f\t%.1f\t%s\n", s.Stage, len(s.Owners), s.Backlog, s.Waiting, s.Workers,
 					s.Runs, s.Failed, s.Faulty, float64(s.BytesIn)/1e6, float64(s.BytesOut)/1e6, s.ProcessingSeconds, s.CPUSeconds, s.QueueWaitSeconds, s.Intensity, flag)
 				if s.Detail != "" {
 					notes = append(notes, s.Stage+": "+s.Detail)

@@ -30,6 +30,61 @@ async function get(path) {
   return r.json();
 }
 
+// post sends an admin action. Its JSON body is what keeps another site's
+// form from sending it with this user's login (see web/actions.go).
+async function post(path, body) {
+  const r = await fetch(path, { method: 'POST', headers: { 'Content-Type': 'application/json', Accept: 'application/json' },
+    body: JSON.stringify(body) });
+  if (!r.ok) throw new Error((await r.text()).trim());
+  return r.json();
+}
+
+// me is who the page is shown to: admins get the action buttons.
+let me = { admin: false, user: '' };
+
+// actionButton does what it says on a second click (the first asks to
+// confirm), then shows the answer above the page and redraws it.
+function actionButton(label, what, run) {
+  const b = h('button', { class: 'action', type: 'button', 'data-action': what }, label);
+  let armed = false;
+  b.addEventListener('click', async ev => {
+    ev.stopPropagation();
+    if (!armed) {
+      armed = true;
+      b.textContent = `Confirm: ${label.toLowerCase()}?`;
+      b.classList.add('armed');
+      return;
+    }
+    b.disabled = true;
+    const flash = document.getElementById('flash');
+    try {
+      const res = await run();
+      flash.textContent = `${what}: ${JSON.stringify(res)}`;
+      flash.className = 'ok';
+    } catch (e) {
+      flash.textContent = e.message;
+      flash.className = 'bad';
+    }
+    flash.hidden = false;
+    render();
+  });
+  return b;
+}
+
+// chartRange is the time range of the charts; the choice is kept.
+let chartRange = localStorage.getItem('plumb-range') || '1h';
+function rangePicker() {
+  return h('label', { class: 'range' }, 'range ',
+    h('select', { id: 'range', onchange: ev => { chartRange = ev.target.value; localStorage.setItem('plumb-range', chartRange); render(); } },
+      ['15m', '1h', '6h', '24h'].map(v => h('option', { value: v, selected: v === chartRange }, v))));
+}
+
+function rate(n, unit) {
+  if (!n) return `0 ${unit}/s`;
+  return n >= 100 ? `${Math.round(n)} ${unit}/s` : n >= 1 ? `${n.toFixed(1)} ${unit}/s` : `${n.toPrecision(2)} ${unit}/s`;
+}
+const mbps = n => rate(n / 1e6, 'MB');
+
 function bytes(n) {
   const units = ['B', 'KiB', 'MiB', 'GiB', 'TiB'];
   let i = 0;
@@ -113,8 +168,12 @@ function layout(g) {
 
 const halfWidth = n => (n.kind === 'queue' ? QUEUE_RX : STAGE_W / 2);
 
-function drawGraph(g, queues) {
+function drawGraph(g, queues, rates) {
   const { nodes, edges, width, height } = layout(g);
+  // The latest rate along each edge, by "from→to" with stages by name.
+  const edgeRate = new Map();
+  for (const r of rates) if (r.kind === 'edge' && r.points.length) edgeRate.set(`${r.from}→${r.to}`, r.points[r.points.length - 1]);
+  const keyOf = n => (n.kind === 'queue' ? n.name : n.stage.name);
   const blocksOf = new Map(queues.map(q => [q.name, q]));
   const svg = s('svg', { class: 'graph', viewBox: `0 0 ${width} ${height}`, width, height, role: 'img',
     'aria-label': 'the merged pipeline graph' });
@@ -123,6 +182,11 @@ function drawGraph(g, queues) {
   for (const [a, b] of edges) {
     const x1 = a.x + halfWidth(a), x2 = b.x - halfWidth(b), mx = (x1 + x2) / 2;
     svg.append(s('path', { class: 'edge', d: `M${x1},${a.y} C${mx},${a.y} ${mx},${b.y} ${x2},${b.y}`, 'marker-end': 'url(#arrow)' }));
+    const r = edgeRate.get(`${keyOf(a)}→${keyOf(b)}`);
+    if (r && r.blocks_per_second > 0) {
+      svg.append(s('text', { class: 'rate', x: mx, y: (a.y + b.y) / 2 - 7, 'data-edge': `${keyOf(a)}→${keyOf(b)}` },
+        `${rate(r.blocks_per_second, 'blk')} · ${mbps(r.bytes_per_second)}`));
+    }
   }
   for (const n of nodes) {
     if (n.kind === 'queue') {
@@ -141,8 +205,11 @@ function drawGraph(g, queues) {
     const owners = st.owners && st.owners.length ? st.owners.join('\n  ') : '(none)';
     const tip = `${st.name}${st.merged ? ' (merged: shared by ' + st.owners.length + ' jobs)' : ''}\n` +
       `program: ${st.program}\nabstraction: ${st.abstraction || 'block'}\nowners:\n  ${owners}`;
-    const g1 = s('g', { class: `node stage${st.merged ? ' merged' : ''}${st.backlog > 0 ? ' busy' : ''}`,
-      'data-stage': st.name, 'data-id': st.id, 'data-backlog': st.backlog, 'data-workers': st.workers, 'data-faulty': st.faulty,
+    // Blocks held for a window not yet due are waiting by design: drawn
+    // as such, not as a backlog more workers would clear.
+    const waiting = st.waiting_for_window || 0;
+    const g1 = s('g', { class: `node stage${st.merged ? ' merged' : ''}${st.backlog > 0 ? ' busy' : waiting > 0 ? ' waiting' : ''}`,
+      'data-stage': st.name, 'data-id': st.id, 'data-backlog': st.backlog, 'data-waiting': waiting, 'data-workers': st.workers, 'data-faulty': st.faulty,
       tabindex: 0, onclick: () => { location.hash = '#/queue/' + encodeURIComponent(st.inputs[0]); } },
       s('title', {}, tip));
     if (st.merged) g1.append(s('rect', { class: 'outer', x: x - 4, y: y - 4, width: STAGE_W + 8, height: STAGE_H + 8, rx: 8 }));
@@ -150,6 +217,7 @@ function drawGraph(g, queues) {
     g1.append(s('text', { x: n.x, y: y + 14, class: 'name' }, clip(st.name, 28)));
     g1.append(s('text', { x: n.x, y: y + 32, class: 'load' }, `backlog ${st.backlog} · workers ${st.workers}`));
     if (st.faulty > 0) g1.append(s('text', { x: n.x, y: y + 49, class: 'faulty' }, `faulty ${st.faulty}`));
+    else if (waiting > 0) g1.append(s('text', { x: n.x, y: y + 49, class: 'waiting' }, `${waiting} waiting for windows`));
     else if (st.merged) g1.append(s('text', { x: n.x, y: y + 49, class: 'detail' }, `merged · ${st.owners.length} owners`));
     svg.append(g1);
   }
@@ -159,15 +227,15 @@ function drawGraph(g, queues) {
 function clip(t, n) { return t.length > n ? t.slice(0, n - 1) + '…' : t; }
 
 async function graphPage() {
-  const [g, queues] = await Promise.all([get('/api/graph'), get('/api/queues')]);
+  const [g, queues, rates] = await Promise.all([get('/api/graph'), get('/api/queues'), get('/api/rates?range=15m')]);
   const faulty = g.stages.reduce((a, st) => a + st.faulty, 0);
   return [
     h('h1', {}, 'Pipeline graph'),
     h('p', { class: 'muted' }, `${g.stages.length} stages over ${g.queues.length} queues. ` +
       'Ovals are queues, boxes are stages; a double border marks a stage several jobs share. ' +
-      'Hover for owners; click for the queue.',
+      'Hover for owners; click for the queue. Edges show the latest blocks/s and MB/s.',
       faulty ? h('span', { class: 'bad' }, ` ${faulty} faulty blocks.`) : ''),
-    g.stages.length || g.queues.length ? drawGraph(g, queues) : h('p', {}, 'No queues or jobs yet. Submit one with `plumb job submit FILE.yaml`.'),
+    g.stages.length || g.queues.length ? drawGraph(g, queues, rates) : h('p', {}, 'No queues or jobs yet. Submit one with `plumb job submit FILE.yaml`.'),
   ];
 }
 
@@ -240,9 +308,10 @@ async function windowsPage() {
     onclick: () => { location.hash = `#/window/${encodeURIComponent(w.stage)}/${encodeURIComponent(w.id)}${w.revision ? '/' + w.revision : ''}`; } },
     h('td', {}, w.stage), h('td', {}, siteOf(w)), h('td', {}, `${when(w.from)} – ${when(w.to)}`),
     h('td', { class: 'num' }, w.blocks), h('td', { class: 'num' + (w.missing && w.missing.length ? ' bad' : '') }, (w.missing || []).length),
-    h('td', {}, w.state === 'faulty' ? h('span', { class: 'bad' }, 'faulty') : waitText(w, now)));
+    h('td', {}, w.state === 'faulty' ? h('span', { class: 'bad' }, w.error ? `faulty: ${w.error}` : 'faulty') : waitText(w, now)),
+    me.admin && w.state === 'waiting' ? h('td', {}, actionButton('Fire now', 'fire-window', () => post('/api/fire-window', { stage: w.stage, window: w.id }))) : []);
   const head = last => h('tr', {}, h('th', {}, 'stage'), h('th', {}, 'site'), h('th', {}, 'window'),
-    h('th', { class: 'num' }, 'present'), h('th', { class: 'num' }, 'missing'), h('th', {}, last));
+    h('th', { class: 'num' }, 'present'), h('th', { class: 'num' }, 'missing'), h('th', {}, last), me.admin && last === 'waiting' ? h('th', {}, '') : []);
   return [
     h('h1', {}, 'Windows'),
     h('h2', {}, `Open (${open.length})`),
@@ -280,27 +349,28 @@ async function windowPage(stage, id, rev) {
 const seriesKey = r => (r.kind === 'stage' ? `stage ${r.stage}` : r.kind === 'stream' ? `${r.queue} ⇢ ${r.group} (stream)` : `${r.queue} → ${r.group}`);
 const rowName = r => (r.kind === 'stage' ? r.stage : r.kind === 'stream' ? `stream ${r.group}` : r.group);
 
-function chart(points, w = 420, ht = 160) {
-  const left = 48, bottom = 20, top = 8, right = 8;
-  const ts = points.map(p => p.t), vs = points.flatMap(p => [p.p50, p.p99]);
+// chart draws lines over time: lines are [key, class] pairs of points'
+// fields, fmt formats the top of the scale.
+function chart(points, lines = [['p50', 'p50'], ['p99', 'p99']], fmt = dur, w = 420, ht = 160) {
+  const left = 56, bottom = 20, top = 8, right = 8;
+  const ts = points.map(p => p.t), vs = points.flatMap(p => lines.map(([k]) => p[k] || 0));
   const t0 = Math.min(...ts), t1 = Math.max(...ts, t0 + 1);
-  const vmax = Math.max(...vs, 1);
+  const top0 = Math.max(...vs, 0), vmax = top0 || 1; // an idle series: a flat line, no scale
   const X = t => left + ((t - t0) / (t1 - t0)) * (w - left - right);
   const Y = v => top + (1 - v / vmax) * (ht - top - bottom);
-  const line = k => points.map(p => `${X(p.t).toFixed(1)},${Y(p[k]).toFixed(1)}`).join(' ');
+  const line = k => points.map(p => `${X(p.t).toFixed(1)},${Y(p[k] || 0).toFixed(1)}`).join(' ');
   return s('svg', { class: 'chart', width: w, height: ht, viewBox: `0 0 ${w} ${ht}` },
     s('line', { class: 'axis', x1: left, y1: ht - bottom, x2: w - right, y2: ht - bottom }),
     s('line', { class: 'axis', x1: left, y1: top, x2: left, y2: ht - bottom }),
-    s('text', { x: left - 4, y: top + 8, 'text-anchor': 'end' }, dur(vmax)),
+    s('text', { x: left - 4, y: top + 8, 'text-anchor': 'end' }, top0 ? fmt(top0) : ''),
     s('text', { x: left - 4, y: ht - bottom, 'text-anchor': 'end' }, '0'),
     s('text', { x: left, y: ht - 4 }, new Date(t0).toISOString().slice(11, 19)),
     s('text', { x: w - right, y: ht - 4, 'text-anchor': 'end' }, new Date(t1).toISOString().slice(11, 19)),
-    s('polyline', { class: 'p99', points: line('p99') }),
-    s('polyline', { class: 'p50', points: line('p50') }));
+    lines.map(([k, cls]) => s('polyline', { class: cls, points: line(k) })));
 }
 
 async function latencyPage() {
-  const [hist, now] = await Promise.all([get('/api/latency'), get('/api/status')]);
+  const [hist, now] = await Promise.all([get('/api/latency?range=' + chartRange), get('/api/status')]);
   const series = new Map();
   for (const pt of hist) {
     const t = new Date(pt.at).getTime();
@@ -324,9 +394,102 @@ async function latencyPage() {
         h('td', { class: 'num' }, r.arrival_to.samples ? dur(r.arrival_to.p99_ns) : '–'),
         h('td', { class: 'num' }, r.arrival_to.samples)))),
     h('h2', {}, 'Over time'),
-    h('p', { class: 'legend' }, h('span', { class: 'p50' }, '— p50'), h('span', { class: 'p99' }, '— p99')),
+    h('p', { class: 'legend' }, rangePicker(), h('span', { class: 'p50' }, '— p50'), h('span', { class: 'p99' }, '— p99')),
     series.size === 0 ? h('p', { class: 'muted' }, 'No block has gone through yet.') :
       h('div', { class: 'charts' }, [...series].map(([k, pts]) => h('figure', { 'data-chart': k }, h('figcaption', {}, k), chart(pts)))),
+  ];
+}
+
+// ---- rates ----------------------------------------------------------------
+
+async function ratesPage() {
+  const rates = await get('/api/rates?range=' + chartRange);
+  const pts = r => r.points.map(p => ({ ...p, t: new Date(p.at).getTime() }));
+  const stages = rates.filter(r => r.kind === 'stage'), edges = rates.filter(r => r.kind === 'edge');
+  const last = r => r.points[r.points.length - 1] || {};
+  return [
+    h('h1', {}, 'Rates'),
+    h('p', { class: 'muted' }, 'What each stage read and wrote per second, and what went along each edge of the graph, between the dashboard\'s samples.'),
+    h('p', { class: 'legend' }, rangePicker(), h('span', { class: 'in' }, '— in'), h('span', { class: 'out' }, '— out')),
+    rates.length === 0 ? h('p', { class: 'muted' }, 'No two samples yet: rates appear after the second.') : [
+      h('table', { id: 'rates' },
+        h('tr', {}, h('th', {}, 'stage or edge'), ...['blocks/s', 'MB/s', 'out blocks/s', 'out MB/s', 'runs/s'].map(c => h('th', { class: 'num' }, c))),
+        [...stages, ...edges].map(r => {
+          const p = last(r), name = r.kind === 'stage' ? r.stage : `${r.from} → ${r.to}`;
+          return h('tr', { 'data-rate': name },
+            h('td', {}, name), h('td', { class: 'num' }, (p.blocks_per_second || 0).toFixed(2)), h('td', { class: 'num' }, ((p.bytes_per_second || 0) / 1e6).toFixed(3)),
+            h('td', { class: 'num' }, r.kind === 'stage' ? (p.out_blocks_per_second || 0).toFixed(2) : ''),
+            h('td', { class: 'num' }, r.kind === 'stage' ? ((p.out_bytes_per_second || 0) / 1e6).toFixed(3) : ''),
+            h('td', { class: 'num' }, r.kind === 'stage' ? (p.runs_per_second || 0).toFixed(2) : ''));
+        })),
+      h('h2', {}, 'Stages, MB/s'),
+      h('div', { class: 'charts' }, stages.map(r => h('figure', { 'data-chart': 'stage ' + r.stage }, h('figcaption', {}, r.stage),
+        chart(pts(r), [['bytes_per_second', 'in'], ['out_bytes_per_second', 'out']], mbps)))),
+      h('h2', {}, 'Edges, blocks/s'),
+      h('div', { class: 'charts' }, edges.map(r => h('figure', { 'data-chart': `${r.from} → ${r.to}` }, h('figcaption', {}, `${r.from} → ${r.to}`),
+        chart(pts(r), [['blocks_per_second', 'in']], v => rate(v, 'blk'))))),
+    ],
+  ];
+}
+
+// ---- sites ----------------------------------------------------------------
+
+async function sitesPage() {
+  const sites = await get('/api/sites');
+  const silent = sites.filter(x => x.silent).length, gaps = sites.filter(x => x.missing > 0).length;
+  return [
+    h('h1', {}, 'Sites'),
+    h('p', { class: 'muted' }, `Each agent instance shipping to a source queue, from its latest 256 sequence numbers. ${sites.length} sites; `,
+      h('span', { class: silent ? 'bad' : '' }, `${silent} silent`), ', ', h('span', { class: gaps ? 'bad' : '' }, `${gaps} with gaps`), '.'),
+    sites.length === 0 ? h('p', {}, 'No site has shipped a block yet.') :
+      h('table', { id: 'sites' },
+        h('tr', {}, h('th', {}, 'queue'), h('th', {}, 'site'), h('th', {}, 'status'), h('th', { class: 'num' }, 'last seq'), h('th', {}, 'last block'),
+          h('th', { class: 'num' }, 'age'), h('th', { class: 'num' }, 'missing'), h('th', { class: 'num' }, 'bytes/s'), h('th', { class: 'num' }, 'kernel drops')),
+        sites.map(x => h('tr', { 'data-site': `${x.queue} ${x.site}`, 'data-missing': x.missing, 'data-silent': String(x.silent) },
+          h('td', {}, x.queue), h('td', {}, x.site),
+          h('td', { class: x.silent ? 'bad' : 'ok' }, x.silent ? 'silent' : 'shipping'),
+          h('td', { class: 'num' }, x.last_seq), h('td', { class: 'name' }, x.last ? x.last.name : '–'),
+          h('td', { class: 'num' + (x.silent ? ' bad' : '') }, x.last ? dur(x.age_ns) : '–'),
+          h('td', { class: 'num' + (x.missing ? ' bad' : '') }, x.missing),
+          h('td', { class: 'num' }, x.bytes_per_second ? bytes(x.bytes_per_second) + '/s' : '–'),
+          h('td', { class: 'num' + (x.kernel_dropped ? ' bad' : '') }, x.kernel_dropped)))),
+  ];
+}
+
+// ---- faulty ---------------------------------------------------------------
+
+async function faultyPage() {
+  const fb = await get('/api/faulty');
+  const queues = [...new Set(fb.map(b => b.queue))];
+  return [
+    h('h1', {}, 'Faulty blocks'),
+    h('p', { class: 'muted' }, 'Blocks a stage or consumer set aside after its last attempt, with the error it gave. Retrying puts a block back in its queue for that subscriber.'),
+    fb.length === 0 ? h('p', {}, 'None.') : [
+      me.admin ? h('p', {}, queues.map(q => actionButton(`Retry all of ${q}`, 'retry', () => post('/api/retry', { queue: q })))) : [],
+      h('table', { id: 'faulty' },
+        h('tr', {}, h('th', {}, 'block'), h('th', {}, 'stage or group'), h('th', { class: 'num' }, 'attempts'), h('th', {}, 'block time'), h('th', {}, 'error'), me.admin ? h('th', {}, '') : []),
+        fb.map(b => h('tr', { 'data-block': b.block, 'data-group': b.stage || b.group },
+          h('td', {}, b.block), h('td', {}, b.stage || b.group), h('td', { class: 'num' }, b.attempts), h('td', {}, when(b.time)),
+          h('td', { class: 'error' }, b.error),
+          me.admin ? h('td', {}, actionButton('Retry', 'retry', () => post('/api/retry', { queue: b.queue, block: b.block }))) : []))),
+    ],
+  ];
+}
+
+// ---- jobs -----------------------------------------------------------------
+
+async function jobsPage() {
+  const jobs = await get('/api/jobs');
+  return [
+    h('h1', {}, 'Jobs'),
+    jobs.length === 0 ? h('p', {}, 'No job submitted yet.') :
+      h('table', { id: 'jobs' },
+        h('tr', {}, h('th', {}, 'job'), h('th', {}, 'owner'), h('th', {}, 'state'), h('th', {}, 'submitted'), h('th', {}, 'why'), h('th', {}, '')),
+        jobs.map(j => h('tr', { 'data-job': j.name },
+          h('td', {}, j.name), h('td', {}, j.owner || ''), h('td', { class: j.state === 'rejected' ? 'bad' : '' }, j.state), h('td', {}, when(j.submitted)),
+          h('td', {}, j.reason || j.suspended || (j.warnings || []).join('; ')),
+          h('td', {}, j.state === 'accepted' && (me.admin || (me.user && me.user === j.owner))
+            ? actionButton('Retract', 'retract', () => post('/api/retract', { job: j.name })) : [])))),
   ];
 }
 
@@ -361,6 +524,10 @@ function route() {
     case 'window': return ['windows', () => windowPage(parts[1], parts[2], parts[3])];
     case 'latency': return ['latency', latencyPage];
     case 'workers': return ['workers', workersPage];
+    case 'rates': return ['rates', ratesPage];
+    case 'sites': return ['sites', sitesPage];
+    case 'faulty': return ['faulty', faultyPage];
+    case 'jobs': return ['jobs', jobsPage];
     default: return ['graph', graphPage];
   }
 }
@@ -374,6 +541,7 @@ async function render() {
   for (const a of document.querySelectorAll('nav a')) a.classList.toggle('active', a.dataset.nav === nav);
   const err = document.getElementById('error');
   try {
+    me = await get('/api/me');
     const kids = await page();
     if (gen !== generation) return; // the user moved on meanwhile
     document.getElementById('view').replaceChildren(...kids.flat());
@@ -388,5 +556,5 @@ async function render() {
   timer = setTimeout(render, REFRESH_MS);
 }
 
-window.addEventListener('hashchange', render);
+window.addEventListener('hashchange', () => { document.getElementById('flash').hidden = true; render(); });
 render();

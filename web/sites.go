@@ -1,0 +1,91 @@
+package web
+
+import (
+	"cmp"
+	"net/http"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/plumb-dev/plumb/auth"
+	"github.com/plumb-dev/plumb/state"
+)
+
+// siteSpan is how many of a site's latest sequence numbers the Sites
+// page reads: its cost per refresh, whatever the history.
+const siteSpan = 256
+
+// silentFloor is the least time without a block after which a site is
+// called silent; a site shipping every 5 minutes is called silent after
+// three of its intervals instead.
+const silentFloor = 5 * time.Minute
+
+// SiteRow is a site (an agent's instance) as the Sites page shows it.
+type SiteRow struct {
+	state.Site
+	// Age is the time since its newest block arrived; Interval the mean
+	// time between the arrivals of its latest blocks.
+	AgeNS      int64 `json:"age_ns"`
+	IntervalNS int64 `json:"interval_ns"`
+	// BytesPerSecond is the arrival rate over its latest blocks.
+	BytesPerSecond float64 `json:"bytes_per_second"`
+	// Silent says no block came for three intervals (at least 5 min).
+	Silent bool `json:"silent"`
+}
+
+// sites lists the sites shipping to each source queue (one no stage
+// writes) the user may read.
+func (s *Server) sites(w http.ResponseWriter, r *http.Request) {
+	qs, err := s.db.Queues()
+	if err != nil {
+		reply(w, nil, err)
+		return
+	}
+	derived := map[string]bool{}
+	if g := s.graphOrNil(); g != nil {
+		for _, n := range g.Stages {
+			for _, q := range n.Outputs {
+				derived[q] = true
+			}
+		}
+	}
+	now := time.Now()
+	out := []SiteRow{}
+	for _, q := range qs {
+		if derived[q.Name] || !s.may(r, auth.Read, q.Name) {
+			continue
+		}
+		insts, err := s.db.Instances(q.Name)
+		if err != nil {
+			reply(w, nil, err)
+			return
+		}
+		for _, inst := range insts {
+			site, err := s.db.SiteRecent(q.Name, inst, siteSpan)
+			if err != nil {
+				reply(w, nil, err)
+				return
+			}
+			out = append(out, siteRow(site, now))
+		}
+	}
+	slices.SortFunc(out, func(a, b SiteRow) int {
+		return cmp.Or(strings.Compare(a.Queue, b.Queue), strings.Compare(a.Site.Site, b.Site.Site))
+	})
+	reply(w, out, nil)
+}
+
+func siteRow(site state.Site, now time.Time) SiteRow {
+	row := SiteRow{Site: site}
+	if site.Last == nil {
+		return row
+	}
+	row.AgeNS = int64(now.Sub(site.Last.Arrived))
+	span := site.Last.Arrived.Sub(site.FirstArrived)
+	if site.Blocks > 1 && span > 0 {
+		row.IntervalNS = int64(span) / int64(site.Blocks-1)
+		row.BytesPerSecond = float64(site.Bytes) / span.Seconds()
+	}
+	row.Silent = time.Duration(row.AgeNS) > max(3*time.Duration(row.IntervalNS), silentFloor)
+	return row
+}
