@@ -128,6 +128,18 @@ func (e *Engine) StageOf(group string) (string, bool) {
 	return DisplayName(st.node), true
 }
 
+// WaitingForWindows returns how many blocks the window stage whose
+// consumer group is group holds for windows not yet due (0 for another
+// group), as of the last tick.
+func (e *Engine) WaitingForWindows(group string) int64 {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if st := e.stages[group]; st != nil {
+		return st.waiting
+	}
+	return 0
+}
+
 // Stats returns every stage's measurements, sorted by name.
 func (e *Engine) Stats() []StageStats {
 	e.mu.Lock()

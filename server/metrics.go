@@ -26,7 +26,9 @@ var (
 
 var (
 	faultyDesc  = prometheus.NewDesc("plumb_queue_faulty_blocks", "Blocks of a queue set aside as FAULTY for a consumer (stage or group).", []string{"queue", "consumer"}, nil)
-	backlogDesc = prometheus.NewDesc("plumb_consumer_backlog_blocks", "Blocks a consumer group (or a stage, by name) is owed and has not taken yet.", []string{"queue", "consumer"}, nil)
+	backlogDesc = prometheus.NewDesc("plumb_consumer_backlog_blocks",
+		"Blocks a consumer group (or a stage, by name) is owed and could take now; a window stage's blocks held for windows not yet due are in plumb_stage_window_waiting_blocks instead.",
+		[]string{"queue", "consumer"}, nil)
 )
 
 // queueCollector reports, at each scrape, what the metadata holds per
@@ -35,6 +37,7 @@ var (
 type queueCollector struct {
 	db      *state.DB
 	stageOf func(group string) (string, bool) // nil without an engine
+	waiting func(group string) int64          // a window stage's blocks held for windows; nil without an engine
 }
 
 // consumer names a group as people know it: a stage by its name.
@@ -85,6 +88,9 @@ func (c queueCollector) Collect(ch chan<- prometheus.Metric) {
 				backlog, faulty, err := c.db.Owed(q.Name, g)
 				if err != nil {
 					continue
+				}
+				if c.waiting != nil {
+					backlog -= min(c.waiting(g), backlog)
 				}
 				name := c.consumer(g)
 				ch <- prometheus.MustNewConstMetric(backlogDesc, prometheus.GaugeValue, float64(backlog), q.Name, name)

@@ -300,6 +300,12 @@ func Run(ctx context.Context, cfg Config) (err error) {
 			}
 			return svc.eng.StageOf(g)
 		}
+		qc.waiting = func(g string) int64 {
+			if svc.eng == nil {
+				return 0
+			}
+			return svc.eng.WaitingForWindows(g)
+		}
 		for _, c := range []prometheus.Collector{qc, storeCollector{svc.space}, Uploads, AuthFailures, ReadEstimate} {
 			if err := r.Register(c); err != nil {
 				cfg.Logger.Warn("Flight metrics not registered", "err", err)

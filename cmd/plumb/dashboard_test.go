@@ -255,6 +255,23 @@ stages:
 	if page.Red != "rgb(201, 42, 42) faulty 4" {
 		t.Errorf("dave's faulty blocks drawn as %q; want red 'faulty 4'", page.Red)
 	}
+	// The metrics an autoscaler and an alert read say the same: carol's
+	// blocks wait, they are not backlog.
+	fams := scrapeFamilies(t, web)
+	gauge := func(name, label string) float64 {
+		for _, m := range fams[name].GetMetric() {
+			for _, l := range m.GetLabel() {
+				if l.GetValue() == label {
+					return m.GetGauge().GetValue()
+				}
+			}
+		}
+		return -1
+	}
+	if b, s, w := gauge("plumb_consumer_backlog_blocks", "carol/hourly"), gauge("plumb_stage_backlog_blocks", "carol/hourly"),
+		gauge("plumb_stage_window_waiting_blocks", "carol/hourly"); b != 0 || s != 0 || w != float64(stats["carol/hourly"][1]) {
+		t.Errorf("carol's waiting window stage: consumer backlog %v, stage backlog %v, waiting %v; want 0, 0, %d", b, s, w, stats["carol/hourly"][1])
+	}
 	if fmt.Sprint(page.Waiting) != "[carol/hourly]" {
 		t.Errorf("stages drawn as waiting for windows: %v; want carol's window stage only", page.Waiting)
 	}
