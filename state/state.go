@@ -420,33 +420,48 @@ func bytesU64(b []byte) uint64 { return binary.BigEndian.Uint64(b) }
 func (d *DB) MissingRecent(queue, instance string, last, span uint64) (uint64, error) {
 	var missing uint64
 	err := d.bolt.View(func(tx *bolt.Tx) error {
-		blocks, _ := sub(tx, bucketBlocks, queue)
-		if blocks == nil || span == 0 {
-			return nil
-		}
-		from := uint64(1)
-		if last >= span {
-			from = last - span + 1
-		}
-		prefix := append([]byte(instance), 0)
-		c := blocks.Cursor()
-		var lowest, n uint64
-		for k, _ := c.Seek(blockKey(instance, from)); k != nil && bytes.HasPrefix(k, prefix) && len(k) == len(prefix)+8; k, _ = c.Next() {
-			seq := bytesU64(k[len(prefix):])
-			if seq > last {
-				break
-			}
-			if n == 0 {
-				lowest = seq
-			}
-			n++
-		}
-		if n > 0 {
-			missing = last - lowest + 1 - n
-		}
-		return nil
+		var err error
+		missing, err = eachRecent(tx, queue, instance, last, span, nil)
+		return err
 	})
 	return missing, err
+}
+
+// eachRecent calls fn (when not nil) with each block stored among an
+// instance's latest span sequence numbers up to last, in order, and
+// returns how many numbers between the lowest of them and last no block
+// holds.
+func eachRecent(tx *bolt.Tx, queue, instance string, last, span uint64, fn func(seq uint64, v []byte) error) (uint64, error) {
+	blocks, _ := sub(tx, bucketBlocks, queue)
+	if blocks == nil || span == 0 {
+		return 0, nil
+	}
+	from := uint64(1)
+	if last >= span {
+		from = last - span + 1
+	}
+	prefix := append([]byte(instance), 0)
+	c := blocks.Cursor()
+	var lowest, n uint64
+	for k, v := c.Seek(blockKey(instance, from)); k != nil && bytes.HasPrefix(k, prefix) && len(k) == len(prefix)+8; k, v = c.Next() {
+		seq := bytesU64(k[len(prefix):])
+		if seq > last {
+			break
+		}
+		if n == 0 {
+			lowest = seq
+		}
+		n++
+		if fn != nil {
+			if err := fn(seq, v); err != nil {
+				return 0, err
+			}
+		}
+	}
+	if n == 0 {
+		return 0, nil
+	}
+	return last - lowest + 1 - n, nil
 }
 
 // Site is what a site (an instance) shipped lately to a queue, read
@@ -479,28 +494,11 @@ func (d *DB) SiteRecent(queue, instance string, span uint64) (Site, error) {
 	}
 	out.LastSeq = last
 	err = d.bolt.View(func(tx *bolt.Tx) error {
-		blocks, _ := sub(tx, bucketBlocks, queue)
-		if blocks == nil {
-			return nil
-		}
-		from := uint64(1)
-		if last >= span {
-			from = last - span + 1
-		}
-		prefix := append([]byte(instance), 0)
-		c := blocks.Cursor()
-		var lowest uint64
-		for k, v := c.Seek(blockKey(instance, from)); k != nil && bytes.HasPrefix(k, prefix) && len(k) == len(prefix)+8; k, v = c.Next() {
-			seq := bytesU64(k[len(prefix):])
-			if seq > last {
-				break
-			}
+		var err error
+		out.Missing, err = eachRecent(tx, queue, instance, last, span, func(seq uint64, v []byte) error {
 			var b Block
 			if err := json.Unmarshal(v, &b); err != nil {
 				return fmt.Errorf("block %s:%d of queue %s: %w", instance, seq, queue, err)
-			}
-			if out.Blocks == 0 {
-				lowest = seq
 			}
 			out.Blocks++
 			out.Bytes += b.Size
@@ -509,11 +507,9 @@ func (d *DB) SiteRecent(queue, instance string, span uint64) (Site, error) {
 				out.FirstArrived = b.Arrived
 			}
 			out.Last = &b
-		}
-		if out.Blocks > 0 {
-			out.Missing = last - lowest + 1 - uint64(out.Blocks)
-		}
-		return nil
+			return nil
+		})
+		return err
 	})
 	return out, err
 }

@@ -62,15 +62,24 @@ func since(r *http.Request, now time.Time) (time.Time, bool) {
 	return now.Add(-d), ok
 }
 
-func (s *Server) rates(w http.ResponseWriter, r *http.Request) {
+// samples returns a copy of the history and the start of the range the
+// request chose; false when it answered a range the page does not offer.
+func (s *Server) samples(w http.ResponseWriter, r *http.Request) ([]point, time.Time, bool) {
 	from, ok := since(r, time.Now())
 	if !ok {
 		http.Error(w, "range: want 15m, 1h, 6h or 24h", http.StatusBadRequest)
-		return
+		return nil, from, false
 	}
 	s.mu.Lock()
-	h := slices.Clone(s.history)
-	s.mu.Unlock()
+	defer s.mu.Unlock()
+	return slices.Clone(s.history), from, true
+}
+
+func (s *Server) rates(w http.ResponseWriter, r *http.Request) {
+	h, from, ok := s.samples(w, r)
+	if !ok {
+		return
+	}
 	visible := map[string]bool{} // stages over queues the user may read
 	if g := s.graphOrNil(); g != nil {
 		for _, n := range g.Stages {

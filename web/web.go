@@ -363,14 +363,10 @@ func (s *Server) readableRows(r *http.Request, rows []engine.StatusRow) []engine
 }
 
 func (s *Server) latency(w http.ResponseWriter, r *http.Request) {
-	from, ok := since(r, time.Now())
+	h, from, ok := s.samples(w, r)
 	if !ok {
-		http.Error(w, "range: want 15m, 1h, 6h or 24h", http.StatusBadRequest)
 		return
 	}
-	s.mu.Lock()
-	h := slices.Clone(s.history)
-	s.mu.Unlock()
 	h = slices.DeleteFunc(h, func(p point) bool { return p.At.Before(from) })
 	if s.authz != nil {
 		for i := range h {
