@@ -110,6 +110,10 @@ type Config struct {
 	// LatencyEvery is how often the dashboard samples latency for its
 	// chart; a minute when zero.
 	LatencyEvery time.Duration
+	// SiteSilentAfter is the least time without a block after which the
+	// dashboard calls a site silent (15 minutes when zero, as the alert
+	// rule; a site with longer blocks gets three of its intervals).
+	SiteSilentAfter time.Duration
 
 	// Users is the users file; when set every call must authenticate and
 	// the file's rules decide what each user may do. Without it the server
@@ -393,7 +397,7 @@ func Run(ctx context.Context, cfg Config) (err error) {
 		defer func() { stop(); <-fsckDone }()
 	}
 	if cfg.HTTP != "" {
-		dash := web.New(svc.eng, db, cfg.Gatherer, cfg.Logger)
+		dash := web.New(svc.eng, db, cfg.Gatherer, cfg.Logger).WithSilentAfter(cfg.SiteSilentAfter)
 		if authz != nil {
 			dash.WithAuth(authz)
 		}

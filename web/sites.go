@@ -15,10 +15,17 @@ import (
 // page reads: its cost per refresh, whatever the history.
 const siteSpan = 256
 
-// silentFloor is the least time without a block after which a site is
-// called silent; a site shipping every 5 minutes is called silent after
-// three of its intervals instead.
-const silentFloor = 5 * time.Minute
+// defaultSilentAfter is the least time without a block after which a
+// site is called silent, as the PlumbSiteSilent alert rule has it; a site
+// shipping hourly blocks is called silent after three of its intervals.
+const defaultSilentAfter = 15 * time.Minute
+
+// WithSilentAfter sets the least time without a block after which the
+// Sites page calls a site silent (15 minutes when d is zero).
+func (s *Server) WithSilentAfter(d time.Duration) *Server {
+	s.silentAfter = d
+	return s
+}
 
 // SiteRow is a site (an agent's instance) as the Sites page shows it.
 type SiteRow struct {
@@ -29,7 +36,8 @@ type SiteRow struct {
 	IntervalNS int64 `json:"interval_ns"`
 	// BytesPerSecond is the arrival rate over its latest blocks.
 	BytesPerSecond float64 `json:"bytes_per_second"`
-	// Silent says no block came for three intervals (at least 5 min).
+	// Silent says no block came for three intervals, and at least for
+	// the server's --site-silent-after (15 minutes).
 	Silent bool `json:"silent"`
 }
 
@@ -66,7 +74,7 @@ func (s *Server) sites(w http.ResponseWriter, r *http.Request) {
 				reply(w, nil, err)
 				return
 			}
-			out = append(out, siteRow(site, now))
+			out = append(out, siteRow(site, now, cmp.Or(s.silentAfter, defaultSilentAfter)))
 		}
 	}
 	slices.SortFunc(out, func(a, b SiteRow) int {
@@ -75,7 +83,7 @@ func (s *Server) sites(w http.ResponseWriter, r *http.Request) {
 	reply(w, out, nil)
 }
 
-func siteRow(site state.Site, now time.Time) SiteRow {
+func siteRow(site state.Site, now time.Time, silentAfter time.Duration) SiteRow {
 	row := SiteRow{Site: site}
 	if site.Last == nil {
 		return row
@@ -86,6 +94,6 @@ func siteRow(site state.Site, now time.Time) SiteRow {
 		row.IntervalNS = int64(span) / int64(site.Blocks-1)
 		row.BytesPerSecond = float64(site.Bytes) / span.Seconds()
 	}
-	row.Silent = time.Duration(row.AgeNS) > max(3*time.Duration(row.IntervalNS), silentFloor)
+	row.Silent = time.Duration(row.AgeNS) > max(3*time.Duration(row.IntervalNS), silentAfter)
 	return row
 }

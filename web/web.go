@@ -40,6 +40,8 @@ type Server struct {
 	authz  *auth.Authority // nil: no login
 	logins loginCache
 
+	silentAfter time.Duration // see WithSilentAfter
+
 	mu      sync.Mutex
 	history []point // latency samples for the chart, oldest first
 }

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"crypto/sha256"
+	"encoding/base64"
 	"encoding/hex"
 	"fmt"
 	"io"
@@ -20,6 +21,7 @@ import (
 	"github.com/gopacket/gopacket/layers"
 	"gopkg.in/yaml.v3"
 
+	"github.com/plumb-dev/plumb/auth"
 	"github.com/plumb-dev/plumb/block"
 	"github.com/plumb-dev/plumb/client"
 	"github.com/plumb-dev/plumb/codecs"
@@ -94,10 +96,9 @@ func statsBacklog(t *testing.T, addr string) map[string][3]int {
 // faulty numbers are those of `plumb stats`, a queue and a window can be
 // clicked through, and no page raises a JavaScript error.
 func TestDashboardInBrowser(t *testing.T) {
-	chromium := testenv.Tool(t, "chromium")
 	addr, web := testenv.FreeAddr(t), testenv.FreeAddr(t)
 	startPlumb(t, "serve", "--data", t.TempDir(), "--listen", addr, "--http", web, "--log-level", "warn",
-		"--tick", "100ms", "--latency-every", "200ms")
+		"--tick", "100ms", "--latency-every", "200ms", "--site-silent-after", "3s")
 	waitListening(t, addr)
 	waitListening(t, web)
 	c := dialPlumb(t, addr)
@@ -138,6 +139,18 @@ stages:
 	put(2, hour.Add(20*time.Minute))
 	put(4, hour.Add(40*time.Minute))
 	put(5, hour.Add(70*time.Minute))
+	// A queue no job reads: site sfo ships twice now and then falls silent.
+	probe := func(site string, seq uint64) {
+		t.Helper()
+		src := captureBlock(t, site, seq, hour.Add(time.Duration(seq)*time.Minute))
+		src.Name = strings.Replace(src.Name, ".pcap.sz", ".probe.sz", 1)
+		if _, err := c.Put(ctx, src); err != nil {
+			t.Fatal(err)
+		}
+	}
+	probe("sfo", 1)
+	probe("sfo", 2)
+	sfoShipped := time.Now()
 
 	var graph struct {
 		Stages []struct {
@@ -150,58 +163,8 @@ stages:
 		t.Fatalf("plumb graph (exit %d, %v):\n%s", code, err, out)
 	}
 
-	// The browser, with every uncaught exception, console error and
-	// failed load counted.
-	opts := append(slices.Clone(chromedp.DefaultExecAllocatorOptions[:]), chromedp.ExecPath(chromium), chromedp.NoSandbox,
-		chromedp.WindowSize(1500, 1000))
-	actx, cancel := chromedp.NewExecAllocator(ctx, opts...)
-	defer cancel()
-	bctx, cancel := chromedp.NewContext(actx)
-	defer cancel()
-	if err := chromedp.Do(bctx); err != nil { // starts the browser, which lives as long as bctx
-		t.Fatalf("start %s: %v", chromium, err)
-	}
-	var mu sync.Mutex
-	var jsErrors []string
-	cctx, stopConsole := context.WithCancel(bctx)
-	var console sync.WaitGroup
-	messages := chromedp.Console(cctx)
-	console.Go(func() {
-		for m, err := range messages {
-			if err != nil {
-				return
-			}
-			if m.Type == chromedp.ConsoleError || m.Type == chromedp.ConsoleException {
-				mu.Lock()
-				jsErrors = append(jsErrors, fmt.Sprintf("%s (%s:%d)", m, m.URL, m.Line+1))
-				mu.Unlock()
-			}
-		}
-	})
-	defer func() { stopConsole(); console.Wait() }()
-	art := artifacts(t)
-	shot := func(name string) chromedp.Action[chromedp.Void] {
-		return chromedp.Func(func(ctx context.Context, tg *chromedp.Target) error {
-			png, err := chromedp.FullScreenshot(100)(ctx, tg)
-			if err != nil {
-				return err
-			}
-			return os.WriteFile(filepath.Join(art, name+".png"), png, 0o644)
-		})
-	}
-	do := func(what string, steps ...chromedp.Action[chromedp.Void]) {
-		t.Helper()
-		actx, cancel := context.WithTimeout(bctx, time.Minute)
-		defer cancel()
-		if err := chromedp.Do(actx, steps...); err != nil {
-			// What the page showed instead, for the person reading the log.
-			sctx, cancel := context.WithTimeout(bctx, 10*time.Second)
-			defer cancel()
-			chromedp.Do(sctx, shot("failed"))
-			text, _ := chromedp.Run(sctx, chromedp.Evaluate[string](`document.body.innerText`))
-			t.Fatalf("%s: %v; the page (screenshot failed.png) reads:\n%.2000s", what, err, text)
-		}
-	}
+	br := newBrowser(t)
+	bctx, do, shot := br.ctx, br.do, br.shot
 	do("open the graph", chromedp.Navigate("http://"+web+"/"), chromedp.WaitVisible(chromedp.CSS(`svg.graph g.stage`)))
 
 	// Refresh the page's numbers, read them, and compare with plumb stats
@@ -326,16 +289,29 @@ stages:
 		t.Errorf("workers page: %q", txt)
 	}
 
-	// Sites: lax shipped blocks 1, 2, 4 and 5; 3 is a gap.
-	do("open sites", chromedp.Click(chromedp.CSS(`nav a[data-nav="sites"]`)), chromedp.WaitVisible(chromedp.ID(`sites`)), shot("sites"))
-	site := browse(t, bctx, "read the sites", chromedp.Evaluate[[]string](`[...document.querySelectorAll('#sites tr[data-site]')].map(tr => tr.dataset.site + ' missing=' + tr.dataset.missing + ' silent=' + tr.dataset.silent + ' ' + tr.children[3].textContent)`))
-	if fmt.Sprint(site) != "[pcap.sz lax missing=1 silent=false 5]" {
-		t.Errorf("sites page: %q; want lax at seq 5 with one block missing, shipping", site)
+	// Sites: lax shipped blocks 1, 2, 4 and 5 (3 is a gap); sfo fell
+	// silent more than --site-silent-after ago; ams ships now.
+	time.Sleep(time.Until(sfoShipped.Add(4 * time.Second)))
+	probe("ams", 1)
+	probe("ams", 2)
+	do("open sites", chromedp.Click(chromedp.CSS(`nav a[data-nav="sites"]`)), chromedp.WaitVisible(chromedp.CSS(`#sites tr[data-site="probe.sz ams"]`)), shot("sites"))
+	site := browse(t, bctx, "read the sites", chromedp.Evaluate[[]string](`[...document.querySelectorAll('#sites tr[data-site]')].map(tr => tr.dataset.site + ' missing=' + tr.dataset.missing + ' ' + tr.children[2].textContent + ' ' + tr.children[3].textContent)`))
+	if len(site) != 3 || !strings.HasPrefix(site[0], "pcap.sz lax missing=1 ") || !strings.HasSuffix(site[0], " 5") ||
+		site[1] != "probe.sz ams missing=0 shipping 2" || site[2] != "probe.sz sfo missing=0 silent 2" {
+		t.Errorf("sites page: %q; want lax at seq 5 with one block missing, ams shipping, sfo silent", site)
 	}
 
 	// Rates: a row and a chart per stage, and the edges that carried blocks.
 	do("open rates", chromedp.Click(chromedp.CSS(`nav a[data-nav="rates"]`)), chromedp.WaitVisible(chromedp.CSS(`#rates tr[data-rate="pcap.sz → alice-archive/decode"]`)),
 		chromedp.WaitVisible(chromedp.CSS(`figure[data-chart="stage alice-archive/decode"] svg`)), shot("rates"))
+	// While the pipeline ran, blocks went along the edges: each chart's
+	// scale tops at its busiest sample.
+	for _, edge := range []string{"pcap.sz → alice-archive/decode", "alice-archive/decode → pcap", "pcap → bob-summary/summary"} {
+		top := browse(t, bctx, "read a rate chart", chromedp.Evaluate[string](`document.querySelector('figure[data-chart="`+edge+`"] svg text').textContent`))
+		if !strings.HasSuffix(top, "blk/s") || strings.HasPrefix(top, "0 ") {
+			t.Errorf("rate chart of %s tops at %q; want the blocks/s it carried", edge, top)
+		}
+	}
 
 	// Faulty: dave's four blocks with the error his program gave; an
 	// admin (no --users here: everyone is) requeues one with two clicks.
@@ -379,13 +355,7 @@ stages:
 	}
 	do("screenshot", shot("jobs"))
 
-	time.Sleep(300 * time.Millisecond) // the last page's messages
-	mu.Lock()
-	defer mu.Unlock()
-	if len(jsErrors) > 0 {
-		t.Errorf("the pages raised %d JavaScript errors:\n%s", len(jsErrors), strings.Join(jsErrors, "\n"))
-	}
-	t.Logf("screenshots in %s", art)
+	br.checkJS()
 }
 
 // browse runs one browser action with a minute to finish.
@@ -398,4 +368,175 @@ func browse[T any](t *testing.T, ctx context.Context, what string, a chromedp.Ac
 		t.Fatalf("%s: %v", what, err)
 	}
 	return v
+}
+
+// browser is a headless Chromium for a test, counting every uncaught
+// exception, console error and failed load its pages raise, and leaving
+// screenshots in the test's artifacts.
+type browser struct {
+	t   *testing.T
+	ctx context.Context
+	art string
+
+	mu       sync.Mutex
+	jsErrors []string
+}
+
+func newBrowser(t *testing.T) *browser {
+	t.Helper()
+	chromium := testenv.Tool(t, "chromium")
+	opts := append(slices.Clone(chromedp.DefaultExecAllocatorOptions[:]), chromedp.ExecPath(chromium), chromedp.NoSandbox,
+		chromedp.WindowSize(1500, 1000))
+	actx, cancelAlloc := chromedp.NewExecAllocator(context.Background(), opts...)
+	bctx, cancelBrowser := chromedp.NewContext(actx)
+	if err := chromedp.Do(bctx); err != nil { // starts the browser, which lives as long as bctx
+		cancelBrowser()
+		cancelAlloc()
+		t.Fatalf("start %s: %v", chromium, err)
+	}
+	b := &browser{t: t, ctx: bctx, art: artifacts(t)}
+	cctx, stopConsole := context.WithCancel(bctx)
+	var console sync.WaitGroup
+	messages := chromedp.Console(cctx)
+	console.Go(func() {
+		for m, err := range messages {
+			if err != nil {
+				return
+			}
+			if m.Type == chromedp.ConsoleError || m.Type == chromedp.ConsoleException {
+				b.mu.Lock()
+				b.jsErrors = append(b.jsErrors, fmt.Sprintf("%s (%s:%d)", m, m.URL, m.Line+1))
+				b.mu.Unlock()
+			}
+		}
+	})
+	t.Cleanup(func() {
+		stopConsole()
+		console.Wait()
+		cancelBrowser()
+		cancelAlloc()
+	})
+	return b
+}
+
+// shot saves a screenshot of the page as NAME.png.
+func (b *browser) shot(name string) chromedp.Action[chromedp.Void] {
+	return chromedp.Func(func(ctx context.Context, tg *chromedp.Target) error {
+		png, err := chromedp.FullScreenshot(100)(ctx, tg)
+		if err != nil {
+			return err
+		}
+		return os.WriteFile(filepath.Join(b.art, name+".png"), png, 0o644)
+	})
+}
+
+// do runs steps with a minute to finish; on failure the test ends with
+// what the page showed instead.
+func (b *browser) do(what string, steps ...chromedp.Action[chromedp.Void]) {
+	b.t.Helper()
+	actx, cancel := context.WithTimeout(b.ctx, time.Minute)
+	defer cancel()
+	if err := chromedp.Do(actx, steps...); err != nil {
+		sctx, cancel := context.WithTimeout(b.ctx, 10*time.Second)
+		defer cancel()
+		chromedp.Do(sctx, b.shot("failed"))
+		text, _ := chromedp.Run(sctx, chromedp.Evaluate[string](`document.body.innerText`))
+		b.t.Fatalf("%s: %v; the page (screenshot failed.png) reads:\n%.2000s", what, err, text)
+	}
+}
+
+// login makes every request of the page carry user's Basic credentials.
+func (b *browser) login(user, secret string) chromedp.Action[chromedp.Void] {
+	return chromedp.Func(func(ctx context.Context, tg *chromedp.Target) error {
+		if err := tg.Call(ctx, "Network.enable", map[string]any{}, nil); err != nil {
+			return err
+		}
+		basic := base64.StdEncoding.EncodeToString([]byte(user + ":" + secret))
+		return tg.Call(ctx, "Network.setExtraHTTPHeaders", map[string]any{"headers": map[string]string{"Authorization": "Basic " + basic}}, nil)
+	})
+}
+
+// checkJS fails the test if a page raised a JavaScript error.
+func (b *browser) checkJS() {
+	b.t.Helper()
+	time.Sleep(300 * time.Millisecond) // the last page's messages
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if len(b.jsErrors) > 0 {
+		b.t.Errorf("the pages raised %d JavaScript errors:\n%s", len(b.jsErrors), strings.Join(b.jsErrors, "\n"))
+	}
+	b.t.Logf("screenshots in %s", b.art)
+}
+
+// TestDashboardButtonsForAdmins: with --users, a reader sees the faulty
+// block, its error and the jobs, and no button; an admin sees them with
+// Retry and Retract, logged in as each in the browser.
+func TestDashboardButtonsForAdmins(t *testing.T) {
+	users := filepath.Join(t.TempDir(), "users.yaml")
+	secret := map[string]string{}
+	for _, u := range [][2]string{{"ops", "operators"}, {"ana", "analysts"}} {
+		out, errOut, code := plumbExec(t, "user", "add", u[0], "--group", u[1], "--users", users)
+		if code != 0 {
+			t.Fatalf("user add: %s", errOut)
+		}
+		secret[u[0]] = strings.TrimSpace(out)
+	}
+	testenv.EditUsers(t, users, func(f *auth.File) {
+		f.Rules = []auth.Rule{
+			{Queues: "*", Groups: []string{"operators"}, Allow: []auth.Perm{auth.Admin}},
+			{Queues: "pcap*", Groups: []string{"analysts"}, Allow: []auth.Perm{auth.Read}},
+		}
+	})
+	addr, web := testenv.FreeAddr(t), testenv.FreeAddr(t)
+	startPlumb(t, "serve", "--data", t.TempDir(), "--listen", addr, "--http", web, "--users", users, "--log-level", "warn", "--tick", "100ms")
+	waitListening(t, addr)
+	waitListening(t, web)
+	ops, err := client.DialSecure(addr, client.Security{User: "ops", Secret: secret["ops"]})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ops.Close()
+	ctx := context.Background()
+	if _, err := ops.Put(ctx, captureBlock(t, "lax", 1, time.Date(2025, 5, 5, 15, 0, 0, 0, time.UTC))); err != nil {
+		t.Fatal(err)
+	}
+	job := "job: dave\nfrom: earliest\nstages:\n  - {name: picky, inputs: [pcap.sz], program: [sh, -c, \"echo picky: refuses every block >&2; exit 3\"]}\n"
+	if res, err := ops.SubmitJob(ctx, "dave.yaml", []byte(job)); err != nil || res.State != "accepted" {
+		t.Fatalf("submit: %+v %v", res, err)
+	}
+	for deadline := time.Now().Add(60 * time.Second); ; time.Sleep(100 * time.Millisecond) {
+		if fb, err := ops.Faulty(ctx, ""); err == nil && len(fb) == 1 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the block was never set aside")
+		}
+	}
+
+	br := newBrowser(t)
+	buttons := func(page string) []string {
+		t.Helper()
+		br.do("open "+page, chromedp.Navigate("http://"+web+"/#/"+page), chromedp.Reload(), chromedp.WaitVisible(chromedp.CSS(`body[data-ready="`+page+`"]`)))
+		return browse(t, br.ctx, "read the buttons", chromedp.Evaluate[[]string](`[...document.querySelectorAll('main button')].map(b => b.textContent)`))
+	}
+	br.do("log in as ana", br.login("ana", secret["ana"]))
+	if b := buttons("faulty"); len(b) != 0 {
+		t.Errorf("the reader ana sees buttons on the faulty page: %v", b)
+	}
+	if text := browse(t, br.ctx, "read faulty", chromedp.Text(chromedp.ID("faulty"))); !strings.Contains(text, "picky: refuses every block") {
+		t.Errorf("ana's faulty page lacks the error:\n%s", text)
+	}
+	br.do("screenshot", br.shot("reader-faulty"))
+	if b := buttons("jobs"); len(b) != 0 {
+		t.Errorf("the reader ana sees buttons on the jobs page: %v", b)
+	}
+	br.do("log in as ops", br.login("ops", secret["ops"]))
+	if b := buttons("faulty"); fmt.Sprint(b) != "[Retry all of pcap.sz Retry]" {
+		t.Errorf("the admin ops sees buttons %v on the faulty page; want Retry all and Retry", b)
+	}
+	br.do("screenshot", br.shot("admin-faulty"))
+	if b := buttons("jobs"); fmt.Sprint(b) != "[Retract]" {
+		t.Errorf("the admin ops sees buttons %v on the jobs page; want Retract", b)
+	}
+	br.checkJS()
 }

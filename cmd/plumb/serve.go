@@ -42,6 +42,7 @@ func serveCommand() command {
 			fs.Float64Var(&cfg.Engine.ChainAbove, "chain-above", 50, "flag stages above this I/O intensity (MB/s) as candidates to chain")
 			fs.StringVar(&cfg.HTTP, "http", "", "serve the dashboard, /metrics, /healthz and /readyz on http://`ADDR`/ (e.g. 127.0.0.1:8816)")
 			fs.DurationVar(&cfg.LatencyEvery, "latency-every", time.Minute, "how often the dashboard samples latency for its chart (it keeps 1440 samples)")
+			fs.DurationVar(&cfg.SiteSilentAfter, "site-silent-after", 15*time.Minute, "the dashboard calls a site silent after this long without a block (or three of its block intervals, if longer)")
 			metricsAddr := fs.String("metrics", "", "serve only Prometheus metrics on http://`ADDR`/metrics (--http serves them too)")
 			readPolicy := fs.String("read-policy", "llf", "order of block reads waiting for a slot: llf (least laxity first; reads that cannot meet their deadline are refused) or fifo")
 			fs.IntVar(&cfg.ReadSlots, "read-slots", 16, "block transfers at once")
