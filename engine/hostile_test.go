@@ -86,7 +86,17 @@ func TestNoChainAdviceForSharedStages(t *testing.T) {
 		r.mustAccept("job: " + job + "\nfrom: earliest\nstages:\n  - {name: up, inputs: [raw], program: [tr, a-z, A-Z], outputs: [raw.up]}\n" +
 			"  - {name: mine, inputs: [raw.up], program: [cat], outputs: [raw." + string(rune('0'+i)) + "]}\n")
 	}
-	r.wait("both jobs' outputs", func() bool { return r.count("raw.0") == 1 && r.count("raw.1") == 1 })
+	// A run is counted just after its outputs are committed: wait for the
+	// counts, not only the outputs.
+	r.wait("both jobs' runs counted", func() bool {
+		stats := r.eng.Stats()
+		for _, s := range stats {
+			if s.Runs == 0 {
+				return false
+			}
+		}
+		return len(stats) == 3
+	})
 	for _, s := range r.eng.Stats() {
 		shared := len(s.Owners) > 1
 		if s.ChainCandidate == shared {

@@ -37,10 +37,27 @@ func (e *Engine) Submit(file string, src []byte, owner string) (SubmitResult, er
 func (e *Engine) SubmitChecked(file string, src []byte, owner string, trusted bool, authorize func(*pipeline.Job) error) (SubmitResult, error) {
 	job, err := pipeline.ParseJobBytes(file, src)
 	if err != nil {
-		if errors.Is(err, pipeline.ErrInvalidJob) {
-			return e.reject(jobName(src), owner, err)
+		if !errors.Is(err, pipeline.ErrInvalidJob) {
+			return SubmitResult{}, err
 		}
-		return SubmitResult{}, err
+		// The rights and programs of the stages that could be read are
+		// checked too: one answer names every problem, not the next round
+		// after a fix.
+		errs := []error{err}
+		if job != nil {
+			if owner != "" {
+				job.Owner = owner
+			}
+			if authorize != nil {
+				if aerr := authorize(job); aerr != nil {
+					errs = append(errs, aerr)
+				}
+			}
+			if perr := e.checkPrograms(file, job, trusted); perr != nil {
+				errs = append(errs, perr)
+			}
+		}
+		return e.reject(jobName(src), owner, joinProblems(errs))
 	}
 	if owner != "" {
 		job.Owner = owner // the authenticated user wins over the file
@@ -166,23 +183,31 @@ func truncateName(s string) string {
 func (e *Engine) checkPrograms(file string, job *pipeline.Job, trusted bool) error {
 	var problems pipeline.Problems
 	for _, s := range job.Stages {
+		if len(s.Program.Steps) == 0 {
+			continue // its program did not parse; that problem is told already
+		}
+		field := "program"
 		steps, err := resolve(e.reg, e.lookup, s.Program, trusted)
 		if err == nil {
 			err = e.checkExecutables(s, steps)
 		}
 		if err == nil {
-			err = checkOutputs(steps, s.Outputs)
+			if err = checkOutputs(steps, s.Outputs); err != nil {
+				field = "outputs"
+			}
 		}
 		if err == nil && s.Abstraction == pipeline.Window {
+			field = "window"
 			if _, err = WindowSpec(s.Window); err == nil && len(s.Inputs) != 1 {
-				err = errors.New("a window stage reads one input queue")
+				field, err = "inputs", errors.New("a window stage reads one input queue")
 			}
 		}
 		if err == nil && s.Abstraction == pipeline.Stream && (len(s.Inputs) != 1 || len(steps) != 1 || steps[0].argv == nil) {
 			err = errors.New("a stream stage runs one executable over one input queue")
 		}
 		if err != nil {
-			problems = append(problems, pipeline.Problem{File: file, Line: s.Line, Column: 1, Field: fmt.Sprintf("stage %q.program", s.Name), What: err.Error()})
+			at := s.At(field)
+			problems = append(problems, pipeline.Problem{File: file, Line: at.Line, Column: at.Column, Field: fmt.Sprintf("stage %q.%s", s.Name, field), What: err.Error()})
 		}
 	}
 	if len(problems) > 0 {

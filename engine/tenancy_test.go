@@ -32,6 +32,48 @@ func writeScript(t *testing.T, body string) string {
 	return p
 }
 
+// TestJobProblemsInOneAnswer: a job with a problem the parser finds (a
+// misspelt field, a window size) and those only the engine finds (the
+// unregistered programs) is refused with all four at once, each at its field's line and column, in file order:
+// the submitter does not fix one and meet the next on the next submit.
+func TestJobProblemsInOneAnswer(t *testing.T) {
+	r := newRig(t, engine.Config{Slots: 1})
+	r.put("bob.in", 1, []byte("x"))
+	res := r.untrusted(`job: three
+from: earliest
+stages:
+  - name: a
+    inputs: [bob.in]
+    program: builtin:decode
+    output: [bob.a]
+  - name: b
+    inputs: [bob.in]
+    program: [/bin/sh, -c, id]
+  - name: c
+    abstraction: window
+    window: {size: fortnightly}
+    inputs: [bob.in]
+    program: [cat]
+`)
+	want := []string{
+		`job.yaml:7:5: stage "a".output: unknown field`,
+		`job.yaml:10:14: stage "b".program: program "/bin/sh" is not registered`,
+		`job.yaml:13:20: stage "c".window.size: "fortnightly"`,
+		`job.yaml:15:14: stage "c".program: program "cat" is not registered`,
+	}
+	at := 0
+	for _, w := range want {
+		i := strings.Index(res.Reason[at:], w)
+		if i < 0 {
+			t.Fatalf("reason lacks %q after what came before (or the order is not the file's):\n%s", w, res.Reason)
+		}
+		at += i + len(w)
+	}
+	if res.State != "rejected" {
+		t.Errorf("state %s", res.State)
+	}
+}
+
 // TestUnregisteredExecutableRefused is the attack of issue 17: a user
 // who may submit jobs named /bin/sh -c; it must not be accepted unless an
 // admin registered the program.
@@ -39,7 +81,7 @@ func TestUnregisteredExecutableRefused(t *testing.T) {
 	r := newRig(t, engine.Config{Slots: 1})
 	r.put("bob.in", 1, []byte("x"))
 	res := r.untrusted("job: evil\nfrom: earliest\nstages:\n  - {name: s, inputs: [bob.in], program: [/bin/sh, -c, 'cat ../../../auth.key'], outputs: [bob.out]}\n")
-	if res.State != "rejected" || !strings.Contains(res.Reason, `job.yaml:4:1: stage "s".program: program "/bin/sh" is not registered`) {
+	if res.State != "rejected" || !strings.Contains(res.Reason, `job.yaml:4:42: stage "s".program: program "/bin/sh" is not registered`) {
 		t.Fatalf("unregistered /bin/sh from a non-admin: %+v", res)
 	}
 	if res := r.untrusted("job: evil2\nstages:\n  - {name: s, inputs: [bob.in], program: [sh, -c, id], outputs: [bob.out]}\n"); res.State != "rejected" || !strings.Contains(res.Reason, `program "sh" is not registered`) {

@@ -59,8 +59,22 @@ type Stage struct {
 	// Network asks for the host's network in the stage's runs; a run has
 	// none unless its program was registered with the network allowed.
 	Network bool `yaml:"network,omitempty"`
-	// Line is where the stage starts in its job file.
-	Line int `yaml:"-"`
+	// Line is where the stage starts in its job file; Fields where each
+	// of its fields does (program, inputs, window…), so that a problem
+	// found later is reported at the field.
+	Line   int                 `yaml:"-"`
+	Fields map[string]Position `yaml:"-"`
+}
+
+// Position is a line and column in a job file.
+type Position struct{ Line, Column int }
+
+// At returns where the stage's field starts, or the stage's own line.
+func (s *Stage) At(field string) Position {
+	if p, ok := s.Fields[field]; ok {
+		return p
+	}
+	return Position{Line: s.Line, Column: 1}
 }
 
 // WindowSpec is the window of a window stage. It is validated now; window
@@ -162,7 +176,9 @@ func (ps Problems) Is(target error) bool { return target == ErrInvalidJob }
 
 // ParseJob reads and validates one job file; file names it in problems.
 // It checks everything that can be checked without the rest of the graph,
-// and reports every problem at once.
+// and reports every problem at once. With problems it also returns the
+// job as far as it could be read (nil when the file is not YAML), so a
+// caller's later checks can report theirs in the same answer.
 func ParseJob(file string, r io.Reader) (*Job, error) {
 	src, err := io.ReadAll(io.LimitReader(r, maxJobBytes+1))
 	if err != nil {
@@ -178,7 +194,7 @@ func ParseJob(file string, r io.Reader) (*Job, error) {
 	p := &parser{file: file}
 	job := p.job(&doc)
 	if len(p.problems) > 0 {
-		return nil, p.problems
+		return job, p.problems
 	}
 	return job, nil
 }

@@ -24,9 +24,41 @@ type parser struct {
 func (p *parser) add(n *yaml.Node, field, format string, args ...any) {
 	pr := Problem{File: p.file, Field: field, What: fmt.Sprintf(format, args...)}
 	if n != nil {
+		n = within(n, field)
 		pr.Line, pr.Column = n.Line, n.Column
 	}
 	p.problems = append(p.problems, pr)
+}
+
+// within finds, under a stage's mapping, the node of the field a problem
+// names (`stage "c".window.size`), so that a check made on the whole
+// stage reports the field's line and column; as deep as the path goes.
+func within(n *yaml.Node, field string) *yaml.Node {
+	if n.Kind != yaml.MappingNode {
+		return n
+	}
+	_, path, ok := strings.Cut(field, `".`)
+	if !ok {
+		if _, path, ok = strings.Cut(field, "]."); !ok {
+			return n
+		}
+	}
+	for _, key := range strings.Split(path, ".") {
+		if n.Kind != yaml.MappingNode {
+			break
+		}
+		var next *yaml.Node
+		for i := 0; i+1 < len(n.Content); i += 2 {
+			if n.Content[i].Value == key {
+				next = n.Content[i+1]
+			}
+		}
+		if next == nil {
+			break
+		}
+		n = next
+	}
+	return n
 }
 
 // fields returns a mapping's values by key, reporting unknown and
@@ -205,6 +237,12 @@ func (p *parser) job(doc *yaml.Node) *Job {
 				Timeout:     p.duration(sf["timeout"], field+".timeout"),
 				Network:     p.boolean(sf["network"], field+".network"),
 				Line:        sn.Line,
+				Fields:      map[string]Position{},
+			}
+			for k, v := range sf {
+				if v != nil {
+					s.Fields[k] = Position{v.Line, v.Column}
+				}
 			}
 			if sf["program"] == nil {
 				p.add(sn, field+".program", "missing; give builtin:NAME or a command as a list")

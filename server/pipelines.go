@@ -61,19 +61,21 @@ func (s *Service) submitJob(ctx context.Context, body []byte) (any, error) {
 }
 
 // queueRights lists the inputs id may not read and the outputs it may not
-// write, as problems at the stages that name them.
+// write, as problems at the fields that name them.
 func (s *Service) queueRights(file string, id auth.Identity, job *pipeline.Job) pipeline.Problems {
 	var ps pipeline.Problems
 	for _, st := range job.Stages {
 		for _, q := range st.Inputs {
 			if !s.authz.Allowed(id, auth.Read, q) {
-				ps = append(ps, pipeline.Problem{File: file, Line: st.Line, Column: 1, Field: fmt.Sprintf("stage %q.inputs", st.Name),
+				at := st.At("inputs")
+				ps = append(ps, pipeline.Problem{File: file, Line: at.Line, Column: at.Column, Field: fmt.Sprintf("stage %q.inputs", st.Name),
 					What: fmt.Sprintf("user %s may not read queue %s; an admin grants it with a rule in the users file", id.User, q)})
 			}
 		}
 		for _, q := range st.Outputs {
 			if !s.authz.Allowed(id, auth.Write, q) {
-				ps = append(ps, pipeline.Problem{File: file, Line: st.Line, Column: 1, Field: fmt.Sprintf("stage %q.outputs", st.Name),
+				at := st.At("outputs")
+				ps = append(ps, pipeline.Problem{File: file, Line: at.Line, Column: at.Column, Field: fmt.Sprintf("stage %q.outputs", st.Name),
 					What: fmt.Sprintf("user %s may not write queue %s; an admin grants it with a rule in the users file", id.User, q)})
 			}
 		}

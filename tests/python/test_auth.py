@@ -94,7 +94,7 @@ def test_analyst_sees_and_reads_only_dns(secured):
     [res] = action(c, "submit-job", {"file": "sneaky.yaml", "yaml": job}, ana)
     assert res["state"] == "rejected"
     assert "user ana may not read queue pcap.sz" in res["reason"]
-    assert "sneaky.yaml:3:1" in res["reason"]
+    assert "sneaky.yaml:3:26" in res["reason"]  # at the inputs that name it
     # Admin actions need admin: ana may not requeue faulty blocks; ops may.
     with pytest.raises(fl.FlightUnauthorizedError, match="no admin permission"):
         action(c, "retry", {}, ana)
