@@ -3,7 +3,6 @@ package agent
 import (
 	"bytes"
 	"context"
-	"encoding/json"
 	"io"
 	"log/slog"
 	"os"
@@ -48,12 +47,13 @@ func TestSpoolRecovery(t *testing.T) {
 	f, _ = s.Create(n43)
 	f.WriteString("block 43")
 	f.Close()
-	var st spoolState
-	raw, _ := os.ReadFile(filepath.Join(dir, "state.json"))
-	json.Unmarshal(raw, &st)
-	st.LastSeq, st.Pending, st.Sources["/a.pcap"] = 43, tempName(n43.String()), SourcePos{Packets: 20}
-	raw, _ = json.Marshal(st)
-	os.WriteFile(filepath.Join(dir, "state.json"), raw, 0o644)
+	s.mu.Lock() // Finish's state write, without the rename after it
+	s.st.LastSeq, s.st.Pending, s.st.Sources["/a.pcap"] = 43, tempName(n43.String()), SourcePos{Packets: 20}
+	s.markSource("/a.pcap", true)
+	if err := s.saveLocked(); err != nil {
+		t.Fatal(err)
+	}
+	s.mu.Unlock()
 	// Crash 2: a block being cut, never finished.
 	os.WriteFile(filepath.Join(dir, "tmp", "cut-20250505-151105-00000044.lax.pcap.sz"), []byte("partial"), 0o644)
 

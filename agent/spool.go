@@ -14,6 +14,7 @@ import (
 	"slices"
 	"sort"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/plumb-dev/plumb/block"
@@ -23,8 +24,9 @@ import (
 // server's acknowledgement, with the state that makes restarts exact.
 //
 // Layout: DIR/ready/NAME are finished blocks; DIR/tmp/ holds the block being
-// cut; DIR/state.json is the last sequence number used and how far each
-// source has been read into finished blocks.
+// cut; DIR/state.json and its journal DIR/state.log (see journal.go) are
+// the last sequence number used and how far each source has been read
+// into finished blocks.
 //
 // A block is finished in this order, so a crash at any point loses and
 // doubles nothing: the temp file is fsynced; the state naming the new last
@@ -51,6 +53,13 @@ type Spool struct {
 	// and are hashed when shipped.
 	sums  map[string]string
 	ready chan struct{} // closed and replaced when a block is finished or removed
+
+	// The journal (journal.go): what changed since the last state write,
+	// and the sizes that decide when the journal is folded.
+	dirtySrc, dirtyDrop map[string]bool
+	hasSnapshot         bool
+	snapSize, logSize   int64
+	written             atomic.Int64
 }
 
 // SourcePos is how far a source has been read into finished blocks, and
@@ -71,6 +80,9 @@ type Stamp struct {
 }
 
 type spoolState struct {
+	// Gen counts state writes; a journal line older than the snapshot
+	// is skipped.
+	Gen      uint64               `json:"gen,omitempty"`
 	Queue    string               `json:"queue"`
 	Instance string               `json:"instance"`
 	LastSeq  uint64               `json:"last_seq"`
@@ -115,23 +127,28 @@ func OpenSpool(dir, queue, instance string) (*Spool, Recovered, error) {
 		}
 	}
 	s := &Spool{dir: dir, ready: make(chan struct{}), sums: map[string]string{}}
+	s.st = spoolState{Queue: queue, Instance: instance, Sources: map[string]SourcePos{}}
 	raw, err := os.ReadFile(s.statePath())
 	switch {
 	case errors.Is(err, fs.ErrNotExist):
-		rec.Fresh = true
-		s.st = spoolState{Queue: queue, Instance: instance, Sources: map[string]SourcePos{}}
 	case err != nil:
 		return nil, rec, err
 	default:
 		if err := json.Unmarshal(raw, &s.st); err != nil {
 			return nil, rec, fmt.Errorf("spool %s: state.json is corrupt (%v); move the spool aside and start with a new --instance", dir, err)
 		}
-		if s.st.Queue != queue || s.st.Instance != instance {
-			return nil, rec, fmt.Errorf("spool %s belongs to queue %s instance %s, not %s %s; use another --spool", dir, s.st.Queue, s.st.Instance, queue, instance)
-		}
+		s.hasSnapshot, s.snapSize = true, int64(len(raw))
 		if s.st.Sources == nil {
 			s.st.Sources = map[string]SourcePos{}
 		}
+	}
+	applied, err := s.replayJournal()
+	if err != nil {
+		return nil, rec, err
+	}
+	rec.Fresh = !s.hasSnapshot && !applied
+	if s.st.Queue != queue || s.st.Instance != instance {
+		return nil, rec, fmt.Errorf("spool %s belongs to queue %s instance %s, not %s %s; use another --spool", dir, s.st.Queue, s.st.Instance, queue, instance)
 	}
 	tmps, err := os.ReadDir(filepath.Join(dir, "tmp"))
 	if err != nil {
@@ -168,6 +185,7 @@ func OpenSpool(dir, queue, instance string) (*Spool, Recovered, error) {
 	for n := range s.st.Dropped {
 		if !here[n] {
 			delete(s.st.Dropped, n) // shipped before the crash
+			s.markDropped(n, false)
 		}
 	}
 	return s, rec, nil
@@ -289,6 +307,7 @@ func (s *Spool) Reopen(name string, keep bool) {
 		pos = SourcePos{} // a new file: nothing of it read yet
 	}
 	s.st.Sources[name] = pos
+	s.markSource(name, true)
 }
 
 // Carry moves what the spool remembers of a source to another name, with
@@ -304,6 +323,8 @@ func (s *Spool) Carry(from, to string, stamp Stamp) {
 	pos.Stamp = stamp
 	s.st.Sources[to] = pos
 	delete(s.st.Sources, from)
+	s.markSource(to, true)
+	s.markSource(from, false)
 }
 
 // Forget drops what the spool remembers of finished sources (files gone
@@ -315,6 +336,7 @@ func (s *Spool) Forget(names ...string) {
 	for _, n := range names {
 		if s.st.Sources[n].Done {
 			delete(s.st.Sources, n)
+			s.markSource(n, false)
 		}
 	}
 }
@@ -361,6 +383,7 @@ func (s *Spool) Finish(f *os.File, n block.Name, pos map[string]SourcePos, sum s
 	s.st.LastSeq, s.st.HasSeq = n.Seq, true
 	for k, v := range pos {
 		s.st.Sources[k] = v
+		s.markSource(k, true)
 	}
 	s.st.Pending = tempName(n.String())
 	if dropped > 0 {
@@ -368,6 +391,7 @@ func (s *Spool) Finish(f *os.File, n block.Name, pos map[string]SourcePos, sum s
 			s.st.Dropped = map[string]int64{}
 		}
 		s.st.Dropped[n.String()] = dropped
+		s.markDropped(n.String(), true)
 	}
 	if err := s.saveLocked(); err != nil {
 		return err
@@ -444,7 +468,10 @@ func (s *Spool) Remove(b ReadyBlock) error {
 	s.mu.Lock()
 	s.bytes -= b.Size
 	delete(s.sums, b.Name.String())
-	delete(s.st.Dropped, b.Name.String()) // saved with the next state write
+	if _, ok := s.st.Dropped[b.Name.String()]; ok {
+		delete(s.st.Dropped, b.Name.String()) // saved with the next state write
+		s.markDropped(b.Name.String(), false)
+	}
 	s.signalLocked()
 	s.mu.Unlock()
 	return nil
@@ -475,33 +502,6 @@ func (s *Spool) LostBytes() int64 {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return s.st.LostBytes
-}
-
-func (s *Spool) saveLocked() error {
-	raw, err := json.MarshalIndent(s.st, "", "  ")
-	if err != nil {
-		return err
-	}
-	tmp := s.statePath() + ".tmp"
-	f, err := os.Create(tmp)
-	if err != nil {
-		return err
-	}
-	if _, err := f.Write(raw); err != nil {
-		f.Close()
-		return err
-	}
-	if err := s.fsync(f); err != nil {
-		f.Close()
-		return err
-	}
-	if err := f.Close(); err != nil {
-		return err
-	}
-	if err := os.Rename(tmp, s.statePath()); err != nil {
-		return err
-	}
-	return s.syncDir(s.dir)
 }
 
 func (s *Spool) fsync(f *os.File) error {
