@@ -9,6 +9,7 @@ import (
 	"os"
 	"path/filepath"
 	"sort"
+	"strconv"
 	"time"
 
 	"gopkg.in/yaml.v3"
@@ -94,6 +95,15 @@ func WindowSpec(w *pipeline.WindowSpec) (windowing.Spec, error) {
 	s.Ordering, s.Cutoff, s.Late = windowing.Ordering(w.Ordering), windowing.Cutoff(w.Cutoff), windowing.Late(w.Late)
 	s.AllInstances = w.PerInstance == "all"
 	s.Instances = w.Instances
+	if h := w.LateHorizon; h != "" {
+		if n, err := strconv.ParseInt(h, 10, 32); err == nil && n > 0 {
+			s.LateHorizon = n
+		} else if d, err := pipeline.ParseDuration(h); err == nil && d > 0 && s.Size > 0 {
+			s.LateHorizon = int64((time.Duration(d) + s.Size - 1) / s.Size)
+		} else {
+			return s, fmt.Errorf("window.late_horizon %q: want a number of windows, or a duration for time windows", h)
+		}
+	}
 	s.Defaults()
 	return s, s.Validate()
 }
@@ -102,9 +112,12 @@ func WindowSpec(w *pipeline.WindowSpec) (windowing.Spec, error) {
 type windowState struct {
 	tracker  *windowing.Tracker
 	queue    string
+	group    string
 	after    uint64 // the last serial fed to the tracker
 	retry    []pendingWindow
 	released map[string]uint64 // per site, the sequence number released up to
+	// replaying: the blocks fed are those seen before a restart.
+	replaying bool
 }
 
 type pendingWindow struct {
@@ -114,8 +127,9 @@ type pendingWindow struct {
 }
 
 // newWindowState builds a window stage's tracker and replays what it has
-// seen: the input queue's blocks since the stage subscribed, then the
-// windows it already fired, so a restart fires nothing twice.
+// seen: the windows it already fired, then the input queue's blocks since
+// the stage subscribed, so a restart fires nothing twice; the tracker
+// keeps of them only the open windows and the late horizon.
 func (e *Engine) newWindowState(n *pipeline.Node, group string) (*windowState, error) {
 	if len(n.Inputs) != 1 {
 		return nil, fmt.Errorf("stage %s: a window stage reads one input queue", n.Name)
@@ -128,15 +142,12 @@ func (e *Engine) newWindowState(n *pipeline.Node, group string) (*windowState, e
 	if err != nil {
 		return nil, fmt.Errorf("stage %s: %w", n.Name, err)
 	}
-	ws := &windowState{tracker: tr, queue: n.Inputs[0], released: map[string]uint64{}}
+	ws := &windowState{tracker: tr, queue: n.Inputs[0], group: group, released: map[string]uint64{}}
 	g, err := e.db.EnsureGroup(ws.queue, group, state.From(n.From))
 	if err != nil {
 		return nil, err
 	}
 	ws.after = g.Start
-	if err := e.feed(ws); err != nil {
-		return nil, err
-	}
 	recs, err := e.db.Windows(group)
 	if err != nil {
 		return nil, err
@@ -145,6 +156,12 @@ func (e *Engine) newWindowState(n *pipeline.Node, group string) (*windowState, e
 		if id, ok := parseWindowID(r.ID); ok {
 			tr.MarkFired(id, r.Revision)
 		}
+	}
+	ws.replaying = true
+	err = e.feed(ws)
+	ws.replaying = false
+	if err != nil {
+		return nil, err
 	}
 	return ws, nil
 }
@@ -173,7 +190,18 @@ func (e *Engine) feed(ws *windowState) error {
 		}
 		for _, b := range bs {
 			ws.after = b.Serial
-			ws.tracker.Add(windowing.Block{Instance: b.Instance, Seq: b.Seq, Time: b.Time, Arrived: b.Arrived, Name: b.Name})
+			wb := windowing.Block{Instance: b.Instance, Seq: b.Seq, Time: b.Time, Arrived: b.Arrived, Name: b.Name}
+			if ws.replaying {
+				ws.tracker.Replay(wb)
+			} else if ws.tracker.Add(wb) == windowing.TooLate {
+				// No window will take it: done with, or it would be owed
+				// for ever.
+				e.log.Warn("block past the window stage's late horizon: no window holds it any more; raise window.late_horizon to take blocks this late",
+					"queue", ws.queue, "block", b.Name)
+				if _, err := e.db.Ack(ws.queue, ws.group, []block.ID{b.ID()}); err != nil {
+					return err
+				}
+			}
 		}
 		if len(bs) < 1000 {
 			return nil

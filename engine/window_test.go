@@ -13,6 +13,7 @@ import (
 	"github.com/plumb-dev/plumb/block"
 	"github.com/plumb-dev/plumb/engine"
 	"github.com/plumb-dev/plumb/pcap"
+	"github.com/plumb-dev/plumb/state"
 	"github.com/plumb-dev/plumb/synth"
 )
 
@@ -179,5 +180,48 @@ stages:
 	ws, _ = r.eng.Windows("hourly/h")
 	if len(ws) != 3 || ws[0].State != "waiting" || ws[1].Reason != "forced" || ws[2].Reason != "complete" {
 		t.Fatalf("after forcing: %+v", ws)
+	}
+}
+
+// TestBlockPastLateHorizon: with late_horizon: 1, a block for a window
+// long fired is not held for it (it would be owed for ever): the stage
+// is done with it, and it opens no window of its own.
+func TestBlockPastLateHorizon(t *testing.T) {
+	r := newRig(t, engine.Config{Slots: 2})
+	day := time.Date(2025, 5, 5, 0, 0, 0, 0, time.UTC)
+	r.putAt("raw", "lax", 1, day, []byte("1"))
+	r.mustAccept(`
+job: hourly
+from: earliest
+stages:
+  - {name: h, abstraction: window, window: {size: 1h, late_horizon: 1}, inputs: [raw], program: [cat], outputs: [raw.all], retention: forever}
+`)
+	for seq := uint64(2); seq <= 6; seq++ {
+		r.putAt("raw", "lax", seq, day.Add(time.Duration(seq-1)*time.Hour), []byte("x"))
+	}
+	r.wait("hours 0 to 4 fired", func() bool { return r.count("raw.all") == 5 })
+	// Block 7 comes back to hour 0, four windows behind the open one.
+	r.putAt("raw", "lax", 7, day.Add(10*time.Minute), []byte("late"))
+	r.wait("the late block done with", func() bool {
+		b, err := r.db.Lookup(block.ID{Queue: "raw", Instance: "lax", Seq: 7})
+		if err != nil {
+			return false
+		}
+		dels, _ := r.db.DeliveriesOf("raw", []uint64{b.Serial})
+		for _, d := range dels[b.Serial] {
+			return d.State == state.Done
+		}
+		return false
+	})
+	// Owed still: block 5 (the open hour's left bracket) and block 6.
+	r.wait("the stage's count", func() bool { st := r.eng.Stats()[0]; return st.Waiting == 2 && st.Backlog == 0 })
+	ws, _ := r.eng.Windows("hourly/h")
+	for _, w := range ws {
+		if w.State == "waiting" && !strings.HasSuffix(w.ID, "/"+fmt.Sprint(day.Unix()/3600+5)) {
+			t.Errorf("a window other than hour 5 waits: %+v", w)
+		}
+	}
+	if n := r.count("raw.all"); n != 5 {
+		t.Errorf("%d windows fired; the late block fired one of its own", n)
 	}
 }

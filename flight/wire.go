@@ -81,6 +81,7 @@ type WindowSpec struct {
 	MaxMissing  string   `json:"max_missing,omitempty"` // a count or a percentage
 	IdleTimeout string   `json:"idle_timeout,omitempty"`
 	Ordering    string   `json:"ordering,omitempty"`     // "any" (default) or "strict"
+	LateHorizon string   `json:"late_horizon,omitempty"` // windows, or a duration
 	Cutoff      string   `json:"cutoff,omitempty"`       // "start" (default), "next" or "both"
 	Late        string   `json:"late,omitempty"`         // "report" (default) or "refire"
 	PerInstance string   `json:"per_instance,omitempty"` // "each" (default) or "all"

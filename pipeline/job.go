@@ -86,7 +86,11 @@ type WindowSpec struct {
 	MaxWait     Duration `yaml:"max_wait,omitempty" json:"max_wait,omitempty"`
 	MaxMissing  string   `yaml:"max_missing,omitempty" json:"max_missing,omitempty"` // a count or a percentage
 	IdleTimeout Duration `yaml:"idle_timeout,omitempty" json:"idle_timeout,omitempty"`
-	Ordering    string   `yaml:"ordering,omitempty" json:"ordering,omitempty"`         // "any" (default) or "strict"
+	Ordering    string   `yaml:"ordering,omitempty" json:"ordering,omitempty"` // "any" (default) or "strict"
+	// LateHorizon is how far back late blocks are still taken: a number
+	// of windows, or a duration for time windows. Default: 2 windows, and
+	// at least a day for time windows.
+	LateHorizon string   `yaml:"late_horizon,omitempty" json:"late_horizon,omitempty"`
 	Cutoff      string   `yaml:"cutoff,omitempty" json:"cutoff,omitempty"`             // "start" (default), "next" or "both"
 	Late        string   `yaml:"late,omitempty" json:"late,omitempty"`                 // "report" (default) or "refire"
 	PerInstance string   `yaml:"per_instance,omitempty" json:"per_instance,omitempty"` // "each" (default) or "all"

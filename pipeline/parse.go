@@ -285,7 +285,7 @@ func peekName(n *yaml.Node) string {
 }
 
 func (p *parser) window(n *yaml.Node, field string) *WindowSpec {
-	f := p.fields(n, field, "size", "start", "end", "max_wait", "max_missing", "idle_timeout", "ordering", "cutoff", "late", "per_instance", "instances")
+	f := p.fields(n, field, "size", "start", "end", "max_wait", "max_missing", "idle_timeout", "ordering", "cutoff", "late", "late_horizon", "per_instance", "instances")
 	if f == nil {
 		return nil
 	}
@@ -297,6 +297,7 @@ func (p *parser) window(n *yaml.Node, field string) *WindowSpec {
 		MaxMissing:  p.str(f["max_missing"], field+".max_missing"),
 		IdleTimeout: p.duration(f["idle_timeout"], field+".idle_timeout"),
 		Ordering:    p.str(f["ordering"], field+".ordering"),
+		LateHorizon: p.str(f["late_horizon"], field+".late_horizon"),
 		Cutoff:      p.str(f["cutoff"], field+".cutoff"),
 		Late:        p.str(f["late"], field+".late"),
 		PerInstance: p.str(f["per_instance"], field+".per_instance"),
@@ -444,6 +445,13 @@ func (p *parser) checkWindow(n *yaml.Node, field string, w *WindowSpec) {
 	} {
 		if c.v != "" && !slices.Contains(strings.Fields(c.want), c.v) {
 			p.add(n, field+"."+c.name, "%q: want %s", c.v, strings.ReplaceAll(c.want, " ", " or "))
+		}
+	}
+	if h := w.LateHorizon; h != "" {
+		if count, err := strconv.ParseUint(h, 10, 31); err != nil || count == 0 {
+			if d, err := ParseDuration(h); err != nil || d <= 0 {
+				p.add(n, field+".late_horizon", "%q: want a number of windows (2) or a duration (48h)", h)
+			}
 		}
 	}
 	if w.End != "" && w.Start == "" {

@@ -83,6 +83,12 @@ type Spec struct {
 	// FirstSeq is a stream's first sequence number (the agent's is 1):
 	// a window holding it needs no left bracket.
 	FirstSeq uint64
+	// LateHorizon is how many windows before a site's lowest open one
+	// keep their blocks, for late blocks to be reported and refired: a
+	// block older than that is counted (TooLate) and dropped, so the
+	// tracker holds the open windows and this many, not the history.
+	// Zero: 2 windows, and for time windows at least a day's worth.
+	LateHorizon int64
 }
 
 // Defaults fills unset fields.
@@ -101,6 +107,12 @@ func (s *Spec) Defaults() {
 	}
 	if s.Phase.IsZero() {
 		s.Phase = time.Unix(0, 0).UTC() // windows start at UTC midnight
+	}
+	if s.LateHorizon == 0 {
+		s.LateHorizon = 2
+		if s.Size > 0 {
+			s.LateHorizon = max(2, int64((24*time.Hour+s.Size-1)/s.Size))
+		}
 	}
 }
 

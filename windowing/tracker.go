@@ -29,6 +29,9 @@ const (
 	OutOfLeft  Kind = "out-of-left-boundary"
 	OutOfRight Kind = "out-of-right-boundary"
 	Unwanted   Kind = "unwanted"
+	// TooLate is a block for a window past the late horizon: the tracker
+	// no longer holds that window, so it is counted and dropped.
+	TooLate Kind = "beyond-late-horizon"
 )
 
 // WindowID names a window: its site ("" when windows span all sites) and
@@ -104,6 +107,10 @@ type site struct {
 	hasLow  bool
 	dirty   bool      // a block came since the last evaluation
 	wake    time.Time // when max_wait or idle_timeout may fire a window
+	// floor is the lowest window whose blocks the site still holds (see
+	// prune).
+	floor    int64
+	hasFloor bool
 }
 
 type window struct {
@@ -123,6 +130,14 @@ type Tracker struct {
 	sites   map[string]*site
 	windows map[WindowID]*window
 	wanted  map[string]bool
+	// replaying: blocks come again after a restart, their windows already
+	// marked fired; they are not late.
+	replaying bool
+	tooLate   int64
+	replayed  int
+	// firedTop is the highest window fired, per site ("" for windows
+	// across sites): what prune keeps is counted down from it.
+	firedTop map[string]int64
 }
 
 // New returns a tracker for a valid spec.
@@ -131,7 +146,7 @@ func New(spec Spec) (*Tracker, error) {
 	if err := spec.Validate(); err != nil {
 		return nil, err
 	}
-	t := &Tracker{spec: spec, sites: map[string]*site{}, windows: map[WindowID]*window{}}
+	t := &Tracker{spec: spec, sites: map[string]*site{}, windows: map[WindowID]*window{}, firedTop: map[string]int64{}}
 	if len(spec.Instances) > 0 {
 		t.wanted = map[string]bool{}
 		for _, i := range spec.Instances {
@@ -201,6 +216,10 @@ func (t *Tracker) Add(b Block) Kind {
 	if _, dup := s.blocks[b.Seq]; dup {
 		return Duplicate
 	}
+	if s.hasFloor && t.lastIndex(b) < s.floor {
+		t.tooLate++
+		return TooLate
+	}
 	s.blocks[b.Seq] = b
 	i, _ := slices.BinarySearch(s.order, b.Seq)
 	s.order = slices.Insert(s.order, i, b.Seq)
@@ -243,9 +262,16 @@ func (t *Tracker) Add(b Block) Kind {
 			continue
 		}
 		inside = true
+		if s.hasFloor && idx < s.floor {
+			kind = LateBlock // its window is past the horizon: held for the next, not refired
+			continue
+		}
 		w := t.windowOf(b.Instance, idx)
 		if w.fired {
 			kind = LateBlock
+			if t.replaying {
+				continue
+			}
 			w.late = append(w.late, SeqRef{b.Instance, b.Seq})
 			if t.spec.Late == LateRefire {
 				w.refire = true
@@ -263,6 +289,20 @@ func (t *Tracker) Add(b Block) Kind {
 		return OutOfRight
 	}
 	return kind
+}
+
+// lastIndex is the latest window a block may belong to, before the next
+// block is known: the one it starts in, or under cutoff next/both the one
+// after.
+func (t *Tracker) lastIndex(b Block) int64 {
+	if t.spec.SizeBlocks > 0 {
+		return t.blockIndex(b.Seq)
+	}
+	idx := t.index(b.Time)
+	if t.spec.Cutoff != CutoffStart {
+		idx++
+	}
+	return idx
 }
 
 // maxHoles bounds the missing sequence numbers remembered per site, so a
@@ -415,7 +455,19 @@ func (t *Tracker) Due(now time.Time) []Firing {
 	}
 	sort.Strings(names)
 	if t.spec.AllInstances {
-		return t.dueAll(now, names)
+		out := t.dueAll(now, names)
+		// Each site's lowest open window moves past those fired across
+		// sites, so prune can count its horizon from there.
+		for _, s := range t.sites {
+			for s.hasLow && s.lowOpen <= t.topIndex(s) {
+				if w := t.windows[WindowID{"", s.lowOpen}]; w == nil || !w.fired && t.inRange(s.lowOpen) {
+					break
+				}
+				s.lowOpen++
+			}
+		}
+		t.prune()
+		return out
 	}
 	for _, n := range names {
 		s := t.sites[n]
@@ -451,7 +503,9 @@ func (t *Tracker) Due(now time.Time) []Firing {
 			}
 		}
 	}
-	return append(out, t.refires(now)...)
+	out = append(out, t.refires(now)...)
+	t.prune()
+	return out
 }
 
 // topIndex is the window of a site's latest block.
@@ -512,6 +566,7 @@ func (t *Tracker) fire(w *window, blocks []Block, miss []SeqRef, reason Reason, 
 	w.fired = true
 	w.revision++
 	w.members = blocks
+	t.noteFired(w.id)
 	f := Firing{ID: w.id, Revision: w.revision, Reason: reason, Blocks: blocks, Missing: miss, Late: slices.Clone(w.late), At: now}
 	if t.spec.SizeBlocks > 0 {
 		f.FirstSeq = t.spec.FirstSeq + uint64(w.id.Index)*t.spec.SizeBlocks
@@ -684,7 +739,112 @@ func (t *Tracker) MarkFired(id WindowID, revision int) {
 		t.windows[id] = w
 	}
 	w.fired, w.revision, w.refire, w.late = true, revision, false, nil
+	t.noteFired(id)
 }
+
+// noteFired remembers the highest window fired per site (every site for a
+// window across sites), which bounds what prune keeps.
+func (t *Tracker) noteFired(id WindowID) {
+	if top, ok := t.firedTop[id.Instance]; !ok || id.Index > top {
+		t.firedTop[id.Instance] = id.Index
+	}
+}
+
+// Replay adds blocks seen before a restart, whose windows MarkFired has
+// marked: a block of a fired window is not late, only held for the
+// brackets and the horizon. Prune as it goes.
+func (t *Tracker) Replay(b Block) Kind {
+	t.replaying = true
+	defer func() { t.replaying = false }()
+	if t.replayed++; t.replayed%4096 == 0 {
+		t.prune()
+	}
+	return t.Add(b)
+}
+
+// prune forgets what no window can need: per site, the blocks and fired
+// windows more than LateHorizon windows below the lowest one still open
+// (or the highest fired, when none is open), keeping the last block
+// below them as the next window's left bracket. So the tracker holds the
+// open windows and the horizon, whatever the history.
+func (t *Tracker) prune() {
+	floorAll, anyAll := int64(math.MaxInt64), false
+	for _, s := range t.sites {
+		key := s.name
+		if t.spec.AllInstances {
+			key = ""
+		}
+		top, fired := t.firedTop[key]
+		var low int64
+		switch {
+		case s.hasLow && fired:
+			low = min(s.lowOpen, top+1)
+		case s.hasLow:
+			low = s.lowOpen
+		case fired:
+			low = top + 1
+		default:
+			continue
+		}
+		floor := low - t.spec.LateHorizon
+		if s.hasFloor && floor <= s.floor {
+			if t.spec.AllInstances {
+				floorAll, anyAll = min(floorAll, s.floor), true
+			}
+			continue
+		}
+		s.floor, s.hasFloor = floor, true
+		if t.spec.AllInstances {
+			floorAll, anyAll = min(floorAll, floor), true
+		}
+		// Blocks wholly below the floor go, but the last of them.
+		k := 0
+		for k < len(s.order) && t.lastIndex(s.blocks[s.order[k]]) < floor {
+			if next, ok := s.blocks[s.order[k]+1]; ok && t.index(next.Time) >= floor && t.spec.Cutoff != CutoffStart {
+				break // it may straddle into a held window
+			}
+			k++
+		}
+		if k > 1 {
+			for _, q := range s.order[:k-1] {
+				delete(s.blocks, q)
+			}
+			s.order = slices.Delete(s.order, 0, k-1)
+			for q := range s.holes {
+				if q < s.order[0] {
+					delete(s.holes, q)
+				}
+			}
+		}
+		if !t.spec.AllInstances {
+			for id := range t.windows {
+				if id.Instance == s.name && id.Index < floor && t.windows[id].fired && !t.windows[id].refire {
+					delete(t.windows, id)
+				}
+			}
+		}
+	}
+	if anyAll {
+		for id, w := range t.windows {
+			if id.Index < floorAll && w.fired && !w.refire {
+				delete(t.windows, id)
+			}
+		}
+	}
+}
+
+// Held returns how many blocks and windows the tracker holds: what its
+// memory is made of.
+func (t *Tracker) Held() (blocks, windows int) {
+	for _, s := range t.sites {
+		blocks += len(s.blocks)
+	}
+	return blocks, len(t.windows)
+}
+
+// TooLateCount returns how many blocks came for windows past the late
+// horizon and were dropped.
+func (t *Tracker) TooLateCount() int64 { return t.tooLate }
 
 // Open lists the windows waiting to fire, per site in index order.
 func (t *Tracker) Open(now time.Time) []Status {

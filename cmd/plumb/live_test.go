@@ -477,15 +477,35 @@ func TestAgentLiveBusy(t *testing.T) {
 
 // udpSender sends N datagrams marked TAG-%05d to ADDR as fast as it can
 // (spec "ADDR,N,TAG").
+//
+// The socket is not connected: nothing listens on the port, so each
+// datagram draws an ICMP port unreachable, and a connected socket would
+// fail its next send with ECONNREFUSED, silently sending fewer than N.
 func udpSender(spec string) {
 	parts := strings.Split(spec, ",")
 	n, _ := strconv.Atoi(parts[1])
-	c, err := net.Dial("udp", parts[0])
+	to, err := net.ResolveUDPAddr("udp", parts[0])
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}
+	c, err := net.ListenUDP("udp", nil)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		os.Exit(1)
 	}
 	for i := range n {
-		c.Write([]byte(fmt.Sprintf("%s-%05d", parts[2], i) + strings.Repeat("x", 60)))
+		msg := []byte(fmt.Sprintf("%s-%05d", parts[2], i) + strings.Repeat("x", 60))
+		for try := 0; ; try++ {
+			_, err := c.WriteToUDP(msg, to)
+			if err == nil {
+				break
+			}
+			if try == 100 { // a full queue (ENOBUFS) passes; this did not
+				fmt.Fprintf(os.Stderr, "datagram %d of %d: %v\n", i, n, err)
+				os.Exit(1)
+			}
+			time.Sleep(time.Millisecond)
+		}
 	}
 }
