@@ -88,6 +88,11 @@ type Config struct {
 	// fails (and is retried), so a hostile input cannot hold a slot for
 	// ever.
 	Timeout time.Duration
+	// DerivedRetention is the most a stage's output queue keeps a block
+	// when the stage gives no retention (until consumed): a queue nothing
+	// reads would otherwise grow for ever. 30 days when 0; negative keeps
+	// such blocks until consumed, however long.
+	DerivedRetention time.Duration
 	// MaxJobsPerOwner caps the accepted jobs of one owner, so one user's
 	// submissions cannot fill the metadata; 64 when 0.
 	MaxJobsPerOwner int
@@ -129,6 +134,9 @@ func (c *Config) defaults() {
 	}
 	if c.Timeout == 0 {
 		c.Timeout = time.Hour
+	}
+	if c.DerivedRetention == 0 {
+		c.DerivedRetention = 30 * 24 * time.Hour
 	}
 	if c.GapWait <= 0 {
 		c.GapWait = time.Minute

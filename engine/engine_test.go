@@ -6,6 +6,7 @@ import (
 	"crypto/sha256"
 	"fmt"
 	"io"
+	"log/slog"
 	"os"
 	"path/filepath"
 	"slices"
@@ -22,6 +23,7 @@ import (
 	"github.com/plumb-dev/plumb/engine"
 	"github.com/plumb-dev/plumb/engine/builtin"
 	"github.com/plumb-dev/plumb/internal/testprog"
+	"github.com/plumb-dev/plumb/retention"
 	"github.com/plumb-dev/plumb/sandbox"
 	"github.com/plumb-dev/plumb/state"
 	"github.com/prometheus/client_golang/prometheus"
@@ -648,5 +650,38 @@ stages:
 	}
 	if strings.SplitN(one, " ", 2)[0] == strings.SplitN(two, " ", 2)[0] {
 		t.Errorf("two runs shared a directory: %s", strings.SplitN(one, " ", 2)[0])
+	}
+}
+
+// TestDerivedRetention: an output no stage reads, of a stage that gives
+// no retention, is called out at submit and kept at most the server's
+// --derived-retention (it grew for ever); a stage saying forever keeps
+// its output, and an operator's retention on such a queue stands.
+func TestDerivedRetention(t *testing.T) {
+	r := newRig(t, engine.Config{Slots: 2, DerivedRetention: time.Millisecond})
+	r.put("raw", 1, []byte("x"))
+	res := r.mustAccept("job: j\nfrom: earliest\nstages:\n" +
+		"  - {name: a, inputs: [raw], program: [cat], outputs: [raw.a]}\n" +
+		"  - {name: b, inputs: [raw], program: [cat], outputs: [raw.b], retention: forever}\n" +
+		"  - {name: c, inputs: [raw], program: [cat], outputs: [raw.c]}\n")
+	if len(res.Warnings) != 2 || !strings.Contains(res.Warnings[0], "queue raw.a: no stage reads it and stage a gives it no retention; its blocks stay until a consumer group takes them, at most 1ms") {
+		t.Errorf("warnings at submit: %q; want raw.a's and raw.c's", res.Warnings)
+	}
+	if err := r.db.SetPolicy("raw.c", state.Policy{Retention: "forever", By: "ops"}); err != nil {
+		t.Fatal(err)
+	}
+	r.wait("the three outputs", func() bool { return r.count("raw.a") == 1 && r.count("raw.b") == 1 && r.count("raw.c") == 1 })
+	if w := r.eng.QueueWarning("raw.a", false); !strings.Contains(w, "nothing reads it") {
+		t.Errorf("queue warning of raw.a: %q", w)
+	}
+	if w := r.eng.QueueWarning("raw.b", false); w != "" {
+		t.Errorf("queue warning of raw.b, kept for ever as its stage says: %q", w)
+	}
+	time.Sleep(5 * time.Millisecond)
+	if _, err := retention.Sweep(context.Background(), r.db, r.store, slog.Default()); err != nil {
+		t.Fatal(err)
+	}
+	if a, b, c := r.count("raw.a"), r.count("raw.b"), r.count("raw.c"); a != 0 || b != 1 || c != 1 {
+		t.Errorf("after the sweep raw.a, raw.b, raw.c hold %d, %d, %d blocks; want 0 (unread, past 1ms), 1 (forever), 1 (the operator's)", a, b, c)
 	}
 }

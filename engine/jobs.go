@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"slices"
 	"strings"
+	"time"
 
 	"github.com/plumb-dev/plumb/pipeline"
 	"github.com/plumb-dev/plumb/state"
@@ -94,6 +95,17 @@ func (e *Engine) SubmitChecked(file string, src []byte, owner string, trusted bo
 	for _, w := range warns {
 		if w.Job == job.Name {
 			mine = append(mine, w.What)
+		}
+	}
+	for _, s := range job.Stages {
+		if s.Retention != pipeline.UntilConsumed {
+			continue
+		}
+		for _, q := range s.Outputs {
+			if len(g.Readers(q)) == 0 {
+				mine = append(mine, fmt.Sprintf("queue %s: no stage reads it and stage %s gives it no retention; %s. Say retention: forever to keep them, or a retention such as 7d",
+					q, s.Name, e.derivedFate()))
+			}
 		}
 	}
 
@@ -338,11 +350,60 @@ func (e *Engine) demote(name string, why error) {
 	}
 }
 
+// derivedFate says what becomes of the blocks of an output queue whose
+// stage gives no retention.
+func (e *Engine) derivedFate() string {
+	if e.cfg.DerivedRetention < 0 {
+		return "its blocks stay until a consumer group takes them, for ever if none does (the server runs with --derived-retention off)"
+	}
+	return fmt.Sprintf("its blocks stay until a consumer group takes them, at most %s (the server's --derived-retention)", days(e.cfg.DerivedRetention))
+}
+
+// days writes a duration in days when it is whole days.
+func days(d time.Duration) string {
+	if d%(24*time.Hour) == 0 {
+		return fmt.Sprintf("%dd", d/(24*time.Hour))
+	}
+	return d.String()
+}
+
+// derivedPolicyBy marks the retention the engine gives a derived queue
+// by default, so an operator's or a stage's own is never overwritten.
+const derivedPolicyBy = "server default (--derived-retention)"
+
+// QueueWarning says what an operator should know of a queue that no
+// consumer group reads (readers false): a stage's output whose blocks
+// pile up until --derived-retention lets them go, or for ever. "" for a
+// source queue, or one that is read.
+func (e *Engine) QueueWarning(queue string, readers bool) string {
+	if readers {
+		return ""
+	}
+	g := e.Graph()
+	if g == nil {
+		return ""
+	}
+	for _, n := range g.Stages {
+		if !slices.Contains(n.Outputs, queue) {
+			continue
+		}
+		if n.Retention != pipeline.UntilConsumed {
+			return "" // its stage said how long to keep them
+		}
+		return fmt.Sprintf("nothing reads it and stage %s gives it no retention: %s", n.Name, e.derivedFate())
+	}
+	return ""
+}
+
 // apply makes g the graph in force: new stages subscribe to their inputs,
 // stages that left the graph unsubscribe. Runs in flight finish under the
 // graph they started with. Called with e.mu held.
 func (e *Engine) apply(g *pipeline.Graph) error {
 	next := map[string]*stage{}
+	policies, err := e.db.Policies()
+	if err != nil {
+		return err
+	}
 	for _, n := range g.Stages {
 		// A derived queue keeps its blocks as its producing stage says;
 		// the retention sweep acts on it.
@@ -350,6 +411,19 @@ func (e *Engine) apply(g *pipeline.Graph) error {
 			for _, q := range n.Outputs {
 				if err := e.db.SetPolicy(q, state.Policy{Retention: string(n.Retention), MaxAge: l.MaxAge, MaxBytes: l.MaxBytes, By: "stage " + n.Name}); err != nil {
 					return fmt.Errorf("stage %s: retention of %s: %w", n.Name, q, err)
+				}
+			}
+		} else if n.Retention == pipeline.UntilConsumed && e.cfg.DerivedRetention > 0 {
+			// Until consumed, but not for ever: what no one reads goes
+			// after --derived-retention (a block still owed stays). An
+			// operator's own retention stands.
+			for _, q := range n.Outputs {
+				if p, ok := policies[q]; ok && p.By != derivedPolicyBy {
+					continue
+				}
+				p := state.Policy{Retention: "until consumed, at most " + days(e.cfg.DerivedRetention), MaxAge: e.cfg.DerivedRetention, By: derivedPolicyBy}
+				if err := e.db.SetPolicy(q, p); err != nil {
+					return fmt.Errorf("stage %s: default retention of %s: %w", n.Name, q, err)
 				}
 			}
 		}

@@ -12,6 +12,9 @@ type QueueStats struct {
 	Blocks int64        `json:"blocks"`
 	Bytes  int64        `json:"bytes"`
 	Groups []GroupStats `json:"groups"`
+	// Warning is what an operator should know of it, such as a stage's
+	// output nothing reads.
+	Warning string `json:"warning,omitempty"`
 }
 
 // ListBlocksRequest is the body of the list-blocks action.

@@ -320,7 +320,11 @@ func (s *Service) stats(queue string) (flight.QueueStats, error) {
 			groups[i].Stage, _ = s.eng.StageOf(groups[i].Group)
 		}
 	}
-	return flight.QueueStats{Queue: q.Name, Blocks: q.Blocks, Bytes: q.Bytes, Groups: wireAll[flight.GroupStats](groups)}, nil
+	qs := flight.QueueStats{Queue: q.Name, Blocks: q.Blocks, Bytes: q.Bytes, Groups: wireAll[flight.GroupStats](groups)}
+	if s.eng != nil {
+		qs.Warning = s.eng.QueueWarning(queue, len(groups) > 0)
+	}
+	return qs, nil
 }
 
 func (s *Service) queueStats(ctx context.Context, body []byte) (any, error) {

@@ -228,6 +228,20 @@ func TestStagesByName(t *testing.T) {
 		fb, err := c.Faulty(ctx, "raw")
 		return err == nil && len(fb) == 1
 	})
+	// A good block makes the mine stages' outputs, which nothing reads.
+	if _, err := c.Put(ctx, source("20250505-151106-00000002.lax.raw", []byte("fine"))); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "raw.0 and raw.1", func() bool {
+		qs, err := c.Queues(ctx)
+		n := 0
+		for _, q := range qs {
+			if (q.Queue == "raw.0" || q.Queue == "raw.1") && q.Blocks == 1 {
+				n++
+			}
+		}
+		return err == nil && n == 2
+	})
 	for _, verb := range []string{"faulty", "queues", "status"} {
 		out, errOut, code := plumbExec(t, verb, "--server", addr)
 		if code != 0 || strings.Contains(out, "stage-") {
@@ -235,6 +249,11 @@ func TestStagesByName(t *testing.T) {
 		}
 		if verb != "status" && !strings.Contains(out, "clean (alice-archive, bob-summary)") {
 			t.Errorf("plumb %s does not name the merged stage with its jobs:\n%s", verb, out)
+		}
+		// Nothing reads the mine stages' outputs: the operator is told
+		// what becomes of them.
+		if verb == "queues" && !strings.Contains(out, "warning: queue raw.0: nothing reads it and stage alice-archive/mine gives it no retention: its blocks stay until a consumer group takes them, at most 30d") {
+			t.Errorf("plumb queues does not warn of the unread queue raw.0:\n%s", out)
 		}
 	}
 }

@@ -19,6 +19,7 @@ func queuesCommand() command {
 			}
 			tw := tabwriter.NewWriter(os.Stdout, 0, 4, 2, ' ', 0)
 			fmt.Fprintln(tw, "QUEUE\tBLOCKS\tBYTES\tGROUPS (owed/reserved/done)")
+			var notes []string
 			for _, q := range qs {
 				groups := ""
 				for _, g := range q.Groups {
@@ -29,8 +30,17 @@ func queuesCommand() command {
 					groups += fmt.Sprintf("%s:%d/%d/%d ", name, g.Unreserved, g.Reserved, g.Done)
 				}
 				fmt.Fprintf(tw, "%s\t%d\t%d\t%s\n", q.Queue, q.Blocks, q.Bytes, groups)
+				if q.Warning != "" {
+					notes = append(notes, "warning: queue "+q.Queue+": "+q.Warning)
+				}
 			}
-			return tw.Flush()
+			if err := tw.Flush(); err != nil {
+				return err
+			}
+			for _, n := range notes {
+				fmt.Println(n)
+			}
+			return nil
 		})
 }
 

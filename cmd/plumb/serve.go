@@ -53,6 +53,18 @@ func serveCommand() command {
 			fs.IntVar(&cfg.ReadSlotsPerUser, "read-slots-per-user", 0, "the most of the read slots one user (without --users, one client host) holds at once; 0: half of them, -1: no cap")
 			fs.Float64Var(&cfg.ReadRate, "read-rate", 0, "cap block reads at this many bytes per second in all (0: no cap)")
 			fs.DurationVar(&cfg.SweepEvery, "sweep-every", time.Minute, "how often blocks past their queue's retention are deleted")
+			fs.Func("derived-retention", "the most a stage's output keeps a block when the stage gives no retention and no one has consumed it, a `DURATION` such as 30d (the default), or forever", func(v string) error {
+				if v == "forever" {
+					cfg.Engine.DerivedRetention = -1
+					return nil
+				}
+				d, err := pipeline.ParseDuration(v)
+				if err == nil && d <= 0 {
+					err = fmt.Errorf("want a positive duration such as 30d, or forever")
+				}
+				cfg.Engine.DerivedRetention = time.Duration(d)
+				return err
+			})
 			fs.DurationVar(&cfg.FsckEvery, "fsck-every", time.Hour, "how often metadata is checked against blobs, deleting orphan blobs older than an hour and marking blocks whose blob is gone lost (negative: never)")
 			fs.Func("min-free", "keep `SIZE` free on a directory store: below it uploads are refused (agents keep spooling and retry) and stages pause, until space returns (default 100MiB; 0 for none)", func(v string) error {
 				n, err := pipeline.ParseSize(v)
