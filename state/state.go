@@ -118,7 +118,7 @@ func Open(path string, opts Options) (*DB, error) {
 				return err
 			}
 		}
-		for _, b := range [][]byte{bucketQueues, bucketBlocks, bucketArrivals, bucketGroups, bucketDeliveries, bucketWindows, bucketStreams, bucketPolicies, bucketHighWater, bucketLocations, bucketStores, bucketCarries} {
+		for _, b := range [][]byte{bucketQueues, bucketBlocks, bucketArrivals, bucketGroups, bucketDeliveries, bucketWindows, bucketStreams, bucketPolicies, bucketHighWater, bucketLocations, bucketStores, bucketCarries, bucketSamples} {
 			if _, err := tx.CreateBucketIfNotExists(b); err != nil {
 				return err
 			}

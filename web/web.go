@@ -112,11 +112,13 @@ func (s *Server) Handler() http.Handler {
 }
 
 // Serve serves on lis until ctx ends, sampling latency every interval (a
-// minute when zero) for the chart.
+// minute when zero) for the chart. The samples are kept in the metadata,
+// so the chart goes on across restarts.
 func (s *Server) Serve(ctx context.Context, lis net.Listener, every time.Duration) error {
 	if every <= 0 {
 		every = time.Minute
 	}
+	s.load(time.Now().Add(-historyKeep * every))
 	srv := &http.Server{Handler: s.Handler(), ReadHeaderTimeout: 10 * time.Second}
 	var wg sync.WaitGroup
 	defer wg.Wait()
@@ -146,12 +148,18 @@ func (s *Server) sample(ctx context.Context, every time.Duration) {
 			if rows == nil {
 				rows = []engine.StatusRow{} // no stages yet
 			}
+			p := point{At: time.Now().UTC(), Rows: rows, Counts: countsOf(s.eng.Stats())}
 			s.mu.Lock()
-			s.history = append(s.history, point{At: time.Now().UTC(), Rows: rows, Counts: countsOf(s.eng.Stats())})
+			s.history = append(s.history, p)
 			if len(s.history) > historyKeep {
 				s.history = slices.Delete(s.history, 0, len(s.history)-historyKeep)
 			}
 			s.mu.Unlock()
+			if raw, err := json.Marshal(p); err == nil {
+				if err := s.db.PutSample(p.At, raw, p.At.Add(-historyKeep*every)); err != nil {
+					s.log.Warn("dashboard sample not kept; the chart loses it at restart", "err", err)
+				}
+			}
 		}
 		select {
 		case <-ctx.Done():
@@ -159,6 +167,26 @@ func (s *Server) sample(ctx context.Context, every time.Duration) {
 		case <-t.C:
 		}
 	}
+}
+
+// load takes the samples kept since from. Their rates start again: the
+// stages' counts began anew with the process.
+func (s *Server) load(from time.Time) {
+	raws, err := s.db.Samples(from)
+	if err != nil {
+		s.log.Warn("dashboard history not read; the chart starts empty", "err", err)
+		return
+	}
+	var h []point
+	for _, raw := range raws {
+		var p point
+		if json.Unmarshal(raw, &p) == nil {
+			h = append(h, p)
+		}
+	}
+	s.mu.Lock()
+	s.history = append(h, s.history...)
+	s.mu.Unlock()
 }
 
 func reply(w http.ResponseWriter, v any, err error) {

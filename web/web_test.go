@@ -245,9 +245,11 @@ func TestServeSamplesLatency(t *testing.T) {
 	go func() { done <- web.New(r.eng, r.db, nil, slog.Default()).Serve(ctx, lis, 10*time.Millisecond) }()
 	url := "http://" + lis.Addr().String() + "/api/latency"
 	deadline := time.Now().Add(60 * time.Second)
+	var first time.Time
 	for {
 		h := getJSON[[]sample](t, url)
 		if n := len(h); n >= 3 && h[n-1].Rows[0].ArrivalTo.Samples == 1 && h[n-1].At.After(h[0].At) {
+			first = h[0].At
 			break
 		}
 		if time.Now().After(deadline) {
@@ -258,6 +260,23 @@ func TestServeSamplesLatency(t *testing.T) {
 	cancel()
 	if err := <-done; err != nil {
 		t.Fatalf("Serve after cancel: %v", err)
+	}
+	kept, err := r.db.Samples(time.Time{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	before := len(kept)
+	// A restarted dashboard shows the history it had, from the metadata.
+	lis, err = net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel = context.WithCancel(context.Background())
+	defer func() { cancel(); <-done }()
+	go func() { done <- web.New(r.eng, r.db, nil, slog.Default()).Serve(ctx, lis, time.Hour) }()
+	h := getJSON[[]sample](t, "http://"+lis.Addr().String()+"/api/latency")
+	if len(h) < before || !h[0].At.Equal(first) {
+		t.Errorf("after a restart the history has %d samples from %v; it had %d from %v", len(h), h[0].At, before, first)
 	}
 }
 
