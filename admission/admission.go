@@ -7,6 +7,16 @@
 // as if due a fixed time after they arrived, so they never starve. Under
 // FIFO reads go in arrival order and nothing is refused.
 //
+// The estimate is conservative and recent: a transfer's time is its fixed
+// cost plus its bytes at the time per byte of recent transfers, each
+// taken at the 90th percentile of a short window of what the slots
+// actually achieved (the store's speed, CPU contention and the clients'
+// receive rates all show there), so a slowdown is seen within a few
+// transfers and a past spell of speed is soon forgotten. Waiting reads
+// are checked again as the estimate changes and every Recheck, so a read
+// admitted before a slowdown that can no longer make its deadline is
+// refused before the deadline, not served late.
+//
 // The clock is passed in, so tests and benchmarks run on virtual time.
 package admission
 
@@ -15,6 +25,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
+	"slices"
 	"sync"
 	"time"
 )
@@ -40,8 +52,12 @@ type Config struct {
 	// Rate is the throughput assumed before any is measured, in bytes per
 	// second per transfer; 100 MB/s when 0.
 	Rate float64
-	// Safety multiplies transfer estimates; 1.2 when 0.
+	// Safety multiplies transfer estimates; 1 when 0 (the estimate is
+	// already a 90th percentile).
 	Safety float64
+	// Window is how many recent transfers the estimate is taken from:
+	// twice the slots, and at least 8, when 0.
+	Window int
 	// Aging is how long after arriving a read without a deadline counts as
 	// due, for ordering; 2 s when 0.
 	Aging time.Duration
@@ -65,10 +81,55 @@ type Controller struct {
 	busy    int
 	wait    waitHeap
 	seq     uint64
-	rate    float64        // measured bytes per second per transfer (EWMA)
-	over    time.Duration  // measured fixed cost of a transfer (EWMA)
+	perByte ring           // seconds per byte of recent big transfers
+	fixed   ring           // seconds of recent small transfers (the fixed cost)
+	ratio   ring           // actual ÷ estimated time of recent transfers
+	stats   Stats
 	running time.Duration  // estimated work of the transfers in progress
 	held    map[string]int // slots held per user
+}
+
+// Stats says how honest the estimates are.
+type Stats struct {
+	// Transfers finished, and how many took longer than estimated.
+	Transfers int64 `json:"transfers"`
+	Late      int64 `json:"late_against_estimate"`
+	// Refused reads (hopeless at arrival or while waiting).
+	Refused int64 `json:"refused"`
+	// RatioP50 and RatioP99 are of actual ÷ estimated time over the
+	// recent transfers: above 1, estimates are low.
+	RatioP50 float64 `json:"ratio_p50"`
+	RatioP99 float64 `json:"ratio_p99"`
+	// Rate is the bytes per second per transfer the estimate assumes now.
+	Rate float64 `json:"rate_bytes_per_second"`
+}
+
+// ring keeps the last n samples.
+type ring struct {
+	xs   []float64
+	next int
+	n    int
+}
+
+func (r *ring) add(x float64) {
+	if len(r.xs) < r.n {
+		r.xs = append(r.xs, x)
+		return
+	}
+	r.xs[r.next] = x
+	r.next = (r.next + 1) % r.n
+}
+
+// quantile is the nearest-rank q-quantile of the samples; ok is false
+// when there are none.
+func (r *ring) quantile(q float64) (float64, bool) {
+	if len(r.xs) == 0 {
+		return 0, false
+	}
+	xs := slices.Clone(r.xs)
+	slices.Sort(xs)
+	i := int(math.Ceil(q*float64(len(xs)))) - 1
+	return xs[min(max(i, 0), len(xs)-1)], true
 }
 
 // New returns a controller.
@@ -83,7 +144,10 @@ func New(cfg Config) *Controller {
 		cfg.Rate = 100e6
 	}
 	if cfg.Safety <= 0 {
-		cfg.Safety = 1.2
+		cfg.Safety = 1
+	}
+	if cfg.Window <= 0 {
+		cfg.Window = max(2*cfg.Slots, 8)
 	}
 	if cfg.Aging <= 0 {
 		cfg.Aging = 2 * time.Second
@@ -94,7 +158,8 @@ func New(cfg Config) *Controller {
 	if cfg.Now == nil {
 		cfg.Now = time.Now
 	}
-	c := &Controller{cfg: cfg, rate: cfg.Rate, held: map[string]int{}}
+	c := &Controller{cfg: cfg, held: map[string]int{},
+		perByte: ring{n: cfg.Window}, fixed: ring{n: cfg.Window}, ratio: ring{n: 256}}
 	c.wait.ctl = c
 	return c
 }
@@ -126,7 +191,49 @@ func (c *Controller) Estimate(size int64) time.Duration {
 }
 
 func (c *Controller) estimate(size int64) time.Duration {
-	return time.Duration((float64(c.over) + float64(size)/c.rate*float64(time.Second)) * c.cfg.Safety)
+	spb, ok := c.perByte.quantile(0.9)
+	if !ok {
+		spb = 1 / c.cfg.Rate
+	}
+	fixed, _ := c.fixed.quantile(0.9)
+	return time.Duration((fixed + float64(size)*spb) * c.cfg.Safety * float64(time.Second))
+}
+
+// Stats returns how the estimates fared.
+func (c *Controller) Stats() Stats {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	st := c.stats
+	st.RatioP50, _ = c.ratio.quantile(0.5)
+	st.RatioP99, _ = c.ratio.quantile(0.99)
+	if spb, ok := c.perByte.quantile(0.9); ok && spb > 0 {
+		st.Rate = 1 / spb
+	} else {
+		st.Rate = c.cfg.Rate
+	}
+	return st
+}
+
+// Recheck refuses the waiting reads that can no longer make their
+// deadlines, as the clock moves with no transfer ending.
+func (c *Controller) Recheck() {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.grant(c.cfg.Now())
+}
+
+// Run rechecks the waiting reads every interval until ctx ends.
+func (c *Controller) Run(ctx context.Context, every time.Duration) {
+	t := time.NewTicker(every)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+			c.Recheck()
+		}
+	}
 }
 
 // laxity is the slack of a read at now, were it granted a slot at once.
@@ -174,6 +281,7 @@ func (c *Controller) AcquireFor(ctx context.Context, user string, size int64) (d
 		}
 		if c.laxity(w, now)-wait < 0 {
 			est := c.estimate(size)
+			c.stats.Refused++
 			c.mu.Unlock()
 			return nil, fmt.Errorf("%w: %d bytes need about %v after about %v of waiting, %v are left", ErrHopeless, size,
 				est.Round(time.Millisecond), wait.Round(time.Millisecond), deadline.Sub(now).Round(time.Millisecond))
@@ -227,16 +335,23 @@ func (c *Controller) release(start time.Time, user string, est time.Duration) fu
 			now := c.cfg.Now()
 			c.mu.Lock()
 			defer c.mu.Unlock()
-			// Learn the transfer model, smoothed: big transfers tell the
-			// rate, small ones the fixed cost.
+			// Learn the transfer model from what the slots achieve: big
+			// transfers tell the time per byte, small ones the fixed cost.
 			if d := now.Sub(start); d > 0 && sent > 0 {
 				if c.cfg.Observe != nil && est > 0 {
 					c.cfg.Observe(est, d)
 				}
+				if est > 0 {
+					c.stats.Transfers++
+					if d > est {
+						c.stats.Late++
+					}
+					c.ratio.add(d.Seconds() / est.Seconds())
+				}
 				if sent >= 256<<10 {
-					c.rate = 0.8*c.rate + 0.2*float64(sent)/d.Seconds()
+					c.perByte.add(d.Seconds() / float64(sent))
 				} else if sent <= 16<<10 {
-					c.over = time.Duration(0.8*float64(c.over) + 0.2*float64(d))
+					c.fixed.add(d.Seconds())
 				}
 			}
 			c.busy--
@@ -261,6 +376,7 @@ func (c *Controller) grant(now time.Time) {
 				continue
 			}
 			heap.Remove(&c.wait, i)
+			c.stats.Refused++
 			w.ready <- fmt.Errorf("%w: %d bytes need about %v, %v are left after waiting %v", ErrHopeless, w.size,
 				c.estimate(w.size).Round(time.Millisecond), w.deadline.Sub(now).Round(time.Millisecond), now.Sub(w.arrived).Round(time.Millisecond))
 		}

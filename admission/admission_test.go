@@ -93,8 +93,10 @@ func TestLeastLaxityFirst(t *testing.T) {
 		}
 		return ""
 	}
-	clk.add(500 * time.Millisecond) // the first transfer took half a second
-	first(10)
+	// The first transfer held the slot half a second; it sent nothing,
+	// so the estimates stay at 1000 B/s.
+	clk.add(500 * time.Millisecond)
+	first(0)
 	var grants []string
 	for range 3 {
 		g := next()
@@ -211,7 +213,83 @@ func TestObserveEstimate(t *testing.T) {
 	}
 	clk.add(3 * time.Second)
 	done(1e6)
-	if est != 1200*time.Millisecond || actual != 3*time.Second {
-		t.Errorf("observed estimate %v, actual %v; want 1.2s (1 s at 1 MB/s, ×1.2) and 3s", est, actual)
+	if est != time.Second || actual != 3*time.Second {
+		t.Errorf("observed estimate %v, actual %v; want 1s (1 MB at 1 MB/s) and 3s", est, actual)
+	}
+	if st := c.Stats(); st.Transfers != 1 || st.Late != 1 || st.RatioP50 != 3 || st.Rate != 1e6/3 {
+		t.Errorf("stats %+v; want one transfer, late, at 3× its estimate, the rate now a third", st)
+	}
+}
+
+// TestSlowdownRefusesBeforeDeadline: the service rate halves while reads
+// wait. Reads admitted on the old rate that the new one cannot finish in
+// time are refused at once, before their deadlines, and none is served
+// late; the one that can still make it is served in time. (With a mean
+// of the rates the estimate lagged, and such reads were granted and
+// finished late.)
+func TestSlowdownRefusesBeforeDeadline(t *testing.T) {
+	clk := &clock{t: time.Now()}
+	c := New(Config{Policy: LLF, Slots: 1, Rate: 1e6, Now: clk.now})
+	const mb = 1 << 20
+	// Eight transfers at 1 MiB/s teach the rate.
+	for range 8 {
+		done, err := c.Acquire(context.Background(), mb)
+		if err != nil {
+			t.Fatal(err)
+		}
+		clk.add(time.Second)
+		done(mb)
+	}
+	due := func(d time.Duration) context.Context {
+		ctx, cancel := context.WithDeadline(context.Background(), clk.now().Add(d))
+		t.Cleanup(cancel)
+		return ctx
+	}
+	// A takes the slot; B, C and D wait, each admitted: at 1 MiB/s they
+	// would end at 2, 3 and 4 s.
+	a, err := c.Acquire(due(10*time.Second), mb)
+	if err != nil {
+		t.Fatal(err)
+	}
+	start := clk.now()
+	type result struct {
+		name string
+		err  error
+		done func(int64)
+	}
+	results := make(chan result, 3)
+	dueAt := map[string]time.Duration{"B": 2500 * time.Millisecond, "C": 3500 * time.Millisecond, "D": 10 * time.Second}
+	for i, name := range []string{"B", "C", "D"} {
+		r := struct{ name string }{name}
+		ctx := due(dueAt[name])
+		go func() {
+			done, err := c.Acquire(ctx, mb)
+			results <- result{r.name, err, done}
+		}()
+		waitQueued(t, c, i+1)
+	}
+	// The service rate halves: A takes 2 s.
+	clk.add(2 * time.Second)
+	a(mb)
+	got := map[string]result{}
+	for range 3 {
+		r := <-results
+		got[r.name] = r
+		if r.err == nil {
+			// Served at the new rate: in time?
+			clk.add(2 * time.Second)
+			if now := clk.now(); now.After(start.Add(dueAt[r.name])) {
+				t.Errorf("%s served late: ended %v after the start, due at %v", r.name, now.Sub(start), dueAt[r.name])
+			}
+			r.done(mb)
+		}
+	}
+	for name, want := range map[string]bool{"B": true, "C": true, "D": false} {
+		if refused := errors.Is(got[name].err, ErrHopeless); refused != want {
+			t.Errorf("%s: %v; want refused %v", name, got[name].err, want)
+		}
+	}
+	if st := c.Stats(); st.Refused != 2 || st.Late != 1 {
+		t.Errorf("stats %+v; want B and C refused, and only A late against its estimate", st)
 	}
 }

@@ -25,6 +25,13 @@ func (c *Client) Status(ctx context.Context) ([]StatusRow, error) {
 	return List[StatusRow](ctx, c, "status", struct{}{})
 }
 
+// ReadAdmission says how the server's read deadline estimates fare.
+func (c *Client) ReadAdmission(ctx context.Context) (ReadAdmission, error) {
+	var out ReadAdmission
+	err := c.action(ctx, "read-admission", struct{}{}, func(raw []byte) error { return json.Unmarshal(raw, &out) })
+	return out, err
+}
+
 // Windows lists window stages' windows, waiting and fired.
 func (c *Client) Windows(ctx context.Context, stage string) ([]WindowView, error) {
 	return List[WindowView](ctx, c, "windows", map[string]string{"stage": stage})

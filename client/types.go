@@ -43,6 +43,8 @@ type (
 	GroupStats = flight.GroupStats
 	// StatusRow is one consumer's backlog and latency.
 	StatusRow = flight.StatusRow
+	// ReadAdmission is how honest the server's read admission is.
+	ReadAdmission = flight.ReadAdmission
 	// Percentiles summarise a latency.
 	Percentiles = flight.Percentiles
 	// WindowView is a window of a window stage.

@@ -138,6 +138,17 @@ type StageStats struct {
 	ChainCandidate    bool                 `json:"chain_candidate,omitempty"`
 }
 
+// ReadAdmission answers the read-admission action: how honest the read
+// admission's estimates are.
+type ReadAdmission struct {
+	Transfers int64   `json:"transfers"`
+	Late      int64   `json:"late_against_estimate"` // took longer than estimated
+	Refused   int64   `json:"refused"`               // hopeless at arrival or while waiting
+	RatioP50  float64 `json:"ratio_p50"`             // actual ÷ estimated time
+	RatioP99  float64 `json:"ratio_p99"`
+	Rate      float64 `json:"rate_bytes_per_second"` // per transfer, assumed now
+}
+
 // EdgeCount is what went along one edge of the graph.
 type EdgeCount struct {
 	Blocks int64 `json:"blocks"`

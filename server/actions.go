@@ -183,6 +183,12 @@ var actions = map[string]action{
 		desc: `Blocks a queue's retention dropped before a group was done with them. Body {"queue","group"}; one result each.`,
 		run:  (*Service).lost,
 	},
+	"read-admission": {
+		desc: `How honest the read admission's estimates are: transfers, those that took longer than estimated, reads refused as hopeless, actual÷estimated time p50/p99, and the rate assumed now.`,
+		run: func(s *Service, _ context.Context, _ []byte) (any, error) {
+			return s.adm.Stats(), nil
+		},
+	},
 	"status": {
 		desc: `How far behind each stage and consumer group is: backlog, workers, age of the oldest block owed, and arrival-to-output (or delivery) and event-to-output p50/p99 over the last hour; one result each.`,
 		run:  (*Service).status,

@@ -384,6 +384,14 @@ func Run(ctx context.Context, cfg Config) (err error) {
 		retention.Run(srvCtx, db, store, cmp.Or(cfg.SweepEvery, time.Minute), cfg.Logger)
 	}()
 	defer func() { stop(); <-sweepDone }()
+	// Waiting reads are checked against their deadlines as time passes,
+	// not only when a transfer ends.
+	recheckDone := make(chan struct{})
+	go func() {
+		defer close(recheckDone)
+		svc.adm.Run(srvCtx, 100*time.Millisecond)
+	}()
+	defer func() { stop(); <-recheckDone }()
 	if cfg.FsckEvery >= 0 {
 		fsckDone := make(chan struct{})
 		go func() {

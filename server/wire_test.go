@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/plumb-dev/plumb/admission"
 	"github.com/plumb-dev/plumb/engine"
 	"github.com/plumb-dev/plumb/flight"
 	"github.com/plumb-dev/plumb/pipeline"
@@ -27,6 +28,7 @@ func TestWireTypes(t *testing.T) {
 		{&engine.SubmitResult{}, &flight.SubmitResult{}},
 		{&state.Job{}, &flight.Job{}},
 		{&engine.StageStats{}, &flight.StageStats{}},
+		{&admission.Stats{}, &flight.ReadAdmission{}},
 		{&state.FaultyBlock{}, &flight.FaultyBlock{}},
 		{&state.Program{}, &flight.Program{}},
 		{&state.Policy{}, &flight.Policy{}},

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"math"
 	"net"
 	"net/http"
 	"net/http/httptest"
@@ -432,8 +433,9 @@ func TestServeSamplesRates(t *testing.T) {
 	in, out, st := seen["edge raw>j/c"], seen["edge j/c>raw.c"], seen["stage j/c>"]
 	// One 10-byte block in and out within one sampling interval: the
 	// rates stand in that ratio, whatever the interval.
-	if in.BlocksPerSec <= 0 || in.BytesPerSec != 10*in.BlocksPerSec || out.BytesPerSec != 10*out.BlocksPerSec ||
-		st.BytesPerSec != in.BytesPerSec || st.OutBytesPerSec != out.BytesPerSec || st.RunsPerSec != in.BlocksPerSec {
+	near := func(a, b float64) bool { return math.Abs(a-b) <= 1e-9*math.Max(math.Abs(a), math.Abs(b)) }
+	if in.BlocksPerSec <= 0 || !near(in.BytesPerSec, 10*in.BlocksPerSec) || !near(out.BytesPerSec, 10*out.BlocksPerSec) ||
+		!near(st.BytesPerSec, in.BytesPerSec) || !near(st.OutBytesPerSec, out.BytesPerSec) || !near(st.RunsPerSec, in.BlocksPerSec) {
 		t.Errorf("rates: in %+v, out %+v, stage %+v", in, out, st)
 	}
 	if code, _, body := getText(t, base+"/api/rates?range=1y"); code != 400 || !strings.Contains(body, "15m, 1h, 6h or 24h") {

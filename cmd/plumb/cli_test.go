@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"syscall"
 	"testing"
@@ -242,8 +243,15 @@ func TestStagesByName(t *testing.T) {
 		}
 		return err == nil && n == 2
 	})
+	// A read, so that status has the read admission's figures to show.
+	if _, errOut, code := plumbExec(t, "get", "20250505-151106-00000002.lax.raw", "-o", t.TempDir(), "--server", addr); code != 0 {
+		t.Fatalf("plumb get: %s", errOut)
+	}
 	for _, verb := range []string{"faulty", "queues", "status"} {
 		out, errOut, code := plumbExec(t, verb, "--server", addr)
+		if verb == "status" && !regexp.MustCompile(`reads: [1-9]\d* transfers, \d+ longer than estimated \(.*%\), \d+ refused as hopeless; actual÷estimate p50 [0-9.]+, p99 [0-9.]+`).MatchString(out) {
+			t.Errorf("plumb status does not say how the read estimates fare:\n%s", out)
+		}
 		if code != 0 || strings.Contains(out, "stage-") {
 			t.Errorf("plumb %s: exit %d, shows an internal id:\n%s%s", verb, code, out, errOut)
 		}

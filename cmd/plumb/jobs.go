@@ -300,6 +300,14 @@ func statusCommand() command {
 				fmt.Fprintf(tw, "%s\t%s\t%d\t%d\t%s\t%s\t%s\t%s\t%s\t%d\n", who, r.Queue, r.Backlog, r.Workers, d(r.OldestAge),
 					d(r.ArrivalTo.P50), d(r.ArrivalTo.P99), d(r.EventTo.P50), d(r.EventTo.P99), r.ArrivalTo.Samples)
 			}
-			return tw.Flush()
+			if err := tw.Flush(); err != nil {
+				return err
+			}
+			// How the read deadlines' estimates fare: actual ÷ estimated.
+			if ra, err := c.ReadAdmission(ctx); err == nil && ra.Transfers > 0 {
+				fmt.Printf("reads: %d transfers, %d longer than estimated (%.1f%%), %d refused as hopeless; actual÷estimate p50 %.2f, p99 %.2f; assumed rate %.1f MB/s per transfer\n",
+					ra.Transfers, ra.Late, 100*float64(ra.Late)/float64(ra.Transfers), ra.Refused, ra.RatioP50, ra.RatioP99, ra.Rate/1e6)
+			}
+			return nil
 		})
 }

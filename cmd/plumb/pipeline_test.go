@@ -181,7 +181,7 @@ func TestJobCommands(t *testing.T) {
 	bad := filepath.Join(t.TempDir(), "bad.yaml")
 	os.WriteFile(bad, []byte("job: bad\nstages:\n  - name: s\n    inputs: [pcap.sz]\n    program: builtin:nope\n    outputs: [pcap.xz]\n"), 0o644)
 	_, errOut, code = plumbExec(t, "job", "submit", "--server", addr, bad)
-	if code == 0 || !strings.Contains(errOut, "job bad rejected") || !strings.Contains(errOut, "3:1: stage \"s\".program: built-in \"nope\" is not known") {
+	if code == 0 || !strings.Contains(errOut, "job bad rejected") || !strings.Contains(errOut, "5:14: stage \"s\".program: built-in \"nope\" is not known") {
 		t.Fatalf("bad job: exit %d, stderr:\n%s", code, errOut)
 	}
 	out, _, _ = plumbExec(t, "job", "list", "--server", addr)
