@@ -81,9 +81,9 @@ type Controller struct {
 	busy    int
 	wait    waitHeap
 	seq     uint64
-	perByte ring           // seconds per byte of recent big transfers
-	fixed   ring           // seconds of recent small transfers (the fixed cost)
-	ratio   ring           // actual ÷ estimated time of recent transfers
+	perByte ring // seconds per byte of recent big transfers
+	fixed   ring // seconds of recent small transfers (the fixed cost)
+	ratio   ring // actual ÷ estimated time of recent transfers
 	stats   Stats
 	running time.Duration  // estimated work of the transfers in progress
 	held    map[string]int // slots held per user
