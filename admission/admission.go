@@ -56,7 +56,7 @@ type Config struct {
 	// already a 90th percentile).
 	Safety float64
 	// Window is how many recent transfers the estimate is taken from:
-	// twice the slots, and at least 8, when 0.
+	// four times the slots, and at least 32, when 0.
 	Window int
 	// Aging is how long after arriving a read without a deadline counts as
 	// due, for ordering; 2 s when 0.
@@ -83,10 +83,13 @@ type Controller struct {
 	seq     uint64
 	perByte ring // seconds per byte of recent big transfers
 	fixed   ring // seconds of recent small transfers (the fixed cost)
-	ratio   ring // actual ÷ estimated time of recent transfers
-	stats   Stats
-	running time.Duration  // estimated work of the transfers in progress
-	held    map[string]int // slots held per user
+	// spb and fix are the rings' 90th percentiles, kept as samples come:
+	// estimates are made for every waiter at every grant.
+	spb, fix float64
+	ratio    ring // actual ÷ estimated time of recent transfers
+	stats    Stats
+	running  time.Duration  // estimated work of the transfers in progress
+	held     map[string]int // slots held per user
 }
 
 // Stats says how honest the estimates are.
@@ -147,7 +150,7 @@ func New(cfg Config) *Controller {
 		cfg.Safety = 1
 	}
 	if cfg.Window <= 0 {
-		cfg.Window = max(2*cfg.Slots, 8)
+		cfg.Window = max(4*cfg.Slots, 32)
 	}
 	if cfg.Aging <= 0 {
 		cfg.Aging = 2 * time.Second
@@ -158,7 +161,7 @@ func New(cfg Config) *Controller {
 	if cfg.Now == nil {
 		cfg.Now = time.Now
 	}
-	c := &Controller{cfg: cfg, held: map[string]int{},
+	c := &Controller{cfg: cfg, held: map[string]int{}, spb: 1 / cfg.Rate,
 		perByte: ring{n: cfg.Window}, fixed: ring{n: cfg.Window}, ratio: ring{n: 256}}
 	c.wait.ctl = c
 	return c
@@ -191,12 +194,7 @@ func (c *Controller) Estimate(size int64) time.Duration {
 }
 
 func (c *Controller) estimate(size int64) time.Duration {
-	spb, ok := c.perByte.quantile(0.9)
-	if !ok {
-		spb = 1 / c.cfg.Rate
-	}
-	fixed, _ := c.fixed.quantile(0.9)
-	return time.Duration((fixed + float64(size)*spb) * c.cfg.Safety * float64(time.Second))
+	return time.Duration((c.fix + float64(size)*c.spb) * c.cfg.Safety * float64(time.Second))
 }
 
 // Stats returns how the estimates fared.
@@ -206,20 +204,40 @@ func (c *Controller) Stats() Stats {
 	st := c.stats
 	st.RatioP50, _ = c.ratio.quantile(0.5)
 	st.RatioP99, _ = c.ratio.quantile(0.99)
-	if spb, ok := c.perByte.quantile(0.9); ok && spb > 0 {
-		st.Rate = 1 / spb
-	} else {
-		st.Rate = c.cfg.Rate
-	}
+	st.Rate = 1 / c.spb
 	return st
 }
 
 // Recheck refuses the waiting reads that can no longer make their
 // deadlines, as the clock moves with no transfer ending.
+//
+// Under LLF a waiting read counts as hopeless once its laxity is less
+// than its expected wait: the work of the transfers running and of the
+// reads ahead of it in LLF order, shared by the slots. Reads that jump
+// ahead of it after it was admitted make its wait longer; refusing it
+// then, while its deadline is still ahead, beats letting it time out in
+// the queue.
 func (c *Controller) Recheck() {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	c.grant(c.cfg.Now())
+	now := c.cfg.Now()
+	if c.cfg.Policy == LLF && len(c.wait.items) > 0 {
+		order := slices.Clone(c.wait.items)
+		slices.SortFunc(order, func(a, b *waiter) int { return c.key(a).Compare(c.key(b)) })
+		work := c.running
+		for _, w := range order {
+			wait := work / time.Duration(c.cfg.Slots)
+			if !w.deadline.IsZero() && c.laxity(w, now)-wait < 0 {
+				heap.Remove(&c.wait, w.index)
+				c.stats.Refused++
+				w.ready <- fmt.Errorf("%w: %d bytes need about %v after about %v more of waiting, %v are left", ErrHopeless, w.size,
+					c.estimate(w.size).Round(time.Millisecond), wait.Round(time.Millisecond), w.deadline.Sub(now).Round(time.Millisecond))
+				continue
+			}
+			work += c.estimate(w.size)
+		}
+	}
+	c.grant(now)
 }
 
 // Run rechecks the waiting reads every interval until ctx ends.
@@ -348,10 +366,18 @@ func (c *Controller) release(start time.Time, user string, est time.Duration) fu
 					}
 					c.ratio.add(d.Seconds() / est.Seconds())
 				}
+				spb, fix := c.spb, c.fix
 				if sent >= 256<<10 {
 					c.perByte.add(d.Seconds() / float64(sent))
+					c.spb, _ = c.perByte.quantile(0.9)
 				} else if sent <= 16<<10 {
 					c.fixed.add(d.Seconds())
+					c.fix, _ = c.fixed.quantile(0.9)
+				}
+				if c.spb != spb || c.fix != fix {
+					// The waiters' keys moved, by their sizes: order them
+					// again, or the least laxity is not the one served.
+					heap.Init(&c.wait)
 				}
 			}
 			c.busy--

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -291,5 +292,49 @@ func TestSlowdownRefusesBeforeDeadline(t *testing.T) {
 	}
 	if st := c.Stats(); st.Refused != 2 || st.Late != 1 {
 		t.Errorf("stats %+v; want B and C refused, and only A late against its estimate", st)
+	}
+}
+
+// TestRecheckRefusesReadPushedBack: a read admitted with time to spare
+// is pushed back by a tighter read that arrives after it; its laxity is
+// still positive, but less than its wait behind the other. Recheck
+// refuses it then, a second before its deadline, instead of leaving it
+// to be served late.
+func TestRecheckRefusesReadPushedBack(t *testing.T) {
+	clk := &clock{t: time.Now()}
+	c := New(Config{Policy: LLF, Slots: 1, Rate: 1e6, Now: clk.now})
+	due := func(d time.Duration) context.Context {
+		ctx, cancel := context.WithDeadline(context.Background(), clk.now().Add(d))
+		t.Cleanup(cancel)
+		return ctx
+	}
+	// A runs: 100 kB at 1 MB/s, 0.1 s.
+	a, err := c.Acquire(context.Background(), 100e3)
+	if err != nil {
+		t.Fatal(err)
+	}
+	results := make(chan error, 2)
+	// B: 800 kB (0.8 s), due in 1 s: it can start up to 0.2 s from now.
+	go func() { _, err := c.Acquire(due(time.Second), 800e3); results <- err }()
+	waitQueued(t, c, 1)
+	// C: 150 kB (0.15 s), due in 0.3 s: it goes before B, and B would end
+	// at 0.1 + 0.15 + 0.8 = 1.05 s.
+	go func() { _, err := c.Acquire(due(300*time.Millisecond), 150e3); results <- err }()
+	waitQueued(t, c, 2)
+	c.Recheck()
+	select {
+	case err := <-results:
+		if !errors.Is(err, ErrHopeless) || !strings.Contains(err.Error(), "800000 bytes") {
+			t.Fatalf("the first answer: %v; want B refused as hopeless", err)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("B still waits after the recheck")
+	}
+	if c.Waiting() != 1 {
+		t.Fatalf("%d waiting; want C", c.Waiting())
+	}
+	a(100e3)
+	if err := <-results; err != nil {
+		t.Errorf("C: %v", err)
 	}
 }

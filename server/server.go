@@ -389,7 +389,7 @@ func Run(ctx context.Context, cfg Config) (err error) {
 	recheckDone := make(chan struct{})
 	go func() {
 		defer close(recheckDone)
-		svc.adm.Run(srvCtx, 100*time.Millisecond)
+		svc.adm.Run(srvCtx, 20*time.Millisecond)
 	}()
 	defer func() { stop(); <-recheckDone }()
 	if cfg.FsckEvery >= 0 {

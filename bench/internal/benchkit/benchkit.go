@@ -57,6 +57,9 @@ func StartServer(plumb, dir string, extra ...string) (*Server, error) {
 	return nil, fmt.Errorf("plumb serve on %s did not start within 30s", addr)
 }
 
+// Pid is the server's process id.
+func (s *Server) Pid() int { return s.cmd.Process.Pid }
+
 // Stop ends the server with SIGTERM and waits for it.
 func (s *Server) Stop() {
 	s.cmd.Process.Signal(syscall.SIGTERM)

@@ -1,0 +1,351 @@
+// Command scale fills a plumb server with N tiny blocks from S sites
+// through real DoPut (several in flight), with a job of three stages
+// including an hourly window stage over all of it and a consumer group
+// acking every block, and reports at each N of -points: put and ack
+// p50/p99 over the blocks just before it, list and stats latency,
+// restart-to-ready time, the server's RSS, metadata bytes per block and
+// the window firing delay, with each figure's ratio to the first point.
+// With -agent-files it also imports that many small capture files with
+// `plumb import` and reports the spool's state bytes written per block.
+package main
+
+import (
+	"bytes"
+	"context"
+	"flag"
+	"fmt"
+	"io"
+	"log"
+	"os"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/plumb-dev/plumb/bench/internal/benchkit"
+	"github.com/plumb-dev/plumb/block"
+	"github.com/plumb-dev/plumb/client"
+	"github.com/plumb-dev/plumb/flight"
+)
+
+func main() {
+	plumb := flag.String("plumb", "bin/plumb", "plumb binary")
+	sites := flag.Int("sites", 20, "sites (instances) shipping")
+	inflight := flag.Int("inflight", 8, "uploads in flight")
+	points := flag.String("points", "10000,100000,1000000", "block counts to report at")
+	huge := flag.Bool("huge", false, "also report at 10,000,000 blocks")
+	flag.Parse()
+	var ns []int
+	for _, p := range strings.Split(*points, ",") {
+		n, err := strconv.Atoi(strings.TrimSpace(p))
+		if err != nil {
+			log.Fatalf("-points: %v", err)
+		}
+		ns = append(ns, n)
+	}
+	if *huge {
+		ns = append(ns, 10_000_000)
+	}
+	dir, err := os.MkdirTemp("", "plumb-bench-scale-")
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer os.RemoveAll(dir)
+	b := &bench{plumb: *plumb, dir: dir, sites: *sites, inflight: *inflight}
+	b.start()
+	defer func() { b.srv.Stop() }()
+	b.submit()
+	fmt.Printf("== scale: tiny blocks from %d sites through DoPut (%d in flight), a job of three stages (an hourly window over every block), a consumer group acking each block\n", *sites, *inflight)
+	fmt.Printf("%10s %9s %9s %9s %9s %9s %9s %10s %9s %11s %12s\n", "blocks", "put p50", "put p99", "ack p50", "ack p99", "list", "stats", "restart", "RSS MiB", "meta B/blk", "window delay")
+	var first row
+	for i, n := range ns {
+		r := b.fill(n)
+		r.restart = b.restart()
+		if i == 0 {
+			first = r
+		}
+		r.print(first, i > 0)
+	}
+}
+
+type bench struct {
+	plumb    string
+	dir      string
+	sites    int
+	inflight int
+	srv      *benchkit.Server
+	c        *client.Client
+	sent     int          // the count of the last fill
+	sentN    atomic.Int64 // blocks put
+	seq      []uint64
+	ackStop  context.CancelFunc
+	acks     chan time.Duration
+	ackWG    sync.WaitGroup
+	acked    atomic.Int64
+}
+
+type row struct {
+	blocks                         int
+	put50, put99, ack50, ack99     time.Duration
+	list, stats, restart, winDelay time.Duration
+	rss                            int64
+	metaPerBlock                   float64
+}
+
+func (r row) print(first row, ratio bool) {
+	fmt.Printf("%10d %9s %9s %9s %9s %9s %9s %10s %9d %11.0f %12s\n", r.blocks, ms(r.put50), ms(r.put99), ms(r.ack50), ms(r.ack99),
+		ms(r.list), ms(r.stats), ms(r.restart), r.rss>>20, r.metaPerBlock, ms(r.winDelay))
+	if ratio {
+		f := func(a, b time.Duration) string {
+			return fmt.Sprintf("%.2fx", float64(a)/float64(max(b, time.Microsecond)))
+		}
+		fmt.Printf("%10s %9s %9s %9s %9s %9s %9s %10s %9s %11s %12s\n", "ratio", f(r.put50, first.put50), f(r.put99, first.put99), f(r.ack50, first.ack50), f(r.ack99, first.ack99),
+			f(r.list, first.list), f(r.stats, first.stats), f(r.restart, first.restart), fmt.Sprintf("%.2fx", float64(r.rss)/float64(first.rss)),
+			fmt.Sprintf("%.2fx", r.metaPerBlock/first.metaPerBlock), f(r.winDelay, first.winDelay))
+	}
+}
+
+func ms(d time.Duration) string { return fmt.Sprintf("%.1fms", float64(d)/1e6) }
+
+func (b *bench) start() {
+	srv, err := benchkit.StartServer(b.plumb, b.dir, "--tick", "1s", "--slots", "2")
+	if err != nil {
+		log.Fatal(err)
+	}
+	b.srv = srv
+	if b.c, err = client.Dial(srv.Addr); err != nil {
+		log.Fatal(err)
+	}
+	if b.seq == nil {
+		b.seq = make([]uint64, b.sites)
+	}
+	b.startAcker()
+}
+
+// submit puts a first block (a job reads only a queue that exists) and
+// the job: an hourly window stage over every site, and two stages over
+// its outputs.
+func (b *bench) submit() {
+	b.put(0)
+	job := `job: scale
+from: earliest
+stages:
+  - {name: hourly, abstraction: window, window: {size: 1h}, inputs: [tiny], program: [wc, -c], outputs: [tiny.hourly], retention: 1d}
+  - {name: copy, inputs: [tiny.hourly], program: [cat], outputs: [tiny.copy], retention: 1d}
+  - {name: count, inputs: [tiny.copy], program: [wc, -c], outputs: [tiny.count], retention: 1d}
+`
+	if res, err := b.c.SubmitJob(context.Background(), "scale.yaml", []byte(job)); err != nil || res.State != "accepted" {
+		log.Fatalf("submit: %+v %v", res, err)
+	}
+}
+
+// base is the event time of every site's first block; blocks are a
+// minute apart, so an hour holds 60 of a site's.
+var base = time.Date(2025, 1, 1, 0, 0, 0, 0, time.UTC)
+
+var payload = bytes.Repeat([]byte("x"), 64)
+
+// put sends site's next block and returns how long the put took.
+func (b *bench) put(site int) time.Duration {
+	b.seq[site]++
+	seq := b.seq[site]
+	n := block.Name{Time: base.Add(time.Duration(seq-1) * time.Minute), Seq: seq, Instance: fmt.Sprintf("s%03d", site), Queue: "tiny"}
+	src := client.Source{Name: n.String(), Size: int64(len(payload)), Open: func() (io.ReadCloser, error) { return io.NopCloser(bytes.NewReader(payload)), nil }}
+	start := time.Now()
+	if _, err := b.c.Put(context.Background(), src); err != nil {
+		log.Fatalf("put %s: %v", n, err)
+	}
+	b.sentN.Add(1)
+	return time.Since(start)
+}
+
+// startAcker follows the queue as a consumer group, acking each block and
+// timing the ack.
+func (b *bench) startAcker() {
+	ctx, stop := context.WithCancel(context.Background())
+	b.ackStop = stop
+	if b.acks == nil {
+		b.acks = make(chan time.Duration, 1<<16)
+	}
+	b.ackWG.Go(func() {
+		for ctx.Err() == nil {
+			s, err := b.c.DoGet(ctx, flight.Ticket{Queue: "tiny", Group: "reader", Follow: true, From: "earliest"})
+			if err != nil {
+				time.Sleep(100 * time.Millisecond)
+				continue
+			}
+			for s.Next() {
+				h := s.Header()
+				io.Copy(io.Discard, s)
+				start := time.Now()
+				if _, err := b.c.Ack(ctx, "tiny", "reader", h.Name); err != nil {
+					break
+				}
+				b.acked.Add(1)
+				select {
+				case b.acks <- time.Since(start):
+				default:
+				}
+			}
+			s.Close()
+		}
+	})
+}
+
+// fill puts blocks until n are stored, and measures at the end. Each
+// uploader owns every inflight-th site and sends its sites' blocks in
+// turn, so a site's numbers go in order and sites go in parallel.
+func (b *bench) fill(n int) row {
+	left := max(n-int(b.sentN.Load()), 0)
+	tail := max(left/10, 1) // the put and ack latencies are the last tenth's
+	var mu sync.Mutex
+	var puts []time.Duration
+	var sent atomic.Int64
+	var wg sync.WaitGroup
+	for w := range b.inflight {
+		var mine []int
+		for site := w; site < b.sites; site += b.inflight {
+			mine = append(mine, site)
+		}
+		if len(mine) == 0 {
+			continue
+		}
+		share := left / min(b.inflight, b.sites)
+		if w < left%min(b.inflight, b.sites) {
+			share++
+		}
+		wg.Go(func() {
+			for i := range share {
+				d := b.put(mine[i%len(mine)])
+				if k := sent.Add(1); int(k) > left-tail {
+					mu.Lock()
+					puts = append(puts, d)
+					mu.Unlock()
+				}
+			}
+		})
+	}
+	wg.Wait()
+	b.sent = n
+	// Drain the acks of the tail.
+	for deadline := time.Now().Add(10 * time.Minute); b.acked.Load() < b.sentN.Load() && time.Now().Before(deadline); {
+		time.Sleep(50 * time.Millisecond)
+	}
+	var acks []time.Duration
+	for len(b.acks) > 0 {
+		acks = append(acks, <-b.acks)
+	}
+	if len(acks) > tail {
+		acks = acks[len(acks)-tail:]
+	}
+	r := row{blocks: n}
+	r.put50, r.put99 = quantile(puts, 0.5), quantile(puts, 0.99)
+	r.ack50, r.ack99 = quantile(acks, 0.5), quantile(acks, 0.99)
+	ctx := context.Background()
+	start := time.Now()
+	if _, err := b.c.Queues(ctx); err != nil {
+		log.Fatal(err)
+	}
+	r.list = time.Since(start)
+	start = time.Now()
+	if _, err := b.c.Stats(ctx); err != nil {
+		log.Fatal(err)
+	}
+	r.stats = time.Since(start)
+	r.rss = rss(b.srv)
+	r.metaPerBlock = float64(fileSize(filepath.Join(b.dir, "data", "meta.db"))) / float64(b.sentN.Load())
+	r.winDelay = b.windowDelay()
+	return r
+}
+
+// windowDelay puts, for a fresh site, an hour's blocks and one past it,
+// and times from that last put to the window's output.
+func (b *bench) windowDelay() time.Duration {
+	site := len(b.seq)
+	b.seq = append(b.seq, 0)
+	for range 60 {
+		b.put(site)
+	}
+	ctx := context.Background()
+	before := count(ctx, b.c, "tiny.hourly")
+	start := time.Now()
+	b.put(site) // the first block of the next hour brackets the window
+	for time.Since(start) < 5*time.Minute {
+		if count(ctx, b.c, "tiny.hourly") > before {
+			return time.Since(start)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	return -1
+}
+
+func count(ctx context.Context, c *client.Client, q string) int64 {
+	st, err := c.QueueStats(ctx, q)
+	if err != nil {
+		return 0
+	}
+	return st.Blocks
+}
+
+// restart stops the server with SIGTERM, starts it again and returns the
+// time until it answers a list of the queues.
+func (b *bench) restart() time.Duration {
+	b.ackStop()
+	b.c.Close()
+	b.ackWG.Wait()
+	b.srv.Stop()
+	start := time.Now()
+	srv, err := benchkit.StartServer(b.plumb, b.dir, "--tick", "1s", "--slots", "2")
+	if err != nil {
+		log.Fatal(err)
+	}
+	b.srv = srv
+	if b.c, err = client.Dial(srv.Addr); err != nil {
+		log.Fatal(err)
+	}
+	for {
+		if _, err := b.c.Queues(context.Background()); err == nil {
+			break
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	d := time.Since(start)
+	b.startAcker()
+	return d
+}
+
+func quantile(ds []time.Duration, q float64) time.Duration {
+	if len(ds) == 0 {
+		return 0
+	}
+	s := slices.Clone(ds)
+	slices.Sort(s)
+	return s[min(int(q*float64(len(s))), len(s)-1)]
+}
+
+func fileSize(p string) int64 {
+	fi, err := os.Stat(p)
+	if err != nil {
+		return 0
+	}
+	return fi.Size()
+}
+
+// rss is the server's resident set (VmRSS), from /proc.
+func rss(s *benchkit.Server) int64 {
+	raw, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", s.Pid()))
+	if err != nil {
+		return 0
+	}
+	for _, l := range strings.Split(string(raw), "\n") {
+		if v, ok := strings.CutPrefix(l, "VmRSS:"); ok {
+			f := strings.Fields(v)
+			kb, _ := strconv.ParseInt(f[0], 10, 64)
+			return kb << 10
+		}
+	}
+	return 0
+}
