@@ -31,7 +31,7 @@ FUZZ_TARGETS := \
 	./pcap/anon:FuzzPacket:200000x \
 	./pcap/filter:FuzzCompile:100000x
 
-.PHONY: build test test-go test-python fuzz-short bench bench-windows demo lint clean
+.PHONY: build test test-go test-python fuzz-short bench bench-scale bench-windows demo lint clean
 
 build:
 	$(GO) build -o $(BIN) ./cmd/plumb
@@ -73,6 +73,11 @@ bench: build
 	$(GO) run ./bench/workers -plumb $(CURDIR)/$(BIN)
 	$(GO) run ./bench/anon -plumb $(CURDIR)/$(BIN)
 	$(GO) run ./bench/capture -plumb $(CURDIR)/$(BIN)
+
+# bench-scale fills a server with 10^4, 10^5 and 10^6 tiny blocks (an hour
+# or more on a small machine); SCALE_FLAGS=-huge adds 10^7.
+bench-scale: build
+	$(GO) run ./bench/scale -plumb $(CURDIR)/$(BIN) $(SCALE_FLAGS)
 
 bench-windows: build
 	$(GO) run ./bench/windows -plumb $(CURDIR)/$(BIN)
