@@ -86,10 +86,13 @@ type Controller struct {
 	// spb and fix are the rings' 90th percentiles, kept as samples come:
 	// estimates are made for every waiter at every grant.
 	spb, fix float64
-	ratio    ring // actual ÷ estimated time of recent transfers
-	stats    Stats
-	running  time.Duration  // estimated work of the transfers in progress
-	held     map[string]int // slots held per user
+	// moved says the estimates changed since the waiters were ordered:
+	// their keys moved by their sizes, and Recheck orders them again.
+	moved   bool
+	ratio   ring // actual ÷ estimated time of recent transfers
+	stats   Stats
+	running time.Duration  // estimated work of the transfers in progress
+	held    map[string]int // slots held per user
 }
 
 // Stats says how honest the estimates are.
@@ -221,6 +224,10 @@ func (c *Controller) Recheck() {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	now := c.cfg.Now()
+	if c.moved {
+		heap.Init(&c.wait)
+		c.moved = false
+	}
 	if c.cfg.Policy == LLF && len(c.wait.items) > 0 {
 		order := slices.Clone(c.wait.items)
 		slices.SortFunc(order, func(a, b *waiter) int { return c.key(a).Compare(c.key(b)) })
@@ -229,15 +236,21 @@ func (c *Controller) Recheck() {
 			wait := work / time.Duration(c.cfg.Slots)
 			if !w.deadline.IsZero() && c.laxity(w, now)-wait < 0 {
 				heap.Remove(&c.wait, w.index)
-				c.stats.Refused++
-				w.ready <- fmt.Errorf("%w: %d bytes need about %v after about %v more of waiting, %v are left", ErrHopeless, w.size,
-					c.estimate(w.size).Round(time.Millisecond), wait.Round(time.Millisecond), w.deadline.Sub(now).Round(time.Millisecond))
+				c.refuse(w, wait, now)
 				continue
 			}
 			work += c.estimate(w.size)
 		}
 	}
 	c.grant(now)
+}
+
+// refuse answers a waiting read that can no longer make its deadline
+// after wait more of waiting.
+func (c *Controller) refuse(w *waiter, wait time.Duration, now time.Time) {
+	c.stats.Refused++
+	w.ready <- fmt.Errorf("%w: %d bytes need about %v after about %v more of waiting, %v are left (waited %v)", ErrHopeless, w.size,
+		c.estimate(w.size).Round(time.Millisecond), wait.Round(time.Millisecond), w.deadline.Sub(now).Round(time.Millisecond), now.Sub(w.arrived).Round(time.Millisecond))
 }
 
 // Run rechecks the waiting reads every interval until ctx ends.
@@ -267,6 +280,12 @@ func (c *Controller) key(w *waiter) time.Time { return c.due(w).Add(-c.estimate(
 // the slots.
 func (c *Controller) queued(w *waiter) time.Duration {
 	work := c.running
+	if len(c.wait.items) > exactQueue {
+		// Many wait: the work of them all, an upper bound found in O(1)
+		// (Recheck refines it every few milliseconds).
+		all := time.Duration((float64(len(c.wait.items))*c.fix + float64(c.wait.bytes)*c.spb) * c.cfg.Safety * float64(time.Second))
+		return (work + all) / time.Duration(c.cfg.Slots)
+	}
 	k := c.key(w)
 	for _, o := range c.wait.items {
 		if o != w && !c.key(o).After(k) {
@@ -275,6 +294,10 @@ func (c *Controller) queued(w *waiter) time.Duration {
 	}
 	return work / time.Duration(c.cfg.Slots)
 }
+
+// exactQueue is how many waiters the admission of a read sums the work of
+// one by one; past it, it takes the total.
+const exactQueue = 256
 
 // Acquire waits for a transfer slot for a read of size bytes that must
 // finish by the context's deadline (if any). Call the returned done with
@@ -341,6 +364,22 @@ func (c *Controller) AcquireFor(ctx context.Context, user string, size int64) (d
 }
 
 // release returns the done func of a granted slot.
+// someMayHold reports whether a waiting read's user may take a slot: when
+// none may, every waiter would be popped and pushed back for nothing (a
+// lone client at its share with thousands waiting made each grant cost
+// O(n log n)).
+func (c *Controller) someMayHold() bool {
+	if c.cfg.PerUser < 0 {
+		return true
+	}
+	for u, n := range c.wait.users {
+		if n > 0 && c.mayHold(u) {
+			return true
+		}
+	}
+	return false
+}
+
 // mayHold reports whether user may take one more slot.
 func (c *Controller) mayHold(user string) bool {
 	return c.cfg.PerUser < 0 || c.held[user] < c.cfg.PerUser
@@ -374,11 +413,7 @@ func (c *Controller) release(start time.Time, user string, est time.Duration) fu
 					c.fixed.add(d.Seconds())
 					c.fix, _ = c.fixed.quantile(0.9)
 				}
-				if c.spb != spb || c.fix != fix {
-					// The waiters' keys moved, by their sizes: order them
-					// again, or the least laxity is not the one served.
-					heap.Init(&c.wait)
-				}
+				c.moved = c.moved || c.spb != spb || c.fix != fix
 			}
 			c.busy--
 			if c.held[user]--; c.held[user] <= 0 {
@@ -394,24 +429,17 @@ func (c *Controller) release(start time.Time, user string, est time.Duration) fu
 // waiter that can no longer make its deadline, so none holds a slot in
 // vain or waits to be late.
 func (c *Controller) grant(now time.Time) {
-	if c.cfg.Policy == LLF {
-		for i := 0; i < len(c.wait.items); {
-			w := c.wait.items[i]
-			if w.deadline.IsZero() || c.laxity(w, now) >= 0 {
-				i++
-				continue
-			}
-			heap.Remove(&c.wait, i)
-			c.stats.Refused++
-			w.ready <- fmt.Errorf("%w: %d bytes need about %v, %v are left after waiting %v", ErrHopeless, w.size,
-				c.estimate(w.size).Round(time.Millisecond), w.deadline.Sub(now).Round(time.Millisecond), now.Sub(w.arrived).Round(time.Millisecond))
-		}
-	}
 	// In the policy's order, skipping the reads of users at their share
-	// (they keep their places).
+	// (they keep their places). Each costs O(log n): a sweep of every
+	// waiter here, at every transfer's end, made the controller the
+	// bottleneck once thousands waited (Recheck sweeps instead).
 	var skipped []*waiter
-	for c.busy < c.cfg.Slots && c.wait.Len() > 0 {
+	for c.busy < c.cfg.Slots && c.wait.Len() > 0 && c.someMayHold() {
 		w := heap.Pop(&c.wait).(*waiter)
+		if c.cfg.Policy == LLF && !w.deadline.IsZero() && c.laxity(w, now) < 0 {
+			c.refuse(w, 0, now)
+			continue
+		}
 		if !c.mayHold(w.user) {
 			skipped = append(skipped, w)
 			continue
@@ -438,6 +466,8 @@ func (c *Controller) Waiting() int {
 type waitHeap struct {
 	items []*waiter
 	ctl   *Controller
+	bytes int64          // of every waiter
+	users map[string]int // waiters per user
 }
 
 func (h waitHeap) Len() int { return len(h.items) }
@@ -464,6 +494,11 @@ func (h *waitHeap) Push(x any) {
 	w := x.(*waiter)
 	w.index = len(h.items)
 	h.items = append(h.items, w)
+	h.bytes += w.size
+	if h.users == nil {
+		h.users = map[string]int{}
+	}
+	h.users[w.user]++
 }
 
 func (h *waitHeap) Pop() any {
@@ -471,5 +506,9 @@ func (h *waitHeap) Pop() any {
 	w := old[len(old)-1]
 	h.items = old[:len(old)-1]
 	w.index = -1
+	h.bytes -= w.size
+	if h.users[w.user]--; h.users[w.user] <= 0 {
+		delete(h.users, w.user)
+	}
 	return w
 }

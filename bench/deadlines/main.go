@@ -96,7 +96,7 @@ func run(plumb, cond, policy string, slots int, rate float64, window time.Durati
 		log.Fatal(err)
 	}
 	defer os.RemoveAll(dir)
-	srv, err := benchkit.StartServer(plumb, dir, "--read-policy", policy, "--read-slots", fmt.Sprint(slots), "--read-rate", fmt.Sprint(rate), "--tick", "200ms")
+	srv, err := benchkit.StartServer(plumb, dir, "--read-policy", policy, "--read-slots", fmt.Sprint(slots), "--read-rate", fmt.Sprint(rate), "--read-slots-per-user", "-1", "--tick", "200ms")
 	if err != nil {
 		log.Fatal(err)
 	}
