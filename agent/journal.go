@@ -95,15 +95,7 @@ func (s *Spool) saveLocked() error {
 	if err != nil {
 		return err
 	}
-	if _, err := f.Write(line); err != nil {
-		f.Close()
-		return err
-	}
-	if err := s.fsync(f); err != nil {
-		f.Close()
-		return err
-	}
-	if err := f.Close(); err != nil {
+	if err := s.writeSynced(f, line); err != nil {
 		return err
 	}
 	s.logSize += int64(len(line))
@@ -125,15 +117,7 @@ func (s *Spool) snapshotLocked() error {
 	if err != nil {
 		return err
 	}
-	if _, err := f.Write(raw); err != nil {
-		f.Close()
-		return err
-	}
-	if err := s.fsync(f); err != nil {
-		f.Close()
-		return err
-	}
-	if err := f.Close(); err != nil {
+	if err := s.writeSynced(f, raw); err != nil {
 		return err
 	}
 	if err := os.Rename(tmp, s.statePath()); err != nil {
@@ -153,6 +137,19 @@ func (s *Spool) snapshotLocked() error {
 	clear(s.dirtySrc)
 	clear(s.dirtyDrop)
 	return nil
+}
+
+// writeSynced writes data to f, fsyncs and closes it.
+func (s *Spool) writeSynced(f *os.File, data []byte) error {
+	if _, err := f.Write(data); err != nil {
+		f.Close()
+		return err
+	}
+	if err := s.fsync(f); err != nil {
+		f.Close()
+		return err
+	}
+	return f.Close()
 }
 
 // truncateSynced cuts a file to size, durably; a missing file is fine.
