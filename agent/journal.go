@@ -57,32 +57,29 @@ func (s *Spool) markDropped(name string, set bool) {
 	s.dirtyDrop[name] = set
 }
 
+// changes splits what dirty marks into the entries of m set since the
+// last write and the names removed.
+func changes[V any](dirty map[string]bool, m map[string]V) (set map[string]V, gone []string) {
+	for name, isSet := range dirty {
+		if !isSet {
+			gone = append(gone, name)
+			continue
+		}
+		if set == nil {
+			set = map[string]V{}
+		}
+		set[name] = m[name]
+	}
+	return set, gone
+}
+
 // saveLocked makes the state durable: a journal line, or a new snapshot
 // when the journal has grown past twice the snapshot (or there is none).
 func (s *Spool) saveLocked() error {
 	s.st.Gen++
 	rec := stateRecord{spoolState: s.st}
-	rec.Sources, rec.Dropped = nil, nil
-	for name, set := range s.dirtySrc {
-		if !set {
-			rec.Forget = append(rec.Forget, name)
-			continue
-		}
-		if rec.Sources == nil {
-			rec.Sources = map[string]SourcePos{}
-		}
-		rec.Sources[name] = s.st.Sources[name]
-	}
-	for name, set := range s.dirtyDrop {
-		if !set {
-			rec.Shipped = append(rec.Shipped, name)
-			continue
-		}
-		if rec.Dropped == nil {
-			rec.Dropped = map[string]int64{}
-		}
-		rec.Dropped[name] = s.st.Dropped[name]
-	}
+	rec.Sources, rec.Forget = changes(s.dirtySrc, s.st.Sources)
+	rec.Dropped, rec.Shipped = changes(s.dirtyDrop, s.st.Dropped)
 	line, err := json.Marshal(rec)
 	if err != nil {
 		return err

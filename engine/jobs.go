@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"slices"
 	"strings"
-	"time"
 
 	"github.com/plumb-dev/plumb/pipeline"
 	"github.com/plumb-dev/plumb/state"
@@ -356,15 +355,7 @@ func (e *Engine) derivedFate() string {
 	if e.cfg.DerivedRetention < 0 {
 		return "its blocks stay until a consumer group takes them, for ever if none does (the server runs with --derived-retention off)"
 	}
-	return fmt.Sprintf("its blocks stay until a consumer group takes them, at most %s (the server's --derived-retention)", days(e.cfg.DerivedRetention))
-}
-
-// days writes a duration in days when it is whole days.
-func days(d time.Duration) string {
-	if d%(24*time.Hour) == 0 {
-		return fmt.Sprintf("%dd", d/(24*time.Hour))
-	}
-	return d.String()
+	return fmt.Sprintf("its blocks stay until a consumer group takes them, at most %s (the server's --derived-retention)", pipeline.Duration(e.cfg.DerivedRetention))
 }
 
 // derivedPolicyBy marks the retention the engine gives a derived queue
@@ -421,7 +412,7 @@ func (e *Engine) apply(g *pipeline.Graph) error {
 				if p, ok := policies[q]; ok && p.By != derivedPolicyBy {
 					continue
 				}
-				p := state.Policy{Retention: "until consumed, at most " + days(e.cfg.DerivedRetention), MaxAge: e.cfg.DerivedRetention, By: derivedPolicyBy}
+				p := state.Policy{Retention: "until consumed, at most " + pipeline.Duration(e.cfg.DerivedRetention).String(), MaxAge: e.cfg.DerivedRetention, By: derivedPolicyBy}
 				if err := e.db.SetPolicy(q, p); err != nil {
 					return fmt.Errorf("stage %s: default retention of %s: %w", n.Name, q, err)
 				}

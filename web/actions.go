@@ -35,11 +35,7 @@ type Me struct {
 }
 
 func (s *Server) me(w http.ResponseWriter, r *http.Request) {
-	var me Me
-	if id, ok := r.Context().Value(identityKey{}).(auth.Identity); ok {
-		me.User = id.User
-	}
-	me.Admin = s.may(r, auth.Admin, "")
+	me := Me{User: userOf(r), Admin: s.may(r, auth.Admin, "")}
 	reply(w, me, nil)
 }
 
@@ -60,10 +56,7 @@ func (s *Server) faulty(w http.ResponseWriter, r *http.Request) {
 func (s *Server) jobs(w http.ResponseWriter, r *http.Request) {
 	jobs, err := s.db.Jobs()
 	if !s.may(r, auth.Admin, "") {
-		user := ""
-		if id, ok := r.Context().Value(identityKey{}).(auth.Identity); ok {
-			user = id.User
-		}
+		user := userOf(r)
 		jobs = slices.DeleteFunc(jobs, func(j state.Job) bool { return j.Owner != user })
 	}
 	for i := range jobs {
@@ -116,6 +109,7 @@ func action[T any](s *Server, name string, run func(r *http.Request, req T) (any
 	}
 }
 
+// userOf names the logged-in user ("" without a login).
 func userOf(r *http.Request) string {
 	if id, ok := r.Context().Value(identityKey{}).(auth.Identity); ok {
 		return id.User
