@@ -103,6 +103,10 @@ func WindowSpec(w *pipeline.WindowSpec) (windowing.Spec, error) {
 		} else {
 			return s, fmt.Errorf("window.late_horizon %q: want a number of windows, or a duration for time windows", h)
 		}
+		// The horizon's blocks are held in memory.
+		if s.LateHorizon > pipeline.MaxLateHorizonWindows {
+			return s, fmt.Errorf("window.late_horizon %q is %d windows of %s; at most %d are held", h, s.LateHorizon, s.Size, pipeline.MaxLateHorizonWindows)
+		}
 	}
 	s.Defaults()
 	return s, s.Validate()

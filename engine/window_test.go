@@ -225,3 +225,18 @@ stages:
 		t.Errorf("%d windows fired; the late block fired one of its own", n)
 	}
 }
+
+// TestLateHorizonBounded: a job asking a window stage of one-minute
+// windows to keep 30 days of them late (43,200 windows held in memory)
+// is refused, naming the bound.
+func TestLateHorizonBounded(t *testing.T) {
+	r := newRig(t, engine.Config{Slots: 1})
+	r.put("raw", 1, []byte("x"))
+	res, err := r.eng.Submit("j.yaml", []byte("job: j\nfrom: earliest\nstages:\n  - {name: m, abstraction: window, window: {size: 1m, late_horizon: 30d}, inputs: [raw], program: [cat], outputs: [raw.m]}\n"), "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.State != "rejected" || !strings.Contains(res.Reason, "is 43200 windows of 1m0s; at most 10000 are held") {
+		t.Errorf("a 30-day horizon of 1-minute windows: %s %q", res.State, res.Reason)
+	}
+}

@@ -66,6 +66,12 @@ type Stage struct {
 	Fields map[string]Position `yaml:"-"`
 }
 
+// The bounds of a window's late_horizon: its blocks are held in memory.
+const (
+	MaxLateHorizonWindows = 10000
+	MaxLateHorizon        = 31 * 24 * time.Hour
+)
+
 // Position is a line and column in a job file.
 type Position struct{ Line, Column int }
 

@@ -448,10 +448,16 @@ func (p *parser) checkWindow(n *yaml.Node, field string, w *WindowSpec) {
 		}
 	}
 	if h := w.LateHorizon; h != "" {
-		if count, err := strconv.ParseUint(h, 10, 31); err != nil || count == 0 {
-			if d, err := ParseDuration(h); err != nil || d <= 0 {
-				p.add(n, field+".late_horizon", "%q: want a number of windows (2) or a duration (48h)", h)
+		// Bounded: the horizon's blocks are held in memory, so a job
+		// cannot make its window stage hold the whole history.
+		if count, err := strconv.ParseUint(h, 10, 31); err == nil && count > 0 {
+			if count > MaxLateHorizonWindows {
+				p.add(n, field+".late_horizon", "%q: at most %d windows", h, MaxLateHorizonWindows)
 			}
+		} else if d, err := ParseDuration(h); err != nil || d <= 0 {
+			p.add(n, field+".late_horizon", "%q: want a number of windows (2) or a duration (48h)", h)
+		} else if time.Duration(d) > MaxLateHorizon {
+			p.add(n, field+".late_horizon", "%q: at most %s", h, Duration(MaxLateHorizon))
 		}
 	}
 	if w.End != "" && w.Start == "" {
