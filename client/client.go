@@ -198,8 +198,8 @@ func Transient(err error) bool {
 	return false
 }
 
-func (c *Client) putOnce(ctx context.Context, pc flight.PutCommand, srcs []Source) ([]flight.PutResult, error) {
-	ctx, cancel := context.WithCancel(ctx)
+func (c *Client) putOnce(parent context.Context, pc flight.PutCommand, srcs []Source) ([]flight.PutResult, error) {
+	ctx, cancel := context.WithCancel(parent)
 	defer cancel()
 	stream, err := c.fc.DoPut(ctx)
 	if err != nil {
@@ -246,7 +246,10 @@ func (c *Client) putOnce(ctx context.Context, pc flight.PutCommand, srcs []Sourc
 		}
 	}
 	a := <-answers
-	if a.err == nil && sendErr != nil {
+	if sendErr != nil && (a.err == nil || status.Code(a.err) == codes.Canceled && parent.Err() == nil) {
+		// The stream was cancelled here, over the failed send: the send's
+		// error is the answer, not the cancellation it caused (which an
+		// agent took for the server refusing the block, for ever).
 		a.err = sendErr
 	}
 	if a.err == nil && len(a.res) != len(srcs) {
