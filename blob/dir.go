@@ -89,8 +89,8 @@ func (d *Dir) Put(ctx context.Context, key string, r io.Reader, size int64, sum 
 		}
 	}()
 	v := newVerifier(ctx, r, size)
-	buf := make([]byte, 1<<20)
-	if _, err := io.CopyBuffer(f, v, buf); err != nil {
+	// *os.File reads from v itself (ReadFrom), with a buffer of its own.
+	if _, err := io.Copy(f, v); err != nil {
 		return fmt.Errorf("store %s: write %s: %w", d, key, err)
 	}
 	if err := v.check(sum); err != nil {

@@ -252,18 +252,18 @@ func (e *Engine) Run(ctx context.Context) error {
 	defer runs.Wait()
 	ticker := time.NewTicker(e.cfg.Tick)
 	defer ticker.Stop()
-	reshare := true
+	reshare, counted := true, true
 	for {
 		changed := e.db.Changed("")
-		if err := e.fill(ctx, &runs, reshare); err != nil {
+		if err := e.fill(ctx, &runs, reshare, counted); err != nil {
 			e.log.Error("scheduling stage runs", "err", err)
 		}
-		reshare = false
+		reshare, counted = false, false
 		select {
 		case <-ctx.Done():
 			return nil
 		case <-ticker.C:
-			reshare = true
+			reshare, counted = true, true
 		case <-changed:
 			reshare = e.idleStages()
 		case <-e.kick:
@@ -293,15 +293,17 @@ func (e *Engine) poke() {
 }
 
 // fill re-shares the slots when asked, then starts runs for every stage
-// below its share that has work.
-func (e *Engine) fill(ctx context.Context, runs *sync.WaitGroup, reshare bool) error {
+// below its share that has work. Window stages count the blocks waiting
+// for their windows only when counted (each tick): that count walks every
+// open window's blocks, and a re-share follows every block put.
+func (e *Engine) fill(ctx context.Context, runs *sync.WaitGroup, reshare, counted bool) error {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	var errs []error
 	e.expireLeases(e.cfg.Now())
 	if reshare {
 		for _, st := range e.stages {
-			n, err := e.backlog(st)
+			n, err := e.backlog(st, counted)
 			if err != nil {
 				errs = append(errs, err)
 			}
@@ -425,13 +427,9 @@ func (e *Engine) timeout(n *pipeline.Node) time.Duration {
 	return max(e.cfg.Timeout, 0)
 }
 
-func (e *Engine) backlog(st *stage) (int64, error) {
+func (e *Engine) backlog(st *stage, counted bool) (int64, error) {
 	if st.suspended != "" {
 		return 0, nil // it takes no share of the slots
-	}
-	n, err := e.db.Backlog(st.node.Inputs[0], st.group)
-	if err != nil {
-		return 0, fmt.Errorf("stage %s: backlog: %w", st.node.Name, err)
 	}
 	if st.win != nil {
 		// A window stage's blocks wait for their windows, which fire in
@@ -441,9 +439,22 @@ func (e *Engine) backlog(st *stage) (int64, error) {
 		for _, p := range st.win.retry {
 			due += int64(len(p.f.Blocks))
 		}
+		if !counted {
+			return due, nil
+		}
+		n, err := e.db.Backlog(st.node.Inputs[0], st.group)
+		if err != nil {
+			return 0, fmt.Errorf("stage %s: backlog: %w", st.node.Name, err)
+		}
 		due = min(due, n)
-		st.waiting, n = n-due, due
+		st.waiting = n - due
 		e.metrics.waiting.WithLabelValues(st.node.Name).Set(float64(st.waiting))
+		e.metrics.backlog.WithLabelValues(st.node.Name).Set(float64(due))
+		return due, nil
+	}
+	n, err := e.db.Backlog(st.node.Inputs[0], st.group)
+	if err != nil {
+		return 0, fmt.Errorf("stage %s: backlog: %w", st.node.Name, err)
 	}
 	e.metrics.backlog.WithLabelValues(st.node.Name).Set(float64(n))
 	return n, nil

@@ -120,8 +120,6 @@ type windowState struct {
 	after    uint64 // the last serial fed to the tracker
 	retry    []pendingWindow
 	released map[string]uint64 // per site, the sequence number released up to
-	// replaying: the blocks fed are those seen before a restart.
-	replaying bool
 }
 
 type pendingWindow struct {
@@ -151,23 +149,38 @@ func (e *Engine) newWindowState(n *pipeline.Node, group string) (*windowState, e
 	if err != nil {
 		return nil, err
 	}
-	ws.after = g.Start
-	recs, err := e.db.Windows(group)
+	fired, err := e.db.FiredWindows(group)
 	if err != nil {
 		return nil, err
 	}
-	for _, r := range recs {
-		if id, ok := parseWindowID(r.ID); ok {
-			tr.MarkFired(id, r.Revision)
+	for _, f := range fired {
+		if id, ok := parseWindowID(f.ID); ok {
+			tr.MarkFired(id, f.Revision)
 		}
 	}
-	ws.replaying = true
-	err = e.feed(ws)
-	ws.replaying = false
+	// Replay what the tracker may still need, not the queue's history:
+	// a restart costs what is open, however long the stage has run.
+	tails, err := e.db.SiteTails(ws.queue, group, g.Start, func(low, b state.Block) bool {
+		return tr.Needed(windowBlock(low), windowBlock(b))
+	})
 	if err != nil {
 		return nil, err
 	}
+	for _, b := range tails.Blocks {
+		tr.Replay(windowBlock(b))
+		if _, owes := tails.Owed[b.Instance]; !owes {
+			ws.released[b.Instance] = max(ws.released[b.Instance], b.Seq)
+		}
+	}
+	for site, low := range tails.Owed {
+		ws.released[site] = low - 1 // every block below it is done
+	}
+	ws.after = max(g.Start, tails.Newest)
 	return ws, nil
+}
+
+func windowBlock(b state.Block) windowing.Block {
+	return windowing.Block{Instance: b.Instance, Seq: b.Seq, Time: b.Time, Arrived: b.Arrived, Name: b.Name}
 }
 
 func parseWindowID(s string) (windowing.WindowID, bool) {
@@ -194,10 +207,7 @@ func (e *Engine) feed(ws *windowState) error {
 		}
 		for _, b := range bs {
 			ws.after = b.Serial
-			wb := windowing.Block{Instance: b.Instance, Seq: b.Seq, Time: b.Time, Arrived: b.Arrived, Name: b.Name}
-			if ws.replaying {
-				ws.tracker.Replay(wb)
-			} else if ws.tracker.Add(wb) == windowing.TooLate {
+			if ws.tracker.Add(windowBlock(b)) == windowing.TooLate {
 				// No window will take it: done with, or it would be owed
 				// for ever.
 				e.log.Warn("block past the window stage's late horizon: no window holds it any more; raise window.late_horizon to take blocks this late",

@@ -245,7 +245,7 @@ func eachOwed(tx *bolt.Tx, queue, group string, fn func(serial []byte, del Deliv
 	c := dels.Cursor()
 	for k, v := c.Seek(u64(g.Floor + 1)); k != nil; k, v = c.Next() {
 		var del Delivery
-		if err := json.Unmarshal(v, &del); err != nil {
+		if err := decode(v, &del); err != nil {
 			return err
 		}
 		if done, err := fn(k, del); done || err != nil {
@@ -260,7 +260,8 @@ func eachOwed(tx *bolt.Tx, queue, group string, fn func(serial []byte, del Deliv
 // readers). It returns how many deliveries changed.
 func (d *DB) Ack(queue, group string, ids []block.ID) (int, error) {
 	n := 0
-	err := d.bolt.Update(func(tx *bolt.Tx) error {
+	err := d.bolt.Batch(func(tx *bolt.Tx) error {
+		n = 0
 		if _, _, err := loadGroup(tx, queue, group); err != nil {
 			return err
 		}
@@ -321,7 +322,7 @@ func (d *DB) Groups(queue string) ([]GroupStats, error) {
 			if dels != nil {
 				if err := dels.ForEach(func(_, v []byte) error {
 					var del Delivery
-					if err := json.Unmarshal(v, &del); err != nil {
+					if err := decode(v, &del); err != nil {
 						return err
 					}
 					switch {

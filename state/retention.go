@@ -320,7 +320,7 @@ func (d *DB) LostBlocks(queue, group string) ([]LostBlock, error) {
 			}
 			return dels.ForEach(func(_, v []byte) error {
 				var del Delivery
-				if err := json.Unmarshal(v, &del); err != nil || del.State != Lost {
+				if err := decode(v, &del); err != nil || del.State != Lost {
 					return err
 				}
 				out = append(out, LostBlock{Queue: queue, Group: string(g), Block: del.Block, Why: del.LastError})

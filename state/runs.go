@@ -31,7 +31,10 @@ type Reservation struct {
 func (d *DB) ReserveJoin(queues []string, group, reserver string, visibility time.Duration) (Reservation, bool, error) {
 	var out Reservation
 	now := d.now()
-	err := d.bolt.Update(func(tx *bolt.Tx) error {
+	// Batched: concurrent reserves, acks and puts share one commit (and
+	// one fsync). A batch may run the function again, so it starts over.
+	err := d.bolt.Batch(func(tx *bolt.Tx) error {
+		out = Reservation{}
 		if _, _, err := loadGroup(tx, queues[0], group); err != nil {
 			return err
 		}
@@ -120,7 +123,7 @@ type Run struct {
 // identity is already stored with the same checksum counts as published.
 func (d *DB) CommitRun(r Run) ([]Block, error) {
 	var out []Block
-	err := d.bolt.Update(func(tx *bolt.Tx) error {
+	err := d.bolt.Batch(func(tx *bolt.Tx) error {
 		out = out[:0]
 		if err := holds(tx, r); err != nil {
 			return err
@@ -274,7 +277,7 @@ func (d *DB) Faulty(queue string) ([]FaultyBlock, error) {
 						return nil
 					}
 					var del Delivery
-					if err := json.Unmarshal(v, &del); err != nil || del.State != Faulty {
+					if err := decode(v, &del); err != nil || del.State != Faulty {
 						return err
 					}
 					b, _, err := getJSON[Block](blocks, arrivals.Get(k))
@@ -320,7 +323,7 @@ func (d *DB) Retry(queue, name string) (int, error) {
 				var changes []change
 				err := dels.ForEach(func(k, v []byte) error {
 					var del Delivery
-					if err := json.Unmarshal(v, &del); err != nil || del.State != Faulty {
+					if err := decode(v, &del); err != nil || del.State != Faulty {
 						return err
 					}
 					if name != "" {
@@ -374,7 +377,7 @@ func (d *DB) ResetReservations(group string, queues []string, crashed func(reser
 			}
 			if err := dels.ForEach(func(k, v []byte) error {
 				var del Delivery
-				if err := json.Unmarshal(v, &del); err != nil || del.State != Reserved {
+				if err := decode(v, &del); err != nil || del.State != Reserved {
 					return err
 				}
 				r := runs[del.Reserver]

@@ -1,9 +1,11 @@
 package state
 
 import (
+	"encoding/json"
 	"errors"
 	"fmt"
 	"path/filepath"
+	"reflect"
 	"testing"
 	"time"
 
@@ -212,5 +214,103 @@ func TestMissingRecent(t *testing.T) {
 	}
 	if got, err := db.MissingRecent("pcap.sz", "nowhere", 10, 1024); err != nil || got != 0 {
 		t.Errorf("a site with no blocks: %d, %v", got, err)
+	}
+}
+
+// The hand reader of short delivery records must read every record as
+// encoding/json would, and leave every other shape to it.
+func TestDecodeDeliveryAsJSON(t *testing.T) {
+	until := time.Date(2026, 12, 1, 16, 0, 0, 0, time.UTC)
+	for _, d := range []Delivery{
+		{State: Unreserved},
+		{State: Done, Attempts: 1},
+		{State: Faulty, Attempts: 123456789},
+		{State: Reserved, Attempts: 2, Until: until, Reserver: "w1"},
+		{State: Reserved, Attempts: 1, Until: until.Add(123456789), Reserver: `stream "a\b" é`},
+		{State: Reserved, Attempts: 1, Reserver: "w1"},
+		{State: Unreserved, Attempts: 2, Until: until.In(time.FixedZone("x", 3600))},
+		{State: Unreserved, Attempts: 3, Until: until, LastError: `exit 1: "boom"`},
+		{State: Lost, Block: "20250101-000000-00000001.s000.tiny"},
+	} {
+		raw, err := json.Marshal(d)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var got, want Delivery
+		json.Unmarshal(raw, &want)
+		if err := decode(raw, &got); err != nil || !reflect.DeepEqual(got, want) {
+			t.Errorf("decode(%s) = %+v, %v; want %+v", raw, got, err, want)
+		}
+	}
+	for _, raw := range []string{`{"state":"DONE","attempts":-1}`, `{"state":"DONE","attempts":}`, `{"state":"DONE","attempts":1`,
+		`{"state":"DONE","attempts":1234567890123}`, `{"state":"NEW","attempts":1}`, `{"state":"DONE","attempts":1,"x":2}`,
+		`{"state":"DONE","attempts":1,"until":"never"}`, `{"state":"DONE","attempts":01}`, `{"state":"DONE","attempts":1,"reserver":"a"`} {
+		var got, want Delivery
+		err := decode([]byte(raw), &got)
+		wantErr := json.Unmarshal([]byte(raw), &want)
+		if (err == nil) != (wantErr == nil) || !reflect.DeepEqual(got, want) {
+			t.Errorf("decode(%s) = %+v, %v; encoding/json gives %+v, %v", raw, got, err, want, wantErr)
+		}
+	}
+}
+
+// TestSiteTails: what a window stage replays after a restart is, per
+// site, its owed blocks and the horizon below them with one bracket, not
+// the queue's history. Site "a" is a prefix of "ab", as in the keys.
+func TestSiteTails(t *testing.T) {
+	db, _ := open(t)
+	if _, err := db.EnsureGroup("q", "g", Earliest); err != nil {
+		t.Fatal(err)
+	}
+	at := time.Date(2025, 1, 1, 0, 0, 0, 0, time.UTC)
+	for seq := uint64(1); seq <= 50; seq++ {
+		for _, site := range []string{"a", "ab", "b"} {
+			n := block.Name{Time: at.Add(time.Duration(seq) * time.Minute), Seq: seq, Instance: site, Queue: "q"}
+			if _, _, err := db.CommitBlock(Block{Name: n.String(), Queue: "q", Instance: site, Seq: seq, Time: n.Time, Size: 1, SHA256: "s", Key: n.String()}); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	// a owes 41 on, ab nothing, b 10 on.
+	var done []block.ID
+	for seq := uint64(1); seq <= 50; seq++ {
+		if seq <= 40 {
+			done = append(done, block.ID{Queue: "q", Instance: "a", Seq: seq})
+		}
+		done = append(done, block.ID{Queue: "q", Instance: "ab", Seq: seq})
+		if seq < 10 {
+			done = append(done, block.ID{Queue: "q", Instance: "b", Seq: seq})
+		}
+	}
+	if _, err := db.Ack("q", "g", done); err != nil {
+		t.Fatal(err)
+	}
+	tails, err := db.SiteTails("q", "g", 0, func(low, b Block) bool { return b.Seq+5 >= low.Seq })
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := map[string][]uint64{}
+	var last uint64
+	for _, b := range tails.Blocks {
+		got[b.Instance] = append(got[b.Instance], b.Seq)
+		if b.Serial <= last {
+			t.Errorf("block %s (serial %d) after serial %d: not in arrival order", b.Name, b.Serial, last)
+		}
+		last = b.Serial
+	}
+	span := func(lo, hi uint64) []uint64 {
+		var s []uint64
+		for q := lo; q <= hi; q++ {
+			s = append(s, q)
+		}
+		return s
+	}
+	// Five below the pivot are needed, and one more is the bracket.
+	want := map[string][]uint64{"a": span(35, 50), "ab": span(44, 50), "b": span(4, 50)}
+	if !reflect.DeepEqual(got, want) {
+		t.Errorf("replayed %v, want %v", got, want)
+	}
+	if tails.Newest != 150 || !reflect.DeepEqual(tails.Owed, map[string]uint64{"a": 41, "b": 10}) {
+		t.Errorf("newest %d, owed %v; want 150 and a:41 b:10", tails.Newest, tails.Owed)
 	}
 }

@@ -1,7 +1,11 @@
 package state
 
 import (
+	"bytes"
+	"cmp"
+	"encoding/json"
 	"fmt"
+	"slices"
 	"time"
 
 	bolt "go.etcd.io/bbolt"
@@ -88,5 +92,136 @@ func (d *DB) Windows(stage string) ([]WindowRecord, error) {
 		out, err = listJSON[WindowRecord](mustSub(tx, bucketWindows, stage))
 		return err
 	})
+	return out, err
+}
+
+// FiredWindow names a window a stage fired, at a revision.
+type FiredWindow struct {
+	ID       string
+	Revision int
+}
+
+// FiredWindows lists a stage's fired windows from the record keys alone:
+// a restart needs only which fired, and reading every record's block list
+// would grow with the stage's history.
+func (d *DB) FiredWindows(stage string) ([]FiredWindow, error) {
+	var out []FiredWindow
+	err := d.bolt.View(func(tx *bolt.Tx) error {
+		ws := mustSub(tx, bucketWindows, stage)
+		if ws == nil {
+			return nil
+		}
+		return ws.ForEach(func(k, _ []byte) error {
+			if len(k) < 9 || k[len(k)-9] != 0 {
+				return fmt.Errorf("window record key %q of stage %s is not ID\\x00REVISION", k, stage)
+			}
+			out = append(out, FiredWindow{ID: string(k[:len(k)-9]), Revision: int(bytesU64(k[len(k)-8:]))})
+			return nil
+		})
+	})
+	return out, err
+}
+
+// Tails is what a window stage replays after a restart.
+type Tails struct {
+	// Blocks, in arrival order: per site, from below its lowest owed
+	// block (as far down as the caller's needed accepts, and one more)
+	// to its newest.
+	Blocks []Block
+	// Newest is the queue's newest serial when they were read: later
+	// blocks are fed as they come.
+	Newest uint64
+	// Owed is each site's lowest sequence number the group still owes
+	// (blocks below it are all done); a site that owes none is absent.
+	Owed map[string]uint64
+}
+
+// SiteTails reads what a window stage's tracker must see again after a
+// restart, without reading the queue's history: the blocks each site
+// still owes the group, those below them that needed(lowest owed, b)
+// accepts walking down (the tracker's late horizon), and one more for a
+// bracket. A site that owes nothing is walked down from its newest block.
+// Blocks at or before serial start (the group's start) are left out. Its
+// cost follows the open windows and the horizon, not the history.
+func (d *DB) SiteTails(queue, group string, start uint64, needed func(low, b Block) bool) (Tails, error) {
+	out := Tails{Owed: map[string]uint64{}}
+	err := d.bolt.View(func(tx *bolt.Tx) error {
+		arrivals := mustSub(tx, bucketArrivals, queue)
+		blocks := mustSub(tx, bucketBlocks, queue)
+		if arrivals == nil || blocks == nil {
+			return nil
+		}
+		out.Newest = arrivals.Sequence()
+		err := eachOwed(tx, queue, group, func(k []byte, del Delivery) (bool, error) {
+			if del.State == Done {
+				return false, nil
+			}
+			key := arrivals.Get(k)
+			i := bytes.IndexByte(key, 0)
+			if i < 0 || len(key) != i+9 {
+				return false, fmt.Errorf("arrival %d of queue %s names no block (%q)", bytesU64(k), queue, key)
+			}
+			inst, seq := string(key[:i]), bytesU64(key[i+1:])
+			if low, ok := out.Owed[inst]; !ok || seq < low {
+				out.Owed[inst] = seq
+			}
+			return false, nil
+		})
+		if err != nil {
+			return err
+		}
+		c := blocks.Cursor()
+		for site, _ := c.First(); site != nil; {
+			i := bytes.IndexByte(site, 0)
+			if i < 0 {
+				return fmt.Errorf("block key %q of queue %s has no instance", site, queue)
+			}
+			inst, prefix := string(site[:i]), bytes.Clone(site[:i+1])
+			// The pivot: the lowest owed block, or the newest.
+			var pk, pv []byte
+			if low, ok := out.Owed[inst]; ok {
+				pk, pv = c.Seek(blockKey(inst, low))
+			} else if pk, _ = c.Seek(append(bytes.Clone(prefix), 0xff)); pk == nil {
+				pk, pv = c.Last()
+			} else {
+				pk, pv = c.Prev()
+			}
+			if pk == nil || !bytes.HasPrefix(pk, prefix) {
+				return fmt.Errorf("queue %s: site %s's lowest owed block is not stored", queue, inst)
+			}
+			var low Block
+			if err := json.Unmarshal(pv, &low); err != nil {
+				return err
+			}
+			// Down from the pivot while needed; the first block not
+			// needed is kept too, as a bracket.
+			k, v := c.Prev()
+			for ; k != nil && bytes.HasPrefix(k, prefix); k, v = c.Prev() {
+				var b Block
+				if err := json.Unmarshal(v, &b); err != nil {
+					return err
+				}
+				if !needed(low, b) {
+					break
+				}
+			}
+			if k == nil || !bytes.HasPrefix(k, prefix) {
+				k, v = c.Seek(prefix) // every block of the site is needed
+			}
+			// Up from there to the site's newest.
+			for ; k != nil && bytes.HasPrefix(k, prefix); k, v = c.Next() {
+				var b Block
+				if err := json.Unmarshal(v, &b); err != nil {
+					return err
+				}
+				if b.Serial > start {
+					out.Blocks = append(out.Blocks, b)
+				}
+			}
+			site = k // the next site's first block, if any
+		}
+		return nil
+	})
+	slices.SortFunc(out.Blocks, func(a, b Block) int { return cmp.Compare(a.Serial, b.Serial) })
 	return out, err
 }

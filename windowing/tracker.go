@@ -750,6 +750,15 @@ func (t *Tracker) noteFired(id WindowID) {
 	}
 }
 
+// Needed reports whether a block seen before a restart may still matter
+// to the tracker, given the lowest block its site still owes: one in the
+// late horizon (and a window more, for brackets) below low's window.
+// Blocks it refuses need not be replayed; walking down a site, replay
+// those it accepts and one more.
+func (t *Tracker) Needed(low, b Block) bool {
+	return t.lastIndex(b) >= t.lastIndex(low)-t.spec.LateHorizon-1
+}
+
 // Replay adds blocks seen before a restart, whose windows MarkFired has
 // marked: a block of a fired window is not late, only held for the
 // brackets and the horizon. Prune as it goes.

@@ -37,6 +37,7 @@ func main() {
 	inflight := flag.Int("inflight", 8, "uploads in flight")
 	points := flag.String("points", "10000,100000,1000000", "block counts to report at")
 	huge := flag.Bool("huge", false, "also report at 10,000,000 blocks")
+	keep := flag.Bool("keep", false, "keep the server's data directory, for a look inside")
 	flag.Parse()
 	var ns []int
 	for _, p := range strings.Split(*points, ",") {
@@ -53,13 +54,17 @@ func main() {
 	if err != nil {
 		log.Fatal(err)
 	}
-	defer os.RemoveAll(dir)
+	if *keep {
+		fmt.Println("data kept in", dir)
+	} else {
+		defer os.RemoveAll(dir)
+	}
 	b := &bench{plumb: *plumb, dir: dir, sites: *sites, inflight: *inflight}
 	b.start()
 	defer func() { b.srv.Stop() }()
 	b.submit()
 	fmt.Printf("== scale: tiny blocks from %d sites through DoPut (%d in flight), a job of three stages (an hourly window over every block), a consumer group acking each block\n", *sites, *inflight)
-	fmt.Printf("%10s %9s %9s %9s %9s %9s %9s %10s %9s %11s %12s\n", "blocks", "put p50", "put p99", "ack p50", "ack p99", "list", "stats", "restart", "RSS MiB", "meta B/blk", "window delay")
+	fmt.Printf("%10s %9s %9s %9s %9s %9s %9s %10s %9s %11s %12s %8s\n", "blocks", "put p50", "put p99", "ack p50", "ack p99", "list", "stats", "restart", "RSS MiB", "meta B/blk", "window delay", "puts/s")
 	var first row
 	for i, n := range ns {
 		r := b.fill(n)
@@ -93,11 +98,12 @@ type row struct {
 	list, stats, restart, winDelay time.Duration
 	rss                            int64
 	metaPerBlock                   float64
+	rate                           float64 // puts/s over the fill
 }
 
 func (r row) print(first row, ratio bool) {
-	fmt.Printf("%10d %9s %9s %9s %9s %9s %9s %10s %9d %11.0f %12s\n", r.blocks, ms(r.put50), ms(r.put99), ms(r.ack50), ms(r.ack99),
-		ms(r.list), ms(r.stats), ms(r.restart), r.rss>>20, r.metaPerBlock, ms(r.winDelay))
+	fmt.Printf("%10d %9s %9s %9s %9s %9s %9s %10s %9d %11.0f %12s %8.0f\n", r.blocks, ms(r.put50), ms(r.put99), ms(r.ack50), ms(r.ack99),
+		ms(r.list), ms(r.stats), ms(r.restart), r.rss>>20, r.metaPerBlock, ms(r.winDelay), r.rate)
 	if ratio {
 		f := func(a, b time.Duration) string {
 			return fmt.Sprintf("%.2fx", float64(a)/float64(max(b, time.Microsecond)))
@@ -205,6 +211,7 @@ func (b *bench) fill(n int) row {
 	var puts []time.Duration
 	var sent atomic.Int64
 	var wg sync.WaitGroup
+	began := time.Now()
 	for w := range b.inflight {
 		var mine []int
 		for site := w; site < b.sites; site += b.inflight {
@@ -229,6 +236,7 @@ func (b *bench) fill(n int) row {
 		})
 	}
 	wg.Wait()
+	rate := float64(left) / time.Since(began).Seconds()
 	b.sent = n
 	// Drain the acks of the tail.
 	for deadline := time.Now().Add(10 * time.Minute); b.acked.Load() < b.sentN.Load() && time.Now().Before(deadline); {
@@ -241,7 +249,7 @@ func (b *bench) fill(n int) row {
 	if len(acks) > tail {
 		acks = acks[len(acks)-tail:]
 	}
-	r := row{blocks: n}
+	r := row{blocks: n, rate: rate}
 	r.put50, r.put99 = quantile(puts, 0.5), quantile(puts, 0.99)
 	r.ack50, r.ack99 = quantile(acks, 0.5), quantile(acks, 0.99)
 	ctx := context.Background()

@@ -16,6 +16,7 @@ import (
 	"runtime/debug"
 	"runtime/pprof"
 	"sort"
+	"strconv"
 	"strings"
 	"syscall"
 )
@@ -112,8 +113,10 @@ func run(args []string, stdout, stderr io.Writer) int {
 		ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 		defer stop()
 		// PLUMB_CPUPROFILE=FILE profiles any command, for finding where a
-		// slow run spends its time.
+		// slow run spends its time; %p in it becomes the process id, so
+		// a restarted server does not overwrite its predecessor's.
 		if path := os.Getenv("PLUMB_CPUPROFILE"); path != "" {
+			path = strings.ReplaceAll(path, "%p", strconv.Itoa(os.Getpid()))
 			if f, err := os.Create(path); err == nil {
 				pprof.StartCPUProfile(f)
 				defer func() { pprof.StopCPUProfile(); f.Close() }()
