@@ -65,6 +65,10 @@ type Stats struct {
 	Ship *ShipCounters
 	// Recovered says what the spool found on start.
 	Recovered Recovered
+	// StateBytesWritten is what the spool has written to its state
+	// journal and snapshots so far (nil before the spool opens): the
+	// cost per block, flat however many sources are done.
+	StateBytesWritten func() int64
 }
 
 // Run cuts the sources into blocks in the spool and ships them. Watch,
@@ -98,6 +102,7 @@ func Run(ctx context.Context, cfg Config, sources []Source, watch *Watch) (Stats
 	if err != nil {
 		return st, err
 	}
+	st.StateBytesWritten = spool.StateBytesWritten
 	st.Recovered = rec
 	if rec.Promoted+rec.Discarded > 0 {
 		log.Warn("spool recovered after a crash", "promoted", rec.Promoted, "discarded_partial_blocks", rec.Discarded, "discarded_bytes", rec.DiscardedSize)

@@ -4,7 +4,9 @@ import (
 	"bytes"
 	"context"
 	"os"
+	"os/exec"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"testing"
 	"time"
@@ -111,6 +113,30 @@ func TestTimeOrder(t *testing.T) {
 		closer.Close()
 		if back > 0 || n != int(st.Packets) {
 			t.Errorf("mix %q: %d of %d packets go back in time (%d made)", mix, back, n, st.Packets)
+		}
+	}
+}
+
+// TestCapinfosStrictTimeOrder: Wireshark's capinfos, an independent
+// reader, finds generated captures of both mixes in strict time order.
+func TestCapinfosStrictTimeOrder(t *testing.T) {
+	capinfos := testenv.Tool(t, "capinfos")
+	for _, mix := range []string{"normal", "attack"} {
+		cfg := Config{Seed: 7, Duration: 3 * time.Second, TCP: 0.2, IPv6: 0.3}
+		if mix == "attack" {
+			AttackMix(&cfg)
+		}
+		data, _ := generate(t, cfg)
+		file := filepath.Join(t.TempDir(), mix+".pcap")
+		if err := os.WriteFile(file, data, 0o644); err != nil {
+			t.Fatal(err)
+		}
+		out, err := exec.Command(capinfos, "-o", file).CombinedOutput()
+		if err != nil {
+			t.Fatalf("capinfos -o %s: %v\n%s", file, err, out)
+		}
+		if !regexp.MustCompile(`(?m)^Strict time order:\s+True$`).Match(out) {
+			t.Errorf("mix %q: capinfos says\n%s", mix, out)
 		}
 	}
 }

@@ -5,8 +5,8 @@
 // p50/p99 over the blocks just before it, list and stats latency,
 // restart-to-ready time, the server's RSS, metadata bytes per block and
 // the window firing delay, with each figure's ratio to the first point.
-// With -agent-files it also imports that many small capture files with
-// `plumb import` and reports the spool's state bytes written per block.
+// Then it imports -agent-files small capture files with `plumb import`
+// and reports the spool's state bytes written per block.
 package main
 
 import (
@@ -17,6 +17,7 @@ import (
 	"io"
 	"log"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"slices"
 	"strconv"
@@ -25,10 +26,14 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/gopacket/gopacket"
+	"github.com/gopacket/gopacket/layers"
+
 	"github.com/plumb-dev/plumb/bench/internal/benchkit"
 	"github.com/plumb-dev/plumb/block"
 	"github.com/plumb-dev/plumb/client"
 	"github.com/plumb-dev/plumb/flight"
+	"github.com/plumb-dev/plumb/pcap"
 )
 
 func main() {
@@ -38,6 +43,7 @@ func main() {
 	points := flag.String("points", "10000,100000,1000000", "block counts to report at")
 	huge := flag.Bool("huge", false, "also report at 10,000,000 blocks")
 	keep := flag.Bool("keep", false, "keep the server's data directory, for a look inside")
+	agentFiles := flag.String("agent-files", "10000,100000", "capture file counts `plumb import` backfills, each to a queue and spool of its own (empty: none)")
 	flag.Parse()
 	var ns []int
 	for _, p := range strings.Split(*points, ",") {
@@ -74,6 +80,86 @@ func main() {
 		}
 		r.print(first, i > 0)
 	}
+	if *agentFiles == "" {
+		return
+	}
+	fmt.Printf("\n== agent: plumb import of small capture files (one block each), spool state bytes written per block\n")
+	fmt.Printf("%10s %10s %12s %9s\n", "files", "blocks", "state B/blk", "ratio")
+	var firstPer float64
+	for i, f := range strings.Split(*agentFiles, ",") {
+		n, err := strconv.Atoi(strings.TrimSpace(f))
+		if err != nil {
+			log.Fatalf("-agent-files: %v", err)
+		}
+		blocks, per := b.agentImport(n)
+		if i == 0 {
+			firstPer = per
+		}
+		fmt.Printf("%10d %10d %12.0f %8.2fx\n", n, blocks, per, per/firstPer)
+	}
+}
+
+// agentImport writes n capture files of one packet each, five minutes
+// apart (a backfill of rotated 5-minute captures), and backfills
+// them with `plumb import` to a queue of their own, with a fresh spool;
+// it returns the blocks imported and the spool's state bytes written per
+// block, as the import's last line says.
+func (b *bench) agentImport(n int) (int, float64) {
+	dir := filepath.Join(b.dir, fmt.Sprintf("agent-%d", n))
+	if err := os.MkdirAll(filepath.Join(dir, "files"), 0o755); err != nil {
+		log.Fatal(err)
+	}
+	pkt := udpPacket()
+	files := make([]string, n)
+	for i := range n {
+		files[i] = filepath.Join(dir, "files", fmt.Sprintf("f%07d.pcap", i))
+		var buf bytes.Buffer
+		w, _ := pcap.NewWriter(&buf, layers.LinkTypeEthernet, 65535, false)
+		w.WritePacket(gopacket.CaptureInfo{Timestamp: base.Add(time.Duration(i) * 5 * time.Minute), CaptureLength: len(pkt), Length: len(pkt)}, pkt)
+		w.Flush()
+		if err := os.WriteFile(files[i], buf.Bytes(), 0o644); err != nil {
+			log.Fatal(err)
+		}
+	}
+	// The file names go in a --config file's sources, not the command
+	// line (100,000 of them are more than exec takes).
+	conf := filepath.Join(dir, "import.yaml")
+	if err := os.WriteFile(conf, []byte("sources:\n  - "+strings.Join(files, "\n  - ")+"\n"), 0o644); err != nil {
+		log.Fatal(err)
+	}
+	cmd := exec.Command(b.plumb, "import", "--quiet", "--server", b.srv.Addr, "--queue", fmt.Sprintf("agent%d", n), "--site", "imp",
+		"--spool", filepath.Join(dir, "spool"), "--block-interval", "5m", "--config", conf)
+	cmd.Stderr = os.Stderr
+	out, err := cmd.Output()
+	if err != nil {
+		log.Fatalf("plumb import of %d files: %v\n%s", n, err, out)
+	}
+	var blocks int
+	var written, per float64
+	for _, l := range strings.Split(string(out), "\n") {
+		if _, err := fmt.Sscanf(l, "spool state: %f bytes written, %f per block", &written, &per); err == nil {
+			blocks = int(written / max(per, 1))
+		}
+		var pk, bl int
+		if _, err := fmt.Sscanf(l, "imported %d packets in %d blocks", &pk, &bl); err == nil {
+			blocks = bl
+		}
+	}
+	if per == 0 {
+		log.Fatalf("plumb import printed no spool state line:\n%s", out)
+	}
+	return blocks, per
+}
+
+// udpPacket is one small UDP datagram over Ethernet and IPv4.
+func udpPacket() []byte {
+	eth := &layers.Ethernet{SrcMAC: []byte{2, 0, 0, 0, 0, 1}, DstMAC: []byte{2, 0, 0, 0, 0, 2}, EthernetType: layers.EthernetTypeIPv4}
+	ip := &layers.IPv4{Version: 4, TTL: 64, Protocol: layers.IPProtocolUDP, SrcIP: []byte{192, 0, 2, 1}, DstIP: []byte{192, 0, 2, 53}}
+	udp := &layers.UDP{SrcPort: 40000, DstPort: 53}
+	udp.SetNetworkLayerForChecksum(ip)
+	buf := gopacket.NewSerializeBuffer()
+	gopacket.SerializeLayers(buf, gopacket.SerializeOptions{FixLengths: true, ComputeChecksums: true}, eth, ip, udp, gopacket.Payload("0123456789abcdef"))
+	return buf.Bytes()
 }
 
 type bench struct {

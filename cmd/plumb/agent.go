@@ -336,6 +336,9 @@ func importCommand() command {
 			}
 			fmt.Printf("imported %d packets in %d blocks (%d already on the server) to %s in %s\n",
 				st.Cut.Packets.Load(), st.Ship.Acked.Load(), st.Ship.Duplicates.Load(), cfg.Queue, time.Since(start).Round(time.Millisecond))
+			if n := st.Cut.Blocks.Load(); n > 0 {
+				fmt.Printf("spool state: %d bytes written, %.0f per block\n", st.StateBytesWritten(), float64(st.StateBytesWritten())/float64(n))
+			}
 			if n := st.Cut.Filtered.Load(); n > 0 {
 				fmt.Printf("%d packets not kept by --filter %q\n", n, cfg.Filter)
 			}

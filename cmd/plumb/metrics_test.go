@@ -65,7 +65,7 @@ func TestMetricNames(t *testing.T) {
 			"plumb_worker_slots", "plumb_worker_last_contact_timestamp_seconds", "plumb_build_info"},
 		agentMetrics: {"plumb_agent_packets_total", "plumb_agent_blocks_acked_total", "plumb_agent_spool_bytes",
 			"plumb_agent_lost_bytes_total", "plumb_agent_packets_dropped_total", "plumb_agent_packets_filtered_total",
-			"plumb_agent_oldest_unshipped_seconds"},
+			"plumb_agent_oldest_unshipped_seconds", "plumb_agent_spool_state_bytes_written_total"},
 	}
 	for _, target := range []string{srvMetrics, agentMetrics, workerMetrics} {
 		fams := scrapeFamilies(t, target)
