@@ -2,6 +2,7 @@ package state
 
 import (
 	"encoding/json"
+	"errors"
 	"fmt"
 	"time"
 
@@ -50,6 +51,12 @@ type Group struct {
 	// Floor is a serial below which every delivery is DONE, so Reserve
 	// need not scan them again.
 	Floor uint64 `json:"floor"`
+	// Settled counts the deliveries at or below Floor (all DONE), so the
+	// group's stats need not count them again; SettledKnown says it is
+	// kept (groups made before it was are counted once, at the next
+	// move of their floor).
+	Settled      int64 `json:"settled,omitempty"`
+	SettledKnown bool  `json:"settled_known,omitempty"`
 	// Start is the serial after which the group is owed blocks: 0 from
 	// earliest, the newest serial at creation from latest.
 	Start uint64 `json:"start"`
@@ -147,7 +154,7 @@ func (d *DB) EnsureOwnedGroup(queue, group string, from From, owner string, maxP
 				return fmt.Errorf("%w: user %s has %d consumer groups on queue %s, the most one user may have; reuse one", ErrTooMany, owner, n, queue)
 			}
 		}
-		g = Group{Name: group, From: from, Created: d.now().UTC(), Owner: owner}
+		g = Group{Name: group, From: from, Created: d.now().UTC(), Owner: owner, SettledKnown: true}
 		arrivals, err := sub(tx, bucketArrivals, queue)
 		if err != nil {
 			return err
@@ -260,7 +267,7 @@ func eachOwed(tx *bolt.Tx, queue, group string, fn func(serial []byte, del Deliv
 // readers). It returns how many deliveries changed.
 func (d *DB) Ack(queue, group string, ids []block.ID) (int, error) {
 	n := 0
-	err := d.bolt.Batch(func(tx *bolt.Tx) error {
+	err := d.bolt.Update(func(tx *bolt.Tx) error {
 		n = 0
 		if _, _, err := loadGroup(tx, queue, group); err != nil {
 			return err
@@ -319,28 +326,35 @@ func (d *DB) Groups(queue string) ([]GroupStats, error) {
 				s.Owner, s.Created, s.Used = g.Owner, g.Created, g.Used
 			}
 			dels, _ := sub(tx, bucketDeliveries, queue, string(name))
-			if dels != nil {
-				if err := dels.ForEach(func(_, v []byte) error {
-					var del Delivery
-					if err := decode(v, &del); err != nil {
-						return err
-					}
-					switch {
-					case del.State == Reserved && now.After(del.Until), del.State == Unreserved:
-						// Counted as owed even while a retry backs off.
-						s.Unreserved++
-					case del.State == Reserved:
-						s.Reserved++
-					case del.State == Done:
-						s.Done++
-					case del.State == Faulty:
-						s.Faulty++
-					case del.State == Lost:
-						s.Lost++
-					}
-					return nil
-				}); err != nil {
+			if dels == nil {
+				out = append(out, s)
+				return nil
+			}
+			// What is settled below the floor is counted, not read: the
+			// stats cost what is open, not the group's history.
+			c := dels.Cursor()
+			k, v := c.First()
+			if g.SettledKnown {
+				s.Done = int(g.Settled)
+				k, v = c.Seek(u64(g.Floor + 1))
+			}
+			for ; k != nil; k, v = c.Next() {
+				var del Delivery
+				if err := decode(v, &del); err != nil {
 					return err
+				}
+				switch {
+				case del.State == Reserved && now.After(del.Until), del.State == Unreserved:
+					// Counted as owed even while a retry backs off.
+					s.Unreserved++
+				case del.State == Reserved:
+					s.Reserved++
+				case del.State == Done:
+					s.Done++
+				case del.State == Faulty:
+					s.Faulty++
+				case del.State == Lost:
+					s.Lost++
 				}
 			}
 			out = append(out, s)
@@ -348,6 +362,27 @@ func (d *DB) Groups(queue string) ([]GroupStats, error) {
 		})
 	})
 	return out, err
+}
+
+// forgetDelivery deletes a group's delivery of a block, keeping the
+// group's count of settled deliveries when it was one of them.
+func forgetDelivery(tx *bolt.Tx, queue, group string, serial uint64) error {
+	dels := mustSub(tx, bucketDeliveries, queue, group)
+	if dels == nil || dels.Get(u64(serial)) == nil {
+		return nil
+	}
+	if err := dels.Delete(u64(serial)); err != nil {
+		return err
+	}
+	groups, g, err := loadGroup(tx, queue, group)
+	if errors.Is(err, ErrNotFound) {
+		return nil
+	}
+	if err != nil || !g.SettledKnown || serial > g.Floor {
+		return err
+	}
+	g.Settled--
+	return putJSON(groups, []byte(group), g)
 }
 
 // Release hands a reserved block back to its group at once, for a reader

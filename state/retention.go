@@ -297,7 +297,7 @@ func forgetDeliveries(tx *bolt.Tx, b Block) error {
 		if err != nil || !ok || del.State == Lost {
 			return err
 		}
-		return dels.Delete(u64(b.Serial))
+		return forgetDelivery(tx, b.Queue, string(g), b.Serial)
 	})
 }
 

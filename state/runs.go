@@ -31,9 +31,7 @@ type Reservation struct {
 func (d *DB) ReserveJoin(queues []string, group, reserver string, visibility time.Duration) (Reservation, bool, error) {
 	var out Reservation
 	now := d.now()
-	// Batched: concurrent reserves, acks and puts share one commit (and
-	// one fsync). A batch may run the function again, so it starts over.
-	err := d.bolt.Batch(func(tx *bolt.Tx) error {
+	err := d.bolt.Update(func(tx *bolt.Tx) error {
 		out = Reservation{}
 		if _, _, err := loadGroup(tx, queues[0], group); err != nil {
 			return err
@@ -234,15 +232,27 @@ func advanceFloor(tx *bolt.Tx, queue, group string) error {
 		return err
 	}
 	start := g.Floor
+	passed := int64(0)
 	err = eachOwed(tx, queue, group, func(k []byte, del Delivery) (bool, error) {
 		if del.State != Done {
 			return true, nil
 		}
 		g.Floor = bytesU64(k)
+		passed++
 		return false, nil
 	})
 	if err != nil || g.Floor == start {
 		return err
+	}
+	if g.SettledKnown {
+		g.Settled += passed
+	} else if dels := mustSub(tx, bucketDeliveries, queue, group); dels != nil {
+		// Counted once, for a group made before the count was kept.
+		c := dels.Cursor()
+		for k, _ := c.First(); k != nil && bytesU64(k) <= g.Floor; k, _ = c.Next() {
+			g.Settled++
+		}
+		g.SettledKnown = true
 	}
 	return putJSON(groups, []byte(group), g)
 }
@@ -530,7 +540,7 @@ func (d *DB) DeleteConsumed(queue string, serial uint64) (Block, bool, error) {
 			}
 		}
 		for _, g := range names {
-			if err := mustSub(tx, bucketDeliveries, queue, string(g)).Delete(u64(serial)); err != nil {
+			if err := forgetDelivery(tx, queue, string(g), serial); err != nil {
 				return err
 			}
 		}

@@ -129,9 +129,10 @@ func Open(path string, opts Options) (*DB, error) {
 		db.Close()
 		return nil, err
 	}
-	// Puts, reserves and acks are batched (bolt.Batch): a millisecond is
+	// Puts and stage commits are batched (bolt.Batch): a millisecond is
 	// enough to gather those in flight together, and adds little to one
-	// alone.
+	// alone. A reader's reserves and acks come one at a time, and wait
+	// for no batch.
 	db.MaxBatchDelay = time.Millisecond
 	return &DB{bolt: db, id: id, now: opts.Now, waiters: map[string]chan struct{}{}}, nil
 }

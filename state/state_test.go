@@ -314,3 +314,55 @@ func TestSiteTails(t *testing.T) {
 		t.Errorf("newest %d, owed %v; want 150 and a:41 b:10", tails.Newest, tails.Owed)
 	}
 }
+
+// TestGroupStatsCountSettled: a group's stats count the deliveries below
+// its floor from a kept count, not by reading them, and stay exact as the
+// floor moves and retention deletes settled deliveries.
+func TestGroupStatsCountSettled(t *testing.T) {
+	db, c := open(t)
+	for seq := uint64(1); seq <= 10; seq++ {
+		if _, _, err := db.CommitBlock(mk(seq, fmt.Sprint("s", seq))); err != nil {
+			t.Fatal(err)
+		}
+		c.t = c.t.Add(time.Hour)
+	}
+	if _, err := db.EnsureGroup("pcap.sz", "g", Earliest); err != nil {
+		t.Fatal(err)
+	}
+	ack := func(seqs ...uint64) {
+		t.Helper()
+		var ids []block.ID
+		for _, q := range seqs {
+			ids = append(ids, mk(q, "").ID())
+		}
+		if _, err := db.Ack("pcap.sz", "g", ids); err != nil {
+			t.Fatal(err)
+		}
+	}
+	stats := func(wantDone, wantOwed int, wantFloor uint64) {
+		t.Helper()
+		gs, err := db.Groups("pcap.sz")
+		if err != nil || len(gs) != 1 || gs[0].Done != wantDone || gs[0].Unreserved != wantOwed {
+			t.Fatalf("stats %+v, %v; want %d done, %d owed", gs, err, wantDone, wantOwed)
+		}
+		g, err := db.GetGroup("pcap.sz", "g")
+		if err != nil || g.Floor != wantFloor || !g.SettledKnown {
+			t.Fatalf("group %+v, %v; want floor %d, counted", g, err, wantFloor)
+		}
+	}
+	ack(1, 2, 3, 4, 5, 6)
+	stats(6, 4, 6)
+	ack(8) // above the floor: read, not counted
+	stats(7, 3, 6)
+	ack(7)
+	stats(8, 2, 8)
+	// Retention takes the five oldest (settled) blocks.
+	if err := db.SetPolicy("pcap.sz", Policy{Retention: "6h", MaxAge: 6 * time.Hour}); err != nil {
+		t.Fatal(err)
+	}
+	res, err := db.Expire("pcap.sz", 100)
+	if err != nil || len(res.Deleted) != 5 {
+		t.Fatalf("expire: %d deleted, %v; want 5", len(res.Deleted), err)
+	}
+	stats(3, 2, 8)
+}

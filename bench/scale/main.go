@@ -39,7 +39,7 @@ import (
 func main() {
 	plumb := flag.String("plumb", "bin/plumb", "plumb binary")
 	sites := flag.Int("sites", 20, "sites (instances) shipping")
-	inflight := flag.Int("inflight", 8, "uploads in flight")
+	inflight := flag.Int("inflight", 16, "uploads in flight")
 	points := flag.String("points", "10000,100000,1000000", "block counts to report at")
 	huge := flag.Bool("huge", false, "also report at 10,000,000 blocks")
 	keep := flag.Bool("keep", false, "keep the server's data directory, for a look inside")
