@@ -196,13 +196,26 @@ func (s *Service) serveGroup(ctx context.Context, w *flight.BlockWriter, t fligh
 		return err
 	}
 	reader := uuid.NewString()
-	for {
+	// after is the last serial this reader reserved: the next reserve
+	// looks past it, not again over the blocks it holds, except every
+	// 64th and when nothing is past it (then from the floor, for blocks
+	// whose reservation expired).
+	var after uint64
+	for n := 1; ; n++ {
 		arrived := s.db.Changed(t.Queue)
-		b, ok, err := s.db.Reserve(t.Queue, t.Group, reader, vis)
+		from := after
+		if n%64 == 0 {
+			from = 0
+		}
+		b, ok, err := s.db.ReserveAfter(t.Queue, t.Group, reader, vis, from)
+		if err == nil && !ok && from != 0 {
+			b, ok, err = s.db.ReserveAfter(t.Queue, t.Group, reader, vis, 0)
+		}
 		if err != nil {
 			return err
 		}
 		if ok {
+			after = max(after, b.Serial)
 			if err := s.sendBlock(ctx, w, b); err != nil {
 				// This reader will not deliver it: let another have it now
 				// rather than after the visibility timeout.

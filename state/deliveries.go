@@ -215,7 +215,17 @@ func loadGroup(tx *bolt.Tx, queue, group string) (*bolt.Bucket, Group, error) {
 // visibility timeout: UNRESERVED, or RESERVED with an expired deadline. It
 // returns false when nothing is available now.
 func (d *DB) Reserve(queue, group, reserver string, visibility time.Duration) (Block, bool, error) {
-	res, ok, err := d.ReserveJoin([]string{queue}, group, reserver, visibility)
+	return d.ReserveAfter(queue, group, reserver, visibility, 0)
+}
+
+// ReserveAfter is Reserve looking only past serial after: a reader that
+// follows the queue passes the last serial it reserved, so it does not
+// walk again over the reservations it holds (thousands, for a reader of
+// small blocks). Blocks below it whose reservation expired are found only
+// by a Reserve from the floor (after 0), which such a reader makes now
+// and then and whenever this finds nothing.
+func (d *DB) ReserveAfter(queue, group, reserver string, visibility time.Duration, after uint64) (Block, bool, error) {
+	res, ok, err := d.reserveJoin([]string{queue}, group, reserver, visibility, after)
 	if !ok {
 		return Block{}, false, err
 	}
@@ -241,6 +251,12 @@ func (d *DB) NextExpiry(queue, group string) (time.Time, error) {
 // serial order, until fn says it is done. A group that does not exist has
 // none.
 func eachOwed(tx *bolt.Tx, queue, group string, fn func(serial []byte, del Delivery) (done bool, err error)) error {
+	return eachOwedAfter(tx, queue, group, 0, fn)
+}
+
+// eachOwedAfter is eachOwed from past serial after, when it is above the
+// floor.
+func eachOwedAfter(tx *bolt.Tx, queue, group string, after uint64, fn func(serial []byte, del Delivery) (done bool, err error)) error {
 	g, ok, err := getJSON[Group](mustSub(tx, bucketGroups, queue), []byte(group))
 	if err != nil || !ok {
 		return err
@@ -250,7 +266,7 @@ func eachOwed(tx *bolt.Tx, queue, group string, fn func(serial []byte, del Deliv
 		return nil
 	}
 	c := dels.Cursor()
-	for k, v := c.Seek(u64(g.Floor + 1)); k != nil; k, v = c.Next() {
+	for k, v := c.Seek(u64(max(g.Floor, after) + 1)); k != nil; k, v = c.Next() {
 		var del Delivery
 		if err := decode(v, &del); err != nil {
 			return err

@@ -29,6 +29,10 @@ type Reservation struct {
 // such set whose deliveries are all available, and returns the blocks in
 // queue order and false when none is complete now.
 func (d *DB) ReserveJoin(queues []string, group, reserver string, visibility time.Duration) (Reservation, bool, error) {
+	return d.reserveJoin(queues, group, reserver, visibility, 0)
+}
+
+func (d *DB) reserveJoin(queues []string, group, reserver string, visibility time.Duration, after uint64) (Reservation, bool, error) {
 	var out Reservation
 	now := d.now()
 	err := d.bolt.Update(func(tx *bolt.Tx) error {
@@ -37,7 +41,7 @@ func (d *DB) ReserveJoin(queues []string, group, reserver string, visibility tim
 			return err
 		}
 		arrivals := mustSub(tx, bucketArrivals, queues[0])
-		return eachOwed(tx, queues[0], group, func(k []byte, del Delivery) (bool, error) {
+		return eachOwedAfter(tx, queues[0], group, after, func(k []byte, del Delivery) (bool, error) {
 			if !del.available(now) {
 				return false, nil
 			}

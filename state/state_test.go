@@ -366,3 +366,47 @@ func TestGroupStatsCountSettled(t *testing.T) {
 	}
 	stats(3, 2, 8)
 }
+
+// TestReserveAfter: a following reader reserves past the last block it
+// reserved without walking over the ones it holds; blocks whose
+// reservation expired below that are found from the floor.
+func TestReserveAfter(t *testing.T) {
+	db, c := open(t)
+	for seq := uint64(1); seq <= 5; seq++ {
+		if _, _, err := db.CommitBlock(mk(seq, fmt.Sprint("s", seq))); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := db.EnsureGroup("pcap.sz", "g", Earliest); err != nil {
+		t.Fatal(err)
+	}
+	next := func(after uint64) uint64 {
+		t.Helper()
+		b, ok, err := db.ReserveAfter("pcap.sz", "g", "r", time.Second, after)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !ok {
+			return 0
+		}
+		return b.Seq
+	}
+	for want := uint64(1); want <= 3; want++ {
+		if got := next(want - 1); got != want {
+			t.Fatalf("reserve after %d: block %d, want %d", want-1, got, want)
+		}
+	}
+	if got := next(3); got != 4 {
+		t.Fatalf("reserve after 3: block %d, want 4", got)
+	}
+	c.t = c.t.Add(2 * time.Second) // 1 to 4 expire
+	if got := next(4); got != 5 {
+		t.Fatalf("reserve after 4: block %d, want 5", got)
+	}
+	if got := next(5); got != 0 {
+		t.Fatalf("reserve after 5: block %d, want none", got)
+	}
+	if got := next(0); got != 1 {
+		t.Fatalf("reserve from the floor: block %d, want 1, whose reservation expired", got)
+	}
+}
