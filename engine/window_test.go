@@ -28,6 +28,20 @@ func capture(t *testing.T, seed uint64, start time.Time) []byte {
 	return b.Bytes()
 }
 
+// doneWith reports whether the block's one delivery (to the job's one
+// stage) is DONE.
+func (r *rig) doneWith(queue, site string, seq uint64) bool {
+	b, err := r.db.Lookup(block.ID{Queue: queue, Instance: site, Seq: seq})
+	if err != nil {
+		return false
+	}
+	dels, _ := r.db.DeliveriesOf(queue, []uint64{b.Serial})
+	for _, d := range dels[b.Serial] {
+		return d.State == state.Done
+	}
+	return false
+}
+
 func (r *rig) putAt(queue, site string, seq uint64, tm time.Time, data []byte) {
 	r.t.Helper()
 	n := block.Name{Time: tm, Seq: seq, Instance: site, Queue: queue}
@@ -202,17 +216,7 @@ stages:
 	r.wait("hours 0 to 4 fired", func() bool { return r.count("raw.all") == 5 })
 	// Block 7 comes back to hour 0, four windows behind the open one.
 	r.putAt("raw", "lax", 7, day.Add(10*time.Minute), []byte("late"))
-	r.wait("the late block done with", func() bool {
-		b, err := r.db.Lookup(block.ID{Queue: "raw", Instance: "lax", Seq: 7})
-		if err != nil {
-			return false
-		}
-		dels, _ := r.db.DeliveriesOf("raw", []uint64{b.Serial})
-		for _, d := range dels[b.Serial] {
-			return d.State == state.Done
-		}
-		return false
-	})
+	r.wait("the late block done with", func() bool { return r.doneWith("raw", "lax", 7) })
 	// Owed still: block 5 (the open hour's left bracket) and block 6.
 	r.wait("the stage's count", func() bool { st := r.eng.Stats()[0]; return st.Waiting == 2 && st.Backlog == 0 })
 	ws, _ := r.eng.Windows("hourly/h")
@@ -275,17 +279,7 @@ stages:
 	r.putAt("raw", "lax", 8, at(8), []byte("late"))
 	r.wait("hour 3 of lax again", func() bool { return r.count("raw.count") == 13 })
 	r.putAt("raw", "lax2", 2, at(2), []byte("too late"))
-	r.wait("the block past the horizon done with", func() bool {
-		b, err := r.db.Lookup(block.ID{Queue: "raw", Instance: "lax2", Seq: 2})
-		if err != nil {
-			return false
-		}
-		dels, _ := r.db.DeliveriesOf("raw", []uint64{b.Serial})
-		for _, d := range dels[b.Serial] {
-			return d.State == state.Done
-		}
-		return false
-	})
+	r.wait("the block past the horizon done with", func() bool { return r.doneWith("raw", "lax2", 2) })
 	// Hour 6 still fires, once, when hour 7 begins.
 	r.putAt("raw", "lax", 14, at(14), []byte("14"))
 	r.putAt("raw", "lax", 15, at(15), []byte("15"))
