@@ -70,6 +70,11 @@ type Config struct {
 	// slots when 0, none when negative. Reads over it wait while others'
 	// go first.
 	PerUser int
+	// Margin, when set, is asked at every Recheck for how long before its
+	// deadline a read must be done at the server for its reader to have
+	// it in time (the request's way in and the bytes' way out, which the
+	// slots do not see): SchedLatency.Margin measures it.
+	Margin func() time.Duration
 	// Now is the clock; time.Now when nil.
 	Now func() time.Time
 }
@@ -88,11 +93,12 @@ type Controller struct {
 	spb, fix float64
 	// moved says the estimates changed since the waiters were ordered:
 	// their keys moved by their sizes, and Recheck orders them again.
-	moved   bool
-	ratio   ring // actual ÷ estimated time of recent transfers
-	stats   Stats
-	running time.Duration  // estimated work of the transfers in progress
-	held    map[string]int // slots held per user
+	moved  bool
+	ratio  ring // actual ÷ estimated time of recent transfers
+	stats  Stats
+	live   map[*transfer]struct{} // the transfers in progress
+	held   map[string]int         // slots held per user
+	margin time.Duration          // Config.Margin at the last Recheck
 }
 
 // Stats says how honest the estimates are.
@@ -108,6 +114,16 @@ type Stats struct {
 	RatioP99 float64 `json:"ratio_p99"`
 	// Rate is the bytes per second per transfer the estimate assumes now.
 	Rate float64 `json:"rate_bytes_per_second"`
+	// ExpiredWaiting are reads whose deadline passed while they waited
+	// for a slot: the refusal came too late. PastDeadline are reads
+	// granted a slot whose transfer ended (or was cut off) after their
+	// deadline. Reads that a client saw late and that are in neither were
+	// late before reaching the admission or after leaving the server.
+	ExpiredWaiting int64 `json:"expired_waiting"`
+	PastDeadline   int64 `json:"past_deadline"`
+	// Margin is the slack, in seconds, each read keeps now for its way
+	// in and out (Config.Margin).
+	Margin float64 `json:"margin_seconds"`
 }
 
 // ring keeps the last n samples.
@@ -164,7 +180,7 @@ func New(cfg Config) *Controller {
 	if cfg.Now == nil {
 		cfg.Now = time.Now
 	}
-	c := &Controller{cfg: cfg, held: map[string]int{}, spb: 1 / cfg.Rate,
+	c := &Controller{cfg: cfg, held: map[string]int{}, live: map[*transfer]struct{}{}, spb: 1 / cfg.Rate,
 		perByte: ring{n: cfg.Window}, fixed: ring{n: cfg.Window}, ratio: ring{n: 256}}
 	c.wait.ctl = c
 	return c
@@ -178,7 +194,40 @@ type waiter struct {
 	seq      uint64
 	ready    chan error
 	index    int
-	est      time.Duration // estimated work, once granted
+	granted  *transfer // once granted
+}
+
+// transfer is a granted read in progress: when it started and how long
+// it was estimated to take.
+type transfer struct {
+	start time.Time
+	est   time.Duration
+}
+
+// freeAt returns, for each slot, how long from now until it is free by
+// the estimates: the rest of the transfer it runs, or 0.
+func (c *Controller) freeAt(now time.Time) []time.Duration {
+	free := make([]time.Duration, c.cfg.Slots)
+	i := 0
+	for t := range c.live {
+		if i == len(free) {
+			break
+		}
+		free[i] = max(t.start.Add(t.est).Sub(now), 0)
+		i++
+	}
+	return free
+}
+
+// earliest is the index of the slot free soonest.
+func earliest(free []time.Duration) int {
+	j := 0
+	for i, f := range free {
+		if f < free[j] {
+			j = i
+		}
+	}
+	return j
 }
 
 // due is when a waiter counts as due for ordering.
@@ -208,6 +257,7 @@ func (c *Controller) Stats() Stats {
 	st.RatioP50, _ = c.ratio.quantile(0.5)
 	st.RatioP99, _ = c.ratio.quantile(0.99)
 	st.Rate = 1 / c.spb
+	st.Margin = c.margin.Seconds()
 	return st
 }
 
@@ -215,14 +265,20 @@ func (c *Controller) Stats() Stats {
 // deadlines, as the clock moves with no transfer ending.
 //
 // Under LLF a waiting read counts as hopeless once its laxity is less
-// than its expected wait: the work of the transfers running and of the
-// reads ahead of it in LLF order, shared by the slots. Reads that jump
+// than its expected wait: until a slot is free for it once the transfers
+// running end and the reads ahead of it in LLF order have each taken the
+// slot free soonest (list scheduling by the estimates). Reads that jump
 // ahead of it after it was admitted make its wait longer; refusing it
 // then, while its deadline is still ahead, beats letting it time out in
 // the queue.
 func (c *Controller) Recheck() {
+	var margin time.Duration
+	if c.cfg.Margin != nil {
+		margin = c.cfg.Margin() // outside the lock: it reads the runtime's metrics
+	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	c.margin = margin
 	now := c.cfg.Now()
 	if c.moved {
 		heap.Init(&c.wait)
@@ -231,15 +287,16 @@ func (c *Controller) Recheck() {
 	if c.cfg.Policy == LLF && len(c.wait.items) > 0 {
 		order := slices.Clone(c.wait.items)
 		slices.SortFunc(order, func(a, b *waiter) int { return c.key(a).Compare(c.key(b)) })
-		work := c.running
+		free := c.freeAt(now)
 		for _, w := range order {
-			wait := work / time.Duration(c.cfg.Slots)
+			i := earliest(free)
+			wait := free[i]
 			if !w.deadline.IsZero() && c.laxity(w, now)-wait < 0 {
 				heap.Remove(&c.wait, w.index)
 				c.refuse(w, wait, now)
 				continue
 			}
-			work += c.estimate(w.size)
+			free[i] += c.estimate(w.size)
 		}
 	}
 	c.grant(now)
@@ -269,30 +326,39 @@ func (c *Controller) Run(ctx context.Context, every time.Duration) {
 
 // laxity is the slack of a read at now, were it granted a slot at once.
 func (c *Controller) laxity(w *waiter, now time.Time) time.Duration {
-	return c.due(w).Sub(now) - c.estimate(w.size)
+	return c.due(w).Sub(now) - c.estimate(w.size) - c.margin
 }
 
 // key orders waiters under LLF: the latest moment a read can start.
 func (c *Controller) key(w *waiter) time.Time { return c.due(w).Add(-c.estimate(w.size)) }
 
-// queued estimates how long a read would wait for a slot: the work of the
-// transfers in progress and of the waiters that go before it, shared by
-// the slots.
-func (c *Controller) queued(w *waiter) time.Duration {
-	work := c.running
+// queued estimates how long a read would wait for a slot: until one is
+// free once the transfers in progress end and the waiters that go before
+// it have each taken the slot free soonest. Counting the running
+// transfers' whole work instead of what is left of it refused short
+// reads whenever long ones held the slots, though a slot was about to be
+// free.
+func (c *Controller) queued(w *waiter, now time.Time) time.Duration {
+	free := c.freeAt(now)
 	if len(c.wait.items) > exactQueue {
-		// Many wait: the work of them all, an upper bound found in O(1)
+		// Many wait: the work of them all spread over the slots, after the
+		// longest of the running transfers, a bound found in O(slots)
 		// (Recheck refines it every few milliseconds).
 		all := time.Duration((float64(len(c.wait.items))*c.fix + float64(c.wait.bytes)*c.spb) * c.cfg.Safety * float64(time.Second))
-		return (work + all) / time.Duration(c.cfg.Slots)
+		return slices.Max(free) + all/time.Duration(c.cfg.Slots)
 	}
 	k := c.key(w)
+	ahead := make([]*waiter, 0, len(c.wait.items))
 	for _, o := range c.wait.items {
 		if o != w && !c.key(o).After(k) {
-			work += c.estimate(o.size)
+			ahead = append(ahead, o)
 		}
 	}
-	return work / time.Duration(c.cfg.Slots)
+	slices.SortFunc(ahead, func(a, b *waiter) int { return c.key(a).Compare(c.key(b)) })
+	for _, o := range ahead {
+		free[earliest(free)] += c.estimate(o.size)
+	}
+	return free[earliest(free)]
 }
 
 // exactQueue is how many waiters the admission of a read sums the work of
@@ -318,7 +384,7 @@ func (c *Controller) AcquireFor(ctx context.Context, user string, size int64) (d
 	if c.cfg.Policy == LLF && !deadline.IsZero() {
 		wait := time.Duration(0)
 		if c.busy >= c.cfg.Slots {
-			wait = c.queued(w)
+			wait = c.queued(w, now)
 		}
 		if c.laxity(w, now)-wait < 0 {
 			est := c.estimate(size)
@@ -331,10 +397,10 @@ func (c *Controller) AcquireFor(ctx context.Context, user string, size int64) (d
 	if c.busy < c.cfg.Slots && c.wait.Len() == 0 && c.mayHold(user) {
 		c.busy++
 		c.held[user]++
-		est := c.estimate(size)
-		c.running += est
+		t := &transfer{start: now, est: c.estimate(size)}
+		c.live[t] = struct{}{}
 		c.mu.Unlock()
-		return c.release(now, user, est), nil
+		return c.release(t, user, deadline), nil
 	}
 	heap.Push(&c.wait, w)
 	// Slots may be free while every waiter before this one is of users
@@ -346,18 +412,21 @@ func (c *Controller) AcquireFor(ctx context.Context, user string, size int64) (d
 		if err != nil {
 			return nil, err
 		}
-		return c.release(c.cfg.Now(), user, w.est), nil
+		return c.release(w.granted, user, deadline), nil
 	case <-ctx.Done():
 		c.mu.Lock()
 		if w.index >= 0 {
 			heap.Remove(&c.wait, w.index)
+			if !deadline.IsZero() {
+				c.stats.ExpiredWaiting++
+			}
 			c.mu.Unlock()
 			return nil, ctx.Err()
 		}
 		c.mu.Unlock()
 		// Granted while giving up: hand the slot on.
 		if err := <-w.ready; err == nil {
-			c.release(c.cfg.Now(), user, w.est)(0)
+			c.release(w.granted, user, time.Time{})(0)
 		}
 		return nil, ctx.Err()
 	}
@@ -385,13 +454,17 @@ func (c *Controller) mayHold(user string) bool {
 	return c.cfg.PerUser < 0 || c.held[user] < c.cfg.PerUser
 }
 
-func (c *Controller) release(start time.Time, user string, est time.Duration) func(sent int64) {
+func (c *Controller) release(t *transfer, user string, deadline time.Time) func(sent int64) {
+	start, est := t.start, t.est
 	var once sync.Once
 	return func(sent int64) {
 		once.Do(func() {
 			now := c.cfg.Now()
 			c.mu.Lock()
 			defer c.mu.Unlock()
+			if !deadline.IsZero() && now.After(deadline) {
+				c.stats.PastDeadline++
+			}
 			// Learn the transfer model from what the slots achieve: big
 			// transfers tell the time per byte, small ones the fixed cost.
 			if d := now.Sub(start); d > 0 && sent > 0 {
@@ -419,7 +492,7 @@ func (c *Controller) release(start time.Time, user string, est time.Duration) fu
 			if c.held[user]--; c.held[user] <= 0 {
 				delete(c.held, user)
 			}
-			c.running -= est
+			delete(c.live, t)
 			c.grant(now)
 		})
 	}
@@ -444,10 +517,10 @@ func (c *Controller) grant(now time.Time) {
 			skipped = append(skipped, w)
 			continue
 		}
-		w.est = c.estimate(w.size)
+		w.granted = &transfer{start: now, est: c.estimate(w.size)}
 		c.busy++
 		c.held[w.user]++
-		c.running += w.est
+		c.live[w.granted] = struct{}{}
 		w.ready <- nil
 	}
 	for _, w := range skipped {

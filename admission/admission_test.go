@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"runtime"
 	"strings"
 	"sync"
 	"testing"
@@ -336,5 +337,107 @@ func TestRecheckRefusesReadPushedBack(t *testing.T) {
 	a(100e3)
 	if err := <-results; err != nil {
 		t.Errorf("C: %v", err)
+	}
+}
+
+// A short read arriving while long transfers hold every slot waits only
+// for the first of them to end. Counting the running transfers' whole
+// work (not what is left of it) refused it though a slot was about to be
+// free: under overload that refused most short reads.
+func TestWaitIsTheRestOfRunningTransfers(t *testing.T) {
+	clk := &clock{t: time.Now()}
+	c := New(Config{Policy: LLF, Slots: 2, Rate: 1e6, PerUser: -1, Now: clk.now})
+	// Two transfers of 1 MB: a second each at 1 MB/s (the speed they
+	// then show, so the estimates stay).
+	var dones []func(int64)
+	for range 2 {
+		done, err := c.Acquire(context.Background(), 1_000_000)
+		if err != nil {
+			t.Fatal(err)
+		}
+		dones = append(dones, done)
+	}
+	clk.add(900 * time.Millisecond) // both nearly done
+	// 10 kB (10 ms) due in 300 ms: it waits about 100 ms for a slot.
+	ctx, cancel := context.WithDeadline(context.Background(), clk.now().Add(300*time.Millisecond))
+	defer cancel()
+	got := make(chan error, 1)
+	go func() {
+		done, err := c.Acquire(ctx, 10_000)
+		if err == nil {
+			done(10_000)
+		}
+		got <- err
+	}()
+	waitQueued(t, c, 1)
+	c.Recheck()
+	if c.Waiting() != 1 {
+		t.Fatalf("the short read was refused by a recheck: %d waiting", c.Waiting())
+	}
+	clk.add(100 * time.Millisecond)
+	dones[0](1_000_000)
+	if err := <-got; err != nil {
+		t.Fatalf("the short read: %v, want it served", err)
+	}
+	dones[1](1_000_000)
+	if st := c.Stats(); st.Refused != 0 {
+		t.Fatalf("refused %d reads, want 0", st.Refused)
+	}
+}
+
+// A read keeps the margin (the way in and out, which the slots do not
+// see) before its deadline: one that would finish inside it is refused.
+func TestMarginRefusesReadsThatWouldArriveLate(t *testing.T) {
+	clk := &clock{t: time.Now()}
+	margin := 50 * time.Millisecond
+	c := New(Config{Policy: LLF, Slots: 1, Rate: 1000, Now: clk.now, Margin: func() time.Duration { return margin }})
+	c.Recheck() // takes the margin
+	due := func(d time.Duration) context.Context {
+		ctx, cancel := context.WithDeadline(context.Background(), clk.now().Add(d))
+		t.Cleanup(cancel)
+		return ctx
+	}
+	// 10 ms of transfer, 40 ms left: in time at the server, not with the
+	// margin.
+	if _, err := c.Acquire(due(40*time.Millisecond), 10); !errors.Is(err, ErrHopeless) {
+		t.Fatalf("read inside the margin: %v, want it refused", err)
+	}
+	done, err := c.Acquire(due(80*time.Millisecond), 10)
+	if err != nil {
+		t.Fatalf("read with room for the margin: %v", err)
+	}
+	done(10)
+	if st := c.Stats(); st.Margin != margin.Seconds() {
+		t.Fatalf("stats margin %v, want %v", st.Margin, margin.Seconds())
+	}
+}
+
+// SchedLatency sees goroutines wait to run when more are busy than there
+// are processors.
+func TestSchedLatencySeesBusyProcessors(t *testing.T) {
+	s := NewSchedLatency()
+	s.Sample()
+	ctx, cancel := context.WithCancel(context.Background())
+	var wg sync.WaitGroup
+	for range 4 * runtime.GOMAXPROCS(0) {
+		wg.Go(func() {
+			for ctx.Err() == nil {
+				for i := 0; i < 1_000_000; i++ {
+				}
+				runtime.Gosched()
+			}
+		})
+	}
+	for range 20 {
+		time.Sleep(10 * time.Millisecond)
+		s.Sample()
+	}
+	cancel()
+	wg.Wait()
+	if s.P99() <= 0 {
+		t.Fatalf("p99 wait to run %v with every processor busy, want > 0", s.P99())
+	}
+	if s.Margin() < s.P99() {
+		t.Fatalf("margin %v below the p99 wait %v", s.Margin(), s.P99())
 	}
 }

@@ -147,6 +147,15 @@ type ReadAdmission struct {
 	RatioP50  float64 `json:"ratio_p50"`             // actual ÷ estimated time
 	RatioP99  float64 `json:"ratio_p99"`
 	Rate      float64 `json:"rate_bytes_per_second"` // per transfer, assumed now
+	// ExpiredWaiting: deadline passed while waiting for a slot (refused
+	// too late). PastDeadline: granted, but the transfer ended after the
+	// deadline. A read a client saw late that is in neither lost its time
+	// before the admission or on the way back.
+	ExpiredWaiting int64 `json:"expired_waiting"`
+	PastDeadline   int64 `json:"past_deadline"`
+	// Margin is the slack in seconds a read keeps now before its
+	// deadline, for the request's way in and the bytes' way out.
+	Margin float64 `json:"margin_seconds"`
 }
 
 // EdgeCount is what went along one edge of the graph.

@@ -321,9 +321,15 @@ type paced struct {
 	lim *rate.Limiter
 }
 
+// paceQuantum is the most bytes a read waits for at once. Reservations
+// of the bucket are served in order, so a whole 1 MiB chunk reserved at
+// once made a small read arriving behind three of them wait for all
+// their bytes; in quanta, concurrent transfers interleave.
+const paceQuantum = 64 << 10
+
 func (p *paced) Read(b []byte) (int, error) {
-	if burst := p.lim.Burst(); len(b) > burst {
-		b = b[:burst]
+	if q := min(p.lim.Burst(), paceQuantum); len(b) > q {
+		b = b[:q]
 	}
 	n, err := p.r.Read(b)
 	if n > 0 {

@@ -305,8 +305,12 @@ func statusCommand() command {
 			}
 			// How the read deadlines' estimates fare: actual ÷ estimated.
 			if ra, err := c.ReadAdmission(ctx); err == nil && ra.Transfers > 0 {
-				fmt.Printf("reads: %d transfers, %d longer than estimated (%.1f%%), %d refused as hopeless; actual÷estimate p50 %.2f, p99 %.2f; assumed rate %.1f MB/s per transfer\n",
-					ra.Transfers, ra.Late, 100*float64(ra.Late)/float64(ra.Transfers), ra.Refused, ra.RatioP50, ra.RatioP99, ra.Rate/1e6)
+				fmt.Printf("reads: %d transfers, %d longer than estimated (%.1f%%), %d refused as hopeless; actual÷estimate p50 %.2f, p99 %.2f; assumed rate %.1f MB/s per transfer; margin %v\n",
+					ra.Transfers, ra.Late, 100*float64(ra.Late)/float64(ra.Transfers), ra.Refused, ra.RatioP50, ra.RatioP99, ra.Rate/1e6,
+					time.Duration(ra.Margin*float64(time.Second)).Round(10*time.Microsecond))
+				if ra.ExpiredWaiting+ra.PastDeadline > 0 {
+					fmt.Printf("reads late at the server: %d expired while waiting for a slot, %d finished past their deadline\n", ra.ExpiredWaiting, ra.PastDeadline)
+				}
 			}
 			return nil
 		})

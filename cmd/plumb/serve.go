@@ -50,6 +50,7 @@ func serveCommand() command {
 			fs.DurationVar(&cfg.SendTimeout, "send-timeout", server.SendTimeout, "end a read whose client takes nothing for this long, freeing its slot")
 			fs.DurationVar(&cfg.GroupIdle, "group-idle", server.GroupIdle, "delete a consumer group not read from for this long, releasing its blocks (stages' never; -1s: never)")
 			fs.IntVar(&cfg.MaxGroupsPerUser, "max-groups-per-user", 16, "consumer groups one user may create on a queue (-1: no cap)")
+			fs.DurationVar(&cfg.ReadMargin, "read-margin", 0, "slack a read keeps before its deadline for its request to arrive and its bytes to reach the reader, beyond twice the server's measured p99 wait to run; 0: 5ms, negative: no margin at all")
 			fs.IntVar(&cfg.ReadSlotsPerUser, "read-slots-per-user", 0, "the most of the read slots one user (without --users, one client host) holds at once; 0: half of them, -1: no cap")
 			fs.Float64Var(&cfg.ReadRate, "read-rate", 0, "cap block reads at this many bytes per second in all (0: no cap)")
 			fs.DurationVar(&cfg.SweepEvery, "sweep-every", time.Minute, "how often blocks past their queue's retention are deleted")
