@@ -26,6 +26,7 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"time"
 
 	"google.golang.org/grpc/codes"
@@ -150,6 +151,14 @@ func run(plumb, cond, policy string, slots int, capacity float64, window time.Du
 	}
 	defer c.Close()
 	objs := upload(c)
+	// The stage's feed comes on a connection of its own, as another
+	// site's agent's would; it closes after the feeding stops.
+	var feed *client.Client
+	defer func() {
+		if feed != nil {
+			feed.Close()
+		}
+	}()
 	ctx, stop := context.WithCancel(context.Background())
 	var bg sync.WaitGroup
 	defer bg.Wait()
@@ -162,18 +171,15 @@ func run(plumb, cond, policy string, slots int, capacity float64, window time.Du
 		}
 		h := exec.CommandContext(ctx, self)
 		h.Env = append(os.Environ(), "PLUMB_BENCH_HOG=1")
+		h.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 		if err := h.Start(); err != nil {
 			log.Fatal(err)
 		}
 		bg.Go(func() { h.Wait() })
 	case "pipeline":
-		// The stage's feed comes on a connection of its own, as another
-		// site's agent's would.
-		feed, err := client.Dial(srv.Addr)
-		if err != nil {
+		if feed, err = client.Dial(srv.Addr); err != nil {
 			log.Fatal(err)
 		}
-		defer feed.Close()
 		busyStage(ctx, feed, &bg)
 	}
 	time.Sleep(time.Second) // the load settles in

@@ -43,6 +43,9 @@ func StartServer(plumb, dir string, extra ...string) (*Server, error) {
 	args := append([]string{"serve", "--data", filepath.Join(dir, "data"), "--listen", addr, "--log-level", "warn"}, extra...)
 	srv := exec.Command(plumb, args...)
 	srv.Stderr = os.Stderr
+	// A bench that dies (log.Fatal) takes its server with it, rather than
+	// leaving it to hold the CPU and the bench's output pipe.
+	srv.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 	if err := srv.Start(); err != nil {
 		return nil, err
 	}
