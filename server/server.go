@@ -171,6 +171,12 @@ func (c *Config) defaults() {
 	if c.ShutdownGrace == 0 {
 		c.ShutdownGrace = 10 * time.Second
 	}
+	if c.ReadMargin == 0 {
+		// make bench's deadline replay: with no floor, 5–11 of 2,000–4,000
+		// reads the server finished in time reached the bench late, quiet
+		// or beside a CPU hog; with 5 ms, none.
+		c.ReadMargin = 5 * time.Millisecond
+	}
 	if c.Logger == nil {
 		c.Logger = slog.Default()
 	}
@@ -210,15 +216,8 @@ func NewService(ctx context.Context, cfg Config, db *state.DB, store blob.Store)
 	if cfg.ReadMargin >= 0 {
 		// Reads keep slack for the way in and out, and for this process's
 		// own waits to run, which delay a request and its answer unseen.
-		floor := cfg.ReadMargin
-		if floor == 0 {
-			// make bench's deadline replay: with no floor, 5–11 of 2,000–
-			// 4,000 reads the server finished in time reached the bench
-			// late, quiet or beside a CPU hog; with 5 ms, none.
-			floor = 5 * time.Millisecond
-		}
 		sched := admission.NewSchedLatency()
-		ac.Margin = func() time.Duration { return floor + sched.Margin() }
+		ac.Margin = func() time.Duration { return cfg.ReadMargin + sched.Margin() }
 	}
 	adm := admission.New(ac)
 	return &Service{cfg: cfg, db: db, store: store, adm: adm, log: cfg.Logger, audit: cfg.Logger.With("log", "audit"), ctx: ctx}

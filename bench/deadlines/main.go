@@ -197,10 +197,10 @@ func run(plumb, cond, policy string, slots int, capacity float64, window time.Du
 		served, refused, lt := burst(c, objs, n, uint64(n), window)
 		after, _ := c.ReadAdmission(context.Background())
 		m := float64(refused+lt) / float64(n)
+		expired, past := after.ExpiredWaiting-before.ExpiredWaiting, after.PastDeadline-before.PastDeadline
 		fmt.Printf("%-9s %-6s %5.1f %7d %9d %9d %9d %8.1f%%   at the server: %d refused, %d expired waiting, %d finished past their deadline\n", cond, policy, load, n, served, refused, lt, 100*m,
-			after.Refused-before.Refused, after.ExpiredWaiting-before.ExpiredWaiting, after.PastDeadline-before.PastDeadline)
-		out = append(out, outcome{missed: m, late: lt, accepted: served + lt,
-			lateAtServer: int(after.ExpiredWaiting - before.ExpiredWaiting + after.PastDeadline - before.PastDeadline)})
+			after.Refused-before.Refused, expired, past)
+		out = append(out, outcome{missed: m, late: lt, accepted: served + lt, lateAtServer: int(expired + past)})
 	}
 	return out
 }
