@@ -346,7 +346,7 @@ func TestRecheckRefusesReadPushedBack(t *testing.T) {
 // free: under overload that refused most short reads.
 func TestWaitIsTheRestOfRunningTransfers(t *testing.T) {
 	clk := &clock{t: time.Now()}
-	c := New(Config{Policy: LLF, Slots: 2, Rate: 1e6, PerUser: -1, Now: clk.now})
+	c := New(Config{Policy: LLF, Slots: 2, Express: -1, Rate: 1e6, PerUser: -1, Now: clk.now})
 	// Two transfers of 1 MB: a second each at 1 MB/s (the speed they
 	// then show, so the estimates stay).
 	var dones []func(int64)
@@ -382,6 +382,57 @@ func TestWaitIsTheRestOfRunningTransfers(t *testing.T) {
 	dones[1](1_000_000)
 	if st := c.Stats(); st.Refused != 0 {
 		t.Fatalf("refused %d reads, want 0", st.Refused)
+	}
+}
+
+// Under LLF a short read due soon does not wait behind long transfers
+// holding every slot: it takes an express slot at once. A long read due
+// as soon is refused, and FIFO keeps one queue for all.
+func TestExpressSlotsForShortReads(t *testing.T) {
+	for _, policy := range []Policy{LLF, FIFO} {
+		clk := &clock{t: time.Now()}
+		c := New(Config{Policy: policy, Slots: 2, Express: 64 << 10, ExpressSlots: 1, Rate: 1e6, PerUser: -1, Now: clk.now})
+		var dones []func(int64)
+		for range 2 {
+			done, err := c.Acquire(context.Background(), 1_000_000) // a second each
+			if err != nil {
+				t.Fatal(err)
+			}
+			dones = append(dones, done)
+		}
+		due := 20 * time.Millisecond
+		if policy == FIFO {
+			due = time.Minute // FIFO looks at no deadline; the wait below is on the real clock
+		}
+		ctx, cancel := context.WithDeadline(context.Background(), clk.now().Add(due))
+		short := make(chan error, 1)
+		go func() {
+			done, err := c.Acquire(ctx, 4096) // 4 ms
+			if err == nil {
+				done(4096)
+			}
+			short <- err
+		}()
+		switch policy {
+		case LLF:
+			if err := <-short; err != nil {
+				t.Errorf("LLF: a 4 KiB read due in 20 ms behind two 1-second transfers: %v, want it served at once", err)
+			}
+			if _, err := c.Acquire(ctx, 100_000); !errors.Is(err, ErrHopeless) {
+				t.Errorf("LLF: a 100 kB read due in 20 ms: %v, want it refused", err)
+			}
+		case FIFO:
+			waitQueued(t, c, 1)
+			clk.add(time.Second)
+			dones[0](1_000_000)
+			if err := <-short; err != nil {
+				t.Errorf("FIFO: %v", err)
+			}
+		}
+		cancel()
+		for _, d := range dones {
+			d(1_000_000)
+		}
 	}
 }
 

@@ -35,10 +35,20 @@ const (
 	Static Policy = "static"
 )
 
+// StageNice is the default CPU priority of stage runs in the server
+// (Config.Nice): the make bench deadline replay's CPU-heavy stage made
+// the server's own goroutines wait 5–30 ms to run at nice 0.
+const StageNice = 10
+
 // Config configures an engine.
 type Config struct {
 	// Slots is how many stage runs go at once; the number of CPUs when 0.
 	Slots int
+	// Nice is the CPU priority (Linux nice value, 0–19) of stage runs in
+	// this process, builtins and executables alike, so that serving reads
+	// and puts goes first on a busy machine; StageNice when 0, none when
+	// negative.
+	Nice int
 	// Policy shares the slots; Backlog when empty.
 	Policy Policy
 	// Tick is how often slots are re-shared; 1 s when 0.
@@ -110,6 +120,9 @@ type Config struct {
 func (c *Config) defaults() {
 	if c.Slots <= 0 {
 		c.Slots = runtime.NumCPU()
+	}
+	if c.Nice == 0 {
+		c.Nice = StageNice
 	}
 	if c.Policy == "" {
 		c.Policy = Backlog

@@ -132,3 +132,21 @@ func TestAllProblemsAtOnce(t *testing.T) {
 		t.Errorf("one submit, both problems: %+v", res)
 	}
 }
+
+// TestStagesRunBelowServing: the deadline replay's CPU-heavy stage made
+// the server's goroutines wait 5–30 ms to run. Stage programs now run at
+// nice 10 (--stage-nice), and at the server's own priority when asked.
+func TestStagesRunBelowServing(t *testing.T) {
+	for _, c := range []struct {
+		nice int
+		want string
+	}{{0, "10"}, {-1, "0"}, {15, "15"}} {
+		r := newRig(t, engine.Config{Slots: 1, Nice: c.nice})
+		r.put("raw", 1, []byte("x"))
+		r.mustAccept("job: n\nfrom: earliest\nstages:\n  - {name: nice, inputs: [raw], program: [nice], outputs: [raw.nice]}\n")
+		r.wait("the stage's output", func() bool { return r.count("raw.nice") == 1 })
+		if got := strings.TrimSpace(string(r.read("raw.nice", 1))); got != c.want {
+			t.Errorf("Config.Nice %d: the program ran at nice %s, want %s", c.nice, got, c.want)
+		}
+	}
+}

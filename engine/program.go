@@ -120,7 +120,7 @@ func execute(ctx context.Context, x *confinement, steps []step, ins, outs []port
 			m[o.queue] = o.w
 		}
 		start := time.Now()
-		err = sp.Split(ctx, ins[0].r, m)
+		err = atNice(x.nice, func() error { return sp.Split(ctx, ins[0].r, m) })
 		cpu.add(time.Since(start))
 	} else if len(ins) == 1 && len(outs) <= 1 {
 		var out io.Writer = io.Discard
@@ -204,7 +204,7 @@ func isPipeErr(err error) bool {
 func runStep(ctx context.Context, x *confinement, st step, in io.Reader, out io.Writer, tail io.Writer, cpu *cpuCounter, dir string) error {
 	if st.builtin != nil {
 		start := time.Now()
-		err := st.builtin.Run(ctx, in, out)
+		err := atNice(x.nice, func() error { return st.builtin.Run(ctx, in, out) })
 		cpu.add(time.Since(start))
 		return err
 	}
@@ -217,7 +217,7 @@ func runStep(ctx context.Context, x *confinement, st step, in io.Reader, out io.
 	if out != io.Discard {
 		cmd.Stdout = out
 	}
-	err = cmd.Run()
+	err = atNice(x.nice, cmd.Run)
 	if cmd.ProcessState != nil {
 		cpu.add(cmd.ProcessState.UserTime() + cmd.ProcessState.SystemTime())
 	}
@@ -236,6 +236,8 @@ type confinement struct {
 	readOnly []string
 	// limits replace the sandbox's own (none for a long-running stream).
 	limits *sandbox.Limits
+	// nice is the CPU priority runs get (see Config.Nice); none when 0.
+	nice int
 }
 
 // command prepares an executable in its own process group, so that a
@@ -326,7 +328,7 @@ func withFIFOs(ctx context.Context, x *confinement, st step, ins, outs []port, s
 	}
 	defer release()
 	cmd.Stderr = tail
-	err = exitError(cmd.Run())
+	err = exitError(atNice(x.nice, cmd.Run))
 	if cmd.ProcessState != nil {
 		cpu.add(cmd.ProcessState.UserTime() + cmd.ProcessState.SystemTime())
 	}

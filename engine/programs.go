@@ -150,7 +150,7 @@ func (e *Engine) resolveNode(n *pipeline.Node) (steps []step, trusted bool, err 
 
 // confine is how a stage's executables run.
 func (e *Engine) confine(n *pipeline.Node) *confinement {
-	return &confinement{sb: e.cfg.Sandbox, unconfined: e.cfg.Unconfined, network: n.Network}
+	return &confinement{sb: e.cfg.Sandbox, unconfined: e.cfg.Unconfined, network: n.Network, nice: e.cfg.Nice}
 }
 
 // checkExecutables says whether the stage's executables may run here at

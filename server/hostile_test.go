@@ -149,7 +149,9 @@ func TestStalledReadEnds(t *testing.T) {
 	ctx := context.Background()
 	agent := dialAgent(t, addr, secrets)
 	for _, src := range []client.Source{bytesSource("20250505-151105-00000001.lax.dns.arrow", bytes.Repeat([]byte("x"), 64<<20)),
-		bytesSource("20250505-151106-00000002.lax.dns.arrow", []byte("small"))} {
+		// Over the express size (64 KiB): it needs one of the slots the
+		// stalled stream's holds.
+		bytesSource("20250505-151106-00000002.lax.dns.arrow", bytes.Repeat([]byte("y"), 128<<10))} {
 		if _, err := agent.Put(ctx, src); err != nil {
 			t.Fatal(err)
 		}

@@ -58,6 +58,9 @@ type Config struct {
 	// (least laxity first, refusing hopeless reads; default) or fifo.
 	ReadPolicy admission.Policy
 	// ReadSlots is how many block transfers run at once; 16 when 0.
+	// Under LLF, blocks of at most 64 KiB have as many slots again of
+	// their own, so a read due in milliseconds does not wait behind long
+	// transfers.
 	ReadSlots int
 	// SendTimeout ends a DoGet whose client takes nothing for that long;
 	// SendTimeout (1 min) when 0.
@@ -68,8 +71,9 @@ type Config struct {
 	// MaxGroupsPerUser caps the consumer groups one user creates on a
 	// queue; 16 when 0, none when negative.
 	MaxGroupsPerUser int
-	// ReadSlotsPerUser is the most of them one user (or, without users,
-	// one client host) holds: half when 0, no cap when negative.
+	// ReadSlotsPerUser is the most of them (and of the small blocks'
+	// slots) one user (or, without users, one client host) holds: half
+	// when 0, no cap when negative.
 	ReadSlotsPerUser int
 	// ReadMargin is slack a read with a deadline keeps, beyond twice the
 	// server's goroutines' recent 99th percentile wait to run, for its

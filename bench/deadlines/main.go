@@ -198,8 +198,8 @@ func run(plumb, cond, policy string, slots int, capacity float64, window time.Du
 		after, _ := c.ReadAdmission(context.Background())
 		m := float64(refused+lt) / float64(n)
 		expired, past := after.ExpiredWaiting-before.ExpiredWaiting, after.PastDeadline-before.PastDeadline
-		fmt.Printf("%-9s %-6s %5.1f %7d %9d %9d %9d %8.1f%%   at the server: %d refused, %d expired waiting, %d finished past their deadline\n", cond, policy, load, n, served, refused, lt, 100*m,
-			after.Refused-before.Refused, expired, past)
+		fmt.Printf("%-9s %-6s %5.1f %7d %9d %9d %9d %8.1f%%   at the server: %d refused, %d expired waiting, %d finished past their deadline; margin %.1f ms\n", cond, policy, load, n, served, refused, lt, 100*m,
+			after.Refused-before.Refused, expired, past, 1000*after.Margin)
 		out = append(out, outcome{missed: m, late: lt, accepted: served + lt, lateAtServer: int(expired + past)})
 	}
 	return out
@@ -307,6 +307,7 @@ func burst(c *client.Client, objs []object, n int, seed uint64, window time.Dura
 	r := rand.New(rand.NewPCG(seed, 9))
 	var s, ref, lt atomic.Int64
 	var lateOpened, lateBegan atomic.Int64 // late reads whose stream had opened, or whose bytes had begun
+	var refShort atomic.Int64              // refused reads due in under 50 ms
 	var wg sync.WaitGroup
 	start := time.Now()
 	for i := range n {
@@ -332,6 +333,9 @@ func burst(c *client.Client, objs []object, n int, seed uint64, window time.Dura
 				s.Add(1)
 			case status.Code(err) == codes.DeadlineExceeded && strings.Contains(err.Error(), "need about"):
 				ref.Add(1) // refused by the server: it could not make it
+				if deadline < 50*time.Millisecond {
+					refShort.Add(1)
+				}
 			default:
 				lt.Add(1) // the deadline passed while waiting or transferring
 				switch {
@@ -344,6 +348,9 @@ func burst(c *client.Client, objs []object, n int, seed uint64, window time.Dura
 		})
 	}
 	wg.Wait()
+	if n := ref.Load(); n > 0 {
+		fmt.Printf("          of the refused: %d were due in under 50 ms\n", refShort.Load())
+	}
 	if n := lt.Load(); n > 0 {
 		fmt.Printf("          of the late: %d had no answer yet, %d had their stream open but no bytes, %d had bytes\n", n-lateOpened.Load()-lateBegan.Load(), lateOpened.Load(), lateBegan.Load())
 	}

@@ -35,6 +35,7 @@ func serveCommand() command {
 			fs.StringVar(&cfg.Listen, "listen", "127.0.0.1:8815", "`ADDR` to serve Arrow Flight on")
 			fs.DurationVar(&cfg.Visibility, "visibility", 60*time.Second, "how long a block handed to a consumer group stays reserved without an ack")
 			fs.IntVar(&cfg.Engine.Slots, "slots", 0, "stage runs at once (worker slots); 0 means one per CPU")
+			fs.IntVar(&cfg.Engine.Nice, "stage-nice", engine.StageNice, "CPU priority (nice value) of stage runs in this server, below serving reads and puts; -1: the server's own")
 			policy := fs.String("workers", "backlog", "how slots are shared: backlog (in proportion to each stage's backlog) or static (equal split)")
 			fs.BoolVar(&cfg.Engine.NoDedup, "no-dedup", false, "run every job's stages on their own, sharing nothing (to measure what merging saves)")
 			fs.DurationVar(&cfg.Engine.Tick, "tick", time.Second, "how often slots are re-shared")
@@ -45,7 +46,7 @@ func serveCommand() command {
 			fs.DurationVar(&cfg.SiteSilentAfter, "site-silent-after", 15*time.Minute, "the dashboard calls a site silent after this long without a block (or three of its block intervals, if longer)")
 			metricsAddr := fs.String("metrics", "", "serve only Prometheus metrics on http://`ADDR`/metrics (--http serves them too)")
 			readPolicy := fs.String("read-policy", "llf", "order of block reads waiting for a slot: llf (least laxity first; reads that cannot meet their deadline are refused) or fifo")
-			fs.IntVar(&cfg.ReadSlots, "read-slots", 16, "block transfers at once")
+			fs.IntVar(&cfg.ReadSlots, "read-slots", 16, "block transfers at once (under --read-policy llf, blocks of at most 64 KiB have as many again of their own)")
 			fs.DurationVar(&cfg.MaxVisibility, "max-visibility", time.Hour, "the longest visibility timeout a consumer may ask for; longer ones are refused")
 			fs.DurationVar(&cfg.SendTimeout, "send-timeout", server.SendTimeout, "end a read whose client takes nothing for this long, freeing its slot")
 			fs.DurationVar(&cfg.GroupIdle, "group-idle", server.GroupIdle, "delete a consumer group not read from for this long, releasing its blocks (stages' never; -1s: never)")
@@ -138,9 +139,29 @@ func serveCommand() command {
 				}
 				defer stop()
 			}
+			keepProcessorsForServing(cfg.Engine)
 			return server.Run(ctx, cfg)
 		},
 	}
+}
+
+// keepProcessorsForServing gives the Go scheduler a processor per stage
+// slot beyond the CPUs. A stage run holds its processor while it
+// computes; with one processor per CPU, runs on them all left the
+// goroutines serving reads waiting up to the runtime's 10 ms preemption
+// (the deadline replay measured 5–30 ms). With spare processors those
+// goroutines run at once, and the kernel, seeing stage runs at a lower
+// priority (--stage-nice), gives them the CPU first. An explicit
+// GOMAXPROCS is left alone.
+func keepProcessorsForServing(ec engine.Config) {
+	if ec.RemoteOnly || ec.Nice < 0 || os.Getenv("GOMAXPROCS") != "" {
+		return
+	}
+	slots := ec.Slots
+	if slots <= 0 {
+		slots = runtime.NumCPU()
+	}
+	runtime.GOMAXPROCS(runtime.GOMAXPROCS(0) + slots)
 }
 
 // sandboxOptions are how the server and workers confine stage programs.
