@@ -49,6 +49,10 @@ func main() {
 		hog()
 		return
 	}
+	if addr := os.Getenv("PLUMB_BENCH_FEED"); addr != "" {
+		feed(addr)
+		return
+	}
 	plumb := flag.String("plumb", "bin/plumb", "plumb binary")
 	slots := flag.Int("slots", 4, "the server's transfer slots")
 	rate := flag.Float64("rate", 0, "the server's --read-rate, bytes per second: its read capacity, which the deadlines are promised against (0: measure in each condition what the path moves and take -share of it)")
@@ -151,36 +155,18 @@ func run(plumb, cond, policy string, slots int, capacity float64, window time.Du
 	}
 	defer c.Close()
 	objs := upload(c)
-	// The stage's feed comes on a connection of its own, as another
-	// site's agent's would; it closes after the feeding stops.
-	var feed *client.Client
-	defer func() {
-		if feed != nil {
-			feed.Close()
-		}
-	}()
 	ctx, stop := context.WithCancel(context.Background())
 	var bg sync.WaitGroup
 	defer bg.Wait()
 	defer stop()
 	switch cond {
 	case "cpu-hog":
-		self, err := os.Executable()
-		if err != nil {
-			log.Fatal(err)
-		}
-		h := exec.CommandContext(ctx, self)
-		h.Env = append(os.Environ(), "PLUMB_BENCH_HOG=1")
-		h.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
-		if err := h.Start(); err != nil {
-			log.Fatal(err)
-		}
-		bg.Go(func() { h.Wait() })
+		child(ctx, &bg, "PLUMB_BENCH_HOG=1")
 	case "pipeline":
-		if feed, err = client.Dial(srv.Addr); err != nil {
-			log.Fatal(err)
-		}
-		busyStage(ctx, feed, &bg)
+		busyStage(ctx, c)
+		// The feed is a process of its own, as an agent would be: in the
+		// bench's, its puts' hashing delayed the readers' receipts.
+		child(ctx, &bg, "PLUMB_BENCH_FEED="+srv.Addr)
 	}
 	time.Sleep(time.Second) // the load settles in
 	if policy == "" {
@@ -250,35 +236,59 @@ func hog() {
 	}
 }
 
-// busyStage gives the server a CPU-heavy stage to run for as long as ctx
-// lasts: a block of 4 MiB every 100 ms into a queue that builtin:cpuwork
-// hashes many times over.
-func busyStage(ctx context.Context, c *client.Client, bg *sync.WaitGroup) {
-	data := make([]byte, 4<<20)
-	for i := range data {
-		data[i] = byte(i * 7)
+// child runs this bench again as a child process with env added, until
+// ctx ends or the bench dies.
+func child(ctx context.Context, bg *sync.WaitGroup, env string) {
+	self, err := os.Executable()
+	if err != nil {
+		log.Fatal(err)
 	}
-	put := func(seq uint64) {
-		n := block.Name{Time: time.Date(2025, 5, 5, 0, 0, 0, 0, time.UTC).Add(time.Duration(seq) * time.Second), Seq: seq, Instance: "burn", Queue: "work.in"}
-		src := client.Source{Name: n.String(), Size: int64(len(data)), Open: func() (io.ReadCloser, error) { return io.NopCloser(bytes.NewReader(data)), nil }}
-		if _, err := c.Put(ctx, src); err != nil && ctx.Err() == nil {
-			log.Fatal(err)
-		}
+	h := exec.CommandContext(ctx, self)
+	h.Env = append(os.Environ(), env)
+	h.Stderr = os.Stderr
+	h.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	if err := h.Start(); err != nil {
+		log.Fatal(err)
 	}
-	put(1)
+	bg.Go(func() { h.Wait() })
+}
+
+// busyStage gives the server a CPU-heavy stage: builtin:cpuwork hashing
+// work.in many times over. feed keeps it busy.
+func busyStage(ctx context.Context, c *client.Client) {
+	putWork(ctx, c, 1)
 	job := "job: burn\nfrom: earliest\nstages:\n  - {name: burn, inputs: [work.in], program: \"builtin:cpuwork?rounds=32\", outputs: [work.out], retention: 1h}\n"
 	if res, err := c.SubmitJob(ctx, "burn.yaml", []byte(job)); err != nil || res.State != "accepted" {
 		log.Fatalf("submit the CPU-heavy stage: %+v %v", res, err)
 	}
-	bg.Go(func() {
-		for seq := uint64(2); ctx.Err() == nil; seq++ {
-			put(seq)
-			select {
-			case <-ctx.Done():
-			case <-time.After(100 * time.Millisecond):
-			}
-		}
-	})
+}
+
+// feed puts a block of 4 MiB into work.in every 100 ms until killed.
+func feed(addr string) {
+	c, err := client.Dial(addr)
+	if err != nil {
+		log.Fatal(err)
+	}
+	for seq := uint64(2); ; seq++ {
+		putWork(context.Background(), c, seq)
+		time.Sleep(100 * time.Millisecond)
+	}
+}
+
+var work = func() []byte {
+	data := make([]byte, 4<<20)
+	for i := range data {
+		data[i] = byte(i * 7)
+	}
+	return data
+}()
+
+func putWork(ctx context.Context, c *client.Client, seq uint64) {
+	n := block.Name{Time: time.Date(2025, 5, 5, 0, 0, 0, 0, time.UTC).Add(time.Duration(seq) * time.Second), Seq: seq, Instance: "burn", Queue: "work.in"}
+	src := client.Source{Name: n.String(), Size: int64(len(work)), Open: func() (io.ReadCloser, error) { return io.NopCloser(bytes.NewReader(work)), nil }}
+	if _, err := c.Put(ctx, src); err != nil && ctx.Err() == nil {
+		log.Fatal(err)
+	}
 }
 
 // upload stores 64 blocks of sizes spread log-uniformly from 4 KiB to 1 MiB.
