@@ -80,7 +80,7 @@ func column[T arrow.Array](rec arrow.RecordBatch, name string) (T, error) {
 func (d *Day) addBatch(rec arrow.RecordBatch, w Window) error {
 	ts, err1 := column[*array.Timestamp](rec, "time")
 	src, err2 := column[*array.String](rec, "src")
-	tr, err3 := column[*array.String](rec, "transport")
+	tr, err3 := column[arrow.Array](rec, "transport") // dictionary-encoded; once plain text
 	ipv, err4 := column[*array.Uint8](rec, "ip_version")
 	qr, err5 := column[*array.Boolean](rec, "qr")
 	size, err6 := column[*array.Uint32](rec, "size")
@@ -94,7 +94,7 @@ func (d *Day) addBatch(rec arrow.RecordBatch, w Window) error {
 			continue
 		}
 		a, _ := netip.ParseAddr(src.Value(i))
-		d.Add(Message{Time: t, Src: a, TCP: tr.Value(i) == "tcp", IPv6: ipv.Value(i) == 6, Response: qr.Value(i),
+		d.Add(Message{Time: t, Src: a, TCP: tr.ValueStr(i) == "tcp", IPv6: ipv.Value(i) == 6, Response: qr.Value(i),
 			Size: int(size.Value(i)), Rcode: rcode.Value(i)})
 	}
 	return nil

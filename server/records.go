@@ -502,6 +502,19 @@ const (
 
 // predicate returns whether row i of col passes a condition.
 func predicate(col arrow.Array, c flight.Condition) (func(i int) bool, error) {
+	if d, ok := col.(*array.Dictionary); ok && c.Op != "is_null" && c.Op != "not_null" {
+		// A row of a dictionary column (instance, transport) passes
+		// where its value does: each value is tested once.
+		test, err := predicate(d.Dictionary(), c)
+		if err != nil {
+			return nil, err
+		}
+		holds := make([]bool, d.Dictionary().Len())
+		for k := range holds {
+			holds[k] = test(k)
+		}
+		return func(i int) bool { return d.IsValid(i) && holds[d.GetValueIndex(i)] }, nil
+	}
 	notNull := func(f func(i int) bool) func(i int) bool {
 		return func(i int) bool { return !col.IsNull(i) && f(i) }
 	}

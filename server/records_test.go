@@ -16,6 +16,7 @@ func batch(t *testing.T) arrow.RecordBatch {
 		{Name: "qtype", Type: arrow.PrimitiveTypes.Uint16},
 		{Name: "qr", Type: arrow.FixedWidthTypes.Boolean},
 		{Name: "rcode", Type: arrow.PrimitiveTypes.Uint16, Nullable: true},
+		{Name: "transport", Type: &arrow.DictionaryType{IndexType: arrow.PrimitiveTypes.Int8, ValueType: arrow.BinaryTypes.String}},
 	}, nil)
 	b := array.NewRecordBuilder(memory.DefaultAllocator, schema)
 	defer b.Release()
@@ -28,6 +29,13 @@ func batch(t *testing.T) arrow.RecordBatch {
 			b.Field(4).(*array.Uint16Builder).Append(uint16(i / 2 * 3)) // b: 0, d: 3
 		} else {
 			b.Field(4).AppendNull() // queries have no rcode
+		}
+		tr := "udp"
+		if i == 1 || i == 2 {
+			tr = "tcp"
+		}
+		if err := b.Field(5).(*array.BinaryDictionaryBuilder).AppendString(tr); err != nil {
+			t.Fatal(err)
 		}
 	}
 	return b.NewRecordBatch()
@@ -66,6 +74,10 @@ func TestSelectRows(t *testing.T) {
 		{`{"records":"q","filter":[{"column":"rcode","op":"is_null"}]}`, "a.example,c.example,e.example", ""},
 		{`{"records":"q","filter":[{"column":"rcode","op":"not_null"}]}`, "www.b.example,xb.example", ""},
 		{`{"records":"q","filter":[{"column":"rcode","op":"!=","value":3}]}`, "www.b.example", ""},
+		{`{"records":"q","filter":[{"column":"transport","op":"=","value":"tcp"}]}`, "www.b.example,c.example", ""},
+		{`{"records":"q","filter":[{"column":"transport","op":"in","value":["udp"]},{"column":"qr","op":"=","value":true}]}`, "xb.example", ""},
+		{`{"records":"q","filter":[{"column":"transport","op":"like","value":"t%"}],"columns":["qname","transport"]}`, "www.b.example,c.example", ""},
+		{`{"records":"q","filter":[{"column":"transport","op":"not_null"}]}`, "a.example,www.b.example,c.example,xb.example,e.example", ""},
 		{`{"records":"q","filter":[{"column":"qtype","op":"~","value":1}]}`, "", `op "~"`},
 		{`{"records":"q","filter":[{"column":"qtype","op":"=","value":"x"}]}`, "", "want a number"},
 		{`{"records":"q","filter":[{"column":"nope","op":"=","value":1}]}`, "", `no column "nope"`},

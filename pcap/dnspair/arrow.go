@@ -17,12 +17,12 @@ import (
 // not, and one per orphan response. time is the query's time (the
 // response's for an orphan), so rows sort and partition like messages.
 var Schema = arrow.NewSchema([]arrow.Field{
-	{Name: "instance", Type: arrow.BinaryTypes.String},
+	{Name: "instance", Type: dnsrec.Categorical},
 	{Name: "seq", Type: arrow.PrimitiveTypes.Uint64},
 	{Name: "time", Type: tsType},
 	{Name: "response_time", Type: tsType, Nullable: true},
 	{Name: "latency", Type: arrow.FixedWidthTypes.Duration_ns, Nullable: true},
-	{Name: "transport", Type: arrow.BinaryTypes.String},
+	{Name: "transport", Type: dnsrec.Categorical},
 	{Name: "ip_version", Type: arrow.PrimitiveTypes.Uint8},
 	{Name: "client", Type: arrow.BinaryTypes.String},
 	{Name: "client_port", Type: arrow.PrimitiveTypes.Uint16},
@@ -71,6 +71,9 @@ type Writer struct {
 	addr     []byte
 	domains  dnsrec.Domains
 	closed   bool
+	// The dictionary indices of the batch being built (per row, the
+	// builder allocates).
+	instances, transports []int
 	// Rows counts the rows written.
 	Rows int64
 }
@@ -82,7 +85,14 @@ func NewWriter(w io.Writer, instance string, seq uint64) (*Writer, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &Writer{instance: instance, seq: seq, b: array.NewRecordBuilder(memory.DefaultAllocator, Schema), f: f}, nil
+	wr := &Writer{instance: instance, seq: seq, b: array.NewRecordBuilder(memory.DefaultAllocator, Schema), f: f}
+	if err := dnsrec.FixDictionary(col[*array.BinaryDictionaryBuilder](wr, fInstance), instance); err != nil {
+		return nil, err
+	}
+	if err := dnsrec.FixDictionary(col[*array.BinaryDictionaryBuilder](wr, fTransport), dnsrec.Transports...); err != nil {
+		return nil, err
+	}
+	return wr, nil
 }
 
 // col returns the builder of field i as type B.
@@ -148,7 +158,6 @@ const (
 // Add appends a transaction.
 func (w *Writer) Add(t *Txn) error {
 	q, r := t.Query, t.Response
-	w.str(fInstance, w.instance)
 	col[*array.Uint64Builder](w, fSeq).Append(w.seq)
 	switch {
 	case q != nil:
@@ -165,11 +174,7 @@ func (w *Writer) Add(t *Txn) error {
 	} else {
 		w.null(fResponseTime, fLatency)
 	}
-	if t.Key.TCP {
-		w.str(fTransport, "tcp")
-	} else {
-		w.str(fTransport, "udp")
-	}
+	w.transports = append(w.transports, dnsrec.TransportIndex(t.Key.TCP))
 	ipv := uint8(4)
 	if t.Key.Client.Is6() && !t.Key.Client.Is4In6() {
 		ipv = 6
@@ -262,6 +267,12 @@ func (w *Writer) flush() error {
 	if w.rows == 0 {
 		return nil
 	}
+	if cap(w.instances) < w.rows {
+		w.instances = make([]int, w.rows) // all 0: the block's instance
+	}
+	col[*array.BinaryDictionaryBuilder](w, fInstance).AppendIndices(w.instances[:w.rows], nil)
+	col[*array.BinaryDictionaryBuilder](w, fTransport).AppendIndices(w.transports, nil)
+	w.transports = w.transports[:0]
 	w.rows = 0
 	rec := w.b.NewRecordBatch()
 	defer rec.Release()

@@ -19,14 +19,14 @@ import (
 // Schema is the table of DNS messages: one row per message, the columns
 // pandas and polars read directly.
 var Schema = arrow.NewSchema([]arrow.Field{
-	{Name: "instance", Type: arrow.BinaryTypes.String},
+	{Name: "instance", Type: Categorical},
 	{Name: "seq", Type: arrow.PrimitiveTypes.Uint64},
 	{Name: "time", Type: &arrow.TimestampType{Unit: arrow.Nanosecond, TimeZone: "UTC"}},
 	{Name: "src", Type: arrow.BinaryTypes.String},
 	{Name: "dst", Type: arrow.BinaryTypes.String},
 	{Name: "sport", Type: arrow.PrimitiveTypes.Uint16},
 	{Name: "dport", Type: arrow.PrimitiveTypes.Uint16},
-	{Name: "transport", Type: arrow.BinaryTypes.String},
+	{Name: "transport", Type: Categorical},
 	{Name: "ip_version", Type: arrow.PrimitiveTypes.Uint8},
 	{Name: "size", Type: arrow.PrimitiveTypes.Uint32},
 	{Name: "id", Type: arrow.PrimitiveTypes.Uint16},
@@ -70,6 +70,17 @@ var Schema = arrow.NewSchema([]arrow.Field{
 	{Name: "tunnel", Type: arrow.BinaryTypes.String, Nullable: true},
 	{Name: "partial", Type: arrow.FixedWidthTypes.Boolean},
 }, nil)
+
+// Categorical is the type of the columns of few values, instance and
+// transport: dictionary-encoded, which pandas and polars read as
+// categories. A block's IPC file may hold only one dictionary per column,
+// so each is fixed for the block: its instance, and Transports. tld
+// stays a string column: a block's top-level domains are not known
+// before its end (the Parquet lake dictionary-encodes it per row group).
+var Categorical = &arrow.DictionaryType{IndexType: arrow.PrimitiveTypes.Int8, ValueType: arrow.BinaryTypes.String}
+
+// Transports are the transport column's dictionary, in index order.
+var Transports = []string{"udp", "tcp"}
 
 // RRType is a resource record in the answers, authority and additional
 // columns; rdata is as dig prints it (see dnsmsg.RR).
@@ -119,6 +130,8 @@ type Writer struct {
 	c    cols
 	rows int
 	addr []byte
+	// The dictionary indices of the batch being built.
+	instances, transports []int
 
 	batches chan arrow.RecordBatch
 	done    chan error // the writing goroutine's verdict
@@ -136,6 +149,14 @@ func NewWriter(w io.Writer, instance string, seq uint64) (*Writer, error) {
 		chunks: make(chan []Record, 2), free: make(chan []Record, 3), built: make(chan error, 1),
 		batches: make(chan arrow.RecordBatch, 1), done: make(chan error, 1)}
 	wr.c = typed(wr.b)
+	// The dictionaries are fixed before the first row, so every batch
+	// of the file has the same ones (the IPC file format's rule).
+	if err := FixDictionary(wr.c.instance, instance); err != nil {
+		return nil, err
+	}
+	if err := FixDictionary(wr.c.transport, Transports...); err != nil {
+		return nil, err
+	}
 	wr.chunk = make([]Record, 0, chunkRows)
 	go wr.build()
 	go wr.write()
@@ -207,9 +228,21 @@ func (w *Writer) write() {
 	w.done <- err
 }
 
+// FixDictionary puts vals in b's dictionary, in order, before any row:
+// an IPC file's batches must all have the same dictionary.
+func FixDictionary(b *array.BinaryDictionaryBuilder, vals ...string) error {
+	sb := array.NewStringBuilder(memory.DefaultAllocator)
+	defer sb.Release()
+	sb.AppendValues(vals, nil)
+	a := sb.NewStringArray()
+	defer a.Release()
+	return b.InsertStringDictValues(a)
+}
+
 // cols are the builders of each column, typed once.
 type cols struct {
-	instance, src, dst, transport, qname, errs                  *array.StringBuilder
+	instance, transport                                         *array.BinaryDictionaryBuilder
+	src, dst, qname, errs                                       *array.StringBuilder
 	seq                                                         *array.Uint64Builder
 	time                                                        *array.TimestampBuilder
 	ipVersion, opcode, ednsVersion                              *array.Uint8Builder
@@ -228,9 +261,9 @@ type cols struct {
 func typed(b *array.RecordBuilder) cols {
 	f := b.Fields()
 	c := cols{
-		instance: f[0].(*array.StringBuilder), seq: f[1].(*array.Uint64Builder), time: f[2].(*array.TimestampBuilder),
+		instance: f[0].(*array.BinaryDictionaryBuilder), seq: f[1].(*array.Uint64Builder), time: f[2].(*array.TimestampBuilder),
 		src: f[3].(*array.StringBuilder), dst: f[4].(*array.StringBuilder), sport: f[5].(*array.Uint16Builder),
-		dport: f[6].(*array.Uint16Builder), transport: f[7].(*array.StringBuilder), ipVersion: f[8].(*array.Uint8Builder),
+		dport: f[6].(*array.Uint16Builder), transport: f[7].(*array.BinaryDictionaryBuilder), ipVersion: f[8].(*array.Uint8Builder),
 		size: f[9].(*array.Uint32Builder), id: f[10].(*array.Uint16Builder), qr: f[11].(*array.BooleanBuilder),
 		opcode: f[12].(*array.Uint8Builder), rcode: f[19].(*array.Uint16Builder), qd: f[20].(*array.Uint16Builder),
 		an: f[21].(*array.Uint16Builder), ns: f[22].(*array.Uint16Builder), ar: f[23].(*array.Uint16Builder),
@@ -360,7 +393,6 @@ func (w *Writer) add(r *Record) error {
 		c.reserve(BatchRows)
 	}
 	m := &r.Msg
-	c.instance.Append(w.instance)
 	c.seq.UnsafeAppend(w.seq)
 	c.time.UnsafeAppend(arrow.Timestamp(r.Time.UnixNano()))
 	w.addr = r.Src.AppendTo(w.addr[:0])
@@ -369,11 +401,7 @@ func (w *Writer) add(r *Record) error {
 	c.dst.BinaryBuilder.Append(w.addr)
 	c.sport.UnsafeAppend(r.SrcPort)
 	c.dport.UnsafeAppend(r.DstPort)
-	if r.TCP {
-		c.transport.Append("tcp")
-	} else {
-		c.transport.Append("udp")
-	}
+	w.transports = append(w.transports, TransportIndex(r.TCP))
 	c.ipVersion.UnsafeAppend(r.IPVersion)
 	c.size.UnsafeAppend(uint32(r.Size))
 	c.id.UnsafeAppend(m.ID)
@@ -465,6 +493,14 @@ func (w *Writer) flush() error {
 	if w.rows == 0 {
 		return nil
 	}
+	// The dictionary columns' indices go in once per batch (per row,
+	// the builder allocates).
+	if cap(w.instances) < w.rows {
+		w.instances = make([]int, w.rows) // all 0: the block's instance
+	}
+	w.c.instance.AppendIndices(w.instances[:w.rows], nil)
+	w.c.transport.AppendIndices(w.transports, nil)
+	w.transports = w.transports[:0]
 	w.rows = 0
 	select {
 	case err := <-w.done: // the writer stopped early
@@ -497,4 +533,12 @@ func (w *Writer) Close() error {
 		return err
 	}
 	return w.f.Close()
+}
+
+// TransportIndex is the index in Transports of TCP or UDP.
+func TransportIndex(tcp bool) int {
+	if tcp {
+		return 1
+	}
+	return 0
 }

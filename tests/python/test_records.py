@@ -2,6 +2,7 @@
 the rows with pyarrow and pandas through a records ticket."""
 import json
 
+import pandas as pd
 import pyarrow as pa
 import pyarrow.flight as fl
 import pytest
@@ -26,12 +27,17 @@ def test_records_ticket_reads_dns_rows_as_pandas(server):
     tcp = (TESTDATA / "pcaps" / "dnscap__dnso1tcp.pcap").read_bytes()
     put_blocks(c, "pcap", "lax", [("20161020-151621-00000001.lax.pcap", udp),
                                   ("20161020-151700-00000002.lax.pcap", tcp)])
-    run_job(c, JOB, 2)
+    put_blocks(c, "pcap", "ams", [("20161020-151621-00000001.ams.pcap", udp)])
+    run_job(c, JOB, 3)
 
     df = records(c, records="dns.arrow").read_pandas()
-    assert len(df) == 164
-    assert (df["transport"] == "udp").sum() == 82 and (df["transport"] == "tcp").sum() == 82
-    assert set(df["instance"]) == {"lax"} and set(df["seq"]) == {1, 2}
+    assert len(df) == 246
+    assert (df["transport"] == "udp").sum() == 164 and (df["transport"] == "tcp").sum() == 82
+    assert set(df["instance"]) == {"lax", "ams"} and set(df["seq"]) == {1, 2}
+    # Few values, so categories: each block's instance and the transports
+    # are dictionaries (a new one per block on the stream).
+    assert isinstance(df["instance"].dtype, pd.CategoricalDtype) and isinstance(df["transport"].dtype, pd.CategoricalDtype)
+    assert (df["instance"] == "ams").sum() == 82
     assert str(df["time"].dtype) == "datetime64[ns, UTC]"
     assert df.loc[0, "qname"] == "google.com" and df.loc[0, "src"] == "172.17.0.10"
     assert not df["malformed"].any()
