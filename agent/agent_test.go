@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -144,5 +145,60 @@ func TestCutRules(t *testing.T) {
 	}
 	if pos := s.Source(srcA.Name); !pos.Done || pos.Packets != 10 {
 		t.Fatalf("source a position %+v", pos)
+	}
+}
+
+// dropsReader is a capture whose kernel dropped packets between some of
+// its packets, as a live capture's reports them.
+type dropsReader struct {
+	io.ReadCloser
+	marks [][2]int64 // before packet [0], [1] dropped in all
+}
+
+func (d dropsReader) DropsAt(n int64) int64 {
+	var total int64
+	for _, m := range d.marks {
+		if m[0] <= n {
+			total = m[1]
+		}
+	}
+	return total
+}
+
+// TestKernelDropsAreInBlocks: every drop the kernel reports is in one
+// block, including those before a block's first packet and after the
+// last packet of all. A live capture of one packet and 2,999 drops
+// recorded none of them.
+func TestKernelDropsAreInBlocks(t *testing.T) {
+	dir := t.TempDir()
+	t0 := time.Date(2025, 5, 5, 15, 4, 0, 0, time.UTC)
+	var times []time.Time
+	for i := range 10 {
+		times = append(times, t0.Add(time.Duration(i)*time.Millisecond))
+	}
+	path := filepath.Join(dir, "live.pcap")
+	writeCapture(t, path, layers.LinkTypeEthernet, times)
+	// 7 dropped before the first packet, 5 after it, 3 before the eighth
+	// and 4 after the last: 19.
+	marks := [][2]int64{{0, 7}, {1, 12}, {7, 15}, {10, 19}}
+	src := Source{Name: "live", Live: true, Open: func() (io.ReadCloser, error) {
+		f, err := os.Open(path)
+		return dropsReader{f, marks}, err
+	}}
+	s, _, _ := OpenSpool(filepath.Join(dir, "spool"), "pcap", "lax")
+	s.SetLastSeq(0, false)
+	cfg := CutConfig{Queue: "pcap", Instance: "lax", Codec: codecs.None, MaxBytes: pcap.HeaderSize + 5*116}
+	if err := Cut(context.Background(), cfg, s, List(src), quiet, &Counters{}); err != nil {
+		t.Fatal(err)
+	}
+	ready, _ := s.Ready()
+	var got []int64
+	for _, r := range ready {
+		got = append(got, r.KernelDropped)
+	}
+	// The first block, packets 0–4, has what was dropped before packet
+	// 5; the second the rest.
+	if want := []int64{12, 7}; !slices.Equal(got, want) {
+		t.Fatalf("kernel drops per block %v, want %v (19 in all)", got, want)
 	}
 }
