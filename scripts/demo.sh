@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
 # The main job on the embedded default: start `plumb serve` on a fresh data
 # directory, generate a DNS capture, ship it and the real captures in
-# testdata through the agent path, submit two users' jobs that share their
-# first stage, wait for them to drain, and show the merged graph, the
-# stage statistics and what each queue holds. No outside services.
+# testdata through the agent path, submit three users' jobs that share
+# their first stage, wait for them to drain, and show the merged graph, the
+# stage statistics, what each queue holds, and the DNS tables read from
+# Python and the Parquet lake from DuckDB. No outside services.
 set -euo pipefail
 plumb=${1:-bin/plumb}
 work=$(mktemp -d)
@@ -26,8 +27,9 @@ for _ in $(seq 100); do
 done
 
 echo "== the dashboard is at http://$web/ while the demo runs (PLUMB_DEMO_WAIT=1 keeps it up at the end)"
-echo "== generate 64 MiB of DNS traffic"
-"$plumb" synth --out "$work/synth.pcap" --size 64MiB --seed 1
+size=${PLUMB_DEMO_SIZE:-64MiB}
+echo "== generate $size of DNS traffic"
+"$plumb" synth --out "$work/synth.pcap" --size "$size" --seed 1
 
 echo "== import it as site 'lax' in 8 MiB snappy blocks (the agent's path)"
 "$plumb" import --quiet --site lax --new-instance --spool "$work/spool-lax" --block-size 8MiB "$work/synth.pcap"
@@ -44,8 +46,8 @@ echo "== first blocks of queue pcap.sz"
 echo "== a consumer group reads every block once, acking each"
 "$plumb" follow pcap.sz --group demo --out "$work/out" --from earliest --once | wc -l | awk '{print "  received " $1 " blocks"}'
 
-echo "== alice and bob submit their jobs; both start with the same decode stage"
-"$plumb" job submit examples/jobs/alice-archive.yaml examples/jobs/bob-summary.yaml
+echo "== alice, bob and carol submit their jobs; all start with the same decode stage"
+"$plumb" job submit examples/jobs/alice-archive.yaml examples/jobs/bob-summary.yaml examples/jobs/carol-dns.yaml
 echo "== the merged graph (the shared stage has two owners)"
 "$plumb" graph
 echo "== stage statistics once the pipelines have drained"
@@ -57,6 +59,8 @@ echo "== what each queue holds (pcap, read by both, is gone once both are done w
 echo "== bob's summary of the first block"
 first=$("$plumb" blocks pcap.info | awk 'NR==2 {print $1}')
 "$plumb" get -o - "$first"
+echo "== carol's DNS: messages and transactions over Flight into pandas, and DuckDB over her Parquet lake"
+PYTHONPATH=clients/python${PYTHONPATH:+:$PYTHONPATH} python3 scripts/demo_dns.py "$addr" "$work/data/blobs/blobs"
 if [ -n "${PLUMB_DEMO_WAIT:-}" ]; then
   read -r -p "== the dashboard is at http://$web/; press Enter to stop the server " _
 fi
