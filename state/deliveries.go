@@ -283,7 +283,11 @@ func eachOwedAfter(tx *bolt.Tx, queue, group string, after uint64, fn func(seria
 // readers). It returns how many deliveries changed.
 func (d *DB) Ack(queue, group string, ids []block.ID) (int, error) {
 	n := 0
-	err := d.bolt.Update(func(tx *bolt.Tx) error {
+	// Batched with concurrent puts and other acks (it may run more than
+	// once, so it sets n afresh): a consumer acking block by block beside
+	// hundreds of puts a second paid a transaction and an fsync of its
+	// own for each, and fell behind.
+	err := d.bolt.Batch(func(tx *bolt.Tx) error {
 		n = 0
 		if _, _, err := loadGroup(tx, queue, group); err != nil {
 			return err
