@@ -299,7 +299,14 @@ func TestAgentLiveInterfaces(t *testing.T) {
 		// same documentation networks) may send too: there, only the
 		// marked datagrams are counted, each once, as above.
 		if len(got) != 2*n && ifaces[0] != "any" {
-			t.Errorf("%v: %d packets, want the %d datagrams", ifaces, len(got), 2*n)
+			// Say what the others were: CI once saw one more, unmarked.
+			var others []string
+			for _, p := range got {
+				if !bytes.Contains(p.data, []byte("one-")) && !bytes.Contains(p.data, []byte("two-")) {
+					others = append(others, fmt.Sprintf("%s %x", p.ci.Timestamp.Format(time.RFC3339Nano), p.data[:min(len(p.data), 96)]))
+				}
+			}
+			t.Errorf("%v: %d packets, want the %d datagrams; the others:\n%s", ifaces, len(got), 2*n, strings.Join(others, "\n"))
 		} else if len(got) != 2*n {
 			t.Logf("%v: %d packets besides the test's %d: other traffic on the machine", ifaces, len(got)-2*n, 2*n)
 		}
