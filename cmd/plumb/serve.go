@@ -35,7 +35,7 @@ func serveCommand() command {
 			fs.StringVar(&cfg.Listen, "listen", "127.0.0.1:8815", "`ADDR` to serve Arrow Flight on")
 			fs.DurationVar(&cfg.Visibility, "visibility", 60*time.Second, "how long a block handed to a consumer group stays reserved without an ack")
 			fs.IntVar(&cfg.Engine.Slots, "slots", 0, "stage runs at once (worker slots); 0 means one per CPU")
-			fs.IntVar(&cfg.Engine.Nice, "stage-nice", engine.StageNice, "CPU priority (nice value) of stage runs in this server, below serving reads and puts; -1: the server's own")
+			fs.IntVar(&cfg.Engine.Nice, "stage-nice", engine.StageNice, "CPU priority (nice value, up to 19) of stage runs in this server, below serving reads and puts; 0: the server's own")
 			policy := fs.String("workers", "backlog", "how slots are shared: backlog (in proportion to each stage's backlog) or static (equal split)")
 			fs.BoolVar(&cfg.Engine.NoDedup, "no-dedup", false, "run every job's stages on their own, sharing nothing (to measure what merging saves)")
 			fs.DurationVar(&cfg.Engine.Tick, "tick", time.Second, "how often slots are re-shared")
@@ -138,6 +138,9 @@ func serveCommand() command {
 					return err
 				}
 				defer stop()
+			}
+			if cfg.Engine.Nice == 0 {
+				cfg.Engine.Nice = -1 // the engine's 0 is its default
 			}
 			keepProcessorsForServing(cfg.Engine)
 			return server.Run(ctx, cfg)
