@@ -468,12 +468,16 @@ func TestAgentLiveBusy(t *testing.T) {
 	if out, err := send.CombinedOutput(); err != nil {
 		t.Fatalf("sender: %v\n%s", err, out)
 	}
-	time.Sleep(time.Second)
+	// On a busy machine shipping 8 KiB blocks lags capture by more than
+	// the agent's stop grace: stopping now would leave blocks in its
+	// spool, not lost but not on the server either.
+	waitShipped(t, metrics, h.outer)
 	// On a busy machine the kernel drops datagrams in the receive backlog
 	// of the veth, before any capture socket sees them: those are not
 	// the agent's to count.
 	backlog := backlogDrops(t) - backlogBefore
 	dropped := interfaceValues(t, metrics, "plumb_agent_kernel_dropped_packets_total", h.outer)
+	captured := interfaceValues(t, metrics, "plumb_agent_captured_packets_total", h.outer)
 	a.stop(t)
 	seen, got := marked(t, addr, "busy", "busy")
 	for k, c := range seen {
@@ -482,9 +486,78 @@ func TestAgentLiveBusy(t *testing.T) {
 		}
 	}
 	if len(dropped) != 1 || len(seen)+int(dropped[0])+int(backlog) < n-n/1000 {
-		t.Errorf("%d datagrams on the server, %v dropped by the kernel at the capture, %d in the receive backlog before it, of %d sent", len(seen), dropped, backlog, n)
+		t.Errorf("%d datagrams on the server, %v dropped by the kernel at the capture, %d in the receive backlog before it, of %d sent; the agent captured %v; missing %s; veth %s",
+			len(seen), dropped, backlog, n, captured, missingRuns(seen, "busy", n), vethDrops(t, h))
 	}
 	t.Logf("%d of %d datagrams in %d packets; kernel drops %v at the capture, %d before it", len(seen), n, len(got), dropped, backlog)
+}
+
+// waitShipped waits until an agent has cut every packet it captured on
+// iface and the server has acknowledged every finished block: only the
+// open block is left for the stop to ship.
+func waitShipped(t *testing.T, metrics, iface string) {
+	t.Helper()
+	last, since := -1.0, time.Now()
+	for deadline := time.Now().Add(2 * time.Minute); ; time.Sleep(200 * time.Millisecond) {
+		fams := scrapeFamilies(t, metrics)
+		captured := interfaceValues(t, metrics, "plumb_agent_captured_packets_total", iface)
+		value := func(name string) float64 {
+			f := fams[name]
+			if f == nil || len(f.GetMetric()) != 1 {
+				t.Fatalf("agent metrics: %s missing", name)
+			}
+			m := f.GetMetric()[0]
+			if m.GetGauge() != nil {
+				return m.GetGauge().GetValue()
+			}
+			return m.GetCounter().GetValue()
+		}
+		spooled := value("plumb_agent_spool_bytes")
+		if len(captured) == 1 && captured[0] != last {
+			last, since = captured[0], time.Now()
+		}
+		if spooled == 0 && time.Since(since) > time.Second {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("agent still has %.0f bytes to ship, %v packets captured, after 2 minutes", spooled, captured)
+		}
+	}
+}
+
+// missingRuns lists the runs of datagrams TAG-00000…TAG-(n-1) not in
+// seen, as first-last ranges, so a failure shows whether the loss was at
+// the start, the end or spread through.
+func missingRuns(seen map[string]int, tag string, n int) string {
+	var runs []string
+	for i := 0; i < n; i++ {
+		if seen[fmt.Sprintf("%s-%05d", tag, i)] > 0 {
+			continue
+		}
+		j := i
+		for j+1 < n && seen[fmt.Sprintf("%s-%05d", tag, j+1)] == 0 {
+			j++
+		}
+		runs = append(runs, fmt.Sprintf("%d-%d", i, j))
+		i = j
+	}
+	if len(runs) > 20 {
+		runs = append(runs[:20], fmt.Sprintf("and %d more runs", len(runs)-20))
+	}
+	return strings.Join(runs, ",")
+}
+
+// vethDrops shows the drop counters of both ends of a test host's veth
+// pair, for failure messages.
+func vethDrops(t *testing.T, h testHost) string {
+	t.Helper()
+	var out []string
+	for _, c := range []string{"tx_dropped", "rx_dropped"} {
+		b, _ := os.ReadFile("/sys/class/net/" + h.outer + "/statistics/" + c)
+		in, _ := exec.Command("ip", "netns", "exec", h.ns, "cat", "/sys/class/net/"+h.inner+"/statistics/"+c).Output()
+		out = append(out, fmt.Sprintf("%s outer %s inner %s", c, strings.TrimSpace(string(b)), strings.TrimSpace(string(in))))
+	}
+	return strings.Join(out, "; ")
 }
 
 // backlogDrops is the kernel's count of packets dropped because a CPU's
