@@ -42,12 +42,12 @@ const StageNice = 10
 
 // Config configures an engine.
 type Config struct {
-	// Slots is how many stage runs go at once; the number of CPUs when 0.
+	// Slots is how many stage runs go at once; see LocalSlots.
 	Slots int
-	// Nice is the CPU priority (Linux nice value, 0–19) of stage runs in
+	// Nice is the CPU priority (Linux nice value, 1–19) of stage runs in
 	// this process, builtins and executables alike, so that serving reads
-	// and puts goes first on a busy machine; StageNice when 0, none when
-	// negative.
+	// and puts goes first on a busy machine (plumb serve uses StageNice);
+	// the process's own priority when 0.
 	Nice int
 	// Policy shares the slots; Backlog when empty.
 	Policy Policy
@@ -117,13 +117,17 @@ type Config struct {
 	Now        func() time.Time
 }
 
-func (c *Config) defaults() {
+// LocalSlots is how many stage runs go at once in this process: Slots,
+// or the number of CPUs when Slots is 0.
+func (c Config) LocalSlots() int {
 	if c.Slots <= 0 {
-		c.Slots = runtime.NumCPU()
+		return runtime.NumCPU()
 	}
-	if c.Nice == 0 {
-		c.Nice = StageNice
-	}
+	return c.Slots
+}
+
+func (c *Config) defaults() {
+	c.Slots = c.LocalSlots()
 	if c.Policy == "" {
 		c.Policy = Backlog
 	}

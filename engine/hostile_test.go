@@ -135,12 +135,13 @@ func TestAllProblemsAtOnce(t *testing.T) {
 
 // TestStagesRunBelowServing: the deadline replay's CPU-heavy stage made
 // the server's goroutines wait 5–30 ms to run. Stage programs now run at
-// nice 10 (--stage-nice), and at the server's own priority when asked.
+// the nice value the engine is given (plumb serve's --stage-nice, 10 by
+// default), and at the server's own priority when given 0.
 func TestStagesRunBelowServing(t *testing.T) {
 	for _, c := range []struct {
 		nice int
 		want string
-	}{{0, "10"}, {-1, "0"}, {15, "15"}} {
+	}{{engine.StageNice, "10"}, {0, "0"}, {15, "15"}} {
 		r := newRig(t, engine.Config{Slots: 1, Nice: c.nice})
 		r.put("raw", 1, []byte("x"))
 		r.mustAccept("job: n\nfrom: earliest\nstages:\n  - {name: nice, inputs: [raw], program: [nice], outputs: [raw.nice]}\n")

@@ -150,6 +150,9 @@ func TestCLIConventions(t *testing.T) {
 	if _, _, code := plumbExec(t); code != 2 {
 		t.Errorf("plumb without a command: exit %d, want 2", code)
 	}
+	if _, errOut, code := plumbExec(t, "serve", "--data", t.TempDir(), "--stage-nice", "20"); code == 0 || !strings.Contains(errOut, "--stage-nice 20: give a nice value from 0") {
+		t.Errorf("plumb serve --stage-nice 20: exit %d %q", code, errOut)
+	}
 	addr, web := testenv.FreeAddr(t), testenv.FreeAddr(t)
 	var metricsBefore string
 	startPlumb(t, "serve", "--data", t.TempDir(), "--listen", addr, "--http", web)

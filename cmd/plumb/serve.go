@@ -139,8 +139,8 @@ func serveCommand() command {
 				}
 				defer stop()
 			}
-			if cfg.Engine.Nice == 0 {
-				cfg.Engine.Nice = -1 // the engine's 0 is its default
+			if cfg.Engine.Nice < 0 || cfg.Engine.Nice > 19 {
+				return fmt.Errorf("--stage-nice %d: give a nice value from 0 (the server's own priority) to 19 (the lowest)", cfg.Engine.Nice)
 			}
 			keepProcessorsForServing(cfg.Engine)
 			return server.Run(ctx, cfg)
@@ -157,14 +157,10 @@ func serveCommand() command {
 // priority (--stage-nice), gives them the CPU first. An explicit
 // GOMAXPROCS is left alone.
 func keepProcessorsForServing(ec engine.Config) {
-	if ec.RemoteOnly || ec.Nice < 0 || os.Getenv("GOMAXPROCS") != "" {
+	if ec.RemoteOnly || ec.Nice == 0 || os.Getenv("GOMAXPROCS") != "" {
 		return
 	}
-	slots := ec.Slots
-	if slots <= 0 {
-		slots = runtime.NumCPU()
-	}
-	runtime.GOMAXPROCS(runtime.GOMAXPROCS(0) + slots)
+	runtime.GOMAXPROCS(runtime.GOMAXPROCS(0) + ec.LocalSlots())
 }
 
 // sandboxOptions are how the server and workers confine stage programs.

@@ -71,9 +71,7 @@ type Writer struct {
 	addr     []byte
 	domains  dnsrec.Domains
 	closed   bool
-	// The dictionary indices of the batch being built (per row, the
-	// builder allocates).
-	instances, transports []int
+	cat      *dnsrec.Categories
 	// Rows counts the rows written.
 	Rows int64
 }
@@ -86,10 +84,7 @@ func NewWriter(w io.Writer, instance string, seq uint64) (*Writer, error) {
 		return nil, err
 	}
 	wr := &Writer{instance: instance, seq: seq, b: array.NewRecordBuilder(memory.DefaultAllocator, Schema), f: f}
-	if err := dnsrec.FixDictionary(col[*array.BinaryDictionaryBuilder](wr, fInstance), instance); err != nil {
-		return nil, err
-	}
-	if err := dnsrec.FixDictionary(col[*array.BinaryDictionaryBuilder](wr, fTransport), dnsrec.Transports...); err != nil {
+	if wr.cat, err = dnsrec.NewCategories(col[*array.BinaryDictionaryBuilder](wr, fInstance), col[*array.BinaryDictionaryBuilder](wr, fTransport), instance); err != nil {
 		return nil, err
 	}
 	return wr, nil
@@ -174,7 +169,7 @@ func (w *Writer) Add(t *Txn) error {
 	} else {
 		w.null(fResponseTime, fLatency)
 	}
-	w.transports = append(w.transports, dnsrec.TransportIndex(t.Key.TCP))
+	w.cat.Add(t.Key.TCP)
 	ipv := uint8(4)
 	if t.Key.Client.Is6() && !t.Key.Client.Is4In6() {
 		ipv = 6
@@ -267,12 +262,7 @@ func (w *Writer) flush() error {
 	if w.rows == 0 {
 		return nil
 	}
-	if cap(w.instances) < w.rows {
-		w.instances = make([]int, w.rows) // all 0: the block's instance
-	}
-	col[*array.BinaryDictionaryBuilder](w, fInstance).AppendIndices(w.instances[:w.rows], nil)
-	col[*array.BinaryDictionaryBuilder](w, fTransport).AppendIndices(w.transports, nil)
-	w.transports = w.transports[:0]
+	w.cat.Flush()
 	w.rows = 0
 	rec := w.b.NewRecordBatch()
 	defer rec.Release()

@@ -130,8 +130,7 @@ type Writer struct {
 	c    cols
 	rows int
 	addr []byte
-	// The dictionary indices of the batch being built.
-	instances, transports []int
+	cat  *Categories
 
 	batches chan arrow.RecordBatch
 	done    chan error // the writing goroutine's verdict
@@ -149,12 +148,7 @@ func NewWriter(w io.Writer, instance string, seq uint64) (*Writer, error) {
 		chunks: make(chan []Record, 2), free: make(chan []Record, 3), built: make(chan error, 1),
 		batches: make(chan arrow.RecordBatch, 1), done: make(chan error, 1)}
 	wr.c = typed(wr.b)
-	// The dictionaries are fixed before the first row, so every batch
-	// of the file has the same ones (the IPC file format's rule).
-	if err := FixDictionary(wr.c.instance, instance); err != nil {
-		return nil, err
-	}
-	if err := FixDictionary(wr.c.transport, Transports...); err != nil {
+	if wr.cat, err = NewCategories(wr.c.instance, wr.c.transport, instance); err != nil {
 		return nil, err
 	}
 	wr.chunk = make([]Record, 0, chunkRows)
@@ -228,9 +222,49 @@ func (w *Writer) write() {
 	w.done <- err
 }
 
-// FixDictionary puts vals in b's dictionary, in order, before any row:
-// an IPC file's batches must all have the same dictionary.
-func FixDictionary(b *array.BinaryDictionaryBuilder, vals ...string) error {
+// Categories fills the dictionary columns every kind of DNS row has,
+// instance and transport. The indices go in once per batch: appended per
+// row, the dictionary builder allocates.
+type Categories struct {
+	instance, transport *array.BinaryDictionaryBuilder
+	zeros, transports   []int
+}
+
+// NewCategories fixes the dictionaries of the instance and transport
+// columns before any row, so every batch of an IPC file has the same
+// ones (the format's rule); instance is the block's.
+func NewCategories(instance, transport *array.BinaryDictionaryBuilder, name string) (*Categories, error) {
+	if err := fixDictionary(instance, name); err != nil {
+		return nil, err
+	}
+	if err := fixDictionary(transport, Transports...); err != nil {
+		return nil, err
+	}
+	return &Categories{instance: instance, transport: transport}, nil
+}
+
+// Add notes the transport of the next row.
+func (c *Categories) Add(tcp bool) {
+	i := 0 // Transports[0], udp
+	if tcp {
+		i = 1
+	}
+	c.transports = append(c.transports, i)
+}
+
+// Flush appends the indices of the rows added since the last Flush.
+func (c *Categories) Flush() {
+	n := len(c.transports)
+	if cap(c.zeros) < n {
+		c.zeros = make([]int, n) // all 0: the block's instance
+	}
+	c.instance.AppendIndices(c.zeros[:n], nil)
+	c.transport.AppendIndices(c.transports, nil)
+	c.transports = c.transports[:0]
+}
+
+// fixDictionary puts vals in b's dictionary, in order, before any row.
+func fixDictionary(b *array.BinaryDictionaryBuilder, vals ...string) error {
 	sb := array.NewStringBuilder(memory.DefaultAllocator)
 	defer sb.Release()
 	sb.AppendValues(vals, nil)
@@ -401,7 +435,7 @@ func (w *Writer) add(r *Record) error {
 	c.dst.BinaryBuilder.Append(w.addr)
 	c.sport.UnsafeAppend(r.SrcPort)
 	c.dport.UnsafeAppend(r.DstPort)
-	w.transports = append(w.transports, TransportIndex(r.TCP))
+	w.cat.Add(r.TCP)
 	c.ipVersion.UnsafeAppend(r.IPVersion)
 	c.size.UnsafeAppend(uint32(r.Size))
 	c.id.UnsafeAppend(m.ID)
@@ -493,14 +527,7 @@ func (w *Writer) flush() error {
 	if w.rows == 0 {
 		return nil
 	}
-	// The dictionary columns' indices go in once per batch (per row,
-	// the builder allocates).
-	if cap(w.instances) < w.rows {
-		w.instances = make([]int, w.rows) // all 0: the block's instance
-	}
-	w.c.instance.AppendIndices(w.instances[:w.rows], nil)
-	w.c.transport.AppendIndices(w.transports, nil)
-	w.transports = w.transports[:0]
+	w.cat.Flush()
 	w.rows = 0
 	select {
 	case err := <-w.done: // the writer stopped early
@@ -533,12 +560,4 @@ func (w *Writer) Close() error {
 		return err
 	}
 	return w.f.Close()
-}
-
-// TransportIndex is the index in Transports of TCP or UDP.
-func TransportIndex(tcp bool) int {
-	if tcp {
-		return 1
-	}
-	return 0
 }
