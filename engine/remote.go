@@ -541,7 +541,7 @@ func (e *Engine) ReleaseLease(id string) error {
 		return ErrLeaseGone
 	}
 	for _, b := range r.lease.Inputs {
-		if err := e.db.Release(b.Queue, r.group, b.Serial, id); err != nil {
+		if err := e.db.Unreserve(b.Queue, r.group, id, b.Serial); err != nil {
 			return err
 		}
 	}

@@ -207,21 +207,29 @@ func (s *Service) serveGroup(ctx context.Context, w *flight.BlockWriter, t fligh
 		if n%64 == 0 {
 			from = 0
 		}
-		b, ok, err := s.db.ReserveAfter(t.Queue, t.Group, reader, vis, from)
-		if err == nil && !ok && from != 0 {
-			b, ok, err = s.db.ReserveAfter(t.Queue, t.Group, reader, vis, 0)
+		// Small blocks are reserved several at once, one commit for
+		// them all: a reader of tiny blocks paid a commit, and an
+		// fsync, for each, and fell behind a busy queue. The bound in
+		// bytes keeps the reservations of those sent last from
+		// running out while the first are sent.
+		ahead, err := s.db.ReserveAfter(t.Queue, t.Group, reader, vis, from, reserveAhead, reserveAheadBytes)
+		if err == nil && len(ahead) == 0 && from != 0 {
+			ahead, err = s.db.ReserveAfter(t.Queue, t.Group, reader, vis, 0, reserveAhead, reserveAheadBytes)
 		}
 		if err != nil {
 			return err
 		}
-		if ok {
+		for i, b := range ahead {
 			after = max(after, b.Serial)
 			if err := s.sendBlock(ctx, w, b); err != nil {
-				// This reader will not deliver it: let another have it now
-				// rather than after the visibility timeout.
-				s.db.Release(t.Queue, t.Group, b.Serial, reader)
+				// This reader will not deliver them: let another have
+				// them now rather than after the visibility timeout.
+				s.db.Release(t.Queue, t.Group, reader, b.Serial)
+				s.db.Unreserve(t.Queue, t.Group, reader, serials(ahead[i+1:])...)
 				return err
 			}
+		}
+		if len(ahead) > 0 {
 			continue
 		}
 		if !t.Follow {
@@ -243,6 +251,21 @@ func (s *Service) serveGroup(ctx context.Context, w *flight.BlockWriter, t fligh
 		}
 		timer.Stop()
 	}
+}
+
+// A group reader reserves up to reserveAhead blocks at once, holding at
+// most reserveAheadBytes together (a larger block goes alone).
+const (
+	reserveAhead      = 32
+	reserveAheadBytes = 256 << 10
+)
+
+func serials(bs []state.Block) []uint64 {
+	out := make([]uint64, len(bs))
+	for i, b := range bs {
+		out[i] = b.Serial
+	}
+	return out
 }
 
 // sendBlock streams one block as (offset, data) batches of ChunkSize.

@@ -38,7 +38,7 @@ func (d *DB) GetCarry(group, instance string) (Carry, bool, error) {
 	var c Carry
 	var ok bool
 	err := d.bolt.View(func(tx *bolt.Tx) (err error) {
-		c, ok, err = getJSON[Carry](mustSub(tx, bucketCarries, group), []byte(instance))
+		c, ok, err = getRecord[Carry](mustSub(tx, bucketCarries, group), []byte(instance))
 		return err
 	})
 	return c, ok, err
@@ -70,13 +70,13 @@ func (d *DB) ReserveNext(queue, group, reserver string, visibility, gapWait time
 		}
 		dels := mustSub(tx, bucketDeliveries, queue, group)
 		take := func(serial []byte, b Block, with CarryIn) error {
-			del, _, err := getJSON[Delivery](dels, serial)
+			del, _, err := getRecord[Delivery](dels, serial)
 			if err != nil {
 				return err
 			}
 			del.State, del.Until, del.Reserver = Reserved, now.Add(visibility), reserver
 			del.Attempts++
-			if err := putJSON(dels, serial, del); err != nil {
+			if err := putRecord(dels, serial, del); err != nil {
 				return err
 			}
 			out, in = Reservation{Blocks: []Block{b}, Attempt: del.Attempts}, with
@@ -92,11 +92,11 @@ func (d *DB) ReserveNext(queue, group, reserver string, visibility, gapWait time
 			if json.Unmarshal(raw, &c) != nil {
 				return nil
 			}
-			b, ok, err := getJSON[Block](blocks, blockKey(string(inst), c.Next))
+			b, ok, err := getRecord[Block](blocks, blockKey(string(inst), c.Next))
 			if err != nil || !ok {
 				return err
 			}
-			del, ok, err := getJSON[Delivery](dels, u64(b.Serial))
+			del, ok, err := getRecord[Delivery](dels, u64(b.Serial))
 			if err != nil || !ok || !del.available(now) {
 				return err
 			}
@@ -117,7 +117,7 @@ func (d *DB) ReserveNext(queue, group, reserver string, visibility, gapWait time
 			if del.State != Unreserved && del.State != Reserved {
 				return false, nil
 			}
-			b, ok, err := getJSON[Block](blocks, arrivals.Get(k))
+			b, ok, err := getRecord[Block](blocks, arrivals.Get(k))
 			if err != nil || !ok {
 				return false, err
 			}
@@ -133,7 +133,7 @@ func (d *DB) ReserveNext(queue, group, reserver string, visibility, gapWait time
 		}
 		for _, c := range ready {
 			b := c.b
-			carry, have, err := getJSON[Carry](carries, []byte(b.Instance))
+			carry, have, err := getRecord[Carry](carries, []byte(b.Instance))
 			if err != nil {
 				return err
 			}
@@ -177,7 +177,7 @@ func putCarry(tx *bolt.Tx, group string, u *CarryUpdate, now time.Time) error {
 	if err != nil {
 		return err
 	}
-	c, have, err := getJSON[Carry](carries, []byte(u.Instance))
+	c, have, err := getRecord[Carry](carries, []byte(u.Instance))
 	if err != nil {
 		return err
 	}
@@ -196,7 +196,7 @@ func putCarry(tx *bolt.Tx, group string, u *CarryUpdate, now time.Time) error {
 	if len(c.State) > MaxCarry {
 		return fmt.Errorf("the state a stage carries for %s is %d bytes, over %d", u.Instance, len(c.State), MaxCarry)
 	}
-	return putJSON(carries, []byte(u.Instance), c)
+	return putRecord(carries, []byte(u.Instance), c)
 }
 
 // MaxCarry bounds the state a stage carries per site.

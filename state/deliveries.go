@@ -96,7 +96,7 @@ func addDeliveries(tx *bolt.Tx, queue string, serial uint64) error {
 		if err != nil {
 			return err
 		}
-		return putJSON(dels, u64(serial), Delivery{State: Unreserved})
+		return putRecord(dels, u64(serial), Delivery{State: Unreserved})
 	})
 }
 
@@ -129,13 +129,13 @@ func (d *DB) EnsureOwnedGroup(queue, group string, from From, owner string, maxP
 		if err != nil {
 			return err
 		}
-		g, ok, err := getJSON[Group](groups, []byte(group))
+		g, ok, err := getRecord[Group](groups, []byte(group))
 		if err != nil || ok {
 			out = g
 			if err == nil && g.Owner == "" && owner != "" {
 				g.Owner = owner
 				out = g
-				return putJSON(groups, []byte(group), g)
+				return putRecord(groups, []byte(group), g)
 			}
 			return err
 		}
@@ -165,7 +165,7 @@ func (d *DB) EnsureOwnedGroup(queue, group string, from From, owner string, maxP
 				return err
 			}
 			if err := arrivals.ForEach(func(serial, _ []byte) error {
-				return putJSON(dels, serial, Delivery{State: Unreserved})
+				return putRecord(dels, serial, Delivery{State: Unreserved})
 			}); err != nil {
 				return err
 			}
@@ -174,7 +174,7 @@ func (d *DB) EnsureOwnedGroup(queue, group string, from From, owner string, maxP
 			g.Start = g.Floor
 		}
 		out = g
-		return putJSON(groups, []byte(group), g)
+		return putRecord(groups, []byte(group), g)
 	})
 	return out, err
 }
@@ -188,7 +188,7 @@ func (d *DB) GetGroup(queue, group string) (Group, error) {
 		if b != nil {
 			b = b.Bucket([]byte(queue))
 		}
-		g, ok, err := getJSON[Group](b, []byte(group))
+		g, ok, err := getRecord[Group](b, []byte(group))
 		if err == nil && !ok {
 			err = fmt.Errorf("consumer group %s of queue %s: %w", group, queue, ErrNotFound)
 		}
@@ -204,7 +204,7 @@ func loadGroup(tx *bolt.Tx, queue, group string) (*bolt.Bucket, Group, error) {
 	if err != nil {
 		return nil, Group{}, err
 	}
-	g, ok, err := getJSON[Group](groups, []byte(group))
+	g, ok, err := getRecord[Group](groups, []byte(group))
 	if err == nil && !ok {
 		err = fmt.Errorf("group %q of queue %q: %w", group, queue, ErrNotFound)
 	}
@@ -215,7 +215,11 @@ func loadGroup(tx *bolt.Tx, queue, group string) (*bolt.Bucket, Group, error) {
 // visibility timeout: UNRESERVED, or RESERVED with an expired deadline. It
 // returns false when nothing is available now.
 func (d *DB) Reserve(queue, group, reserver string, visibility time.Duration) (Block, bool, error) {
-	return d.ReserveAfter(queue, group, reserver, visibility, 0)
+	bs, err := d.ReserveAfter(queue, group, reserver, visibility, 0, 1, 0)
+	if len(bs) == 0 {
+		return Block{}, false, err
+	}
+	return bs[0], true, err
 }
 
 // ReserveAfter is Reserve looking only past serial after: a reader that
@@ -224,12 +228,17 @@ func (d *DB) Reserve(queue, group, reserver string, visibility time.Duration) (B
 // small blocks). Blocks below it whose reservation expired are found only
 // by a Reserve from the floor (after 0), which such a reader makes now
 // and then and whenever this finds nothing.
-func (d *DB) ReserveAfter(queue, group, reserver string, visibility time.Duration, after uint64) (Block, bool, error) {
-	res, ok, err := d.reserveJoin([]string{queue}, group, reserver, visibility, after)
-	if !ok {
-		return Block{}, false, err
+//
+// It reserves up to most blocks at once, in serial order, as long as
+// they hold at most mostBytes together (the first is taken whatever its
+// size): a reader of small blocks then pays one commit for many.
+func (d *DB) ReserveAfter(queue, group, reserver string, visibility time.Duration, after uint64, most int, mostBytes int64) ([]Block, error) {
+	res, err := d.reserveJoin([]string{queue}, group, reserver, visibility, after, max(most, 1), mostBytes)
+	out := make([]Block, len(res))
+	for i, r := range res {
+		out[i] = r.Blocks[0]
 	}
-	return res.Blocks[0], true, err
+	return out, err
 }
 
 // NextExpiry returns the earliest end of a reservation of the group, or
@@ -257,7 +266,7 @@ func eachOwed(tx *bolt.Tx, queue, group string, fn func(serial []byte, del Deliv
 // eachOwedAfter is eachOwed from past serial after, when it is above the
 // floor.
 func eachOwedAfter(tx *bolt.Tx, queue, group string, after uint64, fn func(serial []byte, del Delivery) (done bool, err error)) error {
-	g, ok, err := getJSON[Group](mustSub(tx, bucketGroups, queue), []byte(group))
+	g, ok, err := getRecord[Group](mustSub(tx, bucketGroups, queue), []byte(group))
 	if err != nil || !ok {
 		return err
 	}
@@ -295,7 +304,7 @@ func (d *DB) Ack(queue, group string, ids []block.ID) (int, error) {
 		blocks, _ := sub(tx, bucketBlocks, queue)
 		dels, _ := sub(tx, bucketDeliveries, queue, group)
 		for _, id := range ids {
-			b, ok, err := getJSON[Block](blocks, blockKey(id.Instance, id.Seq))
+			b, ok, err := getRecord[Block](blocks, blockKey(id.Instance, id.Seq))
 			if err != nil {
 				return err
 			}
@@ -322,12 +331,12 @@ func (d *DB) Ack(queue, group string, ids []block.ID) (int, error) {
 // whether the block was owed to the group at all, and whether this
 // changed its state.
 func markDone(dels *bolt.Bucket, serial uint64) (owed, changed bool, err error) {
-	del, ok, err := getJSON[Delivery](dels, u64(serial))
+	del, ok, err := getRecord[Delivery](dels, u64(serial))
 	if err != nil || !ok || del.State == Done {
 		return ok, false, err
 	}
 	del.State, del.Until, del.Reserver = Done, time.Time{}, ""
-	return true, true, putJSON(dels, u64(serial), del)
+	return true, true, putRecord(dels, u64(serial), del)
 }
 
 // Groups returns the delivery counts of every group of a queue.
@@ -402,24 +411,46 @@ func forgetDelivery(tx *bolt.Tx, queue, group string, serial uint64) error {
 		return err
 	}
 	g.Settled--
-	return putJSON(groups, []byte(group), g)
+	return putRecord(groups, []byte(group), g)
 }
 
-// Release hands a reserved block back to its group at once, for a reader
-// that could not deliver it (its stream broke mid-block). It does nothing
-// if the reservation has passed to another reader or the block is done.
-func (d *DB) Release(queue, group string, serial uint64, reserver string) error {
+// Release hands reserved blocks back to their group at once, for a
+// reader that could not deliver them (its stream broke mid-block). It
+// does nothing for a block whose reservation has passed to another
+// reader or that is done.
+func (d *DB) Release(queue, group, reserver string, serials ...uint64) error {
+	return d.release(queue, group, reserver, false, serials)
+}
+
+// Unreserve is Release for blocks a reader reserved ahead and never
+// began to send: as if never reserved, their attempt is not counted.
+func (d *DB) Unreserve(queue, group, reserver string, serials ...uint64) error {
+	return d.release(queue, group, reserver, true, serials)
+}
+
+func (d *DB) release(queue, group, reserver string, uncount bool, serials []uint64) error {
 	err := d.bolt.Update(func(tx *bolt.Tx) error {
 		dels, err := sub(tx, bucketDeliveries, queue, group)
 		if err != nil {
 			return err
 		}
-		del, ok, err := getJSON[Delivery](dels, u64(serial))
-		if err != nil || !ok || del.State != Reserved || del.Reserver != reserver {
-			return err
+		for _, serial := range serials {
+			del, ok, err := getRecord[Delivery](dels, u64(serial))
+			if err != nil {
+				return err
+			}
+			if !ok || del.State != Reserved || del.Reserver != reserver {
+				continue
+			}
+			del.State, del.Until, del.Reserver = Unreserved, time.Time{}, ""
+			if uncount {
+				del.Attempts = max(del.Attempts-1, 0)
+			}
+			if err := putRecord(dels, u64(serial), del); err != nil {
+				return err
+			}
 		}
-		del.State, del.Until, del.Reserver = Unreserved, time.Time{}, ""
-		return putJSON(dels, u64(serial), del)
+		return nil
 	})
 	if err == nil {
 		d.notify(queue)
@@ -456,7 +487,7 @@ func (d *DB) DeliveriesOf(queue string, serials []uint64) (map[uint64]map[string
 				return nil
 			}
 			for _, s := range serials {
-				del, ok, err := getJSON[Delivery](dels, u64(s))
+				del, ok, err := getRecord[Delivery](dels, u64(s))
 				if err != nil {
 					return err
 				}

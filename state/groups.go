@@ -19,7 +19,7 @@ func (d *DB) TouchGroup(queue, group string) error {
 	// spares them a write transaction (and its fsync).
 	fresh := false
 	d.bolt.View(func(tx *bolt.Tx) error {
-		g, ok, err := getJSON[Group](mustSub(tx, bucketGroups, queue), []byte(group))
+		g, ok, err := getRecord[Group](mustSub(tx, bucketGroups, queue), []byte(group))
 		fresh = err == nil && ok && now.Sub(g.Used) < touchEvery
 		return nil
 	})
@@ -35,7 +35,7 @@ func (d *DB) TouchGroup(queue, group string) error {
 			return nil
 		}
 		g.Used = now
-		return putJSON(groups, []byte(group), g)
+		return putRecord(groups, []byte(group), g)
 	})
 }
 

@@ -53,7 +53,7 @@ func (d *DB) PutJob(j Job) (Job, error) {
 		if err != nil {
 			return err
 		}
-		old, ok, err := getJSON[Job](jobs, []byte(j.Name))
+		old, ok, err := getRecord[Job](jobs, []byte(j.Name))
 		if err != nil {
 			return err
 		}
@@ -69,7 +69,7 @@ func (d *DB) PutJob(j Job) (Job, error) {
 				return err
 			}
 		}
-		return putJSON(jobs, []byte(j.Name), j)
+		return putRecord(jobs, []byte(j.Name), j)
 	})
 	return j, err
 }
@@ -78,7 +78,7 @@ func (d *DB) PutJob(j Job) (Job, error) {
 func (d *DB) GetJob(name string) (Job, error) {
 	var out Job
 	err := d.bolt.View(func(tx *bolt.Tx) error {
-		j, ok, err := getJSON[Job](tx.Bucket(bucketJobs), []byte(name))
+		j, ok, err := getRecord[Job](tx.Bucket(bucketJobs), []byte(name))
 		if err == nil && !ok {
 			err = fmt.Errorf("job %q: %w", name, ErrNotFound)
 		}

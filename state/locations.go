@@ -47,7 +47,7 @@ type StoreRecord struct {
 
 // PutStore records a store; Removed ones are deleted.
 func (d *DB) PutStore(r StoreRecord) error {
-	return d.bolt.Update(func(tx *bolt.Tx) error { return putJSON(tx.Bucket(bucketStores), []byte(r.Name), r) })
+	return d.bolt.Update(func(tx *bolt.Tx) error { return putRecord(tx.Bucket(bucketStores), []byte(r.Name), r) })
 }
 
 // DeleteStore forgets a store.

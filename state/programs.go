@@ -31,7 +31,7 @@ func (d *DB) PutProgram(p Program) error {
 		if err != nil {
 			return err
 		}
-		return putJSON(b, []byte(p.Name), p)
+		return putRecord(b, []byte(p.Name), p)
 	})
 }
 
@@ -40,7 +40,7 @@ func (d *DB) PutProgram(p Program) error {
 func (d *DB) GetProgram(name string) (Program, error) {
 	var out Program
 	err := d.bolt.View(func(tx *bolt.Tx) error {
-		p, ok, err := getJSON[Program](tx.Bucket(bucketPrograms), []byte(name))
+		p, ok, err := getRecord[Program](tx.Bucket(bucketPrograms), []byte(name))
 		if err == nil && !ok {
 			err = fmt.Errorf("program %q: %w", name, ErrNotFound)
 		}
@@ -54,7 +54,7 @@ func (d *DB) GetProgram(name string) (Program, error) {
 func (d *DB) Programs() ([]Program, error) {
 	var out []Program
 	err := d.bolt.View(func(tx *bolt.Tx) (err error) {
-		out, err = listJSON[Program](tx.Bucket(bucketPrograms))
+		out, err = listRecords[Program](tx.Bucket(bucketPrograms))
 		return err
 	})
 	return out, err

@@ -44,7 +44,7 @@ func (d *DB) SetPolicy(queue string, p Policy) error {
 		if p.MaxAge == 0 && p.MaxBytes == 0 && p.Retention == "" {
 			return b.Delete([]byte(queue))
 		}
-		return putJSON(b, []byte(queue), p)
+		return putRecord(b, []byte(queue), p)
 	})
 }
 
@@ -71,7 +71,7 @@ func (d *DB) Policies() (map[string]Policy, error) {
 func policyOf(tx *bolt.Tx, queue string) Policy {
 	var p Policy
 	if b := tx.Bucket(bucketPolicies); b != nil {
-		p, _, _ = getJSON[Policy](b, []byte(queue))
+		p, _, _ = getRecord[Policy](b, []byte(queue))
 	}
 	return p
 }
@@ -83,7 +83,7 @@ func owed(tx *bolt.Tx, b Block) bool {
 	held := false
 	if groups != nil {
 		groups.ForEach(func(g, _ []byte) error {
-			del, ok, _ := getJSON[Delivery](mustSub(tx, bucketDeliveries, b.Queue, string(g)), u64(b.Serial))
+			del, ok, _ := getRecord[Delivery](mustSub(tx, bucketDeliveries, b.Queue, string(g)), u64(b.Serial))
 			if ok && del.State != Done && del.State != Faulty && del.State != Lost {
 				held = true
 				return errStop
@@ -146,7 +146,7 @@ func (d *DB) Expire(queue string, limit int) (ExpireResult, error) {
 			return nil
 		}
 		queues := tx.Bucket(bucketQueues)
-		q, ok, err := getJSON[Queue](queues, []byte(queue))
+		q, ok, err := getRecord[Queue](queues, []byte(queue))
 		if err != nil || !ok {
 			return err
 		}
@@ -159,7 +159,7 @@ func (d *DB) Expire(queue string, limit int) (ExpireResult, error) {
 		var gone [][]byte
 		c := arrivals.Cursor()
 		for k, v := c.First(); k != nil && len(res.Deleted) < limit; k, v = c.Next() {
-			b, ok, err := getJSON[Block](blocks, v)
+			b, ok, err := getRecord[Block](blocks, v)
 			if err != nil {
 				return err
 			}
@@ -201,7 +201,7 @@ func (d *DB) Expire(queue string, limit int) (ExpireResult, error) {
 		if len(gone) == 0 {
 			return nil
 		}
-		return putJSON(queues, []byte(queue), q)
+		return putRecord(queues, []byte(queue), q)
 	})
 	return res, err
 }
@@ -230,7 +230,7 @@ func (d *DB) MarkLost(id block.ID, key, why string) (bool, error) {
 	marked := false
 	err := d.bolt.Update(func(tx *bolt.Tx) error {
 		blocks := mustSub(tx, bucketBlocks, id.Queue)
-		b, ok, err := getJSON[Block](blocks, blockKey(id.Instance, id.Seq))
+		b, ok, err := getRecord[Block](blocks, blockKey(id.Instance, id.Seq))
 		if err != nil || !ok || b.Key != key {
 			return err
 		}
@@ -248,14 +248,14 @@ func (d *DB) MarkLost(id block.ID, key, why string) (bool, error) {
 			return err
 		}
 		queues := tx.Bucket(bucketQueues)
-		q, _, err := getJSON[Queue](queues, []byte(id.Queue))
+		q, _, err := getRecord[Queue](queues, []byte(id.Queue))
 		if err != nil {
 			return err
 		}
 		q.Blocks--
 		q.Bytes -= b.Size
 		marked = true
-		return putJSON(queues, []byte(id.Queue), q)
+		return putRecord(queues, []byte(id.Queue), q)
 	})
 	if marked {
 		d.notify(id.Queue)
@@ -272,14 +272,14 @@ func loseDeliveries(tx *bolt.Tx, b Block, why string) ([]LostBlock, error) {
 	}
 	err := groups.ForEach(func(g, _ []byte) error {
 		dels := mustSub(tx, bucketDeliveries, b.Queue, string(g))
-		del, ok, err := getJSON[Delivery](dels, u64(b.Serial))
+		del, ok, err := getRecord[Delivery](dels, u64(b.Serial))
 		if err != nil || !ok || del.State == Done || del.State == Faulty || del.State == Lost {
 			return err
 		}
 		del.State, del.Reserver, del.Until, del.Block = Lost, "", time.Time{}, b.Name
 		del.LastError = why
 		out = append(out, LostBlock{Queue: b.Queue, Group: string(g), Block: b.Name, Why: why})
-		return putJSON(dels, u64(b.Serial), del)
+		return putRecord(dels, u64(b.Serial), del)
 	})
 	return out, err
 }
@@ -293,7 +293,7 @@ func forgetDeliveries(tx *bolt.Tx, b Block) error {
 	}
 	return groups.ForEach(func(g, _ []byte) error {
 		dels := mustSub(tx, bucketDeliveries, b.Queue, string(g))
-		del, ok, err := getJSON[Delivery](dels, u64(b.Serial))
+		del, ok, err := getRecord[Delivery](dels, u64(b.Serial))
 		if err != nil || !ok || del.State == Lost {
 			return err
 		}
@@ -314,17 +314,12 @@ func (d *DB) LostBlocks(queue, group string) ([]LostBlock, error) {
 			if group != "" && string(g) != group {
 				return nil
 			}
-			dels := mustSub(tx, bucketDeliveries, queue, string(g))
-			if dels == nil {
-				return nil
-			}
-			return dels.ForEach(func(_, v []byte) error {
-				var del Delivery
-				if err := decode(v, &del); err != nil || del.State != Lost {
-					return err
+			// From the floor: it passes only DONE deliveries.
+			return eachOwed(tx, queue, string(g), func(_ []byte, del Delivery) (bool, error) {
+				if del.State == Lost {
+					out = append(out, LostBlock{Queue: queue, Group: string(g), Block: del.Block, Why: del.LastError})
 				}
-				out = append(out, LostBlock{Queue: queue, Group: string(g), Block: del.Block, Why: del.LastError})
-				return nil
+				return false, nil
 			})
 		})
 	})
@@ -338,20 +333,20 @@ func (d *DB) LostBlocks(queue, group string) ([]LostBlock, error) {
 func (d *DB) Rekey(id block.ID, oldKey, newKey, sha string, size int64) error {
 	return d.bolt.Update(func(tx *bolt.Tx) error {
 		blocks := mustSub(tx, bucketBlocks, id.Queue)
-		b, ok, err := getJSON[Block](blocks, blockKey(id.Instance, id.Seq))
+		b, ok, err := getRecord[Block](blocks, blockKey(id.Instance, id.Seq))
 		if err != nil || !ok || b.Key != oldKey {
 			return err
 		}
 		queues := tx.Bucket(bucketQueues)
-		q, _, err := getJSON[Queue](queues, []byte(id.Queue))
+		q, _, err := getRecord[Queue](queues, []byte(id.Queue))
 		if err != nil {
 			return err
 		}
 		q.Bytes += size - b.Size
 		b.Key, b.SHA256, b.Size = newKey, sha, size
-		if err := putJSON(queues, []byte(id.Queue), q); err != nil {
+		if err := putRecord(queues, []byte(id.Queue), q); err != nil {
 			return err
 		}
-		return putJSON(blocks, blockKey(id.Instance, id.Seq), b)
+		return putRecord(blocks, blockKey(id.Instance, id.Seq), b)
 	})
 }

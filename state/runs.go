@@ -29,14 +29,23 @@ type Reservation struct {
 // such set whose deliveries are all available, and returns the blocks in
 // queue order and false when none is complete now.
 func (d *DB) ReserveJoin(queues []string, group, reserver string, visibility time.Duration) (Reservation, bool, error) {
-	return d.reserveJoin(queues, group, reserver, visibility, 0)
+	res, err := d.reserveJoin(queues, group, reserver, visibility, 0, 1, 0)
+	if len(res) == 0 {
+		return Reservation{}, false, err
+	}
+	return res[0], true, err
 }
 
-func (d *DB) reserveJoin(queues []string, group, reserver string, visibility time.Duration, after uint64) (Reservation, bool, error) {
-	var out Reservation
+// reserveJoin reserves in one transaction up to most sets (see
+// ReserveJoin) past serial after, and stops before a set would take the
+// first queue's bytes past mostBytes (0: no bound); the first set is
+// taken whatever its size.
+func (d *DB) reserveJoin(queues []string, group, reserver string, visibility time.Duration, after uint64, most int, mostBytes int64) ([]Reservation, error) {
+	var out []Reservation
 	now := d.now()
 	err := d.bolt.Update(func(tx *bolt.Tx) error {
-		out = Reservation{}
+		out = out[:0]
+		var bytes int64
 		if _, _, err := loadGroup(tx, queues[0], group); err != nil {
 			return err
 		}
@@ -45,46 +54,51 @@ func (d *DB) reserveJoin(queues []string, group, reserver string, visibility tim
 			if !del.available(now) {
 				return false, nil
 			}
-			first, ok, err := getJSON[Block](mustSub(tx, bucketBlocks, queues[0]), arrivals.Get(k))
+			first, ok, err := getRecord[Block](mustSub(tx, bucketBlocks, queues[0]), arrivals.Get(k))
 			if err != nil || !ok {
 				return false, errors.Join(err, fmt.Errorf("delivery %d of group %q names a block queue %q does not hold", bytesU64(k), group, queues[0]))
 			}
+			if len(out) > 0 && mostBytes > 0 && bytes+first.Size > mostBytes {
+				return true, nil
+			}
 			set := []Block{first}
 			for _, q := range queues[1:] {
-				b, ok, err := getJSON[Block](mustSub(tx, bucketBlocks, q), blockKey(first.Instance, first.Seq))
+				b, ok, err := getRecord[Block](mustSub(tx, bucketBlocks, q), blockKey(first.Instance, first.Seq))
 				if err != nil || !ok {
 					return false, err
 				}
-				od, ok, err := getJSON[Delivery](mustSub(tx, bucketDeliveries, q, group), u64(b.Serial))
+				od, ok, err := getRecord[Delivery](mustSub(tx, bucketDeliveries, q, group), u64(b.Serial))
 				if err != nil || !ok || !od.available(now) {
 					return false, err
 				}
 				set = append(set, b)
 			}
+			res := Reservation{Blocks: set}
 			for _, b := range set {
 				bdels := mustSub(tx, bucketDeliveries, b.Queue, group)
-				del, _, err := getJSON[Delivery](bdels, u64(b.Serial))
+				del, _, err := getRecord[Delivery](bdels, u64(b.Serial))
 				if err != nil {
 					return false, err
 				}
 				del.State, del.Until, del.Reserver = Reserved, now.Add(visibility), reserver
 				del.Attempts++
-				if err := putJSON(bdels, u64(b.Serial), del); err != nil {
+				if err := putRecord(bdels, u64(b.Serial), del); err != nil {
 					return false, err
 				}
 				if b.Queue == queues[0] {
-					out.Attempt = del.Attempts
+					res.Attempt = del.Attempts
 				}
 			}
-			out.Blocks = set
-			return true, nil
+			out = append(out, res)
+			bytes += first.Size
+			return len(out) >= most, nil
 		})
 	})
-	return out, out.Blocks != nil, err
+	return out, err
 }
 
 // mustSub returns a nested bucket in a writable transaction, or nil when
-// it does not exist in a read-only one; getJSON treats nil as empty.
+// it does not exist in a read-only one; getRecord treats nil as empty.
 func mustSub(tx *bolt.Tx, top []byte, names ...string) *bolt.Bucket {
 	b, _ := sub(tx, top, names...)
 	return b
@@ -161,7 +175,7 @@ func (d *DB) FailRun(r Run, why string, maxAttempts int, retryAt time.Time) (boo
 		if err := holds(tx, r); err != nil {
 			return err
 		}
-		del, _, err := getJSON[Delivery](mustSub(tx, bucketDeliveries, r.Inputs[0].Queue, r.Group), u64(r.Inputs[0].Serial))
+		del, _, err := getRecord[Delivery](mustSub(tx, bucketDeliveries, r.Inputs[0].Queue, r.Group), u64(r.Inputs[0].Serial))
 		if err != nil {
 			return err
 		}
@@ -178,12 +192,12 @@ func (d *DB) FailRun(r Run, why string, maxAttempts int, retryAt time.Time) (boo
 		}
 		for _, b := range r.Inputs {
 			dels := mustSub(tx, bucketDeliveries, b.Queue, r.Group)
-			del, _, err := getJSON[Delivery](dels, u64(b.Serial))
+			del, _, err := getRecord[Delivery](dels, u64(b.Serial))
 			if err != nil {
 				return err
 			}
 			del.State, del.Until, del.Reserver, del.LastError = Unreserved, retryAt, "", why
-			if err := putJSON(dels, u64(b.Serial), del); err != nil {
+			if err := putRecord(dels, u64(b.Serial), del); err != nil {
 				return err
 			}
 		}
@@ -195,7 +209,7 @@ func (d *DB) FailRun(r Run, why string, maxAttempts int, retryAt time.Time) (boo
 // holds checks that the run still holds each input's reservation.
 func holds(tx *bolt.Tx, r Run) error {
 	for _, b := range r.Inputs {
-		del, ok, err := getJSON[Delivery](mustSub(tx, bucketDeliveries, b.Queue, r.Group), u64(b.Serial))
+		del, ok, err := getRecord[Delivery](mustSub(tx, bucketDeliveries, b.Queue, r.Group), u64(b.Serial))
 		if err != nil {
 			return err
 		}
@@ -211,7 +225,7 @@ func holds(tx *bolt.Tx, r Run) error {
 func (d *DB) settle(tx *bolt.Tx, r Run, st DeliveryState, why string) error {
 	for _, b := range r.Inputs {
 		dels := mustSub(tx, bucketDeliveries, b.Queue, r.Group)
-		del, _, err := getJSON[Delivery](dels, u64(b.Serial))
+		del, _, err := getRecord[Delivery](dels, u64(b.Serial))
 		if err != nil {
 			return err
 		}
@@ -219,7 +233,7 @@ func (d *DB) settle(tx *bolt.Tx, r Run, st DeliveryState, why string) error {
 		if why != "" {
 			del.LastError = why
 		}
-		if err := putJSON(dels, u64(b.Serial), del); err != nil {
+		if err := putRecord(dels, u64(b.Serial), del); err != nil {
 			return err
 		}
 		if err := advanceFloor(tx, b.Queue, r.Group); err != nil {
@@ -258,7 +272,7 @@ func advanceFloor(tx *bolt.Tx, queue, group string) error {
 		}
 		g.SettledKnown = true
 	}
-	return putJSON(groups, []byte(group), g)
+	return putRecord(groups, []byte(group), g)
 }
 
 // FaultyBlock is a block set aside for a group after its last attempt.
@@ -286,21 +300,18 @@ func (d *DB) Faulty(queue string) ([]FaultyBlock, error) {
 			arrivals := mustSub(tx, bucketArrivals, string(q))
 			blocks := mustSub(tx, bucketBlocks, string(q))
 			return qb.ForEachBucket(func(g []byte) error {
-				return qb.Bucket(g).ForEach(func(k, v []byte) error {
-					if !bytes.Contains(v, []byte(`"`+Faulty+`"`)) {
-						return nil
+				// From the floor: it passes only DONE deliveries.
+				return eachOwed(tx, string(q), string(g), func(k []byte, del Delivery) (bool, error) {
+					if del.State != Faulty {
+						return false, nil
 					}
-					var del Delivery
-					if err := decode(v, &del); err != nil || del.State != Faulty {
-						return err
-					}
-					b, _, err := getJSON[Block](blocks, arrivals.Get(k))
+					b, _, err := getRecord[Block](blocks, arrivals.Get(k))
 					if err != nil {
-						return err
+						return false, err
 					}
 					out = append(out, FaultyBlock{Queue: string(q), Group: string(g), Block: b.Name, Serial: bytesU64(k),
 						Attempts: del.Attempts, Error: del.LastError, Time: b.Time})
-					return nil
+					return false, nil
 				})
 			})
 		})
@@ -335,26 +346,25 @@ func (d *DB) Retry(queue, name string) (int, error) {
 					del Delivery
 				}
 				var changes []change
-				err := dels.ForEach(func(k, v []byte) error {
-					var del Delivery
-					if err := decode(v, &del); err != nil || del.State != Faulty {
-						return err
+				err := eachOwed(tx, string(q), string(g), func(k []byte, del Delivery) (bool, error) {
+					if del.State != Faulty {
+						return false, nil
 					}
 					if name != "" {
-						b, _, err := getJSON[Block](blocks, arrivals.Get(k))
+						b, _, err := getRecord[Block](blocks, arrivals.Get(k))
 						if err != nil || b.Name != name {
-							return err
+							return false, err
 						}
 					}
 					del.State, del.Attempts, del.Until = Unreserved, 0, time.Time{}
 					changes = append(changes, change{bytes.Clone(k), del})
-					return nil
+					return false, nil
 				})
 				if err != nil {
 					return err
 				}
 				for _, c := range changes {
-					if err := putJSON(dels, c.k, c.del); err != nil {
+					if err := putRecord(dels, c.k, c.del); err != nil {
 						return err
 					}
 				}
@@ -385,14 +395,11 @@ func (d *DB) ResetReservations(group string, queues []string, crashed func(reser
 		runs := map[string]*Run{}
 		var order []string
 		for _, q := range queues {
-			dels := mustSub(tx, bucketDeliveries, q, group)
-			if dels == nil {
-				continue
-			}
-			if err := dels.ForEach(func(k, v []byte) error {
-				var del Delivery
-				if err := decode(v, &del); err != nil || del.State != Reserved {
-					return err
+			// From the floor: below it all is done, and a restart must
+			// not cost the group's history.
+			if err := eachOwed(tx, q, group, func(k []byte, del Delivery) (bool, error) {
+				if del.State != Reserved {
+					return false, nil
 				}
 				r := runs[del.Reserver]
 				if r == nil {
@@ -401,7 +408,7 @@ func (d *DB) ResetReservations(group string, queues []string, crashed func(reser
 					order = append(order, del.Reserver)
 				}
 				r.Inputs = append(r.Inputs, Block{Queue: q, Serial: bytesU64(k)})
-				return nil
+				return false, nil
 			}); err != nil {
 				return err
 			}
@@ -409,7 +416,7 @@ func (d *DB) ResetReservations(group string, queues []string, crashed func(reser
 		for _, id := range order {
 			r := runs[id]
 			counted := crashed(id)
-			first, _, err := getJSON[Delivery](mustSub(tx, bucketDeliveries, r.Inputs[0].Queue, group), u64(r.Inputs[0].Serial))
+			first, _, err := getRecord[Delivery](mustSub(tx, bucketDeliveries, r.Inputs[0].Queue, group), u64(r.Inputs[0].Serial))
 			if err != nil {
 				return err
 			}
@@ -422,7 +429,7 @@ func (d *DB) ResetReservations(group string, queues []string, crashed func(reser
 			}
 			for _, b := range r.Inputs {
 				dels := mustSub(tx, bucketDeliveries, b.Queue, group)
-				del, _, err := getJSON[Delivery](dels, u64(b.Serial))
+				del, _, err := getRecord[Delivery](dels, u64(b.Serial))
 				if err != nil {
 					return err
 				}
@@ -432,7 +439,7 @@ func (d *DB) ResetReservations(group string, queues []string, crashed func(reser
 				} else {
 					del.Attempts = max(del.Attempts-1, 0)
 				}
-				if err := putJSON(dels, u64(b.Serial), del); err != nil {
+				if err := putRecord(dels, u64(b.Serial), del); err != nil {
 					return err
 				}
 			}
@@ -452,13 +459,13 @@ func (d *DB) ReleaseRun(r Run) error {
 		}
 		for _, b := range r.Inputs {
 			dels := mustSub(tx, bucketDeliveries, b.Queue, r.Group)
-			del, _, err := getJSON[Delivery](dels, u64(b.Serial))
+			del, _, err := getRecord[Delivery](dels, u64(b.Serial))
 			if err != nil {
 				return err
 			}
 			del.State, del.Until, del.Reserver = Unreserved, time.Time{}, ""
 			del.Attempts = max(del.Attempts-1, 0)
-			if err := putJSON(dels, u64(b.Serial), del); err != nil {
+			if err := putRecord(dels, u64(b.Serial), del); err != nil {
 				return err
 			}
 		}
@@ -500,7 +507,7 @@ func (d *DB) DeleteConsumed(queue string, serial uint64) (Block, bool, error) {
 		var names [][]byte
 		owed := 0
 		err := groups.ForEach(func(g, _ []byte) error {
-			del, ok, err := getJSON[Delivery](mustSub(tx, bucketDeliveries, queue, string(g)), u64(serial))
+			del, ok, err := getRecord[Delivery](mustSub(tx, bucketDeliveries, queue, string(g)), u64(serial))
 			if err != nil || !ok {
 				return err
 			}
@@ -520,7 +527,7 @@ func (d *DB) DeleteConsumed(queue string, serial uint64) (Block, bool, error) {
 		arrivals := mustSub(tx, bucketArrivals, queue)
 		blocks := mustSub(tx, bucketBlocks, queue)
 		k := arrivals.Get(u64(serial))
-		b, ok, err := getJSON[Block](blocks, k)
+		b, ok, err := getRecord[Block](blocks, k)
 		if err != nil || !ok {
 			return err
 		}
@@ -555,14 +562,14 @@ func (d *DB) DeleteConsumed(queue string, serial uint64) (Block, bool, error) {
 			return err
 		}
 		queues := tx.Bucket(bucketQueues)
-		q, _, err := getJSON[Queue](queues, []byte(queue))
+		q, _, err := getRecord[Queue](queues, []byte(queue))
 		if err != nil {
 			return err
 		}
 		q.Blocks--
 		q.Bytes -= b.Size
 		out, deleted = b, true
-		return putJSON(queues, []byte(queue), q)
+		return putRecord(queues, []byte(queue), q)
 	})
 	return out, deleted, err
 }
@@ -583,7 +590,7 @@ func (d *DB) OldestOwed(queue, group string) (time.Time, bool, error) {
 			if del.State == Done || del.State == Faulty {
 				return false, nil
 			}
-			b, ok, err := getJSON[Block](blocks, arrivals.Get(k))
+			b, ok, err := getRecord[Block](blocks, arrivals.Get(k))
 			if err != nil || !ok {
 				return false, err
 			}
@@ -602,7 +609,7 @@ func (d *DB) Extend(inputs []Block, group, reserver string, ttl time.Duration) e
 	return d.bolt.Update(func(tx *bolt.Tx) error {
 		for _, b := range inputs {
 			dels := mustSub(tx, bucketDeliveries, b.Queue, group)
-			del, ok, err := getJSON[Delivery](dels, u64(b.Serial))
+			del, ok, err := getRecord[Delivery](dels, u64(b.Serial))
 			if err != nil {
 				return err
 			}
@@ -610,7 +617,7 @@ func (d *DB) Extend(inputs []Block, group, reserver string, ttl time.Duration) e
 				return fmt.Errorf("block %s: %w", b.Name, ErrLostReservation)
 			}
 			del.Until = now.Add(ttl)
-			if err := putJSON(dels, u64(b.Serial), del); err != nil {
+			if err := putRecord(dels, u64(b.Serial), del); err != nil {
 				return err
 			}
 		}

@@ -6,8 +6,11 @@ import (
 	"fmt"
 	"path/filepath"
 	"reflect"
+	"slices"
 	"testing"
 	"time"
+
+	bolt "go.etcd.io/bbolt"
 
 	"github.com/plumb-dev/plumb/block"
 )
@@ -115,13 +118,13 @@ func TestGroupsReserveAck(t *testing.T) {
 	}
 	// A reader that fails mid-block releases it; a stale reader cannot
 	// release what another now holds.
-	if err := db.Release("pcap.sz", "early", b.Serial, "r1"); err != nil {
+	if err := db.Release("pcap.sz", "early", "r1", b.Serial); err != nil {
 		t.Fatal(err)
 	}
 	if other, ok, _ := db.Reserve("pcap.sz", "early", "r9", time.Minute); !ok || other.Seq != 4 {
 		t.Fatalf("after a stale release got %+v %v; want block 4 (2 is still r3's)", other, ok)
 	}
-	if err := db.Release("pcap.sz", "early", b.Serial, "r3"); err != nil {
+	if err := db.Release("pcap.sz", "early", "r3", b.Serial); err != nil {
 		t.Fatal(err)
 	}
 	if again, ok, _ := db.Reserve("pcap.sz", "early", "r4", time.Minute); !ok || again.Seq != 2 {
@@ -382,14 +385,14 @@ func TestReserveAfter(t *testing.T) {
 	}
 	next := func(after uint64) uint64 {
 		t.Helper()
-		b, ok, err := db.ReserveAfter("pcap.sz", "g", "r", time.Second, after)
-		if err != nil {
-			t.Fatal(err)
+		bs, err := db.ReserveAfter("pcap.sz", "g", "r", time.Second, after, 1, 0)
+		if err != nil || len(bs) > 1 {
+			t.Fatal(bs, err)
 		}
-		if !ok {
+		if len(bs) == 0 {
 			return 0
 		}
-		return b.Seq
+		return bs[0].Seq
 	}
 	for want := uint64(1); want <= 3; want++ {
 		if got := next(want - 1); got != want {
@@ -408,5 +411,61 @@ func TestReserveAfter(t *testing.T) {
 	}
 	if got := next(0); got != 1 {
 		t.Fatalf("reserve from the floor: block %d, want 1, whose reservation expired", got)
+	}
+}
+
+// TestReserveAhead: a reader of small blocks reserves several in one
+// commit, up to a count and a byte bound (the first whatever its size);
+// what it reserved ahead and never sent goes back uncounted.
+func TestReserveAhead(t *testing.T) {
+	db, _ := open(t)
+	for seq := uint64(1); seq <= 6; seq++ {
+		if _, _, err := db.CommitBlock(mk(seq, fmt.Sprint("s", seq))); err != nil { // 10 bytes each
+			t.Fatal(err)
+		}
+	}
+	if _, err := db.EnsureGroup("pcap.sz", "g", Earliest); err != nil {
+		t.Fatal(err)
+	}
+	seqs := func(bs []Block) (out []uint64) {
+		for _, b := range bs {
+			out = append(out, b.Seq)
+		}
+		return out
+	}
+	for _, c := range []struct {
+		most  int
+		bytes int64
+		want  []uint64
+	}{{2, 0, []uint64{1, 2}}, {10, 25, []uint64{3, 4}}, {10, 5, []uint64{5}}, {10, 0, []uint64{6}}} {
+		bs, err := db.ReserveAfter("pcap.sz", "g", "r", time.Minute, 0, c.most, c.bytes)
+		if err != nil || !slices.Equal(seqs(bs), c.want) {
+			t.Fatalf("reserve %d, %d bytes: %v, %v; want %v", c.most, c.bytes, seqs(bs), err, c.want)
+		}
+	}
+	if err := db.Unreserve("pcap.sz", "g", "r", 3, 4); err != nil {
+		t.Fatal(err)
+	}
+	bs, err := db.ReserveAfter("pcap.sz", "g", "r2", time.Minute, 0, 10, 0)
+	if err != nil || !slices.Equal(seqs(bs), []uint64{3, 4}) {
+		t.Fatalf("after unreserving 3 and 4: %v, %v", seqs(bs), err)
+	}
+	res, _, err := db.ReserveJoin([]string{"pcap.sz"}, "g", "r3", time.Minute)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(res.Blocks) != 0 {
+		t.Fatalf("every block is reserved, yet %v", res)
+	}
+	var attempts []int
+	for _, seq := range []uint64{1, 3} {
+		db.bolt.View(func(tx *bolt.Tx) error {
+			del, _, _ := getRecord[Delivery](mustSub(tx, bucketDeliveries, "pcap.sz", "g"), u64(seq))
+			attempts = append(attempts, del.Attempts)
+			return nil
+		})
+	}
+	if !slices.Equal(attempts, []int{1, 1}) {
+		t.Errorf("attempts of blocks 1 and 3 = %v; want 1 each (3's first reservation was never sent)", attempts)
 	}
 }

@@ -119,7 +119,7 @@ func (d *DB) OpenOwnedCursor(queue, instance, consumer, from, owner string, admi
 			return err
 		}
 		k := cursorKey(instance, consumer)
-		old, ok, err := getJSON[Cursor](sb, k)
+		old, ok, err := getRecord[Cursor](sb, k)
 		if err != nil {
 			return err
 		}
@@ -159,7 +159,7 @@ func (d *DB) OpenOwnedCursor(queue, instance, consumer, from, owner string, admi
 			c.Next = n
 		}
 		c.Pending = false
-		return putJSON(sb, k, c)
+		return putRecord(sb, k, c)
 	})
 	return c, err
 }
@@ -186,7 +186,7 @@ func (d *DB) updateCursor(queue, instance, consumer string, fn func(tx *bolt.Tx,
 			return err
 		}
 		k := cursorKey(instance, consumer)
-		cur, ok, err := getJSON[Cursor](sb, k)
+		cur, ok, err := getRecord[Cursor](sb, k)
 		if err != nil {
 			return err
 		}
@@ -197,7 +197,7 @@ func (d *DB) updateCursor(queue, instance, consumer string, fn func(tx *bolt.Tx,
 			return err
 		}
 		c = cur
-		return putJSON(sb, k, cur)
+		return putRecord(sb, k, cur)
 	})
 	return c, err
 }
@@ -247,7 +247,7 @@ func (d *DB) PeekNext(queue, instance, consumer string) (Peek, error) {
 func (d *DB) ProcessNext(queue, instance, consumer string) (Block, error) {
 	var b Block
 	_, err := d.updateCursor(queue, instance, consumer, func(tx *bolt.Tx, c *Cursor) error {
-		blk, ok, err := getJSON[Block](mustSub(tx, bucketBlocks, queue), blockKey(instance, c.Next))
+		blk, ok, err := getRecord[Block](mustSub(tx, bucketBlocks, queue), blockKey(instance, c.Next))
 		if err != nil {
 			return err
 		}
@@ -334,7 +334,7 @@ func (d *DB) Cursors(queue string) ([]Cursor, error) {
 	var out []Cursor
 	err := d.bolt.View(func(tx *bolt.Tx) error {
 		var err error
-		out, err = listJSON[Cursor](mustSub(tx, bucketStreams, queue))
+		out, err = listRecords[Cursor](mustSub(tx, bucketStreams, queue))
 		return err
 	})
 	return out, err
@@ -371,14 +371,14 @@ func (d *DB) CheckpointAt(queue, instance, consumer string, next uint64, st map[
 		}
 		var horizon time.Time
 		if keepFor > 0 {
-			last, ok, err := getJSON[Block](blocks, blockKey(instance, next-1))
+			last, ok, err := getRecord[Block](blocks, blockKey(instance, next-1))
 			if err != nil || !ok {
 				return err // without the newest block's time, keep all
 			}
 			horizon = last.Time.Add(-keepFor)
 		}
 		for seq := from; seq < upTo; seq++ {
-			b, ok, err := getJSON[Block](blocks, blockKey(instance, seq))
+			b, ok, err := getRecord[Block](blocks, blockKey(instance, seq))
 			if err != nil {
 				return err
 			}
@@ -443,7 +443,7 @@ func (d *DB) StreamOwed(c Cursor) (n int64, first time.Time, ok bool, err error)
 		cur := blocks.Cursor()
 		for k, _ := cur.Seek(blockKey(c.Instance, c.Next)); k != nil && bytes.HasPrefix(k, prefix) && len(k) == len(prefix)+8; k, _ = cur.Next() {
 			if n == 0 {
-				b, _, err := getJSON[Block](blocks, k)
+				b, _, err := getRecord[Block](blocks, k)
 				if err != nil {
 					return fmt.Errorf("block %s/%s seq %d: %w", c.Queue, c.Instance, bytesU64(k[len(prefix):]), err)
 				}

@@ -3,7 +3,6 @@ package state
 import (
 	"bytes"
 	"cmp"
-	"encoding/json"
 	"fmt"
 	"slices"
 	"time"
@@ -62,7 +61,7 @@ func (d *DB) CommitWindow(rec WindowRecord, queue string, consumed []Block, outp
 			}
 			rec.Outputs = append(rec.Outputs, b.Name)
 		}
-		if err := putJSON(ws, k, rec); err != nil {
+		if err := putRecord(ws, k, rec); err != nil {
 			return err
 		}
 		dels := mustSub(tx, bucketDeliveries, queue, rec.Stage)
@@ -89,7 +88,7 @@ func (d *DB) Windows(stage string) ([]WindowRecord, error) {
 	var out []WindowRecord
 	err := d.bolt.View(func(tx *bolt.Tx) error {
 		var err error
-		out, err = listJSON[WindowRecord](mustSub(tx, bucketWindows, stage))
+		out, err = listRecords[WindowRecord](mustSub(tx, bucketWindows, stage))
 		return err
 	})
 	return out, err
@@ -190,7 +189,7 @@ func (d *DB) SiteTails(queue, group string, start uint64, needed func(low, b Blo
 				return fmt.Errorf("queue %s: site %s's lowest owed block is not stored", queue, inst)
 			}
 			var low Block
-			if err := json.Unmarshal(pv, &low); err != nil {
+			if err := decode(pv, &low); err != nil {
 				return err
 			}
 			// Down from the pivot while needed; the first block not
@@ -198,7 +197,7 @@ func (d *DB) SiteTails(queue, group string, start uint64, needed func(low, b Blo
 			k, v := c.Prev()
 			for ; k != nil && bytes.HasPrefix(k, prefix); k, v = c.Prev() {
 				var b Block
-				if err := json.Unmarshal(v, &b); err != nil {
+				if err := decode(v, &b); err != nil {
 					return err
 				}
 				if !needed(low, b) {
@@ -211,7 +210,7 @@ func (d *DB) SiteTails(queue, group string, start uint64, needed func(low, b Blo
 			// Up from there to the site's newest.
 			for ; k != nil && bytes.HasPrefix(k, prefix); k, v = c.Next() {
 				var b Block
-				if err := json.Unmarshal(v, &b); err != nil {
+				if err := decode(v, &b); err != nil {
 					return err
 				}
 				if b.Serial > start {
