@@ -57,6 +57,10 @@ type Group struct {
 	// move of their floor).
 	Settled      int64 `json:"settled,omitempty"`
 	SettledKnown bool  `json:"settled_known,omitempty"`
+	// Cleared is a serial at or below Floor up to which the DONE
+	// deliveries are deleted: a group keeps the records of what it has
+	// open, not of its history. A delivery missing there was DONE.
+	Cleared uint64 `json:"cleared,omitempty"`
 	// Start is the serial after which the group is owed blocks: 0 from
 	// earliest, the newest serial at creation from latest.
 	Start uint64 `json:"start"`
@@ -302,7 +306,6 @@ func (d *DB) Ack(queue, group string, ids []block.ID) (int, error) {
 			return err
 		}
 		blocks, _ := sub(tx, bucketBlocks, queue)
-		dels, _ := sub(tx, bucketDeliveries, queue, group)
 		for _, id := range ids {
 			b, ok, err := getRecord[Block](blocks, blockKey(id.Instance, id.Seq))
 			if err != nil {
@@ -311,7 +314,7 @@ func (d *DB) Ack(queue, group string, ids []block.ID) (int, error) {
 			if !ok || id.Queue != queue {
 				return fmt.Errorf("ack of block %s for group %q: %w in queue %q", id, group, ErrNotFound, queue)
 			}
-			owed, changed, err := markDone(dels, b.Serial)
+			owed, changed, err := markDone(tx, queue, group, b.Serial)
 			if err != nil {
 				return err
 			}
@@ -330,14 +333,32 @@ func (d *DB) Ack(queue, group string, ids []block.ID) (int, error) {
 // markDone records a group's delivery of a block as done. It reports
 // whether the block was owed to the group at all, and whether this
 // changed its state.
-func markDone(dels *bolt.Bucket, serial uint64) (owed, changed bool, err error) {
-	del, ok, err := getRecord[Delivery](dels, u64(serial))
+func markDone(tx *bolt.Tx, queue, group string, serial uint64) (owed, changed bool, err error) {
+	del, ok, err := deliveryOf(tx, queue, group, serial)
 	if err != nil || !ok || del.State == Done {
 		return ok, false, err
 	}
 	del.State, del.Until, del.Reserver = Done, time.Time{}, ""
-	return true, true, putRecord(dels, u64(serial), del)
+	return true, true, putRecord(mustSub(tx, bucketDeliveries, queue, group), u64(serial), del)
 }
+
+// deliveryOf reads a group's delivery of a block; one cleared below the
+// group's floor reads as DONE.
+func deliveryOf(tx *bolt.Tx, queue, group string, serial uint64) (Delivery, bool, error) {
+	del, ok, err := getRecord[Delivery](mustSub(tx, bucketDeliveries, queue, group), u64(serial))
+	if ok || err != nil {
+		return del, ok, err
+	}
+	g, ok, err := getRecord[Group](mustSub(tx, bucketGroups, queue), []byte(group))
+	if err != nil || !ok || !g.cleared(serial) {
+		return Delivery{}, false, err
+	}
+	return Delivery{State: Done}, true, nil
+}
+
+// cleared reports whether the group's delivery of serial was DONE and
+// its record deleted.
+func (g Group) cleared(serial uint64) bool { return g.Start < serial && serial <= g.Cleared }
 
 // Groups returns the delivery counts of every group of a queue.
 func (d *DB) Groups(queue string) ([]GroupStats, error) {
@@ -396,19 +417,26 @@ func (d *DB) Groups(queue string) ([]GroupStats, error) {
 // forgetDelivery deletes a group's delivery of a block, keeping the
 // group's count of settled deliveries when it was one of them.
 func forgetDelivery(tx *bolt.Tx, queue, group string, serial uint64) error {
-	dels := mustSub(tx, bucketDeliveries, queue, group)
-	if dels == nil || dels.Get(u64(serial)) == nil {
-		return nil
-	}
-	if err := dels.Delete(u64(serial)); err != nil {
-		return err
-	}
 	groups, g, err := loadGroup(tx, queue, group)
 	if errors.Is(err, ErrNotFound) {
 		return nil
 	}
-	if err != nil || !g.SettledKnown || serial > g.Floor {
+	if err != nil {
 		return err
+	}
+	dels := mustSub(tx, bucketDeliveries, queue, group)
+	if dels == nil {
+		return nil
+	}
+	if dels.Get(u64(serial)) == nil {
+		if !g.cleared(serial) {
+			return nil
+		}
+	} else if err := dels.Delete(u64(serial)); err != nil {
+		return err
+	}
+	if !g.SettledKnown || serial > g.Floor {
+		return nil
 	}
 	g.Settled--
 	return putRecord(groups, []byte(group), g)
@@ -482,12 +510,8 @@ func (d *DB) DeliveriesOf(queue string, serials []uint64) (map[uint64]map[string
 			return nil
 		}
 		return groups.ForEach(func(name, _ []byte) error {
-			dels, _ := sub(tx, bucketDeliveries, queue, string(name))
-			if dels == nil {
-				return nil
-			}
 			for _, s := range serials {
-				del, ok, err := getRecord[Delivery](dels, u64(s))
+				del, ok, err := deliveryOf(tx, queue, string(name), s)
 				if err != nil {
 					return err
 				}

@@ -83,7 +83,7 @@ func owed(tx *bolt.Tx, b Block) bool {
 	held := false
 	if groups != nil {
 		groups.ForEach(func(g, _ []byte) error {
-			del, ok, _ := getRecord[Delivery](mustSub(tx, bucketDeliveries, b.Queue, string(g)), u64(b.Serial))
+			del, ok, _ := deliveryOf(tx, b.Queue, string(g), b.Serial)
 			if ok && del.State != Done && del.State != Faulty && del.State != Lost {
 				held = true
 				return errStop
@@ -292,8 +292,7 @@ func forgetDeliveries(tx *bolt.Tx, b Block) error {
 		return nil
 	}
 	return groups.ForEach(func(g, _ []byte) error {
-		dels := mustSub(tx, bucketDeliveries, b.Queue, string(g))
-		del, ok, err := getRecord[Delivery](dels, u64(b.Serial))
+		del, ok, err := deliveryOf(tx, b.Queue, string(g), b.Serial)
 		if err != nil || !ok || del.State == Lost {
 			return err
 		}

@@ -272,7 +272,41 @@ func advanceFloor(tx *bolt.Tx, queue, group string) error {
 		}
 		g.SettledKnown = true
 	}
+	if err := clearDone(tx, queue, group, &g); err != nil {
+		return err
+	}
 	return putRecord(groups, []byte(group), g)
+}
+
+// clearMost is the most DONE deliveries one floor move deletes: a group
+// with a long history from before they were deleted is cleared a piece
+// at a time, not in one transaction.
+const clearMost = 4096
+
+// clearDone deletes a group's DONE deliveries below its floor, which
+// Settled has counted, and moves g.Cleared up over them.
+func clearDone(tx *bolt.Tx, queue, group string, g *Group) error {
+	dels := mustSub(tx, bucketDeliveries, queue, group)
+	if dels == nil || !g.SettledKnown || g.Cleared >= g.Floor {
+		return nil
+	}
+	var gone [][]byte
+	c := dels.Cursor()
+	k, _ := c.Seek(u64(max(g.Cleared, g.Start) + 1))
+	for ; k != nil && bytesU64(k) <= g.Floor && len(gone) < clearMost; k, _ = c.Next() {
+		gone = append(gone, bytes.Clone(k))
+	}
+	for _, k := range gone {
+		if err := dels.Delete(k); err != nil {
+			return err
+		}
+	}
+	if k == nil || bytesU64(k) > g.Floor {
+		g.Cleared = g.Floor
+	} else {
+		g.Cleared = bytesU64(k) - 1 // k is the first left
+	}
+	return nil
 }
 
 // FaultyBlock is a block set aside for a group after its last attempt.
@@ -507,7 +541,7 @@ func (d *DB) DeleteConsumed(queue string, serial uint64) (Block, bool, error) {
 		var names [][]byte
 		owed := 0
 		err := groups.ForEach(func(g, _ []byte) error {
-			del, ok, err := getRecord[Delivery](mustSub(tx, bucketDeliveries, queue, string(g)), u64(serial))
+			del, ok, err := deliveryOf(tx, queue, string(g), serial)
 			if err != nil || !ok {
 				return err
 			}

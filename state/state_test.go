@@ -469,3 +469,120 @@ func TestReserveAhead(t *testing.T) {
 		t.Errorf("attempts of blocks 1 and 3 = %v; want 1 each (3's first reservation was never sent)", attempts)
 	}
 }
+
+// deliveryRecords counts the delivery records a group keeps.
+func deliveryRecords(t *testing.T, db *DB, queue, group string) int {
+	t.Helper()
+	n := 0
+	db.bolt.View(func(tx *bolt.Tx) error {
+		if dels := mustSub(tx, bucketDeliveries, queue, group); dels != nil {
+			n = dels.Stats().KeyN
+		}
+		return nil
+	})
+	return n
+}
+
+// TestDoneDeliveriesAreCleared: a group keeps the delivery records of
+// what it has open, not of its history: those below its floor go, and
+// every question about them still has its old answer.
+func TestDoneDeliveriesAreCleared(t *testing.T) {
+	db, _ := open(t)
+	for seq := uint64(1); seq <= 10; seq++ {
+		if _, _, err := db.CommitBlock(mk(seq, fmt.Sprint("s", seq))); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := db.EnsureGroup("pcap.sz", "g", Earliest); err != nil {
+		t.Fatal(err)
+	}
+	var ids []block.ID
+	for seq := uint64(1); seq <= 6; seq++ {
+		ids = append(ids, mk(seq, "").ID())
+	}
+	if n, err := db.Ack("pcap.sz", "g", ids[:5]); err != nil || n != 5 {
+		t.Fatalf("ack 1-5: %d, %v", n, err)
+	}
+	if n, err := db.Ack("pcap.sz", "g", ids[5:]); err != nil || n != 1 {
+		t.Fatalf("ack 6: %d, %v", n, err)
+	}
+	if got := deliveryRecords(t, db, "pcap.sz", "g"); got != 4 {
+		t.Errorf("%d delivery records after 6 of 10 blocks were done; want 4", got)
+	}
+	stats, err := db.Groups("pcap.sz")
+	if err != nil || len(stats) != 1 || stats[0].Done != 6 || stats[0].Unreserved != 4 {
+		t.Fatalf("stats %+v, %v; want 6 done and 4 unreserved", stats, err)
+	}
+	if n, err := db.Ack("pcap.sz", "g", ids[2:3]); err != nil || n != 0 {
+		t.Errorf("acking a cleared block again: %d, %v; want 0, nil", n, err)
+	}
+	b2, _ := db.Lookup(ids[1])
+	b8, _ := db.Lookup(mk(8, "").ID())
+	dels, err := db.DeliveriesOf("pcap.sz", []uint64{b2.Serial, b8.Serial})
+	if err != nil || dels[b2.Serial]["g"].State != Done || dels[b8.Serial]["g"].State != Unreserved {
+		t.Errorf("deliveries of blocks 2 and 8: %v, %v; want DONE and UNRESERVED", dels, err)
+	}
+	if _, deleted, err := db.DeleteConsumed("pcap.sz", b2.Serial); err != nil || !deleted {
+		t.Fatalf("retention of a consumed block whose delivery was cleared: %v, %v", deleted, err)
+	}
+	if _, deleted, err := db.DeleteConsumed("pcap.sz", b8.Serial); err != nil || deleted {
+		t.Fatalf("retention of an owed block: %v, %v", deleted, err)
+	}
+	if stats, _ := db.Groups("pcap.sz"); stats[0].Done != 5 {
+		t.Errorf("after block 2 was deleted the group counts %d done; want 5", stats[0].Done)
+	}
+}
+
+// TestLongHistoryIsClearedInPieces: a group with the DONE records of a
+// long history (kept by servers before they were cleared) loses them a
+// piece at a time as its floor moves, never in one huge transaction.
+func TestLongHistoryIsClearedInPieces(t *testing.T) {
+	db, _ := open(t)
+	if _, _, err := db.CommitBlock(mk(1, "s1")); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := db.EnsureGroup("pcap.sz", "g", Earliest); err != nil {
+		t.Fatal(err)
+	}
+	old := uint64(clearMost + 10)
+	err := db.bolt.Update(func(tx *bolt.Tx) error {
+		// Serial 1 is block 1's; 2..old are an old server's history,
+		// done, below the floor, with their records kept.
+		dels := mustSub(tx, bucketDeliveries, "pcap.sz", "g")
+		for s := uint64(2); s <= old; s++ {
+			if err := putRecord(dels, u64(s), Delivery{State: Done, Attempts: 1}); err != nil {
+				return err
+			}
+		}
+		if err := mustSub(tx, bucketArrivals, "pcap.sz").SetSequence(old); err != nil {
+			return err
+		}
+		groups, g, err := loadGroup(tx, "pcap.sz", "g")
+		if err != nil {
+			return err
+		}
+		g.Floor, g.Settled, g.SettledKnown, g.Cleared = 0, 0, true, 0
+		return putRecord(groups, []byte("g"), g)
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for seq := uint64(2); seq <= 3; seq++ {
+		if _, _, err := db.CommitBlock(mk(seq, fmt.Sprint("s", seq))); err != nil {
+			t.Fatal(err)
+		}
+	}
+	want := []int{int(old) + 2 - clearMost, 1} // open: block 3, then none cleared is left
+	for i, seq := range []uint64{1, 2} {
+		if _, err := db.Ack("pcap.sz", "g", []block.ID{mk(seq, "").ID()}); err != nil {
+			t.Fatal(err)
+		}
+		if got := deliveryRecords(t, db, "pcap.sz", "g"); got != want[i] {
+			t.Errorf("after the ack of block %d: %d delivery records, want %d", seq, got, want[i])
+		}
+	}
+	g, err := db.GetGroup("pcap.sz", "g")
+	if err != nil || g.Cleared != g.Floor || g.Settled != int64(old)+1 {
+		t.Errorf("group %+v, %v; want cleared to its floor, %d settled", g, err, old+1)
+	}
+}

@@ -389,7 +389,7 @@ func (d *DB) CheckpointAt(queue, instance, consumer string, next uint64, st map[
 			if !ok {
 				continue
 			}
-			_, changed, err := markDone(dels, b.Serial)
+			_, changed, err := markDone(tx, queue, consumer, b.Serial)
 			if err != nil {
 				return err
 			}

@@ -69,7 +69,7 @@ func (d *DB) CommitWindow(rec WindowRecord, queue string, consumed []Block, outp
 			return nil
 		}
 		for _, b := range consumed {
-			if _, _, err := markDone(dels, b.Serial); err != nil {
+			if _, _, err := markDone(tx, queue, rec.Stage, b.Serial); err != nil {
 				return err
 			}
 		}
