@@ -267,6 +267,32 @@ func eachOwed(tx *bolt.Tx, queue, group string, fn func(serial []byte, del Deliv
 	return eachOwedAfter(tx, queue, group, 0, fn)
 }
 
+// eachUnsettled is eachOwed over the deliveries set aside below the
+// floor (FAULTY, LOST) too, first. Below the floor DONE deliveries are
+// cleared as it moves, so the walk there costs what was set aside.
+func eachUnsettled(tx *bolt.Tx, queue, group string, fn func(serial []byte, del Delivery) (done bool, err error)) error {
+	g, ok, err := getRecord[Group](mustSub(tx, bucketGroups, queue), []byte(group))
+	if err != nil || !ok {
+		return err
+	}
+	if dels := mustSub(tx, bucketDeliveries, queue, group); dels != nil {
+		c := dels.Cursor()
+		for k, v := c.Seek(u64(g.Start + 1)); k != nil && bytesU64(k) <= g.Floor; k, v = c.Next() {
+			var del Delivery
+			if err := decode(v, &del); err != nil {
+				return err
+			}
+			if del.State == Done {
+				continue
+			}
+			if done, err := fn(k, del); done || err != nil {
+				return err
+			}
+		}
+	}
+	return eachOwed(tx, queue, group, fn)
+}
+
 // eachOwedAfter is eachOwed from past serial after, when it is above the
 // floor.
 func eachOwedAfter(tx *bolt.Tx, queue, group string, after uint64, fn func(serial []byte, del Delivery) (done bool, err error)) error {
@@ -386,7 +412,20 @@ func (d *DB) Groups(queue string) ([]GroupStats, error) {
 			k, v := c.First()
 			if g.SettledKnown {
 				s.Done = int(g.Settled)
-				k, v = c.Seek(u64(g.Floor + 1))
+				// Below the floor: what was set aside, and DONE
+				// deliveries not cleared yet (counted in Settled).
+				for k, v = c.Seek(u64(g.Start + 1)); k != nil && bytesU64(k) <= g.Floor; k, v = c.Next() {
+					var del Delivery
+					if err := decode(v, &del); err != nil {
+						return err
+					}
+					switch del.State {
+					case Faulty:
+						s.Faulty++
+					case Lost:
+						s.Lost++
+					}
+				}
 			}
 			for ; k != nil; k, v = c.Next() {
 				var del Delivery
@@ -428,14 +467,14 @@ func forgetDelivery(tx *bolt.Tx, queue, group string, serial uint64) error {
 	if dels == nil {
 		return nil
 	}
-	if dels.Get(u64(serial)) == nil {
-		if !g.cleared(serial) {
-			return nil
-		}
-	} else if err := dels.Delete(u64(serial)); err != nil {
+	del, ok, err := deliveryOf(tx, queue, group, serial)
+	if err != nil || !ok {
 		return err
 	}
-	if !g.SettledKnown || serial > g.Floor {
+	if err := dels.Delete(u64(serial)); err != nil {
+		return err
+	}
+	if !g.SettledKnown || serial > g.Floor || del.State != Done {
 		return nil
 	}
 	g.Settled--

@@ -105,13 +105,13 @@ func (d *DB) GroupNames(queue string) ([]string, error) {
 	return out, err
 }
 
-// Owed counts a group's deliveries past its floor (where every earlier
-// one is done): those it could take now or after a retry backoff, and the
-// FAULTY ones. Its cost follows what is open, not the queue's history.
+// Owed counts a group's deliveries it could take now or after a retry
+// backoff, and the FAULTY ones. Its cost follows what is open and what
+// was set aside, not the queue's history.
 func (d *DB) Owed(queue, group string) (backlog, faulty int64, err error) {
 	now := d.now()
 	err = d.bolt.View(func(tx *bolt.Tx) error {
-		return eachOwed(tx, queue, group, func(_ []byte, del Delivery) (bool, error) {
+		return eachUnsettled(tx, queue, group, func(_ []byte, del Delivery) (bool, error) {
 			switch {
 			case del.State == Unreserved || del.State == Reserved && now.After(del.Until):
 				backlog++

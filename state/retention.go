@@ -313,8 +313,7 @@ func (d *DB) LostBlocks(queue, group string) ([]LostBlock, error) {
 			if group != "" && string(g) != group {
 				return nil
 			}
-			// From the floor: it passes only DONE deliveries.
-			return eachOwed(tx, queue, string(g), func(_ []byte, del Delivery) (bool, error) {
+			return eachUnsettled(tx, queue, string(g), func(_ []byte, del Delivery) (bool, error) {
 				if del.State == Lost {
 					out = append(out, LostBlock{Queue: queue, Group: string(g), Block: del.Block, Why: del.LastError})
 				}

@@ -243,38 +243,92 @@ func (d *DB) settle(tx *bolt.Tx, r Run, st DeliveryState, why string) error {
 	return nil
 }
 
-// advanceFloor moves a group's floor over its leading DONE deliveries.
+// advanceFloor moves a group's floor over its leading settled
+// deliveries: DONE, and those set aside, FAULTY or LOST. A block set
+// aside once must not hold back every later scan of what the group owes
+// for the rest of the queue's life; eachSetAside finds them below it.
 func advanceFloor(tx *bolt.Tx, queue, group string) error {
 	groups, g, err := loadGroup(tx, queue, group)
 	if err != nil {
 		return err
 	}
+	dels := mustSub(tx, bucketDeliveries, queue, group)
+	if dels == nil {
+		return nil
+	}
 	start := g.Floor
-	passed := int64(0)
-	err = eachOwed(tx, queue, group, func(k []byte, del Delivery) (bool, error) {
-		if del.State != Done {
-			return true, nil
+	passed := int64(0) // the DONE ones, which Settled counts
+	c := dels.Cursor()
+	for k, v := c.Seek(u64(g.Floor + 1)); ; k, v = c.Next() {
+		// Missing up to Cleared is cleared DONE (and counted): a floor
+		// lowered by a retry passes it again.
+		if g.Floor < g.Cleared {
+			to := g.Cleared
+			if k != nil {
+				to = min(to, bytesU64(k)-1)
+			}
+			g.Floor = max(g.Floor, to)
+		}
+		if k == nil {
+			break
+		}
+		var del Delivery
+		if err := decode(v, &del); err != nil {
+			return err
+		}
+		if del.State == Done {
+			passed++
+		} else if del.State != Faulty && del.State != Lost {
+			break
 		}
 		g.Floor = bytesU64(k)
-		passed++
-		return false, nil
-	})
-	if err != nil || g.Floor == start {
-		return err
+	}
+	if g.Floor == start {
+		return nil
 	}
 	if g.SettledKnown {
 		g.Settled += passed
-	} else if dels := mustSub(tx, bucketDeliveries, queue, group); dels != nil {
+	} else {
 		// Counted once, for a group made before the count was kept.
-		c := dels.Cursor()
-		for k, _ := c.First(); k != nil && bytesU64(k) <= g.Floor; k, _ = c.Next() {
-			g.Settled++
+		for k, v := c.First(); k != nil && bytesU64(k) <= g.Floor; k, v = c.Next() {
+			var del Delivery
+			if err := decode(v, &del); err != nil {
+				return err
+			}
+			if del.State == Done {
+				g.Settled++
+			}
 		}
 		g.SettledKnown = true
 	}
-	if err := clearDone(tx, queue, group, &g); err != nil {
+	if err := clearDone(tx, queue, group, &g, start); err != nil {
 		return err
 	}
+	return putRecord(groups, []byte(group), g)
+}
+
+// lowerFloor brings a group's floor below serial, for a delivery set
+// aside below it that is owed again. The DONE deliveries between that
+// are not yet cleared leave Settled: the floor counts them again as it
+// passes them.
+func lowerFloor(tx *bolt.Tx, queue, group string, serial uint64) error {
+	groups, g, err := loadGroup(tx, queue, group)
+	if err != nil || serial > g.Floor {
+		return err
+	}
+	if dels := mustSub(tx, bucketDeliveries, queue, group); dels != nil && g.SettledKnown {
+		c := dels.Cursor()
+		for k, v := c.Seek(u64(serial)); k != nil && bytesU64(k) <= g.Floor; k, v = c.Next() {
+			var del Delivery
+			if err := decode(v, &del); err != nil {
+				return err
+			}
+			if del.State == Done {
+				g.Settled--
+			}
+		}
+	}
+	g.Floor = serial - 1
 	return putRecord(groups, []byte(group), g)
 }
 
@@ -284,17 +338,25 @@ func advanceFloor(tx *bolt.Tx, queue, group string) error {
 const clearMost = 4096
 
 // clearDone deletes a group's DONE deliveries below its floor, which
-// Settled has counted, and moves g.Cleared up over them.
-func clearDone(tx *bolt.Tx, queue, group string, g *Group) error {
+// Settled has counted, and moves g.Cleared up over them; those set aside
+// stay. It looks from the floor before its last move (from, lower than
+// Cleared after a retry lowered it) or from Cleared.
+func clearDone(tx *bolt.Tx, queue, group string, g *Group, from uint64) error {
 	dels := mustSub(tx, bucketDeliveries, queue, group)
-	if dels == nil || !g.SettledKnown || g.Cleared >= g.Floor {
+	if dels == nil || !g.SettledKnown || min(g.Cleared, from) >= g.Floor {
 		return nil
 	}
 	var gone [][]byte
 	c := dels.Cursor()
-	k, _ := c.Seek(u64(max(g.Cleared, g.Start) + 1))
-	for ; k != nil && bytesU64(k) <= g.Floor && len(gone) < clearMost; k, _ = c.Next() {
-		gone = append(gone, bytes.Clone(k))
+	k, v := c.Seek(u64(max(min(g.Cleared, from), g.Start) + 1))
+	for ; k != nil && bytesU64(k) <= g.Floor && len(gone) < clearMost; k, v = c.Next() {
+		var del Delivery
+		if err := decode(v, &del); err != nil {
+			return err
+		}
+		if del.State == Done {
+			gone = append(gone, bytes.Clone(k))
+		}
 	}
 	for _, k := range gone {
 		if err := dels.Delete(k); err != nil {
@@ -304,7 +366,7 @@ func clearDone(tx *bolt.Tx, queue, group string, g *Group) error {
 	if k == nil || bytesU64(k) > g.Floor {
 		g.Cleared = g.Floor
 	} else {
-		g.Cleared = bytesU64(k) - 1 // k is the first left
+		g.Cleared = max(g.Cleared, bytesU64(k)-1) // k is the first left
 	}
 	return nil
 }
@@ -334,8 +396,7 @@ func (d *DB) Faulty(queue string) ([]FaultyBlock, error) {
 			arrivals := mustSub(tx, bucketArrivals, string(q))
 			blocks := mustSub(tx, bucketBlocks, string(q))
 			return qb.ForEachBucket(func(g []byte) error {
-				// From the floor: it passes only DONE deliveries.
-				return eachOwed(tx, string(q), string(g), func(k []byte, del Delivery) (bool, error) {
+				return eachUnsettled(tx, string(q), string(g), func(k []byte, del Delivery) (bool, error) {
 					if del.State != Faulty {
 						return false, nil
 					}
@@ -380,7 +441,7 @@ func (d *DB) Retry(queue, name string) (int, error) {
 					del Delivery
 				}
 				var changes []change
-				err := eachOwed(tx, string(q), string(g), func(k []byte, del Delivery) (bool, error) {
+				err := eachUnsettled(tx, string(q), string(g), func(k []byte, del Delivery) (bool, error) {
 					if del.State != Faulty {
 						return false, nil
 					}
@@ -403,6 +464,10 @@ func (d *DB) Retry(queue, name string) (int, error) {
 					}
 				}
 				if len(changes) > 0 {
+					// Owed again: the floor goes below them.
+					if err := lowerFloor(tx, string(q), string(g), bytesU64(changes[0].k)); err != nil {
+						return err
+					}
 					n += len(changes)
 					touched = append(touched, string(q))
 				}

@@ -586,3 +586,73 @@ func TestLongHistoryIsClearedInPieces(t *testing.T) {
 		t.Errorf("group %+v, %v; want cleared to its floor, %d settled", g, err, old+1)
 	}
 }
+
+// TestSetAsideDoesNotHoldTheFloor: a FAULTY or LOST block early in a
+// queue held a group's floor below it for ever, so every later scan of
+// what the group owed walked all it had done since. The floor now
+// passes them, and they are still listed, counted, and retried.
+func TestSetAsideDoesNotHoldTheFloor(t *testing.T) {
+	db, _ := open(t)
+	var ids []block.ID
+	for seq := uint64(1); seq <= 10; seq++ {
+		b, _, err := db.CommitBlock(mk(seq, fmt.Sprint("s", seq)))
+		if err != nil {
+			t.Fatal(err)
+		}
+		ids = append(ids, b.ID())
+	}
+	if _, err := db.EnsureGroup("pcap.sz", "g", Earliest); err != nil {
+		t.Fatal(err)
+	}
+	b1, ok, err := db.Reserve("pcap.sz", "g", "r", time.Minute)
+	if err != nil || !ok || b1.Seq != 1 {
+		t.Fatal(b1, ok, err)
+	}
+	if faulty, err := db.FailRun(Run{Group: "g", Reserver: "r", Inputs: []Block{b1}}, "it broke", 1, time.Time{}); err != nil || !faulty {
+		t.Fatalf("fail: %v, %v", faulty, err)
+	}
+	b2, _ := db.Lookup(ids[1])
+	if ok, err := db.MarkLost(ids[1], b2.Key, "its blob is gone"); err != nil || !ok {
+		t.Fatalf("mark lost: %v, %v", ok, err)
+	}
+	if _, err := db.Ack("pcap.sz", "g", ids[2:]); err != nil {
+		t.Fatal(err)
+	}
+	if got := deliveryRecords(t, db, "pcap.sz", "g"); got != 2 {
+		t.Errorf("%d delivery records; want 2, the FAULTY and the LOST", got)
+	}
+	g, _ := db.GetGroup("pcap.sz", "g")
+	if g.Floor != 10 {
+		t.Errorf("floor %d; want 10, past what was set aside", g.Floor)
+	}
+	stats, _ := db.Groups("pcap.sz")
+	if s := stats[0]; s.Done != 8 || s.Faulty != 1 || s.Lost != 1 || s.Unreserved != 0 {
+		t.Errorf("stats %+v; want 8 done, 1 faulty, 1 lost", s)
+	}
+	if fb, err := db.Faulty("pcap.sz"); err != nil || len(fb) != 1 || fb[0].Block != b1.Name {
+		t.Errorf("faulty %+v, %v", fb, err)
+	}
+	if lb, err := db.LostBlocks("pcap.sz", "g"); err != nil || len(lb) != 1 || lb[0].Block != b2.Name {
+		t.Errorf("lost %+v, %v", lb, err)
+	}
+	if backlog, faulty, err := db.Owed("pcap.sz", "g"); err != nil || backlog != 0 || faulty != 1 {
+		t.Errorf("owed %d backlog, %d faulty, %v; want 0 and 1", backlog, faulty, err)
+	}
+	if n, err := db.Retry("pcap.sz", ""); err != nil || n != 1 {
+		t.Fatalf("retry: %d, %v", n, err)
+	}
+	again, ok, err := db.Reserve("pcap.sz", "g", "r2", time.Minute)
+	if err != nil || !ok || again.Seq != 1 {
+		t.Fatalf("after a retry, reserve gave %+v %v %v; want block 1", again, ok, err)
+	}
+	if _, err := db.Ack("pcap.sz", "g", ids[:1]); err != nil {
+		t.Fatal(err)
+	}
+	stats, _ = db.Groups("pcap.sz")
+	if s := stats[0]; s.Done != 9 || s.Faulty != 0 || s.Lost != 1 {
+		t.Errorf("stats after the retried block was done: %+v; want 9 done, 1 lost", s)
+	}
+	if got := deliveryRecords(t, db, "pcap.sz", "g"); got != 1 {
+		t.Errorf("%d delivery records; want 1, the LOST", got)
+	}
+}

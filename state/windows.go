@@ -151,8 +151,8 @@ func (d *DB) SiteTails(queue, group string, start uint64, needed func(low, b Blo
 			return nil
 		}
 		out.Newest = arrivals.Sequence()
-		err := eachOwed(tx, queue, group, func(k []byte, del Delivery) (bool, error) {
-			if del.State == Done {
+		err := eachUnsettled(tx, queue, group, func(k []byte, del Delivery) (bool, error) {
+			if del.State == Done || del.State == Lost { // a LOST block is gone
 				return false, nil
 			}
 			key := arrivals.Get(k)

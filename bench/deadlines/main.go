@@ -60,6 +60,7 @@ func main() {
 	window := flag.Duration("window", 5*time.Second, "reads are sent evenly over this span")
 	loadsFlag := flag.String("loads", "0.8,1.2,1.5", "offered loads, as fractions of the read capacity; those over 1 are scheduling-bound (more is offered than can be served, and the order decides who makes it)")
 	serverFlags := flag.String("server-flags", "", "more flags for plumb serve, space-separated (say --read-margin -1)")
+	flag.IntVar(&feedNice, "feed-nice", 0, "nice value of the process feeding the pipeline condition's stage (it stands in for agents on other machines)")
 	conds := flag.String("conditions", "quiet,cpu-hog,pipeline", "the conditions to run, of quiet, cpu-hog and pipeline")
 	flag.Parse()
 	extra = strings.Fields(*serverFlags)
@@ -161,12 +162,12 @@ func run(plumb, cond, policy string, slots int, capacity float64, window time.Du
 	defer stop()
 	switch cond {
 	case "cpu-hog":
-		child(ctx, &bg, "PLUMB_BENCH_HOG=1")
+		child(ctx, &bg, "PLUMB_BENCH_HOG=1", 0)
 	case "pipeline":
 		busyStage(ctx, c)
 		// The feed is a process of its own, as an agent would be: in the
 		// bench's, its puts' hashing delayed the readers' receipts.
-		child(ctx, &bg, "PLUMB_BENCH_FEED="+srv.Addr)
+		child(ctx, &bg, "PLUMB_BENCH_FEED="+srv.Addr, feedNice)
 	}
 	time.Sleep(time.Second) // the load settles in
 	if policy == "" {
@@ -236,14 +237,20 @@ func hog() {
 	}
 }
 
-// child runs this bench again as a child process with env added, until
-// ctx ends or the bench dies.
-func child(ctx context.Context, bg *sync.WaitGroup, env string) {
+// feedNice is the -feed-nice flag.
+var feedNice int
+
+// child runs this bench again as a child process with env added, at the
+// nice value given, until ctx ends or the bench dies.
+func child(ctx context.Context, bg *sync.WaitGroup, env string, nice int) {
 	self, err := os.Executable()
 	if err != nil {
 		log.Fatal(err)
 	}
 	h := exec.CommandContext(ctx, self)
+	if nice != 0 {
+		h = exec.CommandContext(ctx, "nice", "-n", fmt.Sprint(nice), self)
+	}
 	h.Env = append(os.Environ(), env)
 	h.Stderr = os.Stderr
 	h.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
