@@ -2,7 +2,6 @@ package state
 
 import (
 	"encoding/json"
-	"errors"
 	"fmt"
 	"time"
 
@@ -48,19 +47,24 @@ type Group struct {
 	Name    string    `json:"name"`
 	From    From      `json:"from"`
 	Created time.Time `json:"created"`
-	// Floor is a serial below which every delivery is DONE, so Reserve
-	// need not scan them again.
+	// Floor is a serial at or below which every delivery is settled
+	// (DONE, FAULTY or LOST), so the scans of what is owed start past it.
 	Floor uint64 `json:"floor"`
-	// Settled counts the deliveries at or below Floor (all DONE), so the
-	// group's stats need not count them again; SettledKnown says it is
-	// kept (groups made before it was are counted once, at the next
-	// move of their floor).
+	// DoneDeleted says the group's DONE deliveries are deleted as they
+	// become DONE, and counted in Done: it keeps the records of what it
+	// has open or set aside, not of its history. A stored block past
+	// Start without a record was DONE. Groups made before are moved to
+	// this at their next change (see migrate).
+	DoneDeleted bool  `json:"done_deleted,omitempty"`
+	Done        int64 `json:"done,omitempty"`
+	// Legacy is the newest serial whose DONE record an older server may
+	// have kept; they are deleted a piece at a time (0: none left).
+	Legacy uint64 `json:"legacy,omitempty"`
+	// Settled counts the DONE deliveries at or below Floor of a group an
+	// older server made (SettledKnown says it does), for its stats until
+	// it is migrated.
 	Settled      int64 `json:"settled,omitempty"`
 	SettledKnown bool  `json:"settled_known,omitempty"`
-	// Cleared is a serial at or below Floor up to which the DONE
-	// deliveries are deleted: a group keeps the records of what it has
-	// open, not of its history. A delivery missing there was DONE.
-	Cleared uint64 `json:"cleared,omitempty"`
 	// Start is the serial after which the group is owed blocks: 0 from
 	// earliest, the newest serial at creation from latest.
 	Start uint64 `json:"start"`
@@ -158,7 +162,7 @@ func (d *DB) EnsureOwnedGroup(queue, group string, from From, owner string, maxP
 				return fmt.Errorf("%w: user %s has %d consumer groups on queue %s, the most one user may have; reuse one", ErrTooMany, owner, n, queue)
 			}
 		}
-		g = Group{Name: group, From: from, Created: d.now().UTC(), Owner: owner, SettledKnown: true}
+		g = Group{Name: group, From: from, Created: d.now().UTC(), Owner: owner, DoneDeleted: true}
 		arrivals, err := sub(tx, bucketArrivals, queue)
 		if err != nil {
 			return err
@@ -356,35 +360,67 @@ func (d *DB) Ack(queue, group string, ids []block.ID) (int, error) {
 	return n, err
 }
 
-// markDone records a group's delivery of a block as done. It reports
-// whether the block was owed to the group at all, and whether this
-// changed its state.
+// markDone records a group's delivery of a block as done: its record
+// goes, and the group counts it. It reports whether the block was owed
+// to the group at all, and whether this changed its state.
 func markDone(tx *bolt.Tx, queue, group string, serial uint64) (owed, changed bool, err error) {
 	del, ok, err := deliveryOf(tx, queue, group, serial)
 	if err != nil || !ok || del.State == Done {
 		return ok, false, err
 	}
-	del.State, del.Until, del.Reserver = Done, time.Time{}, ""
-	return true, true, putRecord(mustSub(tx, bucketDeliveries, queue, group), u64(serial), del)
+	groups, g, err := migrate(tx, queue, group)
+	if err != nil {
+		return true, false, err
+	}
+	if err := mustSub(tx, bucketDeliveries, queue, group).Delete(u64(serial)); err != nil {
+		return true, false, err
+	}
+	g.Done++
+	return true, true, putRecord(groups, []byte(group), g)
 }
 
-// deliveryOf reads a group's delivery of a block; one cleared below the
-// group's floor reads as DONE.
+// deliveryOf reads a group's delivery of a stored block; a block past the
+// group's start without a record was DONE.
 func deliveryOf(tx *bolt.Tx, queue, group string, serial uint64) (Delivery, bool, error) {
 	del, ok, err := getRecord[Delivery](mustSub(tx, bucketDeliveries, queue, group), u64(serial))
 	if ok || err != nil {
 		return del, ok, err
 	}
 	g, ok, err := getRecord[Group](mustSub(tx, bucketGroups, queue), []byte(group))
-	if err != nil || !ok || !g.cleared(serial) {
+	if err != nil || !ok || !g.DoneDeleted || serial <= g.Start {
 		return Delivery{}, false, err
+	}
+	if arrivals := mustSub(tx, bucketArrivals, queue); arrivals == nil || arrivals.Get(u64(serial)) == nil {
+		return Delivery{}, false, nil // not a stored block
 	}
 	return Delivery{State: Done}, true, nil
 }
 
-// cleared reports whether the group's delivery of serial was DONE and
-// its record deleted.
-func (g Group) cleared(serial uint64) bool { return g.Start < serial && serial <= g.Cleared }
+// migrate moves a group an older server made, which kept every DONE
+// record, to deleting them (DoneDeleted): it counts them once, a walk of
+// the group's history made once, and marks them for deletion in pieces.
+// It returns the group as it now is.
+func migrate(tx *bolt.Tx, queue, group string) (*bolt.Bucket, Group, error) {
+	groups, g, err := loadGroup(tx, queue, group)
+	if err != nil || g.DoneDeleted {
+		return groups, g, err
+	}
+	if dels := mustSub(tx, bucketDeliveries, queue, group); dels != nil {
+		c := dels.Cursor()
+		for k, v := c.First(); k != nil; k, v = c.Next() {
+			var del Delivery
+			if err := decode(v, &del); err != nil {
+				return nil, g, err
+			}
+			if del.State == Done {
+				g.Done++
+				g.Legacy = bytesU64(k)
+			}
+		}
+	}
+	g.DoneDeleted, g.Settled, g.SettledKnown = true, 0, false
+	return groups, g, putRecord(groups, []byte(group), g)
+}
 
 // Groups returns the delivery counts of every group of a queue.
 func (d *DB) Groups(queue string) ([]GroupStats, error) {
@@ -401,31 +437,23 @@ func (d *DB) Groups(queue string) ([]GroupStats, error) {
 			if json.Unmarshal(raw, &g) == nil {
 				s.Owner, s.Created, s.Used = g.Owner, g.Created, g.Used
 			}
+			if g.DoneDeleted {
+				s.Done = int(g.Done)
+			}
 			dels, _ := sub(tx, bucketDeliveries, queue, string(name))
 			if dels == nil {
 				out = append(out, s)
 				return nil
 			}
-			// What is settled below the floor is counted, not read: the
-			// stats cost what is open, not the group's history.
+			// What is DONE is counted, not read: the stats cost what is
+			// open or set aside, not the group's history. (The records
+			// of a migrated group are those, and DONE ones an older
+			// server kept, counted in Done.)
 			c := dels.Cursor()
 			k, v := c.First()
-			if g.SettledKnown {
+			if !g.DoneDeleted && g.SettledKnown {
 				s.Done = int(g.Settled)
-				// Below the floor: what was set aside, and DONE
-				// deliveries not cleared yet (counted in Settled).
-				for k, v = c.Seek(u64(g.Start + 1)); k != nil && bytesU64(k) <= g.Floor; k, v = c.Next() {
-					var del Delivery
-					if err := decode(v, &del); err != nil {
-						return err
-					}
-					switch del.State {
-					case Faulty:
-						s.Faulty++
-					case Lost:
-						s.Lost++
-					}
-				}
+				k, v = c.Seek(u64(g.Floor + 1))
 			}
 			for ; k != nil; k, v = c.Next() {
 				var del Delivery
@@ -438,7 +466,7 @@ func (d *DB) Groups(queue string) ([]GroupStats, error) {
 					s.Unreserved++
 				case del.State == Reserved:
 					s.Reserved++
-				case del.State == Done:
+				case del.State == Done && !g.DoneDeleted:
 					s.Done++
 				case del.State == Faulty:
 					s.Faulty++
@@ -453,31 +481,24 @@ func (d *DB) Groups(queue string) ([]GroupStats, error) {
 	return out, err
 }
 
-// forgetDelivery deletes a group's delivery of a block, keeping the
-// group's count of settled deliveries when it was one of them.
+// forgetDelivery deletes a group's delivery of a block being deleted
+// (before its arrival goes), keeping the group's count of DONE ones.
 func forgetDelivery(tx *bolt.Tx, queue, group string, serial uint64) error {
-	groups, g, err := loadGroup(tx, queue, group)
-	if errors.Is(err, ErrNotFound) {
-		return nil
-	}
-	if err != nil {
-		return err
-	}
-	dels := mustSub(tx, bucketDeliveries, queue, group)
-	if dels == nil {
-		return nil
-	}
 	del, ok, err := deliveryOf(tx, queue, group, serial)
 	if err != nil || !ok {
 		return err
 	}
-	if err := dels.Delete(u64(serial)); err != nil {
+	groups, g, err := migrate(tx, queue, group)
+	if err != nil {
 		return err
 	}
-	if !g.SettledKnown || serial > g.Floor || del.State != Done {
+	if err := mustSub(tx, bucketDeliveries, queue, group).Delete(u64(serial)); err != nil {
+		return err
+	}
+	if del.State != Done {
 		return nil
 	}
-	g.Settled--
+	g.Done--
 	return putRecord(groups, []byte(group), g)
 }
 

@@ -224,17 +224,23 @@ func holds(tx *bolt.Tx, r Run) error {
 // floor over finished deliveries.
 func (d *DB) settle(tx *bolt.Tx, r Run, st DeliveryState, why string) error {
 	for _, b := range r.Inputs {
-		dels := mustSub(tx, bucketDeliveries, b.Queue, r.Group)
-		del, _, err := getRecord[Delivery](dels, u64(b.Serial))
-		if err != nil {
-			return err
-		}
-		del.State, del.Until, del.Reserver = st, time.Time{}, ""
-		if why != "" {
-			del.LastError = why
-		}
-		if err := putRecord(dels, u64(b.Serial), del); err != nil {
-			return err
+		if st == Done {
+			if _, _, err := markDone(tx, b.Queue, r.Group, b.Serial); err != nil {
+				return err
+			}
+		} else {
+			dels := mustSub(tx, bucketDeliveries, b.Queue, r.Group)
+			del, _, err := getRecord[Delivery](dels, u64(b.Serial))
+			if err != nil {
+				return err
+			}
+			del.State, del.Until, del.Reserver = st, time.Time{}, ""
+			if why != "" {
+				del.LastError = why
+			}
+			if err := putRecord(dels, u64(b.Serial), del); err != nil {
+				return err
+			}
 		}
 		if err := advanceFloor(tx, b.Queue, r.Group); err != nil {
 			return err
@@ -244,11 +250,13 @@ func (d *DB) settle(tx *bolt.Tx, r Run, st DeliveryState, why string) error {
 }
 
 // advanceFloor moves a group's floor over its leading settled
-// deliveries: DONE, and those set aside, FAULTY or LOST. A block set
-// aside once must not hold back every later scan of what the group owes
-// for the rest of the queue's life; eachSetAside finds them below it.
+// deliveries: DONE (whose records are gone), and those set aside, FAULTY
+// or LOST. A block set aside once must not hold back every later scan of
+// what the group owes for the rest of the queue's life; eachUnsettled
+// finds them below it. It also deletes some DONE records an older server
+// kept.
 func advanceFloor(tx *bolt.Tx, queue, group string) error {
-	groups, g, err := loadGroup(tx, queue, group)
+	groups, g, err := migrate(tx, queue, group)
 	if err != nil {
 		return err
 	}
@@ -256,100 +264,53 @@ func advanceFloor(tx *bolt.Tx, queue, group string) error {
 	if dels == nil {
 		return nil
 	}
-	start := g.Floor
-	passed := int64(0) // the DONE ones, which Settled counts
+	if err := clearLegacy(dels, &g); err != nil {
+		return err
+	}
+	// Up to the first delivery still owed; with none, to the newest
+	// block (those between have no records: DONE).
+	floor := mustSub(tx, bucketArrivals, queue).Sequence()
 	c := dels.Cursor()
-	for k, v := c.Seek(u64(g.Floor + 1)); ; k, v = c.Next() {
-		// Missing up to Cleared is cleared DONE (and counted): a floor
-		// lowered by a retry passes it again.
-		if g.Floor < g.Cleared {
-			to := g.Cleared
-			if k != nil {
-				to = min(to, bytesU64(k)-1)
-			}
-			g.Floor = max(g.Floor, to)
-		}
-		if k == nil {
-			break
-		}
+	for k, v := c.Seek(u64(g.Floor + 1)); k != nil; k, v = c.Next() {
 		var del Delivery
 		if err := decode(v, &del); err != nil {
 			return err
 		}
-		if del.State == Done {
-			passed++
-		} else if del.State != Faulty && del.State != Lost {
+		if del.State != Done && del.State != Faulty && del.State != Lost {
+			floor = bytesU64(k) - 1
 			break
 		}
-		g.Floor = bytesU64(k)
 	}
-	if g.Floor == start {
-		return nil
-	}
-	if g.SettledKnown {
-		g.Settled += passed
-	} else {
-		// Counted once, for a group made before the count was kept.
-		for k, v := c.First(); k != nil && bytesU64(k) <= g.Floor; k, v = c.Next() {
-			var del Delivery
-			if err := decode(v, &del); err != nil {
-				return err
-			}
-			if del.State == Done {
-				g.Settled++
-			}
-		}
-		g.SettledKnown = true
-	}
-	if err := clearDone(tx, queue, group, &g, start); err != nil {
-		return err
-	}
+	g.Floor = max(g.Floor, floor)
 	return putRecord(groups, []byte(group), g)
 }
 
 // lowerFloor brings a group's floor below serial, for a delivery set
-// aside below it that is owed again. The DONE deliveries between that
-// are not yet cleared leave Settled: the floor counts them again as it
-// passes them.
+// aside below it that is owed again.
 func lowerFloor(tx *bolt.Tx, queue, group string, serial uint64) error {
 	groups, g, err := loadGroup(tx, queue, group)
 	if err != nil || serial > g.Floor {
 		return err
 	}
-	if dels := mustSub(tx, bucketDeliveries, queue, group); dels != nil && g.SettledKnown {
-		c := dels.Cursor()
-		for k, v := c.Seek(u64(serial)); k != nil && bytesU64(k) <= g.Floor; k, v = c.Next() {
-			var del Delivery
-			if err := decode(v, &del); err != nil {
-				return err
-			}
-			if del.State == Done {
-				g.Settled--
-			}
-		}
-	}
 	g.Floor = serial - 1
 	return putRecord(groups, []byte(group), g)
 }
 
-// clearMost is the most DONE deliveries one floor move deletes: a group
-// with a long history from before they were deleted is cleared a piece
-// at a time, not in one transaction.
+// clearMost is the most DONE records an older server kept that one move
+// of a group's floor deletes: a long history goes a piece at a time, not
+// in one huge transaction.
 const clearMost = 4096
 
-// clearDone deletes a group's DONE deliveries below its floor, which
-// Settled has counted, and moves g.Cleared up over them; those set aside
-// stay. It looks from the floor before its last move (from, lower than
-// Cleared after a retry lowered it) or from Cleared.
-func clearDone(tx *bolt.Tx, queue, group string, g *Group, from uint64) error {
-	dels := mustSub(tx, bucketDeliveries, queue, group)
-	if dels == nil || !g.SettledKnown || min(g.Cleared, from) >= g.Floor {
+// clearLegacy deletes up to clearMost of the DONE records an older
+// server kept (they are counted in Done), and says when none are left.
+func clearLegacy(dels *bolt.Bucket, g *Group) error {
+	if g.Legacy == 0 {
 		return nil
 	}
 	var gone [][]byte
 	c := dels.Cursor()
-	k, v := c.Seek(u64(max(min(g.Cleared, from), g.Start) + 1))
-	for ; k != nil && bytesU64(k) <= g.Floor && len(gone) < clearMost; k, v = c.Next() {
+	k, v := c.Seek(u64(g.Start + 1))
+	for ; k != nil && bytesU64(k) <= g.Legacy && len(gone) < clearMost; k, v = c.Next() {
 		var del Delivery
 		if err := decode(v, &del); err != nil {
 			return err
@@ -363,10 +324,8 @@ func clearDone(tx *bolt.Tx, queue, group string, g *Group, from uint64) error {
 			return err
 		}
 	}
-	if k == nil || bytesU64(k) > g.Floor {
-		g.Cleared = g.Floor
-	} else {
-		g.Cleared = max(g.Cleared, bytesU64(k)-1) // k is the first left
+	if k == nil || bytesU64(k) > g.Legacy {
+		g.Legacy = 0
 	}
 	return nil
 }

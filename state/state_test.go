@@ -349,13 +349,13 @@ func TestGroupStatsCountSettled(t *testing.T) {
 			t.Fatalf("stats %+v, %v; want %d done, %d owed", gs, err, wantDone, wantOwed)
 		}
 		g, err := db.GetGroup("pcap.sz", "g")
-		if err != nil || g.Floor != wantFloor || !g.SettledKnown {
+		if err != nil || g.Floor != wantFloor || !g.DoneDeleted {
 			t.Fatalf("group %+v, %v; want floor %d, counted", g, err, wantFloor)
 		}
 	}
 	ack(1, 2, 3, 4, 5, 6)
 	stats(6, 4, 6)
-	ack(8) // above the floor: read, not counted
+	ack(8) // above the floor
 	stats(7, 3, 6)
 	ack(7)
 	stats(8, 2, 8)
@@ -484,8 +484,8 @@ func deliveryRecords(t *testing.T, db *DB, queue, group string) int {
 }
 
 // TestDoneDeliveriesAreCleared: a group keeps the delivery records of
-// what it has open, not of its history: those below its floor go, and
-// every question about them still has its old answer.
+// what it has open, not of its history: DONE ones go, and every question
+// about them still has its old answer.
 func TestDoneDeliveriesAreCleared(t *testing.T) {
 	db, _ := open(t)
 	for seq := uint64(1); seq <= 10; seq++ {
@@ -516,6 +516,17 @@ func TestDoneDeliveriesAreCleared(t *testing.T) {
 	if n, err := db.Ack("pcap.sz", "g", ids[2:3]); err != nil || n != 0 {
 		t.Errorf("acking a cleared block again: %d, %v; want 0, nil", n, err)
 	}
+	// Above the floor too: a site gone silent holds the floor of a
+	// window stage for ever, and what is done past it must not pile up.
+	if n, err := db.Ack("pcap.sz", "g", []block.ID{mk(9, "").ID()}); err != nil || n != 1 {
+		t.Fatalf("ack 9: %d, %v", n, err)
+	}
+	if got := deliveryRecords(t, db, "pcap.sz", "g"); got != 3 {
+		t.Errorf("%d delivery records after 7 of 10 blocks were done; want 3", got)
+	}
+	if g, _ := db.GetGroup("pcap.sz", "g"); g.Floor != 6 {
+		t.Errorf("floor %d; want 6, below block 7", g.Floor)
+	}
 	b2, _ := db.Lookup(ids[1])
 	b8, _ := db.Lookup(mk(8, "").ID())
 	dels, err := db.DeliveriesOf("pcap.sz", []uint64{b2.Serial, b8.Serial})
@@ -528,51 +539,57 @@ func TestDoneDeliveriesAreCleared(t *testing.T) {
 	if _, deleted, err := db.DeleteConsumed("pcap.sz", b8.Serial); err != nil || deleted {
 		t.Fatalf("retention of an owed block: %v, %v", deleted, err)
 	}
-	if stats, _ := db.Groups("pcap.sz"); stats[0].Done != 5 {
-		t.Errorf("after block 2 was deleted the group counts %d done; want 5", stats[0].Done)
+	if stats, _ := db.Groups("pcap.sz"); stats[0].Done != 6 || stats[0].Unreserved != 3 {
+		t.Errorf("after block 2 was deleted the group counts %+v; want 6 done, 3 owed", stats[0])
 	}
 }
 
-// TestLongHistoryIsClearedInPieces: a group with the DONE records of a
-// long history (kept by servers before they were cleared) loses them a
-// piece at a time as its floor moves, never in one huge transaction.
+// TestLongHistoryIsClearedInPieces: a group an older server made kept
+// the DONE record of every block. At its next change it counts them
+// once, and loses them a piece at a time as its floor moves, never in
+// one huge transaction; its stats say the same throughout.
 func TestLongHistoryIsClearedInPieces(t *testing.T) {
 	db, _ := open(t)
-	if _, _, err := db.CommitBlock(mk(1, "s1")); err != nil {
-		t.Fatal(err)
+	old := uint64(clearMost + 10)
+	for seq := uint64(1); seq <= 3; seq++ {
+		if _, _, err := db.CommitBlock(mk(seq, fmt.Sprint("s", seq))); err != nil {
+			t.Fatal(err)
+		}
 	}
 	if _, err := db.EnsureGroup("pcap.sz", "g", Earliest); err != nil {
 		t.Fatal(err)
 	}
-	old := uint64(clearMost + 10)
 	err := db.bolt.Update(func(tx *bolt.Tx) error {
-		// Serial 1 is block 1's; 2..old are an old server's history,
-		// done, below the floor, with their records kept.
+		// Blocks 1-3 are serials 1-3; 4..old+3 are an older server's
+		// history of other blocks, DONE, their records kept, as its
+		// groups did (no DoneDeleted).
 		dels := mustSub(tx, bucketDeliveries, "pcap.sz", "g")
-		for s := uint64(2); s <= old; s++ {
+		for s := uint64(4); s <= old+3; s++ {
 			if err := putRecord(dels, u64(s), Delivery{State: Done, Attempts: 1}); err != nil {
 				return err
 			}
-		}
-		if err := mustSub(tx, bucketArrivals, "pcap.sz").SetSequence(old); err != nil {
-			return err
 		}
 		groups, g, err := loadGroup(tx, "pcap.sz", "g")
 		if err != nil {
 			return err
 		}
-		g.Floor, g.Settled, g.SettledKnown, g.Cleared = 0, 0, true, 0
+		g.DoneDeleted, g.SettledKnown = false, true
 		return putRecord(groups, []byte("g"), g)
 	})
 	if err != nil {
 		t.Fatal(err)
 	}
-	for seq := uint64(2); seq <= 3; seq++ {
-		if _, _, err := db.CommitBlock(mk(seq, fmt.Sprint("s", seq))); err != nil {
+	done := func() int {
+		stats, err := db.Groups("pcap.sz")
+		if err != nil {
 			t.Fatal(err)
 		}
+		return stats[0].Done
 	}
-	want := []int{int(old) + 2 - clearMost, 1} // open: block 3, then none cleared is left
+	if got := done(); got != int(old) {
+		t.Fatalf("before: %d done, want %d", got, old)
+	}
+	want := []int{int(old) + 2 - clearMost, 1} // then block 3, open
 	for i, seq := range []uint64{1, 2} {
 		if _, err := db.Ack("pcap.sz", "g", []block.ID{mk(seq, "").ID()}); err != nil {
 			t.Fatal(err)
@@ -580,10 +597,13 @@ func TestLongHistoryIsClearedInPieces(t *testing.T) {
 		if got := deliveryRecords(t, db, "pcap.sz", "g"); got != want[i] {
 			t.Errorf("after the ack of block %d: %d delivery records, want %d", seq, got, want[i])
 		}
+		if got := done(); got != int(old)+i+1 {
+			t.Errorf("after the ack of block %d: %d done, want %d", seq, got, int(old)+i+1)
+		}
 	}
 	g, err := db.GetGroup("pcap.sz", "g")
-	if err != nil || g.Cleared != g.Floor || g.Settled != int64(old)+1 {
-		t.Errorf("group %+v, %v; want cleared to its floor, %d settled", g, err, old+1)
+	if err != nil || !g.DoneDeleted || g.Legacy != 0 || g.Floor != 2 {
+		t.Errorf("group %+v, %v; want migrated, no legacy records left, floor 2", g, err)
 	}
 }
 
