@@ -154,17 +154,14 @@ func (r *recordReader) uvarint() uint64 {
 	return v
 }
 
+// varint reads what binary.AppendVarint wrote: a uvarint, zig-zagged.
 func (r *recordReader) varint() int64 {
-	if r.bad {
-		return 0
+	ux := r.uvarint()
+	x := int64(ux >> 1)
+	if ux&1 != 0 {
+		x = ^x
 	}
-	v, n := binary.Varint(r.buf)
-	if n <= 0 {
-		r.bad = true
-		return 0
-	}
-	r.buf = r.buf[n:]
-	return v
+	return x
 }
 
 func (r *recordReader) time() time.Time {
