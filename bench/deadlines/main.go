@@ -22,6 +22,7 @@ import (
 	"os"
 	"os/exec"
 	"runtime"
+	"runtime/debug"
 	"strconv"
 	"strings"
 	"sync"
@@ -60,10 +61,14 @@ func main() {
 	window := flag.Duration("window", 5*time.Second, "reads are sent evenly over this span")
 	loadsFlag := flag.String("loads", "0.8,1.2,1.5", "offered loads, as fractions of the read capacity; those over 1 are scheduling-bound (more is offered than can be served, and the order decides who makes it)")
 	serverFlags := flag.String("server-flags", "", "more flags for plumb serve, space-separated (say --read-margin -1)")
+	clientGC := flag.Int("client-gogc", 100, "garbage collection target (GOGC) of this bench's own process, which stands in for readers on other machines; the GOGC variable overrides it")
 	flag.IntVar(&feedNice, "feed-nice", 0, "nice value of the process feeding the pipeline condition's stage (it stands in for agents on other machines)")
 	conds := flag.String("conditions", "quiet,cpu-hog,pipeline", "the conditions to run, of quiet, cpu-hog and pipeline")
 	flag.Parse()
 	extra = strings.Fields(*serverFlags)
+	if os.Getenv("GOGC") == "" {
+		debug.SetGCPercent(*clientGC)
+	}
 	var loads []float64
 	for _, f := range strings.Split(*loadsFlag, ",") {
 		l, err := strconv.ParseFloat(strings.TrimSpace(f), 64)
