@@ -272,8 +272,8 @@ func eachOwed(tx *bolt.Tx, queue, group string, fn func(serial []byte, del Deliv
 }
 
 // eachUnsettled is eachOwed over the deliveries set aside below the
-// floor (FAULTY, LOST) too, first. Below the floor DONE deliveries are
-// cleared as it moves, so the walk there costs what was set aside.
+// floor (FAULTY, LOST) too, first. DONE deliveries have no records, so
+// the walk there costs what was set aside.
 func eachUnsettled(tx *bolt.Tx, queue, group string, fn func(serial []byte, del Delivery) (done bool, err error)) error {
 	g, ok, err := getRecord[Group](mustSub(tx, bucketGroups, queue), []byte(group))
 	if err != nil || !ok {

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
 	"time"
 
 	bolt "go.etcd.io/bbolt"
@@ -220,10 +221,14 @@ func holds(tx *bolt.Tx, r Run) error {
 	return nil
 }
 
-// settle puts a run's inputs in a final state and advances each group's
-// floor over finished deliveries.
+// settle puts a run's inputs in a final state and advances the group's
+// floor over finished deliveries, once per input queue.
 func (d *DB) settle(tx *bolt.Tx, r Run, st DeliveryState, why string) error {
+	var queues []string
 	for _, b := range r.Inputs {
+		if !slices.Contains(queues, b.Queue) {
+			queues = append(queues, b.Queue)
+		}
 		if st == Done {
 			if _, _, err := markDone(tx, b.Queue, r.Group, b.Serial); err != nil {
 				return err
@@ -242,7 +247,9 @@ func (d *DB) settle(tx *bolt.Tx, r Run, st DeliveryState, why string) error {
 				return err
 			}
 		}
-		if err := advanceFloor(tx, b.Queue, r.Group); err != nil {
+	}
+	for _, q := range queues {
+		if err := advanceFloor(tx, q, r.Group); err != nil {
 			return err
 		}
 	}
