@@ -22,9 +22,9 @@ type SchedLatency struct {
 	p99    time.Duration
 }
 
-// schedSpan is how many samples back the quantile looks: at Run's 20 ms,
-// about a second.
-const schedSpan = 50
+// schedSpan is how many samples back the quantile looks: at the server's
+// recheck every 5 ms, about a second.
+const schedSpan = 200
 
 // NewSchedLatency returns a follower; call Sample often (Controller.Run
 // does, when it is the Margin).

@@ -9,6 +9,11 @@
 // 20 ms to 2 s in proportion to its size, under --read-policy fifo and
 // llf. It reports, per load, the reads refused or completed late, and for
 // llf how many accepted reads still missed their deadline, and where.
+//
+// Its own process stands in for readers on other machines and the feed
+// of the busy stage for agents on other machines; they share the
+// server's cores here, so the bench collects garbage less often
+// (-client-gogc) and runs the feed at a lower priority (-feed-nice).
 package main
 
 import (
@@ -61,8 +66,8 @@ func main() {
 	window := flag.Duration("window", 5*time.Second, "reads are sent evenly over this span")
 	loadsFlag := flag.String("loads", "0.8,1.2,1.5", "offered loads, as fractions of the read capacity; those over 1 are scheduling-bound (more is offered than can be served, and the order decides who makes it)")
 	serverFlags := flag.String("server-flags", "", "more flags for plumb serve, space-separated (say --read-margin -1)")
-	clientGC := flag.Int("client-gogc", 100, "garbage collection target (GOGC) of this bench's own process, which stands in for readers on other machines; the GOGC variable overrides it")
-	flag.IntVar(&feedNice, "feed-nice", 0, "nice value of the process feeding the pipeline condition's stage (it stands in for agents on other machines)")
+	clientGC := flag.Int("client-gogc", 400, "garbage collection target (GOGC) of this bench's own process, which stands in for readers on other machines; the GOGC variable overrides it")
+	flag.IntVar(&feedNice, "feed-nice", 10, "nice value of the process feeding the pipeline condition's stage (it stands in for agents on other machines)")
 	conds := flag.String("conditions", "quiet,cpu-hog,pipeline", "the conditions to run, of quiet, cpu-hog and pipeline")
 	flag.Parse()
 	extra = strings.Fields(*serverFlags)
