@@ -69,7 +69,7 @@ func main() {
 	b.start()
 	defer func() { b.srv.Stop() }()
 	b.submit()
-	fmt.Printf("== scale: tiny blocks from %d sites through DoPut (%d in flight), a job of three stages (an hourly window over every block), a consumer group acking each block\n", *sites, *inflight)
+	fmt.Printf("== scale: tiny blocks from %d sites through DoPut (%d in flight), a job of three stages (an hourly window over every block), a consumer group acking what it has read\n", *sites, *inflight)
 	fmt.Printf("%10s %9s %9s %9s %9s %9s %9s %10s %9s %9s %11s %12s %8s\n", "blocks", "put p50", "put p99", "ack p50", "ack p99", "list", "stats", "restart", "RSS MiB", "anon MiB", "meta B/blk", "window delay", "puts/s")
 	var first row
 	for i, n := range ns {
@@ -173,7 +173,8 @@ type bench struct {
 	sentN    atomic.Int64 // blocks put
 	seq      []uint64
 	ackStop  context.CancelFunc
-	acks     chan time.Duration
+	ackMu    sync.Mutex
+	acks     []ack // the latest ack calls
 	ackWG    sync.WaitGroup
 	acked    atomic.Int64
 }
@@ -254,15 +255,16 @@ func (b *bench) put(site int) time.Duration {
 	return time.Since(start)
 }
 
-// startAcker follows the queue as a consumer group, acking each block and
-// timing the ack.
+// startAcker follows the queue as a consumer group and acks what it has
+// read, all that has come since its last ack in one call (as a consumer
+// keeping up does; acking block by block, one round trip each, it fell
+// ever further behind the puts), timing each ack.
 func (b *bench) startAcker() {
 	ctx, stop := context.WithCancel(context.Background())
 	b.ackStop = stop
-	if b.acks == nil {
-		b.acks = make(chan time.Duration, 1<<16)
-	}
+	read := make(chan string, 1<<16)
 	b.ackWG.Go(func() {
+		defer close(read)
 		for ctx.Err() == nil {
 			s, err := b.c.DoGet(ctx, flight.Ticket{Queue: "tiny", Group: "reader", Follow: true, From: "earliest"})
 			if err != nil {
@@ -272,19 +274,52 @@ func (b *bench) startAcker() {
 			for s.Next() {
 				h := s.Header()
 				io.Copy(io.Discard, s)
-				start := time.Now()
-				if _, err := b.c.Ack(ctx, "tiny", "reader", h.Name); err != nil {
-					break
-				}
-				b.acked.Add(1)
 				select {
-				case b.acks <- time.Since(start):
-				default:
+				case read <- h.Name:
+				case <-ctx.Done():
 				}
 			}
 			s.Close()
 		}
 	})
+	b.ackWG.Go(func() {
+		for name := range read {
+			names := []string{name}
+			for len(names) < 256 && len(read) > 0 {
+				names = append(names, <-read)
+			}
+			start := time.Now()
+			if _, err := b.c.Ack(ctx, "tiny", "reader", names...); err != nil {
+				continue // redelivered once their reservations lapse
+			}
+			b.acked.Add(int64(len(names)))
+			b.ackMu.Lock()
+			b.acks = append(b.acks, ack{at: time.Now(), took: time.Since(start)})
+			if len(b.acks) > 1<<18 {
+				b.acks = slices.Delete(b.acks, 0, 1<<17)
+			}
+			b.ackMu.Unlock()
+		}
+	})
+}
+
+// ack is when an ack call ended and how long it took.
+type ack struct {
+	at   time.Time
+	took time.Duration
+}
+
+// acksSince returns how long the ack calls that ended after t took.
+func (b *bench) acksSince(t time.Time) []time.Duration {
+	b.ackMu.Lock()
+	defer b.ackMu.Unlock()
+	var out []time.Duration
+	for _, a := range b.acks {
+		if a.at.After(t) {
+			out = append(out, a.took)
+		}
+	}
+	return out
 }
 
 // fill puts blocks until n are stored, and measures at the end. Each
@@ -295,6 +330,7 @@ func (b *bench) fill(n int) row {
 	tail := max(left/10, 1) // the put and ack latencies are the last tenth's
 	var mu sync.Mutex
 	var puts []time.Duration
+	var tailFrom time.Time // when the tail's puts began
 	var sent atomic.Int64
 	var wg sync.WaitGroup
 	began := time.Now()
@@ -315,6 +351,9 @@ func (b *bench) fill(n int) row {
 				d := b.put(mine[i%len(mine)])
 				if k := sent.Add(1); int(k) > left-tail {
 					mu.Lock()
+					if tailFrom.IsZero() {
+						tailFrom = time.Now().Add(-d)
+					}
 					puts = append(puts, d)
 					mu.Unlock()
 				}
@@ -328,13 +367,7 @@ func (b *bench) fill(n int) row {
 	for deadline := time.Now().Add(10 * time.Minute); b.acked.Load() < b.sentN.Load() && time.Now().Before(deadline); {
 		time.Sleep(50 * time.Millisecond)
 	}
-	var acks []time.Duration
-	for len(b.acks) > 0 {
-		acks = append(acks, <-b.acks)
-	}
-	if len(acks) > tail {
-		acks = acks[len(acks)-tail:]
-	}
+	acks := b.acksSince(tailFrom)
 	r := row{blocks: n, rate: rate}
 	r.put50, r.put99 = quantile(puts, 0.5), quantile(puts, 0.99)
 	r.ack50, r.ack99 = quantile(acks, 0.5), quantile(acks, 0.99)
