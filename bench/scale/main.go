@@ -2,11 +2,21 @@
 // through real DoPut (several in flight), with a job of three stages
 // including an hourly window stage over all of it and a consumer group
 // acking every block, and reports at each N of -points: put and ack
-// p50/p99 over the blocks just before it, list and stats latency,
-// restart-to-ready time, the server's RSS, metadata bytes per block and
-// the window firing delay, with each figure's ratio to the first point.
-// Then it imports -agent-files small capture files with `plumb import`
-// and reports the spool's state bytes written per block.
+// p50/p99 under a fixed load, list and stats latency, restart-to-ready
+// time, the server's RSS, metadata bytes per block, the window firing
+// delay and the rate of the fill, with each figure's ratio to the first
+// point. Then it imports -agent-files small capture files with `plumb
+// import` and reports the spool's state bytes written per block.
+//
+// The fill runs as fast as the server takes blocks (-inflight uploads
+// at once), so its latencies are only the in-flight count over the
+// rate: they say how fast the server is, which the rate says better.
+// Agents do not wait for the server before they cut the next block, so
+// the latencies are taken after each fill, in a probe of -probe seconds
+// that puts at a fixed rate, the same at every point: half the first
+// fill's rate unless -probe-rate says. A put's latency runs from when it
+// was due, not from when it began, so a slow put also counts against the
+// puts that waited for it (no coordinated omission).
 package main
 
 import (
@@ -44,6 +54,8 @@ func main() {
 	huge := flag.Bool("huge", false, "also report at 10,000,000 blocks")
 	keep := flag.Bool("keep", false, "keep the server's data directory, for a look inside")
 	agentFiles := flag.String("agent-files", "10000,100000", "capture file counts `plumb import` backfills, each to a queue and spool of its own (empty: none)")
+	probe := flag.Duration("probe", 30*time.Second, "how long each point's fixed-rate probe puts")
+	probeRate := flag.Float64("probe-rate", 0, "puts per second of the probe (0: half the first fill's rate)")
 	flag.Parse()
 	var ns []int
 	for _, p := range strings.Split(*points, ",") {
@@ -69,11 +81,19 @@ func main() {
 	b.start()
 	defer func() { b.srv.Stop() }()
 	b.submit()
-	fmt.Printf("== scale: tiny blocks from %d sites through DoPut (%d in flight), a job of three stages (an hourly window over every block), a consumer group acking what it has read\n", *sites, *inflight)
-	fmt.Printf("%10s %9s %9s %9s %9s %9s %9s %10s %9s %9s %11s %12s %8s\n", "blocks", "put p50", "put p99", "ack p50", "ack p99", "list", "stats", "restart", "RSS MiB", "anon MiB", "meta B/blk", "window delay", "puts/s")
+	fmt.Printf("== scale: tiny blocks from %d sites through DoPut, a job of three stages (an hourly window over every block), a consumer group acking what it has read\n", *sites)
+	fmt.Printf("   filled with %d uploads in flight (fill puts/s); put and ack latencies from a %s probe at a fixed rate after each fill\n", *inflight, *probe)
 	var first row
 	for i, n := range ns {
 		r := b.fill(n)
+		if i == 0 && *probeRate == 0 {
+			*probeRate = r.rate / 2
+		}
+		if i == 0 {
+			fmt.Printf("   probe rate: %.0f puts/s\n", *probeRate)
+			fmt.Printf("%10s %9s %9s %9s %9s %9s %9s %10s %9s %9s %11s %12s %10s\n", "blocks", "put p50", "put p99", "ack p50", "ack p99", "list", "stats", "restart", "RSS MiB", "anon MiB", "meta B/blk", "window delay", "fill put/s")
+		}
+		b.probe(&r, *probeRate, *probe)
 		r.restart = b.restart()
 		if i == 0 {
 			first = r
@@ -188,15 +208,16 @@ type row struct {
 }
 
 func (r row) print(first row, ratio bool) {
-	fmt.Printf("%10d %9s %9s %9s %9s %9s %9s %10s %9d %9d %11.0f %12s %8.0f\n", r.blocks, ms(r.put50), ms(r.put99), ms(r.ack50), ms(r.ack99),
+	fmt.Printf("%10d %9s %9s %9s %9s %9s %9s %10s %9d %9d %11.0f %12s %10.0f\n", r.blocks, ms(r.put50), ms(r.put99), ms(r.ack50), ms(r.ack99),
 		ms(r.list), ms(r.stats), ms(r.restart), r.rss>>20, r.anon>>20, r.metaPerBlock, ms(r.winDelay), r.rate)
 	if ratio {
 		f := func(a, b time.Duration) string {
 			return fmt.Sprintf("%.2fx", float64(a)/float64(max(b, time.Microsecond)))
 		}
-		fmt.Printf("%10s %9s %9s %9s %9s %9s %9s %10s %9s %9s %11s %12s\n", "ratio", f(r.put50, first.put50), f(r.put99, first.put99), f(r.ack50, first.ack50), f(r.ack99, first.ack99),
+		fmt.Printf("%10s %9s %9s %9s %9s %9s %9s %10s %9s %9s %11s %12s %10s\n", "ratio", f(r.put50, first.put50), f(r.put99, first.put99), f(r.ack50, first.ack50), f(r.ack99, first.ack99),
 			f(r.list, first.list), f(r.stats, first.stats), f(r.restart, first.restart), fmt.Sprintf("%.2fx", float64(r.rss)/float64(first.rss)),
-			fmt.Sprintf("%.2fx", float64(r.anon)/float64(first.anon)), fmt.Sprintf("%.2fx", r.metaPerBlock/first.metaPerBlock), f(r.winDelay, first.winDelay))
+			fmt.Sprintf("%.2fx", float64(r.anon)/float64(first.anon)), fmt.Sprintf("%.2fx", r.metaPerBlock/first.metaPerBlock), f(r.winDelay, first.winDelay),
+			fmt.Sprintf("%.2fx", r.rate/first.rate))
 	}
 }
 
@@ -301,18 +322,22 @@ func (b *bench) startAcker() {
 	})
 }
 
-// readerOwes says whether the reader's group has blocks not acked.
-func (b *bench) readerOwes() bool {
-	gs, err := b.c.Groups(context.Background(), "tiny")
-	if err != nil {
-		return true
-	}
-	for _, g := range gs {
-		if g.Group == "reader" {
-			return g.Unreserved+g.Reserved > 0
+// owes says whether the reader's group or a stage after the window
+// stage has blocks not done. (The window stage's group owes the blocks
+// of every window not yet closed, so its count never falls to zero.)
+func (b *bench) owes() bool {
+	for _, q := range []string{"tiny", "tiny.hourly", "tiny.copy"} {
+		gs, err := b.c.Groups(context.Background(), q)
+		if err != nil {
+			return true
+		}
+		for _, g := range gs {
+			if (q != "tiny" || g.Group == "reader") && g.Unreserved+g.Reserved > 0 {
+				return true
+			}
 		}
 	}
-	return true
+	return false
 }
 
 // ack is when an ack call ended and how long it took.
@@ -334,16 +359,12 @@ func (b *bench) acksSince(t time.Time) []time.Duration {
 	return out
 }
 
-// fill puts blocks until n are stored, and measures at the end. Each
-// uploader owns every inflight-th site and sends its sites' blocks in
-// turn, so a site's numbers go in order and sites go in parallel.
+// fill puts blocks until n are stored, as fast as the server takes
+// them, and measures what does not need a load. Each uploader owns every
+// inflight-th site and sends its sites' blocks in turn, so a site's
+// numbers go in order and sites go in parallel.
 func (b *bench) fill(n int) row {
 	left := max(n-int(b.sentN.Load()), 0)
-	tail := max(left/10, 1) // the put and ack latencies are the last tenth's
-	var mu sync.Mutex
-	var puts []time.Duration
-	var tailFrom time.Time // when the tail's puts began
-	var sent atomic.Int64
 	var wg sync.WaitGroup
 	began := time.Now()
 	for w := range b.inflight {
@@ -360,30 +381,14 @@ func (b *bench) fill(n int) row {
 		}
 		wg.Go(func() {
 			for i := range share {
-				d := b.put(mine[i%len(mine)])
-				if k := sent.Add(1); int(k) > left-tail {
-					mu.Lock()
-					if tailFrom.IsZero() {
-						tailFrom = time.Now().Add(-d)
-					}
-					puts = append(puts, d)
-					mu.Unlock()
-				}
+				b.put(mine[i%len(mine)])
 			}
 		})
 	}
 	wg.Wait()
-	rate := float64(left) / time.Since(began).Seconds()
+	r := row{blocks: n, rate: float64(left) / time.Since(began).Seconds()}
 	b.sent = n
-	// Drain the acks of the tail, as the server counts them: an ack the
-	// server took whose answer a restart cut off is not sent again.
-	for deadline := time.Now().Add(10 * time.Minute); b.readerOwes() && time.Now().Before(deadline); {
-		time.Sleep(200 * time.Millisecond)
-	}
-	acks := b.acksSince(tailFrom)
-	r := row{blocks: n, rate: rate}
-	r.put50, r.put99 = quantile(puts, 0.5), quantile(puts, 0.99)
-	r.ack50, r.ack99 = quantile(acks, 0.5), quantile(acks, 0.99)
+	b.drain()
 	ctx := context.Background()
 	start := time.Now()
 	if _, err := b.c.Queues(ctx); err != nil {
@@ -399,6 +404,46 @@ func (b *bench) fill(n int) row {
 	r.metaPerBlock = float64(fileSize(filepath.Join(b.dir, "data", "meta.db"))) / float64(b.sentN.Load())
 	r.winDelay = b.windowDelay()
 	return r
+}
+
+// drain waits until the reader has acked every block, as the server
+// counts them (an ack the server took whose answer a restart cut off is
+// not sent again), and the stages have caught up.
+func (b *bench) drain() {
+	for deadline := time.Now().Add(10 * time.Minute); b.owes() && time.Now().Before(deadline); {
+		time.Sleep(200 * time.Millisecond)
+	}
+}
+
+// probe puts at rate per second for d, each site in turn at its share of
+// the rate, and takes the put and ack latencies of that span. A put is
+// timed from when it was due: when the one before it on its site ran
+// late, it waited too.
+func (b *bench) probe(r *row, rate float64, d time.Duration) {
+	every := time.Duration(float64(time.Second) * float64(b.sites) / rate)
+	var mu sync.Mutex
+	var puts []time.Duration
+	var wg sync.WaitGroup
+	began := time.Now()
+	for site := range b.sites {
+		first := began.Add(every * time.Duration(site) / time.Duration(b.sites))
+		wg.Go(func() {
+			for due := first; due.Before(began.Add(d)); due = due.Add(every) {
+				time.Sleep(time.Until(due))
+				b.put(site)
+				took := time.Since(due)
+				mu.Lock()
+				puts = append(puts, took)
+				mu.Unlock()
+			}
+		})
+	}
+	wg.Wait()
+	b.sent = int(b.sentN.Load())
+	b.drain()
+	acks := b.acksSince(began)
+	r.put50, r.put99 = quantile(puts, 0.5), quantile(puts, 0.99)
+	r.ack50, r.ack99 = quantile(acks, 0.5), quantile(acks, 0.99)
 }
 
 // windowDelay puts, for a fresh site, an hour's blocks and one past it,
