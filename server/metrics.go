@@ -147,3 +147,34 @@ func (c storeCollector) Collect(ch chan<- prometheus.Metric) {
 	ch <- prometheus.MustNewConstMetric(storeUsedDesc, prometheus.GaugeValue, float64(used))
 	ch <- prometheus.MustNewConstMetric(storeKeepDesc, prometheus.GaugeValue, float64(c.s.minFree))
 }
+
+var (
+	metaBytesDesc = prometheus.NewDesc("plumb_metadata_file_bytes", "Size of the metadata file (meta.db).", nil, nil)
+	metaFreeDesc  = prometheus.NewDesc("plumb_metadata_free_pages",
+		"Pages of the metadata file a later commit may reuse (free, or freed while a reader may still see them).", nil, nil)
+	metaWritesDesc = prometheus.NewDesc("plumb_metadata_page_writes_total",
+		"Writes of metadata commits since the server started: one per run of dirty pages and one per commit's meta page.", nil, nil)
+	metaWriteSecondsDesc = prometheus.NewDesc("plumb_metadata_write_seconds_total",
+		"Time metadata commits spent writing their pages, fdatasync included, since the server started; its rate over the rate of commits going up as history grows is the file getting slower.", nil, nil)
+	metaSpillSecondsDesc = prometheus.NewDesc("plumb_metadata_spill_seconds_total",
+		"Time metadata commits spent laying out changed nodes as pages, since the server started.", nil, nil)
+)
+
+// metaCollector reports the metadata file's size and its commits' cost
+// at each scrape.
+type metaCollector struct{ db *state.DB }
+
+func (c metaCollector) Describe(ch chan<- *prometheus.Desc) {
+	for _, d := range []*prometheus.Desc{metaBytesDesc, metaFreeDesc, metaWritesDesc, metaWriteSecondsDesc, metaSpillSecondsDesc} {
+		ch <- d
+	}
+}
+
+func (c metaCollector) Collect(ch chan<- prometheus.Metric) {
+	s := c.db.FileStats()
+	ch <- prometheus.MustNewConstMetric(metaBytesDesc, prometheus.GaugeValue, float64(s.Bytes))
+	ch <- prometheus.MustNewConstMetric(metaFreeDesc, prometheus.GaugeValue, float64(s.FreePages))
+	ch <- prometheus.MustNewConstMetric(metaWritesDesc, prometheus.CounterValue, float64(s.PageWrites))
+	ch <- prometheus.MustNewConstMetric(metaWriteSecondsDesc, prometheus.CounterValue, s.WriteTime.Seconds())
+	ch <- prometheus.MustNewConstMetric(metaSpillSecondsDesc, prometheus.CounterValue, s.SpillTime.Seconds())
+}

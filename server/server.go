@@ -333,7 +333,7 @@ func Run(ctx context.Context, cfg Config) (err error) {
 			}
 			return svc.eng.WaitingForWindows(g)
 		}
-		for _, c := range []prometheus.Collector{qc, storeCollector{svc.space}, Uploads, AuthFailures, ReadEstimate} {
+		for _, c := range []prometheus.Collector{qc, metaCollector{db}, storeCollector{svc.space}, Uploads, AuthFailures, ReadEstimate} {
 			if err := r.Register(c); err != nil {
 				cfg.Logger.Warn("Flight metrics not registered", "err", err)
 			}

@@ -26,6 +26,8 @@ import (
 	"fmt"
 	"io"
 	"log"
+	"net"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -38,6 +40,8 @@ import (
 
 	"github.com/gopacket/gopacket"
 	"github.com/gopacket/gopacket/layers"
+	"github.com/prometheus/common/expfmt"
+	"github.com/prometheus/common/model"
 
 	"github.com/plumb-dev/plumb/bench/internal/benchkit"
 	"github.com/plumb-dev/plumb/block"
@@ -91,7 +95,7 @@ func main() {
 		}
 		if i == 0 {
 			fmt.Printf("   probe rate: %.0f puts/s\n", *probeRate)
-			fmt.Printf("%10s %9s %9s %9s %9s %9s %9s %10s %9s %9s %11s %12s %10s\n", "blocks", "put p50", "put p99", "ack p50", "ack p99", "list", "stats", "restart", "RSS MiB", "anon MiB", "meta B/blk", "window delay", "fill put/s")
+			fmt.Printf("%10s %9s %9s %9s %9s %9s %9s %10s %9s %9s %11s %12s %10s %11s %11s\n", "blocks", "put p50", "put p99", "ack p50", "ack p99", "list", "stats", "restart", "RSS MiB", "anon MiB", "meta B/blk", "window delay", "fill put/s", "writes/put", "write ms/put")
 		}
 		b.probe(&r, *probeRate, *probe)
 		r.restart = b.restart()
@@ -183,6 +187,7 @@ func udpPacket() []byte {
 }
 
 type bench struct {
+	metrics  string // the server's metrics address
 	plumb    string
 	dir      string
 	sites    int
@@ -205,26 +210,29 @@ type row struct {
 	rss, anon                      int64 // VmRSS, and RssAnon (the rest is mapped metadata file)
 	metaPerBlock                   float64
 	rate                           float64 // puts/s over the fill
+	// What the probe's span cost the metadata file, per put: its
+	// commits' write calls and the time they took, fdatasync included.
+	metaWrites, metaWriteMs float64
 }
 
 func (r row) print(first row, ratio bool) {
-	fmt.Printf("%10d %9s %9s %9s %9s %9s %9s %10s %9d %9d %11.0f %12s %10.0f\n", r.blocks, ms(r.put50), ms(r.put99), ms(r.ack50), ms(r.ack99),
-		ms(r.list), ms(r.stats), ms(r.restart), r.rss>>20, r.anon>>20, r.metaPerBlock, ms(r.winDelay), r.rate)
+	fmt.Printf("%10d %9s %9s %9s %9s %9s %9s %10s %9d %9d %11.0f %12s %10.0f %11.1f %11.2f\n", r.blocks, ms(r.put50), ms(r.put99), ms(r.ack50), ms(r.ack99),
+		ms(r.list), ms(r.stats), ms(r.restart), r.rss>>20, r.anon>>20, r.metaPerBlock, ms(r.winDelay), r.rate, r.metaWrites, r.metaWriteMs)
 	if ratio {
 		f := func(a, b time.Duration) string {
 			return fmt.Sprintf("%.2fx", float64(a)/float64(max(b, time.Microsecond)))
 		}
-		fmt.Printf("%10s %9s %9s %9s %9s %9s %9s %10s %9s %9s %11s %12s %10s\n", "ratio", f(r.put50, first.put50), f(r.put99, first.put99), f(r.ack50, first.ack50), f(r.ack99, first.ack99),
+		fmt.Printf("%10s %9s %9s %9s %9s %9s %9s %10s %9s %9s %11s %12s %10s %11s %11s\n", "ratio", f(r.put50, first.put50), f(r.put99, first.put99), f(r.ack50, first.ack50), f(r.ack99, first.ack99),
 			f(r.list, first.list), f(r.stats, first.stats), f(r.restart, first.restart), fmt.Sprintf("%.2fx", float64(r.rss)/float64(first.rss)),
 			fmt.Sprintf("%.2fx", float64(r.anon)/float64(first.anon)), fmt.Sprintf("%.2fx", r.metaPerBlock/first.metaPerBlock), f(r.winDelay, first.winDelay),
-			fmt.Sprintf("%.2fx", r.rate/first.rate))
+			fmt.Sprintf("%.2fx", r.rate/first.rate), fmt.Sprintf("%.2fx", r.metaWrites/first.metaWrites), fmt.Sprintf("%.2fx", r.metaWriteMs/first.metaWriteMs))
 	}
 }
 
 func ms(d time.Duration) string { return fmt.Sprintf("%.1fms", float64(d)/1e6) }
 
 func (b *bench) start() {
-	srv, err := benchkit.StartServer(b.plumb, b.dir, "--tick", "1s", "--slots", "2")
+	srv, err := benchkit.StartServer(b.plumb, b.dir, "--tick", "1s", "--slots", "2", "--metrics", b.metricsAddr())
 	if err != nil {
 		log.Fatal(err)
 	}
@@ -424,6 +432,7 @@ func (b *bench) probe(r *row, rate float64, d time.Duration) {
 	var mu sync.Mutex
 	var puts []time.Duration
 	var wg sync.WaitGroup
+	writes0, secs0 := b.scrape("plumb_metadata_page_writes_total"), b.scrape("plumb_metadata_write_seconds_total")
 	began := time.Now()
 	for site := range b.sites {
 		first := began.Add(every * time.Duration(site) / time.Duration(b.sites))
@@ -441,6 +450,8 @@ func (b *bench) probe(r *row, rate float64, d time.Duration) {
 	wg.Wait()
 	b.sent = int(b.sentN.Load())
 	b.drain()
+	r.metaWrites = (b.scrape("plumb_metadata_page_writes_total") - writes0) / float64(len(puts))
+	r.metaWriteMs = (b.scrape("plumb_metadata_write_seconds_total") - secs0) * 1e3 / float64(len(puts))
 	acks := b.acksSince(began)
 	r.put50, r.put99 = quantile(puts, 0.5), quantile(puts, 0.99)
 	r.ack50, r.ack99 = quantile(acks, 0.5), quantile(acks, 0.99)
@@ -483,7 +494,7 @@ func (b *bench) restart() time.Duration {
 	b.ackWG.Wait()
 	b.srv.Stop()
 	start := time.Now()
-	srv, err := benchkit.StartServer(b.plumb, b.dir, "--tick", "1s", "--slots", "2")
+	srv, err := benchkit.StartServer(b.plumb, b.dir, "--tick", "1s", "--slots", "2", "--metrics", b.metricsAddr())
 	if err != nil {
 		log.Fatal(err)
 	}
@@ -500,6 +511,42 @@ func (b *bench) restart() time.Duration {
 	d := time.Since(start)
 	b.startAcker()
 	return d
+}
+
+// metricsAddr picks the server's metrics address, once.
+func (b *bench) metricsAddr() string {
+	if b.metrics == "" {
+		l, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			log.Fatal(err)
+		}
+		b.metrics = l.Addr().String()
+		l.Close()
+	}
+	return b.metrics
+}
+
+// scrape returns a metric without labels from the server's /metrics.
+func (b *bench) scrape(name string) float64 {
+	resp, err := http.Get("http://" + b.metrics + "/metrics")
+	if err != nil {
+		log.Fatalf("scrape %s: %v", name, err)
+	}
+	defer resp.Body.Close()
+	p := expfmt.NewTextParser(model.UTF8Validation)
+	fams, err := p.TextToMetricFamilies(resp.Body)
+	if err != nil {
+		log.Fatalf("scrape %s: %v", name, err)
+	}
+	f := fams[name]
+	if f == nil || len(f.GetMetric()) != 1 {
+		log.Fatalf("the server's /metrics has no %s", name)
+	}
+	m := f.GetMetric()[0]
+	if c := m.GetCounter(); c != nil {
+		return c.GetValue()
+	}
+	return m.GetGauge().GetValue()
 }
 
 func quantile(ds []time.Duration, q float64) time.Duration {
