@@ -16,7 +16,8 @@
 // that puts at a fixed rate, the same at every point: half the first
 // fill's rate unless -probe-rate says. A put's latency runs from when it
 // was due, not from when it began, so a slow put also counts against the
-// puts that waited for it (no coordinated omission).
+// puts that waited for it (no coordinated omission). The probe's puts
+// add to the history: at the first point they about double it.
 package main
 
 import (
