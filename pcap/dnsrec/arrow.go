@@ -126,11 +126,12 @@ type Writer struct {
 	domains Domains
 
 	// The building goroutine's.
-	b    *array.RecordBuilder
-	c    cols
-	rows int
-	addr []byte
-	cat  *Categories
+	b     *array.RecordBuilder
+	c     cols
+	rows  int
+	addr  []byte
+	cat   *Categories
+	fixed fixedCols
 
 	batches chan arrow.RecordBatch
 	done    chan error // the writing goroutine's verdict
@@ -318,16 +319,56 @@ func typed(b *array.RecordBuilder) cols {
 	return c
 }
 
-// reserve makes room for a batch in every fixed-width column, so rows
-// append without a capacity check each.
-func (c *cols) reserve(n int) {
-	for _, b := range []array.Builder{c.seq, c.time, c.ipVersion, c.opcode, c.ednsVersion, c.size, c.sport, c.dport, c.id,
-		c.rcode, c.qd, c.an, c.ns, c.ar, c.qtype, c.qclass, c.udp, c.qr, c.edns, c.do, c.malformed, c.cookie, c.partial} {
-		b.Reserve(n)
+// fixedCols holds a batch's fixed-width columns as plain slices until
+// the batch is cut, then goes into the builders a column at a time:
+// appended a value at a time, each value also set its validity bit, and
+// the calls cost more than the values.
+type fixedCols struct {
+	seq                                            []uint64
+	time                                           []arrow.Timestamp
+	sport, dport, id, rcode, qd, an, ns, ar, qtype []uint16
+	qclass, udp                                    []uint16
+	ipVersion, opcode, ednsVersion                 []uint8
+	size                                           []uint32
+	qr, edns, do, malformed, cookie, partial       []bool
+	flags                                          [6][]bool // aa tc rd ra ad cd
+	hasQuestion, hasEDNS                           []bool    // validity of qtype, qclass; edns_version, edns_udp_size
+}
+
+// flush appends the rows held to the builders and empties itself.
+func (f *fixedCols) flush(c *cols) {
+	c.seq.AppendValues(f.seq, nil)
+	c.time.AppendValues(f.time, nil)
+	for _, u := range []struct {
+		b    *array.Uint16Builder
+		v    []uint16
+		null []bool
+	}{{c.sport, f.sport, nil}, {c.dport, f.dport, nil}, {c.id, f.id, nil}, {c.rcode, f.rcode, nil}, {c.qd, f.qd, nil},
+		{c.an, f.an, nil}, {c.ns, f.ns, nil}, {c.ar, f.ar, nil}, {c.qtype, f.qtype, f.hasQuestion},
+		{c.qclass, f.qclass, f.hasQuestion}, {c.udp, f.udp, f.hasEDNS}} {
+		u.b.AppendValues(u.v, u.null)
 	}
-	for _, b := range c.flags {
-		b.Reserve(n)
+	c.ipVersion.AppendValues(f.ipVersion, nil)
+	c.opcode.AppendValues(f.opcode, nil)
+	c.ednsVersion.AppendValues(f.ednsVersion, f.hasEDNS)
+	c.size.AppendValues(f.size, nil)
+	for _, b := range []struct {
+		b *array.BooleanBuilder
+		v []bool
+	}{{c.qr, f.qr}, {c.edns, f.edns}, {c.do, f.do}, {c.malformed, f.malformed}, {c.cookie, f.cookie}, {c.partial, f.partial},
+		{c.flags[0], f.flags[0]}, {c.flags[1], f.flags[1]}, {c.flags[2], f.flags[2]}, {c.flags[3], f.flags[3]},
+		{c.flags[4], f.flags[4]}, {c.flags[5], f.flags[5]}} {
+		b.b.AppendValues(b.v, nil)
 	}
+	f.seq, f.time = f.seq[:0], f.time[:0]
+	f.sport, f.dport, f.id, f.rcode, f.qd, f.an, f.ns, f.ar = f.sport[:0], f.dport[:0], f.id[:0], f.rcode[:0], f.qd[:0], f.an[:0], f.ns[:0], f.ar[:0]
+	f.qtype, f.qclass, f.udp = f.qtype[:0], f.qclass[:0], f.udp[:0]
+	f.ipVersion, f.opcode, f.ednsVersion, f.size = f.ipVersion[:0], f.opcode[:0], f.ednsVersion[:0], f.size[:0]
+	f.qr, f.edns, f.do, f.malformed, f.cookie, f.partial = f.qr[:0], f.edns[:0], f.do[:0], f.malformed[:0], f.cookie[:0], f.partial[:0]
+	for i := range f.flags {
+		f.flags[i] = f.flags[i][:0]
+	}
+	f.hasQuestion, f.hasEDNS = f.hasQuestion[:0], f.hasEDNS[:0]
 }
 
 // names appends the name columns of the question: as sent (when not
@@ -422,51 +463,43 @@ func AppendRRs(lb *array.ListBuilder, rrs []dnsmsg.RR) {
 
 // add appends a record to the batch being built.
 func (w *Writer) add(r *Record) error {
-	c := &w.c
-	if w.rows == 0 {
-		c.reserve(BatchRows)
-	}
+	c, f := &w.c, &w.fixed
 	m := &r.Msg
-	c.seq.UnsafeAppend(w.seq)
-	c.time.UnsafeAppend(arrow.Timestamp(r.Time.UnixNano()))
+	f.seq = append(f.seq, w.seq)
+	f.time = append(f.time, arrow.Timestamp(r.Time.UnixNano()))
 	w.addr = r.Src.AppendTo(w.addr[:0])
 	c.src.BinaryBuilder.Append(w.addr)
 	w.addr = r.Dst.AppendTo(w.addr[:0])
 	c.dst.BinaryBuilder.Append(w.addr)
-	c.sport.UnsafeAppend(r.SrcPort)
-	c.dport.UnsafeAppend(r.DstPort)
+	f.sport = append(f.sport, r.SrcPort)
+	f.dport = append(f.dport, r.DstPort)
 	w.cat.Add(r.TCP)
-	c.ipVersion.UnsafeAppend(r.IPVersion)
-	c.size.UnsafeAppend(uint32(r.Size))
-	c.id.UnsafeAppend(m.ID)
-	c.qr.UnsafeAppend(m.QR)
-	c.opcode.UnsafeAppend(m.Opcode)
+	f.ipVersion = append(f.ipVersion, r.IPVersion)
+	f.size = append(f.size, uint32(r.Size))
+	f.id = append(f.id, m.ID)
+	f.qr = append(f.qr, m.QR)
+	f.opcode = append(f.opcode, m.Opcode)
 	for i, v := range [6]bool{m.AA, m.TC, m.RD, m.RA, m.AD, m.CD} {
-		c.flags[i].UnsafeAppend(v)
+		f.flags[i] = append(f.flags[i], v)
 	}
-	c.rcode.UnsafeAppend(m.Rcode)
-	c.qd.UnsafeAppend(m.QDCount)
-	c.an.UnsafeAppend(m.ANCount)
-	c.ns.UnsafeAppend(m.NSCount)
-	c.ar.UnsafeAppend(m.ARCount)
+	f.rcode = append(f.rcode, m.Rcode)
+	f.qd = append(f.qd, m.QDCount)
+	f.an = append(f.an, m.ANCount)
+	f.ns = append(f.ns, m.NSCount)
+	f.ar = append(f.ar, m.ARCount)
+	f.hasQuestion = append(f.hasQuestion, m.HasQuestion)
+	f.qtype = append(f.qtype, m.QType)
+	f.qclass = append(f.qclass, m.QClass)
 	if m.HasQuestion {
 		c.qname.Append(m.QName)
-		c.qtype.UnsafeAppend(m.QType)
-		c.qclass.UnsafeAppend(m.QClass)
 	} else {
 		c.qname.AppendNull()
-		c.qtype.UnsafeAppendBoolToBitmap(false)
-		c.qclass.UnsafeAppendBoolToBitmap(false)
 	}
-	c.edns.UnsafeAppend(m.EDNS)
-	if m.EDNS {
-		c.ednsVersion.UnsafeAppend(m.EDNSVersion)
-		c.udp.UnsafeAppend(m.UDPSize)
-	} else {
-		c.ednsVersion.UnsafeAppendBoolToBitmap(false)
-		c.udp.UnsafeAppendBoolToBitmap(false)
-	}
-	c.do.UnsafeAppend(m.DO)
+	f.edns = append(f.edns, m.EDNS)
+	f.hasEDNS = append(f.hasEDNS, m.EDNS)
+	f.ednsVersion = append(f.ednsVersion, m.EDNSVersion)
+	f.udp = append(f.udp, m.UDPSize)
+	f.do = append(f.do, m.DO)
 	c.ednsOptions.Append(true)
 	opts := c.ednsOptions.ValueBuilder().(*array.StructBuilder)
 	for _, o := range m.Options {
@@ -474,7 +507,7 @@ func (w *Writer) add(r *Record) error {
 		opts.FieldBuilder(0).(*array.Uint16Builder).Append(o.Code)
 		opts.FieldBuilder(1).(*array.BinaryBuilder).Append(o.Data)
 	}
-	c.malformed.UnsafeAppend(r.Err != nil)
+	f.malformed = append(f.malformed, r.Err != nil)
 	if r.Err != nil {
 		c.errs.Append(r.Err.Error())
 	} else {
@@ -509,13 +542,13 @@ func (w *Writer) add(r *Record) error {
 	} else {
 		c.edeText.AppendNull()
 	}
-	c.cookie.UnsafeAppend(m.Cookie)
+	f.cookie = append(f.cookie, m.Cookie)
 	if r.Tunnel != "" {
 		c.tunnel.Append(r.Tunnel)
 	} else {
 		c.tunnel.AppendNull()
 	}
-	c.partial.UnsafeAppend(r.Partial)
+	f.partial = append(f.partial, r.Partial)
 	w.rows++
 	if w.rows == BatchRows {
 		return w.flush()
@@ -528,6 +561,7 @@ func (w *Writer) flush() error {
 		return nil
 	}
 	w.cat.Flush()
+	w.fixed.flush(&w.c)
 	w.rows = 0
 	select {
 	case err := <-w.done: // the writer stopped early
