@@ -17,7 +17,6 @@ import (
 	"io"
 	"log"
 	mrand "math/rand/v2"
-	"net"
 	"net/http"
 	"os"
 	"os/exec"
@@ -61,16 +60,17 @@ func findMinIO(path string) (string, error) {
 	return "", errors.New("minio not found; `go install github.com/minio/minio@latest` (see .ci/run)")
 }
 
-func freeAddr() string {
-	l, _ := net.Listen("tcp", "127.0.0.1:0")
-	defer l.Close()
-	return l.Addr().String()
-}
-
 // startMinIO runs a MinIO server on dir and waits until it is live.
 func startMinIO(bin, dir string) (string, func(), error) {
-	addr := freeAddr()
-	cmd := exec.Command(bin, "server", "--quiet", "--address", addr, "--console-address", freeAddr(), dir)
+	addr, err := benchkit.FreeAddr()
+	if err != nil {
+		return "", nil, err
+	}
+	console, err := benchkit.FreeAddr()
+	if err != nil {
+		return "", nil, err
+	}
+	cmd := exec.Command(bin, "server", "--quiet", "--address", addr, "--console-address", console, dir)
 	cmd.Env = append(os.Environ(), "MINIO_ROOT_USER=plumbbench", "MINIO_ROOT_PASSWORD=plumbbench-secret", "MINIO_BROWSER=off", "MINIO_UPDATE=off", "MINIO_CI_CD=1")
 	if err := cmd.Start(); err != nil {
 		return "", nil, err

@@ -27,7 +27,6 @@ import (
 	"fmt"
 	"io"
 	"log"
-	"net"
 	"net/http"
 	"os"
 	"os/exec"
@@ -195,7 +194,6 @@ type bench struct {
 	inflight int
 	srv      *benchkit.Server
 	c        *client.Client
-	sent     int          // the count of the last fill
 	sentN    atomic.Int64 // blocks put
 	seq      []uint64
 	ackStop  context.CancelFunc
@@ -396,7 +394,6 @@ func (b *bench) fill(n int) row {
 	}
 	wg.Wait()
 	r := row{blocks: n, rate: float64(left) / time.Since(began).Seconds()}
-	b.sent = n
 	b.drain()
 	ctx := context.Background()
 	start := time.Now()
@@ -449,7 +446,6 @@ func (b *bench) probe(r *row, rate float64, d time.Duration) {
 		})
 	}
 	wg.Wait()
-	b.sent = int(b.sentN.Load())
 	b.drain()
 	r.metaWrites = (b.scrape("plumb_metadata_page_writes_total") - writes0) / float64(len(puts))
 	r.metaWriteMs = (b.scrape("plumb_metadata_write_seconds_total") - secs0) * 1e3 / float64(len(puts))
@@ -517,12 +513,11 @@ func (b *bench) restart() time.Duration {
 // metricsAddr picks the server's metrics address, once.
 func (b *bench) metricsAddr() string {
 	if b.metrics == "" {
-		l, err := net.Listen("tcp", "127.0.0.1:0")
+		addr, err := benchkit.FreeAddr()
 		if err != nil {
 			log.Fatal(err)
 		}
-		b.metrics = l.Addr().String()
-		l.Close()
+		b.metrics = addr
 	}
 	return b.metrics
 }

@@ -332,7 +332,7 @@ type fixedCols struct {
 	size                                           []uint32
 	qr, edns, do, malformed, cookie, partial       []bool
 	flags                                          [6][]bool // aa tc rd ra ad cd
-	hasQuestion, hasEDNS                           []bool    // validity of qtype, qclass; edns_version, edns_udp_size
+	hasQuestion                                    []bool    // validity of qtype, qclass (edns is edns_version's and edns_udp_size's)
 }
 
 // flush appends the rows held to the builders and empties itself.
@@ -345,12 +345,12 @@ func (f *fixedCols) flush(c *cols) {
 		null []bool
 	}{{c.sport, f.sport, nil}, {c.dport, f.dport, nil}, {c.id, f.id, nil}, {c.rcode, f.rcode, nil}, {c.qd, f.qd, nil},
 		{c.an, f.an, nil}, {c.ns, f.ns, nil}, {c.ar, f.ar, nil}, {c.qtype, f.qtype, f.hasQuestion},
-		{c.qclass, f.qclass, f.hasQuestion}, {c.udp, f.udp, f.hasEDNS}} {
+		{c.qclass, f.qclass, f.hasQuestion}, {c.udp, f.udp, f.edns}} {
 		u.b.AppendValues(u.v, u.null)
 	}
 	c.ipVersion.AppendValues(f.ipVersion, nil)
 	c.opcode.AppendValues(f.opcode, nil)
-	c.ednsVersion.AppendValues(f.ednsVersion, f.hasEDNS)
+	c.ednsVersion.AppendValues(f.ednsVersion, f.edns)
 	c.size.AppendValues(f.size, nil)
 	for _, b := range []struct {
 		b *array.BooleanBuilder
@@ -368,7 +368,7 @@ func (f *fixedCols) flush(c *cols) {
 	for i := range f.flags {
 		f.flags[i] = f.flags[i][:0]
 	}
-	f.hasQuestion, f.hasEDNS = f.hasQuestion[:0], f.hasEDNS[:0]
+	f.hasQuestion = f.hasQuestion[:0]
 }
 
 // names appends the name columns of the question: as sent (when not
@@ -496,7 +496,6 @@ func (w *Writer) add(r *Record) error {
 		c.qname.AppendNull()
 	}
 	f.edns = append(f.edns, m.EDNS)
-	f.hasEDNS = append(f.hasEDNS, m.EDNS)
 	f.ednsVersion = append(f.ednsVersion, m.EDNSVersion)
 	f.udp = append(f.udp, m.UDPSize)
 	f.do = append(f.do, m.DO)

@@ -31,15 +31,24 @@ type Server struct {
 	cmd  *exec.Cmd
 }
 
+// FreeAddr returns a loopback address no one listens on, for a server
+// the bench starts.
+func FreeAddr() (string, error) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return "", err
+	}
+	defer l.Close()
+	return l.Addr().String(), nil
+}
+
 // StartServer runs `plumb serve` with its data under dir and extra flags,
 // and waits until it listens. Stop it with Stop.
 func StartServer(plumb, dir string, extra ...string) (*Server, error) {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
+	addr, err := FreeAddr()
 	if err != nil {
 		return nil, err
 	}
-	addr := l.Addr().String()
-	l.Close()
 	args := append([]string{"serve", "--data", filepath.Join(dir, "data"), "--listen", addr, "--log-level", "warn"}, extra...)
 	srv := exec.Command(plumb, args...)
 	srv.Stderr = os.Stderr
