@@ -62,8 +62,52 @@ const (
 
 // Parse reads a message. On error the returned Message holds the fields
 // read before the fault (the header whenever there are 12 bytes).
+//
+// The strings of a message (names, rdata) share one allocation: a
+// referral carries a dozen of them, and one allocation each was most of
+// the cost of reading it. So a string kept from a Message keeps the
+// text of the whole message alive, a few hundred bytes.
 func Parse(b []byte) (Message, error) {
-	var m Message
+	var p Parser
+	return p.Parse(b)
+}
+
+// A Parser reads messages as Parse does, keeping its scratch space from
+// one message to the next. The zero value is ready; it is not for
+// concurrent use.
+type Parser struct {
+	text  []byte
+	spans []span
+}
+
+// Parse reads a message; see the function Parse.
+func (p *Parser) Parse(b []byte) (Message, error) {
+	r := reader{text: p.text[:0], spans: p.spans[:0]}
+	err := r.parse(b)
+	r.finish()
+	p.text, p.spans = r.text, r.spans
+	return r.m, err
+}
+
+// span is a string of a message being read: text[from:to].
+type span struct{ from, to int32 }
+
+// reader reads one message, writing its strings into text.
+type reader struct {
+	m     Message
+	text  []byte
+	spans []span // of each record read: its name, then its data
+	rrs   []RR   // the records read, their strings set by finish
+	sec   [2]int // where the authority and additional records start in rrs
+	qname span   // lower-cased
+	qraw  span   // as sent
+}
+
+// mark returns the span of text written since from.
+func (p *reader) mark(from int) span { return span{int32(from), int32(len(p.text))} }
+
+func (p *reader) parse(b []byte) error {
+	m := &p.m
 	// A message cut short keeps the header fields its bytes hold (the id
 	// of a 2-byte message, the flags of a 4-byte one...), the rest 0.
 	var h [HeaderLen]byte
@@ -84,37 +128,47 @@ func Parse(b []byte) (Message, error) {
 	m.NSCount = binary.BigEndian.Uint16(h[8:])
 	m.ARCount = binary.BigEndian.Uint16(h[10:])
 	if len(b) < HeaderLen {
-		return m, malformed(len(b), "message of %d bytes is shorter than the 12-byte header; the fields its bytes hold are kept", len(b))
+		return malformed(len(b), "message of %d bytes is shorter than the 12-byte header; the fields its bytes hold are kept", len(b))
 	}
 
 	off := HeaderLen
-	var name [maxPresentation]byte
 	for i := 0; i < int(m.QDCount); i++ {
-		n, next, err := readName(b, off, name[:0], i == 0)
-		if err != nil {
-			return m, err
+		mode, from := nameSkip, len(p.text)
+		if i == 0 {
+			mode = nameRaw
+		}
+		var next int
+		var err error
+		if p.text, next, err = readNameMode(b, off, p.text, mode); err != nil {
+			p.text = p.text[:from]
+			return err
 		}
 		if next+4 > len(b) {
-			return m, malformed(next, "question %d ends before its type and class", i+1)
+			p.text = p.text[:from]
+			return malformed(next, "question %d ends before its type and class", i+1)
 		}
 		if i == 0 {
 			m.HasQuestion = true
-			m.QName = string(n)
-			raw, _, _ := readNameMode(b, off, name[:0], nameRaw)
-			m.QNameRaw = string(raw)
+			p.qraw = p.mark(from)
+			p.qname = p.lower(p.qraw)
 			m.QType = binary.BigEndian.Uint16(b[next:])
 			m.QClass = binary.BigEndian.Uint16(b[next+2:])
 		}
 		off = next + 4
 	}
-	rrs := int(m.ANCount) + int(m.NSCount)
+	an, rrs := int(m.ANCount), int(m.ANCount)+int(m.NSCount)
+	p.sec = [2]int{-1, -1}
 	for i := 0; i < rrs+int(m.ARCount); i++ {
-		owner, next, err := readName(b, off, name[:0], true)
+		from := len(p.text)
+		text, next, err := readNameMode(b, off, p.text, nameLower)
 		if err != nil {
-			return m, err
+			p.text = p.text[:from]
+			return err
 		}
+		p.text = text
 		if next+10 > len(b) {
-			return m, malformed(next, "record %d ends inside its fixed fields", i+1)
+			p.text = p.text[:from]
+			return malformed(next, "record %d ends inside its fixed fields", i+1)
 		}
 		typ := binary.BigEndian.Uint16(b[next:])
 		class := binary.BigEndian.Uint16(b[next+2:])
@@ -122,10 +176,12 @@ func Parse(b []byte) (Message, error) {
 		rdlen := int(binary.BigEndian.Uint16(b[next+8:]))
 		rdata := next + 10
 		if rdata+rdlen > len(b) {
-			return m, malformed(rdata, "record %d claims %d bytes of data; %d remain", i+1, rdlen, len(b)-rdata)
+			p.text = p.text[:from]
+			return malformed(rdata, "record %d claims %d bytes of data; %d remain", i+1, rdlen, len(b)-rdata)
 		}
 		switch {
 		case i >= rrs && typ == TypeOPT && !m.EDNS:
+			p.text = p.text[:from]
 			m.EDNS = true
 			m.UDPSize = class
 			m.Rcode |= uint16(ttl>>24) << 4
@@ -134,21 +190,112 @@ func Parse(b []byte) (Message, error) {
 			m.EDNSOptions = rdlen > 0
 			m.options(b[rdata : rdata+rdlen])
 		case typ == TypeOPT && i >= rrs:
-			// a second OPT record is malformed; the first stands
+			p.text = p.text[:from] // a second OPT record is malformed; the first stands
 		default:
-			rr := RR{Name: string(owner), Type: typ, Class: class, TTL: ttl, RData: rdataText(b, rdata, rdlen, typ)}
+			owner := p.same(p.mark(from))
+			from = len(p.text)
+			p.text = appendRData(p.text, b, rdata, rdlen, typ)
+			p.spans = append(p.spans, owner, p.mark(from))
 			switch {
-			case i < int(m.ANCount):
-				m.Answer = append(m.Answer, rr)
-			case i < rrs:
-				m.Authority = append(m.Authority, rr)
-			default:
-				m.Additional = append(m.Additional, rr)
+			case i >= rrs && p.sec[1] < 0:
+				p.sec[1] = len(p.rrs)
+			case i >= an && i < rrs && p.sec[0] < 0:
+				p.sec[0] = len(p.rrs)
 			}
+			if p.rrs == nil {
+				// One allocation for the records of every section, as
+				// many as the message has room for.
+				p.rrs = make([]RR, 0, min(rrs+int(m.ARCount)-i, (len(b)-off)/minRR))
+			}
+			p.rrs = append(p.rrs, RR{Type: typ, Class: class, TTL: ttl})
 		}
 		off = rdata + rdlen
 	}
-	return m, nil
+	return nil
+}
+
+// minRR is the fewest bytes a record takes: a one-byte name (the root)
+// and the fixed fields.
+const minRR = 11
+
+// lower returns the lower-cased form of a name in text: the name itself
+// when it has no upper case, else a lower-cased copy appended.
+func (p *reader) lower(s span) span {
+	name := p.text[s.from:s.to]
+	if !hasUpper(name) {
+		return s
+	}
+	from := len(p.text)
+	for _, c := range name {
+		if c >= 'A' && c <= 'Z' {
+			c += 'a' - 'A'
+		}
+		p.text = append(p.text, c)
+	}
+	return p.mark(from)
+}
+
+func hasUpper(b []byte) bool {
+	for _, c := range b {
+		if c >= 'A' && c <= 'Z' {
+			return true
+		}
+	}
+	return false
+}
+
+// same returns the span of an earlier name equal to the one just
+// written at s, dropping the copy: records mostly name the question or
+// the record before.
+func (p *reader) same(s span) span {
+	name := p.text[s.from:s.to]
+	for _, o := range [...]span{p.qname, p.last()} {
+		if o.to > o.from && string(p.text[o.from:o.to]) == string(name) {
+			p.text = p.text[:s.from]
+			return o
+		}
+	}
+	return s
+}
+
+// last is the owner name of the record read last.
+func (p *reader) last() span {
+	if len(p.spans) < 2 {
+		return span{}
+	}
+	return p.spans[len(p.spans)-2]
+}
+
+// finish makes the text a string and hands out the strings.
+func (p *reader) finish() {
+	m := &p.m
+	text := string(p.text)
+	str := func(s span) string { return text[s.from:s.to] }
+	if m.HasQuestion {
+		m.QName, m.QNameRaw = str(p.qname), str(p.qraw)
+	}
+	for i := range p.rrs {
+		p.rrs[i].Name, p.rrs[i].RData = str(p.spans[2*i]), str(p.spans[2*i+1])
+	}
+	// The sections, as slices of the one array, each capped so an
+	// append to one does not overwrite the next.
+	n := len(p.rrs)
+	auth, add := p.sec[0], p.sec[1]
+	if add < 0 {
+		add = n
+	}
+	if auth < 0 {
+		auth = add
+	}
+	if auth > 0 {
+		m.Answer = p.rrs[:auth:auth]
+	}
+	if add > auth {
+		m.Authority = p.rrs[auth:add:add]
+	}
+	if n > add {
+		m.Additional = p.rrs[add:n:n]
+	}
 }
 
 // maxPresentation bounds a name in presentation form: 255 wire bytes, each
@@ -179,6 +326,7 @@ const (
 
 func readNameMode(b []byte, off int, dst []byte, mode int) ([]byte, int, error) {
 	present := mode != nameSkip
+	start := len(dst) // the name is dst[start:]; dst may hold others before it
 	next := -1
 	wire := 0
 	pointers := 0
@@ -194,7 +342,7 @@ func readNameMode(b []byte, off int, dst []byte, mode int) ([]byte, int, error) 
 				if next < 0 {
 					next = pos + 1
 				}
-				if present && len(dst) == 0 {
+				if present && len(dst) == start {
 					dst = append(dst, '.')
 				}
 				return dst, next, nil
@@ -206,7 +354,7 @@ func readNameMode(b []byte, off int, dst []byte, mode int) ([]byte, int, error) 
 				return dst, 0, malformed(pos, "name longer than 255 bytes")
 			}
 			if present {
-				if len(dst) > 0 {
+				if len(dst) > start {
 					dst = append(dst, '.')
 				}
 				dst = appendLabel(dst, b[pos+1:pos+1+l], mode == nameLower)

@@ -121,3 +121,32 @@ func FuzzParse(f *testing.F) {
 		}
 	})
 }
+
+// TestParserReuse: a Parser's messages stay as read when it reads the
+// next, and the sections, which share one array, do not overwrite each
+// other when a caller appends to one.
+func TestParserReuse(t *testing.T) {
+	resp := func(name string, ip byte) []byte {
+		return build(t, &layers.DNS{ID: 1, QR: true, Questions: []layers.DNSQuestion{{Name: []byte(name), Type: 1, Class: 1}},
+			Answers:     []layers.DNSResourceRecord{{Name: []byte(name), Type: 1, Class: 1, TTL: 60, IP: []byte{192, 0, 2, ip}}},
+			Authorities: []layers.DNSResourceRecord{{Name: []byte("Example"), Type: 2, Class: 1, TTL: 90, NS: []byte("ns.example")}}})
+	}
+	var p Parser
+	first, err := p.Parse(resp("A.example", 1))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := p.Parse(resp("b.example", 2)); err != nil {
+		t.Fatal(err)
+	}
+	want := Message{ID: 1, QR: true, QDCount: 1, ANCount: 1, NSCount: 1, HasQuestion: true, QName: "a.example", QNameRaw: "A.example",
+		QType: 1, QClass: 1, Answer: []RR{{Name: "a.example", Type: 1, Class: 1, TTL: 60, RData: "192.0.2.1"}},
+		Authority: []RR{{Name: "example", Type: 2, Class: 1, TTL: 90, RData: "ns.example."}}}
+	if !reflect.DeepEqual(first, want) {
+		t.Errorf("after a second message:\n got %+v\nwant %+v", first, want)
+	}
+	_ = append(first.Answer, RR{Name: "appended"})
+	if first.Authority[0].Name != "example" {
+		t.Errorf("appending to the answers overwrote the authority: %+v", first.Authority)
+	}
+}

@@ -6,7 +6,6 @@ import (
 	"encoding/hex"
 	"net/netip"
 	"strconv"
-	"strings"
 	"time"
 )
 
@@ -78,107 +77,127 @@ func TypeString(t uint16) string {
 	return "TYPE" + strconv.Itoa(int(t))
 }
 
-// rdataText prints the data of a record whose data is b[off:off+n].
-func rdataText(b []byte, off, n int, typ uint16) string {
+// appendRData appends the data of a record whose data is b[off:off+n],
+// printed.
+func appendRData(dst, b []byte, off, n int, typ uint16) []byte {
 	d := b[off : off+n]
-	name := func(at int) (string, int, bool) {
-		nm, next, err := readNameMode(b, at, nil, nameRaw)
+	start := len(dst)
+	// name appends the name at b[at:] with its final dot.
+	name := func(dst []byte, at int) ([]byte, int, bool) {
+		from := len(dst)
+		dst, next, err := readNameMode(b, at, dst, nameRaw)
 		if err != nil || next > off+n {
-			return "", 0, false
+			return dst, 0, false
 		}
-		if len(nm) != 1 || nm[0] != '.' {
-			nm = append(nm, '.')
+		if len(dst)-from != 1 || dst[from] != '.' {
+			dst = append(dst, '.')
 		}
-		return string(nm), next, true
+		return dst, next, true
 	}
-	u16 := func(i int) uint16 { return binary.BigEndian.Uint16(d[i:]) }
-	u32 := func(i int) uint32 { return binary.BigEndian.Uint32(d[i:]) }
+	u16 := func(i int) uint64 { return uint64(binary.BigEndian.Uint16(d[i:])) }
+	u32 := func(i int) uint64 { return uint64(binary.BigEndian.Uint32(d[i:])) }
+	num := func(dst []byte, v uint64) []byte { return append(strconv.AppendUint(dst, v, 10), ' ') }
 	switch typ {
 	case TypeA:
 		if n == 4 {
-			return netip.AddrFrom4([4]byte(d)).String()
+			return netip.AddrFrom4([4]byte(d)).AppendTo(dst)
 		}
 	case TypeAAAA:
 		if n == 16 {
-			return netip.AddrFrom16([16]byte(d)).String()
+			return netip.AddrFrom16([16]byte(d)).AppendTo(dst)
 		}
 	case TypeNS, TypeCNAME, TypePTR, TypeDNAME:
-		if s, next, ok := name(off); ok && next == off+n {
-			return s
+		if out, next, ok := name(dst, off); ok && next == off+n {
+			return out
 		}
 	case TypeMX:
 		if n >= 3 {
-			if s, next, ok := name(off + 2); ok && next == off+n {
-				return strconv.Itoa(int(u16(0))) + " " + s
+			if out, next, ok := name(num(dst, u16(0)), off+2); ok && next == off+n {
+				return out
 			}
 		}
 	case TypeSRV:
 		if n >= 7 {
-			if s, next, ok := name(off + 6); ok && next == off+n {
-				return strconv.Itoa(int(u16(0))) + " " + strconv.Itoa(int(u16(2))) + " " + strconv.Itoa(int(u16(4))) + " " + s
+			if out, next, ok := name(num(num(num(dst, u16(0)), u16(2)), u16(4)), off+6); ok && next == off+n {
+				return out
 			}
 		}
 	case TypeSOA:
-		if m, next, ok := name(off); ok {
-			if r, next2, ok := name(next); ok && next2+20 == off+n {
-				k := next2 - off
-				return m + " " + r + " " + strconv.FormatUint(uint64(u32(k)), 10) + " " + strconv.FormatUint(uint64(u32(k+4)), 10) + " " +
-					strconv.FormatUint(uint64(u32(k+8)), 10) + " " + strconv.FormatUint(uint64(u32(k+12)), 10) + " " + strconv.FormatUint(uint64(u32(k+16)), 10)
+		if out, next, ok := name(dst, off); ok {
+			if out, next, ok := name(append(out, ' '), next); ok && next+20 == off+n {
+				k := next - off
+				out = num(num(num(num(append(out, ' '), u32(k)), u32(k+4)), u32(k+8)), u32(k+12))
+				return strconv.AppendUint(out, u32(k+16), 10)
 			}
 		}
 	case TypeTXT:
-		var parts []string
+		out := dst
 		for i := 0; i < n; {
 			l := int(d[i])
 			if i+1+l > n {
-				parts = nil
+				out = nil
 				break
 			}
-			parts = append(parts, quote(d[i+1:i+1+l]))
+			if i > 0 {
+				out = append(out, ' ')
+			}
+			out = appendQuote(out, d[i+1:i+1+l])
 			i += 1 + l
 		}
-		if parts != nil {
-			return strings.Join(parts, " ")
+		if out != nil && n > 0 {
+			return out
 		}
 	case TypeDS:
 		if n >= 4 {
-			return strconv.Itoa(int(u16(0))) + " " + strconv.Itoa(int(d[2])) + " " + strconv.Itoa(int(d[3])) + " " + strings.ToUpper(hex.EncodeToString(d[4:]))
+			out := num(num(num(dst, u16(0)), uint64(d[2])), uint64(d[3]))
+			from := len(out)
+			out = hex.AppendEncode(out, d[4:])
+			upper(out[from:])
+			return out
 		}
 	case TypeDNSKEY:
 		if n >= 4 {
-			return strconv.Itoa(int(u16(0))) + " " + strconv.Itoa(int(d[2])) + " " + strconv.Itoa(int(d[3])) + " " + base64.StdEncoding.EncodeToString(d[4:])
+			return base64.StdEncoding.AppendEncode(num(num(num(dst, u16(0)), uint64(d[2])), uint64(d[3])), d[4:])
 		}
 	case TypeRRSIG:
 		if n >= 18 {
-			if s, next, ok := name(off + 18); ok {
-				stamp := func(v uint32) string { return time.Unix(int64(v), 0).UTC().Format("20060102150405") }
-				return TypeString(u16(0)) + " " + strconv.Itoa(int(d[2])) + " " + strconv.Itoa(int(d[3])) + " " + strconv.FormatUint(uint64(u32(4)), 10) + " " +
-					stamp(u32(8)) + " " + stamp(u32(12)) + " " + strconv.Itoa(int(u16(16))) + " " + s + " " + base64.StdEncoding.EncodeToString(b[next:off+n])
+			out := append(append(dst, TypeString(uint16(u16(0)))...), ' ')
+			out = num(num(num(out, uint64(d[2])), uint64(d[3])), u32(4))
+			for _, t := range []uint64{u32(8), u32(12)} {
+				out = append(time.Unix(int64(t), 0).UTC().AppendFormat(out, "20060102150405"), ' ')
+			}
+			if out, next, ok := name(num(out, u16(16)), off+18); ok {
+				return base64.StdEncoding.AppendEncode(append(out, ' '), b[next:off+n])
 			}
 		}
 	}
-	return hex.EncodeToString(d)
+	return hex.AppendEncode(dst[:start], d)
 }
 
-// quote prints a character-string as dig does: in double quotes, with "
-// and \ escaped and bytes outside printable ASCII as \DDD.
-func quote(s []byte) string {
-	var sb strings.Builder
-	sb.WriteByte('"')
+// upper upper-cases the hex digits a-f in place.
+func upper(b []byte) {
+	for i, c := range b {
+		if c >= 'a' && c <= 'f' {
+			b[i] = c - 'a' + 'A'
+		}
+	}
+}
+
+// appendQuote appends a character-string as dig prints it: in double
+// quotes, with " and \ escaped and bytes outside printable ASCII as \DDD.
+func appendQuote(dst, s []byte) []byte {
+	dst = append(dst, '"')
 	for _, c := range s {
 		switch {
 		case c == '"' || c == '\\':
-			sb.WriteByte('\\')
-			sb.WriteByte(c)
+			dst = append(dst, '\\', c)
 		case c < 0x20 || c > 0x7e:
-			sb.WriteByte('\\')
-			sb.WriteString(strconv.Itoa(int(c) + 1000)[1:])
+			dst = append(dst, '\\', '0'+c/100, '0'+c/10%10, '0'+c%10)
 		default:
-			sb.WriteByte(c)
+			dst = append(dst, c)
 		}
 	}
-	sb.WriteByte('"')
-	return sb.String()
+	return append(dst, '"')
 }
 
 // options reads the options of an OPT record's data.

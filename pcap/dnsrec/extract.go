@@ -59,14 +59,15 @@ type Stats struct {
 
 // Extractor turns frames into records.
 type Extractor struct {
-	link  layers.LinkType
-	ports *[1 << 16]bool
-	frag  netpkt.Defrag
-	tcp   dnstcp.Reassembler
-	pkt   netpkt.Packet
-	stats Stats
-	emit  func(*Record)
-	rec   Record
+	link   layers.LinkType
+	ports  *[1 << 16]bool
+	frag   netpkt.Defrag
+	tcp    dnstcp.Reassembler
+	pkt    netpkt.Packet
+	stats  Stats
+	emit   func(*Record)
+	rec    Record
+	parser dnsmsg.Parser
 	// tunnel is the tunnel of the packet being read, for the TCP
 	// messages it completes.
 	tunnel string
@@ -174,7 +175,7 @@ func (x *Extractor) record(t time.Time, src, dst netip.Addr, sport, dport uint16
 	r := &x.rec
 	*r = Record{Time: t, Src: src, Dst: dst, SrcPort: sport, DstPort: dport, TCP: tcp, IPVersion: ipv, Size: len(msg),
 		Tunnel: tunnel, Partial: partial}
-	r.Msg, r.Err = dnsmsg.Parse(msg)
+	r.Msg, r.Err = x.parser.Parse(msg)
 	x.stats.Messages++
 	if tcp {
 		x.stats.TCP++
