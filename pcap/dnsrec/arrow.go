@@ -125,17 +125,16 @@ type Writer struct {
 
 	domains Domains
 
-	// The building goroutine's.
-	b     *array.RecordBuilder
-	c     cols
-	rows  int
-	addr  []byte
-	cat   *Categories
-	fixed fixedCols
+	// The building goroutine's: the batch being built, and the batches
+	// the writing goroutine has finished with.
+	b       *batch
+	batches chan *batch
+	spare   chan *batch
+	dicts   [2]arrow.Array // instance's and transport's dictionaries
+	addr    []byte
 
-	batches chan arrow.RecordBatch
-	done    chan error // the writing goroutine's verdict
-	closed  bool
+	done   chan error // the writing goroutine's verdict
+	closed bool
 }
 
 // NewWriter starts an IPC file on w for the records of one block. Close
@@ -145,17 +144,25 @@ func NewWriter(w io.Writer, instance string, seq uint64) (*Writer, error) {
 	if err != nil {
 		return nil, err
 	}
-	wr := &Writer{instance: instance, seq: seq, b: array.NewRecordBuilder(memory.DefaultAllocator, Schema), f: f,
+	wr := &Writer{instance: instance, seq: seq, f: f,
 		chunks: make(chan []Record, 2), free: make(chan []Record, 3), built: make(chan error, 1),
-		batches: make(chan arrow.RecordBatch, 1), done: make(chan error, 1)}
-	wr.c = typed(wr.b)
-	if wr.cat, err = NewCategories(wr.c.instance, wr.c.transport, instance); err != nil {
-		return nil, err
-	}
+		batches: make(chan *batch, 1), spare: make(chan *batch, 3), done: make(chan error, 1)}
+	wr.dicts = [2]arrow.Array{stringArray(instance), stringArray(Transports...)}
+	// Three batches: one written, one waiting, one built.
+	wr.b = newBatch()
+	wr.spare <- newBatch()
+	wr.spare <- newBatch()
 	wr.chunk = make([]Record, 0, chunkRows)
 	go wr.build()
 	go wr.write()
 	return wr, nil
+}
+
+func stringArray(vals ...string) arrow.Array {
+	sb := array.NewStringBuilder(memory.DefaultAllocator)
+	defer sb.Release()
+	sb.AppendValues(vals, nil)
+	return sb.NewArray()
 }
 
 // Add appends a record (copied: the caller may reuse it).
@@ -208,17 +215,20 @@ func (w *Writer) build() {
 	w.built <- err
 }
 
-// write writes batches until the channel closes; after an error it only
-// releases them.
+// write writes batches until the channel closes, handing each back to
+// be built again; after an error it only hands them back.
 func (w *Writer) write() {
 	var err error
-	for rec := range w.batches {
+	for b := range w.batches {
 		if err == nil {
+			rec := b.record(w.dicts)
 			if err = w.f.Write(rec); err != nil {
 				err = fmt.Errorf("write DNS records: %w", err)
 			}
+			rec.Release()
 		}
-		rec.Release()
+		b.reset()
+		w.spare <- b
 	}
 	w.done <- err
 }
@@ -272,138 +282,6 @@ func fixDictionary(b *array.BinaryDictionaryBuilder, vals ...string) error {
 	a := sb.NewStringArray()
 	defer a.Release()
 	return b.InsertStringDictValues(a)
-}
-
-// cols are the builders of each column, typed once.
-type cols struct {
-	instance, transport                                         *array.BinaryDictionaryBuilder
-	src, dst, qname, errs                                       *array.StringBuilder
-	seq                                                         *array.Uint64Builder
-	time                                                        *array.TimestampBuilder
-	ipVersion, opcode, ednsVersion                              *array.Uint8Builder
-	size                                                        *array.Uint32Builder
-	sport, dport, id, rcode, qd, an, ns, ar, qtype, qclass, udp *array.Uint16Builder
-	flags                                                       [6]*array.BooleanBuilder // aa tc rd ra ad cd
-	qr, edns, do, malformed, cookie                             *array.BooleanBuilder
-	ednsOptions, answers, authority, additional, ede            *array.ListBuilder
-	qnameRaw, tld, regDomain, ecsAddress, edeText               *array.StringBuilder
-	labels, ecsSource, ecsScope                                 *array.Uint8Builder
-	ecsFamily                                                   *array.Uint16Builder
-	tunnel                                                      *array.StringBuilder
-	partial                                                     *array.BooleanBuilder
-}
-
-func typed(b *array.RecordBuilder) cols {
-	f := b.Fields()
-	c := cols{
-		instance: f[0].(*array.BinaryDictionaryBuilder), seq: f[1].(*array.Uint64Builder), time: f[2].(*array.TimestampBuilder),
-		src: f[3].(*array.StringBuilder), dst: f[4].(*array.StringBuilder), sport: f[5].(*array.Uint16Builder),
-		dport: f[6].(*array.Uint16Builder), transport: f[7].(*array.BinaryDictionaryBuilder), ipVersion: f[8].(*array.Uint8Builder),
-		size: f[9].(*array.Uint32Builder), id: f[10].(*array.Uint16Builder), qr: f[11].(*array.BooleanBuilder),
-		opcode: f[12].(*array.Uint8Builder), rcode: f[19].(*array.Uint16Builder), qd: f[20].(*array.Uint16Builder),
-		an: f[21].(*array.Uint16Builder), ns: f[22].(*array.Uint16Builder), ar: f[23].(*array.Uint16Builder),
-		qname: f[24].(*array.StringBuilder), qtype: f[25].(*array.Uint16Builder), qclass: f[26].(*array.Uint16Builder),
-		edns: f[27].(*array.BooleanBuilder), ednsVersion: f[28].(*array.Uint8Builder), udp: f[29].(*array.Uint16Builder),
-		do: f[30].(*array.BooleanBuilder), ednsOptions: f[31].(*array.ListBuilder), malformed: f[32].(*array.BooleanBuilder),
-		errs:     f[33].(*array.StringBuilder),
-		qnameRaw: f[34].(*array.StringBuilder), labels: f[35].(*array.Uint8Builder), tld: f[36].(*array.StringBuilder),
-		regDomain: f[37].(*array.StringBuilder), answers: f[38].(*array.ListBuilder), authority: f[39].(*array.ListBuilder),
-		additional: f[40].(*array.ListBuilder), ecsFamily: f[41].(*array.Uint16Builder), ecsSource: f[42].(*array.Uint8Builder),
-		ecsScope: f[43].(*array.Uint8Builder), ecsAddress: f[44].(*array.StringBuilder), ede: f[45].(*array.ListBuilder),
-		edeText: f[46].(*array.StringBuilder), cookie: f[47].(*array.BooleanBuilder),
-		tunnel: f[48].(*array.StringBuilder), partial: f[49].(*array.BooleanBuilder),
-	}
-	for i := range c.flags {
-		c.flags[i] = f[13+i].(*array.BooleanBuilder)
-	}
-	return c
-}
-
-// fixedCols holds a batch's fixed-width columns as plain slices until
-// the batch is cut, then goes into the builders a column at a time:
-// appended a value at a time, each value also set its validity bit, and
-// the calls cost more than the values.
-type fixedCols struct {
-	seq                                            []uint64
-	time                                           []arrow.Timestamp
-	sport, dport, id, rcode, qd, an, ns, ar, qtype []uint16
-	qclass, udp                                    []uint16
-	ipVersion, opcode, ednsVersion                 []uint8
-	size                                           []uint32
-	qr, edns, do, malformed, cookie, partial       []bool
-	flags                                          [6][]bool // aa tc rd ra ad cd
-	hasQuestion                                    []bool    // validity of qtype, qclass (edns is edns_version's and edns_udp_size's)
-}
-
-// flush appends the rows held to the builders and empties itself.
-func (f *fixedCols) flush(c *cols) {
-	c.seq.AppendValues(f.seq, nil)
-	c.time.AppendValues(f.time, nil)
-	for _, u := range []struct {
-		b    *array.Uint16Builder
-		v    []uint16
-		null []bool
-	}{{c.sport, f.sport, nil}, {c.dport, f.dport, nil}, {c.id, f.id, nil}, {c.rcode, f.rcode, nil}, {c.qd, f.qd, nil},
-		{c.an, f.an, nil}, {c.ns, f.ns, nil}, {c.ar, f.ar, nil}, {c.qtype, f.qtype, f.hasQuestion},
-		{c.qclass, f.qclass, f.hasQuestion}, {c.udp, f.udp, f.edns}} {
-		u.b.AppendValues(u.v, u.null)
-	}
-	c.ipVersion.AppendValues(f.ipVersion, nil)
-	c.opcode.AppendValues(f.opcode, nil)
-	c.ednsVersion.AppendValues(f.ednsVersion, f.edns)
-	c.size.AppendValues(f.size, nil)
-	for _, b := range []struct {
-		b *array.BooleanBuilder
-		v []bool
-	}{{c.qr, f.qr}, {c.edns, f.edns}, {c.do, f.do}, {c.malformed, f.malformed}, {c.cookie, f.cookie}, {c.partial, f.partial},
-		{c.flags[0], f.flags[0]}, {c.flags[1], f.flags[1]}, {c.flags[2], f.flags[2]}, {c.flags[3], f.flags[3]},
-		{c.flags[4], f.flags[4]}, {c.flags[5], f.flags[5]}} {
-		b.b.AppendValues(b.v, nil)
-	}
-	f.seq, f.time = f.seq[:0], f.time[:0]
-	f.sport, f.dport, f.id, f.rcode, f.qd, f.an, f.ns, f.ar = f.sport[:0], f.dport[:0], f.id[:0], f.rcode[:0], f.qd[:0], f.an[:0], f.ns[:0], f.ar[:0]
-	f.qtype, f.qclass, f.udp = f.qtype[:0], f.qclass[:0], f.udp[:0]
-	f.ipVersion, f.opcode, f.ednsVersion, f.size = f.ipVersion[:0], f.opcode[:0], f.ednsVersion[:0], f.size[:0]
-	f.qr, f.edns, f.do, f.malformed, f.cookie, f.partial = f.qr[:0], f.edns[:0], f.do[:0], f.malformed[:0], f.cookie[:0], f.partial[:0]
-	for i := range f.flags {
-		f.flags[i] = f.flags[i][:0]
-	}
-	f.hasQuestion = f.hasQuestion[:0]
-}
-
-// names appends the name columns of the question: as sent (when not
-// as qname), the label count, the top-level domain and the registered domain (public suffix
-// plus one label), null without a question.
-func (w *Writer) names(m *dnsmsg.Message, registered string) {
-	c := &w.c
-	if !m.HasQuestion {
-		c.qnameRaw.AppendNull()
-		c.labels.AppendNull()
-		c.tld.AppendNull()
-		c.regDomain.AppendNull()
-		return
-	}
-	// As sent only where it differs from qname (in case): most names
-	// are sent in lower case, and a copy of every name would be a fifth
-	// of the table stored.
-	if m.QNameRaw != m.QName {
-		c.qnameRaw.Append(m.QNameRaw)
-	} else {
-		c.qnameRaw.AppendNull()
-	}
-	if m.QName == "." {
-		c.labels.Append(0)
-		c.tld.AppendNull()
-		c.regDomain.AppendNull()
-		return
-	}
-	c.labels.Append(uint8(min(strings.Count(m.QName, ".")+1, 255)))
-	c.tld.Append(TLD(m.QName))
-	if reg := registered; reg == "" {
-		c.regDomain.AppendNull()
-	} else {
-		c.regDomain.Append(reg)
-	}
 }
 
 // TLD is the last label of a name as dnsmsg reads it ("" for the root).
@@ -463,112 +341,115 @@ func AppendRRs(lb *array.ListBuilder, rrs []dnsmsg.RR) {
 
 // add appends a record to the batch being built.
 func (w *Writer) add(r *Record) error {
-	c, f := &w.c, &w.fixed
+	b := w.b
 	m := &r.Msg
-	f.seq = append(f.seq, w.seq)
-	f.time = append(f.time, arrow.Timestamp(r.Time.UnixNano()))
+	b.seq.add(w.seq)
+	b.time.add(arrow.Timestamp(r.Time.UnixNano()))
 	w.addr = r.Src.AppendTo(w.addr[:0])
-	c.src.BinaryBuilder.Append(w.addr)
+	b.src.addBytes(w.addr)
 	w.addr = r.Dst.AppendTo(w.addr[:0])
-	c.dst.BinaryBuilder.Append(w.addr)
-	f.sport = append(f.sport, r.SrcPort)
-	f.dport = append(f.dport, r.DstPort)
-	w.cat.Add(r.TCP)
-	f.ipVersion = append(f.ipVersion, r.IPVersion)
-	f.size = append(f.size, uint32(r.Size))
-	f.id = append(f.id, m.ID)
-	f.qr = append(f.qr, m.QR)
-	f.opcode = append(f.opcode, m.Opcode)
+	b.dst.addBytes(w.addr)
+	b.sport.add(r.SrcPort)
+	b.dport.add(r.DstPort)
+	b.transport = append(b.transport, transportIndex(r.TCP))
+	b.ipVersion.add(r.IPVersion)
+	b.size.add(uint32(r.Size))
+	b.id.add(m.ID)
+	b.qr.add(m.QR)
+	b.opcode.add(m.Opcode)
 	for i, v := range [6]bool{m.AA, m.TC, m.RD, m.RA, m.AD, m.CD} {
-		f.flags[i] = append(f.flags[i], v)
+		b.flags[i].add(v)
 	}
-	f.rcode = append(f.rcode, m.Rcode)
-	f.qd = append(f.qd, m.QDCount)
-	f.an = append(f.an, m.ANCount)
-	f.ns = append(f.ns, m.NSCount)
-	f.ar = append(f.ar, m.ARCount)
-	f.hasQuestion = append(f.hasQuestion, m.HasQuestion)
-	f.qtype = append(f.qtype, m.QType)
-	f.qclass = append(f.qclass, m.QClass)
+	b.rcode.add(m.Rcode)
+	b.qd.add(m.QDCount)
+	b.an.add(m.ANCount)
+	b.ns.add(m.NSCount)
+	b.ar.add(m.ARCount)
 	if m.HasQuestion {
-		c.qname.Append(m.QName)
+		b.qname.add(m.QName)
 	} else {
-		c.qname.AppendNull()
+		b.qname.null()
 	}
-	f.edns = append(f.edns, m.EDNS)
-	f.ednsVersion = append(f.ednsVersion, m.EDNSVersion)
-	f.udp = append(f.udp, m.UDPSize)
-	f.do = append(f.do, m.DO)
-	c.ednsOptions.Append(true)
-	opts := c.ednsOptions.ValueBuilder().(*array.StructBuilder)
+	b.qtype.addValid(m.QType, m.HasQuestion)
+	b.qclass.addValid(m.QClass, m.HasQuestion)
+	b.edns.add(m.EDNS)
+	b.ednsVersion.addValid(m.EDNSVersion, m.EDNS)
+	b.udp.addValid(m.UDPSize, m.EDNS)
+	b.do.add(m.DO)
 	for _, o := range m.Options {
-		opts.Append(true)
-		opts.FieldBuilder(0).(*array.Uint16Builder).Append(o.Code)
-		opts.FieldBuilder(1).(*array.BinaryBuilder).Append(o.Data)
+		b.optCode.add(o.Code)
+		b.optData.addBytes(o.Data)
 	}
-	f.malformed = append(f.malformed, r.Err != nil)
+	b.options.add(b.optCode.len())
+	b.malformed.add(r.Err != nil)
 	if r.Err != nil {
-		c.errs.Append(r.Err.Error())
+		b.errs.add(r.Err.Error())
 	} else {
-		c.errs.AppendNull()
+		b.errs.null()
 	}
-	w.names(m, r.registered)
-	AppendRRs(c.answers, m.Answer)
-	AppendRRs(c.authority, m.Authority)
-	AppendRRs(c.additional, m.Additional)
-	if e := m.ECS; e.Family != 0 {
-		c.ecsFamily.Append(e.Family)
-		c.ecsSource.Append(e.SourcePrefix)
-		c.ecsScope.Append(e.ScopePrefix)
-		c.ecsAddress.Append(e.Address)
+	b.names(m, r.registered)
+	for i, rrs := range [3][]dnsmsg.RR{m.Answer, m.Authority, m.Additional} {
+		b.sections[i].add(rrs)
+	}
+	e := m.ECS
+	b.ecsFamily.addValid(e.Family, e.Family != 0)
+	b.ecsSource.addValid(e.SourcePrefix, e.Family != 0)
+	b.ecsScope.addValid(e.ScopePrefix, e.Family != 0)
+	if e.Family != 0 {
+		b.ecsAddress.add(e.Address)
 	} else {
-		c.ecsFamily.AppendNull()
-		c.ecsSource.AppendNull()
-		c.ecsScope.AppendNull()
-		c.ecsAddress.AppendNull()
+		b.ecsAddress.null()
 	}
-	c.ede.Append(true)
-	codes := c.ede.ValueBuilder().(*array.Uint16Builder)
-	var texts []string
+	texts := 0
 	for _, e := range m.EDE {
-		codes.Append(e.Code)
+		b.edeCode.add(e.Code)
 		if e.Text != "" {
-			texts = append(texts, e.Text)
+			texts++
 		}
 	}
-	if len(texts) > 0 {
-		c.edeText.Append(strings.Join(texts, "; "))
+	b.ede.add(b.edeCode.len())
+	if texts == 0 {
+		b.edeText.null()
 	} else {
-		c.edeText.AppendNull()
+		var joined []string
+		for _, e := range m.EDE {
+			if e.Text != "" {
+				joined = append(joined, e.Text)
+			}
+		}
+		b.edeText.add(strings.Join(joined, "; "))
 	}
-	f.cookie = append(f.cookie, m.Cookie)
-	if r.Tunnel != "" {
-		c.tunnel.Append(r.Tunnel)
-	} else {
-		c.tunnel.AppendNull()
-	}
-	f.partial = append(f.partial, r.Partial)
-	w.rows++
-	if w.rows == BatchRows {
+	b.cookie.add(m.Cookie)
+	b.tunnel.addOrNull(r.Tunnel)
+	b.partial.add(r.Partial)
+	b.rows++
+	if b.rows == BatchRows {
 		return w.flush()
 	}
 	return nil
 }
 
+func transportIndex(tcp bool) int8 {
+	if tcp {
+		return 1 // Transports[1]
+	}
+	return 0
+}
+
+// flush hands the batch built to the writing goroutine and takes one it
+// has finished with.
 func (w *Writer) flush() error {
-	if w.rows == 0 {
+	if w.b.rows == 0 {
 		return nil
 	}
-	w.cat.Flush()
-	w.fixed.flush(&w.c)
-	w.rows = 0
 	select {
 	case err := <-w.done: // the writer stopped early
 		w.done <- err
 		return err
-	case w.batches <- w.b.NewRecordBatch():
-		return nil
+	case w.batches <- w.b:
 	}
+	w.b = <-w.spare
+	return nil
 }
 
 // Close writes the last batch and the file's footer. A block without a
@@ -585,8 +466,11 @@ func (w *Writer) Close() error {
 	}
 	close(w.chunks)
 	berr := <-w.built
-	w.b.Release()
-	if werr := <-w.done; werr != nil {
+	werr := <-w.done
+	for _, d := range w.dicts {
+		d.Release()
+	}
+	if werr != nil {
 		return werr
 	}
 	if err := errors.Join(err, berr); err != nil {
