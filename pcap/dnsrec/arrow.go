@@ -123,8 +123,6 @@ type Writer struct {
 	built  chan error // the building goroutine's verdict
 	failed atomic.Pointer[error]
 
-	domains Domains
-
 	// The building goroutine's: the batch being built, and the batches
 	// the writing goroutine has finished with.
 	b       *batch
@@ -132,6 +130,7 @@ type Writer struct {
 	spare   chan *batch
 	dicts   [2]arrow.Array // instance's and transport's dictionaries
 	addr    []byte
+	domains Domains
 
 	done   chan error // the writing goroutine's verdict
 	closed bool
@@ -168,9 +167,6 @@ func stringArray(vals ...string) arrow.Array {
 // Add appends a record (copied: the caller may reuse it).
 func (w *Writer) Add(r *Record) error {
 	w.chunk = append(w.chunk, *r)
-	if m := &r.Msg; m.HasQuestion && m.QName != "." {
-		w.chunk[len(w.chunk)-1].registered = w.domains.Registered(m.QName)
-	}
 	w.Rows++
 	if len(w.chunk) == chunkRows {
 		return w.send()
@@ -387,7 +383,11 @@ func (w *Writer) add(r *Record) error {
 	} else {
 		b.errs.null()
 	}
-	b.names(m, r.registered)
+	registered := ""
+	if m.HasQuestion && m.QName != "." {
+		registered = w.domains.Registered(m.QName)
+	}
+	b.names(m, registered)
 	for i, rrs := range [3][]dnsmsg.RR{m.Answer, m.Authority, m.Additional} {
 		b.sections[i].add(rrs)
 	}

@@ -34,11 +34,6 @@ type Record struct {
 	// came: Msg holds what its first fragments carry (the header and
 	// usually the question), Err says where it ends.
 	Partial bool
-
-	// registered is the question's registered domain, found by Writer.Add
-	// on the caller's goroutine to share the work with the one building
-	// the batch.
-	registered string
 }
 
 // Stats counts what an Extractor saw.
