@@ -6,10 +6,12 @@ package pcap
 import (
 	"bufio"
 	"bytes"
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"io"
 	"strings"
+	"time"
 
 	"github.com/gopacket/gopacket"
 	"github.com/gopacket/gopacket/layers"
@@ -196,6 +198,10 @@ func (r *Reader) Next() ([]byte, gopacket.CaptureInfo, error) {
 	if r.err != nil {
 		return nil, gopacket.CaptureInfo{}, r.err
 	}
+	if data, ci, ok := r.peek(); ok {
+		r.packets++
+		return data, ci, nil
+	}
 	if r.lim != nil {
 		r.lim.arm()
 	}
@@ -223,6 +229,37 @@ func (r *Reader) Next() ([]byte, gopacket.CaptureInfo, error) {
 		r.err = fmt.Errorf("packet %d: %w", r.packets+1, err)
 	}
 	return nil, ci, r.err
+}
+
+// peek reads the next record of a little-endian pcap straight from the
+// read buffer, without pcapgo's copy into its own (most of the cost of
+// reading a small packet). It takes only a record pcapgo would return as
+// it is, as NextRun does; anything else (an error to report, the end)
+// is left to pcapgo.
+func (r *Reader) peek() ([]byte, gopacket.CaptureInfo, bool) {
+	if r.br == nil {
+		return nil, gopacket.CaptureInfo{}, false
+	}
+	h, err := r.br.Peek(RecordHeaderSize)
+	if err != nil {
+		return nil, gopacket.CaptureInfo{}, false
+	}
+	sec, frac := binary.LittleEndian.Uint32(h[0:4]), binary.LittleEndian.Uint32(h[4:8])
+	incl, orig := binary.LittleEndian.Uint32(h[8:12]), binary.LittleEndian.Uint32(h[12:16])
+	fracMax, scale := uint32(1e6), int64(1000)
+	if r.Nanos {
+		fracMax, scale = 1e9, 1
+	}
+	if incl > MaxRecord || incl > orig || frac >= fracMax {
+		return nil, gopacket.CaptureInfo{}, false
+	}
+	rec, err := r.br.Peek(RecordHeaderSize + int(incl))
+	if err != nil {
+		return nil, gopacket.CaptureInfo{}, false
+	}
+	r.br.Discard(len(rec))
+	ci := gopacket.CaptureInfo{Timestamp: time.Unix(int64(sec), int64(frac)*scale).UTC(), CaptureLength: int(incl), Length: int(orig)}
+	return rec[RecordHeaderSize:], ci, true
 }
 
 func errMixedLinkTypes(err error) error {

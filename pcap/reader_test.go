@@ -251,6 +251,7 @@ func FuzzReader(f *testing.F) {
 			n++
 		}
 		w.Flush()
+		samePackets(t, in, n)
 		written := bytes.Clone(buf.Bytes())
 		again, _, err := readAll(t, &buf)
 		if err != nil || len(again) != n {
@@ -290,6 +291,61 @@ func FuzzReader(f *testing.F) {
 			t.Fatalf("with runs: %d packets, %d bytes; packet by packet %d, %d", rd2.Packets(), buf2.Len(), rd.Packets(), len(written))
 		}
 	})
+}
+
+// samePackets: the first n packets Next reads from a pcap are what
+// pcapgo reads from it alone (Next takes most records straight from its
+// read buffer, without pcapgo).
+func samePackets(t *testing.T, in []byte, n int) {
+	t.Helper()
+	rd, closer, err := NewReader(bytes.NewReader(in))
+	if err != nil || rd.Format != FormatPcap {
+		return
+	}
+	defer closer.Close()
+	pr, err := pcapgo.NewReader(bytes.NewReader(in))
+	if err != nil {
+		t.Fatalf("pcapgo refuses what Next read: %v", err)
+	}
+	for i := range n {
+		data, ci, err := rd.Next()
+		want, wantCI, werr := pr.ReadPacketData()
+		if err != nil || werr != nil {
+			t.Fatalf("packet %d of %d: %v; pcapgo %v", i+1, n, err, werr)
+		}
+		if !bytes.Equal(data, want) || !ci.Timestamp.Equal(wantCI.Timestamp) || ci.CaptureLength != wantCI.CaptureLength || ci.Length != wantCI.Length {
+			t.Fatalf("packet %d: %v %x; pcapgo %v %x", i+1, ci, data, wantCI, want)
+		}
+	}
+}
+
+// TestSamePacketsAsPcapgo: every pcap in testdata reads as pcapgo reads
+// it, microsecond and nanosecond ones alike.
+func TestSamePacketsAsPcapgo(t *testing.T) {
+	captures, _ := filepath.Glob("../testdata/pcaps/*.pcap")
+	checked := 0
+	for _, c := range captures {
+		in, err := os.ReadFile(c)
+		if err != nil {
+			t.Fatal(err)
+		}
+		rd, closer, err := NewReader(bytes.NewReader(in))
+		if err != nil || rd.Format != FormatPcap {
+			continue
+		}
+		n := 0
+		for ; ; n++ {
+			if _, _, err := rd.Next(); err != nil {
+				break
+			}
+		}
+		closer.Close()
+		samePackets(t, in, n)
+		checked++
+	}
+	if checked < 20 {
+		t.Fatalf("%d pcap captures checked", checked)
+	}
 }
 
 // TestHugeRecordRefused is issue 18's first attack: a 66 KB zstd pcap
