@@ -22,7 +22,7 @@ func registerDNS(reg *engine.Registry) {
 	reg.Add(engine.Factory{
 		Name: "dns",
 		Doc: "Finds every DNS message of a capture block (UDP, IP fragments, TCP reassembled) and writes one row each " +
-			"as an Arrow IPC file (ZSTD). ?ports=53,853 chooses the ports (default 53).",
+			"as an Arrow IPC file (LZ4). ?ports=53,853 chooses the ports (default 53).",
 		New: func(args url.Values) (engine.Builtin, error) {
 			if err := engine.StrictArgs(args, "ports"); err != nil {
 				return nil, err
@@ -34,7 +34,7 @@ func registerDNS(reg *engine.Registry) {
 	reg.Add(engine.Factory{
 		Name: "dnspairs",
 		Doc: "Pairs each DNS response of a capture with its query (transport, both addresses and ports, id and question) " +
-			"and writes one row per query, answered or not, and one per orphan response, as an Arrow IPC file (ZSTD): " +
+			"and writes one row per query, answered or not, and one per orphan response, as an Arrow IPC file (LZ4): " +
 			"query and response times, latency, sizes, rcode, flags and answers. A query waits ?window=5s of packet time " +
 			"for its response, across the blocks of its site; at most ?max_pending=262144 wait at once (the oldest is " +
 			"then given up and marked evicted). ?ports= as builtin:dns.",
