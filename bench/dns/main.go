@@ -23,9 +23,10 @@ import (
 	"path/filepath"
 	"regexp"
 	"strconv"
-	"strings"
 	"syscall"
 	"time"
+
+	"github.com/apache/arrow-go/v18/arrow/ipc"
 
 	"github.com/plumb-dev/plumb/engine/builtin"
 )
@@ -34,10 +35,10 @@ func main() {
 	plumb := flag.String("plumb", "bin/plumb", "plumb binary")
 	size := flag.String("size", "1GiB", "capture size per mix")
 	tsharkSize := flag.String("tshark-size", "32MiB", "prefix tshark reads")
-	toParquet := flag.String("parquet", "", "internal: write this Arrow file as Parquet and print the size")
+	toParquet := flag.String("parquet", "", "internal: write this Arrow file as Parquet and as ZSTD IPC and print the sizes")
 	flag.Parse()
 	if *toParquet != "" {
-		fmt.Println(int64(parquetSize(*toParquet)))
+		fmt.Println(int64(parquetSize(*toParquet)), int64(zstdSize(*toParquet)))
 		return
 	}
 	dir, err := os.MkdirTemp("", "plumb-bench-dns-")
@@ -49,7 +50,7 @@ func main() {
 	fmt.Printf("== builtin:dns and builtin:dnspairs on %s of generated DNS per mix, beside tshark (on a %s prefix)\n", *size, *tsharkSize)
 	fmt.Printf("%-7s %10s %10s %6s %8s %12s %6s %11s %8s | %12s %12s %10s\n", "mix", "packets", "dns pkt/s", "MB/s", "peak MiB",
 		"tshark pkt/s", "ratio", "pairs pkt/s", "peak MiB", "dns CPU s/GB", "tshark CPU/GB", "CPU ratio")
-	type sizes struct{ messages, pcap, gz, arrow, parquet float64 }
+	type sizes struct{ messages, pcap, gz, arrow, zstd, parquet float64 }
 	lake := map[string]sizes{}
 	for _, mix := range []string{"normal", "attack"} {
 		full := filepath.Join(dir, mix+".pcap")
@@ -98,7 +99,8 @@ func main() {
 		}
 		fmt.Printf("%-7s %10.0f %10.0f %6.1f %8.1f %12.0f %6s %11.0f %8.1f | %12.1f %12.1f %10s\n", mix, packets, rate,
 			float64(fi.Size())/1e6/secs, peak, tsRate, ratio, packets/psecs, ppeak, dnsCPU, tsCPU, cpuRatio)
-		lake[mix] = sizes{messages, float64(fi.Size()), gzipSize(full), fileSize(records), parquetChild(records)}
+		pq, zs := parquetChild(records)
+		lake[mix] = sizes{messages, float64(fi.Size()), gzipSize(full), fileSize(records), zs, pq}
 		os.Remove(full)
 		os.Remove(records)
 	}
@@ -106,15 +108,16 @@ func main() {
 	fmt.Println("(wall rates depend on the cores free while each runs; CPU seconds per GB of capture do not: plumb uses")
 	fmt.Println(" up to three goroutines, tshark one thread, so the CPU ratio is the lower, steadier figure)")
 	fmt.Printf("\n== the lake: bytes per million DNS messages\n")
-	fmt.Printf("%-7s %11s %11s %11s %11s %11s %15s %13s\n", "mix", "messages", "pcap", "pcap.gz", "arrow", "parquet",
-		"parquet/arrow", "parquet/gz")
+	fmt.Printf("%-7s %11s %11s %11s %11s %11s %11s %15s %15s %13s\n", "mix", "messages", "pcap", "pcap.gz", "arrow", "arrow zstd", "parquet",
+		"parquet/arrow", "parquet/zstd", "parquet/gz")
 	for _, mix := range []string{"normal", "attack"} {
 		s := lake[mix]
 		per := func(b float64) string { return fmt.Sprintf("%.1f MB", b/s.messages*1e6/1e6) }
-		fmt.Printf("%-7s %11.0f %11s %11s %11s %11s %15.2f %13.2f\n", mix, s.messages, per(s.pcap), per(s.gz), per(s.arrow),
-			per(s.parquet), s.parquet/s.arrow, s.parquet/s.gz)
+		fmt.Printf("%-7s %11.0f %11s %11s %11s %11s %11s %15.2f %15.2f %13.2f\n", mix, s.messages, per(s.pcap), per(s.gz), per(s.arrow),
+			per(s.zstd), per(s.parquet), s.parquet/s.arrow, s.parquet/s.zstd, s.parquet/s.gz)
 	}
-	fmt.Println("aim: parquet at most 0.5x the Arrow IPC blocks")
+	fmt.Println("aim: parquet at most 0.5x the Arrow IPC blocks (arrow: the blocks as stored, LZ4; arrow zstd: the same")
+	fmt.Println("batches as ZSTD IPC, as they were stored before LZ4)")
 }
 
 // run runs plumb and returns its output, wall seconds, peak RSS (MiB)
@@ -156,11 +159,11 @@ type countWriter int64
 
 func (c *countWriter) Write(p []byte) (int, error) { *c += countWriter(len(p)); return len(p), nil }
 
-// parquetChild runs parquetSize in a child process: Linux hands a
+// parquetChild runs parquetSize and zstdSize in a child process: Linux hands a
 // process's peak RSS to the children it starts after (exec records the
 // parent's high-water mark in the child's rusage), so work done in the
 // bench itself would show in the peaks measured of plumb.
-func parquetChild(records string) float64 {
+func parquetChild(records string) (parquet, zstd float64) {
 	self, err := os.Executable()
 	if err != nil {
 		log.Fatal(err)
@@ -169,11 +172,43 @@ func parquetChild(records string) float64 {
 	if err != nil {
 		log.Fatalf("parquet of %s: %v", records, err)
 	}
-	n, err := strconv.ParseFloat(strings.TrimSpace(string(out)), 64)
-	if err != nil {
-		log.Fatalf("parquet of %s: %q", records, out)
+	if _, err := fmt.Sscan(string(out), &parquet, &zstd); err != nil {
+		log.Fatalf("parquet of %s: %q: %v", records, out, err)
 	}
-	return n
+	return parquet, zstd
+}
+
+// zstdSize is the size of an Arrow file's batches written again as an
+// Arrow IPC file with ZSTD, arrow-go's other codec.
+func zstdSize(records string) float64 {
+	f, err := os.Open(records)
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer f.Close()
+	r, err := ipc.NewFileReader(f)
+	if err != nil {
+		log.Fatalf("%s: %v", records, err)
+	}
+	defer r.Close()
+	var out countWriter
+	w, err := ipc.NewFileWriter(&out, ipc.WithSchema(r.Schema()), ipc.WithZstd())
+	if err != nil {
+		log.Fatal(err)
+	}
+	for i := range r.NumRecords() {
+		rec, err := r.RecordBatch(i)
+		if err != nil {
+			log.Fatalf("%s: %v", records, err)
+		}
+		if err := w.Write(rec); err != nil {
+			log.Fatal(err)
+		}
+	}
+	if err := w.Close(); err != nil {
+		log.Fatal(err)
+	}
+	return float64(out)
 }
 
 // parquetSize runs builtin:parquet on an Arrow file, as the lake stage
