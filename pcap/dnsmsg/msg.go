@@ -78,14 +78,15 @@ func Parse(b []byte) (Message, error) {
 type Parser struct {
 	text  []byte
 	spans []span
+	slab  []RR // where the next messages' records go
 }
 
 // Parse reads a message; see the function Parse.
 func (p *Parser) Parse(b []byte) (Message, error) {
-	r := reader{text: p.text[:0], spans: p.spans[:0]}
+	r := reader{text: p.text[:0], spans: p.spans[:0], slab: p.slab}
 	err := r.parse(b)
 	r.finish()
-	p.text, p.spans = r.text, r.spans
+	p.text, p.spans, p.slab = r.text, r.spans, r.slab
 	return r.m, err
 }
 
@@ -94,13 +95,15 @@ type span struct{ from, to int32 }
 
 // reader reads one message, writing its strings into text.
 type reader struct {
-	m     Message
-	text  []byte
-	spans []span // of each record read: its name, then its data
-	rrs   []RR   // the records read, their strings set by finish
-	sec   [2]int // where the authority and additional records start in rrs
-	qname span   // lower-cased
-	qraw  span   // as sent
+	m       Message
+	text    []byte
+	spans   []span // of each record read: its name, then its data
+	rrs     []RR   // the records read, their strings set by finish
+	slab    []RR   // the Parser's, left to the next messages
+	slabbed bool   // rrs is at the start of slab
+	sec     [2]int // where the authority and additional records start in rrs
+	qname   span   // lower-cased
+	qraw    span   // as sent
 }
 
 // mark returns the span of text written since from.
@@ -203,9 +206,7 @@ func (p *reader) parse(b []byte) error {
 				p.sec[0] = len(p.rrs)
 			}
 			if p.rrs == nil {
-				// One allocation for the records of every section, as
-				// many as the message has room for.
-				p.rrs = make([]RR, 0, min(rrs+int(m.ARCount)-i, (len(b)-off)/minRR))
+				p.rrs = p.records(min(rrs+int(m.ARCount)-i, (len(b)-off)/minRR))
 			}
 			p.rrs = append(p.rrs, RR{Type: typ, Class: class, TTL: ttl})
 		}
@@ -213,6 +214,24 @@ func (p *reader) parse(b []byte) error {
 	}
 	return nil
 }
+
+// records returns room for the records of every section, at most n,
+// from the Parser's slab: one allocation serves many messages. Each
+// message's sections are capped (finish), so an append to one never
+// reaches the next message's records.
+func (p *reader) records(n int) []RR {
+	if n > slabRecords {
+		return make([]RR, 0, n)
+	}
+	if len(p.slab) < n {
+		p.slab = make([]RR, slabRecords)
+	}
+	p.slabbed = true
+	return p.slab[:0:n]
+}
+
+// slabRecords is how many records a Parser allocates at once.
+const slabRecords = 1024
 
 // minRR is the fewest bytes a record takes: a one-byte name (the root)
 // and the fixed fields.
@@ -276,6 +295,9 @@ func (p *reader) finish() {
 	}
 	for i := range p.rrs {
 		p.rrs[i].Name, p.rrs[i].RData = str(p.spans[2*i]), str(p.spans[2*i+1])
+	}
+	if p.slabbed {
+		p.slab = p.slab[len(p.rrs):]
 	}
 	// The sections, as slices of the one array, each capped so an
 	// append to one does not overwrite the next.

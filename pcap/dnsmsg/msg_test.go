@@ -123,8 +123,8 @@ func FuzzParse(f *testing.F) {
 }
 
 // TestParserReuse: a Parser's messages stay as read when it reads the
-// next, and the sections, which share one array, do not overwrite each
-// other when a caller appends to one.
+// next, and the sections, which share one array (and the messages, one
+// slab), do not overwrite each other when a caller appends to one.
 func TestParserReuse(t *testing.T) {
 	resp := func(name string, ip byte) []byte {
 		return build(t, &layers.DNS{ID: 1, QR: true, Questions: []layers.DNSQuestion{{Name: []byte(name), Type: 1, Class: 1}},
@@ -136,7 +136,8 @@ func TestParserReuse(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := p.Parse(resp("b.example", 2)); err != nil {
+	second, err := p.Parse(resp("b.example", 2))
+	if err != nil {
 		t.Fatal(err)
 	}
 	want := Message{ID: 1, QR: true, QDCount: 1, ANCount: 1, NSCount: 1, HasQuestion: true, QName: "a.example", QNameRaw: "A.example",
@@ -148,5 +149,10 @@ func TestParserReuse(t *testing.T) {
 	_ = append(first.Answer, RR{Name: "appended"})
 	if first.Authority[0].Name != "example" {
 		t.Errorf("appending to the answers overwrote the authority: %+v", first.Authority)
+	}
+	// The messages' records share the Parser's slab.
+	_ = append(first.Authority, RR{Name: "appended"})
+	if second.Answer[0].Name != "b.example" {
+		t.Errorf("appending to one message's records overwrote the next message's: %+v", second.Answer)
 	}
 }
