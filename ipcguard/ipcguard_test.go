@@ -11,23 +11,25 @@ import (
 	"github.com/plumb-dev/plumb/ipcguard"
 )
 
-// TestBudgetStopsAClaim: an Arrow file whose ZSTD buffer claims 1 GiB
-// is refused at the budget instead of allocated.
+// TestBudgetStopsAClaim: an Arrow file whose ZSTD or LZ4 buffer claims
+// 1 GiB is refused at the budget instead of allocated.
 func TestBudgetStopsAClaim(t *testing.T) {
-	bomb, err := hostile.ArrowZstdBomb(1 << 30)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := ipcguard.CheckFile(bomb); err != nil {
-		t.Fatalf("the footer is sound; only the claim is not: %v", err)
-	}
-	f, err := ipc.NewFileReader(bytes.NewReader(bomb), ipc.WithAllocator(ipcguard.NewBudget(64<<20)))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer f.Close()
-	if _, err := f.RecordBatch(0); !errors.Is(err, ipcguard.ErrOverBudget) {
-		t.Errorf("reading the 1 GiB claim under a 64 MiB budget: %v", err)
+	for codec, bombOf := range map[string]func(int64) ([]byte, error){"zstd": hostile.ArrowZstdBomb, "lz4": hostile.ArrowLZ4Bomb} {
+		bomb, err := bombOf(1 << 30)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := ipcguard.CheckFile(bomb); err != nil {
+			t.Fatalf("%s: the footer is sound; only the claim is not: %v", codec, err)
+		}
+		f, err := ipc.NewFileReader(bytes.NewReader(bomb), ipc.WithAllocator(ipcguard.NewBudget(64<<20)))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := f.RecordBatch(0); !errors.Is(err, ipcguard.ErrOverBudget) {
+			t.Errorf("%s: reading the 1 GiB claim under a 64 MiB budget: %v", codec, err)
+		}
+		f.Close()
 	}
 }
 
@@ -35,8 +37,10 @@ func TestBudgetStopsAClaim(t *testing.T) {
 // neither panics past its own recovery nor allocates beyond the budget
 // (the test runs under the budget, so an allocation past it fails).
 func FuzzCheckFile(f *testing.F) {
-	bomb, _ := hostile.ArrowZstdBomb(1 << 30)
-	f.Add(bomb)
+	for _, bombOf := range []func(int64) ([]byte, error){hostile.ArrowZstdBomb, hostile.ArrowLZ4Bomb} {
+		bomb, _ := bombOf(1 << 30)
+		f.Add(bomb)
+	}
 	f.Fuzz(func(t *testing.T, data []byte) {
 		if ipcguard.CheckFile(data) != nil {
 			return

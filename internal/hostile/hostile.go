@@ -152,6 +152,18 @@ func BigRecordPcapNG(size uint32) []byte {
 // compressed, whose buffer claims to decompress to claim bytes: a
 // reader that trusts the claim allocates it before decompressing.
 func ArrowZstdBomb(claim int64) ([]byte, error) {
+	return arrowBomb(claim, ipc.WithZstd(), []byte{0x28, 0xb5, 0x2f, 0xfd})
+}
+
+// ArrowLZ4Bomb is ArrowZstdBomb with the column LZ4 compressed (the
+// codec of the DNS records' files).
+func ArrowLZ4Bomb(claim int64) ([]byte, error) {
+	return arrowBomb(claim, ipc.WithLZ4(), []byte{0x04, 0x22, 0x4d, 0x18})
+}
+
+// arrowBomb writes the file with codec and sets the uncompressed length
+// before the buffer's frame, which starts with magic.
+func arrowBomb(claim int64, codec ipc.Option, magic []byte) ([]byte, error) {
 	const rows = 1 << 17
 	schema := arrow.NewSchema([]arrow.Field{{Name: "x", Type: arrow.PrimitiveTypes.Int64}}, nil)
 	b := array.NewInt64Builder(memory.DefaultAllocator)
@@ -159,7 +171,7 @@ func ArrowZstdBomb(claim int64) ([]byte, error) {
 	col := b.NewArray()
 	rec := array.NewRecordBatch(schema, []arrow.Array{col}, rows)
 	var out bytes.Buffer
-	w, err := ipc.NewFileWriter(&out, ipc.WithSchema(schema), ipc.WithZstd())
+	w, err := ipc.NewFileWriter(&out, ipc.WithSchema(schema), codec)
 	if err != nil {
 		return nil, err
 	}
@@ -170,8 +182,7 @@ func ArrowZstdBomb(claim int64) ([]byte, error) {
 		return nil, err
 	}
 	data := out.Bytes()
-	want := binary.LittleEndian.AppendUint64(nil, rows*8)
-	want = append(want, 0x28, 0xb5, 0x2f, 0xfd) // then a zstd frame
+	want := append(binary.LittleEndian.AppendUint64(nil, rows*8), magic...)
 	i := bytes.Index(data, want)
 	if i < 0 {
 		return nil, errors.New("hostile: no uncompressed length in the Arrow file")
