@@ -76,19 +76,9 @@ func TestIPv6OptionsAfterFragment(t *testing.T) {
 	}
 	want := strings.TrimSpace(string(out))
 	var got []string
-	x := NewExtractor(layers.LinkTypeEthernet, nil, func(r *Record) {
+	extractAll(t, bytes.NewReader(b.Bytes()), func(r *Record) {
 		got = append(got, fmt.Sprintf("%d.%09d\t0x%04x\t%s", r.Time.Unix(), r.Time.Nanosecond(), r.Msg.ID, normName(r.Msg.QName)))
 	})
-	rd, closer, _ := pcap.NewReader(bytes.NewReader(b.Bytes()))
-	defer closer.Close()
-	for {
-		data, ci, err := rd.Next()
-		if err != nil {
-			break
-		}
-		x.Packet(ci.Timestamp, data)
-	}
-	x.Flush()
 	if strings.Join(got, "\n") != want || want == "" {
 		t.Errorf("Plumb: %q\ntshark: %q", got, want)
 	}

@@ -3,6 +3,7 @@ package dnsrec
 import (
 	"bufio"
 	"fmt"
+	"io"
 	"os"
 	"path/filepath"
 	"sort"
@@ -103,7 +104,13 @@ func eachRecord(t *testing.T, capture string, fn func(*Record)) Stats {
 		t.Fatal(err)
 	}
 	defer f.Close()
-	r, closer, err := pcap.NewReader(f)
+	return extractAll(t, f, fn)
+}
+
+// extractAll calls fn with each record of a capture read from in.
+func extractAll(t *testing.T, in io.Reader, fn func(*Record)) Stats {
+	t.Helper()
+	r, closer, err := pcap.NewReader(in)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -29,12 +29,7 @@ func TestWriterRows(t *testing.T) {
 	keep := func(r *Record) { recs = append(recs, *r) }
 	captures, _ := filepath.Glob("../../testdata/pcaps/*.pcap*")
 	for _, c := range captures {
-		link, cis, frames := packetsOf(t, c)
-		x := NewExtractor(link, nil, keep)
-		for i := range frames {
-			x.Packet(cis[i].Timestamp, frames[i])
-		}
-		x.Flush()
+		eachRecord(t, c, keep)
 	}
 	for _, attack := range []bool{false, true} {
 		var buf bytes.Buffer
@@ -47,20 +42,7 @@ func TestWriterRows(t *testing.T) {
 			t.Fatal(err)
 		}
 		w.Flush()
-		r, closer, err := pcap.NewReader(&buf)
-		if err != nil {
-			t.Fatal(err)
-		}
-		x := NewExtractor(r.LinkType, nil, keep)
-		for {
-			d, ci, err := r.Next()
-			if err != nil {
-				break
-			}
-			x.Packet(ci.Timestamp, d)
-		}
-		x.Flush()
-		closer.Close()
+		extractAll(t, &buf, keep)
 	}
 	recs[len(recs)/2].Tunnel = "vxlan" // the extractor's tunnels have their own test
 	if len(recs) < 3*BatchRows+1 {
