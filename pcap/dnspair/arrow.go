@@ -6,10 +6,10 @@ import (
 	"strconv"
 
 	"github.com/apache/arrow-go/v18/arrow"
-	"github.com/apache/arrow-go/v18/arrow/array"
 	"github.com/apache/arrow-go/v18/arrow/ipc"
-	"github.com/apache/arrow-go/v18/arrow/memory"
 
+	"github.com/plumb-dev/plumb/internal/arrowcol"
+	"github.com/plumb-dev/plumb/pcap/dnsmsg"
 	"github.com/plumb-dev/plumb/pcap/dnsrec"
 )
 
@@ -49,7 +49,7 @@ var Schema = arrow.NewSchema([]arrow.Field{
 	{Name: "ancount", Type: arrow.PrimitiveTypes.Uint16, Nullable: true},
 	{Name: "nscount", Type: arrow.PrimitiveTypes.Uint16, Nullable: true},
 	{Name: "arcount", Type: arrow.PrimitiveTypes.Uint16, Nullable: true},
-	{Name: "answers", Type: arrow.ListOf(dnsrec.RRType)},
+	{Name: "answers", Type: dnsrec.RRListType},
 	{Name: "response_malformed", Type: arrow.FixedWidthTypes.Boolean, Nullable: true},
 	{Name: "unanswered", Type: arrow.FixedWidthTypes.Boolean},
 	{Name: "orphan_response", Type: arrow.FixedWidthTypes.Boolean},
@@ -66,15 +66,29 @@ const BatchRows = 64 << 10
 type Writer struct {
 	instance string
 	seq      uint64
-	b        *array.RecordBuilder
 	f        *ipc.FileWriter
 	rows     int
-	addr     []byte
-	domains  dnsrec.Domains
-	closed   bool
-	cat      *dnsrec.Categories
 	// Rows counts the rows written.
-	Rows int64
+	Rows    int64
+	domains dnsrec.Domains
+	dicts   [2]arrow.Array // instance's and transport's dictionaries
+	addr    []byte
+	closed  bool
+
+	// The columns of the batch being built (see arrowcol for why not
+	// arrow-go's builders).
+	seqs                                               arrowcol.Vals[uint64]
+	time, responseTime                                 arrowcol.Vals[arrow.Timestamp]
+	latency                                            arrowcol.Vals[arrow.Duration]
+	zeros, transport                                   []int8
+	ipVersion, opcode                                  arrowcol.Vals[uint8]
+	client, server, qname, tld, regDomain              arrowcol.Strs
+	clientPort, serverPort, id, qtype, qclass, udpSize arrowcol.Vals[uint16]
+	rcode, an, ns, ar                                  arrowcol.Vals[uint16]
+	requestSize, responseSize                          arrowcol.Vals[uint32]
+	rd, cd, do, aa, tc, ra, ad, malformed              arrowcol.Bools
+	unanswered, orphan, evicted                        arrowcol.Bits
+	answers                                            dnsrec.RRList
 }
 
 // NewWriter starts an IPC file on w for the transactions decided in one
@@ -84,105 +98,47 @@ func NewWriter(w io.Writer, instance string, seq uint64) (*Writer, error) {
 	if err != nil {
 		return nil, err
 	}
-	wr := &Writer{instance: instance, seq: seq, b: array.NewRecordBuilder(memory.DefaultAllocator, Schema), f: f}
-	if wr.cat, err = dnsrec.NewCategories(col[*array.BinaryDictionaryBuilder](wr, fInstance), col[*array.BinaryDictionaryBuilder](wr, fTransport), instance); err != nil {
-		return nil, err
-	}
-	return wr, nil
+	return &Writer{instance: instance, seq: seq, f: f,
+		dicts: [2]arrow.Array{arrowcol.Strings(instance), arrowcol.Strings(dnsrec.Transports...)}}, nil
 }
-
-// col returns the builder of field i as type B.
-func col[B array.Builder](w *Writer, i int) B { return w.b.Field(i).(B) }
-
-func (w *Writer) str(i int, s string) { col[*array.StringBuilder](w, i).Append(s) }
-func (w *Writer) null(is ...int) {
-	for _, i := range is {
-		w.b.Field(i).AppendNull()
-	}
-}
-func (w *Writer) u16(i int, v uint16) { col[*array.Uint16Builder](w, i).Append(v) }
-func (w *Writer) u32(i int, v int)    { col[*array.Uint32Builder](w, i).Append(uint32(v)) }
-func (w *Writer) boolean(i int, v bool) {
-	col[*array.BooleanBuilder](w, i).Append(v)
-}
-func (w *Writer) ts(i int, t int64) { col[*array.TimestampBuilder](w, i).Append(arrow.Timestamp(t)) }
-func (w *Writer) addrCol(i int, a []byte) {
-	col[*array.StringBuilder](w, i).BinaryBuilder.Append(a)
-}
-
-// Field positions, in Schema order.
-const (
-	fInstance = iota
-	fSeq
-	fTime
-	fResponseTime
-	fLatency
-	fTransport
-	fIPVersion
-	fClient
-	fClientPort
-	fServer
-	fServerPort
-	fID
-	fOpcode
-	fQName
-	fQType
-	fQClass
-	fTLD
-	fRegDomain
-	fRD
-	fCD
-	fDO
-	fUDPSize
-	fRequestSize
-	fResponseSize
-	fRcode
-	fAA
-	fTC
-	fRA
-	fAD
-	fAN
-	fNS
-	fAR
-	fAnswers
-	fResponseMalformed
-	fUnanswered
-	fOrphan
-	fEvicted
-)
 
 // Add appends a transaction.
 func (w *Writer) Add(t *Txn) error {
 	q, r := t.Query, t.Response
-	col[*array.Uint64Builder](w, fSeq).Append(w.seq)
+	w.seqs.Add(w.seq)
 	switch {
 	case q != nil:
-		w.ts(fTime, q.Time.UnixNano())
+		w.time.Add(arrow.Timestamp(q.Time.UnixNano()))
 	default:
-		w.ts(fTime, r.Time.UnixNano())
+		w.time.Add(arrow.Timestamp(r.Time.UnixNano()))
+	}
+	var rt arrow.Timestamp
+	var latency arrow.Duration
+	if r != nil {
+		rt = arrow.Timestamp(r.Time.UnixNano())
 	}
 	if q != nil && r != nil {
-		w.ts(fResponseTime, r.Time.UnixNano())
-		col[*array.DurationBuilder](w, fLatency).Append(arrow.Duration(r.Time.Sub(q.Time)))
-	} else if r != nil {
-		w.ts(fResponseTime, r.Time.UnixNano())
-		w.null(fLatency)
-	} else {
-		w.null(fResponseTime, fLatency)
+		latency = arrow.Duration(r.Time.Sub(q.Time))
 	}
-	w.cat.Add(t.Key.TCP)
+	w.responseTime.AddValid(rt, r != nil)
+	w.latency.AddValid(latency, q != nil && r != nil)
+	transport := int8(0) // dnsrec.Transports[0], udp
+	if t.Key.TCP {
+		transport = 1
+	}
+	w.transport = append(w.transport, transport)
 	ipv := uint8(4)
 	if t.Key.Client.Is6() && !t.Key.Client.Is4In6() {
 		ipv = 6
 	}
-	col[*array.Uint8Builder](w, fIPVersion).Append(ipv)
+	w.ipVersion.Add(ipv)
 	w.addr = t.Key.Client.AppendTo(w.addr[:0])
-	w.addrCol(fClient, w.addr)
-	w.u16(fClientPort, t.Key.ClientPort)
+	w.client.AddBytes(w.addr)
+	w.clientPort.Add(t.Key.ClientPort)
 	w.addr = t.Key.Server.AppendTo(w.addr[:0])
-	w.addrCol(fServer, w.addr)
-	w.u16(fServerPort, t.Key.ServerPort)
-	w.u16(fID, t.Key.ID)
+	w.server.AddBytes(w.addr)
+	w.serverPort.Add(t.Key.ServerPort)
+	w.id.Add(t.Key.ID)
 
 	// The question, opcode and query flags: the query's, or an orphan
 	// response's own.
@@ -199,58 +155,49 @@ func (w *Writer) Add(t *Txn) error {
 		m := &r.Msg
 		opcode, hasQ, qname, qtype, qclass, rd, cd = m.Opcode, m.HasQuestion, m.QName, m.QType, m.QClass, m.RD, m.CD
 	}
-	col[*array.Uint8Builder](w, fOpcode).Append(opcode)
+	w.opcode.Add(opcode)
 	if hasQ {
-		w.str(fQName, qname)
-		w.u16(fQType, qtype)
-		w.u16(fQClass, qclass)
-		if tld := dnsrec.TLD(qname); tld != "" {
-			w.str(fTLD, tld)
-		} else {
-			w.null(fTLD)
-		}
-		if reg := w.domains.Registered(qname); reg != "" {
-			w.str(fRegDomain, reg)
-		} else {
-			w.null(fRegDomain)
-		}
+		w.qname.Add(qname)
+		w.tld.AddOrNull(dnsrec.TLD(qname))
+		w.regDomain.AddOrNull(w.domains.Registered(qname))
 	} else {
-		w.null(fQName, fQType, fQClass, fTLD, fRegDomain)
+		w.qname.Null()
+		w.tld.Null()
+		w.regDomain.Null()
 	}
-	w.boolean(fRD, rd)
-	w.boolean(fCD, cd)
+	w.qtype.AddValid(qtype, hasQ)
+	w.qclass.AddValid(qclass, hasQ)
+	w.rd.Add(rd)
+	w.cd.Add(cd)
 	if q != nil {
-		w.boolean(fDO, q.DO)
-		if q.EDNS {
-			w.u16(fUDPSize, q.UDPSize)
-		} else {
-			w.null(fUDPSize)
-		}
-		w.u32(fRequestSize, q.Size)
+		w.do.Add(q.DO)
+		w.udpSize.AddValid(q.UDPSize, q.EDNS)
+		w.requestSize.Add(uint32(q.Size))
 	} else {
-		w.null(fDO, fUDPSize, fRequestSize)
+		w.do.Null()
+		w.udpSize.AddValid(0, false)
+		w.requestSize.AddValid(0, false)
 	}
+	var m dnsmsg.Message
 	if r != nil {
-		m := &r.Msg
-		w.u32(fResponseSize, r.Size)
-		w.u16(fRcode, m.Rcode)
-		w.boolean(fAA, m.AA)
-		w.boolean(fTC, m.TC)
-		w.boolean(fRA, m.RA)
-		w.boolean(fAD, m.AD)
-		w.u16(fAN, m.ANCount)
-		w.u16(fNS, m.NSCount)
-		w.u16(fAR, m.ARCount)
-		dnsrec.AppendRRs(col[*array.ListBuilder](w, fAnswers), m.Answer)
-		w.boolean(fResponseMalformed, r.Err != nil)
+		m = r.Msg
+		w.responseSize.Add(uint32(r.Size))
 	} else {
-		w.null(fResponseSize, fRcode, fAA, fTC, fRA, fAD, fAN, fNS, fAR)
-		dnsrec.AppendRRs(col[*array.ListBuilder](w, fAnswers), nil)
-		w.null(fResponseMalformed)
+		w.responseSize.AddValid(0, false)
 	}
-	w.boolean(fUnanswered, q != nil && r == nil && !t.Evicted)
-	w.boolean(fOrphan, q == nil)
-	w.boolean(fEvicted, t.Evicted)
+	w.rcode.AddValid(m.Rcode, r != nil)
+	w.aa.AddValid(m.AA, r != nil)
+	w.tc.AddValid(m.TC, r != nil)
+	w.ra.AddValid(m.RA, r != nil)
+	w.ad.AddValid(m.AD, r != nil)
+	w.an.AddValid(m.ANCount, r != nil)
+	w.ns.AddValid(m.NSCount, r != nil)
+	w.ar.AddValid(m.ARCount, r != nil)
+	w.answers.Add(m.Answer)
+	w.malformed.AddValid(r != nil && r.Err != nil, r != nil)
+	w.unanswered.Add(q != nil && r == nil && !t.Evicted)
+	w.orphan.Add(q == nil)
+	w.evicted.Add(t.Evicted)
 	w.rows++
 	w.Rows++
 	if w.rows == BatchRows {
@@ -259,18 +206,65 @@ func (w *Writer) Add(t *Txn) error {
 	return nil
 }
 
+// flush writes the batch built and empties the columns for the next.
 func (w *Writer) flush() error {
 	if w.rows == 0 {
 		return nil
 	}
-	w.cat.Flush()
-	w.rows = 0
-	rec := w.b.NewRecordBatch()
-	defer rec.Release()
-	if err := w.f.Write(rec); err != nil {
+	if cap(w.zeros) < w.rows {
+		w.zeros = make([]int8, w.rows)
+	}
+	ts := func(c *arrowcol.Vals[arrow.Timestamp]) arrow.ArrayData {
+		return c.Data(tsType, arrow.TimestampTraits.CastToBytes)
+	}
+	str := func(s *arrowcol.Strs) arrow.ArrayData { return s.Data(arrow.BinaryTypes.String) }
+	rec := arrowcol.Record(Schema, w.rows,
+		arrowcol.DictData(dnsrec.Categorical, w.zeros[:w.rows], w.dicts[0]),
+		arrowcol.Uint64(&w.seqs),
+		ts(&w.time), ts(&w.responseTime),
+		w.latency.Data(arrow.FixedWidthTypes.Duration_ns, arrow.DurationTraits.CastToBytes),
+		arrowcol.DictData(dnsrec.Categorical, w.transport, w.dicts[1]),
+		arrowcol.Uint8(&w.ipVersion), str(&w.client), arrowcol.Uint16(&w.clientPort), str(&w.server), arrowcol.Uint16(&w.serverPort), arrowcol.Uint16(&w.id),
+		arrowcol.Uint8(&w.opcode), str(&w.qname), arrowcol.Uint16(&w.qtype), arrowcol.Uint16(&w.qclass), str(&w.tld), str(&w.regDomain),
+		w.rd.Data(), w.cd.Data(), w.do.Data(), arrowcol.Uint16(&w.udpSize), arrowcol.Uint32(&w.requestSize), arrowcol.Uint32(&w.responseSize),
+		arrowcol.Uint16(&w.rcode), w.aa.Data(), w.tc.Data(), w.ra.Data(), w.ad.Data(), arrowcol.Uint16(&w.an), arrowcol.Uint16(&w.ns), arrowcol.Uint16(&w.ar),
+		w.answers.Data(), w.malformed.Data(), w.unanswered.Data(), w.orphan.Data(), w.evicted.Data(),
+	)
+	err := w.f.Write(rec)
+	rec.Release()
+	w.reset()
+	if err != nil {
 		return fmt.Errorf("write DNS transactions: %w", err)
 	}
 	return nil
+}
+
+// reset empties the columns, keeping their memory.
+func (w *Writer) reset() {
+	w.rows = 0
+	w.seqs.Reset()
+	w.time.Reset()
+	w.responseTime.Reset()
+	w.latency.Reset()
+	w.transport = w.transport[:0]
+	for _, c := range []*arrowcol.Vals[uint8]{&w.ipVersion, &w.opcode} {
+		c.Reset()
+	}
+	for _, s := range []*arrowcol.Strs{&w.client, &w.server, &w.qname, &w.tld, &w.regDomain} {
+		s.Reset()
+	}
+	for _, c := range []*arrowcol.Vals[uint16]{&w.clientPort, &w.serverPort, &w.id, &w.qtype, &w.qclass, &w.udpSize, &w.rcode, &w.an, &w.ns, &w.ar} {
+		c.Reset()
+	}
+	w.requestSize.Reset()
+	w.responseSize.Reset()
+	for _, b := range []*arrowcol.Bools{&w.rd, &w.cd, &w.do, &w.aa, &w.tc, &w.ra, &w.ad, &w.malformed} {
+		b.Reset()
+	}
+	for _, b := range []*arrowcol.Bits{&w.unanswered, &w.orphan, &w.evicted} {
+		b.Reset()
+	}
+	w.answers.Reset()
 }
 
 // Close writes the last batch and the file's footer. A block that
@@ -281,7 +275,11 @@ func (w *Writer) Close() error {
 		return nil
 	}
 	w.closed = true
-	defer w.b.Release()
+	defer func() {
+		for _, d := range w.dicts {
+			d.Release()
+		}
+	}()
 	if err := w.flush(); err != nil {
 		return err
 	}

@@ -9,9 +9,8 @@ import (
 	"sync/atomic"
 
 	"github.com/apache/arrow-go/v18/arrow"
-	"github.com/apache/arrow-go/v18/arrow/array"
 	"github.com/apache/arrow-go/v18/arrow/ipc"
-	"github.com/apache/arrow-go/v18/arrow/memory"
+	"github.com/plumb-dev/plumb/internal/arrowcol"
 	"github.com/plumb-dev/plumb/pcap/dnsmsg"
 	"golang.org/x/net/publicsuffix"
 )
@@ -57,9 +56,9 @@ var Schema = arrow.NewSchema([]arrow.Field{
 	{Name: "labels", Type: arrow.PrimitiveTypes.Uint8, Nullable: true},
 	{Name: "tld", Type: arrow.BinaryTypes.String, Nullable: true},
 	{Name: "registered_domain", Type: arrow.BinaryTypes.String, Nullable: true},
-	{Name: "answers", Type: arrow.ListOf(RRType)},
-	{Name: "authority", Type: arrow.ListOf(RRType)},
-	{Name: "additional", Type: arrow.ListOf(RRType)},
+	{Name: "answers", Type: RRListType},
+	{Name: "authority", Type: RRListType},
+	{Name: "additional", Type: RRListType},
 	{Name: "ecs_family", Type: arrow.PrimitiveTypes.Uint16, Nullable: true},
 	{Name: "ecs_source_prefix", Type: arrow.PrimitiveTypes.Uint8, Nullable: true},
 	{Name: "ecs_scope_prefix", Type: arrow.PrimitiveTypes.Uint8, Nullable: true},
@@ -91,6 +90,10 @@ var RRType = arrow.StructOf(
 	arrow.Field{Name: "ttl", Type: arrow.PrimitiveTypes.Uint32},
 	arrow.Field{Name: "rdata", Type: arrow.BinaryTypes.String},
 )
+
+// RRListType is the type of the answers, authority and additional
+// columns.
+var RRListType = arrow.ListOf(RRType)
 
 // optionType is an EDNS option in the edns_options column.
 var optionType = arrow.StructOf(
@@ -153,7 +156,7 @@ func NewWriter(w io.Writer, instance string, seq uint64) (*Writer, error) {
 	wr := &Writer{instance: instance, seq: seq, f: f,
 		chunks: make(chan []Record, 2), free: make(chan []Record, 3), built: make(chan error, 1),
 		batches: make(chan *batch, 1), spare: make(chan *batch, 3), done: make(chan error, 1)}
-	wr.dicts = [2]arrow.Array{stringArray(instance), stringArray(Transports...)}
+	wr.dicts = [2]arrow.Array{arrowcol.Strings(instance), arrowcol.Strings(Transports...)}
 	// Three batches: one written, one waiting, one built.
 	wr.b = newBatch()
 	wr.spare <- newBatch()
@@ -162,13 +165,6 @@ func NewWriter(w io.Writer, instance string, seq uint64) (*Writer, error) {
 	go wr.build()
 	go wr.write()
 	return wr, nil
-}
-
-func stringArray(vals ...string) arrow.Array {
-	sb := array.NewStringBuilder(memory.DefaultAllocator)
-	defer sb.Release()
-	sb.AppendValues(vals, nil)
-	return sb.NewArray()
 }
 
 // Add appends a record (copied: the caller may reuse it).
@@ -236,57 +232,6 @@ func (w *Writer) write() {
 	w.done <- err
 }
 
-// Categories fills the dictionary columns every kind of DNS row has,
-// instance and transport. The indices go in once per batch: appended per
-// row, the dictionary builder allocates.
-type Categories struct {
-	instance, transport *array.BinaryDictionaryBuilder
-	zeros, transports   []int
-}
-
-// NewCategories fixes the dictionaries of the instance and transport
-// columns before any row, so every batch of an IPC file has the same
-// ones (the format's rule); instance is the block's.
-func NewCategories(instance, transport *array.BinaryDictionaryBuilder, name string) (*Categories, error) {
-	if err := fixDictionary(instance, name); err != nil {
-		return nil, err
-	}
-	if err := fixDictionary(transport, Transports...); err != nil {
-		return nil, err
-	}
-	return &Categories{instance: instance, transport: transport}, nil
-}
-
-// Add notes the transport of the next row.
-func (c *Categories) Add(tcp bool) {
-	i := 0 // Transports[0], udp
-	if tcp {
-		i = 1
-	}
-	c.transports = append(c.transports, i)
-}
-
-// Flush appends the indices of the rows added since the last Flush.
-func (c *Categories) Flush() {
-	n := len(c.transports)
-	if cap(c.zeros) < n {
-		c.zeros = make([]int, n) // all 0: the block's instance
-	}
-	c.instance.AppendIndices(c.zeros[:n], nil)
-	c.transport.AppendIndices(c.transports, nil)
-	c.transports = c.transports[:0]
-}
-
-// fixDictionary puts vals in b's dictionary, in order, before any row.
-func fixDictionary(b *array.BinaryDictionaryBuilder, vals ...string) error {
-	sb := array.NewStringBuilder(memory.DefaultAllocator)
-	defer sb.Release()
-	sb.AppendValues(vals, nil)
-	a := sb.NewStringArray()
-	defer a.Release()
-	return b.InsertStringDictValues(a)
-}
-
 // TLD is the last label of a name as dnsmsg reads it ("" for the root).
 func TLD(qname string) string {
 	if qname == "." {
@@ -328,67 +273,53 @@ func (d *Domains) Registered(qname string) string {
 	return reg
 }
 
-// AppendRRs appends one list of records to a builder of list<RRType>.
-func AppendRRs(lb *array.ListBuilder, rrs []dnsmsg.RR) {
-	lb.Append(true)
-	sb := lb.ValueBuilder().(*array.StructBuilder)
-	for _, rr := range rrs {
-		sb.Append(true)
-		sb.FieldBuilder(0).(*array.StringBuilder).Append(rr.Name)
-		sb.FieldBuilder(1).(*array.Uint16Builder).Append(rr.Type)
-		sb.FieldBuilder(2).(*array.Uint16Builder).Append(rr.Class)
-		sb.FieldBuilder(3).(*array.Uint32Builder).Append(rr.TTL)
-		sb.FieldBuilder(4).(*array.StringBuilder).Append(rr.RData)
-	}
-}
-
 // add appends a record to the batch being built.
 func (w *Writer) add(r *Record) error {
 	b := w.b
 	m := &r.Msg
-	b.seq.add(w.seq)
-	b.time.add(arrow.Timestamp(r.Time.UnixNano()))
+	b.seq.Add(w.seq)
+	b.time.Add(arrow.Timestamp(r.Time.UnixNano()))
 	w.addr = r.Src.AppendTo(w.addr[:0])
-	b.src.addBytes(w.addr)
+	b.src.AddBytes(w.addr)
 	w.addr = r.Dst.AppendTo(w.addr[:0])
-	b.dst.addBytes(w.addr)
-	b.sport.add(r.SrcPort)
-	b.dport.add(r.DstPort)
+	b.dst.AddBytes(w.addr)
+	b.sport.Add(r.SrcPort)
+	b.dport.Add(r.DstPort)
 	b.transport = append(b.transport, transportIndex(r.TCP))
-	b.ipVersion.add(r.IPVersion)
-	b.size.add(uint32(r.Size))
-	b.id.add(m.ID)
-	b.qr.add(m.QR)
-	b.opcode.add(m.Opcode)
+	b.ipVersion.Add(r.IPVersion)
+	b.size.Add(uint32(r.Size))
+	b.id.Add(m.ID)
+	b.qr.Add(m.QR)
+	b.opcode.Add(m.Opcode)
 	for i, v := range [6]bool{m.AA, m.TC, m.RD, m.RA, m.AD, m.CD} {
-		b.flags[i].add(v)
+		b.flags[i].Add(v)
 	}
-	b.rcode.add(m.Rcode)
-	b.qd.add(m.QDCount)
-	b.an.add(m.ANCount)
-	b.ns.add(m.NSCount)
-	b.ar.add(m.ARCount)
+	b.rcode.Add(m.Rcode)
+	b.qd.Add(m.QDCount)
+	b.an.Add(m.ANCount)
+	b.ns.Add(m.NSCount)
+	b.ar.Add(m.ARCount)
 	if m.HasQuestion {
-		b.qname.add(m.QName)
+		b.qname.Add(m.QName)
 	} else {
-		b.qname.null()
+		b.qname.Null()
 	}
-	b.qtype.addValid(m.QType, m.HasQuestion)
-	b.qclass.addValid(m.QClass, m.HasQuestion)
-	b.edns.add(m.EDNS)
-	b.ednsVersion.addValid(m.EDNSVersion, m.EDNS)
-	b.udp.addValid(m.UDPSize, m.EDNS)
-	b.do.add(m.DO)
+	b.qtype.AddValid(m.QType, m.HasQuestion)
+	b.qclass.AddValid(m.QClass, m.HasQuestion)
+	b.edns.Add(m.EDNS)
+	b.ednsVersion.AddValid(m.EDNSVersion, m.EDNS)
+	b.udp.AddValid(m.UDPSize, m.EDNS)
+	b.do.Add(m.DO)
 	for _, o := range m.Options {
-		b.optCode.add(o.Code)
-		b.optData.addBytes(o.Data)
+		b.optCode.Add(o.Code)
+		b.optData.AddBytes(o.Data)
 	}
-	b.options.add(b.optCode.len())
-	b.malformed.add(r.Err != nil)
+	b.options.Add(b.optCode.Len())
+	b.malformed.Add(r.Err != nil)
 	if r.Err != nil {
-		b.errs.add(r.Err.Error())
+		b.errs.Add(r.Err.Error())
 	} else {
-		b.errs.null()
+		b.errs.Null()
 	}
 	registered := ""
 	if m.HasQuestion && m.QName != "." {
@@ -396,27 +327,27 @@ func (w *Writer) add(r *Record) error {
 	}
 	b.names(m, registered)
 	for i, rrs := range [3][]dnsmsg.RR{m.Answer, m.Authority, m.Additional} {
-		b.sections[i].add(rrs)
+		b.sections[i].Add(rrs)
 	}
 	e := m.ECS
-	b.ecsFamily.addValid(e.Family, e.Family != 0)
-	b.ecsSource.addValid(e.SourcePrefix, e.Family != 0)
-	b.ecsScope.addValid(e.ScopePrefix, e.Family != 0)
+	b.ecsFamily.AddValid(e.Family, e.Family != 0)
+	b.ecsSource.AddValid(e.SourcePrefix, e.Family != 0)
+	b.ecsScope.AddValid(e.ScopePrefix, e.Family != 0)
 	if e.Family != 0 {
-		b.ecsAddress.add(e.Address)
+		b.ecsAddress.Add(e.Address)
 	} else {
-		b.ecsAddress.null()
+		b.ecsAddress.Null()
 	}
 	texts := 0
 	for _, e := range m.EDE {
-		b.edeCode.add(e.Code)
+		b.edeCode.Add(e.Code)
 		if e.Text != "" {
 			texts++
 		}
 	}
-	b.ede.add(b.edeCode.len())
+	b.ede.Add(b.edeCode.Len())
 	if texts == 0 {
-		b.edeText.null()
+		b.edeText.Null()
 	} else {
 		var joined []string
 		for _, e := range m.EDE {
@@ -424,11 +355,11 @@ func (w *Writer) add(r *Record) error {
 				joined = append(joined, e.Text)
 			}
 		}
-		b.edeText.add(strings.Join(joined, "; "))
+		b.edeText.Add(strings.Join(joined, "; "))
 	}
-	b.cookie.add(m.Cookie)
-	b.tunnel.addOrNull(r.Tunnel)
-	b.partial.add(r.Partial)
+	b.cookie.Add(m.Cookie)
+	b.tunnel.AddOrNull(r.Tunnel)
+	b.partial.Add(r.Partial)
 	b.rows++
 	if b.rows == BatchRows {
 		return w.flush()
