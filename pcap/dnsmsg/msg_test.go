@@ -93,15 +93,24 @@ func TestNames(t *testing.T) {
 	}
 }
 
-// FuzzParse never panics, and where gopacket's decoder also reads a
-// message whole, both agree on its header and first question.
+// FuzzParse never panics, a Parser reused from another message reads
+// the same, and where gopacket's decoder also reads a message whole, both
+// agree on its header and first question.
 func FuzzParse(f *testing.F) {
 	f.Add(build(f, &layers.DNS{ID: 1, Questions: []layers.DNSQuestion{{Name: []byte("example.com"), Type: 1, Class: 1}}}))
 	f.Add(build(f, &layers.DNS{ID: 2, QR: true, Questions: []layers.DNSQuestion{{Name: []byte("a"), Type: 1, Class: 1}},
 		Answers: []layers.DNSResourceRecord{{Name: []byte("a"), Type: 1, Class: 1, IP: []byte{1, 2, 3, 4}}}}))
 	f.Add([]byte{0, 0, 0, 0, 0, 1, 0, 0, 0, 0, 0, 0, 0xc0, 12, 0, 1, 0, 1})
+	prev := build(f, &layers.DNS{ID: 3, QR: true, Questions: []layers.DNSQuestion{{Name: []byte("Prev.Example"), Type: 1, Class: 1}},
+		Answers: []layers.DNSResourceRecord{{Name: []byte("prev.example"), Type: 5, Class: 1, CNAME: []byte("other.example")}}})
 	f.Fuzz(func(t *testing.T, b []byte) {
 		m, err := Parse(b)
+		// A Parser that read another message first reads b the same.
+		var p Parser
+		p.Parse(prev)
+		if again, err2 := p.Parse(b); !reflect.DeepEqual(again, m) || (err == nil) != (err2 == nil) {
+			t.Fatalf("a reused Parser read %+v, %v; a new one %+v, %v", again, err2, m, err)
+		}
 		if err != nil {
 			if !errors.Is(err, ErrMalformed) {
 				t.Fatalf("error %v is not ErrMalformed", err)
