@@ -320,24 +320,9 @@ func (p *reader) finish() {
 	}
 }
 
-// maxPresentation bounds a name in presentation form: 255 wire bytes, each
-// label byte at most 4 characters (\DDD).
-const maxPresentation = 4 * 255
-
 // maxPointers bounds compression pointers followed in one name, so loops
 // end.
 const maxPointers = 64
-
-// readName reads the name at off and returns it appended to dst in
-// lower-cased presentation form (when present is true), and the offset
-// after the name where it starts (past the first pointer, if any).
-func readName(b []byte, off int, dst []byte, present bool) ([]byte, int, error) {
-	mode := nameSkip
-	if present {
-		mode = nameLower
-	}
-	return readNameMode(b, off, dst, mode)
-}
 
 // How readNameMode returns a name.
 const (
@@ -346,6 +331,9 @@ const (
 	nameRaw          // presentation form, the case kept
 )
 
+// readNameMode reads the name at off, appends it to dst in the form mode
+// says, and returns dst and the offset after the name where it starts
+// (past the first pointer, if any).
 func readNameMode(b []byte, off int, dst []byte, mode int) ([]byte, int, error) {
 	present := mode != nameSkip
 	start := len(dst) // the name is dst[start:]; dst may hold others before it
