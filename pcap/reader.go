@@ -6,7 +6,6 @@ package pcap
 import (
 	"bufio"
 	"bytes"
-	"encoding/binary"
 	"errors"
 	"fmt"
 	"io"
@@ -234,31 +233,26 @@ func (r *Reader) Next() ([]byte, gopacket.CaptureInfo, error) {
 // peek reads the next record of a little-endian pcap straight from the
 // read buffer, without pcapgo's copy into its own (most of the cost of
 // reading a small packet). It takes only a record pcapgo would return as
-// it is, as NextRun does; anything else (an error to report, the end)
-// is left to pcapgo.
+// it is (header, which NextRun uses too); anything else (an error to
+// report, the end) is left to pcapgo.
 func (r *Reader) peek() ([]byte, gopacket.CaptureInfo, bool) {
 	if r.br == nil {
 		return nil, gopacket.CaptureInfo{}, false
 	}
-	h, err := r.br.Peek(RecordHeaderSize)
+	b, err := r.br.Peek(RecordHeaderSize)
 	if err != nil {
 		return nil, gopacket.CaptureInfo{}, false
 	}
-	sec, frac := binary.LittleEndian.Uint32(h[0:4]), binary.LittleEndian.Uint32(h[4:8])
-	incl, orig := binary.LittleEndian.Uint32(h[8:12]), binary.LittleEndian.Uint32(h[12:16])
-	fracMax, scale := uint32(1e6), int64(1000)
-	if r.Nanos {
-		fracMax, scale = 1e9, 1
-	}
-	if incl > MaxRecord || incl > orig || frac >= fracMax {
+	h, ok := r.header(b)
+	if !ok {
 		return nil, gopacket.CaptureInfo{}, false
 	}
-	rec, err := r.br.Peek(RecordHeaderSize + int(incl))
+	rec, err := r.br.Peek(RecordHeaderSize + h.incl)
 	if err != nil {
 		return nil, gopacket.CaptureInfo{}, false
 	}
 	r.br.Discard(len(rec))
-	ci := gopacket.CaptureInfo{Timestamp: time.Unix(int64(sec), int64(frac)*scale).UTC(), CaptureLength: int(incl), Length: int(orig)}
+	ci := gopacket.CaptureInfo{Timestamp: time.Unix(h.sec, h.nsec).UTC(), CaptureLength: h.incl, Length: h.orig}
 	return rec[RecordHeaderSize:], ci, true
 }
 

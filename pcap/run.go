@@ -34,10 +34,6 @@ func (r *Reader) NextRun(lim RunLimit) (run []byte, packets int) {
 		return nil, 0
 	}
 	buf, _ := r.br.Peek(r.br.Buffered())
-	maxCap, fracMax, scale := uint32(MaxRecord), uint32(1e6), int64(1000) // as Next refuses longer ones
-	if r.Nanos {
-		fracMax, scale = 1e9, 1
-	}
 	var beforeSec int64
 	var beforeNsec int64
 	if !lim.Before.IsZero() {
@@ -45,21 +41,16 @@ func (r *Reader) NextRun(lim RunLimit) (run []byte, packets int) {
 	}
 	off := 0
 	for off+RecordHeaderSize <= len(buf) {
-		h := buf[off : off+RecordHeaderSize]
-		sec, frac := binary.LittleEndian.Uint32(h[0:4]), binary.LittleEndian.Uint32(h[4:8])
-		incl, orig := binary.LittleEndian.Uint32(h[8:12]), binary.LittleEndian.Uint32(h[12:16])
-		if incl > maxCap || incl > orig || frac >= fracMax {
+		h, ok := r.header(buf[off:])
+		if !ok {
 			break
 		}
-		size := RecordHeaderSize + int(incl)
+		size := RecordHeaderSize + h.incl
 		if off+size > len(buf) || int64(off+size) > lim.Bytes {
 			break
 		}
-		if !lim.Before.IsZero() {
-			s, ns := int64(sec), int64(frac)*scale
-			if s > beforeSec || s == beforeSec && ns >= beforeNsec {
-				break
-			}
+		if !lim.Before.IsZero() && (h.sec > beforeSec || h.sec == beforeSec && h.nsec >= beforeNsec) {
+			break
 		}
 		off += size
 		packets++
@@ -71,6 +62,29 @@ func (r *Reader) NextRun(lim RunLimit) (run []byte, packets int) {
 	r.br.Discard(off)
 	r.packets += int64(packets)
 	return run, packets
+}
+
+// recordHeader is a little-endian pcap record's header.
+type recordHeader struct {
+	sec, nsec  int64
+	incl, orig int
+}
+
+// header reads the record header at the start of b (at least
+// RecordHeaderSize bytes). ok is false for a record Next would refuse or
+// normalise (longer than MaxRecord, captured beyond its length, its
+// sub-second field a second or more): those are left to pcapgo.
+func (r *Reader) header(b []byte) (h recordHeader, ok bool) {
+	sec, frac := binary.LittleEndian.Uint32(b[0:4]), binary.LittleEndian.Uint32(b[4:8])
+	incl, orig := binary.LittleEndian.Uint32(b[8:12]), binary.LittleEndian.Uint32(b[12:16])
+	fracMax, scale := uint32(1e6), int64(1000)
+	if r.Nanos {
+		fracMax, scale = 1e9, 1
+	}
+	if incl > MaxRecord || incl > orig || frac >= fracMax {
+		return h, false
+	}
+	return recordHeader{sec: int64(sec), nsec: int64(frac) * scale, incl: int(incl), orig: int(orig)}, true
 }
 
 // eagerReadMax is the largest record pcapgo reads whatever the snap length
