@@ -71,7 +71,7 @@ type Writer struct {
 	// Rows counts the rows written.
 	Rows    int64
 	domains dnsrec.Domains
-	dicts   [2]arrow.Array // instance's and transport's dictionaries
+	cat     *dnsrec.Categories
 	addr    []byte
 	closed  bool
 
@@ -80,7 +80,7 @@ type Writer struct {
 	seqs                                               arrowcol.Vals[uint64]
 	time, responseTime                                 arrowcol.Vals[arrow.Timestamp]
 	latency                                            arrowcol.Vals[arrow.Duration]
-	zeros, transport                                   []int8
+	transport                                          []int8
 	ipVersion, opcode                                  arrowcol.Vals[uint8]
 	client, server, qname, tld, regDomain              arrowcol.Strs
 	clientPort, serverPort, id, qtype, qclass, udpSize arrowcol.Vals[uint16]
@@ -99,7 +99,7 @@ func NewWriter(w io.Writer, instance string, seq uint64) (*Writer, error) {
 		return nil, err
 	}
 	return &Writer{instance: instance, seq: seq, f: f,
-		dicts: [2]arrow.Array{arrowcol.Strings(instance), arrowcol.Strings(dnsrec.Transports...)}}, nil
+		cat: dnsrec.NewCategories(instance)}, nil
 }
 
 // Add appends a transaction.
@@ -122,11 +122,7 @@ func (w *Writer) Add(t *Txn) error {
 	}
 	w.responseTime.AddValid(rt, r != nil)
 	w.latency.AddValid(latency, q != nil && r != nil)
-	transport := int8(0) // dnsrec.Transports[0], udp
-	if t.Key.TCP {
-		transport = 1
-	}
-	w.transport = append(w.transport, transport)
+	w.transport = append(w.transport, dnsrec.TransportIndex(t.Key.TCP))
 	ipv := uint8(4)
 	if t.Key.Client.Is6() && !t.Key.Client.Is4In6() {
 		ipv = 6
@@ -211,19 +207,17 @@ func (w *Writer) flush() error {
 	if w.rows == 0 {
 		return nil
 	}
-	if cap(w.zeros) < w.rows {
-		w.zeros = make([]int8, w.rows)
-	}
+	instance, transport := w.cat.Data(w.transport)
 	ts := func(c *arrowcol.Vals[arrow.Timestamp]) arrow.ArrayData {
 		return c.Data(tsType, arrow.TimestampTraits.CastToBytes)
 	}
 	str := func(s *arrowcol.Strs) arrow.ArrayData { return s.Data(arrow.BinaryTypes.String) }
 	rec := arrowcol.Record(Schema, w.rows,
-		arrowcol.DictData(dnsrec.Categorical, w.zeros[:w.rows], w.dicts[0]),
+		instance,
 		arrowcol.Uint64(&w.seqs),
 		ts(&w.time), ts(&w.responseTime),
 		w.latency.Data(arrow.FixedWidthTypes.Duration_ns, arrow.DurationTraits.CastToBytes),
-		arrowcol.DictData(dnsrec.Categorical, w.transport, w.dicts[1]),
+		transport,
 		arrowcol.Uint8(&w.ipVersion), str(&w.client), arrowcol.Uint16(&w.clientPort), str(&w.server), arrowcol.Uint16(&w.serverPort), arrowcol.Uint16(&w.id),
 		arrowcol.Uint8(&w.opcode), str(&w.qname), arrowcol.Uint16(&w.qtype), arrowcol.Uint16(&w.qclass), str(&w.tld), str(&w.regDomain),
 		w.rd.Data(), w.cd.Data(), w.do.Data(), arrowcol.Uint16(&w.udpSize), arrowcol.Uint32(&w.requestSize), arrowcol.Uint32(&w.responseSize),
@@ -275,11 +269,7 @@ func (w *Writer) Close() error {
 		return nil
 	}
 	w.closed = true
-	defer func() {
-		for _, d := range w.dicts {
-			d.Release()
-		}
-	}()
+	defer w.cat.Release()
 	if err := w.flush(); err != nil {
 		return err
 	}

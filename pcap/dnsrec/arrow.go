@@ -81,6 +81,43 @@ var Categorical = &arrow.DictionaryType{IndexType: arrow.PrimitiveTypes.Int8, Va
 // Transports are the transport column's dictionary, in index order.
 var Transports = []string{"udp", "tcp"}
 
+// TransportIndex is a row's index in Transports.
+func TransportIndex(tcp bool) int8 {
+	if tcp {
+		return 1
+	}
+	return 0
+}
+
+// Categories are the dictionaries of the instance and transport columns,
+// fixed before any row so that every batch of an IPC file has the same
+// ones (the format's rule): the block's instance, and Transports.
+type Categories struct {
+	instance, transport arrow.Array
+	zeros               []int8 // every row's instance index
+}
+
+// NewCategories returns the dictionaries of a block of instance; release
+// them when its file is written.
+func NewCategories(instance string) *Categories {
+	return &Categories{instance: arrowcol.Strings(instance), transport: arrowcol.Strings(Transports...)}
+}
+
+// Data is the instance and transport columns of a batch whose rows have
+// transports (TransportIndex each). One goroutine at a time may call it.
+func (c *Categories) Data(transports []int8) (instance, transport arrow.ArrayData) {
+	if cap(c.zeros) < len(transports) {
+		c.zeros = make([]int8, len(transports))
+	}
+	return arrowcol.DictData(Categorical, c.zeros[:len(transports)], c.instance), arrowcol.DictData(Categorical, transports, c.transport)
+}
+
+// Release releases the dictionaries.
+func (c *Categories) Release() {
+	c.instance.Release()
+	c.transport.Release()
+}
+
 // RRType is a resource record in the answers, authority and additional
 // columns; rdata is as dig prints it (see dnsmsg.RR).
 var RRType = arrow.StructOf(
@@ -138,7 +175,7 @@ type Writer struct {
 	b       *batch
 	batches chan *batch
 	spare   chan *batch
-	dicts   [2]arrow.Array // instance's and transport's dictionaries
+	cat     *Categories
 	addr    []byte
 	domains Domains
 
@@ -156,7 +193,7 @@ func NewWriter(w io.Writer, instance string, seq uint64) (*Writer, error) {
 	wr := &Writer{instance: instance, seq: seq, f: f,
 		chunks: make(chan []Record, 2), free: make(chan []Record, 3), built: make(chan error, 1),
 		batches: make(chan *batch, 1), spare: make(chan *batch, 3), done: make(chan error, 1)}
-	wr.dicts = [2]arrow.Array{arrowcol.Strings(instance), arrowcol.Strings(Transports...)}
+	wr.cat = NewCategories(instance)
 	// Three batches: one written, one waiting, one built.
 	wr.b = newBatch()
 	wr.spare <- newBatch()
@@ -220,7 +257,7 @@ func (w *Writer) write() {
 	var err error
 	for b := range w.batches {
 		if err == nil {
-			rec := b.record(w.dicts)
+			rec := b.record(w.cat)
 			if err = w.f.Write(rec); err != nil {
 				err = fmt.Errorf("write DNS records: %w", err)
 			}
@@ -285,7 +322,7 @@ func (w *Writer) add(r *Record) error {
 	b.dst.AddBytes(w.addr)
 	b.sport.Add(r.SrcPort)
 	b.dport.Add(r.DstPort)
-	b.transport = append(b.transport, transportIndex(r.TCP))
+	b.transport = append(b.transport, TransportIndex(r.TCP))
 	b.ipVersion.Add(r.IPVersion)
 	b.size.Add(uint32(r.Size))
 	b.id.Add(m.ID)
@@ -338,25 +375,15 @@ func (w *Writer) add(r *Record) error {
 	} else {
 		b.ecsAddress.Null()
 	}
-	texts := 0
+	var texts []string
 	for _, e := range m.EDE {
 		b.edeCode.Add(e.Code)
 		if e.Text != "" {
-			texts++
+			texts = append(texts, e.Text)
 		}
 	}
 	b.ede.Add(b.edeCode.Len())
-	if texts == 0 {
-		b.edeText.Null()
-	} else {
-		var joined []string
-		for _, e := range m.EDE {
-			if e.Text != "" {
-				joined = append(joined, e.Text)
-			}
-		}
-		b.edeText.Add(strings.Join(joined, "; "))
-	}
+	b.edeText.AddOrNull(strings.Join(texts, "; "))
 	b.cookie.Add(m.Cookie)
 	b.tunnel.AddOrNull(r.Tunnel)
 	b.partial.Add(r.Partial)
@@ -365,13 +392,6 @@ func (w *Writer) add(r *Record) error {
 		return w.flush()
 	}
 	return nil
-}
-
-func transportIndex(tcp bool) int8 {
-	if tcp {
-		return 1 // Transports[1]
-	}
-	return 0
 }
 
 // flush hands the batch built to the writing goroutine and takes one it
@@ -405,9 +425,7 @@ func (w *Writer) Close() error {
 	close(w.chunks)
 	berr := <-w.built
 	werr := <-w.done
-	for _, d := range w.dicts {
-		d.Release()
-	}
+	w.cat.Release()
 	if werr != nil {
 		return werr
 	}

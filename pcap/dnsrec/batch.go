@@ -19,7 +19,7 @@ type batch struct {
 	ecsAddress, edeText, tunnel                     arrowcol.Strs
 	sport, dport, id, rcode, qd, an, ns, ar         arrowcol.Vals[uint16]
 	qtype, qclass, udp, ecsFamily                   arrowcol.Vals[uint16]
-	transport                                       []int8 // the instance's indices are all 0
+	transport                                       []int8 // TransportIndex of each row
 	ipVersion, opcode, ednsVersion, labels          arrowcol.Vals[uint8]
 	ecsSource, ecsScope                             arrowcol.Vals[uint8]
 	size                                            arrowcol.Vals[uint32]
@@ -31,7 +31,6 @@ type batch struct {
 	sections                                        [3]RRList // answers, authority, additional
 	ede                                             arrowcol.ListOffsets
 	edeCode                                         arrowcol.Vals[uint16]
-	zeros                                           []int8
 }
 
 func newBatch() *batch {
@@ -105,17 +104,15 @@ func (b *batch) names(m *dnsmsg.Message, registered string) {
 
 // record makes the batch an Arrow record batch over its buffers, which
 // stay the batch's: write it before the batch is reset.
-func (b *batch) record(dicts [2]arrow.Array) arrow.RecordBatch {
-	if cap(b.zeros) < b.rows {
-		b.zeros = make([]int8, b.rows)
-	}
+func (b *batch) record(cat *Categories) arrow.RecordBatch {
+	instance, transport := cat.Data(b.transport)
 	str := func(s *arrowcol.Strs) arrow.ArrayData { return s.Data(arrow.BinaryTypes.String) }
 	return arrowcol.Record(Schema, b.rows,
-		arrowcol.DictData(Categorical, b.zeros[:b.rows], dicts[0]),
+		instance,
 		arrowcol.Uint64(&b.seq),
 		b.time.Data(Schema.Field(2).Type, arrow.TimestampTraits.CastToBytes),
 		str(&b.src), str(&b.dst), arrowcol.Uint16(&b.sport), arrowcol.Uint16(&b.dport),
-		arrowcol.DictData(Categorical, b.transport, dicts[1]),
+		transport,
 		arrowcol.Uint8(&b.ipVersion),
 		arrowcol.Uint32(&b.size),
 		arrowcol.Uint16(&b.id), b.qr.Data(), arrowcol.Uint8(&b.opcode),
