@@ -5,6 +5,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"reflect"
+	"runtime"
 	"strings"
 	"testing"
 
@@ -163,5 +164,29 @@ func TestParserReuse(t *testing.T) {
 	_ = append(first.Authority, RR{Name: "appended"})
 	if second.Answer[0].Name != "b.example" {
 		t.Errorf("appending to one message's records overwrote the next message's: %+v", second.Answer)
+	}
+}
+
+// TestRecordCountsDoNotAllocate: Parse makes room for a message's records
+// before reading them, bounded by what its bytes can hold (minRR, 11
+// bytes a record), not by its header's counts. A 42-byte message
+// claiming 65,535 records in each section would otherwise take 7.8 MB.
+func TestRecordCountsDoNotAllocate(t *testing.T) {
+	msg := []byte{0, 1, 0x81, 0x80, 0, 0, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff}
+	for range 2 {
+		msg = append(msg, 0, 0, 1, 0, 1, 0, 0, 0, 60, 0, 4, 192, 0, 2, 1) // the root, A 192.0.2.1
+	}
+	var before, after runtime.MemStats
+	runtime.ReadMemStats(&before)
+	const runs = 100
+	for range runs {
+		m, err := Parse(msg)
+		if err == nil || len(m.Answer) != 2 {
+			t.Fatalf("%d answers, %v; want the 2 there are and an error for the rest", len(m.Answer), err)
+		}
+	}
+	runtime.ReadMemStats(&after)
+	if per := (after.TotalAlloc - before.TotalAlloc) / runs; per > 256<<10 {
+		t.Errorf("a %d-byte message claiming 196,605 records allocated %d bytes", len(msg), per)
 	}
 }
