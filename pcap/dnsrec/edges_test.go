@@ -4,8 +4,10 @@ import (
 	"bytes"
 	"encoding/binary"
 	"fmt"
+	"math/rand/v2"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -191,4 +193,85 @@ func TestLoadStateRefusesGarbage(t *testing.T) {
 	if err := NewExtractor(layers.LinkTypeEthernet, nil, func(*Record) {}).LoadState(good); err != nil {
 		t.Errorf("good state: %v", err)
 	}
+}
+
+// TestCutAnywhereInParallel is issue 37's rule: every block of a capture
+// is read on its own (here in shuffled order), and a Joiner takes their
+// edges in sequence order. Cut into blocks of every size from 1 packet
+// up, every capture in testdata gives exactly the rows of the uncut
+// capture, with the same times: only the block a row comes out in may
+// differ.
+func TestCutAnywhereInParallel(t *testing.T) {
+	captures, _ := filepath.Glob("../../testdata/pcaps/*.pcap*")
+	if len(captures) < 50 {
+		t.Fatalf("%d captures", len(captures))
+	}
+	rng := rand.New(rand.NewPCG(37, 1))
+	for _, c := range captures {
+		link, cis, frames := packetsOf(t, c)
+		var want []string
+		x := NewExtractor(link, nil, func(r *Record) { want = append(want, fullRow(r)) })
+		for i := range frames {
+			x.Packet(cis[i].Timestamp, frames[i])
+		}
+		x.Flush()
+		slices.Sort(want)
+		for _, size := range []int{1, 2, 3, 5, 8, 13, 37, 100} {
+			if size > len(frames) && size != 1 {
+				continue
+			}
+			n := (len(frames) + size - 1) / size
+			rows := make([][]string, n+1)
+			edges := make([][]byte, n)
+			for _, b := range rng.Perm(n) {
+				x := NewExtractor(link, nil, func(r *Record) { rows[b] = append(rows[b], fullRow(r)) })
+				x.SplitEdges(0)
+				for i := b * size; i < min((b+1)*size, len(frames)); i++ {
+					x.Packet(cis[i].Timestamp, frames[i])
+				}
+				var err error
+				if edges[b], err = x.Edge().MarshalBinary(); err != nil {
+					t.Fatal(err)
+				}
+			}
+			var state []byte
+			for b := range n {
+				j := NewJoiner(nil, func(r *Record) { rows[b] = append(rows[b], fullRow(r)) })
+				if err := j.LoadState(state); err != nil {
+					t.Fatal(err)
+				}
+				var e Edge
+				if err := e.UnmarshalBinary(edges[b]); err != nil {
+					t.Fatal(err)
+				}
+				j.Join(&e)
+				var err error
+				if state, err = j.SaveState(); err != nil {
+					t.Fatal(err)
+				}
+			}
+			last := NewJoiner(nil, func(r *Record) { rows[n] = append(rows[n], fullRow(r)) })
+			last.LoadState(state)
+			last.Flush()
+			got := slices.Concat(rows...)
+			slices.Sort(got)
+			if !slices.Equal(got, want) {
+				t.Errorf("%s cut every %d packets: %d rows, uncut %d\n got %q\nwant %q", filepath.Base(c), size, len(got), len(want), head(lacking(got, want)), head(lacking(want, got)))
+				break
+			}
+		}
+	}
+}
+
+// lacking returns the lines of a (sorted) that b (sorted) lacks.
+func lacking(a, b []string) []string {
+	var out []string
+	for _, l := range a {
+		if i, ok := slices.BinarySearch(b, l); ok {
+			b = slices.Delete(slices.Clone(b), i, i+1)
+			continue
+		}
+		out = append(out, l)
+	}
+	return out
 }

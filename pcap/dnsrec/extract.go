@@ -47,6 +47,7 @@ type Stats struct {
 	Reassembled   int64 // datagrams made whole from fragments
 	Partial       int64 // messages of datagrams never made whole, read from their first fragments
 	Tunneled      int64 // packets taken out of VXLAN or Geneve
+	EdgeDropped   int64 // frames a block's edge let go for its budget
 	TCPSkipped    int   // holes given up on
 	TCPEvicted    int   // streams dropped for room
 	DefragDropped int
@@ -66,6 +67,9 @@ type Extractor struct {
 	// tunnel is the tunnel of the packet being read, for the TCP
 	// messages it completes.
 	tunnel string
+	// edge, when set, splits what the block completes on its own from
+	// what its neighbours may change (see Edge).
+	edge *splitter
 }
 
 // maxTunnels bounds tunnels inside tunnels.
@@ -86,6 +90,7 @@ func NewExtractor(link layers.LinkType, ports []uint16, emit func(*Record)) *Ext
 		x.ports[p] = true
 	}
 	x.frag.Partial = x.partial
+	x.tcp.Expired = x.tcpFlushed
 	return x
 }
 
@@ -101,6 +106,9 @@ func (x *Extractor) partial(t time.Time, p *netpkt.Packet) {
 // Packet takes one frame seen at time t.
 func (x *Extractor) Packet(t time.Time, frame []byte) {
 	x.stats.Packets++
+	if x.edge != nil && t.After(x.edge.end) {
+		x.edge.end = t
+	}
 	p := &x.pkt
 	if err := netpkt.Decode(x.link, frame, p); err != nil {
 		x.stats.Undecodable++
@@ -110,6 +118,10 @@ func (x *Extractor) Packet(t time.Time, frame []byte) {
 	for depth := 0; ; depth++ {
 		if p.Fragment {
 			x.stats.Fragments++
+			if x.edge != nil {
+				x.edge.keep(t, frame) // put together where blocks meet
+				return
+			}
 			if !x.frag.Add(t, p) {
 				return
 			}
@@ -137,6 +149,9 @@ func (x *Extractor) Packet(t time.Time, frame []byte) {
 		}
 		x.record(t, p.Src, p.Dst, p.SrcPort, p.DstPort, false, p.IPVersion, p.Payload, tunnel, false)
 	case netpkt.ProtoTCP:
+		if x.edge != nil && !x.edge.owns(t, p, frame) {
+			return
+		}
 		ipv := p.IPVersion
 		x.tcp.Add(t, p, func(k dnstcp.Key, mt time.Time, msg []byte) {
 			// A message has the tunnel of the packet that completed it.
@@ -149,14 +164,18 @@ func (x *Extractor) Packet(t time.Time, frame []byte) {
 // the starts of datagrams still missing fragments (as partial), at the
 // end of the capture.
 func (x *Extractor) Flush() {
-	x.tcp.Flush(func(k dnstcp.Key, mt time.Time, msg []byte) {
-		v := uint8(4)
-		if k.Src.Is6() {
-			v = 6
-		}
-		x.record(mt, k.Src, k.Dst, k.SrcPort, k.DstPort, true, v, msg, "", false)
-	})
+	x.tcp.Flush(x.tcpFlushed)
 	x.frag.Flush()
+}
+
+// tcpFlushed records a message salvaged from a stream that ended
+// without a packet of its own: at a capture's end, or idle.
+func (x *Extractor) tcpFlushed(k dnstcp.Key, mt time.Time, msg []byte) {
+	v := uint8(4)
+	if k.Src.Is6() {
+		v = 6
+	}
+	x.record(mt, k.Src, k.Dst, k.SrcPort, k.DstPort, true, v, msg, "", false)
 }
 
 // Stats returns the counts so far.

@@ -48,14 +48,29 @@ type Reassembler struct {
 	// Idle drops streams without a segment for this long in packet time.
 	// 2 minutes when zero.
 	Idle time.Duration
+	// MaxBytes bounds the bytes held by all streams together (in-order
+	// bytes of unfinished messages and segments beyond holes). It is
+	// checked before a segment's bytes are kept: the least recently
+	// active streams are let go first. DefaultMaxBytes when zero.
+	MaxBytes int
+	// Expired, when set, receives what streams that ended idle held
+	// beyond their holes, whichever packet found them idle; without it
+	// the Emit of that packet does.
+	Expired Emit
 
 	streams map[Key]*list.Element // of *stream
 	lru     list.List             // front: most recently active
 	sweep   time.Time
+	bytes   int // held by all streams
 
 	// Counters for reports and tests.
 	Evicted, Skipped int // streams evicted for room; holes given up on
 }
+
+// DefaultMaxBytes is the bytes all streams of a Reassembler may hold
+// together unless MaxBytes says otherwise: 256 streams each a whole
+// message short, or a few dozen holding segments beyond a hole.
+const DefaultMaxBytes = 16 << 20
 
 type stream struct {
 	key     Key
@@ -116,7 +131,16 @@ func (r *Reassembler) init() {
 	if r.Idle == 0 {
 		r.Idle = 2 * time.Minute
 	}
+	if r.MaxBytes == 0 {
+		r.MaxBytes = DefaultMaxBytes
+	}
 }
+
+// size is what a stream holds, for the byte budget.
+func (s *stream) size() int { return cap(s.buf) + s.pendingBytes }
+
+// Bytes returns the bytes all streams hold now.
+func (r *Reassembler) Bytes() int { return r.bytes }
 
 // Streams returns how many streams are followed now.
 func (r *Reassembler) Streams() int { return len(r.streams) }
@@ -128,6 +152,15 @@ func (r *Reassembler) Add(now time.Time, p *netpkt.Packet, emit Emit) {
 	r.expire(now, emit)
 	k := Key{p.Src, p.Dst, p.SrcPort, p.DstPort}
 	el := r.streams[k]
+	if el != nil && now.Sub(el.Value.(*stream).last) > r.Idle {
+		// Idle for longer than Idle: over, whether or not a sweep came
+		// by since. Deciding it here, for this stream alone, makes the
+		// outcome independent of when sweeps ran, and so of where a
+		// capture was cut.
+		r.finish(el.Value.(*stream), r.expiredEmit(emit))
+		r.remove(el)
+		el = nil
+	}
 	if p.Flags&netpkt.FlagRST != 0 {
 		if el != nil {
 			r.remove(el)
@@ -149,12 +182,19 @@ func (r *Reassembler) Add(now time.Time, p *netpkt.Packet, emit Emit) {
 	}
 	s := el.Value.(*stream)
 	s.last = now
+	before := s.size()
 	seq := p.Seq
 	if p.Flags&netpkt.FlagSYN != 0 {
 		*s = stream{key: k, started: true, next: seq + 1, synced: true, last: now}
 		seq++
 	}
 	if len(p.Payload) > 0 {
+		// The budget is checked before the bytes are kept: other streams
+		// are let go, least recently active first, to make room.
+		for r.bytes-before+s.size()+len(p.Payload) > r.MaxBytes && r.lru.Back() != el {
+			r.remove(r.lru.Back())
+			r.Evicted++
+		}
 		if !s.started {
 			s.started, s.next = true, seq
 		}
@@ -165,9 +205,34 @@ func (r *Reassembler) Add(now time.Time, p *netpkt.Packet, emit Emit) {
 		}
 		s.extract(emit)
 	}
+	r.bytes += s.size() - before
 	if p.Flags&netpkt.FlagFIN != 0 && len(s.pending) == 0 {
 		r.remove(el) // nothing more will come; what is left is a partial message
+		return
 	}
+	if r.bytes > r.MaxBytes {
+		// One stream alone is over the budget (a budget below
+		// MaxPending): it goes too.
+		r.remove(el)
+		r.Evicted++
+	}
+}
+
+// Reset ends the stream k at packet time now as a SYN that starts it
+// again does: what it holds is let go, unless it was idle for longer
+// than Idle, in which case it ended before and what lies beyond its
+// holes is emitted.
+func (r *Reassembler) Reset(now time.Time, k Key, emit Emit) {
+	r.init()
+	r.expire(now, emit)
+	el := r.streams[k]
+	if el == nil {
+		return
+	}
+	if now.Sub(el.Value.(*stream).last) > r.Idle {
+		r.finish(el.Value.(*stream), r.expiredEmit(emit))
+	}
+	r.remove(el)
 }
 
 // add places a segment that came at t: appended when in order (trimmed
@@ -294,7 +359,9 @@ func (s *stream) extract(emit Emit) {
 }
 
 func (r *Reassembler) remove(el *list.Element) {
-	delete(r.streams, el.Value.(*stream).key)
+	s := el.Value.(*stream)
+	r.bytes -= s.size()
+	delete(r.streams, s.key)
 	r.lru.Remove(el)
 }
 
@@ -305,6 +372,7 @@ func (r *Reassembler) expire(now time.Time, emit Emit) {
 		return
 	}
 	r.sweep = now
+	emit = r.expiredEmit(emit)
 	for el := r.lru.Back(); el != nil; el = r.lru.Back() {
 		s := el.Value.(*stream)
 		if now.Sub(s.last) <= r.Idle {
@@ -315,13 +383,32 @@ func (r *Reassembler) expire(now time.Time, emit Emit) {
 	}
 }
 
+// expiredEmit is where what idle streams held goes.
+func (r *Reassembler) expiredEmit(emit Emit) Emit {
+	if r.Expired != nil {
+		return r.Expired
+	}
+	return emit
+}
+
 // finish salvages what a stream holds beyond its holes.
 func (r *Reassembler) finish(s *stream, emit Emit) {
+	before := s.size()
 	for len(s.pending) > 0 {
 		s.skipHole()
 		r.Skipped++
 		s.extract(emit)
 	}
+	r.bytes += s.size() - before
+}
+
+// Expire ends the streams idle for longer than Idle at packet time now,
+// emitting what lies beyond their holes: a block without segments of
+// its own still moves time on for what earlier blocks left.
+func (r *Reassembler) Expire(now time.Time, emit Emit) {
+	r.init()
+	r.sweep = time.Time{}
+	r.expire(now, emit)
 }
 
 // Flush ends every stream, emitting the messages that lie beyond holes

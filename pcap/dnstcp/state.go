@@ -62,9 +62,22 @@ func (r *Reassembler) State() State {
 func (r *Reassembler) Restore(st State) {
 	r.streams = nil
 	r.lru.Init()
+	r.bytes = 0
 	r.init()
 	r.sweep = st.Sweep
-	for _, ss := range st.Streams {
+	r.Install(st.Streams)
+}
+
+// Install puts streams into the reassembler, replacing any it follows
+// under the same keys, as the most recently active: what another
+// Reassembler followed over the end of the same capture part.
+func (r *Reassembler) Install(streams []StreamState) {
+	r.init()
+	for i := len(streams) - 1; i >= 0; i-- {
+		ss := streams[i]
+		if el := r.streams[ss.Key]; el != nil {
+			r.remove(el)
+		}
 		s := &stream{key: ss.Key, started: ss.Started, synced: ss.Synced, next: ss.Next, nextAbs: ss.NextAbs, buf: ss.Buf, last: ss.Last}
 		for _, sp := range ss.Times {
 			s.times = append(s.times, span{sp.N, sp.T})
@@ -78,6 +91,7 @@ func (r *Reassembler) Restore(st State) {
 			s.pendingBytes += len(g.Data)
 		}
 		heap.Init(&s.pending)
-		r.streams[ss.Key] = r.lru.PushBack(s)
+		r.streams[ss.Key] = r.lru.PushFront(s)
+		r.bytes += s.size()
 	}
 }

@@ -61,6 +61,13 @@ func (d *Defrag) Add(now time.Time, p *Packet) bool {
 	d.expire(now)
 	k := fragKey{p.Src, p.Dst, p.FragID, p.Proto}
 	dg := d.pending[k]
+	if dg != nil && now.Sub(dg.first) > d.Timeout {
+		// Timed out, whether or not a sweep came by since: decided for
+		// this datagram alone, so the outcome does not depend on when
+		// sweeps ran, nor on where a capture was cut.
+		d.drop(k, dg)
+		dg = nil
+	}
 	if dg == nil {
 		dg = &datagram{first: now, total: -1}
 		d.pending[k] = dg
@@ -229,3 +236,12 @@ func (d *Defrag) Flush() {
 
 // Pending returns how many datagrams wait for fragments.
 func (d *Defrag) Pending() int { return len(d.pending) }
+
+// Expire gives up on the datagrams unfinished for longer than Timeout at
+// packet time now: a block without fragments of its own still moves
+// time on for what earlier blocks left.
+func (d *Defrag) Expire(now time.Time) {
+	d.init()
+	d.lastExpire = time.Time{}
+	d.expire(now)
+}
