@@ -61,6 +61,29 @@ func BlockKey(n block.Name, sum Sum) string {
 
 const lakeExt = ".parquet"
 
+// carryPrefix starts the keys of sequential stages' carried state.
+const carryPrefix = "carries/"
+
+// CarryKey names the blob of the state a stage (its consumer group)
+// carries for a site after the site's block seq.
+func CarryKey(group, instance string, seq uint64, sum Sum) string {
+	return carryPrefix + group + "/" + instance + "/" + fmt.Sprintf("%020d", seq) + ".sha256-" + sum.String()
+}
+
+// ParseCarryKey returns the group and instance a key made by CarryKey
+// names.
+func ParseCarryKey(key string) (group, instance string, ok bool) {
+	rest, ok := strings.CutPrefix(key, carryPrefix)
+	if !ok {
+		return "", "", false
+	}
+	parts := strings.Split(rest, "/")
+	if len(parts) != 3 || parts[0] == "" || parts[1] == "" {
+		return "", "", false
+	}
+	return parts[0], parts[1], true
+}
+
 // IsLake reports whether a queue's blocks are laid out as a lake.
 func IsLake(queue string) bool { return strings.HasSuffix(queue, lakeExt) }
 

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"os"
+	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
@@ -16,6 +17,7 @@ import (
 	"github.com/gopacket/gopacket"
 	"github.com/gopacket/gopacket/layers"
 
+	"github.com/plumb-dev/plumb/block"
 	"github.com/plumb-dev/plumb/engine"
 	"github.com/plumb-dev/plumb/pcap"
 	"github.com/plumb-dev/plumb/pcap/dnspair"
@@ -129,6 +131,13 @@ func TestDNSAcrossBlocks(t *testing.T) {
 	}
 	t.Logf("%d packets in %d blocks shipped shuffled: %d rows, as uncut", len(frames), len(blocks), len(got))
 
+	// One site: its blocks were read in parallel, apart from their
+	// neighbours, on every slot.
+	if st := r.eng.Stats()[0]; st.Parted < st.Runs/2 {
+		t.Errorf("%d of %d runs read their block apart from its neighbours; want most", st.Parted, st.Runs)
+	} else {
+		t.Logf("%d of %d runs read their block apart from its neighbours", st.Parted, st.Runs)
+	}
 	if c, _, _ := r.db.GetCarry(r.eng.Stats()[0].ID, "lax"); c.Gaps != 0 || c.Late != 0 {
 		t.Errorf("carry with every block present: %d gaps, %d late", c.Gaps, c.Late)
 	}
@@ -218,4 +227,83 @@ func TestDNSPairsAcrossBlocks(t *testing.T) {
 		t.Errorf("%d one-packet blocks: %d transactions, uncut %d\n got %q\nwant %q", len(blocks), len(got), len(want), got, want)
 	}
 	t.Logf("%d packets in as many blocks, shipped shuffled: %d transactions (%v), as uncut", len(frames), len(got), st)
+}
+
+// TestDNSCutAnywhereInParallel is issue 37's measure through the engine:
+// every capture in testdata is a site of its own, cut into blocks of a
+// size drawn between 1 and 100 packets and shipped in shuffled order.
+// builtin:dns reads blocks apart from their neighbours on any free slot
+// and joins their edges in sequence; every site's rows are the uncut
+// capture's, and most runs were read in parallel with their neighbours.
+func TestDNSCutAnywhereInParallel(t *testing.T) {
+	for _, chained := range []bool{false, true} {
+		t.Run(map[bool]string{false: "alone", true: "chained"}[chained], func(t *testing.T) { cutAnywhereInParallel(t, chained) })
+	}
+}
+
+// cutAnywhereInParallel is TestDNSCutAnywhereInParallel, with builtin:dns
+// alone or chained after builtin:decode over snappy blocks.
+func cutAnywhereInParallel(t *testing.T, chained bool) {
+	paths, _ := filepath.Glob("../testdata/pcaps/*.pcap*")
+	if len(paths) < 50 {
+		t.Fatalf("%d captures", len(paths))
+	}
+	r := newRig(t, engine.Config{Slots: 4, GapWait: time.Hour})
+	rng := rand.New(rand.NewPCG(37, 37))
+	want := map[string][]string{}
+	type put struct {
+		site string
+		seq  uint64
+		data []byte
+	}
+	var puts []put
+	for i, p := range paths {
+		site := fmt.Sprintf("c%02d", i)
+		link, cis, frames := captureFrames(t, filepath.Base(p))
+		// The uncut rows, without the end-of-capture flush: what the last
+		// block holds waits for the site's next block, as it would live.
+		x := dnsrec.NewExtractor(link, nil, func(r *dnsrec.Record) {
+			want[site] = append(want[site], fmt.Sprintf("%d %04x %s", r.Time.UnixNano(), r.Msg.ID, r.Msg.QName))
+		})
+		size := 1 + rng.IntN(1+rng.IntN(100)) // small sizes more often: more cuts
+		for start, seq := 0, uint64(1); start < len(frames); start, seq = start+size, seq+1 {
+			var b bytes.Buffer
+			w, _ := pcap.NewWriter(&b, link, 65535, true)
+			for i := start; i < min(start+size, len(frames)); i++ {
+				w.WritePacket(cis[i], frames[i])
+				x.Packet(cis[i].Timestamp, frames[i])
+			}
+			w.Flush()
+			data := b.Bytes()
+			if chained {
+				data = snappy(t, data)
+			}
+			puts = append(puts, put{site, seq, data})
+		}
+	}
+	queue, program := "pcap", "builtin:dns"
+	if chained {
+		queue, program = "pcap.sz", "[builtin:decode, builtin:dns]"
+	}
+	for _, i := range rng.Perm(len(puts)) {
+		p := puts[i]
+		r.putName(block.Name{Time: time.Date(2025, 5, 5, 15, 0, 0, 0, time.UTC), Seq: p.seq, Instance: p.site, Queue: queue}, p.data)
+	}
+	r.mustAccept("job: dns\nfrom: earliest\nstages:\n  - {name: d, inputs: [" + queue + "], program: " + program + ", outputs: [dns.arrow], retention: forever}\n")
+	r.wait("every block's records", func() bool { return r.count("dns.arrow") == int64(len(puts)) })
+	got := map[string][]string{}
+	for _, p := range puts {
+		data := r.readName(t, block.Name{Time: time.Date(2025, 5, 5, 15, 0, 0, 0, time.UTC), Seq: p.seq, Instance: p.site, Queue: "dns.arrow"}.String())
+		got[p.site] = append(got[p.site], dnsRows(t, data)...)
+	}
+	for site, w := range want {
+		g := got[site]
+		slices.Sort(g)
+		slices.Sort(w)
+		if !slices.Equal(g, w) {
+			t.Errorf("site %s: %d rows, uncut %d", site, len(g), len(w))
+		}
+	}
+	st := r.eng.Stats()[0]
+	t.Logf("%d captures in %d blocks shipped shuffled: every site's rows as uncut; %d of %d runs read apart from their site's sequence", len(paths), len(puts), st.Parted, st.Runs)
 }

@@ -198,6 +198,7 @@ type Engine struct {
 	graph  *pipeline.Graph
 	stages map[string]*stage // by node ID
 	kick   chan struct{}     // the graph changed or a run ended
+	parts  parts             // first halves of edged runs, held for their turn
 }
 
 // runSpec is what a run runs, fixed when it starts.
@@ -219,16 +220,19 @@ type stage struct {
 	// sequential: a Sequential built-in over one input; its runs go per
 	// site in sequence order, carrying state.
 	sequential bool
-	running    int
-	target     int
-	backlog    int64 // blocks a run could take now
-	waiting    int64 // a window stage's blocks held for windows not yet due
-	counted    backlogCount
-	stats      StageStats
-	mu         sync.Mutex // guards stats
-	metrics    *stageMetrics
-	win        *windowState // window stages
-	stream     *streamState // stream stages
+	// edged: a sequential stage whose runs split in two (Edged): the
+	// first half of any block runs on any free slot.
+	edged   bool
+	running int
+	target  int
+	backlog int64 // blocks a run could take now
+	waiting int64 // a window stage's blocks held for windows not yet due
+	counted backlogCount
+	stats   StageStats
+	mu      sync.Mutex // guards stats
+	metrics *stageMetrics
+	win     *windowState // window stages
+	stream  *streamState // stream stages
 }
 
 // New returns an engine over a metadata database and a blob store, with
@@ -267,6 +271,7 @@ func (e *Engine) Run(ctx context.Context) error {
 	e.ctx = ctx
 	e.mu.Unlock()
 	var runs sync.WaitGroup
+	defer e.parts.drop("", &e.scratch)
 	defer runs.Wait()
 	ticker := time.NewTicker(e.cfg.Tick)
 	defer ticker.Stop()
@@ -378,6 +383,13 @@ func (e *Engine) fill(ctx context.Context, runs *sync.WaitGroup, reshare, counte
 		for st.running < st.target && e.localRunning < e.localSlots() {
 			reserver := e.boot + "-" + uuid.NewString()[:8]
 			res, cin, ok, err := e.reserve(st, reserver, e.visibility(st))
+			part := false
+			if err == nil && !ok && st.edged && e.parts.held(st.group) < e.maxHeldParts() {
+				// The sites' next blocks are all taken: read a later one
+				// apart from its neighbours, for its turn.
+				res, ok, err = e.db.ReservePart(st.node.Inputs[0], st.group, reserver, e.visibility(st))
+				part, cin = ok, nil
+			}
 			if err != nil {
 				errs = append(errs, fmt.Errorf("stage %s: reserve: %w", st.node.Name, err))
 				break
@@ -391,7 +403,13 @@ func (e *Engine) fill(ctx context.Context, runs *sync.WaitGroup, reshare, counte
 			e.metrics.workers.WithLabelValues(st.node.Name).Set(float64(st.running))
 			spec := runSpec{node: st.node, steps: st.steps} // the graph may change under the run
 			runs.Go(func() {
-				if err := e.runBlock(ctx, st, spec, res, reserver, cin); err != nil {
+				run := e.runBlock
+				if part {
+					run = func(ctx context.Context, st *stage, spec runSpec, res state.Reservation, reserver string, _ *state.CarryIn) error {
+						return e.runPart(ctx, st, spec, res, reserver)
+					}
+				}
+				if err := run(ctx, st, spec, res, reserver, cin); err != nil {
 					e.log.Error("stage run", "stage", st.node.Name, "block", res.Blocks[0].Name, "err", err)
 				}
 				e.mu.Lock()

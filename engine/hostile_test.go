@@ -9,6 +9,7 @@ import (
 
 	"github.com/plumb-dev/plumb/engine"
 	"github.com/plumb-dev/plumb/internal/hostile"
+	"github.com/plumb-dev/plumb/pcap/dnsrec"
 )
 
 // dirSize is the bytes of the files under dir.
@@ -150,4 +151,64 @@ func TestStagesRunBelowServing(t *testing.T) {
 			t.Errorf("Config.Nice %d: the program ran at nice %s, want %s", c.nice, got, c.want)
 		}
 	}
+}
+
+// TestHalfOpenStreamsAreBounded is issue 37's attack: TCP streams that
+// never finish a message, each holding 64,000 bytes in order and
+// 256,000 more beyond a hole. Carried from block to block of a site, the
+// old state grew with every block, was checked against its cap only
+// after it was spent, and lived in the metadata (twelve small blocks
+// grew the metadata file to 749 MB). Now what a site holds is bounded
+// by the stage's budget while it grows, lives in a blob, and every
+// block goes through, followed by a block of real DNS.
+func TestHalfOpenStreamsAreBounded(t *testing.T) {
+	r := newRig(t, engine.Config{Slots: 2})
+	const budget = 1 << 20
+	attack := hostile.HalfOpenStreams(32, 64000, 256000) // 10 MB held, ten times the budget
+	for seq := uint64(1); seq <= 12; seq++ {
+		r.put("pcap", seq, attack)
+	}
+	good, err := os.ReadFile("../testdata/pcaps/dnscap__dns.pcap")
+	if err != nil {
+		t.Fatal(err)
+	}
+	r.put("pcap", 13, good)
+	meta := filepath.Join(r.dir, "meta.db")
+	before, _ := os.Stat(meta)
+	r.mustAccept("job: dns\nfrom: earliest\nstages:\n  - {name: d, inputs: [pcap], program: \"builtin:dns?budget=1MiB\", outputs: [dns.arrow], retention: forever}\n")
+	r.wait("every block's records", func() bool { return r.count("dns.arrow") == 13 })
+	want := 0
+	link, cis, frames := captureFrames(t, "dnscap__dns.pcap")
+	x := dnsrec.NewExtractor(link, nil, func(*dnsrec.Record) { want++ })
+	for i := range frames {
+		x.Packet(cis[i].Timestamp, frames[i])
+	}
+	if n := len(dnsRows(t, r.read("dns.arrow", 13))); n != want || want == 0 {
+		t.Errorf("the real block after the attack has %d rows; alone it has %d", n, want)
+	}
+	after, _ := os.Stat(meta)
+	if grew := after.Size() - before.Size(); grew >= 1<<20 {
+		t.Errorf("the metadata file grew by %d bytes over twelve state-heavy blocks; want < 1 MiB", grew)
+	}
+	st := r.eng.Stats()[0]
+	c, ok, err := r.db.GetCarry(st.ID, "lax")
+	if err != nil || !ok {
+		t.Fatalf("carry: %v %v", ok, err)
+	}
+	if len(c.State) != 0 || c.StateKey == "" {
+		t.Errorf("the carried state is in the metadata (%d bytes), not a blob (%q)", len(c.State), c.StateKey)
+	}
+	info, err := r.store.Stat(t.Context(), c.StateKey)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// TCP streams and fragments are each bounded by the budget.
+	if info.Size > 2*budget+64<<10 {
+		t.Errorf("the carried state is %d bytes; the budget is %d", info.Size, budget)
+	}
+	if fb, _ := r.db.Faulty("pcap"); len(fb) != 0 {
+		t.Errorf("faulty: %+v", fb)
+	}
+	t.Logf("12 blocks of %d bytes, each holding 10 MB past holes: metadata grew %d bytes, carried state %d bytes, %d of %d runs in parallel",
+		len(attack), after.Size()-before.Size(), info.Size, st.Parted, st.Runs)
 }

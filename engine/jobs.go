@@ -424,6 +424,7 @@ func (e *Engine) apply(g *pipeline.Graph) error {
 			if steps, trusted, err := e.resolveNode(n); err == nil {
 				old.steps, old.trusted = steps, trusted
 				old.sequential = isSequential(n, steps)
+				old.edged = isEdged(old.sequential, steps)
 			}
 			next[id] = old
 			continue
@@ -439,6 +440,7 @@ func (e *Engine) apply(g *pipeline.Graph) error {
 		}
 		st := &stage{node: n, group: groupOf(n), steps: steps, trusted: trusted, metrics: e.metrics.stage(n.Name)}
 		st.sequential = isSequential(n, steps)
+		st.edged = isEdged(st.sequential, steps)
 		switch n.Abstraction {
 		case pipeline.Window:
 			if st.win, err = e.newWindowState(n, st.group); err != nil {
@@ -462,6 +464,7 @@ func (e *Engine) apply(g *pipeline.Graph) error {
 				return fmt.Errorf("stage %s left the graph: unsubscribe from %s: %w", old.node.Name, q, err)
 			}
 		}
+		e.parts.drop(old.group, &e.scratch)
 		if old.sequential {
 			if err := e.db.DeleteCarries(old.group); err != nil {
 				return fmt.Errorf("stage %s left the graph: forget its carried state: %w", old.node.Name, err)
@@ -477,16 +480,33 @@ func (e *Engine) apply(g *pipeline.Graph) error {
 	return nil
 }
 
-// isSequential reports whether a stage is one Sequential built-in over
-// one input, run per site in sequence order.
+// isSequential reports whether a stage's program ends in a Sequential
+// built-in over one input, run per site in sequence order: alone, or
+// after steps that turn the block into what it reads (a chain such as
+// [builtin:decode, builtin:dns] gets the same guarantee).
 func isSequential(n *pipeline.Node, steps []step) bool {
-	if len(steps) != 1 || steps[0].builtin == nil || len(n.Inputs) != 1 {
+	if len(steps) == 0 || len(n.Inputs) != 1 {
 		return false
 	}
 	if n.Abstraction != "" && n.Abstraction != pipeline.Block {
 		return false
 	}
-	_, ok := steps[0].builtin.(Sequential)
+	for _, st := range steps[:len(steps)-1] {
+		if _, ok := st.builtin.(Sequential); ok {
+			return false // only the last step can carry state
+		}
+	}
+	_, ok := steps[len(steps)-1].builtin.(Sequential)
+	return ok
+}
+
+// isEdged reports whether a sequential stage's runs split in two (see
+// Edged).
+func isEdged(sequential bool, steps []step) bool {
+	if !sequential || len(steps) != 1 {
+		return false // a chain runs whole, in sequence
+	}
+	_, ok := steps[0].builtin.(Edged)
 	return ok
 }
 

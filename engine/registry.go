@@ -67,6 +67,28 @@ type Sequential interface {
 	Sequential()
 }
 
+// Edged is a Sequential built-in whose runs split in two, so that one
+// site's blocks still run in parallel: Start reads a block on its own,
+// in any order and at the same time as its neighbours, and writes what
+// the block completes alone; the Part it returns finishes in sequence
+// order, from what the site's previous block left (its Carry), and
+// writes the rows the block's edges complete. Run is Start and Finish
+// at once.
+type Edged interface {
+	Sequential
+	Start(ctx context.Context, in io.Reader, out io.Writer) (Part, error)
+}
+
+// Part is a block read apart from its neighbours, waiting for its turn.
+type Part interface {
+	// Finish writes the rows the block's edges complete, going on from
+	// carry (nil: a block on its own, which lets go of everything at its
+	// end), ends the output, and sets carry.Out.
+	Finish(ctx context.Context, carry *Carry) error
+	// Discard lets the part go unfinished.
+	Discard()
+}
+
 // Carry is the state a Sequential built-in's run goes on from and
 // leaves. Without one (CarryOf returns nil) the run is on its own: a
 // block that came after its place in the sequence was passed, or a run
@@ -74,7 +96,10 @@ type Sequential interface {
 type Carry struct {
 	In  []byte // the previous block's state; nil at a site's start
 	Gap bool   // blocks were skipped before this one: let go of In first
-	Out []byte // set by the run: what the next block goes on from
+	// Final: the site's capture ends with this block (an import's last
+	// block): let go of everything held at its end.
+	Final bool
+	Out   []byte // set by the run: what the next block goes on from
 }
 
 type carryKey struct{}

@@ -252,6 +252,10 @@ func (e *Engine) Lease(ctx context.Context, h Hello) (Lease, bool, error) {
 		l.OutputLimit = OutputLimit(in, e.cfg.MaxExpansion, e.cfg.MaxOutput)
 		if cin != nil {
 			l.Sequential = true
+			if err := e.loadCarry(ctx, cin); err != nil {
+				e.db.ReleaseRun(state.Run{Group: st.group, Reserver: id, Inputs: res.Blocks})
+				return Lease{}, false, err
+			}
 			if cin.Carried {
 				l.Carry = &LeaseCarry{In: cin.State, Gap: cin.Gap}
 			}
@@ -344,7 +348,12 @@ func (e *Engine) CommitLease(ctx context.Context, id string, outs []Output, cpu 
 		blocks = append(blocks, state.Block{Name: on.String(), Queue: q, Instance: on.Instance, Seq: on.Seq, Time: on.Time,
 			Size: outs[i].Size, SHA256: outs[i].SHA256, Key: key})
 	}
-	_, err = e.db.CommitRun(state.Run{Group: r.group, Reserver: id, Inputs: r.lease.Inputs, Outputs: blocks, Carry: r.carryUpdate(carry)})
+	cu := r.carryUpdate(carry)
+	if err := e.storeCarry(ctx, r.group, cu); err != nil {
+		return err
+	}
+	_, err = e.db.CommitRun(state.Run{Group: r.group, Reserver: id, Inputs: r.lease.Inputs, Outputs: blocks, Carry: cu})
+	e.carryCommitted(ctx, r.cin, cu, err == nil)
 	e.mu.Lock()
 	if e.leases[id] == r {
 		delete(e.leases, id)

@@ -32,6 +32,9 @@ func (e *Engine) runBlock(ctx context.Context, st *stage, spec runSpec, res stat
 		// A sequential stage: the run goes on from the site's carry, and
 		// the carry moves with its commit; a late block runs on its own.
 		run.Carry = &state.CarryUpdate{Instance: cin.Instance, Seq: inputs[0].Seq, Late: !cin.Carried}
+		if err := e.loadCarry(ctx, cin); err != nil {
+			return err // the server's own state: not the block's fault
+		}
 		if cin.Carried {
 			carry = &Carry{In: cin.State, Gap: cin.Gap}
 			ctx = WithCarry(ctx, carry)
@@ -39,7 +42,22 @@ func (e *Engine) runBlock(ctx context.Context, st *stage, spec runSpec, res stat
 	}
 	start := e.cfg.Now()
 	m := runMeasure{wait: start.Sub(inputs[0].Arrived)}
-	outputs, out, err := e.process(ctx, spec, inputs, &m)
+	var (
+		outputs []state.Block
+		out     outcome
+		err     error
+	)
+	if hp := e.parts.take(partKey{st.group, inputs[0].Serial}); hp != nil && cin != nil {
+		// Its first half ran apart from its neighbours: only the rows
+		// its edges complete are left.
+		outputs, err = e.finishPart(ctx, spec, hp, carry, &m)
+		m.parted = true
+	} else {
+		if hp != nil {
+			hp.discard(&e.scratch)
+		}
+		outputs, out, err = e.process(ctx, spec, inputs, &m)
+	}
 	m.took = e.cfg.Now().Sub(start)
 	if ctx.Err() != nil && e.ctx.Err() != nil {
 		// The server is stopping: the run was not the block's fault. A
@@ -53,15 +71,22 @@ func (e *Engine) runBlock(ctx context.Context, st *stage, spec runSpec, res stat
 		run.Outputs = outputs
 		if carry != nil {
 			run.Carry.State = carry.Out
+			err = e.storeCarry(ctx, st.group, run.Carry)
 		}
-		_, err = e.db.CommitRun(run)
+		if err == nil {
+			_, err = e.db.CommitRun(run)
+			e.carryCommitted(ctx, cin, run.Carry, err == nil)
+		}
 		if errors.Is(err, state.ErrLostReservation) {
 			e.log.Warn("run finished after its reservation passed to another run; its result is dropped", "stage", spec.node.Name, "block", inputs[0].Name)
 			st.count(&m, "lost")
 			return nil
 		}
 		if err != nil {
-			return fmt.Errorf("stage %s: commit the run on block %s: %w", spec.node.Name, inputs[0].Name, err)
+			// A commit refused (a limit, the metadata) is an attempt too:
+			// a block whose result can never be committed ends FAULTY
+			// instead of holding its site for ever.
+			return e.failRun(st, spec, run, res, fmt.Errorf("commit the run's result: %w", err), out, &m)
 		}
 		m.inputEdges(inputs, outputs)
 		st.count(&m, "ok")
@@ -69,6 +94,14 @@ func (e *Engine) runBlock(ctx context.Context, st *stage, spec runSpec, res stat
 		e.afterCommit(ctx, inputs)
 		return nil
 	}
+	return e.failRun(st, spec, run, res, err, out, &m)
+}
+
+// failRun records a failed run: an attempt, retried after a backoff, or
+// the block set aside as FAULTY once attempts are spent (at once for
+// malformed input).
+func (e *Engine) failRun(st *stage, spec runSpec, run state.Run, res state.Reservation, err error, out outcome, m *runMeasure) error {
+	inputs := run.Inputs
 	why := err.Error()
 	if out.stderr != "" {
 		why += "; stderr: " + out.stderr
@@ -82,15 +115,15 @@ func (e *Engine) runBlock(ctx context.Context, st *stage, spec runSpec, res stat
 	faulty, ferr := e.db.FailRun(run, why, maxAttempts, retryAt)
 	switch {
 	case errors.Is(ferr, state.ErrLostReservation):
-		st.count(&m, "lost")
+		st.count(m, "lost")
 	case ferr != nil:
 		return fmt.Errorf("stage %s: record the failure on block %s: %w", spec.node.Name, inputs[0].Name, ferr)
 	case faulty:
-		st.count(&m, "faulty")
+		st.count(m, "faulty")
 		e.log.Error("block set aside as faulty; list with `plumb faulty`, requeue with `plumb retry`",
 			"stage", spec.node.Name, "block", inputs[0].Name, "attempts", attempt, "err", err, "stderr", lastLine(out.stderr))
 	default:
-		st.count(&m, "failed")
+		st.count(m, "failed")
 		e.log.Warn("stage run failed; will retry", "stage", spec.node.Name, "block", inputs[0].Name,
 			"attempt", attempt, "retry_at", retryAt, "err", err, "stderr", lastLine(out.stderr))
 	}
@@ -166,6 +199,8 @@ type runMeasure struct {
 	took time.Duration // processing time
 	cpu  time.Duration
 	wait time.Duration // from the input's arrival to the run's start
+	// parted: the run finished a part read apart from its neighbours.
+	parted bool
 	// edges counts what went along each edge of the graph: the blocks read
 	// from each input queue and written to each output queue.
 	edgesIn, edgesOut map[string]EdgeCount
@@ -216,15 +251,9 @@ func (e *Engine) process(ctx context.Context, spec runSpec, inputs []state.Block
 
 	var ins []port
 	for _, b := range inputs {
-		rc, err := e.store.Open(ctx, b.Key)
-		if errors.Is(err, blob.ErrNotFound) {
-			// Its bytes were lost: make them again first, if it is derived.
-			if rerr := e.Recompute(ctx, b); rerr == nil {
-				rc, err = e.store.Open(ctx, b.Key)
-			}
-		}
+		rc, err := e.openInput(ctx, b)
 		if err != nil {
-			return nil, outcome{}, fmt.Errorf("open input block %s: %w", b.Name, err)
+			return nil, outcome{}, err
 		}
 		defer rc.Close()
 		ins = append(ins, port{queue: b.Queue, r: &countio.Reader{R: rc, N: &m.in}})
@@ -264,6 +293,21 @@ func (e *Engine) process(ctx context.Context, spec runSpec, inputs []state.Block
 		return nil, res, err
 	}
 	return blocks, res, nil
+}
+
+// openInput opens an input block's bytes, making them again first when
+// they were lost and the block is derived.
+func (e *Engine) openInput(ctx context.Context, b state.Block) (io.ReadCloser, error) {
+	rc, err := e.store.Open(ctx, b.Key)
+	if errors.Is(err, blob.ErrNotFound) {
+		if rerr := e.Recompute(ctx, b); rerr == nil {
+			rc, err = e.store.Open(ctx, b.Key)
+		}
+	}
+	if err != nil {
+		return nil, fmt.Errorf("open input block %s: %w", b.Name, err)
+	}
+	return rc, nil
 }
 
 // storeOutputs stores each output of a run as a block named like name in

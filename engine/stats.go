@@ -26,13 +26,17 @@ type StageStats struct {
 	// Backlog counts the blocks a run could take now; Waiting the blocks
 	// a window stage holds for windows that are not due yet, which no
 	// worker can speed up.
-	Backlog  int64 `json:"backlog"`
-	Waiting  int64 `json:"waiting_for_window"`
-	Workers  int   `json:"workers"`
-	Target   int   `json:"target"`
-	Runs     int64 `json:"runs"`
-	Failed   int64 `json:"failed"`
-	Faulty   int64 `json:"faulty"`
+	Backlog int64 `json:"backlog"`
+	Waiting int64 `json:"waiting_for_window"`
+	Workers int   `json:"workers"`
+	Target  int   `json:"target"`
+	Runs    int64 `json:"runs"`
+	Failed  int64 `json:"failed"`
+	Faulty  int64 `json:"faulty"`
+	// Parted counts the runs of an edged stage (builtin:dns) whose
+	// block was read apart from its site's sequence, in parallel with
+	// its neighbours, leaving only its edges to its turn.
+	Parted   int64 `json:"parted,omitempty"`
 	BytesIn  int64 `json:"bytes_in"`
 	BytesOut int64 `json:"bytes_out"`
 	// In and Out count the blocks and bytes of successful runs per input
@@ -75,6 +79,9 @@ func (st *stage) count(m *runMeasure, result string) {
 	switch result {
 	case "ok":
 		st.stats.Runs++
+		if m.parted {
+			st.stats.Parted++
+		}
 		st.stats.BytesIn += in
 		st.stats.BytesOut += m.out
 		st.stats.ProcessingSeconds += m.took.Seconds()

@@ -118,13 +118,16 @@ type StageStats struct {
 	Suspended string   `json:"suspended,omitempty"`
 	// Backlog counts blocks a run could take now; Waiting a window
 	// stage's blocks held for windows not yet due.
-	Backlog  int64 `json:"backlog"`
-	Waiting  int64 `json:"waiting_for_window"`
-	Workers  int   `json:"workers"`
-	Target   int   `json:"target"`
-	Runs     int64 `json:"runs"`
-	Failed   int64 `json:"failed"`
-	Faulty   int64 `json:"faulty"`
+	Backlog int64 `json:"backlog"`
+	Waiting int64 `json:"waiting_for_window"`
+	Workers int   `json:"workers"`
+	Target  int   `json:"target"`
+	Runs    int64 `json:"runs"`
+	Failed  int64 `json:"failed"`
+	Faulty  int64 `json:"faulty"`
+	// Parted counts runs whose block was read apart from its site's
+	// sequence, in parallel with its neighbours (builtin:dns).
+	Parted   int64 `json:"parted,omitempty"`
 	BytesIn  int64 `json:"bytes_in"`
 	BytesOut int64 `json:"bytes_out"`
 	// In and Out count the blocks and bytes of successful runs by input

@@ -239,6 +239,11 @@ func checkBlobs(ctx context.Context, db *state.DB, store blob.Store, opt Options
 // named reports whether a block's metadata names the blob key (see
 // blob.BlockKey).
 func named(db *state.DB, key string) bool {
+	if group, instance, ok := blob.ParseCarryKey(key); ok {
+		// A sequential stage's carried state: named by its site's carry.
+		c, ok, err := db.GetCarry(group, instance)
+		return err != nil || ok && c.StateKey == key
+	}
 	name, _, err := blob.ParseBlockKey(key)
 	if err != nil {
 		return false

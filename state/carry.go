@@ -11,11 +11,15 @@ import (
 // Carry is what a sequential stage hands from one block of a site to the
 // next: the stage's state after the site's blocks up to Next-1.
 type Carry struct {
-	Next    uint64    `json:"next"` // the sequence number the state goes on with
-	State   []byte    `json:"state,omitempty"`
-	Gaps    uint64    `json:"gaps,omitempty"` // sequence numbers skipped (never arrived in time, or FAULTY)
-	Late    uint64    `json:"late,omitempty"` // blocks that came after their place was skipped, run on their own
-	Updated time.Time `json:"updated"`
+	Next  uint64 `json:"next"` // the sequence number the state goes on with
+	State []byte `json:"state,omitempty"`
+	// StateKey names the blob that holds the state, kept out of the
+	// metadata: a site's state is up to a stage's budget (16 MiB), and
+	// rewriting it in every commit bloated the metadata file.
+	StateKey string    `json:"state_key,omitempty"`
+	Gaps     uint64    `json:"gaps,omitempty"` // sequence numbers skipped (never arrived in time, or FAULTY)
+	Late     uint64    `json:"late,omitempty"` // blocks that came after their place was skipped, run on their own
+	Updated  time.Time `json:"updated"`
 }
 
 // CarryIn is how a reserved block of a sequential stage is to run.
@@ -24,8 +28,9 @@ type CarryIn struct {
 	// Carried: the block goes on from State (its site's previous block,
 	// or the start); the run's new state is committed with it. Not
 	// carried: a late block, run on its own, its state dropped.
-	Carried bool
-	State   []byte
+	Carried  bool
+	State    []byte
+	StateKey string // the blob holding State, when it is not inline
 	// Gap: sequence numbers before this block were skipped; State is to
 	// be let go of before the block.
 	Gap bool
@@ -100,7 +105,7 @@ func (d *DB) ReserveNext(queue, group, reserver string, visibility, gapWait time
 			if err != nil || !ok || !del.available(now) {
 				return err
 			}
-			return take(u64(b.Serial), b, CarryIn{Instance: b.Instance, Carried: true, State: c.State})
+			return take(u64(b.Serial), b, CarryIn{Instance: b.Instance, Carried: true, State: c.State, StateKey: c.StateKey})
 		}); err != nil || out.Blocks != nil {
 			return err
 		}
@@ -143,12 +148,16 @@ func (d *DB) ReserveNext(queue, group, reserver string, visibility, gapWait time
 				// lower ones had time to come.
 				in = CarryIn{Instance: b.Instance, Carried: true}
 			case have && b.Seq == carry.Next:
-				in = CarryIn{Instance: b.Instance, Carried: true, State: carry.State}
+				in = CarryIn{Instance: b.Instance, Carried: true, State: carry.State, StateKey: carry.StateKey}
 			case have && b.Seq < carry.Next:
 				in = CarryIn{Instance: b.Instance} // late: on its own
-			case have && b.Seq > carry.Next && b.Seq == lowest[b.Instance] && now.Sub(carry.Updated) >= gapWait &&
-				!present(tx, queue, b.Instance, carry.Next):
-				in = CarryIn{Instance: b.Instance, Carried: true, State: carry.State, Gap: true}
+			case have && b.Seq > carry.Next && b.Seq == lowest[b.Instance] &&
+				(now.Sub(carry.Updated) >= gapWait && !present(tx, queue, b.Instance, carry.Next) ||
+					allPresent(tx, queue, b.Instance, carry.Next, b.Seq)):
+				// Past a gap: the missing blocks had gapWait to come, or
+				// none is missing and those skipped were set aside (a
+				// FAULTY block of a run in parallel) and will not run.
+				in = CarryIn{Instance: b.Instance, Carried: true, State: carry.State, StateKey: carry.StateKey, Gap: true}
 			default:
 				continue
 			}
@@ -162,14 +171,107 @@ func (d *DB) ReserveNext(queue, group, reserver string, visibility, gapWait time
 	return out, in, true, nil
 }
 
+// allPresent reports whether an instance's blocks from seq up to, not
+// including, end are all stored.
+func allPresent(tx *bolt.Tx, queue, instance string, seq, end uint64) bool {
+	for ; seq < end; seq++ {
+		if !present(tx, queue, instance, seq) {
+			return false
+		}
+	}
+	return true
+}
+
+// ReservePart reserves, for an edged stage, the first half of a run on
+// a block it owes that has none done yet: of the blocks free, the one
+// whose turn in its site's sequence comes soonest (the fewest sequence
+// numbers past its site's carry). The other half runs in sequence
+// (ReserveNext).
+func (d *DB) ReservePart(queue, group, reserver string, visibility time.Duration) (Reservation, bool, error) {
+	var out Reservation
+	now := d.now()
+	err := d.bolt.Update(func(tx *bolt.Tx) error {
+		if _, _, err := loadGroup(tx, queue, group); err != nil {
+			return err
+		}
+		arrivals := mustSub(tx, bucketArrivals, queue)
+		blocks := mustSub(tx, bucketBlocks, queue)
+		carries, err := sub(tx, bucketCarries, group)
+		if err != nil {
+			return err
+		}
+		dels := mustSub(tx, bucketDeliveries, queue, group)
+		next := map[string]uint64{} // each site's carry
+		var (
+			best     []byte
+			bestB    Block
+			bestDel  Delivery
+			bestRank uint64
+		)
+		if err := eachOwed(tx, queue, group, func(k []byte, del Delivery) (bool, error) {
+			if del.Part != "" || !del.available(now) {
+				return false, nil
+			}
+			b, ok, err := getRecord[Block](blocks, arrivals.Get(k))
+			if err != nil || !ok {
+				return false, err
+			}
+			n, seen := next[b.Instance]
+			if !seen {
+				c, _, err := getRecord[Carry](carries, []byte(b.Instance))
+				if err != nil {
+					return false, err
+				}
+				n = c.Next
+				next[b.Instance] = n
+			}
+			rank := b.Seq - min(n, b.Seq) // a late block (before its carry) first
+			if best == nil || rank < bestRank {
+				best, bestB, bestDel, bestRank = append([]byte(nil), k...), b, del, rank
+			}
+			return false, nil
+		}); err != nil || best == nil {
+			return err
+		}
+		bestDel.State, bestDel.Until, bestDel.Reserver = Reserved, now.Add(visibility), reserver
+		bestDel.Attempts++
+		if err := putRecord(dels, best, bestDel); err != nil {
+			return err
+		}
+		out = Reservation{Blocks: []Block{bestB}, Attempt: bestDel.Attempts}
+		return nil
+	})
+	return out, out.Blocks != nil, err
+}
+
+// CommitPart records that the first half of a run is done and held as
+// part: the block is free again, for its turn in sequence, and the
+// attempts made so far still count.
+func (d *DB) CommitPart(r Run, part string) error {
+	return d.bolt.Update(func(tx *bolt.Tx) error {
+		if err := holds(tx, r); err != nil {
+			return err
+		}
+		dels := mustSub(tx, bucketDeliveries, r.Inputs[0].Queue, r.Group)
+		k := u64(r.Inputs[0].Serial)
+		del, _, err := getRecord[Delivery](dels, k)
+		if err != nil {
+			return err
+		}
+		del.State, del.Until, del.Reserver, del.Part = Unreserved, time.Time{}, "", part
+		return putRecord(dels, k, del)
+	})
+}
+
 // CarryUpdate moves a site's carry with a committed run (or past a block
 // set aside as FAULTY, whose state is lost).
 type CarryUpdate struct {
 	Instance string
 	Seq      uint64 // the block the run was over
 	State    []byte
-	Late     bool // the block ran on its own: the carry only counts it
-	Faulty   bool // the block was set aside: the carry skips it
+	StateKey string // the blob holding State instead
+	Late     bool   // the block ran on its own: the carry only counts it
+	Faulty   bool   // the block was set aside: the carry skips it
 }
 
 func putCarry(tx *bolt.Tx, group string, u *CarryUpdate, now time.Time) error {
@@ -190,7 +292,7 @@ func putCarry(tx *bolt.Tx, group string, u *CarryUpdate, now time.Time) error {
 		if u.Faulty {
 			c.Gaps++
 		}
-		c.Next, c.State = u.Seq+1, u.State
+		c.Next, c.State, c.StateKey = u.Seq+1, u.State, u.StateKey
 	}
 	c.Updated = now.UTC()
 	if len(c.State) > MaxCarry {

@@ -30,6 +30,11 @@ type Delivery struct {
 	Reserver  string        `json:"reserver,omitempty"` // who holds the reservation
 	LastError string        `json:"last_error,omitempty"`
 	Block     string        `json:"block,omitempty"` // the block's name, kept when it is LOST
+	// Part names the first half of an edged stage's run, done and held
+	// by the process that made it (see DB.CommitPart); the run that
+	// takes the block next finishes it, or starts again when that
+	// process is gone.
+	Part string `json:"part,omitempty"`
 }
 
 // From says where a new consumer group starts.

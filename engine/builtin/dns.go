@@ -22,13 +22,24 @@ func registerDNS(reg *engine.Registry) {
 	reg.Add(engine.Factory{
 		Name: "dns",
 		Doc: "Finds every DNS message of a capture block (UDP, IP fragments, TCP reassembled) and writes one row each " +
-			"as an Arrow IPC file (LZ4). ?ports=53,853 chooses the ports (default 53).",
+			"as an Arrow IPC file (LZ4). ?ports=53,853 chooses the ports (default 53). A site's blocks are read in " +
+			"parallel; what straddles their cuts is joined in sequence, bounded by ?budget=16MiB (TCP streams, fragments " +
+			"and a block's edge each; the oldest held data goes first).",
 		New: func(args url.Values) (engine.Builtin, error) {
-			if err := engine.StrictArgs(args, "ports"); err != nil {
+			if err := engine.StrictArgs(args, "ports", "budget"); err != nil {
 				return nil, err
 			}
 			ports, err := parsePorts(args.Get("ports"))
-			return &DNS{Ports: ports}, err
+			if err != nil {
+				return nil, err
+			}
+			d := &DNS{Ports: ports}
+			if v := args.Get("budget"); v != "" {
+				if d.Budget, err = parseBytes(v); err != nil || d.Budget < 64<<10 || d.Budget > 1<<30 {
+					return nil, fmt.Errorf("budget=%q: want a size between 64KiB and 1GiB, e.g. 16MiB", v)
+				}
+			}
+			return d, nil
 		},
 	})
 	reg.Add(engine.Factory{
@@ -64,6 +75,25 @@ func registerDNS(reg *engine.Registry) {
 	})
 }
 
+// parseBytes reads a size in bytes, with an optional KiB, MiB or GiB.
+func parseBytes(v string) (int, error) {
+	mult := 1
+	for _, u := range []struct {
+		suffix string
+		mult   int
+	}{{"KiB", 1 << 10}, {"MiB", 1 << 20}, {"GiB", 1 << 30}} {
+		if n, ok := strings.CutSuffix(v, u.suffix); ok {
+			v, mult = n, u.mult
+			break
+		}
+	}
+	n, err := strconv.Atoi(v)
+	if err != nil || n < 0 || n > (1<<40)/mult {
+		return 0, fmt.Errorf("%q is not a size", v)
+	}
+	return n * mult, nil
+}
+
 // parsePorts reads ?ports=53,853; none is dnsrec.DefaultPorts.
 func parsePorts(v string) ([]uint16, error) {
 	if v == "" {
@@ -83,27 +113,125 @@ func parsePorts(v string) ([]uint16, error) {
 // DNS extracts DNS messages into Arrow rows.
 type DNS struct {
 	Ports []uint16 // dnsrec.DefaultPorts when empty
+	// Budget bounds the bytes a block's edge and a site's carried state
+	// may each hold (dnsrec.DefaultEdgeBudget when zero).
+	Budget int
 }
 
-// Run implements engine.Builtin.
+// Run implements engine.Builtin: Start and Finish at once.
 func (d *DNS) Run(ctx context.Context, in io.Reader, out io.Writer) error {
-	name, _ := engine.BlockOf(ctx)
-	w, err := dnsrec.NewWriter(out, name.Instance, name.Seq)
+	p, err := d.Start(ctx, in, out)
 	if err != nil {
 		return err
 	}
-	defer w.Close() // ends its writer on early returns; the last Close below reports
+	defer p.Discard()
+	return p.Finish(ctx, engine.CarryOf(ctx))
+}
+
+// Start implements engine.Edged: it reads the block on its own, writes
+// the rows the block completes alone and keeps its edge for Finish.
+func (d *DNS) Start(ctx context.Context, in io.Reader, out io.Writer) (engine.Part, error) {
+	name, _ := engine.BlockOf(ctx)
+	w, err := dnsrec.NewWriter(out, name.Instance, name.Seq)
+	if err != nil {
+		return nil, err
+	}
+	p := &dnsPart{w: w, ports: d.Ports, budget: d.Budget}
 	var werr error
-	x := &extraction{ports: d.Ports, emit: func(rec *dnsrec.Record) {
+	p.emit = func(rec *dnsrec.Record) {
 		if werr == nil {
 			werr = w.Add(rec)
 		}
-	}, failed: func() error { return werr }}
-	if err := x.run(ctx, in); err != nil {
+	}
+	r, closer, err := pcap.NewReader(in)
+	if err != nil {
+		p.Discard()
+		return nil, fmt.Errorf("%w: %v", engine.ErrMalformed, err)
+	}
+	defer closer.Close()
+	x := dnsrec.NewExtractor(r.LinkType, d.Ports, p.emit)
+	x.SplitEdges(d.Budget)
+	if err := readPackets(ctx, r, x, func() error { return werr }); err != nil {
+		p.Discard()
+		return nil, err
+	}
+	p.edge = x.Edge()
+	if err := errors.Join(werr, w.Suspend()); err != nil {
+		p.Discard()
+		return nil, err
+	}
+	p.werr = &werr
+	return p, nil
+}
+
+// readPackets feeds a capture's packets to an extractor.
+func readPackets(ctx context.Context, r *pcap.Reader, x *dnsrec.Extractor, failed func() error) error {
+	for n := 0; ; n++ {
+		if n%8192 == 0 && ctx.Err() != nil {
+			return ctx.Err()
+		}
+		data, ci, err := r.Next()
+		if err == io.EOF || errors.Is(err, pcap.ErrTruncated) {
+			return nil // a truncated last record is dropped, as everywhere
+		}
+		if err != nil {
+			return fmt.Errorf("%w: %v", engine.ErrMalformed, err)
+		}
+		x.Packet(ci.Timestamp, data)
+		if err := failed(); err != nil {
+			return err
+		}
+	}
+}
+
+// dnsPart is a block of builtin:dns read on its own: its rows so far in
+// a suspended writer, and its edge.
+type dnsPart struct {
+	w      *dnsrec.Writer
+	emit   func(*dnsrec.Record)
+	werr   *error
+	edge   *dnsrec.Edge
+	ports  []uint16
+	budget int
+}
+
+// Finish implements engine.Part: the joiner goes on from the carried
+// state, takes the block's edge, and its rows end the block's file.
+func (p *dnsPart) Finish(ctx context.Context, carry *engine.Carry) error {
+	if err := ctx.Err(); err != nil {
 		return err
 	}
-	return w.Close()
+	p.w.Resume()
+	j := dnsrec.NewJoiner(p.ports, p.emit)
+	j.SetBudget(p.budget)
+	if carry != nil {
+		if err := j.LoadState(carry.In); err != nil {
+			return fmt.Errorf("DNS stage state: %w", err) // the server's own state: not the block's fault
+		}
+		if carry.Gap {
+			j.Gap() // blocks went missing: what was held cannot be completed
+		}
+	}
+	j.Join(p.edge)
+	if carry == nil || carry.Final {
+		j.Flush()
+	} else {
+		out, err := j.SaveState()
+		if err != nil {
+			return err
+		}
+		carry.Out = out
+	}
+	if err := *p.werr; err != nil {
+		return err
+	}
+	return p.w.Close()
 }
+
+// Discard implements engine.Part.
+func (p *dnsPart) Discard() { p.w.Close() }
+
+var _ engine.Edged = (*DNS)(nil)
 
 // extraction is the packet loop of the DNS stages: it reads a capture
 // block and emits its records. In a pipeline the blocks of a site run in
@@ -160,21 +288,8 @@ func (e *extraction) run(ctx context.Context, in io.Reader) error {
 			}
 		}
 	}
-	for n := 0; ; n++ {
-		if n%8192 == 0 && ctx.Err() != nil {
-			return ctx.Err()
-		}
-		data, ci, err := r.Next()
-		if err == io.EOF || errors.Is(err, pcap.ErrTruncated) {
-			break // a truncated last record is dropped, as everywhere
-		}
-		if err != nil {
-			return fmt.Errorf("%w: %v", engine.ErrMalformed, err)
-		}
-		x.Packet(ci.Timestamp, data)
-		if err := e.failed(); err != nil {
-			return err
-		}
+	if err := readPackets(ctx, r, x, e.failed); err != nil {
+		return err
 	}
 	if carry == nil {
 		x.Flush()
@@ -205,8 +320,6 @@ func (e *extraction) run(ctx context.Context, in io.Reader) error {
 
 // Sequential marks the stage as run per site in sequence order.
 func (d *DNS) Sequential() {}
-
-var _ engine.Sequential = (*DNS)(nil)
 
 // DNSPairs pairs queries and responses into transactions.
 type DNSPairs struct {

@@ -190,3 +190,73 @@ func arrowBomb(claim int64, codec ipc.Option, magic []byte) ([]byte, error) {
 	binary.LittleEndian.PutUint64(data[i:], uint64(claim))
 	return data, nil
 }
+
+// HalfOpenStreams is a pcap (Ethernet, microsecond times) of streams
+// TCP connections to port 53 that never finish a message: each sends
+// inOrder bytes of a message announced as 65,535 bytes long, then
+// skips 1,000 bytes and sends held more beyond that hole, in 1,400-byte
+// segments. Every second stream begins with a SYN (a reader follows it
+// from there); the others begin mid-stream. Anyone who can open TCP
+// connections to a captured resolver can send this: a reader that keeps
+// what every stream holds spends streams × (inOrder + held) bytes, and
+// more wherever it copies that state.
+func HalfOpenStreams(streams, inOrder, held int) []byte {
+	var b bytes.Buffer
+	hdr := make([]byte, 24)
+	binary.LittleEndian.PutUint32(hdr[0:], 0xa1b2c3d4)
+	binary.LittleEndian.PutUint16(hdr[4:], 2)
+	binary.LittleEndian.PutUint16(hdr[6:], 4)
+	binary.LittleEndian.PutUint32(hdr[16:], 65535)
+	binary.LittleEndian.PutUint32(hdr[20:], 1) // Ethernet
+	b.Write(hdr)
+	ts := uint32(1746457865)
+	usec := uint32(0)
+	frame := func(src uint16, seq uint32, flags byte, payload []byte) {
+		f := make([]byte, 54, 54+len(payload))
+		copy(f[0:], []byte{0, 0, 0, 0, 0, 2, 0, 0, 0, 0, 0, 1, 0x08, 0x00})
+		ip := f[14:34]
+		ip[0] = 0x45
+		binary.BigEndian.PutUint16(ip[2:], uint16(40+len(payload)))
+		ip[8], ip[9] = 64, 6
+		copy(ip[12:], []byte{192, 0, 2, byte(src >> 8)})
+		ip[15] = byte(src)
+		copy(ip[16:], []byte{198, 51, 100, 53})
+		tcp := f[34:54]
+		binary.BigEndian.PutUint16(tcp[0:], 10000+src)
+		binary.BigEndian.PutUint16(tcp[2:], 53)
+		binary.BigEndian.PutUint32(tcp[4:], seq)
+		tcp[12] = 5 << 4
+		tcp[13] = flags
+		f = append(f, payload...)
+		rec := make([]byte, 16)
+		usec += 10
+		binary.LittleEndian.PutUint32(rec[0:], ts+usec/1000000)
+		binary.LittleEndian.PutUint32(rec[4:], usec%1000000)
+		binary.LittleEndian.PutUint32(rec[8:], uint32(len(f)))
+		binary.LittleEndian.PutUint32(rec[12:], uint32(len(f)))
+		b.Write(rec)
+		b.Write(f)
+	}
+	const seg = 1400
+	data := make([]byte, seg)
+	for s := range streams {
+		src := uint16(s)
+		seq := uint32(1000)
+		if s%2 == 0 {
+			frame(src, seq-1, 0x02, nil) // SYN
+		}
+		msg := append([]byte{0xff, 0xff}, data[:seg-2]...) // a 65,535-byte message begins
+		frame(src, seq, 0x18, msg)
+		seq += uint32(len(msg))
+		for sent := len(msg); sent < inOrder; sent += seg {
+			frame(src, seq, 0x18, data[:min(seg, inOrder-sent)])
+			seq += uint32(min(seg, inOrder-sent))
+		}
+		seq += 1000 // the hole
+		for sent := 0; sent < held; sent += seg {
+			frame(src, seq, 0x18, data[:min(seg, held-sent)])
+			seq += uint32(min(seg, held-sent))
+		}
+	}
+	return b.Bytes()
+}

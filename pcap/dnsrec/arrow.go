@@ -179,8 +179,9 @@ type Writer struct {
 	addr    []byte
 	domains Domains
 
-	done   chan error // the writing goroutine's verdict
-	closed bool
+	done      chan error // the writing goroutine's verdict
+	closed    bool
+	suspended bool
 }
 
 // NewWriter starts an IPC file on w for the records of one block. Close
@@ -190,18 +191,60 @@ func NewWriter(w io.Writer, instance string, seq uint64) (*Writer, error) {
 	if err != nil {
 		return nil, err
 	}
-	wr := &Writer{instance: instance, seq: seq, f: f,
-		chunks: make(chan []Record, 2), free: make(chan []Record, 3), built: make(chan error, 1),
-		batches: make(chan *batch, 1), spare: make(chan *batch, 3), done: make(chan error, 1)}
+	wr := &Writer{instance: instance, seq: seq, f: f}
 	wr.cat = NewCategories(instance)
-	// Three batches: one written, one waiting, one built.
-	wr.b = newBatch()
-	wr.spare <- newBatch()
-	wr.spare <- newBatch()
-	wr.chunk = make([]Record, 0, chunkRows)
-	go wr.build()
-	go wr.write()
+	wr.start()
 	return wr, nil
+}
+
+// start makes the buffers and starts the building and writing
+// goroutines.
+func (w *Writer) start() {
+	w.chunks, w.free, w.built = make(chan []Record, 2), make(chan []Record, 3), make(chan error, 1)
+	w.batches, w.spare, w.done = make(chan *batch, 1), make(chan *batch, 3), make(chan error, 1)
+	// Three batches: one written, one waiting, one built.
+	w.b = newBatch()
+	w.spare <- newBatch()
+	w.spare <- newBatch()
+	w.chunk = make([]Record, 0, chunkRows)
+	go w.build()
+	go w.write()
+}
+
+// stop writes the rows added so far and ends the goroutines.
+func (w *Writer) stop() error {
+	var err error
+	if len(w.chunk) > 0 {
+		err = w.send()
+	}
+	close(w.chunks)
+	berr := <-w.built
+	werr := <-w.done
+	w.b, w.chunk, w.spare, w.free = nil, nil, nil, nil
+	if werr != nil {
+		return werr
+	}
+	return errors.Join(err, berr)
+}
+
+// Suspend writes every row added so far and lets go of what building
+// batches takes (a few MiB), keeping the file open: a block read apart
+// from its neighbours waits so for the rows its edges complete. Resume
+// goes on; Close ends the file either way.
+func (w *Writer) Suspend() error {
+	if w.closed || w.suspended {
+		return nil
+	}
+	w.suspended = true
+	return w.stop()
+}
+
+// Resume takes rows again after Suspend.
+func (w *Writer) Resume() {
+	if w.suspended && !w.closed {
+		w.suspended = false
+		w.start()
+	}
 }
 
 // Add appends a record (copied: the caller may reuse it).
@@ -419,17 +462,11 @@ func (w *Writer) Close() error {
 	}
 	w.closed = true
 	var err error
-	if len(w.chunk) > 0 {
-		err = w.send()
+	if !w.suspended {
+		err = w.stop()
 	}
-	close(w.chunks)
-	berr := <-w.built
-	werr := <-w.done
 	w.cat.Release()
-	if werr != nil {
-		return werr
-	}
-	if err := errors.Join(err, berr); err != nil {
+	if err != nil {
 		return err
 	}
 	return w.f.Close()

@@ -80,14 +80,15 @@ type splitter struct {
 
 // SplitEdges makes the extractor read its block on its own: it emits
 // what the block completes alone and keeps the rest for Edge. budget
-// bounds the bytes of the edge's frames (DefaultEdgeBudget when zero or
-// less); the reassembly state is bounded by the reassembler's own
-// budget. Call it before the first packet.
+// bounds the bytes of the edge's frames and, apart, those the block's
+// own TCP streams hold (DefaultEdgeBudget when zero or less). Call it
+// before the first packet.
 func (x *Extractor) SplitEdges(budget int) {
 	if budget <= 0 {
 		budget = DefaultEdgeBudget
 	}
 	x.edge = &splitter{owned: map[dnstcp.Key]bool{}, budget: budget}
+	x.tcp.MaxBytes = budget
 }
 
 // keep adds a frame to the edge, letting the oldest go past the budget.
@@ -184,6 +185,15 @@ type Joiner struct {
 // (each valid during the call).
 func NewJoiner(ports []uint16, emit func(*Record)) *Joiner {
 	return &Joiner{x: NewExtractor(layers.LinkTypeEthernet, ports, emit)}
+}
+
+// SetBudget bounds the bytes the joiner holds between blocks: TCP
+// streams and fragments each (DefaultEdgeBudget when zero or less).
+func (j *Joiner) SetBudget(n int) {
+	if n <= 0 {
+		n = DefaultEdgeBudget
+	}
+	j.x.tcp.MaxBytes, j.x.frag.MaxBytes = n, n
 }
 
 // Join takes the next block's edge.

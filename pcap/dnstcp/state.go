@@ -94,4 +94,8 @@ func (r *Reassembler) Install(streams []StreamState) {
 		r.streams[ss.Key] = r.lru.PushFront(s)
 		r.bytes += s.size()
 	}
+	for r.bytes > r.MaxBytes && r.lru.Len() > 0 {
+		r.remove(r.lru.Back()) // over the budget together: the least recently active go
+		r.Evicted++
+	}
 }

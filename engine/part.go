@@ -1,0 +1,281 @@
+package engine
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"strconv"
+	"sync"
+	"time"
+
+	"golang.org/x/sync/errgroup"
+
+	"github.com/plumb-dev/plumb/block"
+	"github.com/plumb-dev/plumb/internal/countio"
+	"github.com/plumb-dev/plumb/state"
+)
+
+// An edged stage's run on a block goes in two halves. The first (a
+// part run) reads the block on its own, at any time and on any free
+// slot, so one site's blocks keep every slot busy; its Part is held
+// here, with its output file half written, and the delivery says so
+// (state.DB.CommitPart). The second half is the block's turn in its
+// site's sequence (state.DB.ReserveNext): it finishes the part from the
+// site's carry, which is cheap, and publishes. A part lost with its
+// process, or never made, is no loss: the turn then runs the block whole.
+
+// heldPart is the first half of a run, waiting for the block's turn.
+type heldPart struct {
+	part    Part
+	scratch string
+	files   []*HashFile
+	name    block.Name
+	cpu     time.Duration
+	in      int64
+}
+
+type partKey struct {
+	group  string
+	serial uint64
+}
+
+// parts holds the parts of a process.
+type parts struct {
+	mu sync.Mutex
+	m  map[partKey]*heldPart
+}
+
+// maxHeldParts bounds the parts a stage holds at once: each holds its
+// block's edge (bounded by the built-in's budget) and an open output.
+func (e *Engine) maxHeldParts() int { return max(2*e.localSlots(), 2) }
+
+// held counts the parts a stage holds.
+func (p *parts) held(group string) int {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	n := 0
+	for k := range p.m {
+		if k.group == group {
+			n++
+		}
+	}
+	return n
+}
+
+func (p *parts) put(k partKey, hp *heldPart) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.m == nil {
+		p.m = map[partKey]*heldPart{}
+	}
+	if old := p.m[k]; old != nil {
+		old.discard(nil)
+	}
+	p.m[k] = hp
+}
+
+// take removes and returns the part held for k, if any.
+func (p *parts) take(k partKey) *heldPart {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	hp := p.m[k]
+	delete(p.m, k)
+	return hp
+}
+
+// drop lets go of every part of a group ("" for all).
+func (p *parts) drop(group string, s *scratchSet) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	for k, hp := range p.m {
+		if group == "" || k.group == group {
+			hp.discard(s)
+			delete(p.m, k)
+		}
+	}
+}
+
+// discard ends a part unfinished and removes its scratch space.
+func (hp *heldPart) discard(s *scratchSet) {
+	hp.part.Discard()
+	for _, f := range hp.files {
+		f.F.Close()
+	}
+	if s != nil {
+		s.done(hp.scratch)
+	} else {
+		os.RemoveAll(hp.scratch)
+	}
+}
+
+// partName is what a delivery records of a part this process holds.
+func (e *Engine) partName(serial uint64) string {
+	return e.boot + "/" + strconv.FormatUint(serial, 10)
+}
+
+// runPart runs the first half of an edged stage's run on a reserved
+// block and holds it for the block's turn. Like runBlock, it returns an
+// error only for trouble with the engine itself.
+func (e *Engine) runPart(ctx context.Context, st *stage, spec runSpec, res state.Reservation, reserver string) error {
+	inputs := res.Blocks
+	run := state.Run{Group: st.group, Reserver: reserver, Inputs: inputs}
+	start := e.cfg.Now()
+	m := runMeasure{wait: start.Sub(inputs[0].Arrived)}
+	hp, err := e.startPart(ctx, spec, inputs[0], &m)
+	m.took = e.cfg.Now().Sub(start)
+	if ctx.Err() != nil && e.ctx.Err() != nil {
+		if hp != nil {
+			hp.discard(&e.scratch)
+		}
+		if err := e.db.ReleaseRun(run); err != nil && !errors.Is(err, state.ErrLostReservation) {
+			e.log.Warn("releasing a run stopped by the shutdown; the next start counts it as an attempt", "stage", spec.node.Name, "block", inputs[0].Name, "err", err)
+		}
+		return nil
+	}
+	if err != nil {
+		return e.failRun(st, spec, run, res, err, outcome{}, &m)
+	}
+	k := partKey{st.group, inputs[0].Serial}
+	e.parts.put(k, hp) // before the commit: the block's turn may come at once
+	if err := e.db.CommitPart(run, e.partName(inputs[0].Serial)); err != nil {
+		if hp := e.parts.take(k); hp != nil {
+			hp.discard(&e.scratch)
+		}
+		if errors.Is(err, state.ErrLostReservation) {
+			st.count(&m, "lost")
+			return nil
+		}
+		return fmt.Errorf("stage %s: record the first half of the run on block %s: %w", spec.node.Name, inputs[0].Name, err)
+	}
+	return nil
+}
+
+// startPart opens a block and its outputs and starts the stage's
+// built-in on it.
+func (e *Engine) startPart(ctx context.Context, spec runSpec, b state.Block, m *runMeasure) (hp *heldPart, err error) {
+	if t := e.timeout(spec.node); t > 0 {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeoutCause(ctx, t, errTimeout)
+		defer cancel()
+	}
+	name, err := block.Parse(b.Name)
+	if err != nil {
+		return nil, fmt.Errorf("input block name %s: %w", b.Name, err)
+	}
+	scratch, err := e.scratch.make(e.cfg.Scratch, "run-")
+	if err != nil {
+		return nil, fmt.Errorf("scratch space for a run: %w (is %s writable?)", err, e.cfg.Scratch)
+	}
+	hp = &heldPart{scratch: scratch, name: name}
+	defer func() {
+		if err != nil {
+			for _, f := range hp.files {
+				f.F.Close()
+			}
+			e.scratch.done(scratch)
+			hp = nil
+		}
+	}()
+	rc, err := e.openInput(ctx, b)
+	if err != nil {
+		return nil, err
+	}
+	defer rc.Close()
+	f, err := os.CreateTemp(scratch, "out-")
+	if err != nil {
+		return nil, err
+	}
+	hf := NewHashFile(f)
+	hf.Limit = OutputLimit(b.Size, e.cfg.MaxExpansion, e.cfg.MaxOutput)
+	hp.files = []*HashFile{hf}
+	ctx = WithBlock(ctx, name)
+	var in io.Reader = &countio.Reader{R: rc, N: &m.in}
+	last := len(spec.steps) - 1
+	var (
+		prefix   errgroup.Group
+		cpu      cpuCounter
+		tail     = &tailBuffer{max: stderrKeep}
+		chainErr error
+	)
+	if last > 0 {
+		// A chain: the steps before the built-in turn the block into
+		// what it reads, through a pipe.
+		work := filepath.Join(scratch, "work")
+		if err := os.Mkdir(work, 0o700); err != nil {
+			return nil, err
+		}
+		pr, pw, err := os.Pipe()
+		if err != nil {
+			return nil, err
+		}
+		defer pr.Close()
+		prefix.Go(func() error {
+			chainErr = chain(ctx, e.confine(spec.node), spec.steps[:last], in, pw, tail, &cpu, work)
+			pw.Close()
+			return nil
+		})
+		in = pr
+	}
+	began := time.Now()
+	part, err := spec.steps[last].builtin.(Edged).Start(ctx, in, hf)
+	if last > 0 {
+		io.Copy(io.Discard, in) // let the chain end, whatever Start left unread
+		prefix.Wait()
+		if chainErr != nil && !isPipeErr(chainErr) {
+			err = errors.Join(chainErr, err)
+		}
+		if err != nil && tail.String() != "" {
+			err = fmt.Errorf("%w; stderr: %s", err, lastLine(tail.String()))
+		}
+	}
+	hp.cpu = time.Since(began) + cpu.total()
+	m.cpu = hp.cpu
+	hp.in = m.in.Load()
+	if lerr := overLimit(hp.files); lerr != nil {
+		if part != nil {
+			part.Discard()
+		}
+		return nil, lerr
+	}
+	if err != nil {
+		if ctx.Err() != nil && errors.Is(context.Cause(ctx), errTimeout) {
+			err = fmt.Errorf("killed after its timeout: %w", errTimeout)
+		}
+		return nil, err
+	}
+	hp.part = part
+	return hp, nil
+}
+
+// finishPart finishes a held part from the site's carry and stores its
+// output: the second half of the run.
+func (e *Engine) finishPart(ctx context.Context, spec runSpec, hp *heldPart, carry *Carry, m *runMeasure) ([]state.Block, error) {
+	defer func() {
+		for _, f := range hp.files {
+			f.F.Close()
+		}
+		e.scratch.done(hp.scratch)
+	}()
+	if t := e.timeout(spec.node); t > 0 {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeoutCause(ctx, t, errTimeout)
+		defer cancel()
+	}
+	began := time.Now()
+	err := hp.part.Finish(ctx, carry)
+	m.cpu = hp.cpu + time.Since(began)
+	m.in.Store(hp.in)
+	if lerr := overLimit(hp.files); lerr != nil {
+		err = lerr
+	}
+	if err != nil {
+		hp.part.Discard()
+		return nil, err
+	}
+	blocks, out, err := e.storeOutputs(ctx, hp.name, spec.node.Outputs, hp.files)
+	m.out += out
+	return blocks, err
+}
