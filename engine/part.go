@@ -4,14 +4,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
 	"os"
-	"path/filepath"
 	"strconv"
 	"sync"
 	"time"
-
-	"golang.org/x/sync/errgroup"
 
 	"github.com/plumb-dev/plumb/block"
 	"github.com/plumb-dev/plumb/internal/countio"
@@ -191,47 +187,9 @@ func (e *Engine) startPart(ctx context.Context, spec runSpec, b state.Block, m *
 	hf := NewHashFile(f)
 	hf.Limit = OutputLimit(b.Size, e.cfg.MaxExpansion, e.cfg.MaxOutput)
 	hp.files = []*HashFile{hf}
-	ctx = WithBlock(ctx, name)
-	var in io.Reader = &countio.Reader{R: rc, N: &m.in}
-	last := len(spec.steps) - 1
-	var (
-		prefix   errgroup.Group
-		cpu      cpuCounter
-		tail     = &tailBuffer{max: stderrKeep}
-		chainErr error
-	)
-	if last > 0 {
-		// A chain: the steps before the built-in turn the block into
-		// what it reads, through a pipe.
-		work := filepath.Join(scratch, "work")
-		if err := os.Mkdir(work, 0o700); err != nil {
-			return nil, err
-		}
-		pr, pw, err := os.Pipe()
-		if err != nil {
-			return nil, err
-		}
-		defer pr.Close()
-		prefix.Go(func() error {
-			chainErr = chain(ctx, e.confine(spec.node), spec.steps[:last], in, pw, tail, &cpu, work)
-			pw.Close()
-			return nil
-		})
-		in = pr
-	}
 	began := time.Now()
-	part, err := spec.steps[last].builtin.(Edged).Start(ctx, in, hf)
-	if last > 0 {
-		io.Copy(io.Discard, in) // let the chain end, whatever Start left unread
-		prefix.Wait()
-		if chainErr != nil && !isPipeErr(chainErr) {
-			err = errors.Join(chainErr, err)
-		}
-		if err != nil && tail.String() != "" {
-			err = fmt.Errorf("%w; stderr: %s", err, lastLine(tail.String()))
-		}
-	}
-	hp.cpu = time.Since(began) + cpu.total()
+	part, err := spec.steps[0].builtin.(Edged).Start(WithBlock(ctx, name), &countio.Reader{R: rc, N: &m.in}, hf)
+	hp.cpu = time.Since(began)
 	m.cpu = hp.cpu
 	hp.in = m.in.Load()
 	if lerr := overLimit(hp.files); lerr != nil {
