@@ -38,7 +38,7 @@ func TestSpoolRecovery(t *testing.T) {
 	n := block.Name{Time: time.Unix(1746457865, 0), Seq: 42, Instance: "lax", Queue: "pcap.sz"}
 	f, _ := s.Create(n)
 	f.WriteString("block 42")
-	if err := s.Finish(f, n, map[string]SourcePos{"/a.pcap": {Packets: 10}}, "", 0); err != nil {
+	if err := s.Finish(f, n, map[string]SourcePos{"/a.pcap": {Packets: 10}}, Finished{}); err != nil {
 		t.Fatal(err)
 	}
 

@@ -146,6 +146,7 @@ type finishJob struct {
 	size    int64  // compressed size on disk
 	sum     string // SHA-256 of what was written, hex
 	dropped int64  // by the kernel while the block was cut
+	final   bool   // the sources ended with it
 }
 
 // finisher makes queued blocks durable in order. After a failure it
@@ -164,7 +165,7 @@ func (ct *cutter) finisher() {
 		// writer waiting for room is woken by Finish's signal with the
 		// true total.
 		ct.pending.Add(-j.size)
-		err := ct.spool.Finish(j.f, j.name, j.pos, j.sum, j.dropped)
+		err := ct.spool.Finish(j.f, j.name, j.pos, Finished{SHA256: j.sum, KernelDropped: j.dropped, Final: j.final})
 		if err != nil {
 			ct.finMu.Lock()
 			ct.finErr = err
@@ -223,7 +224,8 @@ func (ct *cutter) run(ctx context.Context, sources Sources) error {
 		src, err := sources.Next(ctx)
 		switch {
 		case err == io.EOF:
-			return ct.finish()
+			// Finite sources that ended: the block is their last.
+			return ct.finishLast()
 		case errors.Is(err, ErrIdle):
 			// Nothing new for a while: ship what is cut so far.
 			if err := ct.finish(); err != nil {
@@ -498,7 +500,19 @@ func (ct *cutter) begin(link linkInfo, first time.Time) error {
 
 // finish closes the current block and queues it to be made durable in
 // the spool.
-func (ct *cutter) finish() error {
+func (ct *cutter) finish() error { return ct.finishBlock(false) }
+
+// finishLast finishes the open block as the last of the sources. With
+// none open (the last was cut at a size or interval boundary), the last
+// one finished is marked if it has not shipped yet.
+func (ct *cutter) finishLast() error {
+	if ct.f == nil {
+		return ct.spool.MarkFinal(ct.nextSeq - 1)
+	}
+	return ct.finishBlock(true)
+}
+
+func (ct *cutter) finishBlock(final bool) error {
 	if ct.f == nil {
 		return nil
 	}
@@ -512,7 +526,7 @@ func (ct *cutter) finish() error {
 		return fmt.Errorf("block %s: %w", ct.name, err)
 	}
 	job := finishJob{f: ct.f, name: ct.name, pos: ct.pos, packets: ct.packets, bytes: ct.pw.Bytes, sum: hex.EncodeToString(ct.sum.Sum(nil)),
-		dropped: ct.dropsNow() - ct.droppedCounted}
+		dropped: ct.dropsNow() - ct.droppedCounted, final: final}
 	ct.droppedCounted += job.dropped
 	if fi, err := ct.f.Stat(); err == nil {
 		job.size = fi.Size()

@@ -25,7 +25,7 @@ func importFiles(t *testing.T, s *Spool, files int, at ...int) []float64 {
 		}
 		f.WriteString("block")
 		src := fmt.Sprintf("/captures/2025/05/05/lax-%06d.pcap", i)
-		if err := s.Finish(f, n, map[string]SourcePos{src: {Packets: 100, Done: true, Stamp: Stamp{Size: 4096, Head: "0123456789abcdef"}}}, "", int64(i%3)); err != nil {
+		if err := s.Finish(f, n, map[string]SourcePos{src: {Packets: 100, Done: true, Stamp: Stamp{Size: 4096, Head: "0123456789abcdef"}}}, Finished{KernelDropped: int64(i % 3)}); err != nil {
 			t.Fatal(err)
 		}
 		if err := s.Remove(ReadyBlock{Name: n, Path: filepath.Join(s.dir, "ready", n.String()), Size: 5}); err != nil {

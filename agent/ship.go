@@ -166,7 +166,7 @@ func (sh *Shipper) Run(ctx context.Context, drain <-chan struct{}) error {
 // backing off with jitter while the server cannot be reached.
 func (sh *Shipper) ship(ctx context.Context, b ReadyBlock) {
 	backoff := 200 * time.Millisecond
-	src := client.Source{Name: b.Ship.String(), Size: b.Size, SHA256: b.SHA256, KernelDropped: b.KernelDropped,
+	src := client.Source{Name: b.Ship.String(), Size: b.Size, SHA256: b.SHA256, KernelDropped: b.KernelDropped, Final: b.Final,
 		Open: func() (io.ReadCloser, error) { return os.Open(b.Path) }}
 	for {
 		res, err := sh.Client.Put(ctx, src)

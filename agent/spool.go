@@ -106,6 +106,9 @@ type spoolState struct {
 	// Dropped is, per block not yet acknowledged, what the kernel dropped
 	// while it was cut; it ships in the block's header.
 	Dropped map[string]int64 `json:"dropped,omitempty"`
+	// Final is the sequence number (on disk) of the last block of a
+	// finite source that ended, 0 for none: it ships marked final.
+	Final uint64 `json:"final,omitempty"`
 }
 
 // Recovered says what OpenSpool found and did.
@@ -361,11 +364,21 @@ func (s *Spool) Create(n block.Name) (*os.File, error) {
 	return os.OpenFile(s.tempPath(n.String()), os.O_CREATE|os.O_TRUNC|os.O_WRONLY, 0o640)
 }
 
+// Finished says what the cutter knows of a block it finished.
+type Finished struct {
+	// SHA256, when not empty, is the SHA-256 (hex) of what was written.
+	SHA256 string
+	// KernelDropped is what the kernel dropped while the block was cut.
+	KernelDropped int64
+	// Final: the sources ended with this block and are finite.
+	Final bool
+}
+
 // Finish makes the block in f durable and ready to ship, and records the
 // source positions after it, as one step (see the type's comment). f is
-// closed. sum, when not empty, is the SHA-256 (hex) of what was written;
-// dropped is what the kernel dropped while the block was cut.
-func (s *Spool) Finish(f *os.File, n block.Name, pos map[string]SourcePos, sum string, dropped int64) error {
+// closed.
+func (s *Spool) Finish(f *os.File, n block.Name, pos map[string]SourcePos, fin Finished) error {
+	sum, dropped := fin.SHA256, fin.KernelDropped
 	if err := s.fsync(f); err != nil {
 		f.Close()
 		return fmt.Errorf("spool: fsync block %s: %w", n, err)
@@ -386,6 +399,9 @@ func (s *Spool) Finish(f *os.File, n block.Name, pos map[string]SourcePos, sum s
 		s.markSource(k, true)
 	}
 	s.st.Pending = tempName(n.String())
+	if fin.Final {
+		s.st.Final = n.Seq
+	}
 	if dropped > 0 {
 		if s.st.Dropped == nil {
 			s.st.Dropped = map[string]int64{}
@@ -410,6 +426,19 @@ func (s *Spool) Finish(f *os.File, n block.Name, pos map[string]SourcePos, sum s
 	return nil
 }
 
+// MarkFinal marks the block with disk sequence number seq as the last of
+// a finite source, for when it was finished before the source ended. A
+// block already shipped is not marked again.
+func (s *Spool) MarkFinal(seq uint64) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if seq == 0 || s.st.Final == seq {
+		return nil
+	}
+	s.st.Final = seq
+	return s.saveLocked()
+}
+
 // Discard removes an unfinished block's temp file.
 func (s *Spool) Discard(f *os.File, n block.Name) {
 	f.Close()
@@ -428,6 +457,8 @@ type ReadyBlock struct {
 	SHA256 string
 	// KernelDropped is what the kernel dropped while it was cut.
 	KernelDropped int64
+	// Final: the last block of a finite source (flight.Header.Final).
+	Final bool
 }
 
 // Ready lists the finished blocks in sequence order.
@@ -451,7 +482,7 @@ func (s *Spool) Ready() ([]ReadyBlock, error) {
 		ship := n
 		ship.Seq += s.st.Offset
 		out = append(out, ReadyBlock{Name: n, Ship: ship, Path: filepath.Join(s.dir, "ready", e.Name()), Size: fi.Size(), SHA256: s.sums[e.Name()],
-			KernelDropped: s.st.Dropped[e.Name()]})
+			KernelDropped: s.st.Dropped[e.Name()], Final: s.st.Final != 0 && n.Seq == s.st.Final})
 	}
 	sort.Slice(out, func(i, j int) bool { return out[i].Name.Seq < out[j].Name.Seq })
 	return out, nil

@@ -95,7 +95,9 @@ type Source struct {
 	// KernelDropped is what the capturing kernel dropped while the block
 	// was cut (capture agents say; zero otherwise).
 	KernelDropped int64
-	Open          func() (io.ReadCloser, error)
+	// Final marks the last block of a finite source (flight.Header).
+	Final bool
+	Open  func() (io.ReadCloser, error)
 }
 
 // BytesSource is a block held in memory.
@@ -272,7 +274,7 @@ func (c *Client) send(stream aflight.FlightService_DoPutClient, desc *aflight.Fl
 }
 
 func sendSource(w *flight.BlockWriter, src Source) error {
-	meta, _ := json.Marshal(flight.Header{Name: src.Name, Size: src.Size, SHA256: src.SHA256, KernelDropped: src.KernelDropped})
+	meta, _ := json.Marshal(flight.Header{Name: src.Name, Size: src.Size, SHA256: src.SHA256, KernelDropped: src.KernelDropped, Final: src.Final})
 	rc, err := src.Open()
 	if err != nil {
 		return err

@@ -16,6 +16,17 @@ import (
 // rewritten with every commit grew the metadata file by hundreds of
 // megabytes. The carry record keeps its key.
 
+// passFinal marks a run's outputs final when its one input is, so a
+// stage downstream of an import's last block knows it is the last.
+func passFinal(inputs, outputs []state.Block) []state.Block {
+	if len(inputs) == 1 && inputs[0].Final {
+		for i := range outputs {
+			outputs[i].Final = true
+		}
+	}
+	return outputs
+}
+
 // loadCarry reads the state a run goes on from into cin.State.
 func (e *Engine) loadCarry(ctx context.Context, cin *state.CarryIn) error {
 	if cin == nil || cin.StateKey == "" || !cin.Carried {

@@ -156,8 +156,9 @@ func (e *Engine) expireLeases(now time.Time) {
 // LeaseCarry is the state a leased run of a sequential stage goes on
 // from.
 type LeaseCarry struct {
-	In  []byte `json:"in,omitempty"`
-	Gap bool   `json:"gap,omitempty"`
+	In    []byte `json:"in,omitempty"`
+	Gap   bool   `json:"gap,omitempty"`
+	Final bool   `json:"final,omitempty"`
 }
 
 // carryUpdate is how a remote run's commit or failure moves its site's
@@ -257,7 +258,7 @@ func (e *Engine) Lease(ctx context.Context, h Hello) (Lease, bool, error) {
 				return Lease{}, false, err
 			}
 			if cin.Carried {
-				l.Carry = &LeaseCarry{In: cin.State, Gap: cin.Gap}
+				l.Carry = &LeaseCarry{In: cin.State, Gap: cin.Gap, Final: res.Blocks[0].Final}
 			}
 		}
 		e.leases[id] = &remoteRun{cin: cin, attempt: res.Attempt, lease: l, st: st, worker: h.Worker, group: st.group, deadline: now.Add(e.cfg.LeaseTTL), start: now}
@@ -352,7 +353,7 @@ func (e *Engine) CommitLease(ctx context.Context, id string, outs []Output, cpu 
 	if err := e.storeCarry(ctx, r.group, cu); err != nil {
 		return err
 	}
-	_, err = e.db.CommitRun(state.Run{Group: r.group, Reserver: id, Inputs: r.lease.Inputs, Outputs: blocks, Carry: cu})
+	_, err = e.db.CommitRun(state.Run{Group: r.group, Reserver: id, Inputs: r.lease.Inputs, Outputs: passFinal(r.lease.Inputs, blocks), Carry: cu})
 	e.carryCommitted(ctx, r.cin, cu, err == nil)
 	e.mu.Lock()
 	if e.leases[id] == r {

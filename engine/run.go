@@ -36,7 +36,7 @@ func (e *Engine) runBlock(ctx context.Context, st *stage, spec runSpec, res stat
 			return err // the server's own state: not the block's fault
 		}
 		if cin.Carried {
-			carry = &Carry{In: cin.State, Gap: cin.Gap}
+			carry = &Carry{In: cin.State, Gap: cin.Gap, Final: inputs[0].Final}
 			ctx = WithCarry(ctx, carry)
 		}
 	}
@@ -68,7 +68,7 @@ func (e *Engine) runBlock(ctx context.Context, st *stage, spec runSpec, res stat
 		return nil
 	}
 	if err == nil {
-		run.Outputs = outputs
+		run.Outputs = passFinal(inputs, outputs)
 		if carry != nil {
 			run.Carry.State = carry.Out
 			err = e.storeCarry(ctx, st.group, run.Carry)

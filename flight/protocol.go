@@ -72,6 +72,11 @@ type Header struct {
 	// dropped while the block was cut (its rings were full): a gap in the
 	// capture that no missing block explains.
 	KernelDropped int64 `json:"kernel_dropped,omitempty"`
+	// Final, on upload, says the block is the last of a finite source
+	// (an import's files): nothing follows it in its instance, so what
+	// stages hold past its end (a TCP message behind a hole that never
+	// fills) is let go with it.
+	Final bool `json:"final,omitempty"`
 }
 
 // PutCommand is the DoPut descriptor command.

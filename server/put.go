@@ -382,6 +382,7 @@ func (s *Service) finish(ctx context.Context, stream aflight.FlightService_DoPut
 		_, commitSt, err := s.db.CommitBlock(state.Block{
 			Name: u.hdr.Name, Queue: u.name.Queue, Instance: u.name.Instance, Seq: u.name.Seq,
 			Time: u.name.Time, Size: u.hdr.Size, SHA256: u.sum.String(), Key: u.key, KernelDropped: u.hdr.KernelDropped,
+			Final: u.hdr.Final,
 		})
 		if errors.Is(err, state.ErrConflict) {
 			// Lost a race with another upload of the same identity; our blob

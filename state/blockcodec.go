@@ -31,6 +31,7 @@ const (
 	flagTimeZero                // Time is the zero time
 	flagArrivedZero             // Arrived is the zero time
 	flagSumText                 // SHA256 is kept as text, not 32 bytes
+	flagFinal                   // Final is set
 )
 
 var errBlockRecord = errors.New("block record is cut short or malformed")
@@ -56,6 +57,9 @@ func encodeBlock(b Block) []byte {
 	}
 	if b.Arrived.IsZero() {
 		flags |= flagArrivedZero
+	}
+	if b.Final {
+		flags |= flagFinal
 	}
 	out := make([]byte, 0, 64+len(b.Name)+len(b.Queue)+len(b.Instance))
 	out = append(out, blockRecordV1, flags)
@@ -91,7 +95,7 @@ func decodeBlock(raw []byte, b *Block) error {
 	}
 	d := recordReader{buf: raw[1:]}
 	flags := d.byte()
-	*b = Block{Seq: d.uvarint(), Serial: d.uvarint(), Size: d.varint(), KernelDropped: d.varint()}
+	*b = Block{Seq: d.uvarint(), Serial: d.uvarint(), Size: d.varint(), KernelDropped: d.varint(), Final: flags&flagFinal != 0}
 	if flags&flagTimeZero == 0 {
 		b.Time = d.time()
 	}

@@ -31,7 +31,9 @@ func blockShapes() []Block {
 	far.Time, far.Seq, far.Serial, far.Size = time.Date(9999, 12, 31, 23, 59, 59, 999999999, time.UTC), 1<<63, 1<<64-1, -1
 	old := usual
 	old.Time = time.Date(1, 1, 1, 0, 0, 1, 0, time.UTC)
-	return []Block{usual, lake, odd, upper, zero, far, old}
+	final := usual
+	final.Final = true
+	return []Block{usual, lake, odd, upper, zero, far, old, final}
 }
 
 func TestBlockRecordRoundTrip(t *testing.T) {

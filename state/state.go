@@ -46,6 +46,9 @@ type Block struct {
 	// KernelDropped is what the capturing kernel dropped while the block
 	// was cut, as its agent said.
 	KernelDropped int64 `json:"kernel_dropped,omitempty"`
+	// Final: the block is the last of a finite source (its agent said),
+	// or a stage's output from such a block.
+	Final bool `json:"final,omitempty"`
 }
 
 // ID returns the block's identity.

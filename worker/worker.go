@@ -191,7 +191,7 @@ func (w *Worker) run(ctx context.Context, l engine.Lease) string {
 	runCtx := rctx
 	var carry *engine.Carry
 	if l.Carry != nil {
-		carry = &engine.Carry{In: l.Carry.In, Gap: l.Carry.Gap}
+		carry = &engine.Carry{In: l.Carry.In, Gap: l.Carry.Gap, Final: l.Carry.Final}
 		runCtx = engine.WithCarry(rctx, carry)
 	}
 	outs, stderr, cpu, err := w.execute(runCtx, l)

@@ -291,7 +291,8 @@ func (e *extraction) run(ctx context.Context, in io.Reader) error {
 	if err := readPackets(ctx, r, x, e.failed); err != nil {
 		return err
 	}
-	if carry == nil {
+	if carry == nil || carry.Final {
+		// Nothing follows: what is held comes out now, at its own times.
 		x.Flush()
 		if e.flush != nil {
 			e.flush()

@@ -78,10 +78,13 @@ func (s *Server) Stop() {
 	s.cmd.Wait()
 }
 
-// CPU returns the CPU time the server and its reaped children have used,
-// from /proc (Linux).
-func (s *Server) CPU() (time.Duration, error) {
-	raw, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", s.cmd.Process.Pid))
+// CPU returns the CPU time the server and its reaped children have used.
+func (s *Server) CPU() (time.Duration, error) { return ProcCPU(s.cmd.Process.Pid) }
+
+// ProcCPU returns the CPU time a process and its reaped children have
+// used, from /proc (Linux).
+func ProcCPU(pid int) (time.Duration, error) {
+	raw, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
 	if err != nil {
 		return 0, err
 	}

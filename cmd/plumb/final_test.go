@@ -1,0 +1,127 @@
+package main
+
+import (
+	"context"
+	"path/filepath"
+	"os"
+	"slices"
+	"testing"
+
+	"github.com/apache/arrow-go/v18/arrow/ipc"
+
+	"github.com/plumb-dev/plumb/client"
+	"github.com/plumb-dev/plumb/internal/testenv"
+)
+
+// TestImportEndReleasesHeldRows: dnscap's dnso1tcp-bighole capture has
+// a TCP stream with a hole that never fills; `plumb dns FILE` gives all
+// 41 messages, the ones past the hole when the capture ends. Imported
+// into a server in small blocks, through builtin:decode and builtin:dns
+// on the server and on a remote worker, the import's last block is
+// marked final and the stage lets go of what it held there: the same 41
+// rows, at the same times, rather than rows held for a next block that
+// never comes.
+func TestImportEndReleasesHeldRows(t *testing.T) {
+	capture := "../../testdata/pcaps/dnscap__dnso1tcp-bighole.pcap"
+	ref := filepath.Join(t.TempDir(), "ref.arrow")
+	if out, errOut, code := plumbExec(t, "dns", "-o", ref, capture); code != 0 {
+		t.Fatalf("plumb dns: %s %s", out, errOut)
+	}
+	want := arrowTimes(t, ref)
+	if len(want) != 41 {
+		t.Fatalf("plumb dns gives %d rows of bighole; the capture has 41 messages", len(want))
+	}
+	const job = `
+job: dns
+from: earliest
+stages:
+  - {name: decode, inputs: [pcap.sz], program: builtin:decode, outputs: [pcap]}
+  - {name: dns, inputs: [pcap], program: builtin:dns, outputs: [dns.arrow], retention: forever}
+`
+	for _, mode := range []string{"server", "worker"} {
+		t.Run(mode, func(t *testing.T) {
+			addr := testenv.FreeAddr(t)
+			args := []string{"serve", "--data", t.TempDir(), "--listen", addr, "--log-level", "warn", "--tick", "100ms"}
+			if mode == "worker" {
+				args = append(args, "--remote-only")
+			}
+			startPlumb(t, args...)
+			waitListening(t, addr)
+			if mode == "worker" {
+				startPlumb(t, "worker", "--server", addr, "--slots", "2", "--scratch", t.TempDir())
+			}
+			if out, errOut, code := plumbExec(t, "import", "--quiet", "--server", addr, "--site", "lax", "--new-instance",
+				"--spool", filepath.Join(t.TempDir(), "spool"), "--block-size", "2KiB", capture); code != 0 {
+				t.Fatalf("import: %s %s", out, errOut)
+			}
+			c, err := client.Dial(addr)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer c.Close()
+			ctx := context.Background()
+			blocks, err := c.Blocks(ctx, "pcap.sz")
+			if err != nil || len(blocks) < 5 {
+				t.Fatalf("imported %d blocks (%v); want the capture cut into several", len(blocks), err)
+			}
+			if res, err := c.SubmitJob(ctx, "dns.yaml", []byte(job)); err != nil || res.State != "accepted" {
+				t.Fatalf("submit: %+v %v", res, err)
+			}
+			if out, errOut, code := plumbExec(t, "stats", "--wait", "--server", addr); code != 0 {
+				t.Fatalf("stats --wait: %s %s", out, errOut)
+			}
+			rows, err := c.Records(ctx, client.RecordsTicket{Records: "dns.arrow", Columns: []string{"time"}})
+			if err != nil {
+				t.Fatal(err)
+			}
+			var got []string
+			for rows.Next() {
+				rec := rows.RecordBatch()
+				for i := range int(rec.NumRows()) {
+					got = append(got, rec.Column(0).ValueStr(i))
+				}
+			}
+			rows.Release()
+			if err := rows.Err(); err != nil {
+				t.Fatal(err)
+			}
+			if len(got) != len(want) {
+				t.Fatalf("%d blocks: %d rows through the %s; plumb dns FILE gives %d", len(blocks), len(got), mode, len(want))
+			}
+			slices.Sort(got)
+			for i := range got {
+				if got[i] != want[i] {
+					t.Fatalf("row %d at %s; plumb dns FILE has %s", i, got[i], want[i])
+				}
+			}
+		})
+	}
+}
+
+// arrowTimes reads the sorted "time" column of an Arrow IPC file.
+func arrowTimes(t *testing.T, path string) []string {
+	t.Helper()
+	f, err := os.Open(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	r, err := ipc.NewFileReader(f)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Close()
+	col := r.Schema().FieldIndices("time")[0]
+	var out []string
+	for i := range r.NumRecords() {
+		rec, err := r.RecordBatch(i)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for j := range int(rec.NumRows()) {
+			out = append(out, rec.Column(col).ValueStr(j))
+		}
+	}
+	slices.Sort(out)
+	return out
+}
