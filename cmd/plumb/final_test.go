@@ -2,8 +2,8 @@ package main
 
 import (
 	"context"
-	"path/filepath"
 	"os"
+	"path/filepath"
 	"slices"
 	"testing"
 

@@ -5,6 +5,7 @@ import (
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
+	"encoding/json"
 	"errors"
 	"io"
 	"os"
@@ -231,4 +232,78 @@ func fsckVia(ctx context.Context, c *client.Client, req flight.FsckRequest) (fsc
 	var rep fsck.Report
 	err := c.Do(ctx, "fsck", req, &rep)
 	return rep, err
+}
+
+// TestHalfOpenStreamBlockIsBounded is issue 37's attack through a server
+// process: a block of 1,024 TCP streams to port 53 that never finish a
+// message (a 327 MB capture, each stream holding 64,000 bytes in order
+// and 256,000 past a hole) took a server from 107 MB to 2.19 GB. What
+// builtin:dns holds is now bounded by its budget while it grows: the
+// server's peak memory stays within 512 MiB of its start, the block
+// ends with its rows, and the site's next block, real DNS, follows with
+// all of its rows.
+func TestHalfOpenStreamBlockIsBounded(t *testing.T) {
+	data := t.TempDir()
+	addr := testenv.FreeAddr(t)
+	// Memory is the product's, not the race detector's: a server built
+	// without it.
+	cmd := exec.Command(testenv.PlumbBinary(t), "serve", "--data", data, "--listen", addr, "--log-level", "warn", "--slots", "2", "--tick", "100ms")
+	cmd.Env = append(os.Environ(), "GOMAXPROCS=2")
+	log := &procLog{}
+	cmd.Stdout, cmd.Stderr = log, log
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { cmd.Process.Kill(); cmd.Wait() })
+	waitListening(t, addr)
+	c := dialPlumb(t, addr)
+	ctx := context.Background()
+	good, err := os.ReadFile("../../testdata/pcaps/dnscap__dns.pcap")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ref := filepath.Join(t.TempDir(), "ref.arrow")
+	if out, errOut, code := plumbExec(t, "dns", "-o", ref, "../../testdata/pcaps/dnscap__dns.pcap"); code != 0 {
+		t.Fatalf("plumb dns: %s %s", out, errOut)
+	}
+	want := arrowTimes(t, ref)
+	// The site's second block comes first and waits for the first.
+	if _, err := c.Put(ctx, source("20250505-151106-00000002.lax.pcap.zst", good)); err != nil {
+		t.Fatal(err)
+	}
+	if res, err := c.SubmitJob(ctx, "dns.yaml", []byte("job: dns\nfrom: earliest\nstages:\n  - {name: dns, inputs: [pcap.zst], program: builtin:dns, outputs: [dns.arrow], retention: forever}\n")); err != nil || res.State != "accepted" {
+		t.Fatalf("%+v %v", res, err)
+	}
+	attack := hostile.HalfOpenStreamsZstd(1024, 64000, 256000)
+	base := rssOf(t, cmd.Process.Pid)
+	if _, err := c.Put(ctx, source("20250505-151105-00000001.lax.pcap.zst", attack)); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "both blocks' records", func() bool {
+		bs, err := c.Blocks(ctx, "dns.arrow")
+		return err == nil && len(bs) == 2
+	})
+	if cmd.ProcessState != nil {
+		t.Fatalf("the server exited:\n%s", log)
+	}
+	peak := rssOf(t, cmd.Process.Pid)
+	t.Logf("a %d-byte block of 1,024 half-open streams (327 MB): server peak RSS %d MiB, %d MiB at the start", len(attack), peak>>20, base>>20)
+	if peak-base > 512<<20 {
+		t.Errorf("server peak RSS grew %d MiB over one hostile block; want within 512 MiB", (peak-base)>>20)
+	}
+	rows, err := c.Records(ctx, client.RecordsTicket{Records: "dns.arrow", Columns: []string{"time"}, From: json.RawMessage("2"), To: json.RawMessage("2")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	n := 0
+	for rows.Next() {
+		n += int(rows.RecordBatch().NumRows())
+	}
+	rows.Release()
+	if n != len(want) {
+		t.Errorf("the real block after the attack has %d rows; alone it has %d", n, len(want))
+	}
+	if fb, _ := c.Faulty(ctx, ""); len(fb) != 0 {
+		t.Errorf("faulty: %+v", fb)
+	}
 }
