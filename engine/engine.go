@@ -198,7 +198,12 @@ type Engine struct {
 	graph  *pipeline.Graph
 	stages map[string]*stage // by node ID
 	kick   chan struct{}     // the graph changed or a run ended
-	parts  parts             // first halves of edged runs, held for their turn
+	// graphChanged is closed (and replaced) when the stages change, to
+	// wake workers waiting for a lease (with e.mu).
+	graphChanged chan struct{}
+	parts        parts // first halves of edged runs, held for their turn
+	// remoteParts are the first halves remote workers hold (with e.mu).
+	remoteParts map[partKey]remotePart
 }
 
 // runSpec is what a run runs, fixed when it starts.
@@ -382,7 +387,7 @@ func (e *Engine) fill(ctx context.Context, runs *sync.WaitGroup, reshare, counte
 		}
 		for st.running < st.target && e.localRunning < e.localSlots() {
 			reserver := e.boot + "-" + uuid.NewString()[:8]
-			res, cin, ok, err := e.reserve(st, reserver, e.visibility(st))
+			res, cin, ok, err := e.reserve(st, reserver, "", e.visibility(st))
 			part := false
 			if err == nil && !ok && st.edged && e.parts.held(st.group) < e.maxHeldParts() {
 				// The sites' next blocks are all taken: read a later one
@@ -427,12 +432,21 @@ func (e *Engine) fill(ctx context.Context, runs *sync.WaitGroup, reshare, counte
 // reserve takes a stage's next run for reserver: for a sequential stage
 // the next block of a site in sequence order, with how it carries state;
 // otherwise any owed block (joined with its partners).
-func (e *Engine) reserve(st *stage, reserver string, visibility time.Duration) (state.Reservation, *state.CarryIn, bool, error) {
+//
+// Called with e.mu. worker is the remote worker asking, "" for this
+// process: a block whose first half another holds is left for its
+// holder's turn (heldElsewhere).
+func (e *Engine) reserve(st *stage, reserver, worker string, visibility time.Duration) (state.Reservation, *state.CarryIn, bool, error) {
 	if !st.sequential {
 		res, ok, err := e.db.ReserveJoin(st.node.Inputs, st.group, reserver, visibility)
 		return res, nil, ok, err
 	}
-	res, in, ok, err := e.db.ReserveNext(st.node.Inputs[0], st.group, reserver, visibility, e.cfg.GapWait)
+	var skip func(uint64) bool
+	if st.edged {
+		now := e.cfg.Now()
+		skip = func(serial uint64) bool { return e.heldElsewhere(partKey{st.group, serial}, worker, now) }
+	}
+	res, in, ok, err := e.db.ReserveNext(st.node.Inputs[0], st.group, reserver, visibility, e.cfg.GapWait, skip)
 	return res, &in, ok, err
 }
 

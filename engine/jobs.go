@@ -390,6 +390,10 @@ func (e *Engine) QueueWarning(queue string, readers bool) string {
 // stages that left the graph unsubscribe. Runs in flight finish under the
 // graph they started with. Called with e.mu held.
 func (e *Engine) apply(g *pipeline.Graph) error {
+	if e.graphChanged != nil {
+		close(e.graphChanged)
+	}
+	e.graphChanged = make(chan struct{})
 	next := map[string]*stage{}
 	policies, err := e.db.Policies()
 	if err != nil {
@@ -465,6 +469,7 @@ func (e *Engine) apply(g *pipeline.Graph) error {
 			}
 		}
 		e.parts.drop(old.group, &e.scratch)
+		e.dropRemoteParts(old.group)
 		if old.sequential {
 			if err := e.db.DeleteCarries(old.group); err != nil {
 				return fmt.Errorf("stage %s left the graph: forget its carried state: %w", old.node.Name, err)

@@ -237,3 +237,68 @@ func (e *Engine) finishPart(ctx context.Context, spec runSpec, hp *heldPart, car
 	m.out += out
 	return blocks, err
 }
+
+// Remote workers read blocks apart too. A part lease (Lease.Part) runs
+// only the first half, which the worker holds; the block's turn is
+// leased to that worker (Lease.Held), which finishes it, or runs the
+// block whole if it no longer holds the part. While the holder is alive
+// and the part is recent, no one else takes the block's turn; after
+// partWait anyone runs it whole, so a busy or vanished holder delays its
+// site by at most that.
+
+// partWait is how long a block's turn waits for the holder of its first
+// half.
+const partWait = LeaseTTL
+
+// remotePart is a first half a remote worker holds.
+type remotePart struct {
+	worker string
+	name   string // Lease.Part
+	at     time.Time
+}
+
+// heldElsewhere reports whether a block's first half is held by someone
+// other than worker ("" for this process) who will finish it soon.
+// Called with e.mu.
+func (e *Engine) heldElsewhere(k partKey, worker string, now time.Time) bool {
+	if worker != "" && e.parts.has(k) {
+		return true // this process holds it and has slots to finish it
+	}
+	rp, ok := e.remoteParts[k]
+	if !ok || rp.worker == worker {
+		return false
+	}
+	w := e.workers[rp.worker]
+	return w != nil && now.Sub(w.lastSeen) <= workerGone && now.Sub(rp.at) < partWait
+}
+
+// remotePartsOf counts the parts a worker holds for a stage. Called with
+// e.mu.
+func (e *Engine) remotePartsOf(group, worker string) int {
+	n := 0
+	for k, rp := range e.remoteParts {
+		if k.group == group && rp.worker == worker {
+			n++
+		}
+	}
+	return n
+}
+
+// dropRemoteParts forgets the parts held for a stage that left the
+// graph; the workers let them go as newer ones push them out. Called
+// with e.mu.
+func (e *Engine) dropRemoteParts(group string) {
+	for k := range e.remoteParts {
+		if k.group == group {
+			delete(e.remoteParts, k)
+		}
+	}
+}
+
+// has reports whether a part is held for k.
+func (p *parts) has(k partKey) bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	_, ok := p.m[k]
+	return ok
+}

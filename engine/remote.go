@@ -74,6 +74,13 @@ type Lease struct {
 	// Programs are the registered programs the stage names, by name: a
 	// worker runs the copy it holds with that checksum.
 	Programs map[string]LeaseProgram `json:"programs,omitempty"`
+	// Part: run only the first half of an edged stage's run (Edged.Start)
+	// and hold it under this name; commit-lease with part set says it is
+	// done. Held: this is the turn of a block whose first half the worker
+	// may hold under this name: finish it (Part.Finish), or run the block
+	// whole if it is not held.
+	Part string `json:"part,omitempty"`
+	Held string `json:"held,omitempty"`
 }
 
 // LeaseProgram is a registered program as a worker needs it.
@@ -234,7 +241,17 @@ func (e *Engine) Lease(ctx context.Context, h Hello) (Lease, bool, error) {
 			continue
 		}
 		id := leasePrefix + uuid.NewString()[:12]
-		res, cin, ok, err := e.reserve(st, id, e.cfg.LeaseTTL)
+		res, cin, ok, err := e.reserve(st, id, h.Worker, e.cfg.LeaseTTL)
+		part := ""
+		if err == nil && !ok && st.edged && e.remotePartsOf(st.group, h.Worker) < max(2*h.Slots, 2) {
+			// The sites' next blocks are all taken: read a later one
+			// apart from its neighbours, for its turn.
+			res, ok, err = e.db.ReservePart(st.node.Inputs[0], st.group, id, e.cfg.LeaseTTL)
+			cin = nil
+			if ok {
+				part = fmt.Sprintf("%s/%s/%d", h.Worker, st.group, res.Blocks[0].Serial)
+			}
+		}
 		if err != nil {
 			return Lease{}, false, err
 		}
@@ -251,6 +268,13 @@ func (e *Engine) Lease(ctx context.Context, h Hello) (Lease, bool, error) {
 			in += b.Size
 		}
 		l.OutputLimit = OutputLimit(in, e.cfg.MaxExpansion, e.cfg.MaxOutput)
+		l.Part = part
+		if k := (partKey{st.group, res.Blocks[0].Serial}); part == "" && st.edged {
+			if rp, ok := e.remoteParts[k]; ok && rp.worker == h.Worker {
+				l.Held = rp.name
+			}
+			delete(e.remoteParts, k) // its turn is taken
+		}
 		if cin != nil {
 			l.Sequential = true
 			if err := e.loadCarry(ctx, cin); err != nil {
@@ -265,6 +289,17 @@ func (e *Engine) Lease(ctx context.Context, h Hello) (Lease, bool, error) {
 		return l, true, nil
 	}
 	return Lease{}, false, nil
+}
+
+// StagesChanged returns a channel closed when the engine's stages next
+// change: a worker waiting for a lease has new work to look at.
+func (e *Engine) StagesChanged() <-chan struct{} {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if e.graphChanged == nil {
+		e.graphChanged = make(chan struct{})
+	}
+	return e.graphChanged
 }
 
 // Heartbeat keeps a lease and its inputs' reservations alive.
@@ -315,10 +350,47 @@ type Output struct {
 	SHA256 string `json:"sha256"`
 }
 
+// LeaseResult is what a worker reports when it commits a lease.
+type LeaseResult struct {
+	Outputs []Output
+	CPU     time.Duration // what the run's programs used
+	Carry   []byte        // a sequential stage's state for the site's next block
+	// Parted: the run finished the first half the worker held
+	// (Lease.Held), rather than running the block whole.
+	Parted bool
+}
+
+// CommitLeasePart records that a part lease's first half is done and
+// held by its worker, for the block's turn.
+func (e *Engine) CommitLeasePart(id string, cpu time.Duration) error {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	r := e.leases[id]
+	if r == nil || r.lease.Part == "" {
+		return ErrLeaseGone
+	}
+	delete(e.leases, id)
+	r.st.running--
+	defer e.poke()
+	b := r.lease.Inputs[0]
+	if err := e.db.CommitPart(state.Run{Group: r.group, Reserver: id, Inputs: r.lease.Inputs}, "worker:"+r.lease.Part); err != nil {
+		if errors.Is(err, state.ErrLostReservation) {
+			return ErrLeaseGone
+		}
+		return err
+	}
+	if e.remoteParts == nil {
+		e.remoteParts = map[partKey]remotePart{}
+	}
+	e.remoteParts[partKey{r.group, b.Serial}] = remotePart{worker: r.worker, name: r.lease.Part, at: e.cfg.Now()}
+	return nil
+}
+
 // CommitLease publishes a lease's outputs (staged before) and releases
 // its inputs in one transaction. A lease that expired is refused: its
 // block may be running elsewhere already, and only one run publishes.
-func (e *Engine) CommitLease(ctx context.Context, id string, outs []Output, cpu time.Duration, carry []byte) error {
+func (e *Engine) CommitLease(ctx context.Context, id string, res LeaseResult) error {
+	outs, cpu, carry := res.Outputs, res.CPU, res.Carry
 	e.mu.Lock()
 	r := e.leases[id]
 	e.mu.Unlock()
@@ -376,7 +448,7 @@ func (e *Engine) CommitLease(ctx context.Context, id string, outs []Output, cpu 
 		return err
 	}
 	var m runMeasure
-	m.took, m.cpu = e.cfg.Now().Sub(r.start), cpu
+	m.took, m.cpu, m.parted = e.cfg.Now().Sub(r.start), cpu, res.Parted && r.lease.Held != ""
 	for _, b := range r.lease.Inputs {
 		m.in.Add(b.Size)
 	}
@@ -517,14 +589,7 @@ func (r *Runner) program(name string, p LeaseProgram) (state.Program, bool, erro
 // in a directory of their own under scratch. It returns the tail of the
 // programs' stderr and the CPU they used (busy time for built-ins).
 func (r *Runner) Run(ctx context.Context, l Lease, name block.Name, ins, outs []Port, scratch string) (stderr string, cpu time.Duration, err error) {
-	lookup := func(n string) (state.Program, bool, error) {
-		p, ok := l.Programs[n]
-		if !ok {
-			return state.Program{}, false, nil
-		}
-		return r.program(n, p)
-	}
-	steps, err := resolve(r.Registry, lookup, l.Program, l.Trusted)
+	steps, err := r.steps(l)
 	if err != nil {
 		return "", 0, err
 	}
@@ -538,6 +603,39 @@ func (r *Runner) Run(ctx context.Context, l Lease, name block.Name, ins, outs []
 	x := &confinement{sb: r.Sandbox, unconfined: r.Unconfined, network: l.Network}
 	res, err := execute(WithBlock(ctx, name), x, steps, pin, pout, scratch)
 	return res.stderr, res.cpu, err
+}
+
+// steps resolves a lease's program as the server did.
+func (r *Runner) steps(l Lease) ([]step, error) {
+	lookup := func(n string) (state.Program, bool, error) {
+		p, ok := l.Programs[n]
+		if !ok {
+			return state.Program{}, false, nil
+		}
+		return r.program(n, p)
+	}
+	return resolve(r.Registry, lookup, l.Program, l.Trusted)
+}
+
+// Start runs the first half of a part lease's run (Lease.Part): the
+// stage's edged built-in reads the block on its own. The worker holds
+// the Part, with out, for the block's turn (Lease.Held), when Finish
+// writes the rest; it returns the CPU (busy time) the half took.
+func (r *Runner) Start(ctx context.Context, l Lease, name block.Name, in io.Reader, out io.Writer) (Part, time.Duration, error) {
+	steps, err := r.steps(l)
+	if err != nil {
+		return nil, 0, err
+	}
+	var ed Edged
+	if len(steps) == 1 {
+		ed, _ = steps[0].builtin.(Edged)
+	}
+	if ed == nil {
+		return nil, 0, fmt.Errorf("lease %s: stage %s does not run in parts (%s)", l.ID, l.Stage, l.Program)
+	}
+	began := time.Now()
+	p, err := ed.Start(WithBlock(ctx, name), in, out)
+	return p, time.Since(began), err
 }
 
 // IsMalformed reports whether a run failed on input no retry can fix.

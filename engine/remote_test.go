@@ -63,10 +63,10 @@ stages:
 		}
 		return []engine.Output{{Queue: "raw.upper", Size: int64(len(data)), SHA256: hex.EncodeToString(sum[:])}}
 	}
-	if err := r.eng.CommitLease(ctx, l2.ID, stage(l2, []byte("WARM-UP")), time.Millisecond, nil); err != nil {
+	if err := r.eng.CommitLease(ctx, l2.ID, engine.LeaseResult{Outputs: stage(l2, []byte("WARM-UP")), CPU: time.Millisecond}); err != nil {
 		t.Fatalf("commit of the live lease: %v", err)
 	}
-	if err := r.eng.CommitLease(ctx, l1.ID, stage(l1, []byte("WARM-UP")), time.Millisecond, nil); !errors.Is(err, engine.ErrLeaseGone) {
+	if err := r.eng.CommitLease(ctx, l1.ID, engine.LeaseResult{Outputs: stage(l1, []byte("WARM-UP")), CPU: time.Millisecond}); !errors.Is(err, engine.ErrLeaseGone) {
 		t.Fatalf("late commit of the expired lease: %v; want refused", err)
 	}
 	if n := r.count("raw.upper"); n != 1 || string(r.read("raw.upper", 1)) != "WARM-UP" {

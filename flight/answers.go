@@ -22,6 +22,9 @@ type Block struct {
 	// KernelDropped is what the capturing kernel dropped while the block
 	// was cut, as its agent said.
 	KernelDropped int64 `json:"kernel_dropped,omitempty"`
+	// Final: the block is the last of a finite source, such as an
+	// import, as its agent said.
+	Final bool `json:"final,omitempty"`
 }
 
 // GroupStats counts a consumer group's deliveries by state.

@@ -138,6 +138,11 @@ type LeaseRequest struct {
 	// Carry is what a sequential stage's run left for the site's next
 	// block (commit-lease).
 	Carry []byte `json:"carry,omitempty"`
+	// Part (commit-lease of a part lease): the first half is done and
+	// the worker holds it. Parted (commit-lease of a turn): the run
+	// finished the first half the worker held.
+	Part   bool `json:"part,omitempty"`
+	Parted bool `json:"parted,omitempty"`
 }
 
 // RetentionRequest is the body of the set-retention action.

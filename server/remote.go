@@ -38,7 +38,7 @@ func (s *Service) lease(ctx context.Context, body []byte) (any, error) {
 	}
 	deadline := time.After(flight.LeaseWait)
 	for {
-		changed := s.db.Changed("")
+		changed, staged := s.db.Changed(""), eng.StagesChanged()
 		l, ok, err := eng.Lease(ctx, h)
 		if err != nil || ok {
 			return l, err
@@ -51,6 +51,7 @@ func (s *Service) lease(ctx context.Context, body []byte) (any, error) {
 		case <-deadline:
 			return engine.Lease{}, nil // nothing now; ask again
 		case <-changed:
+		case <-staged:
 		case <-time.After(500 * time.Millisecond):
 		}
 	}
@@ -77,7 +78,11 @@ func (s *Service) heartbeat(ctx context.Context, body []byte) (any, error) {
 
 func (s *Service) commitLease(ctx context.Context, body []byte) (any, error) {
 	return s.leaseAction(ctx, "commit-lease", body, func(e *engine.Engine, r flight.LeaseRequest) error {
-		return e.CommitLease(ctx, r.Lease, wireAll[engine.Output](r.Outputs), time.Duration(r.CPUSeconds*float64(time.Second)), r.Carry)
+		cpu := time.Duration(r.CPUSeconds * float64(time.Second))
+		if r.Part {
+			return e.CommitLeasePart(r.Lease, cpu)
+		}
+		return e.CommitLease(ctx, r.Lease, engine.LeaseResult{Outputs: wireAll[engine.Output](r.Outputs), CPU: cpu, Carry: r.Carry, Parted: r.Parted})
 	})
 }
 

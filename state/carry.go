@@ -57,7 +57,9 @@ func (d *DB) GetCarry(group, instance string) (Carry, bool, error) {
 // missing ones are neither owed nor stored; or a late block (before its
 // site's carry), which runs on its own. A site has at most one carried
 // run at a time, since its carry moves only when that run commits.
-func (d *DB) ReserveNext(queue, group, reserver string, visibility, gapWait time.Duration) (Reservation, CarryIn, bool, error) {
+// skip, when not nil, passes over blocks (by serial) that are not this
+// caller's to take now: their first half is held by another process.
+func (d *DB) ReserveNext(queue, group, reserver string, visibility, gapWait time.Duration, skip func(serial uint64) bool) (Reservation, CarryIn, bool, error) {
 	var (
 		out Reservation
 		in  CarryIn
@@ -102,7 +104,7 @@ func (d *DB) ReserveNext(queue, group, reserver string, visibility, gapWait time
 				return err
 			}
 			del, ok, err := getRecord[Delivery](dels, u64(b.Serial))
-			if err != nil || !ok || !del.available(now) {
+			if err != nil || !ok || !del.available(now) || del.Part != "" && skip != nil && skip(b.Serial) {
 				return err
 			}
 			return take(u64(b.Serial), b, CarryIn{Instance: b.Instance, Carried: true, State: c.State, StateKey: c.StateKey})
@@ -129,7 +131,7 @@ func (d *DB) ReserveNext(queue, group, reserver string, visibility, gapWait time
 			if l, seen := lowest[b.Instance]; !seen || b.Seq < l {
 				lowest[b.Instance] = b.Seq
 			}
-			if del.available(now) {
+			if del.available(now) && (del.Part == "" || skip == nil || !skip(b.Serial)) {
 				ready = append(ready, cand{append([]byte(nil), k...), b})
 			}
 			return false, nil

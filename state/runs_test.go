@@ -162,7 +162,7 @@ func TestCarryIsBounded(t *testing.T) {
 	db, _ := open(t)
 	db.EnsureGroup("pcap.sz", "stage-a", Earliest)
 	db.CommitBlock(mk(1, "aa"))
-	res, _, ok, err := db.ReserveNext("pcap.sz", "stage-a", "r", time.Minute, time.Minute)
+	res, _, ok, err := db.ReserveNext("pcap.sz", "stage-a", "r", time.Minute, time.Minute, nil)
 	if err != nil || !ok {
 		t.Fatal(ok, err)
 	}

@@ -54,6 +54,7 @@ type Worker struct {
 	mu      sync.Mutex
 	missing []string // executables this machine lacks
 	m       *metrics
+	parts   parts // first halves held for their blocks' turns
 }
 
 // New returns a worker. Its metrics go to cfg.Metrics when it is set;
@@ -92,7 +93,7 @@ type metrics struct {
 func newMetrics(slots int) *metrics {
 	m := &metrics{
 		runs: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "plumb_worker_runs_total",
-			Help: "Leased runs by how they ended: committed, failed, given_back (the program is missing here), lost (the lease went elsewhere) or stopped."},
+			Help: "Leased runs by how they ended: committed, parted (a first half held for its block's turn), failed, given_back (the program is missing here), lost (the lease went elsewhere) or stopped."},
 			[]string{"result"}),
 		inProgress: prometheus.NewGauge(prometheus.GaugeOpts{Name: "plumb_worker_runs_in_progress", Help: "Leased runs under way."}),
 		leaseFailures: prometheus.NewCounter(prometheus.CounterOpts{Name: "plumb_worker_lease_failures_total",
@@ -100,7 +101,7 @@ func newMetrics(slots int) *metrics {
 		slots: prometheus.NewGauge(prometheus.GaugeOpts{Name: "plumb_worker_slots", Help: "Runs the worker takes at once (--slots)."}),
 	}
 	m.slots.Set(float64(slots))
-	for _, r := range []string{"committed", "failed", "given_back", "lost", "stopped"} {
+	for _, r := range []string{"committed", "parted", "failed", "given_back", "lost", "stopped"} {
 		m.runs.WithLabelValues(r) // every result shows from the start, at 0
 	}
 	m.lastContact = prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "plumb_worker_last_contact_timestamp_seconds",
@@ -129,6 +130,7 @@ func (w *Worker) Run(ctx context.Context) error {
 		wg.Go(func() { w.loop(ctx) })
 	}
 	wg.Wait()
+	w.parts.drop()
 	return nil
 }
 
@@ -182,6 +184,9 @@ func (w *Worker) run(ctx context.Context, l engine.Lease) string {
 		c.Do(ctx, "fail-lease", flight.LeaseRequest{Lease: l.ID, Release: true}, nil)
 		return "given_back"
 	}
+	if l.Part != "" {
+		return w.runPart(ctx, l)
+	}
 	rctx, cancel := context.WithCancelCause(ctx)
 	defer cancel(nil)
 	var hb sync.WaitGroup
@@ -194,13 +199,22 @@ func (w *Worker) run(ctx context.Context, l engine.Lease) string {
 		carry = &engine.Carry{In: l.Carry.In, Gap: l.Carry.Gap, Final: l.Carry.Final}
 		runCtx = engine.WithCarry(rctx, carry)
 	}
-	outs, stderr, cpu, err := w.execute(runCtx, l)
-	defer func() {
-		for _, o := range outs {
-			o.F.Close()
-			os.Remove(o.F.Name())
-		}
-	}()
+	var (
+		outs   []*output
+		stderr string
+		cpu    time.Duration
+		err    error
+		parted bool
+	)
+	if hp := w.takePart(l); hp != nil {
+		// Its first half ran here apart from its neighbours: only the
+		// rows its edges complete are left.
+		outs, cpu, err = w.finish(runCtx, l, hp, carry)
+		parted = true
+	} else {
+		outs, stderr, cpu, err = w.execute(runCtx, l)
+	}
+	defer closeOutputs(outs)
 	if cause := context.Cause(rctx); errors.Is(cause, engine.ErrLeaseGone) {
 		log.Warn("lease lost while running; the run was given to another worker", "err", err)
 		return "lost"
@@ -241,7 +255,7 @@ func (w *Worker) run(ctx context.Context, l engine.Lease) string {
 		}
 		report = append(report, flight.LeaseOutput{Queue: o.queue, Size: o.N, SHA256: src.SHA256})
 	}
-	req := flight.LeaseRequest{Lease: l.ID, Outputs: report, CPUSeconds: cpu.Seconds()}
+	req := flight.LeaseRequest{Lease: l.ID, Outputs: report, CPUSeconds: cpu.Seconds(), Parted: parted}
 	if carry != nil {
 		req.Carry = carry.Out
 	}
@@ -256,6 +270,15 @@ func (w *Worker) run(ctx context.Context, l engine.Lease) string {
 	}
 	log.Debug("run committed")
 	return "committed"
+}
+
+// takePart returns the first half held for a lease's turn, if the
+// worker holds it.
+func (w *Worker) takePart(l engine.Lease) *heldPart {
+	if l.Held == "" {
+		return nil
+	}
+	return w.parts.take(l.Held)
 }
 
 // heartbeat keeps the lease alive, cancelling the run when it is lost.
@@ -288,6 +311,21 @@ type output struct {
 // execute streams the inputs from the server through the program into
 // scratch files.
 func (w *Worker) execute(ctx context.Context, l engine.Lease) ([]*output, string, time.Duration, error) {
+	var (
+		stderr string
+		cpu    time.Duration
+	)
+	outs, err := w.withPorts(ctx, l, func(ctx context.Context, name block.Name, ins, outs []engine.Port, scratch string) (err error) {
+		stderr, cpu, err = w.cfg.Runner.Run(ctx, l, name, ins, outs, scratch)
+		return err
+	})
+	return outs, stderr, cpu, err
+}
+
+// withPorts opens a lease's inputs (from the store or through the
+// server) and its outputs (scratch files) and runs fn over them, within
+// the lease's timeout. The outputs are the caller's to close and remove.
+func (w *Worker) withPorts(ctx context.Context, l engine.Lease, fn func(ctx context.Context, name block.Name, ins, outs []engine.Port, scratch string) error) ([]*output, error) {
 	if l.Timeout > 0 {
 		var cancel context.CancelFunc
 		ctx, cancel = context.WithTimeout(ctx, l.Timeout)
@@ -295,11 +333,11 @@ func (w *Worker) execute(ctx context.Context, l engine.Lease) ([]*output, string
 	}
 	name, err := block.Parse(l.Inputs[0].Name)
 	if err != nil {
-		return nil, "", 0, err
+		return nil, err
 	}
 	scratch, err := os.MkdirTemp(w.cfg.Scratch, "run-")
 	if err != nil {
-		return nil, "", 0, err
+		return nil, err
 	}
 	defer os.RemoveAll(scratch)
 	var ins []engine.Port
@@ -313,11 +351,11 @@ func (w *Worker) execute(ctx context.Context, l engine.Lease) ([]*output, string
 		}
 		s, err := w.cfg.Client.Get(ctx, b.Name)
 		if err != nil {
-			return nil, "", 0, fmt.Errorf("read input %s: %w", b.Name, err)
+			return nil, fmt.Errorf("read input %s: %w", b.Name, err)
 		}
 		defer s.Close()
 		if !s.Next() {
-			return nil, "", 0, fmt.Errorf("read input %s: %w", b.Name, s.Err())
+			return nil, fmt.Errorf("read input %s: %w", b.Name, s.Err())
 		}
 		ins = append(ins, engine.Port{Queue: b.Queue, R: s})
 	}
@@ -326,7 +364,7 @@ func (w *Worker) execute(ctx context.Context, l engine.Lease) ([]*output, string
 	for _, q := range l.Outputs {
 		f, err := os.CreateTemp(w.cfg.Scratch, "out-")
 		if err != nil {
-			return outs, "", 0, err
+			return outs, err
 		}
 		on := name
 		on.Queue = q
@@ -335,8 +373,7 @@ func (w *Worker) execute(ctx context.Context, l engine.Lease) ([]*output, string
 		outs = append(outs, o)
 		ports = append(ports, engine.Port{Queue: q, W: o})
 	}
-	stderr, cpu, err := w.cfg.Runner.Run(ctx, l, name, ins, ports, scratch)
-	return outs, stderr, cpu, err
+	return outs, fn(ctx, name, ins, ports, scratch)
 }
 
 // putDirect writes an output straight to the store under its block key;
