@@ -127,9 +127,11 @@ func (x *Extractor) Packet(t time.Time, frame []byte) {
 			}
 			x.stats.Reassembled++
 		}
-		// DNS on a tunnel's own port is DNS, not a tunnel.
+		// DNS on a tunnel's own port is DNS, not a tunnel; so is a
+		// response from a DNS port to a client whose source port was a
+		// tunnel's.
 		kind := netpkt.TunnelOf(p)
-		if kind == "" || depth == maxTunnels || x.ports[p.DstPort] {
+		if kind == "" || depth == maxTunnels || x.ports[p.DstPort] || x.ports[p.SrcPort] {
 			break
 		}
 		if err := netpkt.Decap(p); err != nil {

@@ -127,3 +127,58 @@ func TestTunnels(t *testing.T) {
 		}
 	}
 }
+
+// TestClientOnTunnelPort: a DNS client whose source port happens to be
+// a tunnel's (4789, 6081) still gets its responses as rows. The
+// response's destination is that port, yet it comes from port 53: a
+// tunnel is told by the port it is sent to, never by a DNS message's.
+func TestClientOnTunnelPort(t *testing.T) {
+	plain := "../../testdata/pcaps/dnscap__dns.pcap"
+	want, _, _ := extract(t, plain)
+	link, cis, frames := packetsOf(t, plain)
+	var b bytes.Buffer
+	w, err := pcap.NewWriter(&b, link, 65535, true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	moved := 0
+	for i, frame := range frames {
+		pkt := gopacket.NewPacket(frame, link, gopacket.Default)
+		udp, _ := pkt.Layer(layers.LayerTypeUDP).(*layers.UDP)
+		if udp != nil {
+			port := layers.UDPPort([]int{4789, 6081}[i%2])
+			switch {
+			case udp.DstPort == 53:
+				udp.SrcPort = port
+			case udp.SrcPort == 53:
+				udp.DstPort = port
+			}
+			if nl, ok := pkt.NetworkLayer().(gopacket.NetworkLayer); ok {
+				udp.SetNetworkLayerForChecksum(nl)
+			}
+			buf := gopacket.NewSerializeBuffer()
+			if err := gopacket.SerializePacket(buf, gopacket.SerializeOptions{ComputeChecksums: true}, pkt); err != nil {
+				t.Fatal(err)
+			}
+			frame = buf.Bytes()
+			moved++
+		}
+		ci := cis[i]
+		ci.CaptureLength, ci.Length = len(frame), len(frame)
+		if err := w.WritePacket(ci, frame); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := w.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	path := filepath.Join(t.TempDir(), "tunnel-ports.pcap")
+	if err := os.WriteFile(path, b.Bytes(), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	got, _, st := extract(t, path)
+	if missing, extra := diff(got, want); len(missing)+len(extra) > 0 || moved == 0 {
+		t.Errorf("clients on ports 4789 and 6081 (%d packets moved): %d rows, %d as captured; missing %v; extra %v (stats %+v)",
+			moved, len(got), len(want), head(missing), head(extra), st)
+	}
+}
