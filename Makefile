@@ -68,6 +68,7 @@ bench: build
 	$(GO) run ./bench/pipeline -plumb $(CURDIR)/$(BIN)
 	$(GO) run ./bench/dns -plumb $(CURDIR)/$(BIN)
 	$(GO) run ./bench/site -plumb $(CURDIR)/$(BIN)
+	$(GO) run ./bench/attack -plumb $(CURDIR)/$(BIN)
 	$(GO) run ./bench/windows -plumb $(CURDIR)/$(BIN)
 	$(GO) run ./bench/streams -plumb $(CURDIR)/$(BIN)
 	$(GO) run ./bench/deadlines -plumb $(CURDIR)/$(BIN)

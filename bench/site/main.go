@@ -8,6 +8,11 @@
 //
 //   - this build with 1 slot and with 2;
 //   - this build with no slot and 2 remote workers (plumb worker);
+//   - this build with 2 slots on the same capture cut into blocks of
+//     separate sites, so no block has a neighbour: nothing is joined or
+//     carried from block to block, and what straddles a cut is lost.
+//     The CPU it takes is the decoder's and the server's alone, so the
+//     ratio to it is what reading a site exactly costs;
 //   - the previous design, which ran a site's blocks one at a time to
 //     carry their state (built from git at -sequential-rev), with 2 slots;
 //   - the design before that, which carried no state and so lost what
@@ -23,16 +28,19 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"io"
 	"log"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"runtime"
+	"strconv"
 	"strings"
 	"time"
 
 	"github.com/plumb-dev/plumb/bench/internal/benchkit"
 	"github.com/plumb-dev/plumb/client"
+	"github.com/plumb-dev/plumb/pcap"
 )
 
 func main() {
@@ -77,16 +85,22 @@ func run(plumb, size, block, mix, seqRev, noStateRev string) error {
 		return fmt.Errorf("synth: %v\n%s", err, out)
 	}
 	fmt.Printf("== one site's %s (plumb synth --mix %s) in %s blocks through builtin:dns on the server\n", size, mix, block)
+	pieces, err := split(capture, filepath.Join(dir, "pieces"), block)
+	if err != nil {
+		return err
+	}
 	type variant struct {
 		name, bin      string
 		slots, workers int
+		sites          bool
 	}
 	variants := []variant{
-		{"1 slot", plumb, 1, 0},
-		{"2 slots", plumb, 2, 0},
-		{"2 remote workers", plumb, 0, 2},
+		{"1 slot", plumb, 1, 0, false},
+		{"2 slots", plumb, 2, 0, false},
+		{"2 remote workers", plumb, 0, 2, false},
+		{"separate sites (nothing joined), 2 slots", plumb, 2, 0, true},
 	}
-	for _, old := range []struct{ name, rev string }{{"sequential (previous), 2 slots", seqRev}, {"no state (lossy), 2 slots", noStateRev}} {
+	for _, old := range []struct{ name, rev string }{{"sequential (previous), 2 slots", seqRev}, {"no state, leaner records, 2 slots", noStateRev}} {
 		if old.rev == "" {
 			continue
 		}
@@ -95,20 +109,24 @@ func run(plumb, size, block, mix, seqRev, noStateRev string) error {
 			fmt.Printf("(%s at %s not measured: %v)\n", old.name, old.rev, err)
 			continue
 		}
-		variants = append(variants, variant{old.name + " @" + old.rev, bin, 2, 0})
+		variants = append(variants, variant{old.name + " @" + old.rev, bin, 2, 0, false})
 	}
 	var results []result
 	for i, v := range variants {
-		r, err := once(v.bin, filepath.Join(dir, fmt.Sprint("run", i)), capture, block, v.slots, v.workers)
+		sources := []string{capture}
+		if v.sites {
+			sources = pieces
+		}
+		r, err := once(v.bin, filepath.Join(dir, fmt.Sprint("run", i)), sources, block, v.slots, v.workers)
 		if err != nil {
 			return fmt.Errorf("%s: %w", v.name, err)
 		}
 		r.name = v.name
 		results = append(results, r)
 	}
-	fmt.Printf("%-42s %7s %9s %7s %8s %10s %6s %7s  %s\n", "server", "blocks", "blocks/s", "MB/s", "seconds", "CPU s/GiB", "cores", "parted", "loadavg before")
+	fmt.Printf("%-44s %7s %9s %7s %8s %10s %6s %7s  %s\n", "server", "blocks", "blocks/s", "MB/s", "seconds", "CPU s/GiB", "cores", "parted", "loadavg before")
 	for _, r := range results {
-		fmt.Printf("%-42s %7d %9.2f %7.1f %8.2f %10.1f %6.2f %7d  %s\n", r.name, r.blocks, r.blocksPerSec(), float64(r.bytes)/1e6/r.secs, r.secs,
+		fmt.Printf("%-44s %7d %9.2f %7.1f %8.2f %10.1f %6.2f %7d  %s\n", r.name, r.blocks, r.blocksPerSec(), float64(r.bytes)/1e6/r.secs, r.secs,
 			r.cpuPerGiB(), r.cpu/r.secs, r.parted, r.load)
 	}
 	ratio := func(a, b string) string {
@@ -144,7 +162,8 @@ func run(plumb, size, block, mix, seqRev, noStateRev string) error {
 	fmt.Printf("2 slots / 1 slot:          %s blocks/s  (aim >= 1.7x)\n", ratio("2 slots", "1 slot"))
 	fmt.Printf("2 slots / sequential:      %s blocks/s  (aim >= 1.6x)\n", ratio("2 slots", "sequential"))
 	fmt.Printf("2 remote workers / 1 slot: %s blocks/s\n", ratio("2 remote", "1 slot"))
-	fmt.Printf("CPU s/GiB, 2 slots / no state: %s  (aim <= 1.1x)\n", cpuRatio("2 slots", "no state"))
+	fmt.Printf("CPU s/GiB, 2 slots / separate sites: %s  (aim <= 1.1x: what joining and carrying cost)\n", cpuRatio("2 slots", "separate sites"))
+	fmt.Printf("CPU s/GiB, 2 slots / no state, leaner records: %s  (issue 38: the richer records' cost)\n", cpuRatio("2 slots", "no state"))
 	fmt.Printf("(blocks/s depends on the cores free (%d here; one slot's run already keeps more than one busy, its reader and\n", runtime.NumCPU())
 	fmt.Println(" writer overlapping, so 2 slots can gain at most cores/one slot's cores); CPU s/GiB is the server's and its")
 	fmt.Println(" workers', children included, and does not)")
@@ -168,9 +187,86 @@ func buildRev(dir, rev string) (string, error) {
 	return bin, nil
 }
 
-// once imports the capture into a fresh server as one site's blocks,
-// then submits the job and times it until every block has had its run.
-func once(plumb, dir, capture, block string, slots, workers int) (result, error) {
+// split cuts a capture into files of about size bytes each, the blocks
+// an import would cut.
+func split(capture, dir, size string) ([]string, error) {
+	n, err := parseSize(size)
+	if err != nil {
+		return nil, err
+	}
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return nil, err
+	}
+	in, err := os.Open(capture)
+	if err != nil {
+		return nil, err
+	}
+	defer in.Close()
+	r, closer, err := pcap.NewReader(in)
+	if err != nil {
+		return nil, err
+	}
+	defer closer.Close()
+	var (
+		files   []string
+		f       *os.File
+		w       *pcap.Writer
+		written int64
+	)
+	closeFile := func() error {
+		if f == nil {
+			return nil
+		}
+		err := errors.Join(w.Flush(), f.Close())
+		f = nil
+		return err
+	}
+	for {
+		data, ci, err := r.Next()
+		if err == io.EOF {
+			break
+		}
+		if err != nil {
+			return nil, err
+		}
+		if f == nil || written >= n {
+			if err := closeFile(); err != nil {
+				return nil, err
+			}
+			name := filepath.Join(dir, fmt.Sprintf("%04d.pcap", len(files)+1))
+			if f, err = os.Create(name); err != nil {
+				return nil, err
+			}
+			if w, err = pcap.NewWriter(f, r.LinkType, 262144, true); err != nil {
+				return nil, err
+			}
+			files, written = append(files, name), 24
+		}
+		if err := w.WritePacket(ci, data); err != nil {
+			return nil, err
+		}
+		written += 16 + int64(len(data))
+	}
+	return files, closeFile()
+}
+
+func parseSize(s string) (int64, error) {
+	for _, u := range []struct {
+		suffix string
+		mult   int64
+	}{{"KiB", 1 << 10}, {"MiB", 1 << 20}, {"GiB", 1 << 30}} {
+		if v, ok := strings.CutSuffix(s, u.suffix); ok {
+			n, err := strconv.ParseInt(v, 10, 64)
+			return n * u.mult, err
+		}
+	}
+	return strconv.ParseInt(s, 10, 64)
+}
+
+// once imports the capture into a fresh server as one site's blocks (or
+// each of several captures as a site of its own), then submits the job
+// and times it until every block has had its run.
+func once(plumb, dir string, captures []string, block string, slots, workers int) (result, error) {
 	args := []string{"--tick", "200ms"}
 	if workers > 0 {
 		args = append(args, "--remote-only")
@@ -182,9 +278,21 @@ func once(plumb, dir, capture, block string, slots, workers int) (result, error)
 		return result{}, err
 	}
 	defer srv.Stop()
-	if out, err := exec.Command(plumb, "import", "--quiet", "--server", srv.Addr, "--site", "lax", "--new-instance", "--codec", "none",
-		"--spool", filepath.Join(dir, "spool"), "--block-size", block, capture).CombinedOutput(); err != nil {
-		return result{}, fmt.Errorf("import: %v\n%s", err, out)
+	var bytes int64
+	for i, capture := range captures {
+		site, blockSize := "lax", block
+		if len(captures) > 1 {
+			site, blockSize = fmt.Sprintf("lax%03d", i), "1GiB" // one block each
+		}
+		if out, err := exec.Command(plumb, "import", "--quiet", "--server", srv.Addr, "--site", site, "--new-instance", "--codec", "none",
+			"--spool", filepath.Join(dir, "spool", site), "--block-size", blockSize, capture).CombinedOutput(); err != nil {
+			return result{}, fmt.Errorf("import: %v\n%s", err, out)
+		}
+		fi, err := os.Stat(capture)
+		if err != nil {
+			return result{}, err
+		}
+		bytes += fi.Size()
 	}
 	c, err := client.Dial(srv.Addr)
 	if err != nil {
@@ -251,12 +359,8 @@ func once(plumb, dir, capture, block string, slots, workers int) (result, error)
 	if err != nil {
 		return result{}, err
 	}
-	fi, err := os.Stat(capture)
-	if err != nil {
-		return result{}, err
-	}
 	f := strings.Fields(string(load))
-	return result{blocks: int64(len(blocks)), bytes: fi.Size(), secs: secs, cpu: (cpu1 - cpu0).Seconds(),
+	return result{blocks: int64(len(blocks)), bytes: bytes, secs: secs, cpu: (cpu1 - cpu0).Seconds(),
 		parted: parted, load: strings.Join(f[:3], " ")}, nil
 }
 
