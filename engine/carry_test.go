@@ -175,6 +175,18 @@ func pairRows(t *testing.T, data []byte) []string {
 	return out
 }
 
+// pairRow is a transaction as pairRows reads it from the stage's rows.
+func pairRow(tx *dnspair.Txn) string {
+	q, r := "-", "-"
+	if tx.Query != nil {
+		q = fmt.Sprint(tx.Query.Time.UnixNano())
+	}
+	if tx.Response != nil {
+		r = fmt.Sprint(tx.Response.Time.UnixNano())
+	}
+	return fmt.Sprintf("%s %s %04x", q, r, tx.Key.ID)
+}
+
 // TestDNSPairsAcrossBlocks: builtin:dnspairs pairs a query at the end of
 // one block with its response at the start of the next: a capture cut
 // between every query and its response, shipped shuffled, gives the
@@ -184,16 +196,7 @@ func TestDNSPairsAcrossBlocks(t *testing.T) {
 	// The uncut transactions, without the end-of-capture flush: queries
 	// still waiting at the end wait for the site's next block.
 	var want []string
-	p := dnspair.New(func(tx *dnspair.Txn) {
-		q, r := "-", "-"
-		if tx.Query != nil {
-			q = fmt.Sprint(tx.Query.Time.UnixNano())
-		}
-		if tx.Response != nil {
-			r = fmt.Sprint(tx.Response.Time.UnixNano())
-		}
-		want = append(want, fmt.Sprintf("%s %s %04x", q, r, tx.Key.ID))
-	})
+	p := dnspair.New(func(tx *dnspair.Txn) { want = append(want, pairRow(tx)) })
 	x := dnsrec.NewExtractor(link, nil, p.Add)
 	// One packet per block: every query is in another block than its
 	// response.
@@ -236,14 +239,16 @@ func TestDNSPairsAcrossBlocks(t *testing.T) {
 // and joins their edges in sequence; every site's rows are the uncut
 // capture's, and most runs were read in parallel with their neighbours.
 func TestDNSCutAnywhereInParallel(t *testing.T) {
-	for _, chained := range []bool{false, true} {
-		t.Run(map[bool]string{false: "alone", true: "chained"}[chained], func(t *testing.T) { cutAnywhereInParallel(t, chained) })
+	for _, mode := range []string{"alone", "chained", "pairs"} {
+		t.Run(mode, func(t *testing.T) { cutAnywhereInParallel(t, mode) })
 	}
 }
 
 // cutAnywhereInParallel is TestDNSCutAnywhereInParallel, with builtin:dns
-// alone or chained after builtin:decode over snappy blocks.
-func cutAnywhereInParallel(t *testing.T, chained bool) {
+// alone ("alone"), chained after builtin:decode over snappy blocks
+// ("chained"), or builtin:dnspairs ("pairs").
+func cutAnywhereInParallel(t *testing.T, mode string) {
+	chained := mode == "chained"
 	paths, _ := filepath.Glob("../testdata/pcaps/*.pcap*")
 	if len(paths) < 50 {
 		t.Fatalf("%d captures", len(paths))
@@ -262,9 +267,13 @@ func cutAnywhereInParallel(t *testing.T, chained bool) {
 		link, cis, frames := captureFrames(t, filepath.Base(p))
 		// The uncut rows, without the end-of-capture flush: what the last
 		// block holds waits for the site's next block, as it would live.
-		x := dnsrec.NewExtractor(link, nil, func(r *dnsrec.Record) {
+		emit := func(r *dnsrec.Record) {
 			want[site] = append(want[site], fmt.Sprintf("%d %04x %s", r.Time.UnixNano(), r.Msg.ID, r.Msg.QName))
-		})
+		}
+		if mode == "pairs" {
+			emit = dnspair.New(func(tx *dnspair.Txn) { want[site] = append(want[site], pairRow(tx)) }).Add
+		}
+		x := dnsrec.NewExtractor(link, nil, emit)
 		size := 1 + rng.IntN(1+rng.IntN(100)) // small sizes more often: more cuts
 		for start, seq := 0, uint64(1); start < len(frames); start, seq = start+size, seq+1 {
 			var b bytes.Buffer
@@ -281,20 +290,27 @@ func cutAnywhereInParallel(t *testing.T, chained bool) {
 			puts = append(puts, put{site, seq, data})
 		}
 	}
-	queue, program := "pcap", "builtin:dns"
-	if chained {
+	queue, program, output := "pcap", "builtin:dns", "dns.arrow"
+	switch mode {
+	case "chained":
 		queue, program = "pcap.sz", "[builtin:decode, builtin:dns]"
+	case "pairs":
+		program, output = "builtin:dnspairs", "dns.pairs"
 	}
 	for _, i := range rng.Perm(len(puts)) {
 		p := puts[i]
 		r.putName(block.Name{Time: time.Date(2025, 5, 5, 15, 0, 0, 0, time.UTC), Seq: p.seq, Instance: p.site, Queue: queue}, p.data)
 	}
-	r.mustAccept("job: dns\nfrom: earliest\nstages:\n  - {name: d, inputs: [" + queue + "], program: " + program + ", outputs: [dns.arrow], retention: forever}\n")
-	r.wait("every block's records", func() bool { return r.count("dns.arrow") == int64(len(puts)) })
+	r.mustAccept("job: dns\nfrom: earliest\nstages:\n  - {name: d, inputs: [" + queue + "], program: " + program + ", outputs: [" + output + "], retention: forever}\n")
+	r.wait("every block's records", func() bool { return r.count(output) == int64(len(puts)) })
 	got := map[string][]string{}
 	for _, p := range puts {
-		data := r.readName(t, block.Name{Time: time.Date(2025, 5, 5, 15, 0, 0, 0, time.UTC), Seq: p.seq, Instance: p.site, Queue: "dns.arrow"}.String())
-		got[p.site] = append(got[p.site], dnsRows(t, data)...)
+		data := r.readName(t, block.Name{Time: time.Date(2025, 5, 5, 15, 0, 0, 0, time.UTC), Seq: p.seq, Instance: p.site, Queue: output}.String())
+		if mode == "pairs" {
+			got[p.site] = append(got[p.site], pairRows(t, data)...)
+		} else {
+			got[p.site] = append(got[p.site], dnsRows(t, data)...)
+		}
 	}
 	for site, w := range want {
 		g := got[site]

@@ -48,9 +48,10 @@ func registerDNS(reg *engine.Registry) {
 			"and writes one row per query, answered or not, and one per orphan response, as an Arrow IPC file (LZ4): " +
 			"query and response times, latency, sizes, rcode, flags and answers. A query waits ?window=5s of packet time " +
 			"for its response, across the blocks of its site; at most ?max_pending=262144 wait at once (the oldest is " +
-			"then given up and marked evicted). ?ports= as builtin:dns.",
+			"then given up and marked evicted). ?ports= and ?budget= as builtin:dns: a site's blocks are paired in parallel and " +
+			"what straddles their cuts is joined in sequence.",
 		New: func(args url.Values) (engine.Builtin, error) {
-			if err := engine.StrictArgs(args, "ports", "window", "max_pending"); err != nil {
+			if err := engine.StrictArgs(args, "ports", "window", "max_pending", "budget"); err != nil {
 				return nil, err
 			}
 			ports, err := parsePorts(args.Get("ports"))
@@ -58,6 +59,11 @@ func registerDNS(reg *engine.Registry) {
 				return nil, err
 			}
 			p := &DNSPairs{Ports: ports, Window: dnspair.DefaultWindow, MaxPending: dnspair.DefaultMaxPending}
+			if v := args.Get("budget"); v != "" {
+				if p.Budget, err = parseBytes(v); err != nil || p.Budget < 64<<10 || p.Budget > 1<<30 {
+					return nil, fmt.Errorf("budget=%q: want a size between 64KiB and 1GiB, e.g. 16MiB", v)
+				}
+			}
 			if v := args.Get("window"); v != "" {
 				if p.Window, err = time.ParseDuration(v); err != nil || p.Window <= 0 || p.Window > time.Hour {
 					return nil, fmt.Errorf("window=%q: want a duration between 1ns and 1h, e.g. 5s", v)
@@ -233,92 +239,6 @@ func (p *dnsPart) Discard() { p.w.Close() }
 
 var _ engine.Edged = (*DNS)(nil)
 
-// extraction is the packet loop of the DNS stages: it reads a capture
-// block and emits its records. In a pipeline the blocks of a site run in
-// sequence, each going on from what the previous one held (its carry): a
-// message or datagram the agent's cut split is found once, in the block
-// that completes it, and a stage built on the records (pairing) carries
-// its own state beside the extractor's.
-type extraction struct {
-	ports  []uint16
-	emit   func(*dnsrec.Record)
-	failed func() error // the first error of emit's writer
-	// load and save carry a stage's own state after the extractor's.
-	load  func(state []byte) error
-	save  func() ([]byte, error)
-	flush func() // nothing more can come: the capture ended, or blocks are missing
-}
-
-// carried is the state of the DNS stages between blocks.
-type carried struct {
-	Extractor, Stage []byte
-}
-
-func (e *extraction) run(ctx context.Context, in io.Reader) error {
-	r, closer, err := pcap.NewReader(in)
-	if err != nil {
-		return fmt.Errorf("%w: %v", engine.ErrMalformed, err)
-	}
-	defer closer.Close()
-	x := dnsrec.NewExtractor(r.LinkType, e.ports, e.emit)
-	carry := engine.CarryOf(ctx)
-	if carry != nil {
-		var c carried
-		if e.load == nil {
-			c.Extractor = carry.In // builtin:dns's state is the extractor's alone
-		} else if len(carry.In) > 0 {
-			if err := gob.NewDecoder(bytes.NewReader(carry.In)).Decode(&c); err != nil {
-				return fmt.Errorf("DNS stage state: %w", err) // the server's own state: not the block's fault
-			}
-		}
-		if err := x.LoadState(c.Extractor); err != nil {
-			return err
-		}
-		if e.load != nil {
-			if err := e.load(c.Stage); err != nil {
-				return err
-			}
-		}
-		if carry.Gap {
-			// Blocks went missing: what was held cannot be completed, and
-			// the responses of waiting queries, if any, were in them.
-			x.Flush()
-			if e.flush != nil {
-				e.flush()
-			}
-		}
-	}
-	if err := readPackets(ctx, r, x, e.failed); err != nil {
-		return err
-	}
-	if carry == nil || carry.Final {
-		// Nothing follows: what is held comes out now, at its own times.
-		x.Flush()
-		if e.flush != nil {
-			e.flush()
-		}
-		return e.failed()
-	}
-	xs, err := x.SaveState()
-	if err != nil {
-		return err
-	}
-	if e.save == nil {
-		carry.Out = xs
-		return e.failed()
-	}
-	c := carried{Extractor: xs}
-	if c.Stage, err = e.save(); err != nil {
-		return err
-	}
-	var b bytes.Buffer
-	if err := gob.NewEncoder(&b).Encode(c); err != nil {
-		return err
-	}
-	carry.Out = b.Bytes()
-	return e.failed()
-}
-
 // Sequential marks the stage as run per site in sequence order.
 func (d *DNS) Sequential() {}
 
@@ -327,35 +247,157 @@ type DNSPairs struct {
 	Ports      []uint16
 	Window     time.Duration
 	MaxPending int
+	// Budget bounds the bytes a block leaves to the join and a site
+	// carries, as DNS.Budget (dnsrec.DefaultEdgeBudget when zero).
+	Budget int
 }
 
-// Run implements engine.Builtin.
+func (d *DNSPairs) budget() int {
+	if d.Budget > 0 {
+		return d.Budget
+	}
+	return dnsrec.DefaultEdgeBudget
+}
+
+func (d *DNSPairs) pairer(emit func(*dnspair.Txn)) *dnspair.Pairer {
+	p := dnspair.New(emit)
+	p.Window, p.MaxPending = d.Window, d.MaxPending
+	return p
+}
+
+// Run implements engine.Builtin: Start and Finish at once.
 func (d *DNSPairs) Run(ctx context.Context, in io.Reader, out io.Writer) error {
-	name, _ := engine.BlockOf(ctx)
-	w, err := dnspair.NewWriter(out, name.Instance, name.Seq)
+	p, err := d.Start(ctx, in, out)
 	if err != nil {
 		return err
 	}
-	defer w.Close()
-	var werr error
-	p := dnspair.New(func(t *dnspair.Txn) {
-		if werr == nil {
-			werr = w.Add(t)
-		}
-	})
-	p.Window, p.MaxPending = d.Window, d.MaxPending
-	x := &extraction{ports: d.Ports, emit: p.Add, failed: func() error { return werr },
-		load:  p.LoadState,
-		save:  p.SaveState,
-		flush: p.Flush,
+	defer p.Discard()
+	return p.Finish(ctx, engine.CarryOf(ctx))
+}
+
+// Start implements engine.Edged: it reads and pairs the block on its
+// own, writes what the block decides alone and keeps the rest for
+// Finish (see dnspair.Edge).
+func (d *DNSPairs) Start(ctx context.Context, in io.Reader, out io.Writer) (engine.Part, error) {
+	name, _ := engine.BlockOf(ctx)
+	w, err := dnspair.NewWriter(out, name.Instance, name.Seq)
+	if err != nil {
+		return nil, err
 	}
-	if err := x.run(ctx, in); err != nil {
+	p := &pairsPart{d: d, w: w}
+	p.emit = func(t *dnspair.Txn) {
+		if p.werr == nil {
+			p.werr = w.Add(t)
+		}
+	}
+	r, closer, err := pcap.NewReader(in)
+	if err != nil {
+		p.Discard()
+		return nil, fmt.Errorf("%w: %v", engine.ErrMalformed, err)
+	}
+	defer closer.Close()
+	pr := d.pairer(p.emit)
+	pr.Split(d.budget())
+	var x *dnsrec.Extractor
+	x = dnsrec.NewExtractor(r.LinkType, d.Ports, func(rec *dnsrec.Record) { pr.AddAt(rec, int(x.Packets()-1)) })
+	x.SplitEdges(d.budget())
+	x.OnEdge(pr.Taint)
+	if err := readPackets(ctx, r, x, func() error { return p.werr }); err != nil {
+		p.Discard()
+		return nil, err
+	}
+	p.edge, p.pairs = x.Edge(), pr.Edge()
+	if err := errors.Join(p.werr, w.Suspend()); err != nil {
+		p.Discard()
+		return nil, err
+	}
+	return p, nil
+}
+
+// pairsPart is a block of builtin:dnspairs paired on its own: its
+// transactions so far in the writer, and its edges.
+type pairsPart struct {
+	d     *DNSPairs
+	w     *dnspair.Writer
+	emit  func(*dnspair.Txn)
+	werr  error
+	edge  *dnsrec.Edge
+	pairs *dnspair.Edge
+}
+
+// carried is the state of builtin:dnspairs between blocks: the joiner's
+// and the pairer's.
+type carried struct {
+	Extractor, Stage []byte
+}
+
+// Finish implements engine.Part: the joiner and the pairer go on from
+// the carried state, take the block's edges in packet order, and their
+// transactions end the block's file.
+func (p *pairsPart) Finish(ctx context.Context, carry *engine.Carry) error {
+	if err := ctx.Err(); err != nil {
 		return err
 	}
-	return w.Close()
+	pr := p.d.pairer(p.emit)
+	add := pr.Add
+	j := dnsrec.NewJoiner(p.d.Ports, func(r *dnsrec.Record) { add(r) })
+	j.SetBudget(p.d.budget())
+	if carry != nil && len(carry.In) > 0 {
+		var c carried
+		if err := gob.NewDecoder(bytes.NewReader(carry.In)).Decode(&c); err != nil {
+			return fmt.Errorf("DNS pairing state: %w", err) // the server's own state: not the block's fault
+		}
+		if err := j.LoadState(c.Extractor); err != nil {
+			return err
+		}
+		if err := pr.LoadState(c.Stage); err != nil {
+			return err
+		}
+	}
+	if carry != nil && carry.Gap {
+		// Blocks went missing: what was held cannot be completed, and
+		// the responses of waiting queries, if any, were in them.
+		j.Gap()
+		pr.Flush()
+	}
+	jn := pr.Join(p.pairs)
+	add = jn.Add
+	j.Before = jn.Before
+	j.Join(p.edge)
+	jn.End()
+	add = pr.Add
+	if carry == nil || carry.Final {
+		// Nothing follows: what is held comes out now, at its own times.
+		j.Flush()
+		pr.Flush()
+	} else {
+		var c carried
+		var err error
+		if c.Extractor, err = j.SaveState(); err != nil {
+			return err
+		}
+		if c.Stage, err = pr.SaveState(); err != nil {
+			return err
+		}
+		var b bytes.Buffer
+		if err := gob.NewEncoder(&b).Encode(c); err != nil {
+			return err
+		}
+		carry.Out = b.Bytes()
+	}
+	if p.werr != nil {
+		return p.werr
+	}
+	return p.w.Close()
 }
+
+// Discard implements engine.Part.
+func (p *pairsPart) Discard() { p.w.Close() }
 
 // Sequential marks the stage as run per site in sequence order.
 func (d *DNSPairs) Sequential() {}
 
-var _ engine.Sequential = (*DNSPairs)(nil)
+var (
+	_ engine.Sequential = (*DNSPairs)(nil)
+	_ engine.Edged      = (*DNSPairs)(nil)
+)

@@ -261,6 +261,16 @@ func (w *Writer) reset() {
 	w.answers.Reset()
 }
 
+// Suspend writes every transaction added so far, keeping the file open:
+// a block paired apart from its neighbours waits so for what the join
+// decides. Add goes on after it; Close ends the file either way.
+func (w *Writer) Suspend() error {
+	if w.closed {
+		return nil
+	}
+	return w.flush()
+}
+
 // Close writes the last batch and the file's footer. A block that
 // decided no transaction still makes a valid file with no rows. Closing
 // twice does nothing.

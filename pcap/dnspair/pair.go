@@ -84,6 +84,11 @@ type entry struct {
 	q          Query
 	prev, next *entry // arrival order
 	same       *entry // the next newer query with the same key
+	// While a block is paired on its own (Split): the query's packet,
+	// the clock before it, and the other queries between its hosts.
+	idx          int
+	at           time.Time
+	hprev, hnext *entry
 }
 
 // Pairer pairs the records it is given; see the package comment.
@@ -101,6 +106,7 @@ type Pairer struct {
 	clock      time.Time // the latest packet time seen
 	stats      Stats
 	txn        Txn
+	split      *splitState // see Split
 }
 
 // New returns a Pairer that calls emit with each transaction decided
@@ -124,11 +130,14 @@ func (p *Pairer) maxPending() int {
 }
 
 // Add takes the next record of the capture.
-func (p *Pairer) Add(r *dnsrec.Record) {
+func (p *Pairer) Add(r *dnsrec.Record) { p.addAt(r, 0) }
+
+func (p *Pairer) addAt(r *dnsrec.Record, idx int) {
 	if r.Size < 12 {
 		p.stats.Unpairable++
 		return
 	}
+	at := p.clock
 	if r.Time.After(p.clock) {
 		p.clock = r.Time
 		p.expire()
@@ -139,7 +148,7 @@ func (p *Pairer) Add(r *dnsrec.Record) {
 		if p.n >= p.maxPending() {
 			p.drop(p.head, true)
 		}
-		p.push(&entry{key: k, q: Query{Time: r.Time, Size: r.Size, IPVersion: r.IPVersion, Opcode: m.Opcode,
+		p.push(&entry{key: k, idx: idx, at: at, q: Query{Time: r.Time, Size: r.Size, IPVersion: r.IPVersion, Opcode: m.Opcode,
 			RD: m.RD, CD: m.CD, EDNS: m.EDNS, DO: m.DO, UDPSize: m.UDPSize, HasQuestion: m.HasQuestion,
 			QName: m.QName, QType: m.QType, QClass: m.QClass}})
 		return
@@ -147,10 +156,12 @@ func (p *Pairer) Add(r *dnsrec.Record) {
 	k := Key{TCP: r.TCP, Client: r.Dst, Server: r.Src, ClientPort: r.DstPort, ServerPort: r.SrcPort, ID: m.ID}
 	// A client that sent the same query again gets one response, most
 	// likely to its last send: pair it with the newest matching query
-	// (as tshark does); the older sends stay unanswered.
+	// (as tshark does); the older sends stay unanswered. A query older
+	// than the window is never waiting here in a capture read whole; a
+	// join that has not seen every packet's time yet checks it so.
 	var match *entry
 	for e := p.pending[k]; e != nil; e = e.same {
-		if matches(&e.q, r) {
+		if matches(&e.q, r) && r.Time.Sub(e.q.Time) <= p.window() {
 			match = e
 		}
 	}
@@ -160,6 +171,14 @@ func (p *Pairer) Add(r *dnsrec.Record) {
 		p.txn = Txn{Key: k, Query: &match.q, Response: r}
 		p.emit(&p.txn)
 		return
+	}
+	// A block paired on its own leaves a response its queries do not
+	// answer to the join while a query of an earlier block may.
+	if s := p.split; s != nil && !r.Time.After(s.t0.Add(2*p.window())) {
+		if s.hold(held{idx: idx, clock: at, rec: clone(r)}, r.Size+256) {
+			return
+		}
+		s.inexact++
 	}
 	p.stats.Orphans++
 	p.txn = Txn{Key: k, Response: r}
@@ -218,6 +237,13 @@ func (p *Pairer) push(e *entry) {
 	}
 	p.tail = e
 	p.n++
+	if s := p.split; s != nil {
+		h := hostsOf(e.key.Client, e.key.Server)
+		if e.hnext = s.waiting[h]; e.hnext != nil {
+			e.hnext.hprev = e
+		}
+		s.waiting[h] = e
+	}
 	first := p.pending[e.key]
 	if first == nil {
 		p.pending[e.key] = e
@@ -241,6 +267,17 @@ func (p *Pairer) remove(e *entry) {
 		p.tail = e.prev
 	}
 	p.n--
+	if s := p.split; s != nil {
+		if e.hprev != nil {
+			e.hprev.hnext = e.hnext
+		} else {
+			s.waiting[hostsOf(e.key.Client, e.key.Server)] = e.hnext
+		}
+		if e.hnext != nil {
+			e.hnext.hprev = e.hprev
+		}
+		e.hprev, e.hnext = nil, nil
+	}
 	first := p.pending[e.key]
 	if first == e {
 		if e.same != nil {

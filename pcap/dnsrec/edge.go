@@ -4,6 +4,8 @@ import (
 	"bytes"
 	"encoding/gob"
 	"fmt"
+	"math"
+	"net/netip"
 	"time"
 
 	"github.com/gopacket/gopacket/layers"
@@ -52,7 +54,11 @@ type Edge struct {
 
 // EdgeFrame is one packet a neighbour may change.
 type EdgeFrame struct {
-	T    time.Time
+	T time.Time
+	// Idx is the packet's place in its block, from 0: records the
+	// joiner completes from it come between the block's own records of
+	// earlier and later packets.
+	Idx  int
 	Data []byte // the frame; nil for a reset
 	// Reset: the stream Key started again here, with a SYN the block
 	// follows from on. What an earlier block left of it ends.
@@ -76,6 +82,7 @@ type splitter struct {
 	end    time.Time
 	drops  int
 	dropB  int64
+	onEdge func(idx int, a, b netip.Addr)
 }
 
 // SplitEdges makes the extractor read its block on its own: it emits
@@ -91,9 +98,17 @@ func (x *Extractor) SplitEdges(budget int) {
 	x.tcp.MaxBytes = budget
 }
 
+// OnEdge calls fn with each packet of the block that goes to its edge
+// (or ends a stream held there), by its place in the block and its two
+// hosts, before the block's records of later packets: what a neighbour
+// completes from it is between those hosts. It is for a stage built on
+// the records (pairing) that must leave their messages to the join too.
+// Call it after SplitEdges.
+func (x *Extractor) OnEdge(fn func(idx int, a, b netip.Addr)) { x.edge.onEdge = fn }
+
 // keep adds a frame to the edge, letting the oldest go past the budget.
-func (s *splitter) keep(t time.Time, frame []byte) {
-	s.frames = append(s.frames, EdgeFrame{T: t, Data: bytes.Clone(frame)})
+func (s *splitter) keep(t time.Time, idx int, frame []byte) {
+	s.frames = append(s.frames, EdgeFrame{T: t, Idx: idx, Data: bytes.Clone(frame)})
 	s.bytes += len(frame)
 	for s.bytes > s.budget && s.first < len(s.frames) {
 		f := &s.frames[s.first]
@@ -111,17 +126,20 @@ func (s *splitter) keep(t time.Time, frame []byte) {
 
 // owns reports whether the block follows p's stream itself; when not,
 // the frame goes to the edge.
-func (s *splitter) owns(t time.Time, p *netpkt.Packet, frame []byte) bool {
+func (s *splitter) owns(t time.Time, idx int, p *netpkt.Packet, frame []byte) bool {
 	k := dnstcp.Key{Src: p.Src, Dst: p.Dst, SrcPort: p.SrcPort, DstPort: p.DstPort}
 	if s.owned[k] {
 		return true
 	}
 	if p.Flags&netpkt.FlagSYN != 0 && p.Flags&netpkt.FlagRST == 0 {
 		s.owned[k] = true
-		s.frames = append(s.frames, EdgeFrame{T: t, Reset: true, Key: k})
+		s.frames = append(s.frames, EdgeFrame{T: t, Idx: idx, Reset: true, Key: k})
 		return true
 	}
-	s.keep(t, frame)
+	if s.onEdge != nil {
+		s.onEdge(idx, p.Src, p.Dst)
+	}
+	s.keep(t, idx, frame)
 	return false
 }
 
@@ -179,6 +197,11 @@ func (e *Edge) UnmarshalBinary(data []byte) error {
 // SaveState's, and is bounded by the reassembly budgets.
 type Joiner struct {
 	x *Extractor
+	// Before, when set, is called before each edge frame is replayed
+	// with the frame's place in its block, and with math.MaxInt before
+	// what the block's end decides: a caller that holds records of the
+	// same block puts them in order there.
+	Before func(idx int)
 }
 
 // NewJoiner returns a joiner that emits the records the edges complete
@@ -202,11 +225,17 @@ func (j *Joiner) Join(e *Edge) {
 	x.link = e.Link
 	for i := range e.Frames {
 		f := &e.Frames[i]
+		if j.Before != nil {
+			j.Before(f.Idx)
+		}
 		if f.Reset {
 			x.tcp.Reset(f.T, f.Key, x.tcpFlushed)
 			continue
 		}
 		x.Packet(f.T, f.Data)
+	}
+	if j.Before != nil {
+		j.Before(math.MaxInt)
 	}
 	x.tcp.Install(e.Tail)
 	if !e.End.IsZero() {

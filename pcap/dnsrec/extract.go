@@ -119,7 +119,10 @@ func (x *Extractor) Packet(t time.Time, frame []byte) {
 		if p.Fragment {
 			x.stats.Fragments++
 			if x.edge != nil {
-				x.edge.keep(t, frame) // put together where blocks meet
+				if x.edge.onEdge != nil {
+					x.edge.onEdge(int(x.stats.Packets-1), p.Src, p.Dst)
+				}
+				x.edge.keep(t, int(x.stats.Packets-1), frame) // put together where blocks meet
 				return
 			}
 			if !x.frag.Add(t, p) {
@@ -151,7 +154,7 @@ func (x *Extractor) Packet(t time.Time, frame []byte) {
 		}
 		x.record(t, p.Src, p.Dst, p.SrcPort, p.DstPort, false, p.IPVersion, p.Payload, tunnel, false)
 	case netpkt.ProtoTCP:
-		if x.edge != nil && !x.edge.owns(t, p, frame) {
+		if x.edge != nil && !x.edge.owns(t, int(x.stats.Packets-1), p, frame) {
 			return
 		}
 		ipv := p.IPVersion
@@ -179,6 +182,9 @@ func (x *Extractor) tcpFlushed(k dnstcp.Key, mt time.Time, msg []byte) {
 	}
 	x.record(mt, k.Src, k.Dst, k.SrcPort, k.DstPort, true, v, msg, "", false)
 }
+
+// Packets is how many frames the extractor has taken.
+func (x *Extractor) Packets() int64 { return x.stats.Packets }
 
 // Stats returns the counts so far.
 func (x *Extractor) Stats() Stats {
