@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/plumb-dev/plumb/pcap"
+	"github.com/plumb-dev/plumb/pcap/dnsmsg"
 	"github.com/plumb-dev/plumb/pcap/dnspair"
 	"github.com/plumb-dev/plumb/pcap/dnsrec"
 )
@@ -24,12 +25,17 @@ func dnsCommand() command {
 			instance := fs.String("instance", "local", "instance (site) written in each row")
 			seq := fs.Uint64("seq", 0, "sequence number written in each row")
 			pairs := fs.Bool("pairs", false, "write one row per transaction (query and response paired), as builtin:dnspairs")
+			sectionsFlag := fs.String("sections", "all", "record `SECTIONS` read: all, question (none), or answer,authority,additional; the others are null, as builtin:dns?sections=")
 			files, err := parseInterspersed(fs, args)
 			if err != nil {
 				return err
 			}
 			if len(files) != 1 {
 				return errUsage
+			}
+			sections, err := dnsmsg.ParseSections(*sectionsFlag)
+			if err != nil {
+				return err
 			}
 			f, err := os.Open(files[0])
 			if err != nil {
@@ -77,6 +83,7 @@ func dnsCommand() command {
 					if w, err = dnsrec.NewWriter(of, *instance, *seq); err != nil {
 						return err
 					}
+					w.SetSections(sections)
 					defer w.Close() // ends its writer on early returns
 					closeW = w.Close
 				}
@@ -87,6 +94,9 @@ func dnsCommand() command {
 				}
 			}
 			x := dnsrec.NewExtractor(r.LinkType, nil, emit)
+			if !*pairs {
+				x.ReadSections(sections) // pairing keeps the answers
+			}
 			start := time.Now()
 			for n := 0; ; n++ {
 				if n%65536 == 0 && ctx.Err() != nil {

@@ -142,6 +142,8 @@ func TestBuiltinArgumentsAreStrict(t *testing.T) {
 		{"dnspairs", url.Values{"window": {"0s"}}, "want a duration between 1ns and 1h"},
 		{"dnspairs", url.Values{"max_pending": {"99999999"}}, "want a count between 1 and 4194304"},
 		{"dnspairs", url.Values{"ports": {"x"}}, "want port numbers"},
+		{"dns", url.Values{"sections": {"answers,glue"}}, "want all, question, or answer, authority and additional"},
+		{"dnspairs", url.Values{"budget": {"1KiB"}}, "want a size between 64KiB and 1GiB"},
 	} {
 		if _, err := reg.New(c.name, c.args); err == nil || !strings.Contains(err.Error(), c.want) {
 			t.Errorf("%s %v: %v; want %q", c.name, c.args, err, c.want)

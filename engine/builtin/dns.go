@@ -14,6 +14,7 @@ import (
 
 	"github.com/plumb-dev/plumb/engine"
 	"github.com/plumb-dev/plumb/pcap"
+	"github.com/plumb-dev/plumb/pcap/dnsmsg"
 	"github.com/plumb-dev/plumb/pcap/dnspair"
 	"github.com/plumb-dev/plumb/pcap/dnsrec"
 )
@@ -24,16 +25,21 @@ func registerDNS(reg *engine.Registry) {
 		Doc: "Finds every DNS message of a capture block (UDP, IP fragments, TCP reassembled) and writes one row each " +
 			"as an Arrow IPC file (LZ4). ?ports=53,853 chooses the ports (default 53). A site's blocks are read in " +
 			"parallel; what straddles their cuts is joined in sequence, bounded by ?budget=16MiB (TCP streams, fragments " +
-			"and a block's edge each; the oldest held data goes first).",
+			"and a block's edge each; the oldest held data goes first). ?sections=all (or question, or answer,authority,additional) " +
+			"chooses the record sections read: the others are null, and a team that reads header and question pays for no more.",
 		New: func(args url.Values) (engine.Builtin, error) {
-			if err := engine.StrictArgs(args, "ports", "budget"); err != nil {
+			if err := engine.StrictArgs(args, "ports", "budget", "sections"); err != nil {
 				return nil, err
 			}
 			ports, err := parsePorts(args.Get("ports"))
 			if err != nil {
 				return nil, err
 			}
-			d := &DNS{Ports: ports}
+			sections, err := dnsmsg.ParseSections(args.Get("sections"))
+			if err != nil {
+				return nil, err
+			}
+			d := &DNS{Ports: ports, Skip: dnsmsg.AllSections &^ sections}
 			if v := args.Get("budget"); v != "" {
 				if d.Budget, err = parseBytes(v); err != nil || d.Budget < 64<<10 || d.Budget > 1<<30 {
 					return nil, fmt.Errorf("budget=%q: want a size between 64KiB and 1GiB, e.g. 16MiB", v)
@@ -122,6 +128,8 @@ type DNS struct {
 	// Budget bounds the bytes a block's edge and a site's carried state
 	// may each hold (dnsrec.DefaultEdgeBudget when zero).
 	Budget int
+	// Skip are the record sections not read: null in every row.
+	Skip dnsmsg.Sections
 }
 
 // Run implements engine.Builtin: Start and Finish at once.
@@ -142,7 +150,9 @@ func (d *DNS) Start(ctx context.Context, in io.Reader, out io.Writer) (engine.Pa
 	if err != nil {
 		return nil, err
 	}
-	p := &dnsPart{w: w, ports: d.Ports, budget: d.Budget}
+	sections := dnsmsg.AllSections &^ d.Skip
+	w.SetSections(sections)
+	p := &dnsPart{w: w, ports: d.Ports, budget: d.Budget, sections: sections}
 	var werr error
 	p.emit = func(rec *dnsrec.Record) {
 		if werr == nil {
@@ -156,6 +166,7 @@ func (d *DNS) Start(ctx context.Context, in io.Reader, out io.Writer) (engine.Pa
 	}
 	defer closer.Close()
 	x := dnsrec.NewExtractor(r.LinkType, d.Ports, p.emit)
+	x.ReadSections(sections)
 	x.SplitEdges(d.Budget)
 	if err := readPackets(ctx, r, x, func() error { return werr }); err != nil {
 		p.Discard()
@@ -196,9 +207,10 @@ type dnsPart struct {
 	w      *dnsrec.Writer
 	emit   func(*dnsrec.Record)
 	werr   *error
-	edge   *dnsrec.Edge
-	ports  []uint16
-	budget int
+	edge     *dnsrec.Edge
+	ports    []uint16
+	budget   int
+	sections dnsmsg.Sections
 }
 
 // Finish implements engine.Part: the joiner goes on from the carried
@@ -210,6 +222,7 @@ func (p *dnsPart) Finish(ctx context.Context, carry *engine.Carry) error {
 	p.w.Resume()
 	j := dnsrec.NewJoiner(p.ports, p.emit)
 	j.SetBudget(p.budget)
+	j.ReadSections(p.sections)
 	if carry != nil {
 		if err := j.LoadState(carry.In); err != nil {
 			return fmt.Errorf("DNS stage state: %w", err) // the server's own state: not the block's fault

@@ -84,10 +84,12 @@ func TestParquetKeepsEveryRowInTimeOrder(t *testing.T) {
 	const name = "20250505-151105-00000007.lax.pcap"
 	records := stage(t, "dns", nil, name, capture)
 	pairs := stage(t, "dnspairs", nil, name, capture)
+	// Header and question only: the sections are null lists.
+	lean := stage(t, "dns", url.Values{"sections": {"question"}}, name, capture)
 	for _, c := range []struct {
 		what  string
 		arrow []byte
-	}{{"records", records}, {"transactions", pairs}} {
+	}{{"records", records}, {"transactions", pairs}, {"records, question only", lean}} {
 		t.Run(c.what, func(t *testing.T) {
 			out := stage(t, "parquet", url.Values{"row_group_rows": {"4096"}}, name, c.arrow)
 			tbl, groups := readParquet(t, out)

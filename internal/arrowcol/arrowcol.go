@@ -39,6 +39,9 @@ func (x *Bits) Add(v bool) {
 // Reset empties the bitmap, keeping its memory.
 func (x *Bits) Reset() { x.b, x.n, x.unset = x.b[:0], 0, 0 }
 
+// Len is how many bits were added.
+func (x *Bits) Len() int { return x.n }
+
 // Valid notes the validity of row i of a column. The bitmap is kept from
 // the first null on (the rows before it valid): most columns have none.
 func (x *Bits) Valid(i int, ok bool) {
@@ -203,8 +206,7 @@ func (s *Strs) Data(typ arrow.DataType) arrow.ArrayData {
 }
 
 // ListOffsets are a list column's: where each row's items end, after a
-// first 0. The lists are never null: a row without items has an empty
-// list.
+// first 0. A row without items has an empty list; DataValid adds nulls.
 type ListOffsets []int32
 
 // Add ends a row at items, the number of items of all rows so far.
@@ -221,12 +223,22 @@ func (l *ListOffsets) Reset() { *l = (*l)[:0] }
 // Data is the list column's array data over its items, which it takes
 // (the list holds them; the caller's reference is released).
 func (l *ListOffsets) Data(typ arrow.DataType, items arrow.ArrayData) arrow.ArrayData {
+	return l.DataValid(typ, items, nil)
+}
+
+// DataValid is Data with the rows' validity (nil: none is null).
+func (l *ListOffsets) DataValid(typ arrow.DataType, items arrow.ArrayData, valid *Bits) arrow.ArrayData {
 	defer items.Release()
 	if len(*l) == 0 {
 		*l = append(*l, 0)
 	}
-	return array.NewData(typ, len(*l)-1, []*memory.Buffer{nil, memory.NewBufferBytes(arrow.Int32Traits.CastToBytes(*l))},
-		[]arrow.ArrayData{items}, 0, 0)
+	var vb *memory.Buffer
+	nulls := 0
+	if valid != nil {
+		vb, nulls = valid.Buffer(), valid.unset
+	}
+	return array.NewData(typ, len(*l)-1, []*memory.Buffer{vb, memory.NewBufferBytes(arrow.Int32Traits.CastToBytes(*l))},
+		[]arrow.ArrayData{items}, nulls, 0)
 }
 
 // StructData is the array data of a struct column of n rows, never

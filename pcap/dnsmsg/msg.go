@@ -9,6 +9,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"strings"
 )
 
 // HeaderLen is the size of the fixed DNS header.
@@ -72,18 +73,42 @@ func Parse(b []byte) (Message, error) {
 	return p.Parse(b)
 }
 
+// Check reports whether b reads as a whole message, as Parse would,
+// without keeping what it reads: the header, the question and the
+// records' names and lengths are walked, not made into strings.
+func Check(b []byte) error {
+	p := Parser{Skip: AllSections}
+	_, err := p.Parse(b)
+	return err
+}
+
 // A Parser reads messages as Parse does, keeping its scratch space from
 // one message to the next. The zero value is ready; it is not for
 // concurrent use.
 type Parser struct {
+	// Skip names the record sections not to read: their records are
+	// stepped over (an OPT record is still found), which is most of
+	// the cost of reading a signed zone's responses.
+	Skip  Sections
 	text  []byte
 	spans []span
 	slab  []RR // where the next messages' records go
 }
 
+// Sections is a set of a message's record sections.
+type Sections uint8
+
+// The record sections.
+const (
+	Answer Sections = 1 << iota
+	Authority
+	Additional
+	AllSections = Answer | Authority | Additional
+)
+
 // Parse reads a message; see the function Parse.
 func (p *Parser) Parse(b []byte) (Message, error) {
-	r := reader{text: p.text[:0], spans: p.spans[:0], slab: p.slab}
+	r := reader{text: p.text[:0], spans: p.spans[:0], slab: p.slab, skip: p.Skip}
 	err := r.parse(b)
 	r.finish()
 	p.text, p.spans, p.slab = r.text, r.spans, r.slab
@@ -104,6 +129,7 @@ type reader struct {
 	sec     [2]int // where the authority and additional records start in rrs
 	qname   span   // lower-cased
 	qraw    span   // as sent
+	skip    Sections
 }
 
 // mark returns the span of text written since from.
@@ -162,8 +188,19 @@ func (p *reader) parse(b []byte) error {
 	an, rrs := int(m.ANCount), int(m.ANCount)+int(m.NSCount)
 	p.sec = [2]int{-1, -1}
 	for i := 0; i < rrs+int(m.ARCount); i++ {
+		sec := Additional
+		switch {
+		case i < an:
+			sec = Answer
+		case i < rrs:
+			sec = Authority
+		}
+		mode := nameLower
+		if p.skip&sec != 0 {
+			mode = nameSkip
+		}
 		from := len(p.text)
-		text, next, err := readNameMode(b, off, p.text, nameLower)
+		text, next, err := readNameMode(b, off, p.text, mode)
 		if err != nil {
 			p.text = p.text[:from]
 			return err
@@ -194,6 +231,7 @@ func (p *reader) parse(b []byte) error {
 			m.options(b[rdata : rdata+rdlen])
 		case typ == TypeOPT && i >= rrs:
 			p.text = p.text[:from] // a second OPT record is malformed; the first stands
+		case p.skip&sec != 0:
 		default:
 			owner := p.same(p.mark(from))
 			from = len(p.text)
@@ -404,4 +442,30 @@ func appendLabel(dst, label []byte, lower bool) []byte {
 		}
 	}
 	return dst
+}
+
+// ParseSections reads a choice of record sections: "all", "question"
+// (none of them: header, question and EDNS only), or a list of
+// "answer", "authority" and "additional" separated by commas.
+func ParseSections(v string) (Sections, error) {
+	switch v {
+	case "", "all":
+		return AllSections, nil
+	case "question":
+		return 0, nil
+	}
+	var s Sections
+	for _, name := range strings.Split(v, ",") {
+		switch strings.TrimSpace(name) {
+		case "answer", "answers":
+			s |= Answer
+		case "authority":
+			s |= Authority
+		case "additional":
+			s |= Additional
+		default:
+			return 0, fmt.Errorf("sections=%q: want all, question, or answer, authority and additional separated by commas", v)
+		}
+	}
+	return s, nil
 }

@@ -112,6 +112,30 @@ func FuzzParse(f *testing.F) {
 		if again, err2 := p.Parse(b); !reflect.DeepEqual(again, m) || (err == nil) != (err2 == nil) {
 			t.Fatalf("a reused Parser read %+v, %v; a new one %+v, %v", again, err2, m, err)
 		}
+		// Check agrees with Parse, and a Parser skipping sections reads
+		// the rest as Parse does and none of the skipped.
+		if cerr := Check(b); (cerr == nil) != (err == nil) {
+			t.Fatalf("Check says %v; Parse %v", cerr, err)
+		}
+		for _, skip := range []Sections{Answer, Authority | Additional, AllSections} {
+			sp := Parser{Skip: skip}
+			got, serr := sp.Parse(b)
+			want := m
+			if skip&Answer != 0 {
+				want.Answer = nil
+			}
+			if skip&Authority != 0 {
+				want.Authority = nil
+			}
+			if skip&Additional != 0 {
+				want.Additional = nil
+			}
+			if (serr == nil) != (err == nil) || !sameRRs(got.Answer, want.Answer) || !sameRRs(got.Authority, want.Authority) ||
+				!sameRRs(got.Additional, want.Additional) || got.QName != want.QName || got.EDNS != want.EDNS || got.UDPSize != want.UDPSize ||
+				!reflect.DeepEqual(got.ECS, want.ECS) || got.Rcode != want.Rcode {
+				t.Fatalf("skipping %b: %+v, %v; whole %+v, %v", skip, got, serr, m, err)
+			}
+		}
 		if err != nil {
 			if !errors.Is(err, ErrMalformed) {
 				t.Fatalf("error %v is not ErrMalformed", err)
@@ -131,6 +155,9 @@ func FuzzParse(f *testing.F) {
 		}
 	})
 }
+
+// sameRRs compares sections, nil and empty alike.
+func sameRRs(a, b []RR) bool { return len(a) == 0 && len(b) == 0 || reflect.DeepEqual(a, b) }
 
 // TestParserReuse: a Parser's messages stay as read when it reads the
 // next, and the sections, which share one array (and the messages, one

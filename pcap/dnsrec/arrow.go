@@ -182,7 +182,14 @@ type Writer struct {
 	done      chan error // the writing goroutine's verdict
 	closed    bool
 	suspended bool
+	skip      dnsmsg.Sections // written as nulls (SetSections)
 }
+
+// SetSections chooses the record sections written: the others are null
+// in every row (not read, as against an empty list: none in the
+// message). Call it before the first Add, with the extractor's
+// ReadSections.
+func (w *Writer) SetSections(s dnsmsg.Sections) { w.skip = dnsmsg.AllSections &^ s }
 
 // NewWriter starts an IPC file on w for the records of one block. Close
 // it, even after an error, to end its writing goroutine.
@@ -407,7 +414,11 @@ func (w *Writer) add(r *Record) error {
 	}
 	b.names(m, registered)
 	for i, rrs := range [3][]dnsmsg.RR{m.Answer, m.Authority, m.Additional} {
-		b.sections[i].Add(rrs)
+		if w.skip&(dnsmsg.Answer<<i) != 0 {
+			b.sections[i].Null()
+		} else {
+			b.sections[i].Add(rrs)
+		}
 	}
 	e := m.ECS
 	b.ecsFamily.AddValid(e.Family, e.Family != 0)

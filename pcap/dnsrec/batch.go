@@ -133,9 +133,16 @@ func (b *batch) record(cat *Categories) arrow.RecordBatch {
 // RRList is a list<RRType> column: a row's records a row at a time.
 type RRList struct {
 	offsets     arrowcol.ListOffsets
+	valid       arrowcol.Bits
 	name, rdata arrowcol.Strs
 	typ, class  arrowcol.Vals[uint16]
 	ttl         arrowcol.Vals[uint32]
+}
+
+// Null appends a row whose records were not read.
+func (l *RRList) Null() {
+	l.valid.Valid(max(len(l.offsets)-1, 0), false)
+	l.offsets.Add(l.name.Rows())
 }
 
 // Add appends a row of records (none is an empty list).
@@ -148,12 +155,16 @@ func (l *RRList) Add(rrs []dnsmsg.RR) {
 		l.ttl.Add(rr.TTL)
 		l.rdata.Add(rr.RData)
 	}
+	if l.valid.Len() > 0 {
+		l.valid.Add(true)
+	}
 	l.offsets.Add(l.name.Rows())
 }
 
 // Reset empties the column, keeping its memory.
 func (l *RRList) Reset() {
 	l.offsets.Reset()
+	l.valid.Reset()
 	l.name.Reset()
 	l.rdata.Reset()
 	l.typ.Reset()
@@ -166,5 +177,5 @@ func (l *RRList) Reset() {
 func (l *RRList) Data() arrow.ArrayData {
 	items := arrowcol.StructData(RRType, l.name.Rows(), l.name.Data(arrow.BinaryTypes.String),
 		arrowcol.Uint16(&l.typ), arrowcol.Uint16(&l.class), arrowcol.Uint32(&l.ttl), l.rdata.Data(arrow.BinaryTypes.String))
-	return l.offsets.Data(RRListType, items)
+	return l.offsets.DataValid(RRListType, items, &l.valid)
 }

@@ -10,6 +10,7 @@ import (
 
 	"github.com/gopacket/gopacket/layers"
 
+	"github.com/plumb-dev/plumb/pcap/dnsmsg"
 	"github.com/plumb-dev/plumb/pcap/dnstcp"
 	"github.com/plumb-dev/plumb/pcap/netpkt"
 )
@@ -218,6 +219,10 @@ func (j *Joiner) SetBudget(n int) {
 	}
 	j.x.tcp.MaxBytes, j.x.frag.MaxBytes = n, n
 }
+
+// ReadSections chooses the record sections read, as the blocks'
+// extractors do (Extractor.ReadSections).
+func (j *Joiner) ReadSections(s dnsmsg.Sections) { j.x.ReadSections(s) }
 
 // Join takes the next block's edge.
 func (j *Joiner) Join(e *Edge) {

@@ -183,6 +183,12 @@ func (x *Extractor) tcpFlushed(k dnstcp.Key, mt time.Time, msg []byte) {
 	x.record(mt, k.Src, k.Dst, k.SrcPort, k.DstPort, true, v, msg, "", false)
 }
 
+// ReadSections chooses the record sections read into each record's
+// Msg (dnsmsg.AllSections unless told): skipping them saves most of
+// what reading a signed zone's responses costs. Header, question and
+// EDNS are always read.
+func (x *Extractor) ReadSections(s dnsmsg.Sections) { x.parser.Skip = dnsmsg.AllSections &^ s }
+
 // Packets is how many frames the extractor has taken.
 func (x *Extractor) Packets() int64 { return x.stats.Packets }
 

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"fmt"
 	"path/filepath"
 	"reflect"
 	"strings"
@@ -183,4 +184,95 @@ func jsonOf(t *testing.T, v any) []byte {
 		t.Fatal(err)
 	}
 	return b
+}
+
+// TestReducedSections: read with fewer record sections, every capture
+// in testdata gives the same records as read whole but for the sections
+// left out, and those are null in the rows (not read), while an empty
+// section read is an empty list.
+func TestReducedSections(t *testing.T) {
+	captures, _ := filepath.Glob("../../testdata/pcaps/*.pcap*")
+	if len(captures) < 50 {
+		t.Fatalf("%d captures", len(captures))
+	}
+	for _, read := range []dnsmsg.Sections{0, dnsmsg.Answer, dnsmsg.Answer | dnsmsg.Additional} {
+		var whole, reduced []Record
+		for _, c := range captures {
+			eachRecord(t, c, func(r *Record) {
+				c := *r
+				if read&dnsmsg.Answer == 0 {
+					c.Msg.Answer = nil
+				}
+				if read&dnsmsg.Authority == 0 {
+					c.Msg.Authority = nil
+				}
+				if read&dnsmsg.Additional == 0 {
+					c.Msg.Additional = nil
+				}
+				whole = append(whole, c)
+			})
+			link, cis, frames := packetsOf(t, c)
+			x := NewExtractor(link, nil, func(r *Record) { reduced = append(reduced, *r) })
+			x.ReadSections(read)
+			for i := range frames {
+				x.Packet(cis[i].Timestamp, frames[i])
+			}
+			x.Flush()
+		}
+		if len(whole) != len(reduced) || len(whole) == 0 {
+			t.Fatalf("sections %b: %d records; whole %d", read, len(reduced), len(whole))
+		}
+		for i := range whole {
+			w, r := whole[i], reduced[i]
+			if fmt.Sprint(w.Err) != fmt.Sprint(r.Err) {
+				t.Fatalf("sections %b, record %d: error %v; whole %v", read, i, r.Err, w.Err)
+			}
+			w.Err, r.Err = nil, nil
+			for _, m := range []*dnsmsg.Message{&w.Msg, &r.Msg} {
+				for _, s := range []*[]dnsmsg.RR{&m.Answer, &m.Authority, &m.Additional} {
+					if len(*s) == 0 {
+						*s = nil
+					}
+				}
+			}
+			if !reflect.DeepEqual(w, r) {
+				t.Fatalf("sections %b, record %d:\n got %+v\nwhole %+v", read, i, r.Msg, w.Msg)
+			}
+		}
+		var out bytes.Buffer
+		wr, err := NewWriter(&out, "site-a", 1)
+		if err != nil {
+			t.Fatal(err)
+		}
+		wr.SetSections(read)
+		for i := range reduced {
+			wr.Add(&reduced[i])
+		}
+		if err := wr.Close(); err != nil {
+			t.Fatal(err)
+		}
+		f, err := ipc.NewFileReader(bytes.NewReader(out.Bytes()))
+		if err != nil {
+			t.Fatal(err)
+		}
+		nulls := map[string]int{}
+		rows := 0
+		for i := range f.NumRecords() {
+			rec, _ := f.RecordBatch(i)
+			for k, name := range []string{"answers", "authority", "additional"} {
+				col := rec.Column(rec.Schema().FieldIndices(name)[0])
+				nulls[name] += col.NullN()
+				if read&(dnsmsg.Answer<<k) != 0 && col.NullN() != 0 {
+					t.Errorf("sections %b: %d null %s, which were read", read, col.NullN(), name)
+				}
+			}
+			rows += int(rec.NumRows())
+		}
+		f.Close()
+		for k, name := range []string{"answers", "authority", "additional"} {
+			if read&(dnsmsg.Answer<<k) == 0 && nulls[name] != rows {
+				t.Errorf("sections %b: %d of %d rows have a null %s, which was not read", read, nulls[name], rows, name)
+			}
+		}
+	}
 }

@@ -340,7 +340,7 @@ func (s *stream) extract(emit Emit) {
 		}
 		msg := s.buf[2 : 2+l]
 		if !s.synced {
-			if _, err := dnsmsg.Parse(msg); err != nil {
+			if err := dnsmsg.Check(msg); err != nil {
 				s.buf, s.times = s.buf[:0], s.times[:0]
 				return
 			}
