@@ -34,6 +34,8 @@ import (
 func main() {
 	plumb := flag.String("plumb", "bin/plumb", "plumb binary")
 	size := flag.String("size", "1GiB", "capture size per mix")
+	realSize := flag.String("real-size", "256MiB", "size the real capture is replicated to")
+	realOnly := flag.Bool("real-only", false, "measure the real capture only, not the generated mixes")
 	tsharkSize := flag.String("tshark-size", "32MiB", "prefix tshark reads")
 	toParquet := flag.String("parquet", "", "internal: write this Arrow file as Parquet and as ZSTD IPC and print the sizes")
 	flag.Parse()
@@ -46,6 +48,10 @@ func main() {
 		log.Fatal(err)
 	}
 	defer os.RemoveAll(dir)
+	if *realOnly {
+		realTraffic(*plumb, dir, *realSize, *tsharkSize)
+		return
+	}
 	tshark, _ := exec.LookPath("tshark")
 	fmt.Printf("== builtin:dns and builtin:dnspairs on %s of generated DNS per mix, beside tshark (on a %s prefix)\n", *size, *tsharkSize)
 	fmt.Printf("%-7s %10s %10s %6s %8s %12s %6s %11s %8s | %12s %12s %10s\n", "mix", "packets", "dns pkt/s", "MB/s", "peak MiB",
@@ -118,6 +124,7 @@ func main() {
 	}
 	fmt.Println("aim: parquet at most 0.5x the Arrow IPC blocks (arrow: the blocks as stored, LZ4; arrow zstd: the same")
 	fmt.Println("batches as ZSTD IPC, as they were stored before LZ4)")
+	realTraffic(*plumb, dir, *realSize, *tsharkSize)
 }
 
 // run runs plumb and returns its output, wall seconds, peak RSS (MiB)

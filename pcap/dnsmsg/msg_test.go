@@ -4,10 +4,12 @@ import (
 	"bytes"
 	"encoding/binary"
 	"errors"
+	"math/rand/v2"
 	"reflect"
 	"runtime"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/gopacket/gopacket"
 	"github.com/gopacket/gopacket/layers"
@@ -215,5 +217,22 @@ func TestRecordCountsDoNotAllocate(t *testing.T) {
 	runtime.ReadMemStats(&after)
 	if per := (after.TotalAlloc - before.TotalAlloc) / runs; per > 256<<10 {
 		t.Errorf("a %d-byte message claiming 196,605 records allocated %d bytes", len(msg), per)
+	}
+}
+
+// TestStamp: an RRSIG's times print as time.Time formats them, over the
+// whole 32-bit range they take.
+func TestStamp(t *testing.T) {
+	rng := rand.New(rand.NewPCG(4034, 1))
+	for i := range 200000 {
+		secs := uint64(rng.Uint32())
+		switch i {
+		case 0, 1, 2:
+			secs = []uint64{0, 1<<32 - 1, 951782400}[i] // the ends; 2000-02-29
+		}
+		want := time.Unix(int64(secs), 0).UTC().Format("20060102150405")
+		if got := string(appendStamp(nil, secs)); got != want {
+			t.Fatalf("%d: %s; want %s", secs, got, want)
+		}
 	}
 }

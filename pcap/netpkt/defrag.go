@@ -130,18 +130,33 @@ func (d *Defrag) init() {
 // are laid in arrival order and a byte once written stays: the first
 // arrival wins an overlap.
 func (dg *datagram) assemble() ([]byte, bool) {
-	out := make([]byte, dg.total)
-	have := make([]bool, dg.total)
-	n := 0
+	// Covered? The pieces' spans, in order of offset, leave no gap.
+	spans := make([][2]int, 0, len(dg.pieces))
 	for _, pc := range dg.pieces {
-		for i, c := range pc.data {
-			if j := pc.off + i; j < dg.total && !have[j] {
-				out[j], have[j] = c, true
-				n++
-			}
+		if pc.off < dg.total {
+			spans = append(spans, [2]int{pc.off, min(pc.off+len(pc.data), dg.total)})
 		}
 	}
-	return out, n == dg.total
+	slices.SortFunc(spans, func(a, b [2]int) int { return cmp.Compare(a[0], b[0]) })
+	reach := 0
+	for _, sp := range spans {
+		if sp[0] > reach {
+			return nil, false
+		}
+		reach = max(reach, sp[1])
+	}
+	if reach < dg.total {
+		return nil, false
+	}
+	// Laid latest first, so each byte ends as its first arrival wrote it.
+	out := make([]byte, dg.total)
+	for i := len(dg.pieces) - 1; i >= 0; i-- {
+		pc := dg.pieces[i]
+		if pc.off < dg.total {
+			copy(out[pc.off:], pc.data[:min(len(pc.data), dg.total-pc.off)])
+		}
+	}
+	return out, true
 }
 
 func (d *Defrag) expire(now time.Time) {
