@@ -204,9 +204,9 @@ func readPackets(ctx context.Context, r *pcap.Reader, x *dnsrec.Extractor, faile
 // dnsPart is a block of builtin:dns read on its own: its rows so far in
 // a suspended writer, and its edge.
 type dnsPart struct {
-	w      *dnsrec.Writer
-	emit   func(*dnsrec.Record)
-	werr   *error
+	w        *dnsrec.Writer
+	emit     func(*dnsrec.Record)
+	werr     *error
 	edge     *dnsrec.Edge
 	ports    []uint16
 	budget   int
