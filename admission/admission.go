@@ -112,6 +112,8 @@ type Controller struct {
 	ratio  ring // actual ÷ estimated time of recent transfers
 	stats  Stats
 	margin time.Duration // Config.Margin at the last Recheck
+	// arrived wakes Run when a read starts to wait.
+	arrived chan struct{}
 }
 
 // pool is a set of slots, the transfers running in them and the reads
@@ -224,7 +226,8 @@ func New(cfg Config) *Controller {
 	if cfg.Now == nil {
 		cfg.Now = time.Now
 	}
-	c := &Controller{cfg: cfg, spb: 1 / cfg.Rate, perByte: ring{n: cfg.Window}, fixed: ring{n: cfg.Window}, ratio: ring{n: 256}}
+	c := &Controller{cfg: cfg, spb: 1 / cfg.Rate, perByte: ring{n: cfg.Window}, fixed: ring{n: cfg.Window}, ratio: ring{n: 256},
+		arrived: make(chan struct{}, 1)}
 	c.pools = []*pool{c.newPool(cfg.Slots)}
 	if cfg.Policy == LLF && cfg.Express > 0 {
 		c.pools = append(c.pools, c.newPool(cfg.ExpressSlots))
@@ -364,6 +367,17 @@ func (c *Controller) Run(ctx context.Context, every time.Duration) {
 	t := time.NewTicker(every)
 	defer t.Stop()
 	for {
+		if c.Waiting() == 0 {
+			// Nothing to recheck: an idle server sleeps here instead of
+			// waking 200 times a second to sample the runtime.
+			t.Stop()
+			select {
+			case <-ctx.Done():
+				return
+			case <-c.arrived:
+			}
+			t.Reset(every)
+		}
 		select {
 		case <-ctx.Done():
 			return
@@ -453,6 +467,10 @@ func (c *Controller) AcquireFor(ctx context.Context, user string, size int64) (d
 	// Slots may be free while every waiter before this one is of users
 	// at their share.
 	c.grant(p, now)
+	select {
+	case c.arrived <- struct{}{}:
+	default:
+	}
 	c.mu.Unlock()
 	select {
 	case err := <-w.ready:

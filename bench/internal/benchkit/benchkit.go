@@ -3,16 +3,15 @@
 package benchkit
 
 import (
-	"bytes"
 	"fmt"
 	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
-	"strconv"
-	"strings"
 	"syscall"
 	"time"
+
+	"github.com/plumb-dev/plumb/internal/proc"
 )
 
 // Result is one measurement: bytes moved in secs.
@@ -82,21 +81,5 @@ func (s *Server) Stop() {
 func (s *Server) CPU() (time.Duration, error) { return ProcCPU(s.cmd.Process.Pid) }
 
 // ProcCPU returns the CPU time a process and its reaped children have
-// used, from /proc (Linux).
-func ProcCPU(pid int) (time.Duration, error) {
-	raw, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
-	if err != nil {
-		return 0, err
-	}
-	// Fields after the command name (which may hold spaces) in ")".
-	f := strings.Fields(string(raw[bytes.LastIndexByte(raw, ')')+2:]))
-	var ticks int64
-	for _, i := range []int{11, 12, 13, 14} { // utime stime cutime cstime
-		n, err := strconv.ParseInt(f[i], 10, 64)
-		if err != nil {
-			return 0, err
-		}
-		ticks += n
-	}
-	return time.Duration(ticks) * time.Second / 100, nil // USER_HZ is 100 on Linux
-}
+// used.
+func ProcCPU(pid int) (time.Duration, error) { return proc.CPU(pid) }

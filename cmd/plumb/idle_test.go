@@ -1,0 +1,58 @@
+package main
+
+import (
+	"context"
+	"os/exec"
+	"testing"
+	"time"
+
+	"github.com/plumb-dev/plumb/internal/proc"
+	"github.com/plumb-dev/plumb/internal/testenv"
+)
+
+// TestIdleServerCostsNothing: a server with a job and nothing to do
+// used 1.8 CPU-s a minute, waking 200 times a second to recheck reads
+// that were not waiting and to sample the runtime's scheduler. Idle, it
+// now uses at most 0.05 CPU-s in a minute (its own /proc counters).
+func TestIdleServerCostsNothing(t *testing.T) {
+	t.Parallel()
+	data := t.TempDir()
+	addr := testenv.FreeAddr(t)
+	cmd := exec.Command(testenv.PlumbBinary(t), "serve", "--data", data, "--listen", addr, "--log-level", "warn")
+	log := &procLog{}
+	cmd.Stdout, cmd.Stderr = log, log
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { cmd.Process.Kill(); cmd.Wait() })
+	waitListening(t, addr)
+	c := dialPlumb(t, addr)
+	ctx := context.Background()
+	if _, err := c.Put(ctx, source("20250505-151105-00000001.lax.pcap", []byte("\xd4\xc3\xb2\xa1\x02\x00\x04\x00\x00\x00\x00\x00\x00\x00\x00\x00\xff\xff\x00\x00\x01\x00\x00\x00"))); err != nil {
+		t.Fatal(err)
+	}
+	if res, err := c.SubmitJob(ctx, "dns.yaml", []byte("job: dns\nfrom: earliest\nstages:\n  - {name: dns, inputs: [pcap], program: builtin:dns, outputs: [dns.arrow]}\n")); err != nil || res.State != "accepted" {
+		t.Fatalf("%+v %v", res, err)
+	}
+	waitFor(t, "the block's run", func() bool {
+		st, err := c.Stats(ctx)
+		return err == nil && len(st) == 1 && st[0].Runs == 1
+	})
+	time.Sleep(2 * time.Second) // what the run started settles
+	before, err := proc.CPU(cmd.Process.Pid)
+	if err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(time.Minute)
+	after, err := proc.CPU(cmd.Process.Pid)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("an idle server used %v of CPU in a minute", after-before)
+	if used := after - before; used > 50*time.Millisecond {
+		t.Errorf("an idle server used %v of CPU in a minute; want at most 50ms\n%s", used, log)
+	}
+	if cmd.ProcessState != nil {
+		t.Fatalf("the server exited:\n%s", log)
+	}
+}
