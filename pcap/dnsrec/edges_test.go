@@ -275,3 +275,32 @@ func lacking(a, b []string) []string {
 	}
 	return out
 }
+
+// TestPartialIsMalformed: the first fragment of a datagram whose others
+// never came is a partial row, and malformed, even when the bytes that
+// came read as a whole message (the datagram had more after it).
+func TestPartialIsMalformed(t *testing.T) {
+	frames := v6Fragments(7)
+	// The whole query and more: the second fragment claims the rest.
+	first := frames[0]
+	var recs []Record
+	x := NewExtractor(layers.LinkTypeEthernet, nil, func(r *Record) { recs = append(recs, *r) })
+	dns := query(7)
+	udp := binary.BigEndian.AppendUint16(nil, 40000)
+	udp = binary.BigEndian.AppendUint16(udp, 53)
+	udp = binary.BigEndian.AppendUint16(udp, uint16(8+len(dns)+64))
+	udp = append(udp, 0, 0)
+	part := append([]byte{17, 0, 1, 4, 0, 0, 0, 0}, udp...)
+	part = append(part, dns...)
+	part = append(part, make([]byte, (8-len(part)%8)%8)...) // a fragment's data is a multiple of 8 bytes
+	frag := []byte{60, 0, 0, 1, 0, 0, 0xbe, 0xef}           // offset 0, more fragments
+	ip := []byte{0x60, 0, 0, 0, 0, 0, 44, 64}
+	binary.BigEndian.PutUint16(ip[4:], uint16(8+len(part)))
+	ip = append(append(ip, first[14+8:14+40]...), frag...)
+	x.Packet(time.Unix(1, 0), append(append(slices.Clone(first[:14]), ip...), part...))
+	x.Flush()
+	if len(recs) != 1 || !recs[0].Partial || recs[0].Err == nil || recs[0].Msg.QName != "example.com" {
+		t.Fatalf("records %+v; want one partial, malformed row for example.com", recs)
+	}
+	t.Logf("%v", recs[0].Err)
+}

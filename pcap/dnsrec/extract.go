@@ -5,6 +5,7 @@
 package dnsrec
 
 import (
+	"fmt"
 	"net/netip"
 	"time"
 
@@ -204,6 +205,10 @@ func (x *Extractor) record(t time.Time, src, dst netip.Addr, sport, dport uint16
 	*r = Record{Time: t, Src: src, Dst: dst, SrcPort: sport, DstPort: dport, TCP: tcp, IPVersion: ipv, Size: len(msg),
 		Tunnel: tunnel, Partial: partial}
 	r.Msg, r.Err = x.parser.Parse(msg)
+	if partial && r.Err == nil {
+		// What came reads whole, yet the datagram went on past it.
+		r.Err = fmt.Errorf("%w: the datagram's fragments after byte %d never came", dnsmsg.ErrMalformed, len(msg))
+	}
 	x.stats.Messages++
 	if tcp {
 		x.stats.TCP++
