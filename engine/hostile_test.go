@@ -209,6 +209,11 @@ func TestHalfOpenStreamsAreBounded(t *testing.T) {
 	if fb, _ := r.db.Faulty("pcap"); len(fb) != 0 {
 		t.Errorf("faulty: %+v", fb)
 	}
+	// What the budget cost shows in the stage's stats, by reason.
+	if st.Dropped["tcp_evicted"] == 0 && st.Dropped["edge_budget"] == 0 {
+		t.Errorf("the stage's stats count nothing let go for the budget: %v", st.Dropped)
+	}
+	t.Logf("let go of for the budget: %v", st.Dropped)
 	t.Logf("12 blocks of %d bytes, each holding 10 MB past holes: metadata grew %d bytes, carried state %d bytes, %d of %d runs in parallel",
 		len(attack), after.Size()-before.Size(), info.Size, st.Parted, st.Runs)
 }

@@ -10,9 +10,11 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"net/url"
 	"sort"
 	"strings"
+	"sync"
 
 	"github.com/plumb-dev/plumb/block"
 )
@@ -114,6 +116,51 @@ func WithCarry(ctx context.Context, c *Carry) context.Context {
 func CarryOf(ctx context.Context) *Carry {
 	c, _ := ctx.Value(carryKey{}).(*Carry)
 	return c
+}
+
+// Drops counts, by reason, what a run let go of to stay within its
+// bounds (a budget, a cap): the stage's stats and metrics add them up,
+// so an operator sees what a bound cost. A nil *Drops counts nothing.
+type Drops struct {
+	mu sync.Mutex
+	m  map[string]int64
+}
+
+// Add counts n more let go of for reason.
+func (d *Drops) Add(reason string, n int64) {
+	if d == nil || n == 0 {
+		return
+	}
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if d.m == nil {
+		d.m = map[string]int64{}
+	}
+	d.m[reason] += n
+}
+
+// Counts returns the counts so far, nil when none.
+func (d *Drops) Counts() map[string]int64 {
+	if d == nil {
+		return nil
+	}
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return maps.Clone(d.m)
+}
+
+type dropsKey struct{}
+
+// WithDrops gives a run's context what counts its drops; the engine does
+// for its own runs, a worker for the runs it leases.
+func WithDrops(ctx context.Context, d *Drops) context.Context {
+	return context.WithValue(ctx, dropsKey{}, d)
+}
+
+// DropsOf returns what counts a run's drops, or nil.
+func DropsOf(ctx context.Context) *Drops {
+	d, _ := ctx.Value(dropsKey{}).(*Drops)
+	return d
 }
 
 // Describer is a Builtin that says how it works, e.g. which xz encoder

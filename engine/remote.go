@@ -358,6 +358,8 @@ type LeaseResult struct {
 	// Parted: the run finished the first half the worker held
 	// (Lease.Held), rather than running the block whole.
 	Parted bool
+	// Dropped counts what the run let go of, by reason (Drops).
+	Dropped map[string]int64
 }
 
 // CommitLeasePart records that a part lease's first half is done and
@@ -449,6 +451,7 @@ func (e *Engine) CommitLease(ctx context.Context, id string, res LeaseResult) er
 	}
 	var m runMeasure
 	m.took, m.cpu, m.parted = e.cfg.Now().Sub(r.start), cpu, res.Parted && r.lease.Held != ""
+	m.drops = res.Dropped
 	for _, b := range r.lease.Inputs {
 		m.in.Add(b.Size)
 	}

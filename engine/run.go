@@ -40,6 +40,8 @@ func (e *Engine) runBlock(ctx context.Context, st *stage, spec runSpec, res stat
 			ctx = WithCarry(ctx, carry)
 		}
 	}
+	drops := &Drops{}
+	ctx = WithDrops(ctx, drops)
 	start := e.cfg.Now()
 	m := runMeasure{wait: start.Sub(inputs[0].Arrived)}
 	var (
@@ -89,6 +91,7 @@ func (e *Engine) runBlock(ctx context.Context, st *stage, spec runSpec, res stat
 			return e.failRun(st, spec, run, res, fmt.Errorf("commit the run's result: %w", err), out, &m)
 		}
 		m.inputEdges(inputs, outputs)
+		m.drops = drops.Counts()
 		st.count(&m, "ok")
 		e.outputLatency(spec.node.Name, inputs)
 		e.afterCommit(ctx, inputs)
@@ -204,6 +207,7 @@ type runMeasure struct {
 	// edges counts what went along each edge of the graph: the blocks read
 	// from each input queue and written to each output queue.
 	edgesIn, edgesOut map[string]EdgeCount
+	drops             map[string]int64 // what the run let go of, by reason
 }
 
 // edges counts a committed run's inputs and outputs by queue; a window

@@ -36,9 +36,12 @@ type StageStats struct {
 	// Parted counts the runs of an edged stage (builtin:dns) whose
 	// block was read apart from its site's sequence, in parallel with
 	// its neighbours, leaving only its edges to its turn.
-	Parted   int64 `json:"parted,omitempty"`
-	BytesIn  int64 `json:"bytes_in"`
-	BytesOut int64 `json:"bytes_out"`
+	Parted int64 `json:"parted,omitempty"`
+	// Dropped counts what the stage's runs let go of to stay within
+	// their bounds, by reason (e.g. builtin:dns's edge_budget).
+	Dropped  map[string]int64 `json:"dropped,omitempty"`
+	BytesIn  int64            `json:"bytes_in"`
+	BytesOut int64            `json:"bytes_out"`
 	// In and Out count the blocks and bytes of successful runs per input
 	// and output queue: the graph's edges.
 	In  map[string]EdgeCount `json:"in,omitempty"`
@@ -88,6 +91,12 @@ func (st *stage) count(m *runMeasure, result string) {
 		st.stats.QueueWaitSeconds += m.wait.Seconds()
 		addEdges(&st.stats.In, m.edgesIn)
 		addEdges(&st.stats.Out, m.edgesOut)
+		for reason, n := range m.drops {
+			if st.stats.Dropped == nil {
+				st.stats.Dropped = map[string]int64{}
+			}
+			st.stats.Dropped[reason] += n
+		}
 	case "failed":
 		st.stats.Failed++
 	case "faulty":
@@ -103,6 +112,9 @@ func (st *stage) count(m *runMeasure, result string) {
 		sm.bytesOut.Add(float64(m.out))
 		sm.processing.Add(m.took.Seconds())
 		sm.wait.Observe(m.wait.Seconds())
+		for reason, n := range m.drops {
+			sm.dropped.WithLabelValues(reason).Add(float64(n))
+		}
 	}
 	sm.cpu.Add(m.cpu.Seconds())
 }
@@ -155,7 +167,7 @@ func (e *Engine) Stats() []StageStats {
 	for id, st := range e.stages {
 		st.mu.Lock()
 		s := st.stats
-		s.In, s.Out = maps.Clone(s.In), maps.Clone(s.Out)
+		s.In, s.Out, s.Dropped = maps.Clone(s.In), maps.Clone(s.Out), maps.Clone(s.Dropped)
 		st.mu.Unlock()
 		n := st.node
 		s.Stage, s.ID, s.Inputs, s.Outputs, s.Program = n.Name, id, n.Inputs, n.Outputs, n.Program.String()
@@ -181,7 +193,7 @@ func (e *Engine) Stats() []StageStats {
 type metrics struct {
 	backlog, waiting                         *prometheus.GaugeVec
 	workers                                  *prometheus.GaugeVec
-	runs                                     *prometheus.CounterVec
+	runs, dropped                            *prometheus.CounterVec
 	bytesIn                                  *prometheus.CounterVec
 	bytesOut                                 *prometheus.CounterVec
 	processing                               *prometheus.CounterVec
@@ -192,7 +204,7 @@ type metrics struct {
 }
 
 type stageMetrics struct {
-	runs                               *prometheus.CounterVec
+	runs, dropped                      *prometheus.CounterVec
 	bytesIn, bytesOut, processing, cpu prometheus.Counter
 	wait                               prometheus.Observer
 }
@@ -204,8 +216,10 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 			Help: "Blocks a run of the stage could take now (what more workers would speed up); a window stage's blocks held for windows not yet due are in plumb_stage_window_waiting_blocks."}, stage),
 		waiting: prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "plumb_stage_window_waiting_blocks",
 			Help: "Blocks a window stage holds for windows that are not due yet: waiting by design, not congestion."}, stage),
-		workers:    prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "plumb_stage_runs_in_progress", Help: "Runs of the stage in progress (local)."}, stage),
-		runs:       prometheus.NewCounterVec(prometheus.CounterOpts{Name: "plumb_stage_runs_total", Help: "Finished runs by result (ok, failed, faulty, lost)."}, []string{"stage", "result"}),
+		workers: prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "plumb_stage_runs_in_progress", Help: "Runs of the stage in progress (local)."}, stage),
+		runs:    prometheus.NewCounterVec(prometheus.CounterOpts{Name: "plumb_stage_runs_total", Help: "Finished runs by result (ok, failed, faulty, lost)."}, []string{"stage", "result"}),
+		dropped: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "plumb_stage_dropped_total",
+			Help: "What the stage's runs let go of to stay within their bounds, by reason (builtin:dns: edge_budget frames, tcp_evicted streams, tcp_skipped holes, defrag_dropped datagrams; builtin:dnspairs also pairing_inexact decisions)."}, []string{"stage", "reason"}),
 		bytesIn:    prometheus.NewCounterVec(prometheus.CounterOpts{Name: "plumb_stage_bytes_in_total", Help: "Bytes read by successful runs (I)."}, stage),
 		bytesOut:   prometheus.NewCounterVec(prometheus.CounterOpts{Name: "plumb_stage_bytes_out_total", Help: "Bytes written by successful runs (O)."}, stage),
 		processing: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "plumb_stage_processing_seconds_total", Help: "Wall time of successful runs (P)."}, stage),
@@ -219,7 +233,7 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 		remoteLeases:  prometheus.NewGauge(prometheus.GaugeOpts{Name: "plumb_remote_leases", Help: "Stage runs leased to remote workers now."}),
 	}
 	if reg != nil {
-		reg.MustRegister(m.backlog, m.waiting, m.workers, m.runs, m.bytesIn, m.bytesOut, m.processing, m.cpu, m.wait, m.info, m.remoteWorkers, m.remoteSlots, m.remoteLeases)
+		reg.MustRegister(m.backlog, m.waiting, m.workers, m.runs, m.dropped, m.bytesIn, m.bytesOut, m.processing, m.cpu, m.wait, m.info, m.remoteWorkers, m.remoteSlots, m.remoteLeases)
 	}
 	return m
 }
@@ -227,6 +241,7 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 func (m *metrics) stage(name string) *stageMetrics {
 	return &stageMetrics{
 		runs:    m.runs.MustCurryWith(prometheus.Labels{"stage": name}),
+		dropped: m.dropped.MustCurryWith(prometheus.Labels{"stage": name}),
 		bytesIn: m.bytesIn.WithLabelValues(name), bytesOut: m.bytesOut.WithLabelValues(name),
 		processing: m.processing.WithLabelValues(name), cpu: m.cpu.WithLabelValues(name),
 		wait: m.wait.WithLabelValues(name),

@@ -130,9 +130,12 @@ type StageStats struct {
 	Faulty  int64 `json:"faulty"`
 	// Parted counts runs whose block was read apart from its site's
 	// sequence, in parallel with its neighbours (builtin:dns).
-	Parted   int64 `json:"parted,omitempty"`
-	BytesIn  int64 `json:"bytes_in"`
-	BytesOut int64 `json:"bytes_out"`
+	Parted int64 `json:"parted,omitempty"`
+	// Dropped counts what the stage's runs let go of to stay within
+	// their bounds, by reason.
+	Dropped  map[string]int64 `json:"dropped,omitempty"`
+	BytesIn  int64            `json:"bytes_in"`
+	BytesOut int64            `json:"bytes_out"`
 	// In and Out count the blocks and bytes of successful runs by input
 	// and output queue: the graph's edges.
 	In                map[string]EdgeCount `json:"in,omitempty"`

@@ -143,6 +143,9 @@ type LeaseRequest struct {
 	// finished the first half the worker held.
 	Part   bool `json:"part,omitempty"`
 	Parted bool `json:"parted,omitempty"`
+	// Dropped (commit-lease): what the run let go of to stay within its
+	// bounds, by reason.
+	Dropped map[string]int64 `json:"dropped,omitempty"`
 }
 
 // RetentionRequest is the body of the set-retention action.

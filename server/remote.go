@@ -82,7 +82,7 @@ func (s *Service) commitLease(ctx context.Context, body []byte) (any, error) {
 		if r.Part {
 			return e.CommitLeasePart(r.Lease, cpu)
 		}
-		return e.CommitLease(ctx, r.Lease, engine.LeaseResult{Outputs: wireAll[engine.Output](r.Outputs), CPU: cpu, Carry: r.Carry, Parted: r.Parted})
+		return e.CommitLease(ctx, r.Lease, engine.LeaseResult{Outputs: wireAll[engine.Output](r.Outputs), CPU: cpu, Carry: r.Carry, Parted: r.Parted, Dropped: r.Dropped})
 	})
 }
 

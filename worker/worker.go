@@ -193,11 +193,12 @@ func (w *Worker) run(ctx context.Context, l engine.Lease) string {
 	defer hb.Wait()
 	hb.Go(func() { w.heartbeat(rctx, cancel, l) })
 	defer cancel(nil) // stops the heartbeat before hb.Wait
-	runCtx := rctx
+	drops := &engine.Drops{}
+	runCtx := engine.WithDrops(rctx, drops)
 	var carry *engine.Carry
 	if l.Carry != nil {
 		carry = &engine.Carry{In: l.Carry.In, Gap: l.Carry.Gap, Final: l.Carry.Final}
-		runCtx = engine.WithCarry(rctx, carry)
+		runCtx = engine.WithCarry(runCtx, carry)
 	}
 	var (
 		outs   []*output
@@ -255,7 +256,7 @@ func (w *Worker) run(ctx context.Context, l engine.Lease) string {
 		}
 		report = append(report, flight.LeaseOutput{Queue: o.queue, Size: o.N, SHA256: src.SHA256})
 	}
-	req := flight.LeaseRequest{Lease: l.ID, Outputs: report, CPUSeconds: cpu.Seconds(), Parted: parted}
+	req := flight.LeaseRequest{Lease: l.ID, Outputs: report, CPUSeconds: cpu.Seconds(), Parted: parted, Dropped: drops.Counts()}
 	if carry != nil {
 		req.Carry = carry.Out
 	}

@@ -172,7 +172,7 @@ func (d *DNS) Start(ctx context.Context, in io.Reader, out io.Writer) (engine.Pa
 		p.Discard()
 		return nil, err
 	}
-	p.edge = x.Edge()
+	p.edge, p.stats = x.Edge(), x.Stats()
 	if err := errors.Join(werr, w.Suspend()); err != nil {
 		p.Discard()
 		return nil, err
@@ -208,6 +208,7 @@ type dnsPart struct {
 	emit     func(*dnsrec.Record)
 	werr     *error
 	edge     *dnsrec.Edge
+	stats    dnsrec.Stats // the block's own reading
 	ports    []uint16
 	budget   int
 	sections dnsmsg.Sections
@@ -234,7 +235,9 @@ func (p *dnsPart) Finish(ctx context.Context, carry *engine.Carry) error {
 	j.Join(p.edge)
 	if carry == nil || carry.Final {
 		j.Flush()
-	} else {
+	}
+	countDrops(engine.DropsOf(ctx), p.stats, j.Stats())
+	if carry != nil && !carry.Final {
 		out, err := j.SaveState()
 		if err != nil {
 			return err
@@ -249,6 +252,17 @@ func (p *dnsPart) Finish(ctx context.Context, carry *engine.Carry) error {
 
 // Discard implements engine.Part.
 func (p *dnsPart) Discard() { p.w.Close() }
+
+// countDrops counts what reading a block and joining its edges let go
+// of to stay within the budget, or gave up on.
+func countDrops(d *engine.Drops, block, join dnsrec.Stats) {
+	for _, s := range []dnsrec.Stats{block, join} {
+		d.Add("edge_budget", s.EdgeDropped)
+		d.Add("tcp_evicted", int64(s.TCPEvicted))
+		d.Add("tcp_holes", int64(s.TCPSkipped))
+		d.Add("defrag_dropped", int64(s.DefragDropped))
+	}
+}
 
 var _ engine.Edged = (*DNS)(nil)
 
@@ -319,7 +333,7 @@ func (d *DNSPairs) Start(ctx context.Context, in io.Reader, out io.Writer) (engi
 		p.Discard()
 		return nil, err
 	}
-	p.edge, p.pairs = x.Edge(), pr.Edge()
+	p.edge, p.pairs, p.stats = x.Edge(), pr.Edge(), x.Stats()
 	if err := errors.Join(p.werr, w.Suspend()); err != nil {
 		p.Discard()
 		return nil, err
@@ -336,6 +350,7 @@ type pairsPart struct {
 	werr  error
 	edge  *dnsrec.Edge
 	pairs *dnspair.Edge
+	stats dnsrec.Stats // the block's own reading
 }
 
 // carried is the state of builtin:dnspairs between blocks: the joiner's
@@ -383,7 +398,10 @@ func (p *pairsPart) Finish(ctx context.Context, carry *engine.Carry) error {
 		// Nothing follows: what is held comes out now, at its own times.
 		j.Flush()
 		pr.Flush()
-	} else {
+	}
+	countDrops(engine.DropsOf(ctx), p.stats, j.Stats())
+	engine.DropsOf(ctx).Add("pairing_inexact", jn.Inexact)
+	if carry != nil && !carry.Final {
 		var c carried
 		var err error
 		if c.Extractor, err = j.SaveState(); err != nil {
