@@ -41,6 +41,9 @@ type Config struct {
 	// fragmented large responses, reordered TCP connections and malformed
 	// queries.
 	RandomSubdomain, TCPFlood, Fragments, Reorder, Malformed float64
+	// Signed is the fraction of answers from a signed zone (SignedMix):
+	// answers with RRSIGs, DNSSEC asked for, keys and large TXT.
+	Signed float64
 }
 
 // Defaults fills unset fields with a root-server-like mix.
@@ -248,6 +251,17 @@ func (g *gen) messages() (q, resp *layers.DNS) {
 		return x.w
 	}).r
 	resp = &layers.DNS{ID: id, QR: true, RD: q.RD, OpCode: q.OpCode, ResponseCode: rc, Questions: q.Questions}
+	if g.cfg.Signed > 0 && g.r.Float64() < g.cfg.Signed && (rc == layers.DNSResponseCodeNoErr || rc == layers.DNSResponseCodeNXDomain) {
+		if g.r.IntN(20) == 0 {
+			question.Type = layers.DNSTypeDNSKEY
+			q.Questions[0] = question
+		}
+		g.signedAnswer(q, resp)
+		if edns {
+			resp.Additionals = append(resp.Additionals, opt(1232, true))
+		}
+		return q, resp
+	}
 	switch {
 	case rc == layers.DNSResponseCodeNXDomain || rc == layers.DNSResponseCodeNoErr && g.r.IntN(4) == 0:
 		resp.AA = true

@@ -140,3 +140,34 @@ func TestCapinfosStrictTimeOrder(t *testing.T) {
 		}
 	}
 }
+
+// TestSignedMix: tshark, reading a capture of the signed mix, finds what
+// a signed zone's server sends: most responses with answers and their
+// RRSIG, DNSSEC asked for (DO), the zone's keys, long TXT strings.
+func TestSignedMix(t *testing.T) {
+	tshark := testenv.Tool(t, "tshark")
+	cfg := Config{Seed: 5, Duration: 3 * time.Second, TCP: 0.1, IPv6: 0.3}
+	SignedMix(&cfg)
+	data, _ := generate(t, cfg)
+	file := filepath.Join(t.TempDir(), "signed.pcap")
+	if err := os.WriteFile(file, data, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	count := func(filter string) int {
+		out, err := exec.Command(tshark, "-n", "-r", file, "-Y", filter).Output()
+		if err != nil {
+			t.Fatalf("tshark -Y %s: %v", filter, err)
+		}
+		return bytes.Count(out, []byte("\n"))
+	}
+	responses := count("dns.flags.response == 1")
+	signed := count("dns.flags.response == 1 && dns.resp.type == 46")
+	do := count("dns.flags.response == 0 && dns.rr.udp_payload_size && dns.resp.z.do == 1")
+	keys := count("dns.resp.type == 48")
+	long := count("dns.txt.length > 200")
+	t.Logf("%d responses: %d signed; %d queries with DO; %d with keys; %d with a long TXT", responses, signed, do, keys, long)
+	if responses == 0 || signed < responses/2 || do < responses/2 || keys == 0 || long == 0 {
+		t.Errorf("the signed mix does not look signed: %d responses, %d signed, %d queries with DO, %d keys, %d long TXT",
+			responses, signed, do, keys, long)
+	}
+}

@@ -32,7 +32,7 @@ func synthCommand() command {
 			fs.Float64Var(&cfg.TCP, "tcp", 0.05, "fraction of exchanges over TCP (each TCP connection carries 1 to 4 queries)")
 			fs.Float64Var(&cfg.IPv6, "ipv6", 0.3, "fraction of queries over IPv6")
 			fs.Float64Var(&cfg.EDNS, "edns", 0.7, "fraction of queries with EDNS0")
-			mix := fs.String("mix", "normal", "traffic mix: normal, or attack (random-subdomain flood, TCP floods, fragmented answers, reordered TCP, malformed queries); the fractions below override it")
+			mix := fs.String("mix", "normal", "traffic mix: normal; signed (an authoritative server of signed zones: answers with RRSIGs, DNSSEC asked for, keys, large TXT); or attack (random-subdomain flood, TCP floods, fragmented answers, reordered TCP, malformed queries); the fractions below override it")
 			fractions := map[string]*float64{"random-subdomain": &cfg.RandomSubdomain, "tcp-flood": &cfg.TCPFlood,
 				"fragments": &cfg.Fragments, "reorder": &cfg.Reorder, "malformed": &cfg.Malformed}
 			fs.Float64Var(&cfg.RandomSubdomain, "random-subdomain", 0, "fraction of exchanges that are random-subdomain flood queries")
@@ -48,6 +48,8 @@ func synthCommand() command {
 			}
 			switch *mix {
 			case "normal":
+			case "signed":
+				synth.SignedMix(&cfg)
 			case "attack":
 				given := map[string]float64{} // fractions on the command line win
 				fs.Visit(func(f *flag.Flag) {
@@ -60,7 +62,7 @@ func synthCommand() command {
 					*fractions[name] = v
 				}
 			default:
-				return fmt.Errorf("--mix %q: want normal or attack", *mix)
+				return fmt.Errorf("--mix %q: want normal, signed or attack", *mix)
 			}
 			var err error
 			if cfg.Start, err = time.Parse(time.RFC3339, *start); err != nil {

@@ -24,9 +24,12 @@ import (
 func TestGeneratedAgreesWithTshark(t *testing.T) {
 	attack := synth.Config{Seed: 10, Duration: 3 * time.Second, TCP: 0.3, IPv6: 0.4, EDNS: 0.7}
 	synth.AttackMix(&attack)
+	signed := synth.Config{Seed: 12, Duration: 3 * time.Second, TCP: 0.3, IPv6: 0.4}
+	synth.SignedMix(&signed)
 	for name, cfg := range map[string]synth.Config{
 		"normal": {Seed: 9, Duration: 3 * time.Second, TCP: 0.3, IPv6: 0.4, EDNS: 0.7},
 		"attack": attack,
+		"signed": signed,
 	} {
 		t.Run(name, func(t *testing.T) { agreeWithTshark(t, cfg) })
 	}
