@@ -51,7 +51,7 @@ func (d *Day) addArrow(data []byte, w Window) error {
 	}
 	defer f.Close()
 	for i := 0; i < f.NumRecords(); i++ {
-		rec, err := f.RecordBatch(i)
+		rec, err := f.RecordBatchAt(i) // ours to release
 		if err != nil {
 			return fmt.Errorf("read DNS records, batch %d: %w", i, err)
 		}

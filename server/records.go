@@ -294,7 +294,7 @@ func (s *Service) sendRecords(ctx context.Context, w *aflight.Writer, b state.Bl
 	var n int64
 	for i := 0; i < f.NumRecords() && (r.Limit == 0 || sent+n < r.Limit); i++ {
 		var rec arrow.RecordBatch
-		err := ipcguard.Under(func() (err error) { rec, err = f.RecordBatch(i); return err })
+		err := ipcguard.Under(func() (err error) { rec, err = f.RecordBatchAt(i); return err })
 		if errors.Is(err, ipcguard.ErrOverBudget) {
 			return n, status.Errorf(codes.ResourceExhausted, "block %s, batch %d: %v; write Arrow blocks in smaller batches", b.Name, i, err)
 		}

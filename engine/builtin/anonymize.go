@@ -263,7 +263,7 @@ func (s *Anonymize) records(ctx context.Context, a *anon.Anonymizer, in io.Reade
 			return ctx.Err()
 		}
 		var rec arrow.RecordBatch
-		if err := ipcguard.Under(func() (err error) { rec, err = f.RecordBatch(i); return err }); err != nil {
+		if err := ipcguard.Under(func() (err error) { rec, err = f.RecordBatchAt(i); return err }); err != nil {
 			return fmt.Errorf("%w: batch %d: %v", engine.ErrMalformed, i, err)
 		}
 		nrec, err := anonymizeBatch(a, s.cfg.Clients, s.cfg.RData, rec)

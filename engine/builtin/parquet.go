@@ -122,7 +122,7 @@ func (p *Parquet) write(ctx context.Context, f *ipc.FileReader, out io.Writer, m
 		if err := ctx.Err(); err != nil {
 			return nil, err
 		}
-		if err := ipcguard.Under(func() (err error) { rec, err = f.RecordBatch(i); return err }); err != nil {
+		if err := ipcguard.Under(func() (err error) { rec, err = f.RecordBatchAt(i); return err }); err != nil { // ours to release
 			return nil, fmt.Errorf("%w: batch %d: %v", engine.ErrMalformed, i, err)
 		}
 		return rec, nil
