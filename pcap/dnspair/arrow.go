@@ -54,6 +54,7 @@ var Schema = arrow.NewSchema([]arrow.Field{
 	{Name: "unanswered", Type: arrow.FixedWidthTypes.Boolean},
 	{Name: "orphan_response", Type: arrow.FixedWidthTypes.Boolean},
 	{Name: "evicted", Type: arrow.FixedWidthTypes.Boolean},
+	{Name: "retransmission", Type: arrow.FixedWidthTypes.Boolean},
 }, nil)
 
 var tsType = &arrow.TimestampType{Unit: arrow.Nanosecond, TimeZone: "UTC"}
@@ -87,7 +88,7 @@ type Writer struct {
 	rcode, an, ns, ar                                  arrowcol.Vals[uint16]
 	requestSize, responseSize                          arrowcol.Vals[uint32]
 	rd, cd, do, aa, tc, ra, ad, malformed              arrowcol.Bools
-	unanswered, orphan, evicted                        arrowcol.Bits
+	unanswered, orphan, evicted, retransmission        arrowcol.Bits
 	answers                                            dnsrec.RRList
 }
 
@@ -191,9 +192,10 @@ func (w *Writer) Add(t *Txn) error {
 	w.ar.AddValid(m.ARCount, r != nil)
 	w.answers.Add(m.Answer)
 	w.malformed.AddValid(r != nil && r.Err != nil, r != nil)
-	w.unanswered.Add(q != nil && r == nil && !t.Evicted)
+	w.unanswered.Add(q != nil && r == nil && !t.Evicted && !t.Retransmission)
 	w.orphan.Add(q == nil)
 	w.evicted.Add(t.Evicted)
+	w.retransmission.Add(t.Retransmission)
 	w.rows++
 	w.Rows++
 	if w.rows == BatchRows {
@@ -222,7 +224,7 @@ func (w *Writer) flush() error {
 		arrowcol.Uint8(&w.opcode), str(&w.qname), arrowcol.Uint16(&w.qtype), arrowcol.Uint16(&w.qclass), str(&w.tld), str(&w.regDomain),
 		w.rd.Data(), w.cd.Data(), w.do.Data(), arrowcol.Uint16(&w.udpSize), arrowcol.Uint32(&w.requestSize), arrowcol.Uint32(&w.responseSize),
 		arrowcol.Uint16(&w.rcode), w.aa.Data(), w.tc.Data(), w.ra.Data(), w.ad.Data(), arrowcol.Uint16(&w.an), arrowcol.Uint16(&w.ns), arrowcol.Uint16(&w.ar),
-		w.answers.Data(), w.malformed.Data(), w.unanswered.Data(), w.orphan.Data(), w.evicted.Data(),
+		w.answers.Data(), w.malformed.Data(), w.unanswered.Data(), w.orphan.Data(), w.evicted.Data(), w.retransmission.Data(),
 	)
 	err := w.f.Write(rec)
 	rec.Release()
@@ -255,7 +257,7 @@ func (w *Writer) reset() {
 	for _, b := range []*arrowcol.Bools{&w.rd, &w.cd, &w.do, &w.aa, &w.tc, &w.ra, &w.ad, &w.malformed} {
 		b.Reset()
 	}
-	for _, b := range []*arrowcol.Bits{&w.unanswered, &w.orphan, &w.evicted} {
+	for _, b := range []*arrowcol.Bits{&w.unanswered, &w.orphan, &w.evicted, &w.retransmission} {
 		b.Reset()
 	}
 	w.answers.Reset()
@@ -289,5 +291,6 @@ func (w *Writer) Close() error {
 // String describes the counts for logs.
 func (s Stats) String() string {
 	return "answered " + strconv.FormatInt(s.Answered, 10) + ", unanswered " + strconv.FormatInt(s.Unanswered, 10) +
-		", orphan responses " + strconv.FormatInt(s.Orphans, 10) + ", evicted " + strconv.FormatInt(s.Evicted, 10)
+		", orphan responses " + strconv.FormatInt(s.Orphans, 10) + ", evicted " + strconv.FormatInt(s.Evicted, 10) +
+		", retransmissions " + strconv.FormatInt(s.Retransmissions, 10)
 }

@@ -1,13 +1,20 @@
 package dnspair
 
 import (
+	"bytes"
+	"cmp"
 	"fmt"
+	"net"
 	"os"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/gopacket/gopacket"
+	"github.com/gopacket/gopacket/layers"
 
 	"github.com/plumb-dev/plumb/internal/testenv"
 	"github.com/plumb-dev/plumb/pcap"
@@ -83,8 +90,8 @@ func pairCapture(t *testing.T, capture string, cut int, window time.Duration) (r
 }
 
 func add(a, b Stats) Stats {
-	return Stats{a.Answered + b.Answered, a.Unanswered + b.Unanswered, a.Orphans + b.Orphans, a.Evicted + b.Evicted,
-		a.Unpairable + b.Unpairable}
+	return Stats{Answered: a.Answered + b.Answered, Unanswered: a.Unanswered + b.Unanswered, Orphans: a.Orphans + b.Orphans,
+		Evicted: a.Evicted + b.Evicted, Retransmissions: a.Retransmissions + b.Retransmissions, Unpairable: a.Unpairable + b.Unpairable}
 }
 
 // tsharkPairs reads tshark's pairing of a capture (two passes, so a query
@@ -183,7 +190,9 @@ func TestPairsAgreeWithTshark(t *testing.T) {
 			t.Errorf("%s: pairs tshark has and Plumb not: %v; Plumb has and tshark not: %v", name, missing, extra)
 		}
 		unanswered += differences[name].unanswered
-		if int(st.Unanswered) != unanswered || int(st.Orphans) != orphans {
+		// tshark counts a resend, which no response answers, with the
+		// queries without a response; Plumb writes it as a retransmission.
+		if int(st.Unanswered+st.Retransmissions) != unanswered || int(st.Orphans) != orphans {
 			t.Errorf("%s: %d unanswered and %d orphan responses; tshark %d and %d", name, st.Unanswered, st.Orphans,
 				unanswered, orphans)
 		}
@@ -213,4 +222,90 @@ func diffRows(got, want []txnRow) (missing, extra []string) {
 	sort.Strings(missing)
 	sort.Strings(extra)
 	return missing, extra
+}
+
+// resendCapture writes a capture of one client's query for example.com
+// sent at each of sends (offsets) and answered at each of responses.
+func resendCapture(t *testing.T, sends, responses []time.Duration) string {
+	t.Helper()
+	var b bytes.Buffer
+	w, err := pcap.NewWriter(&b, layers.LinkTypeEthernet, 65535, false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t0 := time.Unix(1700000000, 0)
+	cli, srv := net.IPv4(10, 0, 0, 1).To4(), net.IPv4(10, 0, 0, 53).To4()
+	question := []layers.DNSQuestion{{Name: []byte("example.com"), Type: layers.DNSTypeA, Class: layers.DNSClassIN}}
+	type msg struct {
+		at    time.Duration
+		query bool
+	}
+	var msgs []msg
+	for _, s := range sends {
+		msgs = append(msgs, msg{s, true})
+	}
+	for _, r := range responses {
+		msgs = append(msgs, msg{r, false})
+	}
+	slices.SortStableFunc(msgs, func(a, b msg) int { return cmp.Compare(a.at, b.at) })
+	for _, m := range msgs {
+		eth := &layers.Ethernet{SrcMAC: net.HardwareAddr{2, 0, 0, 0, 0, 1}, DstMAC: net.HardwareAddr{2, 0, 0, 0, 0, 2}, EthernetType: layers.EthernetTypeIPv4}
+		ip := &layers.IPv4{Version: 4, TTL: 64, Protocol: layers.IPProtocolUDP, SrcIP: cli, DstIP: srv}
+		udp := &layers.UDP{SrcPort: 40000, DstPort: 53}
+		dns := &layers.DNS{ID: 1, RD: true, Questions: question}
+		if !m.query {
+			ip.SrcIP, ip.DstIP = srv, cli
+			udp.SrcPort, udp.DstPort = 53, 40000
+			dns.QR = true
+		}
+		udp.SetNetworkLayerForChecksum(ip)
+		buf := gopacket.NewSerializeBuffer()
+		if err := gopacket.SerializeLayers(buf, gopacket.SerializeOptions{FixLengths: true, ComputeChecksums: true}, eth, ip, udp, dns); err != nil {
+			t.Fatal(err)
+		}
+		if err := w.WritePacket(gopacket.CaptureInfo{Timestamp: t0.Add(m.at), CaptureLength: len(buf.Bytes()), Length: len(buf.Bytes())}, buf.Bytes()); err != nil {
+			t.Fatal(err)
+		}
+	}
+	w.Flush()
+	path := filepath.Join(t.TempDir(), "resend.pcap")
+	if err := os.WriteFile(path, b.Bytes(), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return path
+}
+
+// TestResendsPairAsTshark: a query sent again (within tshark's 5 s) is
+// one transaction with its first send: the response answers the first
+// send, a second response answers nothing, and no pairs cross; sent
+// again later, it is a new query and the response answers the newer.
+// Each as tshark pairs it (dns.response_to).
+func TestResendsPairAsTshark(t *testing.T) {
+	tshark := testenv.Tool(t, "tshark")
+	ms := time.Millisecond
+	for _, c := range []struct {
+		name             string
+		sends, responses []time.Duration
+	}{
+		{"resent, answered once", []time.Duration{0, time.Second}, []time.Duration{time.Second + 100*ms}},
+		{"resent, answered twice", []time.Duration{0, time.Second}, []time.Duration{time.Second + 100*ms, time.Second + 200*ms}},
+		{"resent twice, answered once", []time.Duration{0, time.Second, 2 * time.Second}, []time.Duration{2*time.Second + 100*ms}},
+		{"sent again after 6s", []time.Duration{0, 6 * time.Second}, []time.Duration{6*time.Second + 100*ms}},
+	} {
+		path := resendCapture(t, c.sends, c.responses)
+		got, st := pairCapture(t, path, 0, DefaultWindow)
+		want, unanswered, orphans := tsharkPairs(t, tshark, path)
+		var answered []txnRow
+		for _, r := range got {
+			if r.query != "" && r.response != "" {
+				answered = append(answered, r)
+			}
+		}
+		if missing, extra := diffRows(answered, want); len(missing)+len(extra) > 0 || len(want) == 0 {
+			t.Errorf("%s: pairs tshark has and Plumb not: %v; Plumb has and tshark not: %v", c.name, missing, extra)
+		}
+		if int(st.Unanswered+st.Retransmissions) != unanswered || int(st.Orphans) != orphans {
+			t.Errorf("%s: %v; tshark %d without a response and %d orphan responses", c.name, st, unanswered, orphans)
+		}
+	}
 }

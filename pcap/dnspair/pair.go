@@ -26,6 +26,10 @@ const (
 	// response: resolvers retry after 1–5 s, so a response later than
 	// that answers a query its client has given up on.
 	DefaultWindow = 5 * time.Second
+	// RetransmitWithin is how soon a query sent again is a resend of
+	// the same transaction rather than a new one (tshark's
+	// dns.retransmission_timer).
+	RetransmitWithin = 5 * time.Second
 	// DefaultMaxPending bounds the queries waiting at once. An entry
 	// holds the query's key and question (about 200 bytes with a typical
 	// name), so the default bounds the waiting queries to ~50 MiB: 5 s of
@@ -58,8 +62,8 @@ type Query struct {
 }
 
 // Txn is one transaction. Exactly one of these holds: Query and Response
-// are both set (answered); only Query is set (Unanswered, or Evicted when
-// it was given up for room); only Response is set (an orphan response).
+// are both set (answered); only Query is set (unanswered, Retransmission
+// or Evicted); only Response is set (an orphan response).
 type Txn struct {
 	Key      Key
 	Query    *Query
@@ -68,11 +72,16 @@ type Txn struct {
 	// MaxPending queries were waiting: it may yet have had a response,
 	// which then shows as an orphan.
 	Evicted bool
+	// Retransmission marks a query sent again within RetransmitWithin of
+	// the same query (key and question) still waiting: the response
+	// answers the first send, as tshark pairs it, and this row stands
+	// for the resend alone.
+	Retransmission bool
 }
 
 // Stats counts what a Pairer decided.
 type Stats struct {
-	Answered, Unanswered, Orphans, Evicted int64
+	Answered, Unanswered, Orphans, Evicted, Retransmissions int64
 	// Unpairable counts messages too short to hold a DNS header.
 	Unpairable int64
 }
@@ -145,55 +154,62 @@ func (p *Pairer) addAt(r *dnsrec.Record, idx int) {
 	m := &r.Msg
 	if !m.QR {
 		k := Key{TCP: r.TCP, Client: r.Src, Server: r.Dst, ClientPort: r.SrcPort, ServerPort: r.DstPort, ID: m.ID}
+		q := Query{Time: r.Time, Size: r.Size, IPVersion: r.IPVersion, Opcode: m.Opcode,
+			RD: m.RD, CD: m.CD, EDNS: m.EDNS, DO: m.DO, UDPSize: m.UDPSize, HasQuestion: m.HasQuestion,
+			QName: m.QName, QType: m.QType, QClass: m.QClass}
+		if e := p.newest(k, &q, r.Time); e != nil && r.Time.Sub(e.q.Time) <= RetransmitWithin {
+			// Sent again while the first send waits: the response, if
+			// any, answers the first.
+			p.stats.Retransmissions++
+			p.txn = Txn{Key: k, Query: &q, Retransmission: true}
+			p.emit(&p.txn)
+			return
+		}
 		if p.n >= p.maxPending() {
 			p.drop(p.head, true)
 		}
-		p.push(&entry{key: k, idx: idx, at: at, q: Query{Time: r.Time, Size: r.Size, IPVersion: r.IPVersion, Opcode: m.Opcode,
-			RD: m.RD, CD: m.CD, EDNS: m.EDNS, DO: m.DO, UDPSize: m.UDPSize, HasQuestion: m.HasQuestion,
-			QName: m.QName, QType: m.QType, QClass: m.QClass}})
+		p.push(&entry{key: k, idx: idx, at: at, q: q})
 		return
 	}
 	k := Key{TCP: r.TCP, Client: r.Dst, Server: r.Src, ClientPort: r.DstPort, ServerPort: r.SrcPort, ID: m.ID}
-	// A client that sent the same query again gets one response, most
-	// likely to its last send: pair it with the newest matching query
-	// (as tshark does); the older sends stay unanswered. A query older
-	// than the window is never waiting here in a capture read whole; a
-	// join that has not seen every packet's time yet checks it so.
-	var match *entry
-	for e := p.pending[k]; e != nil; e = e.same {
-		if matches(&e.q, r) && r.Time.Sub(e.q.Time) <= p.window() {
-			match = e
-		}
-	}
-	if match != nil {
+	// The newest transaction waiting with the same question is answered
+	// (its first send: resends are not waiting), as tshark pairs it; a
+	// second response finds none and is an orphan.
+	q := Query{HasQuestion: m.HasQuestion, QName: m.QName, QType: m.QType, QClass: m.QClass}
+	if match := p.newest(k, &q, r.Time); match != nil {
 		p.remove(match)
 		p.stats.Answered++
 		p.txn = Txn{Key: k, Query: &match.q, Response: r}
 		p.emit(&p.txn)
 		return
 	}
-	// A block paired on its own leaves a response its queries do not
-	// answer to the join while a query of an earlier block may.
-	if s := p.split; s != nil && !r.Time.After(s.t0.Add(2*p.window())) {
-		if s.hold(held{idx: idx, clock: at, rec: clone(r)}, r.Size+256) {
-			return
-		}
-		s.inexact++
-	}
 	p.stats.Orphans++
 	p.txn = Txn{Key: k, Response: r}
 	p.emit(&p.txn)
 }
 
-// matches reports whether a response answers a query: the same question
-// when both carry one (a response without a question, as to a
+// newest returns the newest query waiting under k with the question of
+// o, at packet time t. A query older than the window is never waiting
+// here in a capture read whole; a join that has not yet seen every
+// packet's time checks it so.
+func (p *Pairer) newest(k Key, o *Query, t time.Time) *entry {
+	var found *entry
+	for e := p.pending[k]; e != nil; e = e.same {
+		if sameQuestion(&e.q, o) && t.Sub(e.q.Time) <= p.window() {
+			found = e
+		}
+	}
+	return found
+}
+
+// sameQuestion reports whether two messages ask the same: the same
+// question when both carry one (a response without a question, as to a
 // FORMERR, answers by id alone).
-func matches(q *Query, r *dnsrec.Record) bool {
-	m := &r.Msg
-	if !q.HasQuestion || !m.HasQuestion {
+func sameQuestion(a, b *Query) bool {
+	if !a.HasQuestion || !b.HasQuestion {
 		return true
 	}
-	return q.QType == m.QType && q.QClass == m.QClass && strings.EqualFold(q.QName, m.QName)
+	return a.QType == b.QType && a.QClass == b.QClass && strings.EqualFold(a.QName, b.QName)
 }
 
 // expire emits, as unanswered, the queries whose window has passed.

@@ -42,6 +42,9 @@ func describe(tx *Txn) string {
 	if tx.Evicted {
 		q = "!" + q
 	}
+	if tx.Retransmission {
+		q = "↻" + q
+	}
 	return q + "→" + r
 }
 
@@ -62,8 +65,14 @@ func TestPairing(t *testing.T) {
 			0, []string{"0s→1ms"}},
 		{"a response without a question pairs by id", []*dnsrec.Record{msg(0, false, 1, "a.example"), msg(time.Millisecond, true, 1, "")},
 			0, []string{"0s→1ms"}},
-		{"a retransmission takes the response", []*dnsrec.Record{msg(0, false, 1, "a.example"), msg(time.Second, false, 1, "a.example"),
-			msg(time.Second+time.Millisecond, true, 1, "a.example")}, 0, []string{"1s→1.001s", "0s→-"}},
+		{"the first send takes the response; the resend is its own row", []*dnsrec.Record{msg(0, false, 1, "a.example"), msg(time.Second, false, 1, "a.example"),
+			msg(time.Second+time.Millisecond, true, 1, "a.example")}, 0, []string{"↻1s→-", "0s→1.001s"}},
+		{"a second response is an orphan, not the resend's", []*dnsrec.Record{msg(0, false, 1, "a.example"), msg(time.Second, false, 1, "a.example"),
+			msg(time.Second+time.Millisecond, true, 1, "a.example"), msg(time.Second+2*time.Millisecond, true, 1, "a.example")}, 0,
+			[]string{"↻1s→-", "0s→1.001s", "-→1.002s"}},
+		{"sent again after 5s it is a new query, and the newer is answered", []*dnsrec.Record{msg(0, false, 1, "a.example"),
+			msg(5*time.Second+time.Millisecond, false, 1, "a.example"), msg(5*time.Second+2*time.Millisecond, true, 1, "a.example")}, 0,
+			[]string{"0s→-", "5.001s→5.002s"}},
 		{"past the window a query is unanswered", []*dnsrec.Record{msg(0, false, 1, "a.example"), msg(6*time.Second, true, 1, "a.example")},
 			0, []string{"0s→-", "-→6s"}},
 		{"at the window's end it is still answered", []*dnsrec.Record{msg(0, false, 1, "a.example"), msg(5*time.Second, true, 1, "a.example")},

@@ -21,10 +21,11 @@ import (
 //     between those hosts, and its queries between them still waiting,
 //     go to the join, which pairs them in packet order with what the
 //     join completes (Taint).
-//   - A query of an earlier block is answered, if at all, within the
-//     window, so only a response of the block's first two windows that
-//     finds no query in the block goes to the join to meet the queries
-//     carried there; later ones are orphans at once.
+//   - A query of an earlier block waits at most the window, so only the
+//     block's messages of its first two windows can meet one (a
+//     response answering it, a query resending it): they go to the
+//     join, with every other message of their keys (Key) in the block,
+//     to be paired with the queries carried there.
 //   - A query the block has not seen answered when its window ends is
 //     unanswered whatever comes after; those still waiting at the block's
 //     end go on to the join and the next blocks.
@@ -65,6 +66,7 @@ type splitState struct {
 	t0      time.Time // the block's first message's time
 	started bool
 	tainted map[hosts]bool
+	keys    map[Key]bool // keys whose messages go to the join
 	// waiting are the queries waiting of each pair of hosts (a list
 	// through entry.hnext), so a tainted pair's go to the join at once.
 	waiting map[hosts]*entry
@@ -91,7 +93,7 @@ type Edge struct {
 // the block's records with AddAt and its edge packets with Taint, then
 // take Edge. budget bounds the bytes of what it leaves to the join.
 func (p *Pairer) Split(budget int) {
-	p.split = &splitState{tainted: map[hosts]bool{}, waiting: map[hosts]*entry{}, budget: budget}
+	p.split = &splitState{tainted: map[hosts]bool{}, keys: map[Key]bool{}, waiting: map[hosts]*entry{}, budget: budget}
 }
 
 // Taint says the block's packet idx, between a and b, goes to the
@@ -132,15 +134,53 @@ func (p *Pairer) AddAt(r *dnsrec.Record, idx int) {
 	if !s.started {
 		s.t0, s.started = r.Time, true
 	}
-	if r.Size >= 12 && s.tainted[hostsOf(r.Src, r.Dst)] {
-		at := p.clock
-		p.advance(r.Time)
-		if s.hold(held{idx: idx, clock: at, rec: clone(r)}, r.Size+256) {
+	if r.Size >= 12 {
+		k := keyOf(r)
+		if s.tainted[hostsOf(r.Src, r.Dst)] || s.keys[k] || !r.Time.After(s.t0.Add(2*p.window())) {
+			if s.bytes+r.Size+256 > s.budget {
+				s.inexact++ // past the budget: decided here, as if alone
+				p.addAt(r, idx)
+				return
+			}
+			at := p.clock
+			p.advance(r.Time)
+			p.taintKey(k)
+			if s.hold(held{idx: idx, clock: at, rec: clone(r)}, r.Size+256) {
+				return
+			}
+			s.inexact++
+			p.addAt(r, idx)
 			return
 		}
-		s.inexact++
 	}
 	p.addAt(r, idx)
+}
+
+// keyOf is the key a record's query and response share.
+func keyOf(r *dnsrec.Record) Key {
+	if r.Msg.QR {
+		return Key{TCP: r.TCP, Client: r.Dst, Server: r.Src, ClientPort: r.DstPort, ServerPort: r.SrcPort, ID: r.Msg.ID}
+	}
+	return Key{TCP: r.TCP, Client: r.Src, Server: r.Dst, ClientPort: r.SrcPort, ServerPort: r.DstPort, ID: r.Msg.ID}
+}
+
+// taintKey sends k's messages to the join from here on, with its
+// queries waiting now.
+func (p *Pairer) taintKey(k Key) {
+	s := p.split
+	if s.keys[k] {
+		return
+	}
+	s.keys[k] = true
+	for e := p.pending[k]; e != nil; {
+		next := e.same
+		if s.hold(held{idx: e.idx, clock: e.at, key: e.key, q: e.q}, 128) {
+			p.remove(e)
+		} else {
+			s.inexact++
+		}
+		e = next
+	}
 }
 
 // clone copies what a transaction keeps of a record past the emit call.

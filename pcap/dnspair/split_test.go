@@ -125,7 +125,7 @@ func cutAnywhere(t *testing.T, rng *rand.Rand, name string, link layers.LinkType
 			for _, b := range rng.Perm(n) {
 				p := New(func(tx *Txn) { rows[b] = append(rows[b], fullTxn(tx)) })
 				p.Window = window
-				p.Split(1 << 20)
+				p.Split(16 << 20)
 				var x *dnsrec.Extractor
 				x = dnsrec.NewExtractor(link, nil, func(r *dnsrec.Record) { p.AddAt(r, int(x.Stats().Packets-1)) })
 				x.SplitEdges(0)
