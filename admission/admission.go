@@ -232,6 +232,11 @@ func New(cfg Config) *Controller {
 	if cfg.Policy == LLF && cfg.Express > 0 {
 		c.pools = append(c.pools, c.newPool(cfg.ExpressSlots))
 	}
+	if cfg.Margin != nil {
+		// Rechecks run only while reads wait: the first reads are
+		// judged with the margin as it stands at the start.
+		c.margin = cfg.Margin()
+	}
 	return c
 }
 
@@ -376,6 +381,7 @@ func (c *Controller) Run(ctx context.Context, every time.Duration) {
 				return
 			case <-c.arrived:
 			}
+			c.Recheck() // the margin and the order, fresh for the reads now waiting
 			t.Reset(every)
 		}
 		select {

@@ -400,7 +400,9 @@ func TestGroups(t *testing.T) {
 	// Group "c" reads without acking; after the visibility timeout the
 	// blocks are handed out again.
 	read := func() []string {
-		s, err := ts.c.DoGet(ctx, flight.Ticket{Queue: "pcap.sz", Group: "c", From: "earliest", Visibility: 0.2})
+		// Visibility long enough that a loaded CI machine reads twice
+		// within it (0.2 s was not).
+		s, err := ts.c.DoGet(ctx, flight.Ticket{Queue: "pcap.sz", Group: "c", From: "earliest", Visibility: 1.5})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -420,7 +422,7 @@ func TestGroups(t *testing.T) {
 	if got := read(); len(got) != 0 {
 		t.Fatalf("reserved blocks handed out again at once: %v", got)
 	}
-	time.Sleep(300 * time.Millisecond)
+	time.Sleep(1600 * time.Millisecond)
 	if got := read(); len(got) != 6 {
 		t.Fatalf("after the visibility timeout got %d blocks, want 6 again", len(got))
 	}
