@@ -38,6 +38,7 @@ import (
 	"github.com/plumb-dev/plumb/block"
 	"github.com/plumb-dev/plumb/client"
 	"github.com/plumb-dev/plumb/internal/hostile"
+	"github.com/plumb-dev/plumb/internal/proc"
 )
 
 func main() {
@@ -147,7 +148,7 @@ func attack(plumb string, streams int, good []byte) error {
 		return fmt.Errorf("submit: %+v %v", res, err)
 	}
 	load, _ := os.ReadFile("/proc/loadavg")
-	base, err := rss(srv.Pid(), "VmRSS:")
+	base, err := proc.Status(srv.Pid(), "VmRSS:")
 	if err != nil {
 		return err
 	}
@@ -199,7 +200,7 @@ func attack(plumb string, streams int, good []byte) error {
 	if oerr != nil {
 		return fmt.Errorf("the other site's put: %w", oerr)
 	}
-	peak, err := rss(srv.Pid(), "VmHWM:")
+	peak, err := proc.Status(srv.Pid(), "VmHWM:")
 	if err != nil {
 		return err
 	}
@@ -280,25 +281,6 @@ func metadata(plumb string) error {
 	fmt.Printf("twelve %.1f KB blocks, each holding %.0f MB in half-open streams: the metadata file grew %.2f MiB (aim < 1 MiB)\n",
 		float64(len(small))/1e3, 32*(64000+256000)/1e6, float64(after.Size()-before.Size())/(1<<20))
 	return nil
-}
-
-// rss reads a size field (VmRSS:, VmHWM:) of /proc/PID/status in bytes.
-func rss(pid int, field string) (int64, error) {
-	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
-	if err != nil {
-		return 0, err
-	}
-	for _, line := range strings.Split(string(b), "\n") {
-		if v, ok := strings.CutPrefix(line, field); ok {
-			f := strings.Fields(v)
-			if len(f) == 0 {
-				break
-			}
-			kb, err := strconv.ParseInt(f[0], 10, 64)
-			return kb << 10, err
-		}
-	}
-	return 0, fmt.Errorf("no %s in /proc/%d/status", field, pid)
 }
 
 // zstdOf compresses a capture as an agent with --codec zstd would.

@@ -9,6 +9,7 @@ import (
 	"slices"
 
 	"github.com/plumb-dev/plumb/bench/internal/benchkit"
+	"github.com/plumb-dev/plumb/pipeline"
 )
 
 // realTraffic measures builtin:dns on real traffic: zeek's capture of a
@@ -18,11 +19,11 @@ import (
 // question (bench/dns/dnsjit-hq.lua) and tshark on a prefix. Each is run
 // three times, alternated, and the median CPU seconds per GB printed.
 func realTraffic(plumb, dir, size, tsharkSize string) {
-	n, err := parseBytes(size)
+	n, err := pipeline.ParseSize(size)
 	if err != nil {
 		log.Fatal(err)
 	}
-	pn, err := parseBytes(tsharkSize)
+	pn, err := pipeline.ParseSize(tsharkSize)
 	if err != nil {
 		log.Fatal(err)
 	}
@@ -104,22 +105,4 @@ func realTraffic(plumb, dir, size, tsharkSize string) {
 	fmt.Printf("(loadavg before each round: %v; dnsjit reassembles neither TCP nor fragments and writes nothing)\n", loads)
 	os.Remove(full)
 	os.Remove(prefix)
-}
-
-// parseBytes reads a size with an optional KiB, MiB or GiB.
-func parseBytes(s string) (int64, error) {
-	var n int64
-	var unit string
-	if _, err := fmt.Sscanf(s, "%d%s", &n, &unit); err != nil {
-		return 0, fmt.Errorf("size %q: %v", s, err)
-	}
-	switch unit {
-	case "KiB":
-		return n << 10, nil
-	case "MiB":
-		return n << 20, nil
-	case "GiB":
-		return n << 30, nil
-	}
-	return 0, fmt.Errorf("size %q: want KiB, MiB or GiB", s)
 }

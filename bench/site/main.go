@@ -34,13 +34,13 @@ import (
 	"os/exec"
 	"path/filepath"
 	"runtime"
-	"strconv"
 	"strings"
 	"time"
 
 	"github.com/plumb-dev/plumb/bench/internal/benchkit"
 	"github.com/plumb-dev/plumb/client"
 	"github.com/plumb-dev/plumb/pcap"
+	"github.com/plumb-dev/plumb/pipeline"
 )
 
 func main() {
@@ -190,7 +190,7 @@ func buildRev(dir, rev string) (string, error) {
 // split cuts a capture into files of about size bytes each, the blocks
 // an import would cut.
 func split(capture, dir, size string) ([]string, error) {
-	n, err := parseSize(size)
+	n, err := pipeline.ParseSize(size)
 	if err != nil {
 		return nil, err
 	}
@@ -248,19 +248,6 @@ func split(capture, dir, size string) ([]string, error) {
 		written += 16 + int64(len(data))
 	}
 	return files, closeFile()
-}
-
-func parseSize(s string) (int64, error) {
-	for _, u := range []struct {
-		suffix string
-		mult   int64
-	}{{"KiB", 1 << 10}, {"MiB", 1 << 20}, {"GiB", 1 << 30}} {
-		if v, ok := strings.CutSuffix(s, u.suffix); ok {
-			n, err := strconv.ParseInt(v, 10, 64)
-			return n * u.mult, err
-		}
-	}
-	return strconv.ParseInt(s, 10, 64)
 }
 
 // once imports the capture into a fresh server as one site's blocks (or

@@ -11,7 +11,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -20,6 +19,7 @@ import (
 	"github.com/plumb-dev/plumb/flight"
 	"github.com/plumb-dev/plumb/fsck"
 	"github.com/plumb-dev/plumb/internal/hostile"
+	"github.com/plumb-dev/plumb/internal/proc"
 	"github.com/plumb-dev/plumb/internal/testenv"
 )
 
@@ -156,26 +156,31 @@ func TestHugeRecordUnderMemoryLimit(t *testing.T) {
 }
 
 // rssOf is a process's peak resident set (VmHWM), bytes.
+// serveBuilt starts a server from the plumb binary built without the
+// race detector (what a process's own CPU and memory are measured on),
+// on a fresh data directory, and waits until it listens.
+func serveBuilt(t *testing.T, extra ...string) (*exec.Cmd, string, *procLog) {
+	t.Helper()
+	addr := testenv.FreeAddr(t)
+	cmd := exec.Command(testenv.PlumbBinary(t), append([]string{"serve", "--data", t.TempDir(), "--listen", addr, "--log-level", "warn"}, extra...)...)
+	cmd.Env = append(os.Environ(), "GOMAXPROCS=2")
+	log := &procLog{}
+	cmd.Stdout, cmd.Stderr = log, log
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { cmd.Process.Kill(); cmd.Wait() })
+	waitListening(t, addr)
+	return cmd, addr, log
+}
+
 func rssOf(t *testing.T, pid int) int64 {
 	t.Helper()
-	b, err := os.ReadFile(filepath.Join("/proc", strconv.Itoa(pid), "status"))
+	n, err := proc.Status(pid, "VmHWM:")
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, line := range strings.Split(string(b), "\n") {
-		if v, ok := strings.CutPrefix(line, "VmHWM:"); ok {
-			var kb int64
-			for _, f := range strings.Fields(v) {
-				if n, err := strconv.ParseInt(f, 10, 64); err == nil {
-					kb = n
-					break
-				}
-			}
-			return kb << 10
-		}
-	}
-	t.Fatal("no VmHWM")
-	return 0
+	return n
 }
 
 // TestSpoolBelongsToItsServer: an import's spool used to be shared by
@@ -243,19 +248,9 @@ func fsckVia(ctx context.Context, c *client.Client, req flight.FsckRequest) (fsc
 // ends with its rows, and the site's next block, real DNS, follows with
 // all of its rows.
 func TestHalfOpenStreamBlockIsBounded(t *testing.T) {
-	data := t.TempDir()
-	addr := testenv.FreeAddr(t)
 	// Memory is the product's, not the race detector's: a server built
 	// without it.
-	cmd := exec.Command(testenv.PlumbBinary(t), "serve", "--data", data, "--listen", addr, "--log-level", "warn", "--slots", "2", "--tick", "100ms")
-	cmd.Env = append(os.Environ(), "GOMAXPROCS=2")
-	log := &procLog{}
-	cmd.Stdout, cmd.Stderr = log, log
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { cmd.Process.Kill(); cmd.Wait() })
-	waitListening(t, addr)
+	cmd, addr, log := serveBuilt(t, "--slots", "2", "--tick", "100ms")
 	c := dialPlumb(t, addr)
 	ctx := context.Background()
 	good, err := os.ReadFile("../../testdata/pcaps/dnscap__dns.pcap")

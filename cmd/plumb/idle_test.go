@@ -2,12 +2,10 @@ package main
 
 import (
 	"context"
-	"os/exec"
 	"testing"
 	"time"
 
 	"github.com/plumb-dev/plumb/internal/proc"
-	"github.com/plumb-dev/plumb/internal/testenv"
 )
 
 // TestIdleServerCostsNothing: a server with a job and nothing to do
@@ -16,16 +14,7 @@ import (
 // now uses at most 0.05 CPU-s in a minute (its own /proc counters).
 func TestIdleServerCostsNothing(t *testing.T) {
 	t.Parallel()
-	data := t.TempDir()
-	addr := testenv.FreeAddr(t)
-	cmd := exec.Command(testenv.PlumbBinary(t), "serve", "--data", data, "--listen", addr, "--log-level", "warn")
-	log := &procLog{}
-	cmd.Stdout, cmd.Stderr = log, log
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { cmd.Process.Kill(); cmd.Wait() })
-	waitListening(t, addr)
+	cmd, addr, log := serveBuilt(t)
 	c := dialPlumb(t, addr)
 	ctx := context.Background()
 	if _, err := c.Put(ctx, source("20250505-151105-00000001.lax.pcap", []byte("\xd4\xc3\xb2\xa1\x02\x00\x04\x00\x00\x00\x00\x00\x00\x00\x00\x00\xff\xff\x00\x00\x01\x00\x00\x00"))); err != nil {

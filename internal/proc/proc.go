@@ -29,3 +29,23 @@ func CPU(pid int) (time.Duration, error) {
 	}
 	return time.Duration(ticks) * time.Second / 100, nil // USER_HZ is 100 on Linux
 }
+
+// Status returns a size field of /proc/PID/status (VmRSS:, VmHWM:, the
+// peak) in bytes.
+func Status(pid int, field string) (int64, error) {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
+	if err != nil {
+		return 0, err
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		if v, ok := strings.CutPrefix(line, field); ok {
+			f := strings.Fields(v)
+			if len(f) == 0 {
+				break
+			}
+			kb, err := strconv.ParseInt(f[0], 10, 64)
+			return kb << 10, err
+		}
+	}
+	return 0, fmt.Errorf("no %s in /proc/%d/status", field, pid)
+}
