@@ -149,6 +149,32 @@ func (d *Drops) Counts() map[string]int64 {
 	return maps.Clone(d.m)
 }
 
+// The reasons runs count drops under. Each is a metric label, so a
+// worker's commit naming another is refused (CheckDrops).
+const (
+	DropEdgeBudget     = "edge_budget"     // frames a block's edge let go for the budget
+	DropTCPEvicted     = "tcp_evicted"     // TCP streams let go for room
+	DropTCPHoles       = "tcp_holes"       // holes in TCP streams given up on
+	DropDefrag         = "defrag_dropped"  // datagrams never made whole
+	DropPairingInexact = "pairing_inexact" // pairing decided past the budget
+)
+
+// CheckDrops refuses drop counts a worker sends that no run counts: an
+// unknown reason, or a count below 0.
+func CheckDrops(d map[string]int64) error {
+	for reason, n := range d {
+		switch reason {
+		case DropEdgeBudget, DropTCPEvicted, DropTCPHoles, DropDefrag, DropPairingInexact:
+		default:
+			return fmt.Errorf("dropped: %q is not a reason runs count drops under", reason)
+		}
+		if n < 0 {
+			return fmt.Errorf("dropped: %s is %d, below 0", reason, n)
+		}
+	}
+	return nil
+}
+
 type dropsKey struct{}
 
 // WithDrops gives a run's context what counts its drops; the engine does

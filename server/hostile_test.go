@@ -16,6 +16,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
+	"github.com/plumb-dev/plumb/engine"
 	"github.com/plumb-dev/plumb/flight"
 	"github.com/plumb-dev/plumb/internal/hostile"
 	"github.com/plumb-dev/plumb/pcap/dnsrec"
@@ -323,4 +324,24 @@ func emptyRecords(t *testing.T) []byte {
 		t.Fatal(err)
 	}
 	return b.Bytes()
+}
+
+// TestCommitLeaseDropsAreBounded: a worker's commit names what its run
+// let go of by reason, and each reason becomes a metric label; a commit
+// naming a reason no run counts, or a count below 0, is refused with
+// the reason named, before anything is committed, so a hostile worker
+// cannot grow the metrics without bound.
+func TestCommitLeaseDropsAreBounded(t *testing.T) {
+	ts := startServer(t, Config{Registry: engine.NewRegistry()})
+	ctx := context.Background()
+	for _, c := range []struct {
+		dropped map[string]int64
+		says    string
+	}{
+		{map[string]int64{"made_up_reason": 1}, `"made_up_reason" is not a reason runs count drops under`},
+		{map[string]int64{engine.DropEdgeBudget: -1}, "edge_budget is -1, below 0"},
+	} {
+		err := ts.c.Do(ctx, "commit-lease", flight.LeaseRequest{Lease: "lease-none", Dropped: c.dropped}, nil)
+		wantCode(t, err, codes.InvalidArgument, c.says)
+	}
 }

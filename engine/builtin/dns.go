@@ -257,10 +257,10 @@ func (p *dnsPart) Discard() { p.w.Close() }
 // of to stay within the budget, or gave up on.
 func countDrops(d *engine.Drops, block, join dnsrec.Stats) {
 	for _, s := range []dnsrec.Stats{block, join} {
-		d.Add("edge_budget", s.EdgeDropped)
-		d.Add("tcp_evicted", int64(s.TCPEvicted))
-		d.Add("tcp_holes", int64(s.TCPSkipped))
-		d.Add("defrag_dropped", int64(s.DefragDropped))
+		d.Add(engine.DropEdgeBudget, s.EdgeDropped)
+		d.Add(engine.DropTCPEvicted, int64(s.TCPEvicted))
+		d.Add(engine.DropTCPHoles, int64(s.TCPSkipped))
+		d.Add(engine.DropDefrag, int64(s.DefragDropped))
 	}
 }
 
@@ -400,7 +400,7 @@ func (p *pairsPart) Finish(ctx context.Context, carry *engine.Carry) error {
 		pr.Flush()
 	}
 	countDrops(engine.DropsOf(ctx), p.stats, j.Stats())
-	engine.DropsOf(ctx).Add("pairing_inexact", jn.Inexact)
+	engine.DropsOf(ctx).Add(engine.DropPairingInexact, jn.Inexact)
 	if carry != nil && !carry.Final {
 		var c carried
 		var err error
