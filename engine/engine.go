@@ -278,7 +278,8 @@ func (e *Engine) Run(ctx context.Context) error {
 	var runs sync.WaitGroup
 	defer e.parts.drop("", &e.scratch)
 	defer runs.Wait()
-	ticker := time.NewTicker(e.cfg.Tick)
+	every := e.cfg.Tick
+	ticker := time.NewTicker(every)
 	defer ticker.Stop()
 	reshare, counted := true, true
 	for {
@@ -287,6 +288,13 @@ func (e *Engine) Run(ctx context.Context) error {
 			e.log.Error("scheduling stage runs", "err", err)
 		}
 		reshare, counted = false, false
+		// A quiet engine has nothing that time alone changes: it waits
+		// for a change instead of waking every tick (an idle server spent
+		// most of its CPU on those wakes), with a slow tick as a safety net.
+		if d := e.tickEvery(); d != every {
+			every = d
+			ticker.Reset(d)
+		}
 		select {
 		case <-ctx.Done():
 			return nil
@@ -298,6 +306,27 @@ func (e *Engine) Run(ctx context.Context) error {
 			reshare = true // the graph changed or a run ended
 		}
 	}
+}
+
+// quietTicks is how many ticks a quiet engine sleeps between fills.
+const quietTicks = 10
+
+// tickEvery is how often the engine fills without being told of a change:
+// every tick while time alone can make work (blocks owed or held for a
+// retry, runs, leases or parts held, window and stream stages, a full
+// store), quietTicks ticks otherwise.
+func (e *Engine) tickEvery() time.Duration {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	busy := e.paused || len(e.leases) > 0 || e.localRunning > 0
+	for _, st := range e.stages {
+		busy = busy || st.running > 0 || st.backlog > 0 || st.counted.held > 0 || st.win != nil || st.stream != nil ||
+			st.edged && e.parts.held(st.group) > 0
+	}
+	if busy {
+		return e.cfg.Tick
+	}
+	return quietTicks * e.cfg.Tick
 }
 
 // idleStages reports whether a stage has no slot: new work there must
@@ -514,6 +543,7 @@ func (e *Engine) backlog(st *stage, counted bool) (int64, error) {
 // and how long it took.
 type backlogCount struct {
 	n    int64
+	held int64 // reserved or waiting out a backoff: ready with time alone
 	at   time.Time
 	took time.Duration
 }
@@ -534,11 +564,11 @@ func (e *Engine) countBacklog(st *stage) (int64, error) {
 	if c := st.counted; !c.at.IsZero() && start.Sub(c.at) < backlogReuse*c.took {
 		return c.n, nil
 	}
-	n, err := e.db.Backlog(st.node.Inputs[0], st.group)
+	n, held, err := e.db.Backlog(st.node.Inputs[0], st.group)
 	if err != nil {
 		return 0, err
 	}
-	st.counted = backlogCount{n: n, at: start, took: time.Since(start)}
+	st.counted = backlogCount{n: n, held: held, at: start, took: time.Since(start)}
 	return n, nil
 }
 

@@ -105,20 +105,24 @@ func mustSub(tx *bolt.Tx, top []byte, names ...string) *bolt.Bucket {
 	return b
 }
 
-// Backlog counts the blocks owed to a group that could be handed out now
-// or after a retry backoff: unreserved, or reserved past the deadline.
-func (d *DB) Backlog(queue, group string) (int64, error) {
-	var n int64
+// Backlog counts the blocks owed to a group: ready, those that could be
+// handed out now (unreserved, or reserved past the deadline), and held,
+// those reserved by a run or waiting out a retry backoff, which time
+// alone will make ready again.
+func (d *DB) Backlog(queue, group string) (ready, held int64, err error) {
 	now := d.now()
-	err := d.bolt.View(func(tx *bolt.Tx) error {
+	err = d.bolt.View(func(tx *bolt.Tx) error {
 		return eachOwed(tx, queue, group, func(_ []byte, del Delivery) (bool, error) {
-			if del.State == Unreserved || del.State == Reserved && now.After(del.Until) {
-				n++
+			switch {
+			case del.State == Unreserved || del.State == Reserved && now.After(del.Until):
+				ready++
+			case del.State == Reserved:
+				held++
 			}
 			return false, nil
 		})
 	})
-	return n, err
+	return ready, held, err
 }
 
 // Run is one stage run's result: the inputs it reserved and the outputs

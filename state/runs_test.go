@@ -55,8 +55,8 @@ func TestRunCommitsOnceWhateverTheTiming(t *testing.T) {
 	if q, _ := db.Queue("pcap.xz"); q.Blocks != 1 {
 		t.Fatalf("output queue holds %d blocks", q.Blocks)
 	}
-	if n, _ := db.Backlog("pcap.sz", "stage-a"); n != 0 {
-		t.Fatalf("backlog after commit = %d", n)
+	if n, held, _ := db.Backlog("pcap.sz", "stage-a"); n != 0 || held != 0 {
+		t.Fatalf("backlog after commit = %d ready, %d held", n, held)
 	}
 }
 
