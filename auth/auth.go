@@ -46,7 +46,11 @@ const (
 
 // Identity is an authenticated caller.
 type Identity struct {
-	User   string   `json:"user"`
+	User string `json:"user"`
+	// ID is the user's stable id from the users file ("" in a file
+	// written before ids): what owners are recorded by, since a name
+	// removed and added again is another user.
+	ID     string   `json:"-"`
 	Groups []string `json:"groups"`
 	// Via says how the caller proved it: password, token, key or cert.
 	Via string `json:"via"`
@@ -121,6 +125,18 @@ func (k *Key) UnmarshalYAML(n *yaml.Node) error {
 type File struct {
 	Users map[string]*User `yaml:"users"`
 	Rules []Rule           `yaml:"rules"`
+	// AnonKeys grants anonymization keys (builtin:anonymize?key=NAME) to
+	// groups. A job may name a key only when its owner is in a group
+	// granted it, or is an admin on "*": anyone else could run a key over
+	// captures of their own choosing, an oracle for its mapping.
+	AnonKeys []KeyGrant `yaml:"anon_keys,omitempty"`
+}
+
+// KeyGrant lets groups' jobs use the anonymization keys whose names match
+// a pattern (path.Match, as a rule's queues).
+type KeyGrant struct {
+	Keys   string   `yaml:"keys"`
+	Groups []string `yaml:"groups"`
 }
 
 var nameRE = regexp.MustCompile(`^[a-z0-9][a-z0-9._-]{0,63}$`)
@@ -187,6 +203,14 @@ func (f *File) check() error {
 				return fmt.Errorf("user %s: key %s has no SHA-256", name, k.ID)
 			}
 			keys[k.ID] = name
+		}
+	}
+	for i, g := range f.AnonKeys {
+		if _, err := path.Match(g.Keys, ""); err != nil || g.Keys == "" {
+			return fmt.Errorf("anon_keys %d: keys %q is not a valid pattern", i+1, g.Keys)
+		}
+		if len(g.Groups) == 0 {
+			return fmt.Errorf("anon_keys %d (%s): needs groups", i+1, g.Keys)
 		}
 	}
 	for i, r := range f.Rules {
@@ -447,6 +471,19 @@ func (a *Authority) fresh() {
 	}
 }
 
+// UserID returns a user's stable id ("" in a file written before ids),
+// and false when the file has no such user.
+func (a *Authority) UserID(name string) (string, bool) {
+	a.fresh()
+	a.mu.RLock()
+	defer a.mu.RUnlock()
+	u := a.file.Users[name]
+	if u == nil {
+		return "", false
+	}
+	return u.ID, true
+}
+
 // Users returns how many users the file holds.
 func (a *Authority) Users() int {
 	a.mu.RLock()
@@ -461,7 +498,7 @@ func (a *Authority) identity(name, via string) (Identity, bool) {
 	if u == nil {
 		return Identity{}, false
 	}
-	return Identity{User: name, Groups: slices.Clone(u.Groups), Via: via, Stamp: stamp(u)}, true
+	return Identity{User: name, ID: u.ID, Groups: slices.Clone(u.Groups), Via: via, Stamp: stamp(u)}, true
 }
 
 func stamp(u *User) string { return u.ID + ":" + strconv.FormatUint(u.Generation, 10) }
@@ -582,6 +619,22 @@ func (a *Authority) Identify(user, via string) (Identity, error) {
 		return Identity{}, fmt.Errorf("%w: no user %q in the users file", ErrDenied, user)
 	}
 	return id, nil
+}
+
+// MayUseKey reports whether a user's jobs may name an anonymization key:
+// a grant in anon_keys to one of its groups, or admin on "*".
+func (a *Authority) MayUseKey(id Identity, key string) bool {
+	if a.Allowed(id, Admin, "") {
+		return true
+	}
+	a.mu.RLock()
+	defer a.mu.RUnlock()
+	for _, g := range a.file.AnonKeys {
+		if ok, _ := path.Match(g.Keys, key); ok && slices.ContainsFunc(g.Groups, func(g string) bool { return slices.Contains(id.Groups, g) }) {
+			return true
+		}
+	}
+	return false
 }
 
 // Allowed reports whether id may do p on queue. Admin on a queue implies

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"io/fs"
+	"net/url"
 	"os"
 	"path"
 	"path/filepath"
@@ -58,7 +59,7 @@ func OpenDir(root string) (*Dir, error) {
 	return d, nil
 }
 
-func (d *Dir) String() string { return "file://" + d.root }
+func (d *Dir) String() string { return (&url.URL{Scheme: "file", Path: d.root}).String() }
 
 // Close releases the store's directory.
 func (d *Dir) Close() error { return d.r.Close() }
@@ -67,6 +68,9 @@ func (d *Dir) Close() error { return d.r.Close() }
 func (d *Dir) path(key string) (string, error) {
 	if err := CheckKey(key); err != nil {
 		return "", err
+	}
+	if key == OwnerKey {
+		return key, nil // beside blobs/, which holds blobs only
 	}
 	return "blobs/" + key, nil
 }
@@ -185,7 +189,7 @@ func (d *Dir) Delete(ctx context.Context, key string) error {
 	return nil
 }
 
-// List implements Store.
+// List implements Store; the owner's record (OwnerKey) lies outside blobs/.
 func (d *Dir) List(ctx context.Context, fn func(Info) error) error {
 	return fs.WalkDir(d.r.FS(), "blobs", func(p string, e fs.DirEntry, err error) error {
 		if err != nil || e.IsDir() {
@@ -194,11 +198,12 @@ func (d *Dir) List(ctx context.Context, fn func(Info) error) error {
 		if err := ctx.Err(); err != nil {
 			return err
 		}
+		key := strings.TrimPrefix(p, "blobs/")
 		fi, err := e.Info()
 		if err != nil {
 			return nil // removed while listing
 		}
-		return fn(Info{Key: strings.TrimPrefix(p, "blobs/"), Size: fi.Size(), ModTime: fi.ModTime()})
+		return fn(Info{Key: key, Size: fi.Size(), ModTime: fi.ModTime()})
 	})
 }
 

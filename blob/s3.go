@@ -187,13 +187,16 @@ func (s *S3) Delete(ctx context.Context, key string) error {
 	return nil
 }
 
-// List implements Store.
+// List implements Store; the owner's record (OwnerKey) is not listed.
 func (s *S3) List(ctx context.Context, fn func(Info) error) error {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	for oi := range s.client.ListObjects(ctx, s.bucket, minio.ListObjectsOptions{Recursive: true}) {
 		if oi.Err != nil {
 			return fmt.Errorf("store %s: list: %w", s, oi.Err)
+		}
+		if oi.Key == OwnerKey {
+			continue // the store's own, not a blob (see Claim)
 		}
 		if err := fn(Info{Key: oi.Key, Size: oi.Size, ModTime: oi.LastModified}); err != nil {
 			return err

@@ -137,7 +137,8 @@ type Store interface {
 	Stat(ctx context.Context, key string) (Info, error)
 	// Delete removes the blob; a missing key is not an error.
 	Delete(ctx context.Context, key string) error
-	// List calls fn for every blob, in no particular order.
+	// List calls fn for every blob, in no particular order; not for the
+	// store's owner record (OwnerKey).
 	List(ctx context.Context, fn func(Info) error) error
 	// String names the store for errors and logs (a URL without secrets).
 	String() string
@@ -179,6 +180,11 @@ func Open(ctx context.Context, rawURL string) (Store, error) {
 	}
 	switch u.Scheme {
 	case "file":
+		if u.Host != "" && u.Host != "localhost" {
+			// file://plumb-data/blobs is host "plumb-data", path /blobs:
+			// a store at the root, shared by every server that makes it.
+			return nil, fmt.Errorf("store URL %q names host %q: a file store's URL needs an absolute path after three slashes (file:///var/lib/plumb/blobs), or give a plain path", rawURL, u.Host)
+		}
 		return OpenDir(u.Path)
 	case "s3":
 		return OpenS3(ctx, u)

@@ -222,11 +222,43 @@ func TestOpenURL(t *testing.T) {
 			t.Errorf("Open(%q) = %v, %v", u, s, err)
 		}
 	}
-	for _, u := range []string{"ftp://x", "s3://bucket", "s3://?endpoint=x:1"} {
+	// file://plumb-data/blobs (a relative data directory made into a URL
+	// by concatenation) named the host "plumb-data" and the store /blobs.
+	for _, u := range []string{"ftp://x", "s3://bucket", "s3://?endpoint=x:1", "file://plumb-data/blobs"} {
 		if _, err := blob.Open(context.Background(), u); err == nil {
 			t.Errorf("Open(%q) succeeded", u)
 		}
 	}
+}
+
+// TestClaim: a store claimed by one server is refused to another (whose
+// fsck would delete the first one's blobs as orphans) unless forced, and
+// the owner's record is no blob: listing, draining and fsck never see it.
+func TestClaim(t *testing.T) {
+	forEachStore(t, func(t *testing.T, s blob.Store) {
+		ctx := context.Background()
+		if err := blob.Claim(ctx, s, "server-a", false); err != nil {
+			t.Fatal(err)
+		}
+		if err := blob.Claim(ctx, s, "server-a", false); err != nil {
+			t.Fatalf("the owner's claim again: %v", err)
+		}
+		err := blob.Claim(ctx, s, "server-b", false)
+		if !errors.Is(err, blob.ErrOwned) || !strings.Contains(err.Error(), "server-a") || !strings.Contains(err.Error(), "--claim-store") {
+			t.Fatalf("another server's claim = %v", err)
+		}
+		n := 0
+		s.List(ctx, func(i blob.Info) error { n++; t.Errorf("listed %s", i.Key); return nil })
+		if n != 0 {
+			t.Fatalf("an empty claimed store lists %d blobs", n)
+		}
+		if err := blob.Claim(ctx, s, "server-b", true); err != nil {
+			t.Fatal(err)
+		}
+		if owner, err := blob.Owner(ctx, s); owner != "server-b" || err != nil {
+			t.Fatalf("owner after a forced claim = %q, %v", owner, err)
+		}
+	})
 }
 
 // TestDirRefusesPlantedSymlinks: links planted in a store directory, to a

@@ -24,6 +24,11 @@ const (
 	MaxNameLen     = 255
 	// SeqDigits is the width a sequence number is zero-padded to.
 	SeqDigits = 8
+	// MaxSourceSeq is the largest sequence number a block put into a
+	// queue may have; the smallest is 1. Readers count on the number
+	// after a block's (a stream's cursor, a gap's end) and on 0 meaning
+	// "none yet"; 0 and 2^64-1 broke both.
+	MaxSourceSeq = 1<<63 - 1
 )
 
 const timeLayout = "20060102-150405"

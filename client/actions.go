@@ -92,6 +92,24 @@ func (c *Client) Retry(ctx context.Context, queue, name string) (int, error) {
 	return res.Requeued, err
 }
 
+// SiteOwner is who may put blocks into a site (an instance of a queue).
+type SiteOwner = flight.SiteOwner
+
+// SiteOwners lists who owns each site of a queue, or of every queue the
+// caller may read or write when queue is "". A site's first writer owns
+// it; others' puts to it are refused.
+func (c *Client) SiteOwners(ctx context.Context, queue string) ([]SiteOwner, error) {
+	return List[SiteOwner](ctx, c, "site-owners", flight.SiteRequest{Queue: queue})
+}
+
+// AssignSite gives a site to a user, or with user "" leaves it unowned
+// for its next writer to claim (an admin of the queue).
+func (c *Client) AssignSite(ctx context.Context, queue, instance, user string) (SiteOwner, error) {
+	var out SiteOwner
+	err := c.action(ctx, "site-assign", flight.SiteRequest{Queue: queue, Instance: instance, User: user}, func(b []byte) error { return json.Unmarshal(b, &out) })
+	return out, err
+}
+
 // AddProgram registers an executable on the server (admin).
 func (c *Client) AddProgram(ctx context.Context, req flight.AddProgramRequest) (Program, error) {
 	var out Program

@@ -41,6 +41,12 @@ const (
 // message far below gRPC's default 4 MiB receive limit.
 const ChunkSize = 1 << 20
 
+// MaxMessage is the largest message a server takes: a block's chunk
+// (ChunkSize) with its framing, an action, a ticket. gRPC reads a message
+// whole before a handler can refuse it (it buffers up to a stream's flow-control window meanwhile), so this bounds what any caller,
+// with rights or none, makes the server hold per call (it was 64 MiB).
+const MaxMessage = 2 << 20
+
 // BlockSchema is the schema of every block stream.
 var BlockSchema = arrow.NewSchema([]arrow.Field{
 	{Name: "offset", Type: arrow.PrimitiveTypes.Int64, Nullable: true},

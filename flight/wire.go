@@ -261,3 +261,23 @@ type WindowHeader struct {
 	// missing block.
 	KernelDropped int64 `json:"kernel_dropped,omitempty"`
 }
+
+// SiteRequest is the body of site-owners (Queue, or none for every
+// queue) and site-assign (Queue, Instance, and User: "" leaves the site
+// unowned, for its next writer to claim).
+type SiteRequest struct {
+	Queue    string `json:"queue,omitempty"`
+	Instance string `json:"instance,omitempty"`
+	User     string `json:"user,omitempty"`
+}
+
+// SiteOwner is who may put blocks into a site (an instance of a queue):
+// its first writer, or the user an admin assigned.
+type SiteOwner struct {
+	Queue    string    `json:"queue"`
+	Instance string    `json:"instance"`
+	User     string    `json:"user"`
+	Since    time.Time `json:"since"`
+	// By is "first put", or the admin who assigned it.
+	By string `json:"by"`
+}

@@ -1,6 +1,7 @@
 package server
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -23,12 +24,30 @@ import (
 type action struct {
 	desc string
 	run  func(s *Service, ctx context.Context, body []byte) (any, error)
+	// maxBody caps the raw body, checked before it is decoded;
+	// defaultMaxBody when 0. Decoding a 60 MiB body of JSON took
+	// gigabytes, for a caller with no right at all.
+	maxBody int
+	// admin: only an admin on "*" may call it, checked before the body is
+	// even looked at.
+	admin bool
 }
+
+// Body caps: most bodies name a queue, a group or a block; an ack may name
+// many blocks, a job file is up to 256 KiB of YAML that JSON may escape to
+// six times its size, a stream's state is up to 64 KiB.
+const (
+	defaultMaxBody = 64 << 10
+	ackMaxBody     = 1 << 20
+	jobMaxBody     = 1536 << 10
+	stateMaxBody   = 512 << 10
+)
 
 var actions = map[string]action{
 	"ack": {
-		desc: `Acknowledge blocks for a consumer group so they are not handed out again. Body {"queue","group","blocks":[NAME,...]}; answers {"acked": N}.`,
-		run:  (*Service).ack,
+		desc:    `Acknowledge blocks for a consumer group so they are not handed out again. Body {"queue","group","blocks":[NAME,...]}; answers {"acked": N}.`,
+		run:     (*Service).ack,
+		maxBody: ackMaxBody,
 	},
 	"group-list": {
 		desc: `A queue's consumer groups: owner, created, last used, and the deliveries unreserved, reserved, done and faulty; a non-admin sees their own. Body {"queue"}; one result each.`,
@@ -52,20 +71,23 @@ var actions = map[string]action{
 	},
 
 	"submit-job": {
-		desc: `Submit a job (YAML). Body {"file","yaml"}; answers {"job","state":"accepted"|"rejected","reason","warnings","stages"}.`,
-		run:  (*Service).submitJob,
+		desc:    `Submit a job (YAML). Body {"file","yaml"}; answers {"job","state":"accepted"|"rejected","reason","warnings","stages"}.`,
+		run:     (*Service).submitJob,
+		maxBody: jobMaxBody,
 	},
 	"program-add": {
-		desc: `Register an executable on the server for jobs to name (admin). Body {"name","path","sha256","network"}; answers the program.`,
-		run:  (*Service).addProgram,
+		desc:  `Register an executable on the server for jobs to name (admin). Body {"name","path","sha256","network"}; answers the program.`,
+		run:   (*Service).addProgram,
+		admin: true,
 	},
 	"program-list": {
 		desc: `The registered programs, one result each.`,
 		run:  (*Service).listPrograms,
 	},
 	"program-remove": {
-		desc: `Unregister a program no accepted job runs (admin). Body {"name"}.`,
-		run:  (*Service).removeProgram,
+		desc:  `Unregister a program no accepted job runs (admin). Body {"name"}.`,
+		run:   (*Service).removeProgram,
+		admin: true,
 	},
 	"retract-job": {
 		desc: `Retract an accepted job; its stages stop unless another job owns them. Body {"job"}.`,
@@ -112,8 +134,9 @@ var actions = map[string]action{
 		run:  (*Service).skipStream,
 	},
 	"put-state": {
-		desc: `Set keys of a stream consumer's small state (an empty value deletes). Body {"queue","instance","consumer","state":{...}}.`,
-		run:  (*Service).putState,
+		desc:    `Set keys of a stream consumer's small state (an empty value deletes). Body {"queue","instance","consumer","state":{...}}.`,
+		run:     (*Service).putState,
+		maxBody: stateMaxBody,
 	},
 	"get-state": {
 		desc: `A stream consumer's cursor, state, skips and checkpoint. Body {"queue","instance","consumer"}.`,
@@ -128,8 +151,9 @@ var actions = map[string]action{
 		run:  (*Service).listState,
 	},
 	"checkpoint": {
-		desc: `Save a stream consumer's cursor and state together (with "state" given, that state); a stream from "checkpoint" resumes there. Body {"queue","instance","consumer","state"}.`,
-		run:  (*Service).checkpoint,
+		desc:    `Save a stream consumer's cursor and state together (with "state" given, that state); a stream from "checkpoint" resumes there. Body {"queue","instance","consumer","state"}.`,
+		run:     (*Service).checkpoint,
+		maxBody: stateMaxBody,
 	},
 	"set-retention": {
 		desc: `Set how long a queue keeps its blocks (admin): {"queue","retention":"forever"|"30d"|"500GiB"|"30d,500GiB"|"","drop_unconsumed":bool}. Blocks past it go unless a subscriber still owes them (drop_unconsumed: they go anyway and the subscriber's delivery becomes LOST). Queues a stage produces keep what its job says.`,
@@ -140,44 +164,56 @@ var actions = map[string]action{
 		run:  (*Service).retentions,
 	},
 	"fsck": {
-		desc: `Check metadata against blobs (admin on "*"): blocks whose blob is missing or (with verify) corrupt, blobs no block names. Body {"repair":bool,"verify":bool,"grace_seconds":N}; repair deletes orphan blobs older than the grace (1 h) and marks broken blocks lost.`,
-		run:  (*Service).fsck,
+		desc:  `Check metadata against blobs (admin on "*"): blocks whose blob is missing or (with verify) corrupt, blobs no block names. Body {"repair":bool,"verify":bool,"grace_seconds":N}; repair deletes orphan blobs older than the grace (1 h) and marks broken blocks lost.`,
+		run:   (*Service).fsck,
+		admin: true,
 	},
 	"store-list": {
-		desc: `The blob stores (admin on "*"): name, URL, primary, draining, free and total bytes when the store can tell; one result each.`,
-		run:  (*Service).storeList,
+		desc:  `The blob stores (admin on "*"): name, URL, primary, draining, free and total bytes when the store can tell; one result each.`,
+		run:   (*Service).storeList,
+		admin: true,
 	},
 	"store-add": {
-		desc: `Add a blob store (admin on "*"): {"name","url":"file:///DIR"|"s3://BUCKET?endpoint=HOST:PORT"}. New blocks go to the store with the most free space.`,
-		run:  (*Service).storeAdd,
+		desc:  `Add a blob store (admin on "*"): {"name","url":"file:///DIR"|"s3://BUCKET?endpoint=HOST:PORT"}. New blocks go to the store with the most free space.`,
+		run:   (*Service).storeAdd,
+		admin: true,
 	},
 	"store-remove": {
-		desc: `Forget an empty store (admin on "*"): {"name"}; drain it first.`,
-		run:  (*Service).storeRemove,
+		desc:  `Forget an empty store (admin on "*"): {"name"}; drain it first.`,
+		run:   (*Service).storeRemove,
+		admin: true,
 	},
 	"store-drain": {
-		desc: `Move every blob of a store to the others while reads go on (admin on "*"): {"name","deadline_seconds":30,"workers":4}. The store takes no new blocks from the start; answers {"moved","bytes","left":[KEY...],"seconds"} — left are the blobs not moved by the deadline.`,
-		run:  (*Service).storeDrain,
+		desc:  `Move every blob of a store to the others while reads go on (admin on "*"): {"name","deadline_seconds":30,"workers":4}. The store takes no new blocks from the start; answers {"moved","bytes","left":[KEY...],"seconds"} — left are the blobs not moved by the deadline.`,
+		run:   (*Service).storeDrain,
+		admin: true,
 	},
 	"lease": {
-		desc: `For workers (admin on "*"): take a stage run. Body {"worker","host","slots","stages":PATTERN,"missing":[PROGRAM...]}; answers a lease {"lease","stage","program","inputs","outputs","ttl_ns"}, or {} when there was no work for 5 s. Read inputs with block tickets, upload outputs with DoPut {"queue","instance","lease"}, then commit-lease; heartbeat within the TTL.`,
-		run:  (*Service).lease,
+		desc:  `For workers (admin on "*"): take a stage run. Body {"worker","host","slots","stages":PATTERN,"missing":[PROGRAM...]}; answers a lease {"lease","stage","program","inputs","outputs","ttl_ns"}, or {} when there was no work for 5 s. Read inputs with block tickets, upload outputs with DoPut {"queue","instance","lease"}, then commit-lease; heartbeat within the TTL.`,
+		run:   (*Service).lease,
+		admin: true,
 	},
 	"heartbeat": {
-		desc: `For workers: keep a lease alive. Body {"lease"}; FAILED_PRECONDITION when it expired (stop: the run went elsewhere).`,
-		run:  (*Service).heartbeat,
+		desc:  `For workers: keep a lease alive. Body {"lease"}; FAILED_PRECONDITION when it expired (stop: the run went elsewhere).`,
+		run:   (*Service).heartbeat,
+		admin: true,
 	},
 	"commit-lease": {
-		desc: `For workers: publish a lease's staged outputs and release its inputs at once. Body {"lease","outputs":[{"queue","size","sha256"}]}; refused when the lease expired, so only one run publishes.`,
-		run:  (*Service).commitLease,
+		desc:    `For workers: publish a lease's staged outputs and release its inputs at once. Body {"lease","outputs":[{"queue","size","sha256"}]}; refused when the lease expired, so only one run publishes.`,
+		run:     (*Service).commitLease,
+		maxBody: ackMaxBody,
+		admin:   true,
 	},
 	"fail-lease": {
-		desc: `For workers: report a failed run (retried with backoff, FAULTY after the last attempt). Body {"lease","error"}.`,
-		run:  (*Service).failLease,
+		desc:    `For workers: report a failed run (retried with backoff, FAULTY after the last attempt). Body {"lease","error"}.`,
+		run:     (*Service).failLease,
+		maxBody: ackMaxBody,
+		admin:   true,
 	},
 	"workers": {
-		desc: `The remote workers seen lately: host, slots, the runs each holds, last heartbeat, runs done and lost; one result each.`,
-		run:  (*Service).workers,
+		desc:  `The remote workers seen lately: host, slots, the runs each holds, last heartbeat, runs done and lost; one result each.`,
+		run:   (*Service).workers,
+		admin: true,
 	},
 	"lost": {
 		desc: `Blocks a queue's retention dropped before a group was done with them. Body {"queue","group"}; one result each.`,
@@ -192,6 +228,14 @@ var actions = map[string]action{
 	"status": {
 		desc: `How far behind each stage and consumer group is: backlog, workers, age of the oldest block owed, and arrival-to-output (or delivery) and event-to-output p50/p99 over the last hour; one result each.`,
 		run:  (*Service).status,
+	},
+	"site-owners": {
+		desc: `Who may put blocks into each site (an instance of a queue): its first writer, or the user an admin assigned; others' puts are refused. Body {"queue"} or {} for every queue you may read or write; one result each.`,
+		run:  (*Service).siteOwners,
+	},
+	"site-assign": {
+		desc: `Assign a site to a user, or with "user":"" leave it unowned for its next writer (admin of the queue). Body {"queue","instance","user"}.`,
+		run:  (*Service).siteAssign,
 	},
 	"retry": {
 		desc: `Requeue faulty blocks: {"queue","block"} for one, {"queue"} for a queue's, {} for all; answers {"requeued": N}.`,
@@ -226,7 +270,16 @@ func (s *Service) DoAction(act *aflight.Action, stream aflight.FlightService_DoA
 		sort.Strings(known)
 		return status.Errorf(codes.InvalidArgument, "action %q is not known (known: %s)", act.Type, strings.Join(known, ", "))
 	}
-	res, err := a.run(s, stream.Context(), act.Body)
+	ctx := stream.Context()
+	if a.admin {
+		if err := s.allow(ctx, auth.Admin, "", act.Type); err != nil {
+			return err
+		}
+	}
+	if limit := cmp.Or(a.maxBody, defaultMaxBody); len(act.Body) > limit {
+		return status.Errorf(codes.ResourceExhausted, "action %s: the body has %d bytes, more than the %d this action takes; send less at once (see ListActions)", act.Type, len(act.Body), limit)
+	}
+	res, err := a.run(s, ctx, act.Body)
 	if err != nil {
 		return statusOf(err, codes.Internal)
 	}

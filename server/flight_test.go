@@ -18,6 +18,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/plumb-dev/plumb/blob"
 	"github.com/plumb-dev/plumb/client"
 
 	aflight "github.com/apache/arrow-go/v18/arrow/flight"
@@ -227,6 +228,8 @@ func TestBadInput(t *testing.T) {
 		{"size too small", cmd, hdr(name(1), len(data)-1, sum), data, codes.InvalidArgument, "more bytes than its declared size"},
 		{"size too big", cmd, hdr(name(1), len(data)+5, sum), data, codes.InvalidArgument, "stream ended inside block"},
 		{"size absurd", cmd, hdr(name(1), 1<<40, sum), data, codes.InvalidArgument, "outside"},
+		{"sequence number 0", cmd, hdr(name(0), len(data), sum), data, codes.InvalidArgument, "outside 1.."},
+		{"sequence number 2^64-1", cmd, hdr("20250505-151105-18446744073709551615.lax.pcap.sz", len(data), sum), data, codes.InvalidArgument, "outside 1.."},
 	} {
 		err := rawPut(t, ts.c, tc.cmd, tc.hdr, tc.data, false)
 		if status.Code(err) != tc.code || !strings.Contains(err.Error(), tc.says) {
@@ -266,11 +269,12 @@ func TestBadInput(t *testing.T) {
 	wantCode(t, err, codes.InvalidArgument, "not known")
 }
 
-// blobFiles counts the files under the store's directory, temp files too.
+// blobFiles counts the files under the store's directory, temp files too,
+// but not the store's owner record.
 func blobFiles(data string) int {
 	n := 0
 	filepath.WalkDir(filepath.Join(data, "blobs"), func(p string, d os.DirEntry, err error) error {
-		if err == nil && !d.IsDir() {
+		if err == nil && !d.IsDir() && d.Name() != blob.OwnerKey {
 			n++
 		}
 		return nil
@@ -281,7 +285,7 @@ func blobFiles(data string) int {
 func assertNoBlobs(t *testing.T, data string) {
 	t.Helper()
 	filepath.WalkDir(filepath.Join(data, "blobs"), func(p string, d os.DirEntry, err error) error {
-		if err == nil && !d.IsDir() {
+		if err == nil && !d.IsDir() && d.Name() != blob.OwnerKey {
 			t.Errorf("blob file %s is visible after refused uploads", p)
 		}
 		return nil

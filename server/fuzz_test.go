@@ -240,8 +240,11 @@ func TestPutMetadataFlood(t *testing.T) {
 	if err := flood(ana, "pcap.sz", 1<<20, 50); codeOf(err) != codes.PermissionDenied {
 		t.Errorf("a reader's flood: %v", err)
 	}
-	if err := flood(agent, "pcap.sz", 5<<20, 200); codeOf(err) != codes.InvalidArgument || !strings.Contains(err.Error(), "metadata-only messages") {
+	if err := flood(agent, "pcap.sz", 5<<20, 200); codeOf(err) != codes.ResourceExhausted || !strings.Contains(err.Error(), "larger than max") {
 		t.Errorf("a writer's 5 MiB messages: %v", err)
+	}
+	if err := flood(agent, "pcap.sz", 1<<20, 200); codeOf(err) != codes.InvalidArgument || !strings.Contains(err.Error(), "metadata-only messages") {
+		t.Errorf("a writer's 1 MiB messages: %v", err)
 	}
 	if err := flood(agent, "pcap.sz", 8<<10, 200); codeOf(err) != codes.InvalidArgument || !strings.Contains(err.Error(), "metadata-only messages") {
 		t.Errorf("a writer's 200 small ones: %v", err)

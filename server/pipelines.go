@@ -60,8 +60,9 @@ func (s *Service) submitJob(ctx context.Context, body []byte) (any, error) {
 	})
 }
 
-// queueRights lists the inputs id may not read and the outputs it may not
-// write, as problems at the fields that name them.
+// queueRights lists the inputs id may not read, the outputs it may not
+// write and the anonymization keys it may not use, as problems at the
+// fields that name them.
 func (s *Service) queueRights(file string, id auth.Identity, job *pipeline.Job) pipeline.Problems {
 	var ps pipeline.Problems
 	for _, st := range job.Stages {
@@ -77,6 +78,15 @@ func (s *Service) queueRights(file string, id auth.Identity, job *pipeline.Job) 
 				at := st.At("outputs")
 				ps = append(ps, pipeline.Problem{File: file, Line: at.Line, Column: at.Column, Field: fmt.Sprintf("stage %q.outputs", st.Name),
 					What: fmt.Sprintf("user %s may not write queue %s; an admin grants it with a rule in the users file", id.User, q)})
+			}
+		}
+		for _, step := range st.Program.Steps {
+			// Only builtin:anonymize takes a key; any other built-in
+			// refuses key= as an unknown argument.
+			if key := step.Args.Get("key"); step.Builtin == "anonymize" && key != "" && !s.authz.MayUseKey(id, key) {
+				at := st.At("program")
+				ps = append(ps, pipeline.Problem{File: file, Line: at.Line, Column: at.Column, Field: fmt.Sprintf("stage %q.program", st.Name),
+					What: fmt.Sprintf("user %s may not use anonymization key %s; an admin grants it under anon_keys in the users file", id.User, key)})
 			}
 		}
 	}

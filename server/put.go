@@ -300,6 +300,10 @@ func (s *Service) begin(ctx context.Context, cmd flight.PutCommand, raw []byte) 
 		u.staged = true
 	} else if err := s.allow(ctx, auth.Write, n.Queue, "upload block "+n.String()); err != nil {
 		return nil, err
+	} else if n.Seq < 1 || n.Seq > block.MaxSourceSeq {
+		return nil, status.Errorf(codes.InvalidArgument, "block %s: sequence number %d is outside 1..%d; agents number a site's blocks from 1", n, n.Seq, uint64(block.MaxSourceSeq))
+	} else if err := s.claimSite(ctx, n); err != nil {
+		return nil, err
 	}
 	old, err := s.db.Lookup(n.ID())
 	switch {

@@ -157,6 +157,10 @@ func (s *Service) storeAdd(ctx context.Context, body []byte) (any, error) {
 	if err != nil {
 		return nil, status.Errorf(codes.InvalidArgument, "store %s: %v", req.Name, err)
 	}
+	if err := blob.Claim(ctx, st, s.db.ID(), false); err != nil {
+		st.Close()
+		return nil, status.Errorf(codes.FailedPrecondition, "store %s: %v", req.Name, err)
+	}
 	if err := m.Add(req.Name, req.URL, st); err != nil {
 		st.Close()
 		return nil, status.Error(codes.AlreadyExists, err.Error())

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
+	"net/url"
 	"os"
 	"os/signal"
 	"path/filepath"
@@ -124,12 +125,19 @@ type Config struct {
 	// dashboard calls a site silent (15 minutes when zero, as the alert
 	// rule; a site with longer blocks gets three of its intervals).
 	SiteSilentAfter time.Duration
+	// HTTPHosts are the names the dashboard answers to besides IP
+	// addresses, localhost and the machine's host name (web.WithHosts).
+	HTTPHosts []string
 
 	// Users is the users file; when set every call must authenticate and
 	// the file's rules decide what each user may do. Without it the server
 	// serves loopback addresses only, unless InsecureNoAuth.
 	Users          string
 	InsecureNoAuth bool
+	// ClaimStore takes the primary store over from the server that
+	// claimed it before (see blob.Claim): for a server whose metadata was
+	// lost and recreated.
+	ClaimStore bool
 	// TokenTTL is how long a login's bearer token lasts; 12 h when zero.
 	TokenTTL time.Duration
 	// SweepEvery is how often blocks past their queue's retention are
@@ -254,6 +262,12 @@ func Run(ctx context.Context, cfg Config) (err error) {
 	if cfg.Data == "" {
 		return errors.New("no data directory; pass --data DIR")
 	}
+	// Made absolute once, here: every path and store URL below is built
+	// from it, and a relative one made "file://plumb-data/blobs", a store
+	// at /blobs shared by every server started anywhere.
+	if cfg.Data, err = filepath.Abs(cfg.Data); err != nil {
+		return fmt.Errorf("data directory %s: %w", cfg.Data, err)
+	}
 	var authz *auth.Authority
 	if cfg.Users == "" {
 		for flag, addr := range map[string]string{"--listen": cfg.Listen, "--http": cfg.HTTP} {
@@ -277,7 +291,7 @@ func Run(ctx context.Context, cfg Config) (err error) {
 		return errors.New("--client-ca needs --tls-cert and --tls-key")
 	}
 	if cfg.Store == "" {
-		cfg.Store = "file://" + filepath.Join(cfg.Data, "blobs")
+		cfg.Store = (&url.URL{Scheme: "file", Path: filepath.Join(cfg.Data, "blobs")}).String()
 	}
 	primary, err := blob.Open(ctx, cfg.Store)
 	if err != nil {
@@ -289,6 +303,10 @@ func Run(ctx context.Context, cfg Config) (err error) {
 		return err
 	}
 	defer db.Close()
+	if err := blob.Claim(ctx, primary, db.ID(), cfg.ClaimStore); err != nil {
+		primary.Close()
+		return err
+	}
 	// The primary store and those added with `plumb store add`; each blob's
 	// store is in the metadata.
 	store := blob.NewMulti(db, flight.PrimaryStore, cfg.Store, primary)
@@ -301,6 +319,11 @@ func Run(ctx context.Context, cfg Config) (err error) {
 		s, err := blob.Open(ctx, r.URL)
 		if err != nil {
 			cfg.Logger.Error("a store could not be opened; its blocks are unreadable until it can", "store", r.Name, "url", r.URL, "err", err)
+			continue
+		}
+		if err := blob.Claim(ctx, s, db.ID(), false); err != nil {
+			cfg.Logger.Error("a store is another server's: its blocks are unreadable here until it is this server's alone", "store", r.Name, "url", r.URL, "err", err)
+			s.Close()
 			continue
 		}
 		store.Add(r.Name, r.URL, s)
@@ -356,6 +379,7 @@ func Run(ctx context.Context, cfg Config) (err error) {
 		defer func() { stop(); wg.Wait() }()
 		wg.Go(func() { reloadOnHUP(srvCtx, authz, cfg.Logger) })
 	}
+	grpcOpts = append(grpcOpts, grpc.ChainStreamInterceptor(new(receivers).stream)) // after authentication, which names the caller
 	engDone := make(chan struct{})
 	if cfg.Registry != nil {
 		ecfg := cfg.Engine
@@ -431,7 +455,7 @@ func Run(ctx context.Context, cfg Config) (err error) {
 		defer func() { stop(); <-fsckDone }()
 	}
 	if cfg.HTTP != "" {
-		dash := web.New(svc.eng, db, cfg.Gatherer, cfg.Logger).WithSilentAfter(cfg.SiteSilentAfter)
+		dash := web.New(svc.eng, db, cfg.Gatherer, cfg.Logger).WithSilentAfter(cfg.SiteSilentAfter).WithHosts(cfg.HTTPHosts...)
 		if authz != nil {
 			dash.WithAuth(authz)
 		}
@@ -476,8 +500,8 @@ func Run(ctx context.Context, cfg Config) (err error) {
 	return nil
 }
 
-// NewGRPCServer returns a gRPC server with Plumb's options: 64 MiB receive
-// limit, keepalive that permits client pings every 10 s, and panic recovery
+// NewGRPCServer returns a gRPC server with Plumb's options: the receive
+// limit flight.MaxMessage, keepalive that permits client pings every 10 s, and panic recovery
 // that turns a panic into an Internal error instead of a crash.
 // Panics counts panics recovered in Flight calls; a non-zero value is a
 // bug to report.
@@ -511,7 +535,7 @@ func NewGRPCServer(log *slog.Logger, extra ...grpc.ServerOption) *grpc.Server {
 		return status.Errorf(codes.Internal, "internal error in %s; the server logged the details", method)
 	}
 	return grpc.NewServer(append([]grpc.ServerOption{
-		grpc.MaxRecvMsgSize(64 << 20),
+		grpc.MaxRecvMsgSize(flight.MaxMessage),
 		grpc.ForceServerCodecV2(flight.Codec()),
 		// Blocks are large: bigger socket buffers cut syscalls per byte, and
 		// fixed flow-control windows keep loopback and LAN links full.

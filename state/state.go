@@ -121,7 +121,7 @@ func Open(path string, opts Options) (*DB, error) {
 				return err
 			}
 		}
-		for _, b := range [][]byte{bucketQueues, bucketBlocks, bucketArrivals, bucketGroups, bucketDeliveries, bucketWindows, bucketStreams, bucketPolicies, bucketHighWater, bucketLocations, bucketStores, bucketCarries, bucketSamples} {
+		for _, b := range [][]byte{bucketQueues, bucketBlocks, bucketArrivals, bucketGroups, bucketDeliveries, bucketWindows, bucketStreams, bucketPolicies, bucketHighWater, bucketLocations, bucketStores, bucketCarries, bucketSamples, bucketOwners} {
 			if _, err := tx.CreateBucketIfNotExists(b); err != nil {
 				return err
 			}

@@ -41,6 +41,7 @@ type Server struct {
 	logins loginCache
 
 	silentAfter time.Duration // see WithSilentAfter
+	hosts       []string      // see WithHosts
 
 	mu      sync.Mutex
 	history []point // latency samples for the chart, oldest first
@@ -108,7 +109,7 @@ func (s *Server) Handler() http.Handler {
 	mux.Handle("POST /api/retry", guard.Handler(action(s, "retry", s.retry)))
 	mux.Handle("POST /api/fire-window", guard.Handler(action(s, "fire-window", s.fireWindow)))
 	mux.Handle("POST /api/retract", guard.Handler(action(s, "retract", s.retract)))
-	return open
+	return s.checkHost(open)
 }
 
 // Serve serves on lis until ctx ends, sampling latency every interval (a

@@ -442,3 +442,41 @@ func TestServeSamplesRates(t *testing.T) {
 		t.Errorf("range=1y: %d %s", code, body)
 	}
 }
+
+// TestRebindingHostRefused: without --users, a web page on a name its
+// owner points at 127.0.0.1 (DNS rebinding) read /api/* and could retract
+// jobs, as the browser took it for that name's own origin. The dashboard
+// now answers only to IP addresses, localhost, this machine's name and
+// names it is given; others get 421 before anything is read or done.
+func TestRebindingHostRefused(t *testing.T) {
+	r := newRig(t)
+	srv := httptest.NewServer(web.New(r.eng, r.db, r.reg, slog.Default()).WithHosts("Dash.Example.org").Handler())
+	defer srv.Close()
+	do := func(method, host, path string) (int, string) {
+		req, _ := http.NewRequest(method, srv.URL+path, strings.NewReader(`{"job":"alice"}`))
+		req.Host = host
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		return resp.StatusCode, string(b)
+	}
+	for _, host := range []string{"rebind.attacker.example", "rebind.attacker.example:8080", "127.0.0.1.nip.io"} {
+		for _, path := range []string{"/api/queues", "/api/jobs", "/healthz"} {
+			if code, body := do("GET", host, path); code != http.StatusMisdirectedRequest || !strings.Contains(body, "--http-host") {
+				t.Errorf("GET %s with Host %s: %d %s", path, host, code, body)
+			}
+		}
+		if code, _ := do("POST", host, "/api/retract"); code != http.StatusMisdirectedRequest {
+			t.Errorf("POST /api/retract with Host %s: %d", host, code)
+		}
+	}
+	me, _ := os.Hostname()
+	for _, host := range []string{srv.Listener.Addr().String(), "127.0.0.1", "[::1]:80", "localhost:8080", "dash.example.org", "DASH.example.org.:443", me} {
+		if code, body := do("GET", host, "/api/queues"); code != http.StatusOK {
+			t.Errorf("GET /api/queues with Host %s: %d %s", host, code, body)
+		}
+	}
+}

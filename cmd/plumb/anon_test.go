@@ -192,3 +192,50 @@ func countPackets(r *pcap.Reader) int64 {
 		}
 	}
 }
+
+// TestAnonKeysHaveOwners: a user ran builtin:anonymize?key=teamA over a
+// queue of their own and got output byte-identical to the admin's shared
+// copy, an oracle for teamA's mapping; a wrong key name answered with the
+// server's key directory. A job may now name a key only when its owner's
+// group is granted it under anon_keys (or it is an admin), and a refusal
+// names the key, never a server path.
+func TestAnonKeysHaveOwners(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	data := filepath.Join(dir, "data")
+	for _, k := range []string{"teama", "bob-key"} {
+		if _, errOut, code := plumbExec(t, "anon-key", k, "--dir", filepath.Join(data, "keys")); code != 0 {
+			t.Fatalf("anon-key: %s", errOut)
+		}
+	}
+	users := filepath.Join(dir, "users.yaml")
+	out, errOut, code := plumbExec(t, "user", "add", "bob", "--group", "teamb", "--users", users)
+	if code != 0 {
+		t.Fatalf("user add: %s", errOut)
+	}
+	testenv.EditUsers(t, users, func(f *auth.File) {
+		f.Rules = []auth.Rule{{Queues: "bob.*", Groups: []string{"teamb"}, Allow: []auth.Perm{auth.Read, auth.Write}}}
+		f.AnonKeys = []auth.KeyGrant{{Keys: "bob-*", Groups: []string{"teamb"}}}
+	})
+	addr := servePlumb(t, data, "--users", users)
+	bob, err := client.DialSecure(addr, client.Security{User: "bob", Secret: strings.TrimSpace(out)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer bob.Close()
+	job := func(key string) (client.SubmitResult, error) {
+		return bob.SubmitJob(context.Background(), key+".yaml", []byte("job: j-"+key+"\nqueues: [bob.pcap]\nstages:\n"+
+			"  - {name: anon, inputs: [bob.pcap], program: \"builtin:anonymize?key="+key+"\", outputs: [bob.anon]}\n"))
+	}
+	res, err := job("teama")
+	if err != nil || res.State != "rejected" || !strings.Contains(res.Reason, "may not use anonymization key teama") {
+		t.Fatalf("bob's job with teamA's key: %+v %v", res, err)
+	}
+	res, err = job("bob-nosuch")
+	if err != nil || res.State != "rejected" || !strings.Contains(res.Reason, "no such key") || strings.Contains(res.Reason, data) {
+		t.Fatalf("bob's job with a key that does not exist: %+v %v", res, err)
+	}
+	if res, err := job("bob-key"); err != nil || res.State != "accepted" {
+		t.Fatalf("bob's job with his own key: %+v %v", res, err)
+	}
+}

@@ -12,9 +12,14 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	"github.com/plumb-dev/plumb/auth"
 	"github.com/plumb-dev/plumb/client"
 	"github.com/plumb-dev/plumb/flight"
 	"github.com/plumb-dev/plumb/fsck"
@@ -300,5 +305,116 @@ func TestHalfOpenStreamBlockIsBounded(t *testing.T) {
 	}
 	if fb, _ := c.Faulty(ctx, ""); len(fb) != 0 {
 		t.Errorf("faulty: %+v", fb)
+	}
+}
+
+// TestDataDirIsWhereItSays: a relative --data (the default plumb-data is
+// one) made the store URL file://plumb-data/blobs, host "plumb-data" and
+// path /blobs, so every server started anywhere kept its blobs in /blobs
+// and each one's fsck deleted the others' as orphans. The blobs are now
+// under ./DIR, and a second server given the first one's store is refused
+// at start, before its fsck could delete anything.
+func TestDataDirIsWhereItSays(t *testing.T) {
+	t.Parallel()
+	bin := testenv.PlumbBinary(t)
+	cwd, addr := t.TempDir(), testenv.FreeAddr(t)
+	cmd := exec.Command(bin, "serve", "--data", "rel", "--listen", addr, "--log-level", "warn")
+	cmd.Dir = cwd
+	log := &procLog{}
+	cmd.Stdout, cmd.Stderr = log, log
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { cmd.Process.Kill(); cmd.Wait() })
+	waitListening(t, addr)
+	c := dialPlumb(t, addr)
+	const name = "20250505-151105-00000001.lax.pcap"
+	if _, err := c.Put(context.Background(), source(name, []byte("\xd4\xc3\xb2\xa1\x02\x00\x04\x00\x00\x00\x00\x00\x00\x00\x00\x00\xff\xff\x00\x00\x01\x00\x00\x00"))); err != nil {
+		t.Fatal(err)
+	}
+	store := filepath.Join(cwd, "rel", "blobs")
+	if got, _ := filepath.Glob(filepath.Join(store, "blobs", "pcap", "lax", name+".sha256-*")); len(got) != 1 {
+		t.Fatalf("the block's blob is not under ./rel/blobs: %v\n%s", got, log)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	out, err := exec.CommandContext(ctx, bin, "serve", "--data", t.TempDir(), "--store", store, "--listen", testenv.FreeAddr(t)).CombinedOutput()
+	if err == nil || !strings.Contains(string(out), "used by the server with metadata id") || !strings.Contains(string(out), "--claim-store") {
+		t.Fatalf("a second server on the first one's store: %v\n%s", err, out)
+	}
+}
+
+// TestActionBodiesBounded: any logged-in user, with no rule at all, sent
+// 30 list-blocks at once with 60 MiB bodies: the server decoded each
+// before looking at its size or the caller's rights, its peak memory went
+// from 1.36 GB to 8.1 GB, and another user's call waited 254 s. A body is
+// now refused as it arrives when larger than the server takes in one
+// message (2 MiB), and by its raw length before decoding when larger than
+// its action takes; a caller's bodies are received a few at a time.
+func TestActionBodiesBounded(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	users := filepath.Join(dir, "users.yaml")
+	secret := map[string]string{}
+	for _, u := range [][2]string{{"mallory", "nobody"}, {"ana", "analysts"}} {
+		out, errOut, code := plumbExec(t, "user", "add", u[0], "--group", u[1], "--users", users)
+		if code != 0 {
+			t.Fatalf("user add: %s", errOut)
+		}
+		secret[u[0]] = strings.TrimSpace(out)
+	}
+	testenv.EditUsers(t, users, func(f *auth.File) {
+		f.Rules = []auth.Rule{{Queues: "pcap", Groups: []string{"analysts"}, Allow: []auth.Perm{auth.Read}}}
+	})
+	cmd, addr, log := serveBuilt(t, "--users", users)
+	as := func(user string) *client.Client {
+		c, err := client.DialSecure(addr, client.Security{User: user, Secret: secret[user]})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { c.Close() })
+		return c
+	}
+	mallory, ana := as("mallory"), as("ana")
+	ctx := context.Background()
+	if _, err := ana.Queues(ctx); err != nil { // logged in, and the server warm
+		t.Fatal(err)
+	}
+	base := rssOf(t, cmd.Process.Pid)
+	body := func(n int) json.RawMessage {
+		return json.RawMessage(`{"queue":"` + strings.Repeat("a", n) + `"}`)
+	}
+	// One body of 60 MiB, and 30 at once of just under what one message
+	// may hold: the most a body can make the server read.
+	if err := mallory.Do(ctx, "list-blocks", body(60<<20), nil); status.Code(err) != codes.ResourceExhausted || !strings.Contains(err.Error(), "larger than max") {
+		t.Fatalf("a 60 MiB body: %v", err)
+	}
+	var wg sync.WaitGroup
+	errs := make(chan error, 30)
+	for range 30 {
+		wg.Go(func() {
+			errs <- mallory.Do(ctx, "list-blocks", body(flight.MaxMessage-1024), nil)
+		})
+	}
+	// Another user is answered meanwhile (it waited 254 s).
+	start := time.Now()
+	actx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	_, err := ana.Queues(actx)
+	cancel()
+	if err != nil {
+		t.Fatalf("another user's call during the attack: %v", err)
+	}
+	t.Logf("another user's call answered in %v", time.Since(start))
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		if status.Code(err) != codes.ResourceExhausted || !strings.Contains(err.Error(), "more than the 65536 this action takes") {
+			t.Fatalf("a 2 MiB body: %v", err)
+		}
+	}
+	if grew := rssOf(t, cmd.Process.Pid) - base; grew > 256<<20 {
+		t.Errorf("the server's peak memory grew by %d MiB from %d MiB; want at most 256\n%s", grew>>20, base>>20, log)
+	} else {
+		t.Logf("the server's peak memory grew by %d MiB from %d MiB", grew>>20, base>>20)
 	}
 }

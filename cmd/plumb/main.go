@@ -43,6 +43,7 @@ func commands() []command {
 		synthCommand(),
 		jobCommand(),
 		groupCommand(),
+		siteCommand(),
 		programCommand(),
 		graphCommand(),
 		statsCommand(),

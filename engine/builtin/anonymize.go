@@ -9,6 +9,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"net/netip"
 	"net/url"
 	"os"
@@ -114,17 +115,22 @@ func readKey(dir, name string) ([]byte, error) {
 	case dir == "":
 		return nil, errors.New("no --anon-keys directory is set, so no key can be named")
 	}
+	// Errors name the key, never the server's paths: they reach whoever
+	// submitted the job.
 	path := filepath.Join(dir, name)
 	fi, err := os.Stat(path)
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil, fmt.Errorf("key %s: no such key on the server; an admin makes one with `plumb anon-key %s`", name, name)
+	}
 	if err != nil {
-		return nil, fmt.Errorf("key %s: %w (keys live in %s; make one with `plumb anon-key %s`)", name, err, dir, name)
+		return nil, fmt.Errorf("key %s: cannot be read on the server (%v); an admin checks the --anon-keys directory", name, errors.Unwrap(err))
 	}
 	if fi.Size() > 256 {
 		return nil, fmt.Errorf("key %s: %d bytes; a key is 32 bytes, or 64 hex digits", name, fi.Size())
 	}
 	raw, err := os.ReadFile(path)
 	if err != nil {
-		return nil, fmt.Errorf("key %s: %w", name, err)
+		return nil, fmt.Errorf("key %s: cannot be read on the server (%v); an admin checks the --anon-keys directory", name, errors.Unwrap(err))
 	}
 	if len(raw) == 32 {
 		return raw, nil

@@ -1,0 +1,86 @@
+package server
+
+import (
+	"context"
+	"errors"
+
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	"github.com/plumb-dev/plumb/auth"
+	"github.com/plumb-dev/plumb/block"
+	"github.com/plumb-dev/plumb/flight"
+	"github.com/plumb-dev/plumb/state"
+)
+
+// claimSite lets a block into its site (instance) when the caller owns
+// the site, or the site has no owner yet and the caller becomes it. Admins
+// of the queue write any site without claiming it (a backfill into a
+// site, say). Without authentication there are no owners.
+func (s *Service) claimSite(ctx context.Context, n block.Name) error {
+	if s.authz == nil || s.may(ctx, auth.Admin, n.Queue) {
+		return nil
+	}
+	id, _ := AuthFromContext(ctx)
+	_, err := s.db.ClaimInstance(n.Queue, n.Instance, id.User, id.ID)
+	if errors.Is(err, state.ErrOwned) {
+		s.audit.Warn("denied", "audit", true, "user", id.User, "perm", "site", "queue", n.Queue, "action", "upload block "+n.String())
+		return status.Errorf(codes.PermissionDenied, "block %s: %v; put blocks under a site (instance) of your own, or ask an admin to assign this one to you (plumb site assign %s %s %s)",
+			n, err, n.Queue, n.Instance, id.User)
+	}
+	return statusOf(err, codes.Internal)
+}
+
+func (s *Service) siteOwners(ctx context.Context, body []byte) (any, error) {
+	var req flight.SiteRequest
+	if err := flight.DecodeStrict(body, &req); err != nil {
+		return nil, badBody("site-owners", body, err)
+	}
+	if req.Queue != "" {
+		if err := block.ValidateQueue(req.Queue); err != nil {
+			return nil, badBody("site-owners", body, err)
+		}
+	}
+	owners, err := s.db.Owners(req.Queue)
+	if err != nil {
+		return nil, err
+	}
+	out := make([]any, 0, len(owners))
+	for _, o := range owners {
+		// A user sees the sites of the queues they may read or write.
+		if !s.may(ctx, auth.Read, o.Queue) && !s.may(ctx, auth.Write, o.Queue) {
+			continue
+		}
+		out = append(out, flight.SiteOwner{Queue: o.Queue, Instance: o.Instance, User: o.User, Since: o.Since, By: o.By})
+	}
+	return out, nil
+}
+
+func (s *Service) siteAssign(ctx context.Context, body []byte) (any, error) {
+	var req flight.SiteRequest
+	if err := flight.DecodeStrict(body, &req); err != nil {
+		return nil, badBody("site-assign", body, err)
+	}
+	if err := block.ValidateQueue(req.Queue); err != nil {
+		return nil, badBody("site-assign", body, err)
+	}
+	if err := block.ValidateInstance(req.Instance); err != nil {
+		return nil, badBody("site-assign", body, err)
+	}
+	if err := s.allow(ctx, auth.Admin, req.Queue, "site-assign "+req.Queue+" "+req.Instance); err != nil {
+		return nil, err
+	}
+	o := state.Owner{Queue: req.Queue, Instance: req.Instance, User: req.User, By: caller(ctx)}
+	if req.User != "" && s.authz != nil {
+		id, ok := s.authz.UserID(req.User)
+		if !ok {
+			return nil, status.Errorf(codes.NotFound, "site-assign: no user %q in the users file; add it first (plumb user add)", req.User)
+		}
+		o.UserID = id
+	}
+	if err := s.db.SetOwner(o); err != nil {
+		return nil, err
+	}
+	s.log.Info("site assigned", "queue", req.Queue, "instance", req.Instance, "user", req.User, "by", caller(ctx))
+	return flight.SiteOwner{Queue: o.Queue, Instance: o.Instance, User: o.User, By: o.By}, nil
+}
