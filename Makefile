@@ -19,6 +19,7 @@ FUZZ_TARGETS := \
 	./server:FuzzTicketAccess:20000x \
 	./server:FuzzOthersGroups:3000x \
 	./server:FuzzFlightData:20000x \
+	./server:FuzzActions:1500x \
 	./ipcguard:FuzzCheckFile:30000x \
 	./auth:FuzzVerify:300000x \
 	./auth:FuzzAllowed:300000x \

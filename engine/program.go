@@ -208,7 +208,7 @@ func runStep(ctx context.Context, x *confinement, st step, in io.Reader, out io.
 		cpu.add(time.Since(start))
 		return err
 	}
-	cmd, release, err := x.command(ctx, st, st.argv, dir, nil, nil)
+	cmd, run, release, err := x.command(ctx, st, st.argv, dir, nil, nil)
 	if err != nil {
 		return err
 	}
@@ -217,7 +217,7 @@ func runStep(ctx context.Context, x *confinement, st step, in io.Reader, out io.
 	if out != io.Discard {
 		cmd.Stdout = out
 	}
-	err = atNice(x.nice, cmd.Run)
+	err = atNice(x.nice, run.Run)
 	if cmd.ProcessState != nil {
 		cpu.add(cmd.ProcessState.UserTime() + cmd.ProcessState.SystemTime())
 	}
@@ -244,13 +244,15 @@ type confinement struct {
 // timeout kills the program and anything it started, in dir and with a
 // clean environment: the server's secrets and settings are not the
 // program's business. In the sandbox it sees only dir, the writable
-// paths (FIFOs) and what is read-only to it. release frees what the
-// sandbox holds for the run once the command has been waited for.
-func (x *confinement) command(ctx context.Context, st step, argv []string, dir string, writable []string, extra []*os.File) (cmd *exec.Cmd, release func(), err error) {
+// paths (FIFOs) and what is read-only to it. The command is set up
+// through cmd and started and waited for through p (in the sandbox, p
+// stops it at a per-run limit); release frees what the sandbox holds for
+// the run once it has been waited for.
+func (x *confinement) command(ctx context.Context, st step, argv []string, dir string, writable []string, extra []*os.File) (cmd *exec.Cmd, p process, release func(), err error) {
 	env := cleanEnv(dir)
 	if x.sb == nil {
 		if !x.unconfined {
-			return nil, nil, fmt.Errorf("%s: executables are refused here, which cannot confine them (install bubblewrap)", st.name)
+			return nil, nil, nil, fmt.Errorf("%s: executables are refused here, which cannot confine them (install bubblewrap)", st.name)
 		}
 		cmd := exec.CommandContext(ctx, argv[0], argv[1:]...)
 		cmd.Dir = dir
@@ -259,12 +261,21 @@ func (x *confinement) command(ctx context.Context, st step, argv []string, dir s
 		cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 		cmd.Cancel = func() error { return syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL) }
 		cmd.WaitDelay = 5 * time.Second
-		return cmd, func() {}, nil
+		return cmd, cmd, func() {}, nil
 	}
+	env[0] = "PATH=" + x.sb.Path(strings.TrimPrefix(env[0], "PATH="))
 	return x.sb.Command(ctx, sandbox.Run{
 		Argv: argv, Dir: dir, ReadOnly: x.readOnly, Writable: writable,
 		Network: x.network && st.network, Env: env, ExtraFiles: extra, Limits: x.limits,
 	})
+}
+
+// process starts and waits for a command: the exec.Cmd itself, or the
+// sandbox's watch over it.
+type process interface {
+	Start() error
+	Wait() error
+	Run() error
 }
 
 func exitError(err error) error {
@@ -322,13 +333,13 @@ func withFIFOs(ctx context.Context, x *confinement, st step, ins, outs []port, s
 			copyErrs[len(ins)+i] = err
 		})
 	}
-	cmd, release, err := x.command(ctx, st, args, dir, fifos, nil)
+	cmd, run, release, err := x.command(ctx, st, args, dir, fifos, nil)
 	if err != nil {
 		return err
 	}
 	defer release()
 	cmd.Stderr = tail
-	err = exitError(atNice(x.nice, cmd.Run))
+	err = exitError(atNice(x.nice, run.Run))
 	if cmd.ProcessState != nil {
 		cpu.add(cmd.ProcessState.UserTime() + cmd.ProcessState.SystemTime())
 	}

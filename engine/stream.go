@@ -180,7 +180,7 @@ func (e *Engine) streamOnce(ctx context.Context, st *stage, spec runSpec, inst s
 		ckW.Close()
 		return err
 	}
-	cmd, release, err := x.command(ctx, spec.steps[0], spec.steps[0].argv, dir, nil, []*os.File{blocksR, ckW}) // fd 3 and 4
+	cmd, proc, release, err := x.command(ctx, spec.steps[0], spec.steps[0].argv, dir, nil, []*os.File{blocksR, ckW}) // fd 3 and 4
 	if err != nil {
 		blocksR.Close()
 		blocksW.Close()
@@ -201,7 +201,7 @@ func (e *Engine) streamOnce(ctx context.Context, st *stage, spec runSpec, inst s
 	}
 	tail := &tailBuffer{max: stderrKeep}
 	cmd.Stderr = tail
-	if err := cmd.Start(); err != nil {
+	if err := proc.Start(); err != nil {
 		return fmt.Errorf("start %s: %w", spec.steps[0].argv[0], err)
 	}
 	blocksR.Close()
@@ -243,7 +243,7 @@ func (e *Engine) streamOnce(ctx context.Context, st *stage, spec runSpec, inst s
 		blocksW.Close()
 		feedErr <- err
 	})
-	err = cmd.Wait()
+	err = proc.Wait()
 	cancel()
 	wg.Wait()
 	if ferr := <-feedErr; err == nil && ferr != nil && !errors.Is(ferr, context.Canceled) {

@@ -294,3 +294,58 @@ stages:
 		t.Errorf("no %q among the windows:\n%s", hour3, got)
 	}
 }
+
+// TestEmptyWindowsCostNothing: one hourly job over 55 years of sparse
+// backfill made 48,300 runs of nothing, a record and a log line each. A
+// window stage now runs only windows that hold a block (or miss one),
+// and records a stretch of empty windows as one; `window.empty: run`
+// runs them as before.
+func TestEmptyWindowsCostNothing(t *testing.T) {
+	r := newRig(t, engine.Config{Slots: 2})
+	times := []time.Time{
+		time.Date(1970, 1, 1, 0, 10, 0, 0, time.UTC),
+		time.Date(1999, 12, 31, 23, 30, 0, 0, time.UTC),
+		time.Date(2025, 5, 5, 12, 0, 0, 0, time.UTC),
+		time.Date(2025, 5, 5, 14, 0, 0, 0, time.UTC), // brackets 2025-05-05 12:00
+	}
+	for i, at := range times {
+		r.putAt("raw", "lax", uint64(i+1), at, []byte(fmt.Sprint("block ", i+1)))
+	}
+	r.mustAccept(`
+job: hourly
+from: earliest
+stages:
+  - {name: h, abstraction: window, window: {size: 1h}, inputs: [raw], program: [wc, -c], outputs: [raw.count], retention: forever}
+`)
+	var ws []engine.WindowView
+	r.wait("the three bracketed hours and the two stretches between", func() bool {
+		var err error
+		ws, err = r.eng.Windows("hourly/h")
+		fired := 0
+		for _, w := range ws {
+			if w.State == "fired" {
+				fired++
+			}
+		}
+		return err == nil && fired == 6 // three hours with a block, two stretches, 13:00
+	})
+	if n := r.count("raw.count"); n != 3 {
+		t.Fatalf("%d window runs; want 3, one per hour holding a block", n)
+	}
+	var stretches []engine.WindowView
+	for _, w := range ws {
+		if w.Empty > 0 {
+			stretches = append(stretches, w)
+		}
+	}
+	hours := func(a, b time.Time) int64 {
+		return int64(b.Truncate(time.Hour).Sub(a.Truncate(time.Hour))/time.Hour) - 1
+	}
+	if len(stretches) != 3 || stretches[0].Empty != hours(times[0], times[1]) || stretches[1].Empty != hours(times[1], times[2]) || stretches[2].Empty != 1 ||
+		!stretches[0].From.Equal(times[0].Truncate(time.Hour).Add(time.Hour)) || !stretches[0].To.Equal(times[1].Truncate(time.Hour)) || stretches[0].Reason != "empty" {
+		t.Fatalf("empty stretches: %+v", stretches)
+	}
+	if st := r.eng.Stats()[0]; st.Runs != 3 {
+		t.Fatalf("stage stats: %d runs; want 3", st.Runs)
+	}
+}

@@ -82,6 +82,9 @@ type WindowView struct {
 	BlockedBy string    `json:"blocked_by,omitempty"`
 	Error     string    `json:"error,omitempty"`
 	Fired     time.Time `json:"fired,omitzero"`
+	// Empty, for a stretch of empty windows the stage skipped, is how
+	// many it stands for, from ID on, over From to To.
+	Empty int64 `json:"empty,omitempty"`
 }
 
 // SubmitResult answers submit-job.

@@ -89,6 +89,9 @@ type WindowSpec struct {
 	Late        string   `json:"late,omitempty"`         // "report" (default) or "refire"
 	PerInstance string   `json:"per_instance,omitempty"` // "each" (default) or "all"
 	Instances   []string `json:"instances,omitempty"`
+	// Empty is "skip" (default: a stretch of windows with no block is
+	// one header with Empty set, and no blocks) or "run" (a header each).
+	Empty string `json:"empty,omitempty"`
 }
 
 // RecordsTicket asks for the rows of a queue of Arrow blocks (such as
@@ -260,6 +263,10 @@ type WindowHeader struct {
 	// window's present blocks were cut: packets lost at capture, not a
 	// missing block.
 	KernelDropped int64 `json:"kernel_dropped,omitempty"`
+	// Empty, when set, makes the header stand for that many consecutive
+	// windows of the site with no block, from Window.ID on, over
+	// Window.From to Window.To (reason "empty").
+	Empty int64 `json:"empty,omitempty"`
 }
 
 // SiteRequest is the body of site-owners (Queue, or none for every

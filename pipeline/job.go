@@ -101,6 +101,10 @@ type WindowSpec struct {
 	Late        string   `yaml:"late,omitempty" json:"late,omitempty"`                 // "report" (default) or "refire"
 	PerInstance string   `yaml:"per_instance,omitempty" json:"per_instance,omitempty"` // "each" (default) or "all"
 	Instances   []string `yaml:"instances,omitempty" json:"instances,omitempty"`       // only these sites
+	// Empty says what a window with no block does: "skip" (default)
+	// runs nothing, and a stretch of them is one record; "run" runs the
+	// program on each, as on any window.
+	Empty string `yaml:"empty,omitempty" json:"empty,omitempty"`
 }
 
 // StreamSpec is the gap policy of a stream stage.

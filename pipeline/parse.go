@@ -285,7 +285,7 @@ func peekName(n *yaml.Node) string {
 }
 
 func (p *parser) window(n *yaml.Node, field string) *WindowSpec {
-	f := p.fields(n, field, "size", "start", "end", "max_wait", "max_missing", "idle_timeout", "ordering", "cutoff", "late", "late_horizon", "per_instance", "instances")
+	f := p.fields(n, field, "size", "start", "end", "max_wait", "max_missing", "idle_timeout", "ordering", "cutoff", "late", "late_horizon", "per_instance", "instances", "empty")
 	if f == nil {
 		return nil
 	}
@@ -302,6 +302,7 @@ func (p *parser) window(n *yaml.Node, field string) *WindowSpec {
 		Late:        p.str(f["late"], field+".late"),
 		PerInstance: p.str(f["per_instance"], field+".per_instance"),
 		Instances:   p.strings(f["instances"], field+".instances"),
+		Empty:       p.str(f["empty"], field+".empty"),
 	}
 }
 
@@ -441,7 +442,7 @@ func (p *parser) checkWindow(n *yaml.Node, field string, w *WindowSpec) {
 	}
 	for _, c := range []struct{ name, v, want string }{
 		{"ordering", w.Ordering, "any strict"}, {"cutoff", w.Cutoff, "start next both"},
-		{"late", w.Late, "report refire"}, {"per_instance", w.PerInstance, "each all"},
+		{"late", w.Late, "report refire"}, {"per_instance", w.PerInstance, "each all"}, {"empty", w.Empty, "skip run"},
 	} {
 		if c.v != "" && !slices.Contains(strings.Fields(c.want), c.v) {
 			p.add(n, field+"."+c.name, "%q: want %s", c.v, strings.ReplaceAll(c.want, " ", " or "))

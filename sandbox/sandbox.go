@@ -45,22 +45,27 @@ type Limits struct {
 	CPU time.Duration
 	// FileSize is the largest file a process may write (RLIMIT_FSIZE).
 	FileSize int64
-	// Procs is how many processes and threads the run's uid may have
-	// (RLIMIT_NPROC); it holds a fork bomb. Applied when the server runs
-	// as root, where each run has a uid of its own.
+	// Procs is how many processes and threads the run may have at once;
+	// it holds a fork bomb. A root server's runs also get it as
+	// RLIMIT_NPROC, each run having a uid of its own.
 	Procs int
 	// Files is how many files a process may hold open (RLIMIT_NOFILE).
 	Files int
 	// Tmp is the size of the run's private /tmp, a tmpfs: its bytes are
 	// memory, which RLIMIT_AS does not count.
 	Tmp int64
+	// RunMemory is the resident memory of all the run's processes
+	// together; Memory bounds each one alone.
+	RunMemory int64
+	// Disk is what the run's working directory may hold.
+	Disk int64
 }
 
 // DefaultLimits are the limits of a run unless the server says others:
 // room for real tools (tshark, Python with pandas) and a cap a runaway
 // program meets long before the machine does.
 func DefaultLimits() Limits {
-	return Limits{Memory: 4 << 30, FileSize: 64 << 30, Procs: 512, Files: 4096, Tmp: 256 << 20}
+	return Limits{Memory: 4 << 30, RunMemory: 4 << 30, FileSize: 64 << 30, Disk: 16 << 30, Procs: 512, Files: 4096, Tmp: 256 << 20}
 }
 
 // Config says how to confine runs.
@@ -144,7 +149,7 @@ func New(ctx context.Context, cfg Config) (*Sandbox, error) {
 	if p, err := exec.LookPath("true"); err == nil {
 		probe = p
 	}
-	cmd, release, err := s.Command(ctx, Run{Argv: []string{probe}, Dir: dir, Env: []string{"PATH=/usr/bin:/bin"}})
+	cmd, _, release, err := s.Command(ctx, Run{Argv: []string{probe}, Dir: dir, Env: []string{"PATH=/usr/bin:/bin"}})
 	if err != nil {
 		return nil, err
 	}
@@ -182,11 +187,12 @@ type Run struct {
 
 // Command prepares a confined run. The command is in a process group of
 // its own whose kill (the context's end) ends the whole PID namespace.
-// The caller sets Stdin, Stdout and Stderr, runs it, and calls release
-// once it has been waited for, which frees the run's uid.
-func (s *Sandbox) Command(ctx context.Context, r Run) (cmd *exec.Cmd, release func(), err error) {
+// The caller sets the command's Stdin, Stdout and Stderr, runs it with
+// the Watched (which stops it should the run as a whole pass a per-run
+// limit), then calls release, which frees the run's uid.
+func (s *Sandbox) Command(ctx context.Context, r Run) (cmd *exec.Cmd, w *Watched, release func(), err error) {
 	if len(r.Argv) == 0 || r.Dir == "" {
-		return nil, nil, errors.New("sandbox: a run needs a program and a directory")
+		return nil, nil, nil, errors.New("sandbox: a run needs a program and a directory")
 	}
 	lim := s.cfg.Limits
 	if r.Limits != nil {
@@ -194,12 +200,12 @@ func (s *Sandbox) Command(ctx context.Context, r Run) (cmd *exec.Cmd, release fu
 	}
 	uid, err := s.takeUID()
 	if err != nil {
-		return nil, nil, err
+		return nil, nil, nil, err
 	}
 	cmd, secR, err := s.command(ctx, r, lim, uid)
 	if err != nil {
 		s.freeUID(uid)
-		return nil, nil, err
+		return nil, nil, nil, err
 	}
 	var once sync.Once
 	release = func() {
@@ -208,7 +214,7 @@ func (s *Sandbox) Command(ctx context.Context, r Run) (cmd *exec.Cmd, release fu
 			s.freeUID(uid)
 		})
 	}
-	return cmd, release, nil
+	return cmd, &Watched{ctx: ctx, cmd: cmd, dir: r.Dir, lim: lim}, release, nil
 }
 
 // command builds a run's command line for uid; secR is the seccomp
@@ -340,6 +346,26 @@ func (s *Sandbox) command(ctx context.Context, r Run, lim Limits, uid uint32) (*
 	cmd.Cancel = func() error { return syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL) }
 	cmd.WaitDelay = 5 * time.Second
 	return cmd, secR, nil
+}
+
+// Path is the PATH a run gets from the server's: only the directories
+// the run can see (the system view and --run-ro paths). The rest would
+// only tell a tenant how the server's machine is laid out.
+func (s *Sandbox) Path(server string) string {
+	var keep []string
+	for _, d := range filepath.SplitList(server) {
+		visible := filepath.IsAbs(d) && s.inSystem(d)
+		for _, sh := range s.cfg.Shared {
+			visible = visible || d == sh || strings.HasPrefix(d, strings.TrimSuffix(sh, "/")+"/")
+		}
+		if visible && !slices.Contains(keep, d) {
+			keep = append(keep, d)
+		}
+	}
+	if len(keep) == 0 {
+		return "/usr/local/bin:/usr/bin:/bin"
+	}
+	return strings.Join(keep, ":")
 }
 
 // Limits returns the limits runs get unless they say others.

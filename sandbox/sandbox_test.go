@@ -3,6 +3,7 @@ package sandbox_test
 import (
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
 	"net"
 	"os"
@@ -37,14 +38,14 @@ func run(t *testing.T, sb *sandbox.Sandbox, r sandbox.Run, script string) (strin
 	r.Env = []string{"PATH=/usr/bin:/bin", "HOME=" + r.Dir}
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	cmd, release, err := sb.Command(ctx, r)
+	cmd, runIt, release, err := sb.Command(ctx, r)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer release()
 	var out bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &out, &out
-	err = cmd.Run()
+	err = runIt.Run()
 	return out.String(), err
 }
 
@@ -194,6 +195,38 @@ func TestLimits(t *testing.T) {
 	}
 }
 
+// TestRunLimits: rlimits bound each process, so one run held 4.9 GB in
+// one process and 9.8 GB in two, an unprivileged server's run forked
+// 1,500 children (RLIMIT_NPROC counts the server's uid, so it was not
+// set), and a run wrote 3 GiB into its working directory. The run as a
+// whole is now stopped at each limit, with the reason and the flag that
+// sets it. (Scaled down: 2 × 400 MiB against 512 MiB stands for 2 × 4
+// GiB against the default 4 GiB.)
+func TestRunLimits(t *testing.T) {
+	lim := sandbox.DefaultLimits()
+	lim.RunMemory = 512 << 20
+	lim.Procs = 32
+	lim.Disk = 64 << 20
+	sb := newSandbox(t, lim)
+	for _, tc := range []struct{ what, script, flag string }{
+		{"two processes of 400 MiB", `for i in 1 2; do python3 -c 'import time; b = b"x" * (400 << 20); time.sleep(20)' & done; wait; echo survived`, "--run-memory-all"},
+		{"a fork bomb", `i=0; while [ $i -lt 400 ]; do sleep 20 & i=$((i+1)); done; wait; echo survived`, "--run-procs"},
+		{"200 MB into the working directory", `head -c 200000000 /dev/zero > big; sleep 20; echo survived`, "--run-disk"},
+	} {
+		out, err := run(t, sb, sandbox.Run{}, tc.script)
+		if tc.flag == "--run-procs" && os.Geteuid() == 0 && err != nil && strings.Contains(out, "fork") && !strings.Contains(out, "survived") {
+			continue // a root server's run has a uid of its own, and RLIMIT_NPROC stopped it first
+		}
+		if !errors.Is(err, sandbox.ErrOverLimit) || !strings.Contains(err.Error(), tc.flag) || strings.Contains(out, "survived") {
+			t.Errorf("%s: %v %s", tc.what, err, out)
+		}
+	}
+	// A run within the limits is left alone.
+	if out, err := run(t, sb, sandbox.Run{}, `python3 -c 'b = b"x" * (100 << 20)'; head -c 10000000 /dev/zero > f; sleep 1.5; echo fine`); err != nil || !strings.Contains(out, "fine") {
+		t.Errorf("a run within its limits: %v %s", err, out)
+	}
+}
+
 // TestCancelKillsEverything: the context's end kills the program and
 // whatever it started in its namespace.
 func TestCancelKillsEverything(t *testing.T) {
@@ -201,13 +234,13 @@ func TestCancelKillsEverything(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
 	defer cancel()
 	dir := t.TempDir()
-	cmd, release, err := sb.Command(ctx, sandbox.Run{Argv: []string{"/bin/sh", "-c", "sleep 60 & sleep 60 & wait"}, Dir: dir, Env: []string{"PATH=/usr/bin:/bin"}})
+	_, runIt, release, err := sb.Command(ctx, sandbox.Run{Argv: []string{"/bin/sh", "-c", "sleep 60 & sleep 60 & wait"}, Dir: dir, Env: []string{"PATH=/usr/bin:/bin"}})
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer release()
 	start := time.Now()
-	if err := cmd.Run(); err == nil {
+	if err := runIt.Run(); err == nil {
 		t.Fatal("a cancelled run succeeded")
 	}
 	if took := time.Since(start); took > 10*time.Second {
@@ -219,5 +252,24 @@ func TestPrivateInsideSystem(t *testing.T) {
 	_, err := sandbox.New(context.Background(), sandbox.Config{Private: []string{"/usr/share"}})
 	if err == nil || !strings.Contains(err.Error(), "/usr/share is inside the system directories") {
 		t.Fatalf("a data directory under /usr: %v", err)
+	}
+}
+
+// TestPathShowsOnlyWhatRunsSee: runs got the server's whole PATH, which
+// named directories of the server's machine (a home directory's bin)
+// that the run could not even see. A run's PATH now holds only what it
+// can: the system view and the --run-ro paths.
+func TestPathShowsOnlyWhatRunsSee(t *testing.T) {
+	opt := t.TempDir()
+	sb, err := sandbox.New(context.Background(), sandbox.Config{Limits: sandbox.DefaultLimits(), Shared: []string{opt}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := sb.Path("/root/go/bin:/home/plumb/.local/bin:" + opt + "/bin:/usr/local/go/bin:/usr/bin:/bin:/usr/bin:relative")
+	if want := opt + "/bin:/usr/local/go/bin:/usr/bin:/bin"; got != want {
+		t.Fatalf("PATH = %q, want %q", got, want)
+	}
+	if got := sb.Path("/root/go/bin"); got != "/usr/local/bin:/usr/bin:/bin" {
+		t.Fatalf("PATH with nothing visible = %q", got)
 	}
 }

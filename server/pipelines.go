@@ -145,7 +145,9 @@ func (s *Service) retractJob(ctx context.Context, body []byte) (any, error) {
 	}
 	if s.authz != nil {
 		if old, err := s.db.GetJob(req.Job); err == nil && old.Owner != caller(ctx) {
-			if err := s.allow(ctx, auth.Admin, "", "retract job "+req.Job+" of "+old.Owner); err != nil {
+			// The refusal does not name the owner: who owns another's job
+			// is not the caller's to learn.
+			if err := s.allow(ctx, auth.Admin, "", "retract job "+req.Job+" (another user's)"); err != nil {
 				return nil, err
 			}
 		}
@@ -338,7 +340,18 @@ func (s *Service) status(ctx context.Context, _ []byte) (any, error) {
 		return nil, err
 	}
 	rows, err := eng.Status(ctx)
-	rows = slices.DeleteFunc(rows, func(r engine.StatusRow) bool { return !s.may(ctx, auth.Read, r.Queue) })
+	// A stage is shown to whoever may read all its inputs, as in stats:
+	// its row names one of them, and reading that one is not enough.
+	inputs := map[string][]string{}
+	for _, st := range eng.Stats() {
+		inputs[st.Stage] = st.Inputs
+	}
+	rows = slices.DeleteFunc(rows, func(r engine.StatusRow) bool {
+		if r.Stage != "" && inputs[r.Stage] != nil && !s.readable(ctx, inputs[r.Stage]) {
+			return true
+		}
+		return !s.may(ctx, auth.Read, r.Queue)
+	})
 	return listOf(rows), err
 }
 

@@ -37,6 +37,13 @@ func (s *Service) listPrograms(ctx context.Context, _ []byte) (any, error) {
 		return nil, err
 	}
 	ps, err := eng.Programs()
+	if !s.may(ctx, auth.Admin, "") {
+		// Jobs name programs by name: where the server keeps them, and
+		// where an admin registered them from, is the admins' business.
+		for i := range ps {
+			ps[i].Path, ps[i].Source = "", ""
+		}
+	}
 	return listOf(ps), err
 }
 

@@ -203,8 +203,36 @@ func TestProgramsAreAdmins(t *testing.T) {
 	if err != nil || len(p.SHA256) != 64 {
 		t.Fatalf("admin registers cat: %+v %v", p, err)
 	}
-	if ps, err := ana.Programs(ctx); err != nil || len(ps) != 1 || ps[0].Name != "cat" {
+	// Jobs name programs: where the server keeps them is the admins'.
+	if ps, err := ana.Programs(ctx); err != nil || len(ps) != 1 || ps[0].Name != "cat" || ps[0].Path != "" || ps[0].Source != "" {
 		t.Errorf("ana lists %+v %v", ps, err)
+	}
+	if ps, err := ops.Programs(ctx); err != nil || len(ps) != 1 || ps[0].Source != "/usr/bin/cat" || ps[0].Path == "" {
+		t.Errorf("ops lists %+v %v", ps, err)
+	}
+	// A stage is shown to a user who may read all its inputs: ana reads
+	// dns.* but not pcap.sz.
+	job := "job: both\nqueues: [dns.x, pcap.sz]\nstages:\n  - {name: both, inputs: [dns.x, pcap.sz], program: [cat], outputs: [dns.both]}\n"
+	if res, err := ops.SubmitJob(ctx, "both.yaml", []byte(job)); err != nil || res.State != "accepted" {
+		t.Fatalf("ops's job: %+v %v", res, err)
+	}
+	stages := func(c *client.Client) (out []string) {
+		rows, err := c.Status(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, r := range rows {
+			if r.Stage != "" {
+				out = append(out, r.Stage+" "+r.Queue)
+			}
+		}
+		return out
+	}
+	if got := stages(ana); len(got) != 0 {
+		t.Errorf("ana, who may not read pcap.sz, sees %v in status", got)
+	}
+	if got := stages(ops); len(got) == 0 {
+		t.Errorf("ops sees no stage in status")
 	}
 	if err := ana.RemoveProgram(ctx, "cat"); codeOf(err) != codes.PermissionDenied {
 		t.Errorf("a non-admin removes a program: %v", err)

@@ -92,8 +92,32 @@ func (s *Service) serveWindows(ctx context.Context, raw []byte, stream aflight.F
 			return statusOf(err, codes.Internal)
 		}
 		now := s.cfg.Now()
+		// A stretch of empty windows is one header, as a stage records it
+		// as one: a reader costs what the data holds, not the time it spans.
+		var stretch []windowing.Firing
 		for _, f := range tr.Due(now) {
+			if t.Spec.Empty != "run" && f.Empty() {
+				if n := len(stretch); n > 0 && !f.Follows(stretch[n-1]) {
+					if err := s.sendEmpty(w, t, recKey, stretch); err != nil {
+						return statusOf(err, codes.Unavailable)
+					}
+					stretch = stretch[:0]
+				}
+				stretch = append(stretch, f)
+				continue
+			}
+			if len(stretch) > 0 {
+				if err := s.sendEmpty(w, t, recKey, stretch); err != nil {
+					return statusOf(err, codes.Unavailable)
+				}
+				stretch = stretch[:0]
+			}
 			if err := s.sendWindow(ctx, w, t, recKey, f); err != nil {
+				return statusOf(err, codes.Unavailable)
+			}
+		}
+		if len(stretch) > 0 {
+			if err := s.sendEmpty(w, t, recKey, stretch); err != nil {
 				return statusOf(err, codes.Unavailable)
 			}
 		}
@@ -131,6 +155,31 @@ func splitID(s string) (string, int64, bool) {
 		}
 	}
 	return "", 0, false
+}
+
+// sendEmpty sends a stretch of consecutive empty windows of one site as
+// one header, and records it sent as one.
+func (s *Service) sendEmpty(w *flight.BlockWriter, t flight.WindowTicket, recKey string, fs []windowing.Firing) error {
+	first, last := fs[0], fs[len(fs)-1]
+	var h flight.WindowHeader
+	h.Window.ID = first.ID.String()
+	h.Instance = first.ID.Instance
+	if first.ID.Instance == "" {
+		h.Window.ID, h.Instance = fmt.Sprintf("all/%d", first.ID.Index), "all"
+	}
+	h.Window.From, h.Window.To, h.Window.FirstSeq, h.Window.LastSeq = first.From, last.To, first.FirstSeq, last.LastSeq
+	h.Window.Revision, h.Window.Reason, h.Empty = 1, "empty", int64(len(fs))
+	h.Present, h.Missing, h.Late = []uint64{}, []uint64{}, []uint64{}
+	meta, err := json.Marshal(h)
+	if err != nil {
+		return err
+	}
+	if err := w.Event(meta); err != nil {
+		return err
+	}
+	rec := state.WindowRecord{Stage: recKey, ID: h.Window.ID, Revision: 1, Reason: "empty", From: first.From, To: last.To, Fired: last.At, Empty: h.Empty}
+	_, err = s.db.CommitWindow(rec, t.Window, nil, nil)
+	return err
 }
 
 // sendWindow sends one window and records it sent.

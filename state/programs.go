@@ -12,8 +12,8 @@ type Program struct {
 	Name string `json:"name"`
 	// Path is the server's own copy, named by its checksum, so what runs
 	// is what was approved whatever happens to the original.
-	Path   string `json:"path"`
-	Source string `json:"source"` // the path it was registered from
+	Path   string `json:"path,omitempty"`
+	Source string `json:"source,omitempty"` // the path it was registered from
 	SHA256 string `json:"sha256"`
 	// Network lets stages that ask for it (network: true) reach the
 	// host's network.

@@ -28,6 +28,10 @@ type WindowRecord struct {
 	// Error, when set, says the window's program failed on every attempt;
 	// the window is set aside like a faulty block.
 	Error string `json:"error,omitempty"`
+	// Empty, when set, makes the record stand for that many consecutive
+	// windows of its site with no block, from ID on, over From to To: a
+	// stage skipping empty windows records a stretch of them as one.
+	Empty int64 `json:"empty,omitempty"`
 }
 
 var bucketWindows = []byte("windows") // stage → id\x00revision → WindowRecord

@@ -82,6 +82,18 @@ type Firing struct {
 	At                time.Time
 }
 
+// Empty reports whether a firing has nothing for a program: no block,
+// none missing, none late, and its first revision.
+func (f Firing) Empty() bool {
+	return len(f.Blocks) == 0 && len(f.Missing) == 0 && len(f.Late) == 0 && f.Revision == 1
+}
+
+// Follows reports whether f is the window right after prev, of the same
+// site: the two belong to one stretch.
+func (f Firing) Follows(prev Firing) bool {
+	return f.ID.Instance == prev.ID.Instance && f.ID.Index == prev.ID.Index+1
+}
+
 // Status is an open window, for operators: what it holds and waits for.
 type Status struct {
 	ID       WindowID

@@ -233,6 +233,8 @@ func windowsCommand() command {
 				switch {
 				case w.State == "faulty":
 					waiting = w.Error
+				case w.State == "fired" && w.Empty > 0:
+					waiting = fmt.Sprintf("empty: %d windows to %s, skipped", w.Empty, w.To.Format(time.RFC3339))
 				case w.State == "fired":
 					waiting = w.Reason
 				case w.BlockedBy != "":

@@ -39,6 +39,7 @@ func serveCommand() command {
 			policy := fs.String("workers", "backlog", "how slots are shared: backlog (in proportion to each stage's backlog) or static (equal split)")
 			fs.BoolVar(&cfg.Engine.NoDedup, "no-dedup", false, "run every job's stages on their own, sharing nothing (to measure what merging saves)")
 			fs.DurationVar(&cfg.Engine.Tick, "tick", time.Second, "how often slots are re-shared")
+			fs.IntVar(&cfg.Engine.MaxAttempts, "max-attempts", 4, "runs a block gets (every failure, timeout, crash or limit counts) before it is set aside as FAULTY")
 			fs.Float64Var(&cfg.Engine.Replication, "replication", 1, "copies the store writes of each byte, for the I/O intensity (1 for a directory)")
 			fs.Float64Var(&cfg.Engine.ChainAbove, "chain-above", 50, "flag stages above this I/O intensity (MB/s) as candidates to chain")
 			fs.StringVar(&cfg.HTTP, "http", "", "serve the dashboard, /metrics, /healthz and /readyz on http://`ADDR`/ (e.g. 127.0.0.1:8816)")
@@ -219,6 +220,14 @@ func sandboxFlags(fs *flag.FlagSet, off string) *sandboxOptions {
 		lim.Memory, err = pipeline.ParseSize(v)
 		return err
 	})
+	fs.Func("run-memory-all", "resident memory of all of one stage run's processes together, `SIZE` (default 4GiB); the run is stopped past it", func(v string) (err error) {
+		lim.RunMemory, err = pipeline.ParseSize(v)
+		return err
+	})
+	fs.Func("run-disk", "what one stage run may write into its working directory, `SIZE` (default 16GiB); the run is stopped past it", func(v string) (err error) {
+		lim.Disk, err = pipeline.ParseSize(v)
+		return err
+	})
 	fs.Func("run-file-size", "largest file a stage program may write, `SIZE` (default 64GiB)", func(v string) (err error) {
 		lim.FileSize, err = pipeline.ParseSize(v)
 		return err
@@ -228,6 +237,6 @@ func sandboxFlags(fs *flag.FlagSet, off string) *sandboxOptions {
 		return err
 	})
 	fs.DurationVar(&lim.CPU, "run-cpu", 0, "CPU time of each stage program process (0: none; block stages also have their timeout)")
-	fs.IntVar(&lim.Procs, "run-procs", lim.Procs, "processes and threads of one stage run (holds a fork bomb)")
+	fs.IntVar(&lim.Procs, "run-procs", lim.Procs, "processes and threads of one stage run at once (holds a fork bomb); the run is stopped past it")
 	return o
 }

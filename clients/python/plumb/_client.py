@@ -82,6 +82,9 @@ class Window:
     start: Optional[str]
     end: Optional[str]
     blocks: List[Block]
+    # For a stretch of windows with no block (reason "empty"): how many
+    # it stands for, from id on, over start to end.
+    empty: int = 0
 
 
 def _frames(reader: fl.FlightStreamReader) -> Iterator[Union[Block, dict]]:
@@ -335,7 +338,7 @@ class Client:
                     yield Window(id=w["id"], instance=frame.get("instance", ""), present=frame.get("present") or [],
                                  missing=frame.get("missing") or [], late=frame.get("late") or [],
                                  revision=w.get("revision", 0), reason=w.get("reason", ""),
-                                 start=w.get("from"), end=w.get("to"), blocks=blocks)
+                                 start=w.get("from"), end=w.get("to"), blocks=blocks, empty=frame.get("empty", 0))
                     if blocks:
                         self.ack(queue, group, *(b.name for b in blocks))
         finally:
