@@ -136,7 +136,7 @@ func Run(ctx context.Context, cfg Config, sources []Source, watch *Watch) (Stats
 	}
 
 	if cfg.Metrics != nil {
-		if err := registerMetrics(cfg.Metrics, st, spool, cfg.Live, prometheus.Labels{"queue": cfg.Queue, "site": cfg.Instance}); err != nil {
+		if err := registerMetrics(cfg.Metrics, st, spool, cfg.SpoolMax, cfg.Live, prometheus.Labels{"queue": cfg.Queue, "site": cfg.Instance}); err != nil {
 			return st, err
 		}
 	}

@@ -27,7 +27,7 @@ func (s *Spool) OldestReady() time.Duration {
 }
 
 // registerMetrics exposes the run's counters on reg.
-func registerMetrics(reg prometheus.Registerer, st Stats, spool *Spool, live *LiveStats, labels prometheus.Labels) error {
+func registerMetrics(reg prometheus.Registerer, st Stats, spool *Spool, spoolMax int64, live *LiveStats, labels prometheus.Labels) error {
 	if live != nil {
 		if err := reg.Register(newLiveCollector(live, labels)); err != nil {
 			return err
@@ -51,6 +51,7 @@ func registerMetrics(reg prometheus.Registerer, st Stats, spool *Spool, live *Li
 		counter("packets_filtered_total", "Packets of files and stdin that --filter did not keep (a live capture's are dropped in the kernel).", st.Cut.Filtered.Load),
 		counter("source_errors_total", "Sources that could not be read in full.", st.Cut.BadSources.Load),
 		gauge("spool_bytes", "Bytes of finished blocks waiting for acknowledgement.", func() float64 { return float64(spool.Bytes()) }),
+		gauge("spool_max_bytes", "The most bytes the spool holds (--spool-max; 0: no bound): full, files wait and live sources drop packets.", func() float64 { return float64(spoolMax) }),
 		counter("spool_state_bytes_written_total", "Bytes the spool wrote to its state (journal and snapshots).", spool.StateBytesWritten),
 		counter("lost_bytes_total", "Bytes of blocks cut short by crashes from sources that cannot be read again.", spool.LostBytes),
 		gauge("oldest_unshipped_seconds", "Age of the oldest block not yet acknowledged.", func() float64 { return spool.OldestReady().Seconds() }),

@@ -108,7 +108,7 @@ func (e *Engine) SubmitChecked(file string, src []byte, owner string, trusted bo
 		}
 	}
 
-	if _, err := e.db.PutJob(state.Job{Name: job.Name, Owner: job.Owner, State: state.JobAccepted, Source: string(src), Warnings: mine, Trusted: trusted}); err != nil {
+	if _, err := e.db.PutJob(state.Job{Name: job.Name, Owner: job.Owner, OwnerID: job.OwnerID, State: state.JobAccepted, Source: string(src), Warnings: mine, Trusted: trusted}); err != nil {
 		return SubmitResult{}, err
 	}
 	delete(e.suspended, job.Name) // its owner's rights were just checked
@@ -275,7 +275,7 @@ func (e *Engine) acceptedJobs(except string) ([]*pipeline.Job, error) {
 		if err != nil {
 			return nil, fmt.Errorf("stored job %q no longer parses: %w", sj.Name, err)
 		}
-		j.Owner = sj.Owner // the authenticated submitter, not what the file says
+		j.Owner, j.OwnerID = sj.Owner, sj.OwnerID // the authenticated submitter, not what the file says
 		out = append(out, j)
 	}
 	return out, nil

@@ -37,7 +37,7 @@ func (e *Engine) Recheck(check RightsCheck) error {
 		if err != nil {
 			continue // load demoted it already
 		}
-		job.Owner = sj.Owner
+		job.Owner, job.OwnerID = sj.Owner, sj.OwnerID
 		why := ""
 		trusted, err := check(sj.Owner, job)
 		if err == nil && sj.Trusted && !trusted {

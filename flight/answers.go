@@ -98,8 +98,11 @@ type SubmitResult struct {
 
 // Job is a submitted job (list-jobs).
 type Job struct {
-	Name      string    `json:"name"`
-	Owner     string    `json:"owner,omitempty"`
+	Name  string `json:"name"`
+	Owner string `json:"owner,omitempty"`
+	// OwnerID is the owner's stable id in the users file: a user removed
+	// and added again under the same name has another.
+	OwnerID   string    `json:"owner_id,omitempty"`
 	State     string    `json:"state"` // accepted, rejected or retracted
 	Reason    string    `json:"reason,omitempty"`
 	Warnings  []string  `json:"warnings,omitempty"`

@@ -34,6 +34,10 @@ const (
 type Job struct {
 	Name  string `yaml:"job"`
 	Owner string `yaml:"owner,omitempty"`
+	// OwnerID is the authenticated owner's stable id, set by the server,
+	// never read from a file: a user removed and added again under the
+	// same name is someone else, and owns none of the earlier one's jobs.
+	OwnerID string `yaml:"-"`
 	// From says where the job's new stages start: FromLatest (default)
 	// or FromEarliest.
 	From string `yaml:"from,omitempty"`

@@ -41,6 +41,12 @@ func (s *Service) allow(ctx context.Context, p auth.Perm, queue, what string) er
 		what, id.User, p, target)
 }
 
+// callerID is the authenticated user's stable id, or "".
+func callerID(ctx context.Context) string {
+	id, _ := AuthFromContext(ctx)
+	return id.ID
+}
+
 // caller names the authenticated user, or "" when authentication is off.
 func caller(ctx context.Context) string {
 	id, _ := AuthFromContext(ctx)
@@ -63,7 +69,8 @@ func (s *Service) useGroup(ctx context.Context, queue, group string, from state.
 	var g state.Group
 	var err error
 	if create {
-		g, err = s.db.EnsureOwnedGroup(queue, group, from, caller(ctx), s.cfg.MaxGroupsPerUser)
+		id, _ := AuthFromContext(ctx)
+		g, err = s.db.EnsureOwnedGroup(queue, group, from, id.User, id.ID, s.cfg.MaxGroupsPerUser)
 	} else {
 		g, err = s.db.GetGroup(queue, group)
 	}
@@ -76,11 +83,16 @@ func (s *Service) useGroup(ctx context.Context, queue, group string, from state.
 	if err != nil {
 		return g, statusOf(err, codes.InvalidArgument)
 	}
-	if s.authz == nil || g.Owner == "" || g.Owner == caller(ctx) || s.may(ctx, auth.Admin, queue) {
+	id, _ := AuthFromContext(ctx)
+	earlier := g.Owner == id.User && g.OwnerID != "" && id.ID != "" && g.OwnerID != id.ID
+	if s.authz == nil || g.Owner == "" || g.Owner == id.User && !earlier || s.may(ctx, auth.Admin, queue) {
 		s.db.TouchGroup(queue, group) // its idle expiry starts over
 		return g, nil
 	}
 	s.audit.Warn("denied", "audit", true, "user", caller(ctx), "action", what, "queue", queue, "group", group, "owner", g.Owner)
+	if earlier {
+		return g, status.Errorf(codes.PermissionDenied, "%s: consumer group %s of queue %s belongs to an earlier user named %s, removed since; use a group of your own", what, group, queue, g.Owner)
+	}
 	return g, status.Errorf(codes.PermissionDenied, "%s: consumer group %s of queue %s belongs to user %s; use a group of your own", what, group, queue, g.Owner)
 }
 
@@ -93,7 +105,8 @@ func (s *Service) useConsumer(ctx context.Context, queue, instance, consumer, fr
 		return state.Cursor{}, status.Errorf(codes.PermissionDenied, "%s: stream consumer %s of queue %s belongs to a pipeline stage; only the engine uses it (choose another consumer name)", what, consumer, queue)
 	}
 	admin := s.authz == nil || s.may(ctx, auth.Admin, queue)
-	c, err := s.db.OpenOwnedCursor(queue, instance, consumer, from, caller(ctx), admin)
+	id, _ := AuthFromContext(ctx)
+	c, err := s.db.OpenOwnedCursor(queue, instance, consumer, from, id.User, id.ID, admin)
 	if errors.Is(err, state.ErrOwned) {
 		s.audit.Warn("denied", "audit", true, "user", caller(ctx), "action", what, "queue", queue, "consumer", consumer)
 		return c, status.Errorf(codes.PermissionDenied, "%s: %v; use a consumer name of your own", what, err)

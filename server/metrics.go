@@ -38,6 +38,11 @@ type queueCollector struct {
 	db      *state.DB
 	stageOf func(group string) (string, bool) // nil without an engine
 	waiting func(group string) int64          // a window stage's blocks held for windows; nil without an engine
+	// derived lists the queues stages produce, which get no per-site
+	// series: their "sites" are their inputs' (or, for window outputs,
+	// windows numbered by index), so a silent agent paged once per
+	// derived queue and window numbering looked like gaps.
+	derived func() map[string]bool // nil without an engine
 }
 
 // consumer names a group as people know it: a stage by its name.
@@ -78,6 +83,10 @@ func (c queueCollector) Collect(ch chan<- prometheus.Metric) {
 	if err != nil {
 		return
 	}
+	var derived map[string]bool
+	if c.derived != nil {
+		derived = c.derived()
+	}
 	for _, q := range qs {
 		ch <- prometheus.MustNewConstMetric(queueBlocksDesc, prometheus.GaugeValue, float64(q.Blocks), q.Name)
 		ch <- prometheus.MustNewConstMetric(queueBytesDesc, prometheus.GaugeValue, float64(q.Bytes), q.Name)
@@ -96,6 +105,9 @@ func (c queueCollector) Collect(ch chan<- prometheus.Metric) {
 				ch <- prometheus.MustNewConstMetric(backlogDesc, prometheus.GaugeValue, float64(backlog), q.Name, name)
 				ch <- prometheus.MustNewConstMetric(faultyDesc, prometheus.GaugeValue, float64(faulty), q.Name, name)
 			}
+		}
+		if derived[q.Name] {
+			continue
 		}
 		sites, err := c.db.Instances(q.Name)
 		if err != nil {

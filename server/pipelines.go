@@ -44,13 +44,15 @@ func (s *Service) submitJob(ctx context.Context, body []byte) (any, error) {
 	// An admin may name any executable on the server, as registering it
 	// would; others only registered programs.
 	trusted := s.may(ctx, auth.Admin, "")
+	id, _ := AuthFromContext(ctx)
 	return eng.SubmitChecked(req.File, []byte(req.YAML), owner, trusted, func(job *pipeline.Job) error {
+		job.OwnerID = id.ID
 		var ps pipeline.Problems
-		if old, err := s.db.GetJob(job.Name); err == nil && old.Owner != owner && old.State == state.JobAccepted && !s.may(ctx, auth.Admin, "") {
+		if old, err := s.db.GetJob(job.Name); err == nil && !ownedBy(old.Owner, old.OwnerID, id) && old.State == state.JobAccepted && !s.may(ctx, auth.Admin, "") {
+			// Not who: another user's jobs are not the caller's to learn.
 			ps = append(ps, pipeline.Problem{File: req.File, Line: 1, Column: 1, Field: "job",
-				What: fmt.Sprintf("job %s belongs to %s; choose another name", job.Name, old.Owner)})
+				What: fmt.Sprintf("job %s belongs to another user; choose another name", job.Name)})
 		}
-		id, _ := AuthFromContext(ctx)
 		ps = append(ps, s.queueRights(req.File, id, job)...)
 		if len(ps) > 0 {
 			s.audit.Warn("denied", "audit", true, "user", owner, "action", "submit-job", "job", job.Name, "why", ps.Error())
@@ -58,6 +60,14 @@ func (s *Service) submitJob(ctx context.Context, body []byte) (any, error) {
 		}
 		return nil
 	})
+}
+
+// ownedBy reports whether what the user name owner and the stable id
+// ownerID own belongs to id: the same name, and the same user behind it
+// (a name removed and added again is someone else). Records and users
+// files from before ids compare names.
+func ownedBy(owner, ownerID string, id auth.Identity) bool {
+	return owner == id.User && (ownerID == "" || id.ID == "" || ownerID == id.ID)
 }
 
 // queueRights lists the inputs id may not read, the outputs it may not
@@ -103,6 +113,9 @@ func (s *Service) jobRights(owner string, job *pipeline.Job) (trusted bool, err 
 	if err != nil {
 		return false, fmt.Errorf("its owner %s is no longer in the users file", owner)
 	}
+	if !ownedBy(owner, job.OwnerID, id) {
+		return false, fmt.Errorf("its owner %s was removed from the users file; the user of that name now is someone else (resubmit the job as them, or an admin retracts it)", owner)
+	}
 	if ps := s.queueRights("job "+job.Name, id, job); len(ps) > 0 {
 		return false, ps
 	}
@@ -144,7 +157,8 @@ func (s *Service) retractJob(ctx context.Context, body []byte) (any, error) {
 		return nil, badBody("retract-job", body, err)
 	}
 	if s.authz != nil {
-		if old, err := s.db.GetJob(req.Job); err == nil && old.Owner != caller(ctx) {
+		id, _ := AuthFromContext(ctx)
+		if old, err := s.db.GetJob(req.Job); err == nil && !ownedBy(old.Owner, old.OwnerID, id) {
 			// The refusal does not name the owner: who owns another's job
 			// is not the caller's to learn.
 			if err := s.allow(ctx, auth.Admin, "", "retract job "+req.Job+" (another user's)"); err != nil {

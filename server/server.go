@@ -356,6 +356,17 @@ func Run(ctx context.Context, cfg Config) (err error) {
 			}
 			return svc.eng.WaitingForWindows(g)
 		}
+		qc.derived = func() map[string]bool {
+			out := map[string]bool{}
+			if svc.eng != nil {
+				for _, st := range svc.eng.Stats() {
+					for _, q := range st.Outputs {
+						out[q] = true
+					}
+				}
+			}
+			return out
+		}
 		for _, c := range []prometheus.Collector{qc, metaCollector{db}, storeCollector{svc.space}, Uploads, AuthFailures, ReadEstimate} {
 			if err := r.Register(c); err != nil {
 				cfg.Logger.Warn("Flight metrics not registered", "err", err)

@@ -118,7 +118,7 @@ func (s *Service) getState(ctx context.Context, body []byte) (any, error) {
 	if err != nil {
 		return nil, statusOf(err, codes.InvalidArgument)
 	}
-	if s.authz != nil && c.Others(caller(ctx), s.may(ctx, auth.Admin, r.Queue)) {
+	if s.authz != nil && c.Others(caller(ctx), callerID(ctx), s.may(ctx, auth.Admin, r.Queue)) {
 		s.audit.Warn("denied", "audit", true, "user", caller(ctx), "action", "get-state", "queue", r.Queue, "consumer", r.Consumer)
 		return nil, status.Errorf(codes.PermissionDenied, "get-state: stream consumer %s of %s/%s %v, %s; use a consumer name of your own", r.Consumer, r.Queue, r.Instance, state.ErrOwned, c.Owner)
 	}
@@ -145,7 +145,7 @@ func (s *Service) deleteState(ctx context.Context, body []byte) (any, error) {
 	if err != nil {
 		return nil, statusOf(err, codes.InvalidArgument)
 	}
-	if s.authz != nil && c.Others(caller(ctx), s.may(ctx, auth.Admin, r.Queue)) {
+	if s.authz != nil && c.Others(caller(ctx), callerID(ctx), s.may(ctx, auth.Admin, r.Queue)) {
 		s.audit.Warn("denied", "audit", true, "user", caller(ctx), "action", "delete-state", "queue", r.Queue, "consumer", r.Consumer)
 		return nil, status.Errorf(codes.PermissionDenied, "delete-state: stream consumer %s of %s/%s %v, %s", r.Consumer, r.Queue, r.Instance, state.ErrOwned, c.Owner)
 	}

@@ -126,6 +126,19 @@ func TestGroupsHaveOwners(t *testing.T) {
 	if qs, _ := ops.QueueStats(ctx, "dns.arrow"); len(qs.Groups) != 2 {
 		t.Errorf("admin sees %+v", qs.Groups)
 	}
+	// carol removed and added again is someone else: her group is not
+	// the new carol's.
+	testenv.EditUsers(t, file, func(f *auth.File) {
+		delete(f.Users, "carol")
+		var err error
+		if secrets["carol"], err = f.AddUser("carol", []string{"analysts"}); err != nil {
+			t.Fatal(err)
+		}
+	})
+	newCarol := dialAs(t, addr, client.Security{User: "carol", Secret: secrets["carol"]})
+	if _, err := peek(newCarol, "dns.arrow", "carol-team", 0); codeOf(err) != codes.PermissionDenied || !strings.Contains(err.Error(), "an earlier user named carol") {
+		t.Errorf("the new carol reads the old one's group: %v", err)
+	}
 }
 
 // TestRevocation: a new secret, `plumb user revoke`, removing a user and
@@ -327,6 +340,25 @@ func TestRemovedOwnerSuspends(t *testing.T) {
 	// Losing a right, not the user, does the same.
 	edit(func(f *auth.File) { f.Rules = f.Rules[:len(f.Rules)-1] })
 	waitFor("suspension on a lost right", func() bool { _, why := jobState(); return strings.Contains(why, "may not write queue ana.copy") })
+
+	// A user removed and added again under the same name is someone else:
+	// the new ana does not take over the old one's job, nor retract it.
+	edit(func(f *auth.File) {
+		f.Rules = append(f.Rules, auth.Rule{Queues: "ana.*", Groups: []string{"analysts"}, Allow: []auth.Perm{auth.Read, auth.Write}})
+		delete(f.Users, "ana")
+		var err error
+		if secrets["ana"], err = f.AddUser("ana", []string{"analysts"}); err != nil {
+			t.Fatal(err)
+		}
+	})
+	waitFor("the job to stay suspended for its removed owner", func() bool {
+		_, why := jobState()
+		return strings.Contains(why, "the user of that name now is someone else")
+	})
+	newAna := dialAs(t, addr, client.Security{User: "ana", Secret: secrets["ana"]})
+	if err := newAna.RetractJob(ctx, "mine"); codeOf(err) != codes.PermissionDenied || !strings.Contains(err.Error(), "another user's") {
+		t.Errorf("the new ana retracts the old one's job: %v", err)
+	}
 }
 
 // TestStreamConsumersHaveOwners: a stream consumer's cursor is its

@@ -77,6 +77,9 @@ type Group struct {
 	// may read from it, ack or reset it. Empty for stage groups and on
 	// a server without users.
 	Owner string `json:"owner,omitempty"`
+	// OwnerID is the owner's stable id ("" before ids were kept): a
+	// user removed and added again under the same name is someone else.
+	OwnerID string `json:"owner_id,omitempty"`
 	// Used is when the group was last read from or acked (written at most
 	// once a minute); a group idle for long is expired.
 	Used time.Time `json:"used,omitzero"`
@@ -118,7 +121,7 @@ func addDeliveries(tx *bolt.Tx, queue string, serial uint64) error {
 // starts from Latest only the blocks that arrive after it. Returns the
 // group as stored (an existing group keeps its first From).
 func (d *DB) EnsureGroup(queue, group string, from From) (Group, error) {
-	return d.EnsureOwnedGroup(queue, group, from, "", 0)
+	return d.EnsureOwnedGroup(queue, group, from, "", "", 0)
 }
 
 // EnsureOwnedGroup is EnsureGroup for a group a user creates: a new group
@@ -129,7 +132,7 @@ func (d *DB) EnsureGroup(queue, group string, from From) (Group, error) {
 // An owner may create at most maxPerOwner groups on a queue (0: no cap):
 // every group is owed every later block until it is deleted, so groups
 // without end are storage without end.
-func (d *DB) EnsureOwnedGroup(queue, group string, from From, owner string, maxPerOwner int) (Group, error) {
+func (d *DB) EnsureOwnedGroup(queue, group string, from From, owner, ownerID string, maxPerOwner int) (Group, error) {
 	if err := block.ValidateGroup(group); err != nil {
 		return Group{}, err
 	}
@@ -146,7 +149,7 @@ func (d *DB) EnsureOwnedGroup(queue, group string, from From, owner string, maxP
 		if err != nil || ok {
 			out = g
 			if err == nil && g.Owner == "" && owner != "" {
-				g.Owner = owner
+				g.Owner, g.OwnerID = owner, ownerID
 				out = g
 				return putRecord(groups, []byte(group), g)
 			}
@@ -167,7 +170,7 @@ func (d *DB) EnsureOwnedGroup(queue, group string, from From, owner string, maxP
 				return fmt.Errorf("%w: user %s has %d consumer groups on queue %s, the most one user may have; reuse one", ErrTooMany, owner, n, queue)
 			}
 		}
-		g = Group{Name: group, From: from, Created: d.now().UTC(), Owner: owner, DoneDeleted: true}
+		g = Group{Name: group, From: from, Created: d.now().UTC(), Owner: owner, OwnerID: ownerID, DoneDeleted: true}
 		arrivals, err := sub(tx, bucketArrivals, queue)
 		if err != nil {
 			return err

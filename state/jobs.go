@@ -24,6 +24,7 @@ const (
 type Job struct {
 	Name      string    `json:"name"`
 	Owner     string    `json:"owner,omitempty"`
+	OwnerID   string    `json:"owner_id,omitempty"` // the owner's stable id (see pipeline.Job)
 	State     JobState  `json:"state"`
 	Reason    string    `json:"reason,omitempty"`   // why it was rejected
 	Warnings  []string  `json:"warnings,omitempty"` // advice given when accepted

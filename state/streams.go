@@ -21,9 +21,10 @@ type Cursor struct {
 	// (or an admin) moves it. Empty for the engine's own and on servers
 	// without users.
 	Owner    string            `json:"owner,omitempty"`
-	Next     uint64            `json:"next"`     // the next sequence number to process
-	Pending  bool              `json:"pending"`  // Next was handed out, not yet committed
-	Advanced time.Time         `json:"advanced"` // when the cursor last moved
+	OwnerID  string            `json:"owner_id,omitempty"` // the owner's stable id: a re-added name is someone else
+	Next     uint64            `json:"next"`               // the next sequence number to process
+	Pending  bool              `json:"pending"`            // Next was handed out, not yet committed
+	Advanced time.Time         `json:"advanced"`           // when the cursor last moved
 	Skipped  []uint64          `json:"skipped,omitempty"`
 	Late     []uint64          `json:"late,omitempty"` // skipped blocks that arrived after, reported
 	State    map[string]string `json:"state,omitempty"`
@@ -99,19 +100,21 @@ func nextPresent(tx *bolt.Tx, queue, instance string, seq uint64) (uint64, bool)
 // checkpoint, or earliest), or a sequence number. An existing cursor moves
 // to from unless from is empty.
 func (d *DB) OpenCursor(queue, instance, consumer, from string) (Cursor, error) {
-	return d.OpenOwnedCursor(queue, instance, consumer, from, "", true)
+	return d.OpenOwnedCursor(queue, instance, consumer, from, "", "", true)
 }
 
-// Others reports whether the cursor belongs to someone other than user,
-// who is no admin: then user may neither move nor read it.
-func (c Cursor) Others(user string, admin bool) bool {
-	return c.Owner != "" && c.Owner != user && !admin
+// Others reports whether the cursor belongs to someone other than the
+// user (name and stable id), who is no admin: then the user may neither
+// move nor read it. A user removed and added again under the same name is
+// someone else.
+func (c Cursor) Others(user, id string, admin bool) bool {
+	return c.Owner != "" && !admin && (c.Owner != user || c.OwnerID != "" && id != "" && c.OwnerID != id)
 }
 
 // OpenOwnedCursor is OpenCursor for a user: a new cursor (or one from
 // before cursors had owners) becomes owner's; another user's is refused
 // with ErrOwned, untouched, unless admin.
-func (d *DB) OpenOwnedCursor(queue, instance, consumer, from, owner string, admin bool) (Cursor, error) {
+func (d *DB) OpenOwnedCursor(queue, instance, consumer, from, owner, ownerID string, admin bool) (Cursor, error) {
 	var c Cursor
 	err := d.bolt.Update(func(tx *bolt.Tx) error {
 		sb, err := sub(tx, bucketStreams, queue)
@@ -124,7 +127,7 @@ func (d *DB) OpenOwnedCursor(queue, instance, consumer, from, owner string, admi
 			return err
 		}
 		c = old
-		if ok && old.Others(owner, admin) {
+		if ok && old.Others(owner, ownerID, admin) {
 			return fmt.Errorf("stream consumer %s of %s/%s %w, %s", consumer, queue, instance, ErrOwned, old.Owner)
 		}
 		if !ok {
@@ -134,7 +137,7 @@ func (d *DB) OpenOwnedCursor(queue, instance, consumer, from, owner string, admi
 			}
 		}
 		if c.Owner == "" {
-			c.Owner = owner
+			c.Owner, c.OwnerID = owner, ownerID
 		}
 		switch from {
 		case "":

@@ -5,6 +5,7 @@ import (
 	"net/http"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"sort"
 	"strings"
 	"testing"
@@ -66,7 +67,7 @@ func TestMetricNames(t *testing.T) {
 		workerMetrics: {"plumb_worker_runs_total", "plumb_worker_runs_in_progress", "plumb_worker_lease_failures_total",
 			"plumb_worker_slots", "plumb_worker_last_contact_timestamp_seconds", "plumb_build_info"},
 		agentMetrics: {"plumb_agent_packets_total", "plumb_agent_blocks_acked_total", "plumb_agent_spool_bytes",
-			"plumb_agent_lost_bytes_total", "plumb_agent_packets_dropped_total", "plumb_agent_packets_filtered_total",
+			"plumb_agent_lost_bytes_total", "plumb_agent_packets_dropped_total", "plumb_agent_spool_max_bytes", "plumb_agent_packets_filtered_total",
 			"plumb_agent_oldest_unshipped_seconds", "plumb_agent_spool_state_bytes_written_total"},
 	}
 	for _, target := range []string{srvMetrics, agentMetrics, workerMetrics} {
@@ -87,6 +88,19 @@ func TestMetricNames(t *testing.T) {
 			}
 		}
 		t.Logf("%s: %d metric families", target, len(fams))
+	}
+	// Per-site series are the source queue's only: pcap's "sites" are the
+	// decode stage's, and a silent agent paged once per derived queue.
+	var queues []string
+	for _, m := range scrapeFamilies(t, srvMetrics)["plumb_site_last_seq"].GetMetric() {
+		for _, l := range m.GetLabel() {
+			if l.GetName() == "queue" {
+				queues = append(queues, l.GetValue())
+			}
+		}
+	}
+	if !slices.Contains(queues, "pcap.sz") || slices.Contains(queues, "pcap") {
+		t.Errorf("plumb_site_last_seq for queues %v; want pcap.sz, the source, and not pcap, which decode makes", queues)
 	}
 }
 

@@ -120,7 +120,7 @@ func TestMonitoringFiles(t *testing.T) {
 		}
 	}
 	for _, want := range []string{"PlumbSiteSilent", "PlumbSequenceGap", "PlumbFaultyBlocks", "PlumbStoreNearlyFull",
-		"PlumbConsumerLag", "PlumbKernelDrops"} {
+		"PlumbConsumerLag", "PlumbKernelDrops", "PlumbServerDown", "PlumbAgentDown", "PlumbAgentLosingBytes", "PlumbSpoolNearlyFull", "PlumbMetadataSlow"} {
 		if !slices.Contains(alerts, want) {
 			t.Errorf("no alert %s (have %v)", want, alerts)
 		}
