@@ -34,7 +34,16 @@ func (c *Client) ReadAdmission(ctx context.Context) (ReadAdmission, error) {
 
 // Windows lists window stages' windows, waiting and fired.
 func (c *Client) Windows(ctx context.Context, stage string) ([]WindowView, error) {
-	return List[WindowView](ctx, c, "windows", map[string]string{"stage": stage})
+	return c.WindowsMatching(ctx, WindowsRequest{Stage: stage})
+}
+
+// WindowsRequest narrows a listing of windows: stage, site, state, time,
+// and how many at most.
+type WindowsRequest = flight.WindowsRequest
+
+// WindowsMatching lists the windows a request picks.
+func (c *Client) WindowsMatching(ctx context.Context, req WindowsRequest) ([]WindowView, error) {
+	return List[WindowView](ctx, c, "windows", req)
 }
 
 // FireWindow fires a waiting window now.

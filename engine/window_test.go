@@ -349,3 +349,40 @@ stages:
 		t.Fatalf("stage stats: %d runs; want 3", st.Runs)
 	}
 }
+
+// TestWindowFilter: a listing of windows narrows by site, state and time,
+// and stops at its limit, saying how many more matched.
+func TestWindowFilter(t *testing.T) {
+	hour := func(h int) time.Time { return time.Date(2025, 5, 5, h, 0, 0, 0, time.UTC) }
+	var ws []engine.WindowView
+	for h := range 6 {
+		for _, site := range []string{"lax", "nrt"} {
+			st := "fired"
+			if h == 5 {
+				st = "waiting"
+			}
+			ws = append(ws, engine.WindowView{Stage: "s", ID: fmt.Sprintf("%s/%d", site, h), State: st, From: hour(h), To: hour(h + 1)})
+		}
+	}
+	ids := func(ws []engine.WindowView) (out []string) {
+		for _, w := range ws {
+			out = append(out, w.ID)
+		}
+		return out
+	}
+	for _, tc := range []struct {
+		f    engine.WindowFilter
+		want string
+		more int
+	}{
+		{engine.WindowFilter{Site: "nrt", State: "waiting"}, "[nrt/5]", 0},
+		{engine.WindowFilter{Site: "lax", From: hour(2), To: hour(4)}, "[lax/2 lax/3]", 0},
+		{engine.WindowFilter{State: "fired", Limit: 3}, "[lax/0 nrt/0 lax/1]", 7},
+		{engine.WindowFilter{Site: "sfo"}, "[]", 0},
+	} {
+		got, more := tc.f.Apply(ws)
+		if fmt.Sprint(ids(got)) != tc.want || more != tc.more {
+			t.Errorf("%+v: %v and %d more; want %s and %d", tc.f, ids(got), more, tc.want, tc.more)
+		}
+	}
+}

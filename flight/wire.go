@@ -269,6 +269,18 @@ type WindowHeader struct {
 	Empty int64 `json:"empty,omitempty"`
 }
 
+// WindowsRequest is the body of the windows action: every field narrows
+// the listing (From and To are RFC 3339: windows overlapping them; State
+// is waiting, fired or faulty); Limit keeps the first that many, 0 all.
+type WindowsRequest struct {
+	Stage string `json:"stage,omitempty"`
+	Site  string `json:"site,omitempty"`
+	State string `json:"state,omitempty"`
+	From  string `json:"from,omitempty"`
+	To    string `json:"to,omitempty"`
+	Limit int    `json:"limit,omitempty"`
+}
+
 // SiteRequest is the body of site-owners (Queue, or none for every
 // queue) and site-assign (Queue, Instance, and User: "" leaves the site
 // unowned, for its next writer to claim).

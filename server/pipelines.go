@@ -302,13 +302,15 @@ func (s *Service) windows(ctx context.Context, body []byte) (any, error) {
 	if err != nil {
 		return nil, err
 	}
-	var req struct {
-		Stage string `json:"stage,omitempty"`
-	}
+	var req flight.WindowsRequest
 	if len(body) > 0 {
 		if err := flight.DecodeStrict(body, &req); err != nil {
 			return nil, badBody("windows", body, err)
 		}
+	}
+	f, err := windowFilter(req)
+	if err != nil {
+		return nil, badBody("windows", body, err)
 	}
 	ws, err := eng.Windows(req.Stage)
 	if err != nil {
@@ -316,7 +318,33 @@ func (s *Service) windows(ctx context.Context, body []byte) (any, error) {
 	}
 	in := s.stageInputs()
 	ws = slices.DeleteFunc(ws, func(w engine.WindowView) bool { return !s.readable(ctx, in[w.Stage]) })
+	ws, _ = f.Apply(ws)
 	return listOf(ws), nil
+}
+
+// windowFilter reads a windows request's narrowing fields.
+func windowFilter(req flight.WindowsRequest) (engine.WindowFilter, error) {
+	f := engine.WindowFilter{Stage: req.Stage, Site: req.Site, State: req.State, Limit: req.Limit}
+	if req.State != "" && req.State != "waiting" && req.State != "fired" && req.State != "faulty" {
+		return f, fmt.Errorf("state %q: want waiting, fired or faulty", req.State)
+	}
+	if req.Limit < 0 {
+		return f, fmt.Errorf("limit %d: want 0 (all) or more", req.Limit)
+	}
+	for _, t := range []struct {
+		v   string
+		out *time.Time
+	}{{req.From, &f.From}, {req.To, &f.To}} {
+		if t.v == "" {
+			continue
+		}
+		v, err := time.Parse(time.RFC3339, t.v)
+		if err != nil {
+			return f, fmt.Errorf("%q: want an RFC 3339 time such as 2025-05-05T00:00:00Z", t.v)
+		}
+		*t.out = v
+	}
+	return f, nil
 }
 
 func (s *Service) fireWindow(ctx context.Context, body []byte) (any, error) {

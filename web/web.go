@@ -15,6 +15,7 @@ import (
 	"net"
 	"net/http"
 	"slices"
+	"strconv"
 	"sync"
 	"time"
 
@@ -356,12 +357,40 @@ func (s *Server) graphOrNil() *pipeline.Graph {
 	return s.eng.Graph()
 }
 
+// windowsLimit is how many windows /api/windows answers unless asked.
+const windowsLimit = 500
+
 func (s *Server) windows(w http.ResponseWriter, r *http.Request) {
 	if s.eng == nil {
 		reply(w, []engine.WindowView{}, nil)
 		return
 	}
-	ws, err := s.eng.Windows("")
+	// ?stage, ?site, ?state, ?from, ?to (RFC 3339) and ?limit narrow the
+	// list; at most windowsLimit unless ?limit says otherwise (0: all).
+	q := r.URL.Query()
+	f := engine.WindowFilter{Stage: q.Get("stage"), Site: q.Get("site"), State: q.Get("state"), Limit: windowsLimit}
+	if v := q.Get("limit"); v != "" {
+		n, err := strconv.Atoi(v)
+		if err != nil || n < 0 {
+			http.Error(w, "limit "+v+": want 0 (all) or more", http.StatusBadRequest)
+			return
+		}
+		f.Limit = n
+	}
+	for _, t := range []struct {
+		name string
+		out  *time.Time
+	}{{"from", &f.From}, {"to", &f.To}} {
+		if v := q.Get(t.name); v != "" {
+			tm, err := time.Parse(time.RFC3339, v)
+			if err != nil {
+				http.Error(w, t.name+" "+v+": want an RFC 3339 time", http.StatusBadRequest)
+				return
+			}
+			*t.out = tm
+		}
+	}
+	ws, err := s.eng.Windows(f.Stage)
 	inputs := map[string][]string{}
 	if g := s.eng.Graph(); g != nil {
 		for _, n := range g.Stages {
@@ -369,6 +398,7 @@ func (s *Server) windows(w http.ResponseWriter, r *http.Request) {
 		}
 	}
 	ws = slices.DeleteFunc(ws, func(v engine.WindowView) bool { return !s.readsAll(r, inputs[v.Stage]) })
+	ws, _ = f.Apply(ws)
 	if ws == nil {
 		ws = []engine.WindowView{}
 	}

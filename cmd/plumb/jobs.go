@@ -206,7 +206,15 @@ func retryCommand() command {
 }
 
 func windowsCommand() command {
-	return clientCommand("windows", "[STAGE] | fire STAGE WINDOW", "list window stages' windows (waiting, fired), or fire one now", -3, nil,
+	var req client.WindowsRequest
+	flags := func(fs *flag.FlagSet) {
+		fs.StringVar(&req.Site, "site", "", "only the windows of `SITE`")
+		fs.StringVar(&req.State, "state", "", "only windows in `STATE`: waiting, fired or faulty")
+		fs.StringVar(&req.From, "from", "", "only windows ending after `TIME` (RFC 3339)")
+		fs.StringVar(&req.To, "to", "", "only windows starting before `TIME` (RFC 3339)")
+		fs.IntVar(&req.Limit, "limit", 100, "at most `N` windows (0: all)")
+	}
+	return clientCommand("windows", "[STAGE] | fire STAGE WINDOW", "list window stages' windows (waiting, fired), or fire one now", -3, flags,
 		func(ctx context.Context, c *client.Client, args []string) error {
 			if len(args) == 3 && args[0] == "fire" {
 				if err := c.FireWindow(ctx, args[1], args[2]); err != nil {
@@ -222,9 +230,18 @@ func windowsCommand() command {
 			if len(args) == 1 {
 				stage = args[0]
 			}
-			ws, err := c.Windows(ctx, stage)
+			req.Stage = stage
+			limit := req.Limit
+			if limit > 0 {
+				req.Limit++ // one more says there are more
+			}
+			ws, err := c.WindowsMatching(ctx, req)
 			if err != nil {
 				return err
+			}
+			more := limit > 0 && len(ws) > limit
+			if more {
+				ws = ws[:limit]
 			}
 			tw := tabwriter.NewWriter(os.Stdout, 0, 4, 2, ' ', 0)
 			fmt.Fprintln(tw, "STAGE\tWINDOW\tFROM\tSTATE\tREV\tBLOCKS\tMISSING\tLATE\tWAITING FOR")
@@ -253,7 +270,13 @@ func windowsCommand() command {
 				fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%d\t%d\t%s\t%s\t%s\n", w.Stage, w.ID, from, w.State, w.Revision, w.Blocks,
 					strings.Join(w.Missing, ","), strings.Join(w.Late, ","), waiting)
 			}
-			return tw.Flush()
+			if err := tw.Flush(); err != nil {
+				return err
+			}
+			if more {
+				fmt.Fprintf(os.Stderr, "more windows match than the %d shown: narrow with --site, --state, --from, --to, or --limit 0 for all\n", limit)
+			}
+			return nil
 		})
 }
 

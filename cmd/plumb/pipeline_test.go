@@ -316,6 +316,17 @@ stages:
 	if !strings.Contains(string(doc), "service: x.root-servers.net") || !strings.Contains(string(doc), "metric: unique-sources") {
 		t.Errorf("revision 2:\n%s", doc)
 	}
+	// The listing narrows, and says when it stopped at its limit.
+	if ws, err := c.WindowsMatching(ctx, client.WindowsRequest{Stage: "rssac/daily", Site: "lax", State: "fired"}); err != nil || len(ws) != 2 {
+		t.Errorf("lax's fired windows: %+v %v", ws, err)
+	}
+	out, errOut, code := plumbExec(t, "windows", "rssac/daily", "--server", addr, "--state", "fired", "--limit", "1")
+	if code != 0 || strings.Count(out, "\n") != 2 || !strings.Contains(errOut, "more windows match than the 1 shown") {
+		t.Errorf("plumb windows --limit 1: exit %d\n%s%s", code, out, errOut)
+	}
+	if _, errOut, code := plumbExec(t, "windows", "--server", addr, "--state", "gone"); code != 1 || !strings.Contains(errOut, "want waiting, fired or faulty") {
+		t.Errorf("plumb windows --state gone: exit %d %s", code, errOut)
+	}
 }
 
 // TestExampleJobsOnAFreshServer: the README's first pipeline command,
