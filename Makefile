@@ -35,8 +35,14 @@ FUZZ_TARGETS := \
 
 .PHONY: build test test-go test-python fuzz-short bench bench-scale bench-windows demo lint clean
 
+# The build says what it is (plumb version, plumb_build_info) even where
+# Go does not stamp version control information (-buildvcs=false).
+VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo devel)
+COMMIT  ?= $(shell git rev-parse HEAD 2>/dev/null || echo unknown)
+LDFLAGS := -X main.version=$(VERSION) -X main.commit=$(COMMIT)
+
 build:
-	$(GO) build -o $(BIN) ./cmd/plumb
+	$(GO) build -ldflags "$(LDFLAGS)" -o $(BIN) ./cmd/plumb
 
 lint:
 	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi

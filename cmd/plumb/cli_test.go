@@ -7,6 +7,7 @@ import (
 	"io"
 	"net/http"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"regexp"
 	"strings"
@@ -266,5 +267,25 @@ func TestStagesByName(t *testing.T) {
 		if verb == "queues" && !strings.Contains(out, "warning: queue raw.0: nothing reads it and stage alice-archive/mine gives it no retention: its blocks stay until a consumer group takes them, at most 30d") {
 			t.Errorf("plumb queues does not warn of the unread queue raw.0:\n%s", out)
 		}
+	}
+}
+
+// TestVersionFromMakefile: `plumb version` said "(devel) commit unknown"
+// for a `make build` where Go stamps no version control information
+// (GOFLAGS=-buildvcs=false); the Makefile now passes the version and the
+// commit.
+func TestVersionFromMakefile(t *testing.T) {
+	t.Parallel()
+	head, err := exec.Command("git", "-C", "../..", "rev-parse", "HEAD").Output()
+	if err != nil {
+		t.Fatalf("git rev-parse HEAD: %v", err)
+	}
+	bin := filepath.Join(t.TempDir(), "plumb")
+	if out, err := testenv.Command(t, 5*time.Minute, "make", "-s", "-C", "../..", "build", "BIN="+bin).CombinedOutput(); err != nil {
+		t.Fatalf("make build: %v\n%s", err, out)
+	}
+	out, err := exec.Command(bin, "version").Output()
+	if err != nil || !strings.Contains(string(out), "commit "+strings.TrimSpace(string(head))) || strings.Contains(string(out), "(devel)") {
+		t.Fatalf("plumb version after make build: %q %v", out, err)
 	}
 }

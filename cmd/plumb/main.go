@@ -162,25 +162,43 @@ func plainError(err error) string {
 	})
 }
 
-// versionLine says which build this is: the module version, the commit
-// and the Go version.
-func versionLine() string {
-	bi, ok := debug.ReadBuildInfo()
-	if !ok {
-		return "plumb (unknown build)"
-	}
-	rev, dirty := "unknown", ""
-	for _, s := range bi.Settings {
-		switch s.Key {
-		case "vcs.revision":
-			rev = s.Value
-		case "vcs.modified":
-			if s.Value == "true" {
-				dirty = "+dirty"
+// version and commit are set by the Makefile (-ldflags -X), which knows
+// them where Go stamps no version control information (-buildvcs=false).
+var version, commit string
+
+// buildVersion is the build's version and commit: the Makefile's, else
+// what Go stamped, else "(devel)" and "unknown".
+func buildVersion() (ver, rev string) {
+	ver, rev = version, commit
+	if bi, ok := debug.ReadBuildInfo(); ok {
+		if ver == "" {
+			ver = bi.Main.Version
+		}
+		for _, s := range bi.Settings {
+			if s.Key == "vcs.revision" && rev == "" {
+				rev = s.Value
+				for _, m := range bi.Settings {
+					if m.Key == "vcs.modified" && m.Value == "true" {
+						rev += "+dirty"
+					}
+				}
 			}
 		}
 	}
-	return fmt.Sprintf("plumb %s commit %s%s %s %s/%s", bi.Main.Version, rev, dirty, bi.GoVersion, runtime.GOOS, runtime.GOARCH)
+	if ver == "" {
+		ver = "(devel)"
+	}
+	if rev == "" {
+		rev = "unknown"
+	}
+	return ver, rev
+}
+
+// versionLine says which build this is: the version, the commit and the
+// Go version.
+func versionLine() string {
+	ver, rev := buildVersion()
+	return fmt.Sprintf("plumb %s commit %s %s %s/%s", ver, rev, runtime.Version(), runtime.GOOS, runtime.GOARCH)
 }
 
 // parseInterspersed parses flags that may come before or after positional

@@ -196,15 +196,7 @@ type sandboxOptions struct {
 // stage programs; off says as whom unconfined programs run.
 // buildInfo is plumb_build_info: 1, labelled with what versionLine says.
 func buildInfo() prometheus.Collector {
-	version, revision := "(devel)", "unknown"
-	if bi, ok := debug.ReadBuildInfo(); ok {
-		version = bi.Main.Version
-		for _, s := range bi.Settings {
-			if s.Key == "vcs.revision" {
-				revision = s.Value
-			}
-		}
-	}
+	version, revision := buildVersion()
 	g := prometheus.NewGauge(prometheus.GaugeOpts{Name: "plumb_build_info", Help: "The running build: 1, labelled with its version, commit and Go version.",
 		ConstLabels: prometheus.Labels{"version": version, "revision": revision, "goversion": runtime.Version()}})
 	g.Set(1)
