@@ -34,7 +34,10 @@ type SiteRow struct {
 	// time between the arrivals of its latest blocks.
 	AgeNS      int64 `json:"age_ns"`
 	IntervalNS int64 `json:"interval_ns"`
-	// BytesPerSecond is the arrival rate over its latest blocks.
+	// BytesPerSecond is the arrival rate now: its latest blocks' bytes
+	// from the first one's arrival to now, and 0 once it is silent (the
+	// rate of its last blocks showed a site idle for ten minutes at
+	// 33 MiB/s).
 	BytesPerSecond float64 `json:"bytes_per_second"`
 	// Silent says no block came for three intervals, and at least for
 	// the server's --site-silent-after (15 minutes).
@@ -92,8 +95,10 @@ func siteRow(site state.Site, now time.Time, silentAfter time.Duration) SiteRow 
 	span := site.Last.Arrived.Sub(site.FirstArrived)
 	if site.Blocks > 1 && span > 0 {
 		row.IntervalNS = int64(span) / int64(site.Blocks-1)
-		row.BytesPerSecond = float64(site.Bytes) / span.Seconds()
 	}
 	row.Silent = time.Duration(row.AgeNS) > max(3*time.Duration(row.IntervalNS), silentAfter)
+	if since := now.Sub(site.FirstArrived); site.Blocks > 1 && since > 0 && !row.Silent {
+		row.BytesPerSecond = float64(site.Bytes) / since.Seconds()
+	}
 	return row
 }
