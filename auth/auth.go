@@ -25,6 +25,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"syscall"
 	"time"
 
 	"golang.org/x/crypto/bcrypt"
@@ -243,6 +244,17 @@ func (f *File) Save(file string) error {
 	if err := tmp.Chmod(0o600); err != nil {
 		tmp.Close()
 		return err
+	}
+	// The file stays its owner's: root adding a user to the file the
+	// server's own user reads (/etc/plumb/users.yaml, owned by plumb)
+	// made it root's, and the server could no longer read it.
+	if fi, err := os.Stat(file); err == nil {
+		if st, ok := fi.Sys().(*syscall.Stat_t); ok && (int(st.Uid) != os.Geteuid() || int(st.Gid) != os.Getegid()) {
+			if err := tmp.Chown(int(st.Uid), int(st.Gid)); err != nil {
+				tmp.Close()
+				return fmt.Errorf("keep %s its owner's (uid %d): %w", file, st.Uid, err)
+			}
+		}
 	}
 	hdr := "# Plumb users: secrets are bcrypt hashes, keys SHA-256. Edit rules by hand;\n# add users with `plumb user add`. The server rereads this file on SIGHUP.\n"
 	if _, err := tmp.WriteString(hdr + string(raw)); err != nil {

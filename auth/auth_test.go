@@ -5,6 +5,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 )
@@ -246,5 +247,38 @@ func TestKeyTimesFromOtherTools(t *testing.T) {
 	os.WriteFile(file, []byte(strings.Replace(string(raw), "2026-12-01T07:12:06Z", "yesterday", 1)), 0o600)
 	if _, err := Load(file); err == nil || !strings.Contains(err.Error(), `created "yesterday" is not a time`) {
 		t.Errorf("a bad time: %v", err)
+	}
+}
+
+// TestSaveKeepsTheFilesOwner: root adding a user to the users file that
+// the server's own user reads made the file root's, mode 600, and the
+// server could no longer read it.
+func TestSaveKeepsTheFilesOwner(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("giving a file to another user needs root")
+	}
+	file := filepath.Join(t.TempDir(), "users.yaml")
+	f, _ := LoadOrNew(file)
+	if _, err := f.AddUser("ana", []string{"analysts"}); err != nil {
+		t.Fatal(err)
+	}
+	if err := f.Save(file); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Chown(file, 65534, 65534); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := f.AddUser("bob", []string{"analysts"}); err != nil {
+		t.Fatal(err)
+	}
+	if err := f.Save(file); err != nil {
+		t.Fatal(err)
+	}
+	fi, err := os.Stat(file)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st := fi.Sys().(*syscall.Stat_t); st.Uid != 65534 || st.Gid != 65534 || fi.Mode().Perm() != 0o600 {
+		t.Fatalf("after a save by root: owner %d:%d mode %v; want 65534:65534 600", st.Uid, st.Gid, fi.Mode().Perm())
 	}
 }

@@ -69,10 +69,70 @@ func shellWords(s string) []string {
 	return out
 }
 
+// checkUnitCreates fails unless everything a unit's plumb command names
+// is made for it on a fresh machine: its user (by plumb.sysusers.conf, or
+// DynamicUser=), each credential it reads (LoadCredential=, and none
+// loaded unread), and its state, cache and spool directories
+// (StateDirectory=, CacheDirectory=). Paths the operator provides (the
+// users file, the TLS certificate) are named in the unit's comments.
+func checkUnitCreates(t *testing.T, unit string, svc map[string]string, args []string, sysusers map[string]bool) {
+	t.Helper()
+	if u := svc["User"]; u != "" && !sysusers[u] {
+		t.Errorf("%s: User=%s, which plumb.sysusers.conf does not create", unit, u)
+	}
+	if svc["User"] == "" && svc["DynamicUser"] != "yes" {
+		t.Errorf("%s: neither User= nor DynamicUser=yes: it would run as root", unit)
+	}
+	loaded := map[string]bool{}
+	if lc := svc["LoadCredential"]; lc != "" {
+		name, _, _ := strings.Cut(lc, ":")
+		loaded[name] = true
+	}
+	used := map[string]bool{}
+	for _, a := range args {
+		if rest, ok := strings.CutPrefix(a, "${CREDENTIALS_DIRECTORY}/"); ok {
+			used[rest] = true
+			if !loaded[rest] {
+				t.Errorf("%s: reads credential %s, which no LoadCredential= loads", unit, rest)
+			}
+		}
+	}
+	for name := range loaded {
+		if !used[name] {
+			t.Errorf("%s: loads credential %s, which its command does not read", unit, name)
+		}
+	}
+	for i, a := range args {
+		if i == 0 || !slices.Contains([]string{"--data", "--spool", "--scratch"}, args[i-1]) {
+			continue
+		}
+		dir, ok := "", false
+		switch {
+		case strings.HasPrefix(a, "/var/lib/"):
+			dir, ok = strings.Split(strings.TrimPrefix(a, "/var/lib/"), "/")[0], svc["StateDirectory"] == strings.Split(strings.TrimPrefix(a, "/var/lib/"), "/")[0]
+		case strings.HasPrefix(a, "/var/cache/"):
+			dir, ok = strings.Split(strings.TrimPrefix(a, "/var/cache/"), "/")[0], svc["CacheDirectory"] == strings.Split(strings.TrimPrefix(a, "/var/cache/"), "/")[0]
+		}
+		if !ok {
+			t.Errorf("%s: %s %s is not a directory the unit has systemd make (StateDirectory=%s or CacheDirectory=%s)", unit, args[i-1], a, dir, dir)
+		}
+	}
+}
+
 // TestDeployFiles checks deploy/: the systemd units and the Kubernetes
 // manifests parse, have the fields their kind needs, refer to each other
 // consistently, and run plumb with flags it has. No cluster runs here.
 func TestDeployFiles(t *testing.T) {
+	sysusers := map[string]bool{}
+	raw0, err := os.ReadFile("../../deploy/systemd/plumb.sysusers.conf")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, l := range strings.Split(string(raw0), "\n") {
+		if f := strings.Fields(l); len(f) >= 2 && f[0] == "u" {
+			sysusers[f[1]] = true
+		}
+	}
 	units, _ := filepath.Glob("../../deploy/systemd/*.service")
 	if len(units) != 3 {
 		t.Fatalf("systemd units: %v; want server, agent and worker", units)
@@ -108,6 +168,7 @@ func TestDeployFiles(t *testing.T) {
 			continue
 		}
 		checkPlumbArgs(t, u, words[1:])
+		checkUnitCreates(t, u, sections["Service"], words[1:], sysusers)
 	}
 
 	raw, err := os.ReadFile("../../deploy/kubernetes/plumb.yaml")

@@ -7,7 +7,9 @@ import (
 	"flag"
 	"fmt"
 	"os"
+	"os/user"
 	"slices"
+	"strconv"
 	"strings"
 	"time"
 
@@ -30,9 +32,25 @@ func userCommand() command {
 			file := fs.String("users", cmp.Or(os.Getenv("PLUMB_USERS"), "users.yaml"), "the users `FILE` the server reads with --users (also PLUMB_USERS)")
 			var groups groupsFlag
 			fs.Var(&groups, "group", "a `GROUP` the user belongs to (repeat for several)")
+			owner := fs.String("file-owner", "", "make the users file `USER`'s (and their group's), such as the server's own user, plumb (an existing file keeps its owner anyway)")
 			pos, err := parseInterspersed(fs, args)
 			if err != nil {
 				return err
+			}
+			if *owner != "" {
+				u, err := user.Lookup(*owner)
+				if err != nil {
+					return fmt.Errorf("--file-owner: %w", err)
+				}
+				uid, _ := strconv.Atoi(u.Uid)
+				gid, _ := strconv.Atoi(u.Gid)
+				defer func() {
+					if _, err := os.Stat(*file); err == nil {
+						if err := os.Chown(*file, uid, gid); err != nil {
+							fmt.Fprintf(os.Stderr, "plumb user: give %s to %s: %v\n", *file, *owner, err)
+						}
+					}
+				}()
 			}
 			if len(pos) == 0 || pos[0] != "list" && len(pos) != 2 {
 				return errUsage
