@@ -127,6 +127,12 @@ func TestMonitoringFiles(t *testing.T) {
 	}
 
 	var dash struct {
+		Templating struct {
+			List []struct {
+				Name  string `json:"name"`
+				Query any    `json:"query"`
+			} `json:"list"`
+		} `json:"templating"`
 		Panels []struct {
 			Title   string `json:"title"`
 			Targets []struct {
@@ -152,6 +158,30 @@ func TestMonitoringFiles(t *testing.T) {
 	}
 	if exprs < 10 {
 		t.Errorf("the dashboard has %d queries", exprs)
+	}
+	// Variables pick the queues, sites and stages shown, and every panel
+	// of per-stage, per-site or per-agent series follows them (agents by
+	// site, not by scrape address).
+	var vars []string
+	for _, v := range dash.Templating.List {
+		vars = append(vars, v.Name)
+	}
+	for _, want := range []string{"queue", "site", "stage"} {
+		if !slices.Contains(vars, want) {
+			t.Errorf("the dashboard has no $%s variable (has %v)", want, vars)
+		}
+	}
+	for _, p := range dash.Panels {
+		for _, tg := range p.Targets {
+			for prefix, v := range map[string]string{"plumb_stage_": "$stage", "plumb_site_": "$site", "plumb_agent_": "$site"} {
+				if strings.Contains(tg.Expr, prefix) && !strings.Contains(tg.Expr, v) {
+					t.Errorf("dashboard panel %q does not follow %s: %s", p.Title, v, tg.Expr)
+				}
+			}
+			if strings.Contains(tg.Expr, "by (instance)") {
+				t.Errorf("dashboard panel %q keys agents by scrape address: %s", p.Title, tg.Expr)
+			}
+		}
 	}
 
 	promtool := testenv.Tool(t, "promtool")
