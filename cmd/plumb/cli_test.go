@@ -289,3 +289,11 @@ func TestVersionFromMakefile(t *testing.T) {
 		t.Fatalf("plumb version after make build: %q %v", out, err)
 	}
 }
+
+func TestHumanBytes(t *testing.T) {
+	for n, want := range map[int64]string{0: "0 B", 1023: "1023 B", 1024: "1.0 KiB", 47923: "46.8 KiB", 3 << 30: "3.0 GiB", 1<<62 + 1<<61: "6.0 EiB"} {
+		if got := humanBytes(n); got != want {
+			t.Errorf("humanBytes(%d) = %q, want %q", n, got, want)
+		}
+	}
+}

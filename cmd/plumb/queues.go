@@ -29,7 +29,7 @@ func queuesCommand() command {
 					}
 					groups += fmt.Sprintf("%s:%d/%d/%d ", name, g.Unreserved, g.Reserved, g.Done)
 				}
-				fmt.Fprintf(tw, "%s\t%d\t%d\t%s\n", q.Queue, q.Blocks, q.Bytes, groups)
+				fmt.Fprintf(tw, "%s\t%d\t%s\t%s\n", q.Queue, q.Blocks, humanBytes(q.Bytes), groups)
 				if q.Warning != "" {
 					notes = append(notes, "warning: queue "+q.Queue+": "+q.Warning)
 				}
@@ -54,8 +54,23 @@ func blocksCommand() command {
 			tw := tabwriter.NewWriter(os.Stdout, 0, 4, 2, ' ', 0)
 			fmt.Fprintln(tw, "NAME\tSIZE\tSHA256\tARRIVED")
 			for _, b := range bs {
-				fmt.Fprintf(tw, "%s\t%d\t%s\t%s\n", b.Name, b.Size, b.SHA256, b.Arrived.Format(time.RFC3339))
+				fmt.Fprintf(tw, "%s\t%s\t%s\t%s\n", b.Name, humanBytes(b.Size), b.SHA256, b.Arrived.Format(time.RFC3339))
 			}
 			return tw.Flush()
 		})
+}
+
+// humanBytes prints a size as a reader takes it in at a glance: "46.8
+// KiB", "1.2 GiB"; bytes below a KiB as they are.
+func humanBytes(n int64) string {
+	const units = "KMGTPE"
+	if n < 1024 {
+		return fmt.Sprintf("%d B", n)
+	}
+	v, i := float64(n)/1024, 0
+	for v >= 1024 && i < len(units)-1 {
+		v /= 1024
+		i++
+	}
+	return fmt.Sprintf("%.1f %ciB", v, units[i])
 }
