@@ -73,7 +73,7 @@ def test_blocks_and_groups(plumb, server):
 
     # A block the loop did not finish stays owed; the others are acked.
     seen = []
-    for b in c.consume("pcap.sz", group="archive", visibility=1):
+    for b in c.consume("pcap.sz", group="archive", start="earliest", visibility=1):
         seen.append(b.name)
         if len(seen) == 3:
             break  # the third is not acknowledged
@@ -83,11 +83,79 @@ def test_blocks_and_groups(plumb, server):
     # The unfinished block (and any the server had sent ahead) comes again
     # once its visibility timeout has passed.
     time.sleep(1.2)
-    again = sorted(b.name for b in c.consume("pcap.sz", group="archive", visibility=1))
+    again = sorted(b.name for b in c.consume("pcap.sz", group="archive", start="earliest", visibility=1))
     assert again == sorted([name(3), name(4), name(1, site="ams")])
     assert c.groups("pcap.sz")[0]["done"] == 5
     c.delete_group("pcap.sz", "archive")
     assert c.groups("pcap.sz") == []
+
+
+def test_consume_acks_in_batches(plumb, server):
+    """One ack round trip per block was most of a loop's time over small
+    blocks: done blocks are acknowledged together, by count, by time and
+    at the loop's end; ack="manual" leaves it to the caller, in any number
+    at once. A new group starts where the server says (latest), as for the
+    CLI and the Go client."""
+    c = plumb.connect(server.addr)
+    c.put_many([(name(i), b"x") for i in range(1, 251)])
+    assert list(c.consume("pcap.sz", group="late")) == []  # from latest: none of these
+    acks = []
+    action = c.action
+    c.action = lambda typ, body=None: (acks.append(len(body["blocks"])) if typ == "ack" else None) or action(typ, body)
+    got = [b.name for b in c.consume("pcap.sz", group="batched", start="earliest", ack_every=100, ack_interval=3600)]
+    assert len(got) == 250 and acks == [100, 100, 50], acks
+    assert c.groups("pcap.sz")[[g["group"] for g in c.groups("pcap.sz")].index("batched")]["done"] == 250
+
+    acks.clear()
+    manual = [b.name for b in c.consume("pcap.sz", group="manual", start="earliest", ack="manual")]
+    assert len(manual) == 250 and acks == []
+    assert c.ack("pcap.sz", "manual", *manual) == 250 and acks == [250]
+    with pytest.raises(plumb.InvalidArgument, match="want 'auto' or 'manual'"):
+        list(c.consume("pcap.sz", group="x", ack="sometimes"))
+
+
+def test_every_status_has_its_class(plumb, server, tmp_path, monkeypatch):
+    """pyarrow raises ArrowInvalid for most statuses and frames the message
+    twice over; each status now has its class and the server's words
+    alone."""
+    c = plumb.connect(server.addr)
+    c.put(name(1), b"one")
+    cases = [
+        (plumb.FailedPrecondition, "is already stored with sha256", lambda: c.put(name(1), b"two")),
+        (plumb.ResourceExhausted, "more than the 65536 this action takes", lambda: c.action("list-blocks", {"queue": "a" * 100000})),
+        (plumb.NotFound, "is not stored", lambda: c.get(name(9))),
+        (plumb.InvalidArgument, "is not allowed", lambda: c.action("list-blocks", {"queue": "../x"})),
+        (plumb.AlreadyExists, "", lambda: [c.action("store-add", {"name": "two", "url": str(tmp_path / "s")}) for _ in range(2)]),
+        (plumb.Timeout, "", lambda: list(plumb.connect(server.addr, timeout=0.3).consume("pcap.sz", "t", follow=True))),
+        (plumb.Unavailable, "", lambda: plumb.connect("127.0.0.1:1").queues()),
+    ]
+    for cls, says, call in cases:
+        with pytest.raises(cls) as e:
+            call()
+        text = str(e.value)
+        assert says in text and "gRPC returned" not in text and "Flight returned" not in text and "debug context" not in text, (cls, text)
+    assert issubclass(plumb.Timeout, TimeoutError) and issubclass(plumb.NotFound, KeyError)
+
+    # connect() reads the environment as the CLI does.
+    monkeypatch.setenv("PLUMB_SERVER", server.addr)
+    assert [q["queue"] for q in plumb.connect().queues()] == ["pcap.sz"]
+
+
+def test_records_reader_streams(plumb, server):
+    """records() read a whole table; records_reader() hands out batches as
+    they come, for DuckDB or polars to read, and limit ends the rows."""
+    c = plumb.connect(server.addr)
+    for i in (1, 2, 3):
+        c.put(name(i, queue="names.arrow"), names_file())
+    r = c.records_reader("names.arrow", columns=["qname"])
+    assert isinstance(r, pa.RecordBatchReader) and r.schema.names == ["qname"]
+    assert sum(b.num_rows for b in r) == 9
+    assert c.records("names.arrow", limit=4).num_rows == 4
+    import duckdb
+    import polars as pl
+    reader = c.records_reader("names.arrow", where={"rcode": 3})
+    assert duckdb.sql("select count(*) from reader").fetchall() == [(6,)]
+    assert pl.from_arrow(c.records_reader("names.arrow", columns=["rcode"])).height == 9
 
 
 def test_records_windows_and_streams(plumb, server):

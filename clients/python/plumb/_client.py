@@ -6,6 +6,7 @@ import hashlib
 import json
 import os
 import re
+import time
 from dataclasses import dataclass, field
 from typing import Any, Dict, Iterable, Iterator, List, Mapping, Optional, Sequence, Tuple, Union
 
@@ -250,27 +251,59 @@ class Client:
             after = page[-1]["serial"]
 
     def ack(self, queue: str, group: str, *names: str) -> int:
-        """Acknowledge blocks for a consumer group; how many were owed."""
+        """Acknowledge blocks for a consumer group (any number in one call);
+        how many were owed."""
+        if not names:
+            return 0
         return self.action("ack", {"queue": queue, "group": group, "blocks": list(names)})[0]["acked"]
 
-    def consume(self, queue: str, group: str, start: str = "earliest", follow: bool = False,
-                visibility: Optional[float] = None) -> Iterator[Block]:
-        """A consumer group's blocks. Each is acknowledged when the loop asks
-        for the next one, so a block the caller did not finish (an exception,
+    def consume(self, queue: str, group: str, start: Optional[str] = None, follow: bool = False,
+                visibility: Optional[float] = None, ack: str = "auto", ack_every: int = 100,
+                ack_interval: float = 1.0) -> Iterator[Block]:
+        """A consumer group's blocks.
+
+        start is where a new group begins: "latest" (the server's default,
+        as for the CLI and the Go client) or "earliest"; a group that
+        exists goes on where it stands. With ack="auto" a block is done once
+        the loop asks for the next one, and done blocks are acknowledged
+        together, every ack_every blocks or ack_interval seconds (one round
+        trip each was most of the time of a loop over small blocks) and
+        when the loop ends; a block the caller did not finish (an exception,
         a break) stays owed and is handed out again after the visibility
-        timeout (seconds; the server's default when None)."""
-        t: Dict[str, Any] = {"queue": queue, "group": group, "from": start, "follow": follow}
+        timeout (seconds; the server's default when None). With
+        ack="manual" nothing is acknowledged here: call ack() with the
+        names, one or many at a time.
+        """
+        if ack not in ("auto", "manual"):
+            raise InvalidArgument(f"ack={ack!r}: want 'auto' or 'manual'")
+        t: Dict[str, Any] = {"queue": queue, "group": group, "follow": follow}
+        if start is not None:
+            t["from"] = start
         if visibility is not None:
             t["visibility"] = visibility
         reader = self._do_get(t)
+        done: List[str] = []
+        last = time.monotonic()
         try:
             with translated():
                 for frame in _frames(reader):
-                    if isinstance(frame, Block):
-                        yield frame
-                        self.ack(queue, group, frame.name)
+                    if not isinstance(frame, Block):
+                        continue
+                    yield frame
+                    if ack == "manual":
+                        continue
+                    done.append(frame.name)
+                    if len(done) >= max(ack_every, 1) or time.monotonic() - last >= ack_interval:
+                        self.ack(queue, group, *done)
+                        done.clear()
+                        last = time.monotonic()
         finally:
             reader.cancel()
+            if done:
+                # Those the loop finished before it ended (normally, by a
+                # break or by an exception in a later block).
+                with translated():
+                    self.ack(queue, group, *done)
 
     def groups(self, queue: str) -> List[Dict[str, Any]]:
         """A queue's consumer groups (a non-admin sees their own)."""
@@ -284,12 +317,26 @@ class Client:
 
     def records(self, queue: str, columns: Optional[Sequence[str]] = None, where: Optional[Where] = None,
                 since: Union[str, int, _dt.datetime, None] = None, until: Union[str, int, _dt.datetime, None] = None,
-                instance: Optional[str] = None) -> pa.Table:
+                instance: Optional[str] = None, limit: Optional[int] = None) -> pa.Table:
         """Rows of a queue of Arrow blocks (such as dns.arrow) as one table.
 
         where is {column: value} for equality, or [(column, op, value)] with
         op one of = != < <= > >=; since and until are times (datetime or
-        RFC 3339) or sequence numbers, both ends included.
+        RFC 3339) or sequence numbers, both ends included; limit ends the
+        table after that many rows. records_reader() streams the same.
+        """
+        reader = self.records_reader(queue, columns, where, since, until, instance, limit)
+        with translated():
+            return reader.read_all()
+
+    def records_reader(self, queue: str, columns: Optional[Sequence[str]] = None, where: Optional[Where] = None,
+                       since: Union[str, int, _dt.datetime, None] = None,
+                       until: Union[str, int, _dt.datetime, None] = None,
+                       instance: Optional[str] = None, limit: Optional[int] = None) -> pa.RecordBatchReader:
+        """The rows records() reads, as a pyarrow.RecordBatchReader that
+        yields batches as the server sends them: DuckDB
+        (duckdb.from_arrow(reader)) and polars (pl.from_arrow(reader))
+        read it without the whole table in memory. Arguments as records().
         """
         t: Dict[str, Any] = {"records": queue}
         if instance:
@@ -307,9 +354,23 @@ class Client:
                 v = v.isoformat()
             if v is not None:
                 t[key] = v
+        if limit is not None:
+            if limit < 1:
+                raise InvalidArgument(f"limit {limit}: give at least 1 row")
+            t["limit"] = limit
         reader = self._do_get(t)
         with translated():
-            return reader.read_all()
+            schema = reader.schema
+
+        def batches() -> Iterator[pa.RecordBatch]:
+            try:
+                with translated():
+                    for chunk in reader:
+                        yield chunk.data
+            finally:
+                reader.cancel()
+
+        return pa.RecordBatchReader.from_batches(schema, batches())
 
     def windows(self, queue: str, group: str, spec: Mapping[str, Any], follow: bool = False,
                 start: Optional[str] = None) -> Iterator[Window]:
@@ -419,28 +480,47 @@ class Stream:
         self.close()
 
 
-def connect(addr: str, user: Optional[str] = None, secret: Optional[str] = None, token_file: Optional[str] = None,
-            tls_ca: Optional[str] = None, timeout: Optional[float] = None) -> Client:
+def connect(addr: Optional[str] = None, user: Optional[str] = None, secret: Optional[str] = None,
+            token_file: Optional[str] = None, tls_ca: Optional[str] = None, timeout: Optional[float] = None,
+            tls: bool = False, cert: Optional[str] = None, key: Optional[str] = None) -> Client:
     """Connect to a server at HOST:PORT (or a grpc:// / grpc+tls:// URI).
 
-    user and secret log in with a Basic handshake; token_file holds a token
-    or API key instead. tls_ca is a PEM file of the roots to trust, which
-    also turns TLS on. timeout (seconds) bounds each call.
+    As the CLI and the Go client do, what is not given comes from the
+    environment: PLUMB_SERVER (else 127.0.0.1:8815), PLUMB_USER and
+    PLUMB_SECRET, PLUMB_TOKEN_FILE, PLUMB_TLS_CA. user and secret log in
+    with a Basic handshake; token_file holds a token or API key instead.
+    tls_ca is a PEM file of the roots to trust (it turns TLS on, as tls=True
+    does with the system's roots); cert and key are a PEM client
+    certificate and its key, for a server that wants mutual TLS. timeout
+    (seconds) bounds each call, raising Timeout.
     """
+    addr = addr or os.environ.get("PLUMB_SERVER") or "127.0.0.1:8815"
+    user = user if user is not None else os.environ.get("PLUMB_USER") or None
+    if user is not None and secret is None:
+        secret = os.environ.get("PLUMB_SECRET")
+    token_file = token_file or os.environ.get("PLUMB_TOKEN_FILE") or None
+    tls_ca = tls_ca or os.environ.get("PLUMB_TLS_CA") or None
+    if (cert is None) != (key is None):
+        raise InvalidArgument("a client certificate needs both cert= and key=")
     if "://" in addr:
         location = addr
     else:
-        location = ("grpc+tls://" if tls_ca else "grpc://") + addr
+        location = ("grpc+tls://" if tls_ca or tls or cert else "grpc://") + addr
     kw: Dict[str, Any] = {}
     if tls_ca:
         with open(tls_ca, "rb") as f:
             kw["tls_root_certs"] = f.read()
+    if cert is not None and key is not None:
+        with open(cert, "rb") as f:
+            kw["cert_chain"] = f.read()
+        with open(key, "rb") as f:
+            kw["private_key"] = f.read()
     with translated():
         fc = fl.FlightClient(location, **kw)
         headers: List[Tuple[bytes, bytes]] = []
         if user is not None:
             if secret is None:
-                raise InvalidArgument(f"user {user}: give the secret too")
+                raise InvalidArgument(f"user {user}: give the secret too (secret=, or PLUMB_SECRET)")
             headers.append(fc.authenticate_basic_token(user, secret))
         elif token_file:
             with open(token_file) as f:

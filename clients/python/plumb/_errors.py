@@ -60,31 +60,100 @@ class ResourceExhausted(PlumbError):
     code = "resource exhausted"
 
 
-_BY_CODE = {c.code: c for c in (NotFound, InvalidArgument, PermissionDenied, Unauthenticated,
-                                 Unavailable, ResourceExhausted)}
-_FRAME = re.compile(r"^Flight returned (?P<code>[a-z ]+?) error, with message: (?P<msg>.*?)"
+class FailedPrecondition(PlumbError):
+    """The server's state refuses it: a block already stored with other
+    bytes, a lease that expired, a group that is a stage's."""
+
+    code = "failed precondition"
+
+
+class AlreadyExists(PlumbError):
+    """What the call would create exists already."""
+
+    code = "already exists"
+
+
+class Timeout(PlumbError, TimeoutError):
+    """The call's deadline (connect(timeout=...)) passed before the answer."""
+
+    code = "deadline exceeded"
+
+
+class Cancelled(PlumbError):
+    """The call was cancelled, by the client or the server shutting down."""
+
+    code = "cancelled"
+
+
+class Unimplemented(PlumbError, NotImplementedError):
+    """The server does not do this (an older server, or no pipelines)."""
+
+    code = "unimplemented"
+
+
+class Internal(PlumbError):
+    """The server failed; its log says where. A bug to report."""
+
+    code = "internal"
+
+
+# Every gRPC status, by the words pyarrow writes for it ("Flight returned
+# ... error" for codes Flight has, "gRPC returned ... error" for others,
+# sometimes after Arrow's own status, "Unknown: "; all of it changes
+# between pyarrow releases).
+_BY_WORDS = {
+    "not found": NotFound,
+    "invalid argument": InvalidArgument,
+    "out of range": InvalidArgument,
+    "permission denied": PermissionDenied,
+    "unauthorized": PermissionDenied,
+    "unauthenticated": Unauthenticated,
+    "unavailable": Unavailable,
+    "resource exhausted": ResourceExhausted,
+    "precondition failed": FailedPrecondition,
+    "failed precondition": FailedPrecondition,
+    "aborted": FailedPrecondition,
+    "already exists": AlreadyExists,
+    "timeout": Timeout,
+    "timed out": Timeout,
+    "deadline exceeded": Timeout,
+    "cancelled": Cancelled,
+    "unimplemented": Unimplemented,
+    "not implemented": Unimplemented,
+    "internal": Internal,
+    "unknown": PlumbError,
+}
+_FRAME = re.compile(r"^(?:[A-Za-z ]+: )?(?:Flight|gRPC) returned (?P<code>[a-z ]+?) error, with message: (?P<msg>.*?)"
                     r"(?:\. gRPC client debug context:.*|\. Client context:.*)?$", re.S)
 
 
 def translate(e: Exception) -> PlumbError:
-    """The PlumbError for an exception pyarrow raised."""
+    """The PlumbError for an exception pyarrow raised: the class by the
+    gRPC status, the message the server's alone."""
     text = str(e)
     m = _FRAME.match(text)
     msg = m.group("msg") if m else text
-    code = m.group("code") if m else ""
-    if isinstance(e, fl.FlightUnauthenticatedError):
-        cls = Unauthenticated
-    elif isinstance(e, fl.FlightUnauthorizedError):
-        cls = PermissionDenied
-    elif isinstance(e, fl.FlightUnavailableError):
-        cls = Unavailable
-    else:
-        cls = _BY_CODE.get(code)
-        if cls is None and isinstance(e, pa.ArrowKeyError):
+    cls = _BY_WORDS.get(m.group("code")) if m else None
+    if cls is None:
+        if isinstance(e, fl.FlightUnauthenticatedError):
+            cls = Unauthenticated
+        elif isinstance(e, fl.FlightUnauthorizedError):
+            cls = PermissionDenied
+        elif isinstance(e, fl.FlightUnavailableError):
+            cls = Unavailable
+        elif isinstance(e, fl.FlightTimedOutError):
+            cls = Timeout
+        elif isinstance(e, fl.FlightCancelledError):
+            cls = Cancelled
+        elif isinstance(e, fl.FlightInternalError):
+            cls = Internal
+        elif isinstance(e, pa.ArrowKeyError):
             cls = NotFound
-        elif cls is None and isinstance(e, pa.ArrowInvalid):
+        elif isinstance(e, pa.ArrowNotImplementedError):
+            cls = Unimplemented
+        elif isinstance(e, pa.ArrowInvalid):
             cls = InvalidArgument
-        elif cls is None:
+        else:
             cls = PlumbError
     return cls(msg)
 
