@@ -62,6 +62,9 @@ func DialSecure(addr string, sec Security) (*Client, error) {
 		grpc.WithReadBufferSize(1<<20),
 		grpc.WithInitialWindowSize(flight.StreamWindow),
 		grpc.WithInitialConnWindowSize(flight.ConnWindow),
+		// Errors match the package's sentinels (errors.Is(err, ErrNotFound)).
+		grpc.WithChainUnaryInterceptor(unaryErrors),
+		grpc.WithChainStreamInterceptor(streamErrors),
 	)...)
 	if err != nil {
 		return nil, fmt.Errorf("server %s: %w", addr, err)

@@ -3,6 +3,7 @@ package client_test
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"log"
@@ -236,5 +237,29 @@ func ExampleDialSecure() {
 	fmt.Println(strings.Contains(fmt.Sprint(err), "PermissionDenied"))
 	// Output:
 	// 0 queues
+	// true
+}
+
+// Errors match the package's sentinels with errors.Is, whichever call
+// they come from; their text stays the server's, naming what is wrong.
+func ExampleErrNotFound() {
+	c, err := client.Dial(addr)
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer c.Close()
+	ctx := context.Background()
+	_, err = c.Blocks(ctx, "no.such.queue")
+	fmt.Println(errors.Is(err, client.ErrNotFound), errors.Is(err, client.ErrPermission))
+	_, err = c.Put(ctx, client.BytesSource("20250505-151105-00000001.lax.conflict.sz", []byte("one")))
+	fmt.Println(err)
+	_, err = c.Put(ctx, client.BytesSource("20250505-151105-00000001.lax.conflict.sz", []byte("two")))
+	fmt.Println(errors.Is(err, client.ErrConflict))
+	_, err = c.Blocks(ctx, "../x")
+	fmt.Println(errors.Is(err, client.ErrInvalid))
+	// Output:
+	// true false
+	// <nil>
+	// true
 	// true
 }
