@@ -55,6 +55,9 @@ type Identity struct {
 	Groups []string `json:"groups"`
 	// Via says how the caller proved it: password, token, key or cert.
 	Via string `json:"via"`
+	// Sites, for a call made with an API key bound to sites, are the
+	// only sites (QUEUE/INSTANCE patterns) it may put blocks into.
+	Sites []string `json:"sites,omitempty"`
 	// Stamp is the user's id and credential generation: it changes when
 	// the user is removed and added again, revoked, or given a new
 	// secret, so anything cached on a login can tell it is stale.
@@ -90,6 +93,11 @@ type Key struct {
 	ID      string    `yaml:"id"`
 	SHA256  string    `yaml:"sha256"`
 	Created time.Time `yaml:"created"`
+	// Sites, when set, are the only sites (QUEUE/INSTANCE, path.Match
+	// patterns) a call made with the key may put blocks into: a stolen
+	// agent key writes its own site's blocks, not every site of the queues
+	// its user may write.
+	Sites []string `yaml:"sites,omitempty"`
 }
 
 // UnmarshalYAML reads a key, taking its created time in the forms YAML
@@ -102,11 +110,12 @@ func (k *Key) UnmarshalYAML(n *yaml.Node) error {
 		ID      string    `yaml:"id"`
 		SHA256  string    `yaml:"sha256"`
 		Created yaml.Node `yaml:"created"`
+		Sites   []string  `yaml:"sites"`
 	}
 	if err := n.Decode(&raw); err != nil {
 		return err
 	}
-	k.ID, k.SHA256 = raw.ID, raw.SHA256
+	k.ID, k.SHA256, k.Sites = raw.ID, raw.SHA256, raw.Sites
 	if raw.Created.Kind == 0 {
 		return nil
 	}
@@ -350,17 +359,25 @@ func (f *File) RevokeKey(id string) (user string, err error) {
 const keyPrefix = "pk."
 
 // AddKey creates an API key for a user and returns it, shown once.
-func (f *File) AddKey(name string, now time.Time) (string, error) {
+func (f *File) AddKey(name string, now time.Time, sites ...string) (string, error) {
 	u := f.Users[name]
 	if u == nil {
 		return "", fmt.Errorf("no user %q; create it with `plumb user add %s --group G`", name, name)
+	}
+	for _, site := range sites {
+		if q, inst, ok := strings.Cut(site, "/"); !ok || q == "" || inst == "" || strings.Contains(inst, "/") {
+			return "", fmt.Errorf("site %q: want QUEUE/INSTANCE, such as pcap.sz/lax (patterns as in rules: pcap.*/lax)", site)
+		}
+		if _, err := path.Match(site, ""); err != nil {
+			return "", fmt.Errorf("site %q: %w", site, err)
+		}
 	}
 	idb := make([]byte, 6)
 	rand.Read(idb)
 	id := hex.EncodeToString(idb)
 	secret := randomText(32)
 	sum := sha256.Sum256([]byte(secret))
-	u.Keys = append(u.Keys, Key{ID: id, SHA256: hex.EncodeToString(sum[:]), Created: now.UTC().Truncate(time.Second)})
+	u.Keys = append(u.Keys, Key{ID: id, SHA256: hex.EncodeToString(sum[:]), Created: now.UTC().Truncate(time.Second), Sites: slices.Clone(sites)})
 	return keyPrefix + id + "." + secret, nil
 }
 
@@ -607,10 +624,11 @@ func (a *Authority) verifyKey(rest string) (Identity, error) {
 	want := hex.EncodeToString(sum[:])
 	a.mu.RLock()
 	var owner string
+	var sites []string
 	for name, u := range a.file.Users {
 		for _, k := range u.Keys {
 			if k.ID == kid && subtle.ConstantTimeCompare([]byte(k.SHA256), []byte(want)) == 1 {
-				owner = name
+				owner, sites = name, slices.Clone(k.Sites)
 			}
 		}
 	}
@@ -619,6 +637,7 @@ func (a *Authority) verifyKey(rest string) (Identity, error) {
 		return Identity{}, ErrDenied
 	}
 	id, _ := a.identity(owner, "key")
+	id.Sites = sites
 	return id, nil
 }
 
@@ -643,6 +662,20 @@ func (a *Authority) MayUseKey(id Identity, key string) bool {
 	defer a.mu.RUnlock()
 	for _, g := range a.file.AnonKeys {
 		if ok, _ := path.Match(g.Keys, key); ok && slices.ContainsFunc(g.Groups, func(g string) bool { return slices.Contains(id.Groups, g) }) {
+			return true
+		}
+	}
+	return false
+}
+
+// MayPutSite reports whether a call may put blocks into a site: always,
+// unless it was made with an API key bound to other sites.
+func (id Identity) MayPutSite(queue, instance string) bool {
+	if len(id.Sites) == 0 {
+		return true
+	}
+	for _, s := range id.Sites {
+		if ok, _ := path.Match(s, queue+"/"+instance); ok {
 			return true
 		}
 	}

@@ -3,6 +3,7 @@ package server
 import (
 	"context"
 	"errors"
+	"strings"
 
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
@@ -18,10 +19,18 @@ import (
 // of the queue write any site without claiming it (a backfill into a
 // site, say). Without authentication there are no owners.
 func (s *Service) claimSite(ctx context.Context, n block.Name) error {
-	if s.authz == nil || s.may(ctx, auth.Admin, n.Queue) {
+	if s.authz == nil {
 		return nil
 	}
 	id, _ := AuthFromContext(ctx)
+	if !id.MayPutSite(n.Queue, n.Instance) {
+		s.audit.Warn("denied", "audit", true, "user", id.User, "perm", "site", "queue", n.Queue, "action", "upload block "+n.String(), "key_sites", strings.Join(id.Sites, ","))
+		return status.Errorf(codes.PermissionDenied, "block %s: the API key this call used is bound to the sites %s, not %s/%s; use that site's key (plumb user key USER --site QUEUE/SITE)",
+			n, strings.Join(id.Sites, ", "), n.Queue, n.Instance)
+	}
+	if s.may(ctx, auth.Admin, n.Queue) {
+		return nil
+	}
 	_, err := s.db.ClaimInstance(n.Queue, n.Instance, id.User, id.ID)
 	if errors.Is(err, state.ErrOwned) {
 		s.audit.Warn("denied", "audit", true, "user", id.User, "perm", "site", "queue", n.Queue, "action", "upload block "+n.String())

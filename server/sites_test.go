@@ -2,9 +2,11 @@ package server
 
 import (
 	"context"
+	"os"
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"google.golang.org/grpc/codes"
 
@@ -91,4 +93,42 @@ func TestSitesHaveOwners(t *testing.T) {
 	}
 	again := as("c2-agent")
 	wantCode(t, put(again, "c2", 2, "a new c2-agent"), codes.PermissionDenied, "belongs to an earlier user named c2-agent")
+}
+
+// TestKeysBoundToSites: an agent's API key may be bound to its site, so a
+// key stolen from one sensor writes that sensor's blocks, not every site
+// of the queues its user may write.
+func TestKeysBoundToSites(t *testing.T) {
+	file, _ := usersFile(t)
+	f, _ := auth.LoadOrNew(file)
+	bound, err := f.AddKey("lax-agent", time.Now(), "pcap.sz/lax")
+	if err != nil {
+		t.Fatal(err)
+	}
+	free, err := f.AddKey("lax-agent", time.Now())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := f.AddKey("lax-agent", time.Now(), "pcap.sz"); err == nil || !strings.Contains(err.Error(), "want QUEUE/INSTANCE") {
+		t.Fatalf("a site without an instance: %v", err)
+	}
+	if err := f.Save(file); err != nil {
+		t.Fatal(err)
+	}
+	addr := runServer(t, Config{Users: file})
+	withKey := func(key string) *client.Client {
+		kf := filepath.Join(t.TempDir(), "key")
+		os.WriteFile(kf, []byte(key), 0o600)
+		return dialAs(t, addr, client.Security{TokenFile: kf})
+	}
+	ctx := context.Background()
+	c := withKey(bound)
+	if _, err := c.Put(ctx, bytesSource(name(1), []byte("lax's own"))); err != nil {
+		t.Fatalf("the bound key puts its own site: %v", err)
+	}
+	_, err = c.Put(ctx, bytesSource(strings.Replace(name(1), ".lax.", ".nrt.", 1), []byte("another site")))
+	wantCode(t, err, codes.PermissionDenied, "bound to the sites pcap.sz/lax, not pcap.sz/nrt")
+	if _, err := withKey(free).Put(ctx, bytesSource(strings.Replace(name(1), ".lax.", ".nrt.", 1), []byte("an unbound key"))); err != nil {
+		t.Fatalf("an unbound key of the same user: %v", err)
+	}
 }

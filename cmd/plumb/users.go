@@ -26,12 +26,14 @@ func (g *groupsFlag) Set(v string) error { *g = append(*g, v); return nil }
 func userCommand() command {
 	return command{
 		name:  "user",
-		usage: "add NAME --group G... | key NAME | keys NAME | revoke NAME | revoke-key ID | remove NAME | list",
+		usage: "add NAME --group G... | key NAME [--site QUEUE/SITE...] | keys NAME | revoke NAME | revoke-key ID | remove NAME | list",
 		short: "manage the users file: add a user (prints its secret once), make, list and revoke API keys, end a user's tokens",
 		run: func(ctx context.Context, fs *flag.FlagSet, args []string) error {
 			file := fs.String("users", cmp.Or(os.Getenv("PLUMB_USERS"), "users.yaml"), "the users `FILE` the server reads with --users (also PLUMB_USERS)")
 			var groups groupsFlag
 			fs.Var(&groups, "group", "a `GROUP` the user belongs to (repeat for several)")
+			var sites groupsFlag
+			fs.Var(&sites, "site", "with key: bind the key to `QUEUE/SITE` (repeat for several; patterns as in rules): a call with it may put blocks into those sites only")
 			owner := fs.String("file-owner", "", "make the users file `USER`'s (and their group's), such as the server's own user, plumb (an existing file keeps its owner anyway)")
 			pos, err := parseInterspersed(fs, args)
 			if err != nil {
@@ -75,7 +77,7 @@ func userCommand() command {
 				fmt.Println(secret)
 				fmt.Fprintf(os.Stderr, "a running server picks it up on SIGHUP (kill -HUP PID)\n")
 			case "key":
-				key, err := f.AddKey(pos[1], time.Now())
+				key, err := f.AddKey(pos[1], time.Now(), sites...)
 				if err != nil {
 					return err
 				}
@@ -98,7 +100,11 @@ func userCommand() command {
 					return fmt.Errorf("no user %q in %s", pos[1], *file)
 				}
 				for _, k := range u.Keys {
-					fmt.Printf("%s\tcreated %s\n", k.ID, k.Created.Format(time.RFC3339))
+					bound := ""
+					if len(k.Sites) > 0 {
+						bound = "\tsites " + strings.Join(k.Sites, ",")
+					}
+					fmt.Printf("%s\tcreated %s%s\n", k.ID, k.Created.Format(time.RFC3339), bound)
 				}
 			case "revoke-key":
 				user, err := f.RevokeKey(pos[1])
