@@ -73,7 +73,7 @@ func (m *Multi) Remove(ctx context.Context, name string) error {
 	m.mu.Unlock()
 	switch {
 	case mb == nil:
-		return fmt.Errorf("no store %s; `plumb store list` shows the stores", name)
+		return fmt.Errorf("%w %s; `plumb store list` shows the stores", ErrNoStore, name)
 	case name == m.primary:
 		return fmt.Errorf("store %s is the primary store (--store); it cannot be removed", name)
 	}
@@ -87,6 +87,9 @@ func (m *Multi) Remove(ctx context.Context, name string) error {
 	m.mu.Unlock()
 	return mb.store.Close()
 }
+
+// ErrNoStore is wrapped by the errors about a store name no member has.
+var ErrNoStore = errors.New("no store")
 
 // MemberInfo describes a member for `plumb store list`.
 type MemberInfo struct {
@@ -331,7 +334,7 @@ func (m *Multi) DeleteFrom(ctx context.Context, store, key string) error {
 	mb := m.members[store]
 	m.mu.Unlock()
 	if mb == nil {
-		return fmt.Errorf("no store %s", store)
+		return fmt.Errorf("%w %s", ErrNoStore, store)
 	}
 	return mb.store.Delete(ctx, key)
 }
@@ -437,7 +440,7 @@ func (m *Multi) Drain(ctx context.Context, name string, workers int) (rep DrainR
 	}
 	m.mu.Unlock()
 	if src == nil {
-		return rep, fmt.Errorf("no store %s; `plumb store list` shows the stores", name)
+		return rep, fmt.Errorf("%w %s; `plumb store list` shows the stores", ErrNoStore, name)
 	}
 	var keys []Info
 	if err := src.store.List(context.WithoutCancel(ctx), func(i Info) error { keys = append(keys, i); return nil }); err != nil {
@@ -535,7 +538,7 @@ func (m *Multi) SetDraining(name string, draining bool) error {
 	defer m.mu.Unlock()
 	mb := m.members[name]
 	if mb == nil {
-		return fmt.Errorf("no store %s; `plumb store list` shows the stores", name)
+		return fmt.Errorf("%w %s; `plumb store list` shows the stores", ErrNoStore, name)
 	}
 	mb.draining = draining
 	return nil

@@ -255,6 +255,9 @@ func (s *Service) faulty(ctx context.Context, body []byte) (any, error) {
 			return nil, badBody("faulty", body, err)
 		}
 	}
+	if err := s.knownQueue(req.Queue); err != nil {
+		return nil, err
+	}
 	fb, err := s.db.Faulty(req.Queue)
 	fb = slices.DeleteFunc(fb, func(b state.FaultyBlock) bool { return !s.may(ctx, auth.Read, b.Queue) })
 	if s.eng != nil {
@@ -280,6 +283,9 @@ func (s *Service) retry(ctx context.Context, body []byte) (any, error) {
 		req.Queue = n.Queue
 	}
 	if err := s.allow(ctx, auth.Admin, req.Queue, "retry"); err != nil {
+		return nil, err
+	}
+	if err := s.knownQueue(req.Queue); err != nil {
 		return nil, err
 	}
 	n, err := s.db.Retry(req.Queue, req.Block)
@@ -322,6 +328,18 @@ func (s *Service) windows(ctx context.Context, body []byte) (any, error) {
 	return listOf(ws), nil
 }
 
+// knownQueue answers NOT_FOUND for a queue the server does not have ("" is
+// every queue): a listing or a retry of a misspelt queue said nothing.
+func (s *Service) knownQueue(queue string) error {
+	if queue == "" {
+		return nil
+	}
+	if _, err := s.db.Queue(queue); errors.Is(err, state.ErrNotFound) {
+		return status.Errorf(codes.NotFound, "no queue %s; list queues with `plumb queues`", queue)
+	}
+	return nil
+}
+
 // windowFilter reads a windows request's narrowing fields.
 func windowFilter(req flight.WindowsRequest) (engine.WindowFilter, error) {
 	f := engine.WindowFilter{Stage: req.Stage, Site: req.Site, State: req.State, Limit: req.Limit}
@@ -359,11 +377,11 @@ func (s *Service) fireWindow(ctx context.Context, body []byte) (any, error) {
 	if err := flight.DecodeStrict(body, &req); err != nil {
 		return nil, badBody("fire-window", body, err)
 	}
+	in, ok := s.stageInputs()[req.Stage]
+	if !ok {
+		return nil, status.Errorf(codes.NotFound, "no window stage %q; `plumb windows` lists them", req.Stage)
+	}
 	if s.authz != nil {
-		in, ok := s.stageInputs()[req.Stage]
-		if !ok {
-			return nil, status.Errorf(codes.NotFound, "no window stage %q; `plumb windows` lists them", req.Stage)
-		}
 		for _, q := range in {
 			if err := s.allow(ctx, auth.Admin, q, "fire window "+req.Window+" of "+req.Stage); err != nil {
 				return nil, err

@@ -3,6 +3,7 @@ package server
 import (
 	"cmp"
 	"context"
+	"errors"
 	"slices"
 	"strings"
 	"time"
@@ -82,6 +83,9 @@ func (s *Service) lost(ctx context.Context, body []byte) (any, error) {
 		return nil, badBody("lost", body, err)
 	}
 	if err := s.allow(ctx, auth.Read, req.Queue, "lost"); err != nil {
+		return nil, err
+	}
+	if err := s.knownQueue(req.Queue); err != nil {
 		return nil, err
 	}
 	if req.Group != "" && !strings.HasPrefix(req.Group, stageGroupPrefix) {
@@ -177,7 +181,9 @@ func (s *Service) storeRemove(ctx context.Context, body []byte) (any, error) {
 	if err != nil {
 		return nil, err
 	}
-	if err := m.Remove(ctx, req.Name); err != nil {
+	if err := m.Remove(ctx, req.Name); errors.Is(err, blob.ErrNoStore) {
+		return nil, status.Error(codes.NotFound, err.Error())
+	} else if err != nil {
 		return nil, status.Error(codes.FailedPrecondition, err.Error())
 	}
 	if err := s.db.DeleteStore(req.Name); err != nil {

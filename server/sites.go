@@ -50,6 +50,9 @@ func (s *Service) siteOwners(ctx context.Context, body []byte) (any, error) {
 			return nil, badBody("site-owners", body, err)
 		}
 	}
+	if err := s.knownQueue(req.Queue); err != nil {
+		return nil, err
+	}
 	owners, err := s.db.Owners(req.Queue)
 	if err != nil {
 		return nil, err

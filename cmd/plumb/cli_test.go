@@ -297,3 +297,43 @@ func TestHumanBytes(t *testing.T) {
 		}
 	}
 }
+
+// TestExitCodes: every verb exits 0 on -h, 2 on a usage mistake (a flag it
+// does not have), and 1 naming what it did not find. A misspelt flag
+// exited 1 like a failure, and retry, lost, faulty and site owners of a
+// misspelt queue answered nothing and exited 0.
+func TestExitCodes(t *testing.T) {
+	t.Parallel()
+	for _, c := range commands() {
+		if _, _, code := plumbExec(t, c.name, "-h"); code != 0 {
+			t.Errorf("plumb %s -h: exit %d, want 0", c.name, code)
+		}
+		if _, errOut, code := plumbExec(t, c.name, "--no-such-flag"); code != 2 || !strings.Contains(errOut, "no-such-flag") {
+			t.Errorf("plumb %s --no-such-flag: exit %d, want 2 naming the flag: %s", c.name, code, errOut)
+		}
+	}
+	addr := servePlumb(t, t.TempDir())
+	for _, tc := range []struct {
+		args []string
+		name string // what the error must name
+	}{
+		{[]string{"blocks", "nosuchq"}, "nosuchq"},
+		{[]string{"get", "20250505-151105-00000001.lax.nosuchq", "-o", t.TempDir()}, "20250505-151105-00000001.lax.nosuchq"},
+		{[]string{"group", "list", "nosuchq"}, "nosuchq"},
+		{[]string{"group", "delete", "nosuchq", "nosuchg"}, "nosuchg"},
+		{[]string{"windows", "nosuchstage"}, "nosuchstage"},
+		{[]string{"windows", "fire", "nosuchstage", "lax/1"}, "nosuchstage"},
+		{[]string{"job", "retract", "nosuchjob"}, "nosuchjob"},
+		{[]string{"retry", "nosuchq"}, "nosuchq"},
+		{[]string{"lost", "nosuchq"}, "nosuchq"},
+		{[]string{"faulty", "nosuchq"}, "nosuchq"},
+		{[]string{"site", "owners", "nosuchq"}, "nosuchq"},
+		{[]string{"store", "remove", "nosuchstore"}, "nosuchstore"},
+		{[]string{"program", "remove", "nosuchprog"}, "nosuchprog"},
+	} {
+		_, errOut, code := plumbExec(t, append(tc.args, "--server", addr)...)
+		if code != 1 || !strings.Contains(errOut, tc.name) || strings.Contains(errOut, "rpc error") {
+			t.Errorf("plumb %s: exit %d, want 1 naming %s in words: %s", strings.Join(tc.args, " "), code, tc.name, errOut)
+		}
+	}
+}

@@ -107,7 +107,11 @@ func run(args []string, stdout, stderr io.Writer) int {
 			}
 		}
 		fs.SetOutput(out)
+		// The flag package shows the usage when it refuses a flag (after
+		// saying which): that is a usage mistake, exit 2, like errUsage.
+		usageShown := false
 		fs.Usage = func() {
+			usageShown = true
 			fmt.Fprintf(out, "usage: plumb %s [flags] %s\n\n%s\n\nflags:\n", c.name, c.usage, c.short)
 			fs.PrintDefaults()
 		}
@@ -132,6 +136,8 @@ func run(args []string, stdout, stderr io.Writer) int {
 		case errors.Is(err, errUsage):
 			fs.Usage()
 			return 2
+		case usageShown:
+			return 2 // the flag package said what was wrong
 		}
 		fmt.Fprintf(stderr, "plumb %s: %s\n", c.name, plainError(err))
 		return 1
