@@ -299,6 +299,18 @@ func (s *Service) DoAction(act *aflight.Action, stream aflight.FlightService_DoA
 	return nil
 }
 
+// knownQueue answers NOT_FOUND for a queue the server does not have ("" is
+// every queue): a listing or a retry of a misspelt queue said nothing.
+func (s *Service) knownQueue(queue string) error {
+	if queue == "" {
+		return nil
+	}
+	if _, err := s.db.Queue(queue); errors.Is(err, state.ErrNotFound) {
+		return status.Errorf(codes.NotFound, "no queue %s; list queues with `plumb queues`", queue)
+	}
+	return nil
+}
+
 func badBody(action string, body []byte, err error) error {
 	return status.Errorf(codes.InvalidArgument, "%s: body %q: %v (see ListActions)", action, truncate(body), err)
 }
@@ -423,8 +435,8 @@ func (s *Service) listBlocks(ctx context.Context, body []byte) (any, error) {
 	if req.Limit <= 0 || req.Limit > 100000 {
 		req.Limit = 1000
 	}
-	if _, err := s.db.Queue(req.Queue); errors.Is(err, state.ErrNotFound) {
-		return nil, status.Errorf(codes.NotFound, "no queue %s; list queues with `plumb queues`", req.Queue)
+	if err := s.knownQueue(req.Queue); err != nil {
+		return nil, err
 	}
 	blocks, err := s.db.Blocks(req.Queue, req.After, req.Limit)
 	if err != nil {

@@ -8,7 +8,6 @@ import (
 	"time"
 
 	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/status"
 
 	"github.com/plumb-dev/plumb/auth"
 	"github.com/plumb-dev/plumb/block"
@@ -31,8 +30,8 @@ func (s *Service) groupList(ctx context.Context, body []byte) (any, error) {
 	if err := s.allow(ctx, auth.Read, req.Queue, "group-list"); err != nil {
 		return nil, err
 	}
-	if _, err := s.db.Queue(req.Queue); errors.Is(err, state.ErrNotFound) {
-		return nil, status.Errorf(codes.NotFound, "no queue %s; list queues with `plumb queues`", req.Queue)
+	if err := s.knownQueue(req.Queue); err != nil {
+		return nil, err
 	}
 	gs, err := s.db.Groups(req.Queue)
 	if err != nil {

@@ -328,18 +328,6 @@ func (s *Service) windows(ctx context.Context, body []byte) (any, error) {
 	return listOf(ws), nil
 }
 
-// knownQueue answers NOT_FOUND for a queue the server does not have ("" is
-// every queue): a listing or a retry of a misspelt queue said nothing.
-func (s *Service) knownQueue(queue string) error {
-	if queue == "" {
-		return nil
-	}
-	if _, err := s.db.Queue(queue); errors.Is(err, state.ErrNotFound) {
-		return status.Errorf(codes.NotFound, "no queue %s; list queues with `plumb queues`", queue)
-	}
-	return nil
-}
-
 // windowFilter reads a windows request's narrowing fields.
 func windowFilter(req flight.WindowsRequest) (engine.WindowFilter, error) {
 	f := engine.WindowFilter{Stage: req.Stage, Site: req.Site, State: req.State, Limit: req.Limit}

@@ -31,14 +31,7 @@ func TestAnonymizedCopies(t *testing.T) {
 		t.Fatalf("anon-key: %s", errOut)
 	}
 	users := filepath.Join(dir, "users.yaml")
-	secret := map[string]string{}
-	for _, u := range [][2]string{{"ops", "operators"}, {"agent", "capture"}, {"ana", "analysts"}} {
-		out, errOut, code := plumbExec(t, "user", "add", u[0], "--group", u[1], "--users", users)
-		if code != 0 {
-			t.Fatalf("user add: %s", errOut)
-		}
-		secret[u[0]] = strings.TrimSpace(out)
-	}
+	secret := addUsers(t, users, [][2]string{{"ops", "operators"}, {"agent", "capture"}, {"ana", "analysts"}})
 	testenv.EditUsers(t, users, func(f *auth.File) {
 		f.Rules = []auth.Rule{
 			{Queues: "*", Groups: []string{"operators"}, Allow: []auth.Perm{auth.Admin}},

@@ -473,14 +473,7 @@ func (b *browser) checkJS() {
 // Retry and Retract, logged in as each in the browser.
 func TestDashboardButtonsForAdmins(t *testing.T) {
 	users := filepath.Join(t.TempDir(), "users.yaml")
-	secret := map[string]string{}
-	for _, u := range [][2]string{{"ops", "operators"}, {"ana", "analysts"}} {
-		out, errOut, code := plumbExec(t, "user", "add", u[0], "--group", u[1], "--users", users)
-		if code != 0 {
-			t.Fatalf("user add: %s", errOut)
-		}
-		secret[u[0]] = strings.TrimSpace(out)
-	}
+	secret := addUsers(t, users, [][2]string{{"ops", "operators"}, {"ana", "analysts"}})
 	testenv.EditUsers(t, users, func(f *auth.File) {
 		f.Rules = []auth.Rule{
 			{Queues: "*", Groups: []string{"operators"}, Allow: []auth.Perm{auth.Admin}},

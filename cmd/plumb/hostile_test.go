@@ -355,14 +355,7 @@ func TestActionBodiesBounded(t *testing.T) {
 	t.Parallel()
 	dir := t.TempDir()
 	users := filepath.Join(dir, "users.yaml")
-	secret := map[string]string{}
-	for _, u := range [][2]string{{"mallory", "nobody"}, {"ana", "analysts"}} {
-		out, errOut, code := plumbExec(t, "user", "add", u[0], "--group", u[1], "--users", users)
-		if code != 0 {
-			t.Fatalf("user add: %s", errOut)
-		}
-		secret[u[0]] = strings.TrimSpace(out)
-	}
+	secret := addUsers(t, users, [][2]string{{"mallory", "nobody"}, {"ana", "analysts"}})
 	testenv.EditUsers(t, users, func(f *auth.File) {
 		f.Rules = []auth.Rule{{Queues: "pcap", Groups: []string{"analysts"}, Allow: []auth.Perm{auth.Read}}}
 	})

@@ -83,3 +83,18 @@ func TestUsersLoginAndDefaults(t *testing.T) {
 		t.Errorf("serve on 0.0.0.0 without --users: exit %d\n%s", code, errOut)
 	}
 }
+
+// addUsers adds users, each with one group ({name, group} pairs), to a
+// users file with `plumb user add`, and returns their secrets by name.
+func addUsers(t *testing.T, users string, pairs [][2]string) map[string]string {
+	t.Helper()
+	secret := map[string]string{}
+	for _, u := range pairs {
+		out, errOut, code := plumbExec(t, "user", "add", u[0], "--group", u[1], "--users", users)
+		if code != 0 {
+			t.Fatalf("user add %s: %s", u[0], errOut)
+		}
+		secret[u[0]] = strings.TrimSpace(out)
+	}
+	return secret
+}

@@ -127,6 +127,21 @@ _FRAME = re.compile(r"^(?:[A-Za-z ]+: )?(?:Flight|gRPC) returned (?P<code>[a-z ]
                     r"(?:\. gRPC client debug context:.*|\. Client context:.*)?$", re.S)
 
 
+# The class, when pyarrow's text names no status: by the exception pyarrow
+# raised, most specific first (Flight errors before the Arrow ones).
+_BY_CLASS = [
+    (fl.FlightUnauthenticatedError, Unauthenticated),
+    (fl.FlightUnauthorizedError, PermissionDenied),
+    (fl.FlightUnavailableError, Unavailable),
+    (fl.FlightTimedOutError, Timeout),
+    (fl.FlightCancelledError, Cancelled),
+    (fl.FlightInternalError, Internal),
+    (pa.ArrowKeyError, NotFound),
+    (pa.ArrowNotImplementedError, Unimplemented),
+    (pa.ArrowInvalid, InvalidArgument),
+]
+
+
 def translate(e: Exception) -> PlumbError:
     """The PlumbError for an exception pyarrow raised: the class by the
     gRPC status, the message the server's alone."""
@@ -135,26 +150,7 @@ def translate(e: Exception) -> PlumbError:
     msg = m.group("msg") if m else text
     cls = _BY_WORDS.get(m.group("code")) if m else None
     if cls is None:
-        if isinstance(e, fl.FlightUnauthenticatedError):
-            cls = Unauthenticated
-        elif isinstance(e, fl.FlightUnauthorizedError):
-            cls = PermissionDenied
-        elif isinstance(e, fl.FlightUnavailableError):
-            cls = Unavailable
-        elif isinstance(e, fl.FlightTimedOutError):
-            cls = Timeout
-        elif isinstance(e, fl.FlightCancelledError):
-            cls = Cancelled
-        elif isinstance(e, fl.FlightInternalError):
-            cls = Internal
-        elif isinstance(e, pa.ArrowKeyError):
-            cls = NotFound
-        elif isinstance(e, pa.ArrowNotImplementedError):
-            cls = Unimplemented
-        elif isinstance(e, pa.ArrowInvalid):
-            cls = InvalidArgument
-        else:
-            cls = PlumbError
+        cls = next((c for raised, c in _BY_CLASS if isinstance(e, raised)), PlumbError)
     return cls(msg)
 
 
