@@ -129,9 +129,10 @@ def _frames(reader: fl.FlightStreamReader) -> Iterator[Union[Block, dict]]:
 class Client:
     """A connection to a Plumb server. Make one with connect()."""
 
-    def __init__(self, flight: fl.FlightClient, options: fl.FlightCallOptions):
+    def __init__(self, flight: fl.FlightClient, options: fl.FlightCallOptions, timeout: Optional[float] = None):
         self._fc = flight
         self._opts = options
+        self._timeout = timeout  # each call's, for telling a deadline from a cancel
 
     @property
     def flight(self) -> fl.FlightClient:
@@ -157,11 +158,11 @@ class Client:
     def action(self, typ: str, body: Any = None) -> List[Any]:
         """Run a DoAction with a JSON body; its answers, decoded."""
         raw = json.dumps({} if body is None else body).encode()
-        with translated():
+        with translated(self._timeout):
             return [json.loads(r.body.to_pybytes()) for r in self._fc.do_action(fl.Action(typ, raw), options=self._opts)]
 
     def _do_get(self, ticket: Mapping[str, Any]) -> fl.FlightStreamReader:
-        with translated():
+        with translated(self._timeout):
             return self._fc.do_get(fl.Ticket(json.dumps(ticket).encode()), options=self._opts)
 
     # Blocks.
@@ -194,7 +195,7 @@ class Client:
 
     def _put(self, key: Tuple[str, str], blocks: List[Tuple[str, bytes]]) -> List[str]:
         cmd = json.dumps({"queue": key[0], "instance": key[1]}).encode()
-        with translated():
+        with translated(self._timeout):
             writer, reader = self._fc.do_put(fl.FlightDescriptor.for_command(cmd), BLOCK_SCHEMA, options=self._opts)
             try:
                 for name, data in blocks:
@@ -228,7 +229,7 @@ class Client:
 
     def get(self, name: str) -> Block:
         """Read one block by name (its SHA-256 checked)."""
-        with translated():
+        with translated(self._timeout):
             for frame in _frames(self._do_get({"block": name})):
                 if isinstance(frame, Block):
                     return frame
@@ -236,7 +237,7 @@ class Client:
 
     def queues(self) -> List[Dict[str, Any]]:
         """Every queue the caller may read: name, blocks, bytes and consumer groups."""
-        with translated():
+        with translated(self._timeout):
             return [json.loads(f.app_metadata) for f in self._fc.list_flights(options=self._opts)]
 
     def blocks(self, queue: str) -> List[Dict[str, Any]]:
@@ -281,11 +282,12 @@ class Client:
             t["from"] = start
         if visibility is not None:
             t["visibility"] = visibility
+        started = time.monotonic()
         reader = self._do_get(t)
         done: List[str] = []
         last = time.monotonic()
         try:
-            with translated():
+            with translated(self._timeout, started):
                 for frame in _frames(reader):
                     if not isinstance(frame, Block):
                         continue
@@ -302,7 +304,7 @@ class Client:
             if done:
                 # Those the loop finished before it ended (normally, by a
                 # break or by an exception in a later block).
-                with translated():
+                with translated(self._timeout):
                     self.ack(queue, group, *done)
 
     def groups(self, queue: str) -> List[Dict[str, Any]]:
@@ -326,7 +328,7 @@ class Client:
         table after that many rows. records_reader() streams the same.
         """
         reader = self.records_reader(queue, columns, where, since, until, instance, limit)
-        with translated():
+        with translated(self._timeout):
             return reader.read_all()
 
     def records_reader(self, queue: str, columns: Optional[Sequence[str]] = None, where: Optional[Where] = None,
@@ -358,13 +360,14 @@ class Client:
             if limit < 1:
                 raise InvalidArgument(f"limit {limit}: give at least 1 row")
             t["limit"] = limit
+        started = time.monotonic()
         reader = self._do_get(t)
-        with translated():
+        with translated(self._timeout, started):
             schema = reader.schema
 
         def batches() -> Iterator[pa.RecordBatch]:
             try:
-                with translated():
+                with translated(self._timeout, started):
                     for chunk in reader:
                         yield chunk.data
             finally:
@@ -383,9 +386,10 @@ class Client:
         t: Dict[str, Any] = {"window": queue, "spec": dict(spec), "group": group, "follow": follow}
         if start:
             t["from"] = start
+        started = time.monotonic()
         reader = self._do_get(t)
         try:
-            with translated():
+            with translated(self._timeout, started):
                 frames = _frames(reader)
                 for frame in frames:
                     if isinstance(frame, Block) or "window" not in frame:
@@ -447,11 +451,12 @@ class Stream:
                              "from": start}
         if gap_wait:
             t["gap"] = {"wait": gap_wait, "then": gap_then}
+        self._started = time.monotonic()
         self._reader = c._do_get(t)
         self.events: List[Event] = []
 
     def __iter__(self) -> Iterator[Block]:
-        with translated():
+        with translated(self._c._timeout, self._started):
             for frame in _frames(self._reader):
                 if isinstance(frame, Block):
                     yield frame
@@ -525,4 +530,4 @@ def connect(addr: Optional[str] = None, user: Optional[str] = None, secret: Opti
         elif token_file:
             with open(token_file) as f:
                 headers.append((b"authorization", b"Bearer " + f.read().strip().encode()))
-    return Client(fc, fl.FlightCallOptions(headers=headers, timeout=timeout))
+    return Client(fc, fl.FlightCallOptions(headers=headers, timeout=timeout), timeout)

@@ -9,7 +9,8 @@ from __future__ import annotations
 
 import contextlib
 import re
-from typing import Iterator
+import time
+from typing import Iterator, Optional
 
 import pyarrow as pa
 import pyarrow.flight as fl
@@ -123,7 +124,7 @@ _BY_WORDS = {
     "internal": Internal,
     "unknown": PlumbError,
 }
-_FRAME = re.compile(r"^(?:[A-Za-z ]+: )?(?:Flight|gRPC) returned (?P<code>[a-z ]+?) error, with message: (?P<msg>.*?)"
+_FRAME = re.compile(r"^(?:[A-Za-z ]+: )?(?:(?:Flight|gRPC) returned (?P<code>[a-z ]+?) error|Flight cancelled call), with message: (?P<msg>.*?)"
                     r"(?:\. gRPC client debug context:.*|\. Client context:.*)?$", re.S)
 
 
@@ -148,18 +149,27 @@ def translate(e: Exception) -> PlumbError:
     text = str(e)
     m = _FRAME.match(text)
     msg = m.group("msg") if m else text
-    cls = _BY_WORDS.get(m.group("code")) if m else None
+    cls = _BY_WORDS.get(m.group("code") or "") if m else None
     if cls is None:
         cls = next((c for raised, c in _BY_CLASS if isinstance(e, raised)), PlumbError)
     return cls(msg)
 
 
 @contextlib.contextmanager
-def translated() -> Iterator[None]:
-    """Raise pyarrow's Flight errors as PlumbErrors, keeping the original as __cause__."""
+def translated(timeout: Optional[float] = None, started: Optional[float] = None) -> Iterator[None]:
+    """Raise pyarrow's Flight errors as PlumbErrors, keeping the original as
+    __cause__. A call that had a timeout and ran past it is a Timeout even
+    when pyarrow says CANCELLED: gRPC ends a stream whose deadline passed by
+    cancelling it, and which of the two pyarrow reports is a race. started
+    is when the call began (time.monotonic()), for a stream read after it
+    was opened; now when None."""
+    start = time.monotonic() if started is None else started
     try:
         yield
     except PlumbError:
         raise
     except (pa.ArrowException, fl.FlightError) as e:
-        raise translate(e) from e
+        err = translate(e)
+        if isinstance(err, Cancelled) and timeout and time.monotonic() - start >= timeout:
+            err = Timeout(str(err))
+        raise err from e
