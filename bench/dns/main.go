@@ -126,8 +126,8 @@ func main() {
 		fmt.Printf("%-7s %11.0f %11s %11s %11s %11s %11s %15.2f %15.2f %13.2f\n", mix, s.messages, per(s.pcap), per(s.gz), per(s.arrow),
 			per(s.zstd), per(s.parquet), s.parquet/s.arrow, s.parquet/s.zstd, s.parquet/s.gz)
 	}
-	fmt.Println("aim: parquet at most 0.5x the Arrow IPC blocks (arrow: the blocks as stored, LZ4; arrow zstd: the same")
-	fmt.Println("batches as ZSTD IPC, as they were stored before LZ4)")
+	fmt.Println("aim: parquet at most 0.5x the Arrow IPC blocks (arrow: the blocks as stored, ZSTD at its fastest level;")
+	fmt.Println("arrow zstd: the same batches at ZSTD's default level)")
 	realTraffic(*plumb, dir, *realSize, *tsharkSize)
 }
 

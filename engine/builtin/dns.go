@@ -23,7 +23,7 @@ func registerDNS(reg *engine.Registry) {
 	reg.Add(engine.Factory{
 		Name: "dns",
 		Doc: "Finds every DNS message of a capture block (UDP, IP fragments, TCP reassembled) and writes one row each " +
-			"as an Arrow IPC file (LZ4). ?ports=53,853 chooses the ports (default 53). A site's blocks are read in " +
+			"as an Arrow IPC file (ZSTD). ?ports=53,853 chooses the ports (default 53). A site's blocks are read in " +
 			"parallel; what straddles their cuts is joined in sequence, bounded by ?budget=16MiB (TCP streams, fragments " +
 			"and a block's edge each; the oldest held data goes first). ?sections=all (or question, or answer,authority,additional) " +
 			"chooses the record sections read: the others are null, and a team that reads header and question pays for no more.",
@@ -51,7 +51,7 @@ func registerDNS(reg *engine.Registry) {
 	reg.Add(engine.Factory{
 		Name: "dnspairs",
 		Doc: "Pairs each DNS response of a capture with its query (transport, both addresses and ports, id and question) " +
-			"and writes one row per query, answered or not, and one per orphan response, as an Arrow IPC file (LZ4): " +
+			"and writes one row per query, answered or not, and one per orphan response, as an Arrow IPC file (ZSTD): " +
 			"query and response times, latency, sizes, rcode, flags and answers. A query waits ?window=5s of packet time " +
 			"for its response, across the blocks of its site; at most ?max_pending=262144 wait at once (the oldest is " +
 			"then given up and marked evicted). ?ports= and ?budget= as builtin:dns: a site's blocks are paired in parallel and " +

@@ -62,8 +62,8 @@ var tsType = &arrow.TimestampType{Unit: arrow.Nanosecond, TimeZone: "UTC"}
 // BatchRows is how many rows go in one record batch.
 const BatchRows = 64 << 10
 
-// Writer writes transactions as an Arrow IPC file, LZ4-compressed as
-// dnsrec's records are (see dnsrec.Writer for why).
+// Writer writes transactions as an Arrow IPC file, ZSTD-compressed as
+// dnsrec's records are (dnsrec.RecordsZstdLevel).
 type Writer struct {
 	instance string
 	seq      uint64
@@ -95,7 +95,7 @@ type Writer struct {
 // NewWriter starts an IPC file on w for the transactions decided in one
 // block.
 func NewWriter(w io.Writer, instance string, seq uint64) (*Writer, error) {
-	f, err := ipc.NewFileWriter(w, ipc.WithSchema(Schema), ipc.WithLZ4(), ipc.WithCompressConcurrency(2))
+	f, err := ipc.NewFileWriter(w, ipc.WithSchema(Schema), ipc.WithZstdLevel(dnsrec.RecordsZstdLevel), ipc.WithCompressConcurrency(2))
 	if err != nil {
 		return nil, err
 	}

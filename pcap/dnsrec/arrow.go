@@ -138,24 +138,24 @@ var optionType = arrow.StructOf(
 	arrow.Field{Name: "data", Type: arrow.BinaryTypes.Binary},
 )
 
+// RecordsZstdLevel is the ZSTD level of the records' IPC bodies (and
+// the transactions'): the fastest. On real signed traffic it costs the
+// CPU LZ4 did for files a third smaller (bench/dns); arrow-go's default
+// level cost a third of extraction's CPU, as every batch made a new
+// encoder before v18.9 pooled them.
+const RecordsZstdLevel = 1
+
 // BatchRows is how many rows go in one record batch.
 const BatchRows = 16 << 10
 
 // chunkRows is how many records Add hands the building goroutine at once.
 const chunkRows = 1024
 
-// Writer writes records as an Arrow IPC file, LZ4-compressed, in
-// batches of BatchRows. Three goroutines share the work: the caller's
-// extracts and copies records, one builds the columns of the next batch,
-// and one compresses and writes the last, so extraction, building and
-// compression use the cores there are.
-//
-// LZ4, not ZSTD: ZSTD (arrow-go's, at its default level, the only one it
-// offers) took a third of the CPU of extraction, LZ4 a fifth, for files
-// a third larger. A block's records can be made again from its capture,
-// and the Parquet lake (builtin:parquet, ZSTD) is the compact copy to
-// keep; readers (records tickets, the lake stage) decompress LZ4 faster
-// too.
+// Writer writes records as an Arrow IPC file, ZSTD-compressed at
+// RecordsZstdLevel, in batches of BatchRows. Three goroutines share the
+// work: the caller's extracts and copies records, one builds the columns
+// of the next batch, and one compresses and writes the last, so
+// extraction, building and compression use the cores there are.
 type Writer struct {
 	instance string
 	seq      uint64
@@ -194,7 +194,7 @@ func (w *Writer) SetSections(s dnsmsg.Sections) { w.skip = dnsmsg.AllSections &^
 // NewWriter starts an IPC file on w for the records of one block. Close
 // it, even after an error, to end its writing goroutine.
 func NewWriter(w io.Writer, instance string, seq uint64) (*Writer, error) {
-	f, err := ipc.NewFileWriter(w, ipc.WithSchema(Schema), ipc.WithLZ4(), ipc.WithCompressConcurrency(2))
+	f, err := ipc.NewFileWriter(w, ipc.WithSchema(Schema), ipc.WithZstdLevel(RecordsZstdLevel), ipc.WithCompressConcurrency(2))
 	if err != nil {
 		return nil, err
 	}
