@@ -304,3 +304,47 @@ func TestPartialIsMalformed(t *testing.T) {
 	}
 	t.Logf("%v", recs[0].Err)
 }
+
+// tcpFrame is an Ethernet frame of a TCP segment from 192.0.2.1:sport to
+// 192.0.2.53:53.
+func tcpFrame(t *testing.T, sport uint16, seq uint32, syn bool, payload []byte) []byte {
+	eth := &layers.Ethernet{SrcMAC: []byte{2, 0, 0, 0, 0, 1}, DstMAC: []byte{2, 0, 0, 0, 0, 2}, EthernetType: layers.EthernetTypeIPv4}
+	ip := &layers.IPv4{Version: 4, TTL: 64, Protocol: layers.IPProtocolTCP, SrcIP: []byte{192, 0, 2, 1}, DstIP: []byte{192, 0, 2, 53}}
+	tcp := &layers.TCP{SrcPort: layers.TCPPort(sport), DstPort: 53, Seq: seq, SYN: syn, ACK: !syn, Window: 65535}
+	tcp.SetNetworkLayerForChecksum(ip)
+	buf := gopacket.NewSerializeBuffer()
+	if err := gopacket.SerializeLayers(buf, gopacket.SerializeOptions{FixLengths: true, ComputeChecksums: true}, eth, ip, tcp, gopacket.Payload(payload)); err != nil {
+		t.Fatal(err)
+	}
+	return buf.Bytes()
+}
+
+// TestBudgetCutsShowInRows: a TCP stream let go of for room (the
+// budget) leaves a partial, malformed row of the message it was in the
+// middle of, saying so, with what came of its header and question.
+func TestBudgetCutsShowInRows(t *testing.T) {
+	var recs []Record
+	x := NewExtractor(layers.LinkTypeEthernet, nil, func(r *Record) { recs = append(recs, *r) })
+	x.tcp.MaxBytes = 4 << 10
+	q := query(7)
+	msg := binary.BigEndian.AppendUint16(nil, uint16(len(q)+100)) // it claims 100 bytes more than come
+	msg = append(msg, q...)
+	at := time.Unix(100, 0)
+	x.Packet(at, tcpFrame(t, 40000, 1000, true, nil))
+	x.Packet(at.Add(time.Millisecond), tcpFrame(t, 40000, 1001, false, msg))
+	// Another connection needs the room: the first goes.
+	x.Packet(at.Add(2*time.Millisecond), tcpFrame(t, 40001, 5000, true, nil))
+	x.Packet(at.Add(3*time.Millisecond), tcpFrame(t, 40001, 5001, false, append([]byte{0x10, 0}, make([]byte, 4068)...)))
+	if len(recs) != 1 {
+		t.Fatalf("%d rows, want the one the budget cut: %+v", len(recs), recs)
+	}
+	r := recs[0]
+	if !r.Partial || r.Err == nil || !strings.Contains(r.Err.Error(), "let go of for room") || r.Msg.QName != "example.com" ||
+		r.SrcPort != 40000 || !r.TCP || !r.Time.Equal(at.Add(time.Millisecond)) {
+		t.Fatalf("row %+v (error %v); want a partial, malformed row for example.com saying the stream was let go of for room", r, r.Err)
+	}
+	if st := x.Stats(); st.TCPLost != 1 || st.TCPEvicted != 1 {
+		t.Errorf("stats: %d lost, %d evicted; want 1 and 1", st.TCPLost, st.TCPEvicted)
+	}
+	t.Log(r.Err)
+}

@@ -31,9 +31,11 @@ type Record struct {
 	// Tunnel names the tunnel the packet came out of ("vxlan",
 	// "geneve"), or is "".
 	Tunnel string
-	// Partial marks the start of a datagram whose other fragments never
-	// came: Msg holds what its first fragments carry (the header and
-	// usually the question), Err says where it ends.
+	// Partial marks the start of a message that never came whole: of a
+	// datagram whose other fragments never came, or of a message over
+	// TCP whose stream a bound let go of (for room, or at a hole given
+	// up on). Msg holds what came (the header and usually the
+	// question); Err says where it ends and why.
 	Partial bool
 }
 
@@ -51,6 +53,7 @@ type Stats struct {
 	EdgeDropped   int64 // frames a block's edge let go for its budget
 	TCPSkipped    int   // holes given up on
 	TCPEvicted    int   // streams dropped for room
+	TCPLost       int64 // starts of messages over TCP a bound let go of, as partial rows
 	DefragDropped int
 }
 
@@ -92,6 +95,7 @@ func NewExtractor(link layers.LinkType, ports []uint16, emit func(*Record)) *Ext
 	}
 	x.frag.Partial = x.partial
 	x.tcp.Expired = x.tcpFlushed
+	x.tcp.Lost = x.tcpLost
 	return x
 }
 
@@ -101,7 +105,8 @@ func (x *Extractor) partial(t time.Time, p *netpkt.Packet) {
 		return
 	}
 	x.stats.Partial++
-	x.record(t, p.Src, p.Dst, p.SrcPort, p.DstPort, false, p.IPVersion, p.Payload, "", true)
+	x.record(t, p.Src, p.Dst, p.SrcPort, p.DstPort, false, p.IPVersion, p.Payload, "",
+		fmt.Sprintf("the datagram's fragments after byte %d never came", len(p.Payload)))
 }
 
 // Packet takes one frame seen at time t.
@@ -153,7 +158,7 @@ func (x *Extractor) Packet(t time.Time, frame []byte) {
 		if len(p.Payload) == 0 {
 			return // nothing to read; not a message
 		}
-		x.record(t, p.Src, p.Dst, p.SrcPort, p.DstPort, false, p.IPVersion, p.Payload, tunnel, false)
+		x.record(t, p.Src, p.Dst, p.SrcPort, p.DstPort, false, p.IPVersion, p.Payload, tunnel, "")
 	case netpkt.ProtoTCP:
 		if x.edge != nil && !x.edge.owns(t, int(x.stats.Packets-1), p, frame) {
 			return
@@ -161,7 +166,7 @@ func (x *Extractor) Packet(t time.Time, frame []byte) {
 		ipv := p.IPVersion
 		x.tcp.Add(t, p, func(k dnstcp.Key, mt time.Time, msg []byte) {
 			// A message has the tunnel of the packet that completed it.
-			x.record(mt, k.Src, k.Dst, k.SrcPort, k.DstPort, true, ipv, msg, tunnel, false)
+			x.record(mt, k.Src, k.Dst, k.SrcPort, k.DstPort, true, ipv, msg, tunnel, "")
 		})
 	}
 }
@@ -181,7 +186,26 @@ func (x *Extractor) tcpFlushed(k dnstcp.Key, mt time.Time, msg []byte) {
 	if k.Src.Is6() {
 		v = 6
 	}
-	x.record(mt, k.Src, k.Dst, k.SrcPort, k.DstPort, true, v, msg, "", false)
+	x.record(mt, k.Src, k.Dst, k.SrcPort, k.DstPort, true, v, msg, "", "")
+}
+
+// tcpLost records the start of a message over TCP that a bound let go
+// of, as a partial row saying which bound: what a budget costs shows in
+// the rows, not only in the counts.
+func (x *Extractor) tcpLost(k dnstcp.Key, t time.Time, head []byte, want int, why dnstcp.Why) {
+	if len(head) == 0 {
+		return // a length alone: nothing of the message to read
+	}
+	x.stats.TCPLost++
+	v := uint8(4)
+	if k.Src.Is6() {
+		v = 6
+	}
+	reason := "its TCP stream was let go of for room (the reassembly budget, ?budget=)"
+	if why == dnstcp.AtHole {
+		reason = "its TCP stream gave up on a hole after it (256 KiB or 4,096 segments held past the hole)"
+	}
+	x.record(t, k.Src, k.Dst, k.SrcPort, k.DstPort, true, v, head, "", fmt.Sprintf("message of %d bytes cut after byte %d: %s", want, len(head), reason))
 }
 
 // ReadSections chooses the record sections read into each record's
@@ -200,14 +224,20 @@ func (x *Extractor) Stats() Stats {
 	return s
 }
 
-func (x *Extractor) record(t time.Time, src, dst netip.Addr, sport, dport uint16, tcp bool, ipv uint8, msg []byte, tunnel string, partial bool) {
+// record reads a message and emits its record. cut, when not "", marks
+// it partial and says why its bytes end.
+func (x *Extractor) record(t time.Time, src, dst netip.Addr, sport, dport uint16, tcp bool, ipv uint8, msg []byte, tunnel string, cut string) {
 	r := &x.rec
 	*r = Record{Time: t, Src: src, Dst: dst, SrcPort: sport, DstPort: dport, TCP: tcp, IPVersion: ipv, Size: len(msg),
-		Tunnel: tunnel, Partial: partial}
+		Tunnel: tunnel, Partial: cut != ""}
 	r.Msg, r.Err = x.parser.Parse(msg)
-	if partial && r.Err == nil {
-		// What came reads whole, yet the datagram went on past it.
-		r.Err = fmt.Errorf("%w: the datagram's fragments after byte %d never came", dnsmsg.ErrMalformed, len(msg))
+	switch {
+	case cut == "":
+	case r.Err == nil:
+		// What came reads whole, yet the message went on past it.
+		r.Err = fmt.Errorf("%w: %s", dnsmsg.ErrMalformed, cut)
+	case tcp:
+		r.Err = fmt.Errorf("%w; %s", r.Err, cut)
 	}
 	x.stats.Messages++
 	if tcp {

@@ -57,6 +57,13 @@ type Reassembler struct {
 	// beyond their holes, whichever packet found them idle; without it
 	// the Emit of that packet does.
 	Expired Emit
+	// Lost, when set, receives the start of a message a bound made its
+	// stream let go of (Why says which): the bytes held after its length,
+	// the length it announced, and when the last of them came. Streams
+	// let go for room also salvage, through Expired, the whole messages
+	// they held beyond their holes. Without it the start is dropped
+	// uncounted, as at a capture's end.
+	Lost func(k Key, t time.Time, head []byte, want int, why Why)
 
 	streams map[Key]*list.Element // of *stream
 	lru     list.List             // front: most recently active
@@ -66,6 +73,17 @@ type Reassembler struct {
 	// Counters for reports and tests.
 	Evicted, Skipped int // streams evicted for room; holes given up on
 }
+
+// Why is the bound a message was let go of for.
+type Why int
+
+const (
+	// ForRoom: its stream was let go to keep MaxBytes or MaxStreams.
+	ForRoom Why = iota + 1
+	// AtHole: its stream gave up on the hole after it, as MaxPending or
+	// MaxSegments bytes or segments piled up behind the hole.
+	AtHole
+)
 
 // DefaultMaxBytes is the bytes all streams of a Reassembler may hold
 // together unless MaxBytes says otherwise: 256 streams each a whole
@@ -172,8 +190,7 @@ func (r *Reassembler) Add(now time.Time, p *netpkt.Packet, emit Emit) {
 			return // a pure ACK or FIN must not start a stream
 		}
 		for len(r.streams) >= r.MaxStreams {
-			r.remove(r.lru.Back())
-			r.Evicted++
+			r.evict(r.lru.Back(), emit)
 		}
 		el = r.lru.PushFront(&stream{key: k})
 		r.streams[k] = el
@@ -192,14 +209,14 @@ func (r *Reassembler) Add(now time.Time, p *netpkt.Packet, emit Emit) {
 		// The budget is checked before the bytes are kept: other streams
 		// are let go, least recently active first, to make room.
 		for r.bytes-before+s.size()+len(p.Payload) > r.MaxBytes && r.lru.Back() != el {
-			r.remove(r.lru.Back())
-			r.Evicted++
+			r.evict(r.lru.Back(), emit)
 		}
 		if !s.started {
 			s.started, s.next = true, seq
 		}
 		s.add(seq, p.Payload, now)
 		if s.pendingBytes > r.MaxPending || len(s.pending) > r.MaxSegments {
+			r.lose(s, AtHole)
 			s.skipHole()
 			r.Skipped++
 		}
@@ -213,9 +230,37 @@ func (r *Reassembler) Add(now time.Time, p *netpkt.Packet, emit Emit) {
 	if r.bytes > r.MaxBytes {
 		// One stream alone is over the budget (a budget below
 		// MaxPending): it goes too.
-		r.remove(el)
-		r.Evicted++
+		r.evict(el, emit)
 	}
+}
+
+// evict lets a stream go for room: the start of the message it was
+// in the middle of is lost (Lost hears of it), the whole messages it
+// held beyond its holes are salvaged, and then any start of one after
+// them is lost too.
+func (r *Reassembler) evict(el *list.Element, emit Emit) {
+	s := el.Value.(*stream)
+	r.lose(s, ForRoom)
+	r.finish(s, r.expiredEmit(emit))
+	r.lose(s, ForRoom)
+	r.remove(el)
+	r.Evicted++
+}
+
+// lose tells Lost of the start of a message a stream holds, which it is
+// about to let go of.
+func (r *Reassembler) lose(s *stream, why Why) {
+	if r.Lost == nil || !s.synced || len(s.buf) < 2 {
+		return
+	}
+	var t time.Time
+	for _, sp := range s.times {
+		if sp.t.After(t) {
+			t = sp.t
+		}
+	}
+	r.Lost(s.key, t, s.buf[2:], int(binary.BigEndian.Uint16(s.buf)), why)
+	s.buf, s.times = s.buf[:0], s.times[:0]
 }
 
 // Reset ends the stream k at packet time now as a SYN that starts it

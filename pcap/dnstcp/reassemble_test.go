@@ -150,6 +150,57 @@ func TestReassemblyBounds(t *testing.T) {
 	}
 }
 
+// TestBoundsSayWhatTheyLetGo: a stream let go for room hands on the
+// whole messages it held beyond its hole (they are not lost with it)
+// and the start of the message it was in, with the bound that cost it;
+// a stream that gives up on a hole hands on the start it held before.
+func TestBoundsSayWhatTheyLetGo(t *testing.T) {
+	type lost struct {
+		head, want int
+		why        Why
+	}
+	var losts []lost
+	var salvaged []uint16
+	r := &Reassembler{MaxBytes: 1 << 10, MaxPending: 512}
+	r.Expired = func(_ Key, _ time.Time, msg []byte) { salvaged = append(salvaged, binary.BigEndian.Uint16(msg)) }
+	r.Lost = func(_ Key, _ time.Time, head []byte, want int, why Why) {
+		losts = append(losts, lost{len(head), want, why})
+	}
+	emit := func(Key, time.Time, []byte) {}
+	add := func(port uint16, seq uint32, flags uint8, data []byte) {
+		p := netpkt.Packet{Src: client, Dst: server, SrcPort: port, DstPort: 53, Proto: netpkt.ProtoTCP, Seq: seq, Flags: flags | netpkt.FlagACK, Payload: data}
+		r.Add(t0, &p, emit)
+	}
+	// Stream 1: the first 10 bytes of a 17-byte message (id 1), a
+	// missing message (id 2), then message 3 whole beyond the hole.
+	b := wire(message(1, 17), message(2, 17), message(3, 17))
+	add(1, 0, netpkt.FlagSYN, nil)
+	add(1, 1, 0, b[:12])
+	add(1, 1+38, 0, b[38:])
+	// Stream 2 needs all the room there is: stream 1 goes.
+	add(2, 0, netpkt.FlagSYN, nil)
+	add(2, 1, 0, append([]byte{0xff, 0xff}, make([]byte, 1000)...))
+	if r.Evicted != 1 || len(salvaged) != 1 || salvaged[0] != 3 {
+		t.Fatalf("evicted %d, salvaged %v: want stream 1 let go with message 3 salvaged", r.Evicted, salvaged)
+	}
+	if len(losts) != 1 || losts[0] != (lost{10, 17, ForRoom}) {
+		t.Fatalf("lost %v, want the 10 bytes of message 1 (17) for room", losts)
+	}
+	// Stream 3 holds the start of a message before a hole, then more
+	// than MaxPending beyond it: it gives up on the hole.
+	losts = nil
+	r2 := &Reassembler{MaxPending: 512}
+	r2.Lost, r = r.Lost, r2
+	add(3, 0, netpkt.FlagSYN, nil)
+	add(3, 1, 0, b[:12])
+	for i := range 6 {
+		add(3, uint32(1000+100*i), 0, make([]byte, 100))
+	}
+	if r.Skipped != 1 || len(losts) != 1 || losts[0] != (lost{10, 17, AtHole}) {
+		t.Fatalf("skipped %d, lost %v: want the 10 bytes of message 1 at the hole", r.Skipped, losts)
+	}
+}
+
 // FuzzReassemble cuts a stream of messages into segments, delivers them in
 // a shuffled order with duplicates, and checks every message comes out
 // once, in order.
