@@ -62,9 +62,20 @@ func FileSource(path string) (Source, error) {
 }
 
 // StdinSource reads a capture stream from standard input, as written by
-// `tcpdump -w -`.
+// `tcpdump -w -`. Closing it ends its reads at once, even while the
+// writer is quiet: a read of a blocking pipe or terminal cannot be
+// interrupted, so stdin is read on a goroutine of its own through a
+// pipe, and a stop closes the pipe. That goroutine stays in its last
+// read until the process ends.
 func StdinSource() Source {
-	return Source{Name: "-", Open: func() (io.ReadCloser, error) { return io.NopCloser(os.Stdin), nil }}
+	return Source{Name: "-", Open: func() (io.ReadCloser, error) {
+		pr, pw := io.Pipe()
+		go func() {
+			_, err := io.Copy(pw, os.Stdin)
+			pw.CloseWithError(err) // nil: the reader sees EOF
+		}()
+		return pr, nil
+	}}
 }
 
 // CutConfig says how to cut blocks.
@@ -126,6 +137,10 @@ type cutter struct {
 	// 2,999 drops in none.
 	drops          func() int64
 	droppedCounted int64
+	// gone: the source read last cannot be read on after a stop (a live
+	// capture, stdin): what passes while the agent is stopped is not
+	// captured, so the block a stop finishes ends the site's capture.
+	gone bool
 
 	// Finishing a block (fsyncs and renames) runs on its own goroutine, in
 	// order, while the next block is cut: a live source is not left
@@ -216,7 +231,16 @@ func Cut(ctx context.Context, cfg CutConfig, spool *Spool, sources Sources, log 
 func (ct *cutter) run(ctx context.Context, sources Sources) error {
 	for {
 		if ctx.Err() != nil {
-			if err := ct.finish(); err != nil {
+			// Stopped. Where the source cannot be read on from here, the
+			// capture ends with this block: marked final, so the stages
+			// let go of what they hold at its end rather than wait for a
+			// next block that may never come (the site stopped for good).
+			// A capture started again is a new one, as it is on the wire.
+			finish := ct.finish
+			if ct.gone {
+				finish = ct.finishLast
+			}
+			if err := finish(); err != nil {
 				return err
 			}
 			return ctx.Err()
@@ -261,6 +285,7 @@ func (ct *cutter) source(ctx context.Context, src Source) error {
 
 func (ct *cutter) read(ctx context.Context, src Source) error {
 	pos := ct.spool.Source(src.Name)
+	ct.gone = !src.Rereadable
 	if src.Rereadable && pos.Done {
 		ct.log.Debug("source already cut into blocks; skipping", "source", src.Name)
 		return nil

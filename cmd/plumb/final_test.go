@@ -3,9 +3,12 @@ package main
 import (
 	"context"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"slices"
+	"syscall"
 	"testing"
+	"time"
 
 	"github.com/apache/arrow-go/v18/arrow/ipc"
 
@@ -95,6 +98,88 @@ stages:
 				}
 			}
 		})
+	}
+}
+
+// TestStoppedLiveAgentReleasesHeldRows: an agent reading a source it
+// cannot read on after a stop (stdin here, a live capture alike) ends
+// its site's capture when it is stopped: the block the stop finishes is
+// marked final, and builtin:dns lets go of what it held there, rather
+// than hold it for a next block that may never come (a site
+// decommissioned). The bighole capture's 41 rows all come out though
+// the pipe stays open.
+func TestStoppedLiveAgentReleasesHeldRows(t *testing.T) {
+	capture := "../../testdata/pcaps/dnscap__dnso1tcp-bighole.pcap"
+	data, err := os.ReadFile(capture)
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := servePlumb(t, t.TempDir(), "--tick", "100ms")
+	c := dialPlumb(t, addr)
+	ctx := context.Background()
+	const job = `
+job: dns
+from: earliest
+queues: [pcap.sz]
+stages:
+  - {name: dns, inputs: [pcap.sz], program: builtin:dns, outputs: [dns.arrow], retention: forever}
+`
+	if res, err := c.SubmitJob(ctx, "dns.yaml", []byte(job)); err != nil || res.State != "accepted" {
+		t.Fatalf("submit: %+v %v", res, err)
+	}
+	agent := exec.Command(os.Args[0], "agent", "--server", addr, "--site", "lax", "--new-instance",
+		"--spool", filepath.Join(t.TempDir(), "spool"), "--block-size", "2KiB", "-")
+	agent.Env = append(os.Environ(), "PLUMB_TEST_AS_PLUMB=1")
+	log := &procLog{}
+	agent.Stdout, agent.Stderr = log, log
+	stdin, err := agent.StdinPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := agent.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { agent.Process.Kill(); agent.Wait() })
+	if _, err := stdin.Write(data); err != nil {
+		t.Fatal(err)
+	}
+	// The blocks cut so far ship; the last stays open while stdin does.
+	deadline := time.Now().Add(time.Minute)
+	for {
+		blocks, err := c.Blocks(ctx, "pcap.sz")
+		if err == nil && len(blocks) >= 5 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%d blocks shipped after a minute (%v); agent log:\n%s", len(blocks), err, log)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	agent.Process.Signal(syscall.SIGTERM)
+	if err := agent.Wait(); err != nil {
+		t.Fatalf("agent stopped with %v; log:\n%s", err, log)
+	}
+	if out, errOut, code := plumbExec(t, "stats", "--wait", "--server", addr); code != 0 {
+		t.Fatalf("stats --wait: %s %s", out, errOut)
+	}
+	blocks, err := c.Blocks(ctx, "pcap.sz")
+	if err != nil || len(blocks) == 0 || !blocks[len(blocks)-1].Final {
+		t.Fatalf("the stop's block is not final: %+v %v; agent log:\n%s", blocks, err, log)
+	}
+	rows, err := c.Records(ctx, client.RecordsTicket{Records: "dns.arrow", Columns: []string{"time"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	n := 0
+	for rows.Next() {
+		n += int(rows.RecordBatch().NumRows())
+	}
+	rows.Release()
+	if err := rows.Err(); err != nil {
+		t.Fatal(err)
+	}
+	if n != 41 {
+		t.Fatalf("%d rows from %d blocks after the agent stopped; the capture has 41 messages", n, len(blocks))
 	}
 }
 
