@@ -14,6 +14,7 @@ import (
 	"github.com/plumb-dev/plumb/admission"
 	"github.com/plumb-dev/plumb/engine"
 	"github.com/plumb-dev/plumb/engine/builtin"
+	"github.com/plumb-dev/plumb/internal/memlimit"
 	"github.com/plumb-dev/plumb/pipeline"
 	"github.com/plumb-dev/plumb/sandbox"
 	"github.com/plumb-dev/plumb/server"
@@ -76,6 +77,11 @@ func serveCommand() command {
 				if n == 0 {
 					cfg.MinFree = -1
 				}
+				return err
+			})
+			gcHeadroom := int64(defaultGCHeadroom)
+			fs.Func("gc-headroom", "let the server's heap grow at most `SIZE` past what is live (default 256MiB; 0: only the GOGC target, which lets it grow to five times what is live); a GOMEMLIMIT set in the environment replaces it", func(v string) (err error) {
+				gcHeadroom, err = pipeline.ParseSize(v)
 				return err
 			})
 			fs.Func("store-cap", "store at most `SIZE` in all, likewise (default: no cap)", func(v string) (err error) {
@@ -147,6 +153,7 @@ func serveCommand() command {
 			}
 			keepProcessorsForServing(cfg.Engine)
 			collectLessOften()
+			defer memlimit.Headroom(gcHeadroom, os.Getenv("GOMEMLIMIT"))()
 			return server.Run(ctx, cfg)
 		},
 	}
@@ -171,6 +178,13 @@ func keepProcessorsForServing(ec engine.Config) {
 // GOGC variable gives one.
 const serveGOGC = 400
 
+// defaultGCHeadroom is how far past what is live the server's heap may
+// grow (--gc-headroom). With serveGOGC alone a burst that makes a few
+// hundred MiB live (a block of 65,536 half-open TCP streams) let the
+// heap grow by 450–520 MiB; the headroom holds it to what is live plus
+// this, and leaves small heaps (under a quarter of it live) to GOGC.
+const defaultGCHeadroom = 256 << 20
+
 // collectLessOften sets the server's garbage collection target to
 // serveGOGC, unless GOGC is set. Puts and stage runs allocate fast, and
 // with the default target of 100 a small heap was collected several
@@ -178,7 +192,7 @@ const serveGOGC = 400
 // and on a busy 2-core machine reads due in 20 ms reached the deadline
 // replay's readers late (up to 0.2% of those accepted; at most 0.06%
 // in six runs at 400). The heap may grow to five times what is live instead of
-// twice; GOMEMLIMIT caps it.
+// twice; defaultGCHeadroom (or GOMEMLIMIT) caps it.
 func collectLessOften() {
 	if os.Getenv("GOGC") == "" {
 		debug.SetGCPercent(serveGOGC)
