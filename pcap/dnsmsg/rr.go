@@ -1,6 +1,7 @@
 package dnsmsg
 
 import (
+	"encoding/base32"
 	"encoding/base64"
 	"encoding/binary"
 	"encoding/hex"
@@ -49,24 +50,31 @@ const (
 
 // Record types rdata is printed for.
 const (
-	TypeA      = 1
-	TypeNS     = 2
-	TypeCNAME  = 5
-	TypeSOA    = 6
-	TypePTR    = 12
-	TypeMX     = 15
-	TypeTXT    = 16
-	TypeAAAA   = 28
-	TypeSRV    = 33
-	TypeDNAME  = 39
-	TypeDS     = 43
-	TypeRRSIG  = 46
-	TypeDNSKEY = 48
+	TypeA          = 1
+	TypeNS         = 2
+	TypeCNAME      = 5
+	TypeSOA        = 6
+	TypePTR        = 12
+	TypeMX         = 15
+	TypeTXT        = 16
+	TypeAAAA       = 28
+	TypeSRV        = 33
+	TypeDNAME      = 39
+	TypeDS         = 43
+	TypeRRSIG      = 46
+	TypeDNSKEY     = 48
+	TypeNSEC       = 47
+	TypeNSEC3      = 50
+	TypeNSEC3PARAM = 51
+	TypeTLSA       = 52
+	TypeCDS        = 59
+	TypeCDNSKEY    = 60
+	TypeCAA        = 257
 )
 
 var typeNames = map[uint16]string{1: "A", 2: "NS", 5: "CNAME", 6: "SOA", 12: "PTR", 15: "MX", 16: "TXT", 28: "AAAA",
 	33: "SRV", 39: "DNAME", 41: "OPT", 43: "DS", 46: "RRSIG", 47: "NSEC", 48: "DNSKEY", 50: "NSEC3", 51: "NSEC3PARAM",
-	52: "TLSA", 64: "SVCB", 65: "HTTPS", 99: "SPF", 255: "ANY", 257: "CAA"}
+	52: "TLSA", 59: "CDS", 60: "CDNSKEY", 64: "SVCB", 65: "HTTPS", 99: "SPF", 255: "ANY", 257: "CAA"}
 
 // TypeString is a type's mnemonic, or TYPEnnn (RFC 3597).
 func TypeString(t uint16) string {
@@ -146,7 +154,7 @@ func appendRData(dst, b []byte, off, n int, typ uint16) []byte {
 		if out != nil && n > 0 {
 			return out
 		}
-	case TypeDS:
+	case TypeDS, TypeCDS:
 		if n >= 4 {
 			out := num(num(num(dst, u16(0)), uint64(d[2])), uint64(d[3]))
 			from := len(out)
@@ -154,7 +162,7 @@ func appendRData(dst, b []byte, off, n int, typ uint16) []byte {
 			upper(out[from:])
 			return out
 		}
-	case TypeDNSKEY:
+	case TypeDNSKEY, TypeCDNSKEY:
 		if n >= 4 {
 			return base64.StdEncoding.AppendEncode(num(num(num(dst, u16(0)), uint64(d[2])), uint64(d[3])), d[4:])
 		}
@@ -168,8 +176,77 @@ func appendRData(dst, b []byte, off, n int, typ uint16) []byte {
 				return base64.StdEncoding.AppendEncode(append(out, ' '), b[next:off+n])
 			}
 		}
+	case TypeNSEC:
+		if out, next, ok := name(dst, off); ok {
+			if out, ok := appendTypes(out, b[next:off+n]); ok {
+				return out
+			}
+		}
+	case TypeNSEC3, TypeNSEC3PARAM:
+		if n >= 5 && 5+int(d[4]) <= n {
+			out := num(num(num(dst, uint64(d[0])), uint64(d[1])), u16(2))
+			salt := d[5 : 5+int(d[4])]
+			if len(salt) == 0 {
+				out = append(out, '-')
+			} else {
+				from := len(out)
+				out = hex.AppendEncode(out, salt)
+				upper(out[from:])
+			}
+			rest := d[5+len(salt):]
+			if typ == TypeNSEC3PARAM {
+				if len(rest) == 0 {
+					return out
+				}
+				break
+			}
+			if len(rest) >= 1 && 1+int(rest[0]) <= len(rest) {
+				out = base32Hex.AppendEncode(append(out, ' '), rest[1:1+int(rest[0])])
+				if out, ok := appendTypes(out, rest[1+int(rest[0]):]); ok {
+					return out
+				}
+			}
+		}
+	case TypeTLSA:
+		if n >= 3 {
+			out := num(num(num(dst, uint64(d[0])), uint64(d[1])), uint64(d[2]))
+			from := len(out)
+			out = hex.AppendEncode(out, d[3:])
+			upper(out[from:])
+			return out
+		}
+	case TypeCAA:
+		if n >= 2 && 2+int(d[1]) <= n {
+			out := append(num(dst, uint64(d[0])), d[2:2+int(d[1])]...)
+			return appendQuote(append(out, ' '), d[2+int(d[1]):])
+		}
 	}
 	return hex.AppendEncode(dst[:start], d)
+}
+
+// base32Hex is how NSEC3 writes hashed owner names (RFC 5155): the
+// "extended hex" alphabet, upper case as dig prints it, no padding.
+var base32Hex = base32.HexEncoding.WithPadding(base32.NoPadding)
+
+// appendTypes appends the types of an NSEC or NSEC3 type bitmap (RFC
+// 4034 §4.1.2), each after a space; false when the bitmap is malformed.
+func appendTypes(dst, b []byte) ([]byte, bool) {
+	last := -1
+	for len(b) > 0 {
+		if len(b) < 2 || b[1] == 0 || b[1] > 32 || 2+int(b[1]) > len(b) || int(b[0]) <= last {
+			return dst, false
+		}
+		window, bits := int(b[0]), b[2:2+int(b[1])]
+		for i, octet := range bits {
+			for bit := range 8 {
+				if octet&(0x80>>bit) != 0 {
+					dst = append(append(dst, ' '), TypeString(uint16(window<<8|i*8+bit))...)
+				}
+			}
+		}
+		last, b = window, b[2+int(b[1]):]
+	}
+	return dst, true
 }
 
 // upper upper-cases the hex digits a-f in place.

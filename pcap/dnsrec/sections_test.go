@@ -43,6 +43,9 @@ var sectionFields = []struct {
 		}
 		return out
 	}},
+	{"dns.nsec.next_domain_name", field(dnsmsg.TypeNSEC, 0, strings.ToLower)},
+	{"dns.nsec3.iterations", field(dnsmsg.TypeNSEC3, 2, nil)},
+	{"dns.nsec3.hash_value", field(dnsmsg.TypeNSEC3, 4, strings.ToLower)},
 	{"dns.resp.ttl", func(m *dnsmsg.Message) []string {
 		var out []string
 		for _, rr := range records(m) {
@@ -87,9 +90,28 @@ func rdataOf(typ uint16) func(m *dnsmsg.Message) []string {
 	}
 }
 
+// field is the i-th field of the data of each record of type typ,
+// without a final dot, as norm (if any) makes it.
+func field(typ uint16, i int, norm func(string) string) func(m *dnsmsg.Message) []string {
+	return func(m *dnsmsg.Message) []string {
+		var out []string
+		for _, rr := range records(m) {
+			if f := strings.Fields(rr.RData); rr.Type == typ && i < len(f) {
+				v := strings.TrimSuffix(f[i], ".")
+				if norm != nil {
+					v = norm(v)
+				}
+				out = append(out, v)
+			}
+		}
+		return out
+	}
+}
+
 // TestSectionsAgreeWithTshark: on every capture in testdata, the answer,
 // authority and additional records (A, AAAA, CNAME, NS, PTR, MX, SOA and
-// every TTL), the client subnet and the extended errors Plumb reads equal
+// every TTL, NSEC's next name, NSEC3's iterations and next hashed owner),
+// the client subnet and the extended errors Plumb reads equal
 // tshark's, frame by frame.
 func TestSectionsAgreeWithTshark(t *testing.T) {
 	tshark := testenv.Tool(t, "tshark")
@@ -141,7 +163,8 @@ func TestSectionsAgreeWithTshark(t *testing.T) {
 		}
 	}
 	t.Logf("frames agreeing on a non-empty field: %v", compared)
-	for _, f := range []string{"dns.a", "dns.aaaa", "dns.cname", "dns.ns", "dns.soa.mname", "dns.resp.ttl", "dns.opt.client.addr4"} {
+	for _, f := range []string{"dns.a", "dns.aaaa", "dns.cname", "dns.ns", "dns.soa.mname", "dns.resp.ttl", "dns.opt.client.addr4",
+		"dns.nsec.next_domain_name", "dns.nsec3.hash_value"} {
 		if compared[f] == 0 {
 			t.Errorf("no frame compared %s", f)
 		}
