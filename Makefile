@@ -33,7 +33,7 @@ FUZZ_TARGETS := \
 	./pcap/filter:FuzzCompile:100000x \
 	./state:FuzzBlockRecord:100000x
 
-.PHONY: build test test-go test-python fuzz-short bench bench-scale bench-windows demo lint clean
+.PHONY: build test test-go test-python fuzz-short bench bench-scale bench-windows demo lint clean image kube
 
 # The build says what it is (plumb version, plumb_build_info) even where
 # Go does not stamp version control information (-buildvcs=false).
@@ -43,6 +43,25 @@ LDFLAGS := -X main.version=$(VERSION) -X main.commit=$(COMMIT)
 
 build:
 	$(GO) build -ldflags "$(LDFLAGS)" -o $(BIN) ./cmd/plumb
+
+# image builds the container image ghcr.io/plumb-dev/plumb:$(VERSION) from
+# Containerfile with podman, or docker when there is no podman.
+IMAGE ?= ghcr.io/plumb-dev/plumb
+image:
+	@builder=$$(command -v podman || command -v docker) || { echo "make image: neither podman nor docker is installed" >&2; exit 1; }; \
+	$$builder build --build-arg VERSION=$(VERSION) --build-arg COMMIT=$(COMMIT) -t $(IMAGE):$(VERSION) -f Containerfile . && \
+	echo "built $(IMAGE):$(VERSION); push it, then: make kube > plumb.yaml && kubectl apply -f plumb.yaml"
+
+# kube prints the Kubernetes manifests (deploy/kubernetes, kustomize) with
+# the image of this build: $(IMAGE):$(VERSION), as make image tags it.
+# KUBE=deploy/kubernetes/base leaves out the optional components.
+KUBE ?= deploy/kubernetes
+KUSTOMIZE ?= kustomize
+kube:
+	@tmp=$$(mktemp -d $(dir $(abspath $(KUBE))).kube.XXXXXX); trap 'rm -rf $$tmp' EXIT; \
+	printf 'apiVersion: kustomize.config.k8s.io/v1beta1\nkind: Kustomization\nresources: [../%s]\nimages: [{name: %s, newTag: "%s"}]\n' \
+		"$(notdir $(abspath $(KUBE)))" "$(IMAGE)" "$(VERSION)" > $$tmp/kustomization.yaml; \
+	$(KUSTOMIZE) build $$tmp
 
 lint:
 	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi

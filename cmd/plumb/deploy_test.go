@@ -9,6 +9,7 @@ import (
 	"flag"
 	"io"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"regexp"
 	"slices"
@@ -171,10 +172,7 @@ func TestDeployFiles(t *testing.T) {
 		checkUnitCreates(t, u, sections["Service"], words[1:], sysusers)
 	}
 
-	raw, err := os.ReadFile("../../deploy/kubernetes/plumb.yaml")
-	if err != nil {
-		t.Fatal(err)
-	}
+	raw := kubeManifests(t, "../../deploy/kubernetes")
 	metrics, _ := os.ReadFile("../../engine/stats.go")
 	dec := yaml.NewDecoder(bytes.NewReader(raw))
 	byKind := map[string][]map[string]any{}
@@ -183,7 +181,7 @@ func TestDeployFiles(t *testing.T) {
 		if err := dec.Decode(&doc); errors.Is(err, io.EOF) {
 			break
 		} else if err != nil {
-			t.Fatalf("plumb.yaml: %v", err)
+			t.Fatalf("deploy/kubernetes: %v", err)
 		}
 		kind, _ := doc["kind"].(string)
 		meta, _ := doc["metadata"].(map[string]any)
@@ -193,9 +191,9 @@ func TestDeployFiles(t *testing.T) {
 		}
 		byKind[kind] = append(byKind[kind], doc)
 	}
-	for _, kind := range []string{"Deployment", "StatefulSet", "Service", "HorizontalPodAutoscaler"} {
+	for _, kind := range []string{"Deployment", "StatefulSet", "Service", "HorizontalPodAutoscaler", "ServiceMonitor"} {
 		if len(byKind[kind]) == 0 {
-			t.Errorf("plumb.yaml has no %s", kind)
+			t.Errorf("deploy/kubernetes has no %s", kind)
 		}
 	}
 	get := func(v any, path ...string) any {
@@ -245,7 +243,7 @@ func TestDeployFiles(t *testing.T) {
 				s, _ := a.(string)
 				args = append(args, s)
 			}
-			checkPlumbArgs(t, "plumb.yaml "+name.(string), args)
+			checkPlumbArgs(t, "deploy/kubernetes "+name.(string), args)
 			// The scrape port must be a --metrics listener: under --users,
 			// --http answers /metrics with 401.
 			if port, ok := get(doc, "spec", "template", "metadata", "annotations", "prometheus.io/port").(string); ok {
@@ -320,7 +318,7 @@ func TestDeployFiles(t *testing.T) {
 		}
 	}
 	if plumbPods != 2 {
-		t.Errorf("plumb.yaml runs plumb in %d pod templates; want the server and the workers", plumbPods)
+		t.Errorf("deploy/kubernetes runs plumb in %d pod templates; want the server and the workers", plumbPods)
 	}
 	for _, hpa := range byKind["HorizontalPodAutoscaler"] {
 		target := get(hpa, "spec", "scaleTargetRef", "name")
@@ -337,6 +335,62 @@ func TestDeployFiles(t *testing.T) {
 				t.Errorf("the autoscaler scales on %q, which the server does not export", metric)
 			}
 		}
+	}
+}
+
+// kubeManifests is what kustomize builds of the kustomization in dir.
+func kubeManifests(t *testing.T, dir string) []byte {
+	t.Helper()
+	kustomize := testenv.Tool(t, "kustomize")
+	out, err := testenv.Command(t, time.Minute, kustomize, "build", dir).Output()
+	if err != nil {
+		var ee *exec.ExitError
+		if errors.As(err, &ee) {
+			t.Fatalf("kustomize build %s: %v\n%s", dir, err, ee.Stderr)
+		}
+		t.Fatalf("kustomize build %s: %v", dir, err)
+	}
+	return out
+}
+
+// TestKubeManifestsValid: the Kubernetes manifests, the base alone and
+// with its components, and as make kube versions them, are valid
+// against the Kubernetes API's schemas (kubernetes-validate --strict,
+// pinned by .ci/run, which carries the schemas of each Kubernetes
+// release): no misspelt or misplaced field, no value of the wrong
+// type. The ServiceMonitor is a CRD those schemas do not hold;
+// TestDeployFiles checks it.
+func TestKubeManifestsValid(t *testing.T) {
+	validate := testenv.Tool(t, "kubernetes-validate")
+	kustomize := testenv.Tool(t, "kustomize")
+	builds := map[string][]byte{
+		"base":            kubeManifests(t, "../../deploy/kubernetes/base"),
+		"with components": kubeManifests(t, "../../deploy/kubernetes"),
+	}
+	mk := testenv.Command(t, time.Minute, "make", "-s", "-C", "../..", "kube", "VERSION=v9.8.7-test", "KUSTOMIZE="+kustomize)
+	versioned, err := mk.Output()
+	if err != nil {
+		t.Fatalf("make kube: %v", err)
+	}
+	builds["make kube"] = versioned
+	if n := strings.Count(string(versioned), "image: ghcr.io/plumb-dev/plumb:v9.8.7-test"); n != 2 {
+		t.Errorf("make kube names the build's image %d times; want the server's and the workers'", n)
+	}
+	for name, raw := range builds {
+		f := filepath.Join(t.TempDir(), "manifests.yaml")
+		if err := os.WriteFile(f, raw, 0o644); err != nil {
+			t.Fatal(err)
+		}
+		out, err := testenv.Command(t, 2*time.Minute, validate, "--strict", "--quiet", f).CombinedOutput()
+		if err != nil {
+			t.Errorf("deploy/kubernetes (%s) does not validate: %v\n%s", name, err, out)
+		}
+	}
+	// A misspelt field is caught: the check can fail.
+	bad := filepath.Join(t.TempDir(), "bad.yaml")
+	os.WriteFile(bad, []byte(strings.Replace(string(builds["base"]), "replicas: 1", "replica: 1", 1)), 0o644)
+	if out, err := testenv.Command(t, 2*time.Minute, validate, "--strict", "--quiet", bad).CombinedOutput(); err == nil {
+		t.Errorf("kubernetes-validate --strict passes a misspelt field: %s", out)
 	}
 }
 
@@ -423,8 +477,13 @@ func TestContainerfile(t *testing.T) {
 		t.Errorf("the image runs as %q; want a non-root user", u)
 	}
 
-	// Run the recipe's build command here, writing elsewhere.
+	// Run the recipe's build command here, writing elsewhere, with the
+	// build arguments make image passes.
+	args := map[string]string{"VERSION": "v9.8.7-test", "COMMIT": "0123abc"}
 	words := shellWords(build)
+	for i, w := range words {
+		words[i] = os.Expand(w, func(k string) string { return args[k] })
+	}
 	var env []string
 	for len(words) > 0 && strings.Contains(words[0], "=") {
 		env, words = append(env, words[0]), words[1:]
@@ -456,5 +515,16 @@ func TestContainerfile(t *testing.T) {
 	}
 	if libs, _ := f.ImportedLibraries(); len(libs) > 0 {
 		t.Errorf("the binary needs %v", libs)
+	}
+	// The image says which build it is, as make image tags it.
+	if v, err := exec.Command(out, "version").Output(); err != nil || !strings.Contains(string(v), "v9.8.7-test") || !strings.Contains(string(v), "0123abc") {
+		t.Errorf("plumb version in the image says %q (%v); want the VERSION and COMMIT build arguments", v, err)
+	}
+	mk, err := os.ReadFile("../../Makefile")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !bytes.Contains(mk, []byte("--build-arg VERSION=$(VERSION)")) || !bytes.Contains(mk, []byte("-t $(IMAGE):$(VERSION)")) {
+		t.Error("make image does not build and tag the image with the Makefile's VERSION")
 	}
 }
