@@ -533,17 +533,35 @@ type WindowView struct {
 // Windows lists the windows of every window stage (or of one, by name or
 // ID): those waiting, with what they wait for, then those fired.
 func (e *Engine) Windows(stage string) ([]WindowView, error) {
+	return e.WindowsMatching(WindowFilter{Stage: stage}, nil)
+}
+
+// WindowsMatching lists the windows f picks, as Windows orders them, of
+// the stages readable accepts (all when nil), stopping at f.Limit. The
+// engine's lock is held only for the windows waiting, which it holds in
+// memory; fired ones are read from the metadata after, and no further
+// than the limit, so a listing of a long history neither reads all of
+// it nor holds the engine meanwhile.
+func (e *Engine) WindowsMatching(f WindowFilter, readable func(stage string) bool) ([]WindowView, error) {
+	type stageWindows struct {
+		name, group string
+		waiting     []WindowView
+	}
+	var stages []stageWindows
 	e.mu.Lock()
-	defer e.mu.Unlock()
-	var out []WindowView
 	now := e.cfg.Now()
 	for _, st := range e.sorted() {
-		if st.win == nil || stage != "" && stage != st.node.Name && stage != st.group {
+		if st.win == nil || f.Stage != "" && f.Stage != st.node.Name && f.Stage != st.group {
+			continue
+		}
+		if readable != nil && !readable(st.node.Name) {
 			continue
 		}
 		if err := e.feed(st.win); err != nil {
+			e.mu.Unlock()
 			return nil, err
 		}
+		sw := stageWindows{name: st.node.Name, group: st.group}
 		for _, s := range st.win.tracker.Open(now) {
 			v := WindowView{Stage: st.node.Name, ID: idText(s.ID), State: "waiting", From: s.From, To: s.To,
 				Blocks: len(s.Present), Bracketed: s.Bracketed, WaitUntil: s.WaitUntil}
@@ -553,27 +571,52 @@ func (e *Engine) Windows(stage string) ([]WindowView, error) {
 			if s.Blocked != nil {
 				v.BlockedBy = idText(*s.Blocked)
 			}
-			out = append(out, v)
+			if f.Match(v) {
+				sw.waiting = append(sw.waiting, v)
+			}
 		}
-		recs, err := e.db.Windows(st.group)
-		if err != nil {
-			return nil, err
-		}
-		for _, r := range recs {
-			v := WindowView{Stage: st.node.Name, ID: r.ID, State: "fired", From: r.From, To: r.To, Revision: r.Revision,
-				Reason: r.Reason, Blocks: len(r.Blocks), Missing: r.Missing, Late: r.Late, Error: r.Error, Fired: r.Fired, Empty: r.Empty}
-			if r.Error != "" {
-				v.State = "faulty"
+		stages = append(stages, sw)
+	}
+	if _, ok := e.stageNamed(f.Stage); f.Stage != "" && !ok {
+		e.mu.Unlock()
+		return nil, fmt.Errorf("no window stage %q; `plumb graph` lists the stages", f.Stage)
+	}
+	e.mu.Unlock()
+	var out []WindowView
+	full := func() bool { return f.Limit > 0 && len(out) >= f.Limit }
+	for _, sw := range stages {
+		for _, v := range sw.waiting {
+			if full() {
+				return out, nil
 			}
 			out = append(out, v)
 		}
-	}
-	if stage != "" && out == nil {
-		if _, ok := e.stageNamed(stage); !ok {
-			return nil, fmt.Errorf("no window stage %q; `plumb graph` lists the stages", stage)
+		if full() {
+			return out, nil
+		}
+		left := 0
+		if f.Limit > 0 {
+			left = f.Limit - len(out)
+		}
+		recs, err := e.db.WindowsWhere(sw.group, func(r *state.WindowRecord) bool { return f.Match(firedView(sw.name, r)) }, left)
+		if err != nil {
+			return nil, err
+		}
+		for i := range recs {
+			out = append(out, firedView(sw.name, &recs[i]))
 		}
 	}
 	return out, nil
+}
+
+// firedView is a fired window's record as a listing shows it.
+func firedView(stage string, r *state.WindowRecord) WindowView {
+	v := WindowView{Stage: stage, ID: r.ID, State: "fired", From: r.From, To: r.To, Revision: r.Revision,
+		Reason: r.Reason, Blocks: len(r.Blocks), Missing: r.Missing, Late: r.Late, Error: r.Error, Fired: r.Fired, Empty: r.Empty}
+	if r.Error != "" {
+		v.State = "faulty"
+	}
+	return v
 }
 
 func (e *Engine) stageNamed(name string) (*stage, bool) {
@@ -631,20 +674,4 @@ func (f WindowFilter) Match(w WindowView) bool {
 		return false
 	}
 	return true
-}
-
-// Apply keeps the windows that match, at most Limit of them, and says how
-// many more matched.
-func (f WindowFilter) Apply(ws []WindowView) (kept []WindowView, more int) {
-	for _, w := range ws {
-		if !f.Match(w) {
-			continue
-		}
-		if f.Limit > 0 && len(kept) >= f.Limit {
-			more++
-			continue
-		}
-		kept = append(kept, w)
-	}
-	return kept, more
 }

@@ -318,13 +318,11 @@ func (s *Service) windows(ctx context.Context, body []byte) (any, error) {
 	if err != nil {
 		return nil, badBody("windows", body, err)
 	}
-	ws, err := eng.Windows(req.Stage)
+	in := s.stageInputs()
+	ws, err := eng.WindowsMatching(f, func(stage string) bool { return s.readable(ctx, in[stage]) })
 	if err != nil {
 		return nil, status.Error(codes.NotFound, err.Error())
 	}
-	in := s.stageInputs()
-	ws = slices.DeleteFunc(ws, func(w engine.WindowView) bool { return !s.readable(ctx, in[w.Stage]) })
-	ws, _ = f.Apply(ws)
 	return listOf(ws), nil
 }
 

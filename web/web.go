@@ -390,15 +390,13 @@ func (s *Server) windows(w http.ResponseWriter, r *http.Request) {
 			*t.out = tm
 		}
 	}
-	ws, err := s.eng.Windows(f.Stage)
 	inputs := map[string][]string{}
 	if g := s.eng.Graph(); g != nil {
 		for _, n := range g.Stages {
 			inputs[n.Name] = n.Inputs
 		}
 	}
-	ws = slices.DeleteFunc(ws, func(v engine.WindowView) bool { return !s.readsAll(r, inputs[v.Stage]) })
-	ws, _ = f.Apply(ws)
+	ws, err := s.eng.WindowsMatching(f, func(stage string) bool { return s.readsAll(r, inputs[stage]) })
 	if ws == nil {
 		ws = []engine.WindowView{}
 	}
