@@ -96,6 +96,7 @@ bench: build
 	$(GO) run ./bench/site -plumb $(CURDIR)/$(BIN)
 	$(GO) run ./bench/attack -plumb $(CURDIR)/$(BIN)
 	$(GO) run ./bench/windows -plumb $(CURDIR)/$(BIN)
+	$(GO) run ./bench/listing -plumb $(CURDIR)/$(BIN)
 	$(GO) run ./bench/streams -plumb $(CURDIR)/$(BIN)
 	$(GO) run ./bench/deadlines -plumb $(CURDIR)/$(BIN)
 	$(GO) run ./bench/drain -plumb $(CURDIR)/$(BIN)

@@ -598,7 +598,11 @@ func (e *Engine) WindowsMatching(f WindowFilter, readable func(stage string) boo
 		if f.Limit > 0 {
 			left = f.Limit - len(out)
 		}
-		recs, err := e.db.WindowsWhere(sw.group, func(r *state.WindowRecord) bool { return f.Match(firedView(sw.name, r)) }, left)
+		prefix := ""
+		if f.Site != "" {
+			prefix = f.Site + "/" // IDs are SITE/INDEX
+		}
+		recs, err := e.db.WindowsWhere(sw.group, prefix, func(r *state.WindowRecord) bool { return f.Match(firedView(sw.name, r)) }, left)
 		if err != nil {
 			return nil, err
 		}

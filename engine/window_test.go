@@ -370,6 +370,13 @@ stages:
 	if err != nil || fmt.Sprint(ids(got)) != fmt.Sprint(ids(fired[:2])) {
 		t.Errorf("the first 2 fired windows: %v (%v); want %v", ids(got), err, ids(fired[:2]))
 	}
+	site, _, _ := strings.Cut(ws[0].ID, "/")
+	if got, err := r.eng.WindowsMatching(engine.WindowFilter{Site: site}, nil); err != nil || len(got) != len(ws) {
+		t.Errorf("site %s has %d windows listed (%v); the whole listing has %d", site, len(got), err, len(ws))
+	}
+	if got, err := r.eng.WindowsMatching(engine.WindowFilter{Site: site + "x"}, nil); err != nil || len(got) != 0 {
+		t.Errorf("site %sx, which has none, lists %v (%v)", site, ids(got), err)
+	}
 	if got, err := r.eng.WindowsMatching(engine.WindowFilter{}, func(string) bool { return false }); err != nil || len(got) != 0 {
 		t.Errorf("a caller who reads no stage sees %v (%v)", ids(got), err)
 	}
