@@ -8,7 +8,7 @@ import sys
 try:
     import duckdb
     import pandas  # noqa: F401  (to_pandas needs it)
-    import plumb
+    import plumb_client as plumb
 except ImportError as e:
     print(f"  (skipped: Python module {e.name} is missing; "
           "pip install pyarrow pandas duckdb clients/python to see this part)")

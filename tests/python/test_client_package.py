@@ -27,12 +27,14 @@ def plumb(tmp_path_factory):
     wheels = list(out.glob("plumb_client-*.whl"))
     assert len(wheels) == 1, wheels
     names = zipfile.ZipFile(wheels[0]).namelist()
-    assert "plumb/__init__.py" in names and "plumb/py.typed" in names, names
+    assert "plumb_client/__init__.py" in names and "plumb_client/py.typed" in names, names
+    # Not `plumb`: that name on PyPI is another project's.
+    assert not any(n.startswith("plumb/") for n in names), names
     target = tmp_path_factory.mktemp("site")
     subprocess.run([sys.executable, "-m", "pip", "install", "-q", "--no-deps", "--target", str(target),
                     str(wheels[0])], check=True)
     sys.path.insert(0, str(target))
-    import plumb as pkg
+    import plumb_client as pkg
     assert pkg.__file__.startswith(str(target)), pkg.__file__
     return pkg
 

@@ -1,6 +1,6 @@
 """Python client of a Plumb server, over Arrow Flight with pyarrow.
 
-    import plumb
+    import plumb_client as plumb
     c = plumb.connect("127.0.0.1:8815")
     for block in c.consume("pcap.sz", group="archive"):
         ...  # acknowledged when the loop moves on to the next block
