@@ -2,7 +2,9 @@
 would install and use it: the wheel is built with `pip wheel`, installed
 into a directory of its own, and imported from there."""
 import datetime as dt
+import hashlib
 import io
+import os
 import time
 import json
 import subprocess
@@ -114,6 +116,62 @@ def test_consume_acks_in_batches(plumb, server):
     assert c.ack("pcap.sz", "manual", *manual) == 250 and acks == [250]
     with pytest.raises(plumb.InvalidArgument, match="want 'auto' or 'manual'"):
         list(c.consume("pcap.sz", group="x", ack="sometimes"))
+
+
+# The reader's peak memory is the kernel's high-water mark of its address
+# space (VmHWM; ru_maxrss would carry the forking parent's over execve).
+SPOOL_SCRIPT = """
+import sys
+sys.path.insert(0, sys.argv[1])
+import plumb_client
+def peak():
+    return next(int(l.split()[1]) for l in open("/proc/self/status") if l.startswith("VmHWM:"))
+c = plumb_client.connect(sys.argv[2])
+c.queues()
+before = peak()
+blocks = list(c.consume("pcap.sz", "big", start="earliest", spool=sys.argv[3]))
+print(len(blocks), blocks[0].path, blocks[0].sha256, before, peak())
+"""
+
+
+def test_consume_spools_a_large_block(plumb, server, tmp_path):
+    """A 256 MiB block (agents' default size) read with spool=DIR goes to
+    a file as it comes: the reader's peak memory grows by a chunk's worth
+    (held whole, the block took about twice its size: 527 MiB), and the
+    file is the block, its SHA-256 checked."""
+    big = tmp_path / "big"
+    with open(big, "wb") as f:
+        for i in range(256):
+            f.write(hashlib.sha256(str(i).encode()).digest() * (1 << 15))  # 1 MiB each, not all alike
+    c = plumb.connect(server.addr)
+    c.put(name(1), big)
+    spool = tmp_path / "spool"
+    spool.mkdir()
+    site = os.path.dirname(os.path.dirname(plumb.__file__))
+    out = subprocess.run([sys.executable, "-c", SPOOL_SCRIPT, site, server.addr, str(spool)],
+                         check=True, capture_output=True, text=True).stdout.split()
+    n, path, sha, before, after = int(out[0]), out[1], out[2], int(out[3]), int(out[4])
+    want = hashlib.sha256(big.read_bytes()).hexdigest()
+    assert n == 1 and sha == want and hashlib.sha256(open(path, "rb").read()).hexdigest() == want
+    assert os.listdir(spool) == [name(1)]
+    grew_mib = (after - before) // 1024
+    assert before > 0 and grew_mib < 64, f"reading a 256 MiB block to a file grew the reader's peak memory by {grew_mib} MiB"
+
+
+def test_idle_timeout_ends_a_followed_loop(plumb, server):
+    """A follow=True loop ends once no block came for idle_timeout, as a
+    poll with a timeout does, acknowledging what it read."""
+    c = plumb.connect(server.addr)
+    c.put(name(1), b"one")
+    started = time.monotonic()
+    got = [b.name for b in c.consume("pcap.sz", "idle", start="earliest", follow=True, idle_timeout=1.0)]
+    took = time.monotonic() - started
+    assert got == [name(1)] and 0.9 < took < 30, (got, took)
+    assert [g["done"] for g in c.groups("pcap.sz") if g["group"] == "idle"] == [1]
+    with pytest.raises(plumb.InvalidArgument, match="idle_timeout"):
+        list(c.consume("pcap.sz", "x", idle_timeout=0))
+    with pytest.raises(plumb.InvalidArgument, match="not a directory"):
+        list(c.consume("pcap.sz", "x", spool="/nonexistent/dir"))
 
 
 def test_every_status_has_its_class(plumb, server, tmp_path, monkeypatch):

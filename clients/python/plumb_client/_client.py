@@ -3,9 +3,11 @@ from __future__ import annotations
 
 import datetime as _dt
 import hashlib
+import io
 import json
 import os
 import re
+import threading
 import time
 from dataclasses import dataclass, field
 from typing import Any, Dict, Iterable, Iterator, List, Mapping, Optional, Sequence, Tuple, Union
@@ -13,7 +15,7 @@ from typing import Any, Dict, Iterable, Iterator, List, Mapping, Optional, Seque
 import pyarrow as pa
 import pyarrow.flight as fl
 
-from ._errors import InvalidArgument, PlumbError, translated
+from ._errors import Cancelled, InvalidArgument, PlumbError, translated
 
 BLOCK_SCHEMA = pa.schema([("offset", pa.int64()), ("data", pa.binary())])
 CHUNK = 1 << 20  # block bytes per record batch, as the server sends them
@@ -34,11 +36,20 @@ def _parse_name(name: str) -> Tuple[str, str, int, _dt.datetime]:
 
 @dataclass
 class Block:
-    """A block as read: its name, bytes and checksum."""
+    """A block as read: its name, bytes and checksum. A block written to a
+    file as it came (consume(..., spool=DIR)) has path set and data empty:
+    open() reads either."""
 
     name: str
     data: bytes
     sha256: str
+    path: Optional[str] = None
+
+    def open(self) -> "io.BufferedIOBase":
+        """The block's bytes as a file: its file when spooled, else its data."""
+        if self.path is not None:
+            return open(self.path, "rb")
+        return io.BytesIO(self.data)
 
     @property
     def queue(self) -> str:
@@ -88,42 +99,112 @@ class Window:
     empty: int = 0
 
 
-def _frames(reader: fl.FlightStreamReader) -> Iterator[Union[Block, dict]]:
+def _frames(reader: fl.FlightStreamReader, spool: Optional[str] = None) -> Iterator[Union[Block, dict]]:
     """Blocks (checked against their SHA-256), and the app_metadata of
-    batches that are not blocks, as they come on a DoGet stream."""
+    batches that are not blocks, as they come on a DoGet stream. With
+    spool, a directory, each block's bytes go to a file there as they come
+    (DIR/NAME, written as DIR/.NAME.part until whole and checked): memory
+    holds a chunk, not the block."""
     cur: Optional[dict] = None
     buf = bytearray()
-    while True:
-        try:
-            chunk = reader.read_chunk()
-        except StopIteration:
-            break
-        meta = chunk.app_metadata
-        if meta is not None:
-            if cur is not None:
-                raise PlumbError(f"protocol error: block {cur['name']}: next header before its last "
-                                 f"{cur['size'] - len(buf)} bytes")
-            obj = json.loads(meta.to_pybytes())
-            if not obj.get("name"):
-                yield obj  # an event or a window header
-                continue
-            cur, buf = obj, bytearray()
-        if chunk.data is not None and chunk.data.num_rows:
-            if cur is None:
-                raise PlumbError("protocol error: block bytes before any block header")
-            for off, data in zip(chunk.data.column("offset").to_pylist(), chunk.data.column("data").to_pylist()):
-                if off != len(buf):
-                    raise PlumbError(f"protocol error: block {cur['name']}: offset {off}, expected {len(buf)}")
-                buf.extend(data)
-        if cur is not None and len(buf) >= cur["size"]:
-            got = hashlib.sha256(buf).hexdigest()
-            if len(buf) != cur["size"] or got != cur["sha256"]:
-                raise PlumbError(f"block {cur['name']}: received {len(buf)} bytes with sha256 {got}, "
-                                 f"header says {cur['size']} bytes with sha256 {cur['sha256']}")
-            yield Block(cur["name"], bytes(buf), got)
-            cur = None
-    if cur is not None:
-        raise PlumbError(f"block {cur['name']}: stream ended with {cur['size'] - len(buf)} bytes left")
+    got = 0  # bytes of the current block so far
+    digest = None
+    out = None  # the spool file being written
+    try:
+        while True:
+            try:
+                chunk = reader.read_chunk()
+            except StopIteration:
+                break
+            meta = chunk.app_metadata
+            if meta is not None:
+                if cur is not None:
+                    raise PlumbError(f"protocol error: block {cur['name']}: next header before its last "
+                                     f"{cur['size'] - got} bytes")
+                obj = json.loads(meta.to_pybytes())
+                if not obj.get("name"):
+                    yield obj  # an event or a window header
+                    continue
+                if "/" in obj["name"] or obj["name"].startswith("."):
+                    raise PlumbError(f"protocol error: block name {obj['name']!r}")
+                cur, buf, got, digest = obj, bytearray(), 0, hashlib.sha256()
+                if spool is not None:
+                    out = open(os.path.join(spool, "." + cur["name"] + ".part"), "wb")
+            if chunk.data is not None and chunk.data.num_rows:
+                if cur is None:
+                    raise PlumbError("protocol error: block bytes before any block header")
+                offsets, datas = chunk.data.column("offset"), chunk.data.column("data")
+                for i in range(chunk.data.num_rows):
+                    off = offsets[i].as_py()
+                    if off != got:
+                        raise PlumbError(f"protocol error: block {cur['name']}: offset {off}, expected {got}")
+                    data = memoryview(datas[i].as_buffer())  # the batch's bytes, not a copy
+                    digest.update(data)
+                    got += len(data)
+                    if out is not None:
+                        out.write(data)
+                    else:
+                        buf.extend(data)
+            if cur is not None and got >= cur["size"]:
+                sum_ = digest.hexdigest()
+                if got != cur["size"] or sum_ != cur["sha256"]:
+                    raise PlumbError(f"block {cur['name']}: received {got} bytes with sha256 {sum_}, "
+                                     f"header says {cur['size']} bytes with sha256 {cur['sha256']}")
+                if out is not None:
+                    out.close()
+                    path = os.path.join(spool, cur["name"])
+                    os.replace(out.name, path)
+                    out = None
+                    yield Block(cur["name"], b"", sum_, path)
+                else:
+                    yield Block(cur["name"], bytes(buf), sum_)
+                cur = None
+        if cur is not None:
+            raise PlumbError(f"block {cur['name']}: stream ended with {cur['size'] - got} bytes left")
+    finally:
+        if out is not None:
+            out.close()
+            os.unlink(out.name)
+
+
+class _Idle:
+    """Cancels a reader when no frame came for timeout seconds, and makes
+    the cancellation it caused the loop's normal end."""
+
+    def __init__(self, reader: fl.FlightStreamReader, timeout: Optional[float]):
+        self._reader, self._timeout = reader, timeout
+        self._timer: Optional[threading.Timer] = None
+        self.fired = False
+        self.start()
+
+    def _fire(self) -> None:
+        self.fired = True
+        self._reader.cancel()
+
+    def start(self) -> None:
+        if self._timeout is not None:
+            self._timer = threading.Timer(self._timeout, self._fire)
+            self._timer.daemon = True
+            self._timer.start()
+
+    def stop(self) -> None:
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
+
+    class _Ends:
+        def __init__(self, idle: "_Idle"):
+            self._idle = idle
+
+        def __enter__(self) -> None:
+            return None
+
+        def __exit__(self, typ: Any, exc: Any, tb: Any) -> bool:
+            # The reader cancelled for idleness: the loop ends, no error.
+            return exc is not None and self._idle.fired and isinstance(exc, (Cancelled, fl.FlightCancelledError))
+
+    def ends(self) -> "_Idle._Ends":
+        return _Idle._Ends(self)
 
 
 class Client:
@@ -260,7 +341,8 @@ class Client:
 
     def consume(self, queue: str, group: str, start: Optional[str] = None, follow: bool = False,
                 visibility: Optional[float] = None, ack: str = "auto", ack_every: int = 100,
-                ack_interval: float = 1.0) -> Iterator[Block]:
+                ack_interval: float = 1.0, spool: Optional[Union[str, "os.PathLike[str]"]] = None,
+                idle_timeout: Optional[float] = None) -> Iterator[Block]:
         """A consumer group's blocks.
 
         start is where a new group begins: "latest" (the server's default,
@@ -274,9 +356,21 @@ class Client:
         timeout (seconds; the server's default when None). With
         ack="manual" nothing is acknowledged here: call ack() with the
         names, one or many at a time.
+
+        spool, a directory, writes each block there as it comes (its file
+        is Block.path, data is empty; the file is the caller's to move or
+        delete): a 256 MiB block then costs a chunk of memory, not twice
+        its size. idle_timeout (seconds) ends a follow=True loop once no
+        block came for that long, as a poll with a timeout does.
         """
         if ack not in ("auto", "manual"):
             raise InvalidArgument(f"ack={ack!r}: want 'auto' or 'manual'")
+        if spool is not None:
+            spool = os.fspath(spool)
+            if not os.path.isdir(spool):
+                raise InvalidArgument(f"spool={spool!r}: not a directory")
+        if idle_timeout is not None and idle_timeout <= 0:
+            raise InvalidArgument(f"idle_timeout={idle_timeout!r}: want seconds above 0")
         t: Dict[str, Any] = {"queue": queue, "group": group, "follow": follow}
         if start is not None:
             t["from"] = start
@@ -286,12 +380,16 @@ class Client:
         reader = self._do_get(t)
         done: List[str] = []
         last = time.monotonic()
+        idle = _Idle(reader, idle_timeout)
         try:
-            with translated(self._timeout, started):
-                for frame in _frames(reader):
+            with idle.ends(), translated(self._timeout, started):
+                for frame in _frames(reader, spool):
+                    idle.stop()
                     if not isinstance(frame, Block):
+                        idle.start()
                         continue
                     yield frame
+                    idle.start()
                     if ack == "manual":
                         continue
                     done.append(frame.name)
@@ -300,6 +398,7 @@ class Client:
                         done.clear()
                         last = time.monotonic()
         finally:
+            idle.stop()
             reader.cancel()
             if done:
                 # Those the loop finished before it ended (normally, by a
