@@ -1,6 +1,7 @@
 """The Python package (clients/python) against real servers, as a user
 would install and use it: the wheel is built with `pip wheel`, installed
 into a directory of its own, and imported from there."""
+import asyncio
 import datetime as dt
 import hashlib
 import io
@@ -172,6 +173,40 @@ def test_idle_timeout_ends_a_followed_loop(plumb, server):
         list(c.consume("pcap.sz", "x", idle_timeout=0))
     with pytest.raises(plumb.InvalidArgument, match="not a directory"):
         list(c.consume("pcap.sz", "x", spool="/nonexistent/dir"))
+
+
+def test_consume_async(plumb, server):
+    """`async for` over consume_async(): the blocks in order, the event loop
+    running meanwhile, and a followed loop cancelled (wait_for) ends its
+    read and acknowledges what it read."""
+    c = plumb.connect(server.addr)
+    c.put_many([(name(i), b"x") for i in range(1, 4)])
+
+    async def main():
+        got = [b.name async for b in c.consume_async("pcap.sz", "aio", start="earliest")]
+        seen, ticks = [], [0]
+
+        async def follow():
+            async for b in c.consume_async("pcap.sz", "aio-follow", start="earliest", follow=True):
+                seen.append(b.name)
+
+        async def ticker():
+            while True:
+                await asyncio.sleep(0.05)
+                ticks[0] += 1
+
+        t = asyncio.create_task(ticker())
+        with pytest.raises(asyncio.TimeoutError):
+            await asyncio.wait_for(follow(), 2)
+        t.cancel()
+        return got, seen, ticks[0]
+
+    got, seen, ticks = asyncio.run(main())
+    want = [name(i) for i in range(1, 4)]
+    assert got == want and seen == want
+    assert ticks >= 10, f"the event loop ticked {ticks} times in 2 s while a read waited"
+    done = {g["group"]: g["done"] for g in c.groups("pcap.sz")}
+    assert done["aio"] == 3 and done["aio-follow"] == 3, done
 
 
 def test_every_status_has_its_class(plumb, server, tmp_path, monkeypatch):

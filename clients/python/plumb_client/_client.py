@@ -1,6 +1,7 @@
 """The client: connections, blocks, groups, windows, streams and records."""
 from __future__ import annotations
 
+import asyncio
 import datetime as _dt
 import hashlib
 import io
@@ -10,7 +11,7 @@ import re
 import threading
 import time
 from dataclasses import dataclass, field
-from typing import Any, Dict, Iterable, Iterator, List, Mapping, Optional, Sequence, Tuple, Union
+from typing import Any, AsyncIterator, Dict, Iterable, Iterator, List, Mapping, Optional, Sequence, Tuple, Union
 
 import pyarrow as pa
 import pyarrow.flight as fl
@@ -342,7 +343,7 @@ class Client:
     def consume(self, queue: str, group: str, start: Optional[str] = None, follow: bool = False,
                 visibility: Optional[float] = None, ack: str = "auto", ack_every: int = 100,
                 ack_interval: float = 1.0, spool: Optional[Union[str, "os.PathLike[str]"]] = None,
-                idle_timeout: Optional[float] = None) -> Iterator[Block]:
+                idle_timeout: Optional[float] = None, _on_reader: Any = None) -> Iterator[Block]:
         """A consumer group's blocks.
 
         start is where a new group begins: "latest" (the server's default,
@@ -378,6 +379,8 @@ class Client:
             t["visibility"] = visibility
         started = time.monotonic()
         reader = self._do_get(t)
+        if _on_reader is not None:
+            _on_reader(reader)
         done: List[str] = []
         last = time.monotonic()
         idle = _Idle(reader, idle_timeout)
@@ -405,6 +408,37 @@ class Client:
                 # break or by an exception in a later block).
                 with translated(self._timeout):
                     self.ack(queue, group, *done)
+
+    async def consume_async(self, queue: str, group: str, **kw: Any) -> AsyncIterator[Block]:
+        """consume() for asyncio: `async for block in c.consume_async(...)`,
+        with the same arguments. The blocking reads run on a thread of the
+        loop's executor, so the event loop goes on meanwhile; cancelling
+        the task (asyncio.wait_for, TaskGroup) cancels the read, and the
+        blocks finished before are acknowledged as when a loop ends."""
+        loop = asyncio.get_running_loop()
+        readers: List[fl.FlightStreamReader] = []
+        gen = self.consume(queue, group, _on_reader=readers.append, **kw)
+        end = object()
+        pending = None
+        try:
+            while True:
+                pending = loop.run_in_executor(None, next, gen, end)
+                block = await asyncio.shield(pending)
+                pending = None
+                if block is end:
+                    return
+                yield block
+        finally:
+            if pending is not None:
+                # Cancelled while a read waits: end the read, let the
+                # thread's next() return, then close the generator there.
+                for r in readers:
+                    r.cancel()
+                try:
+                    await pending
+                except Exception:
+                    pass
+            await loop.run_in_executor(None, gen.close)
 
     def groups(self, queue: str) -> List[Dict[str, Any]]:
         """A queue's consumer groups (a non-admin sees their own)."""
