@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 
 	"github.com/apache/arrow-go/v18/arrow"
+	"github.com/apache/arrow-go/v18/arrow/array"
 	aflight "github.com/apache/arrow-go/v18/arrow/flight"
 	"github.com/apache/arrow-go/v18/arrow/memory"
 	"github.com/plumb-dev/plumb/flight"
@@ -148,6 +149,32 @@ func (c *Client) Records(ctx context.Context, t flight.RecordsTicket) (*aflight.
 		return nil, err
 	}
 	return aflight.NewRecordReader(rpc)
+}
+
+// RecordsTable reads the rows a records ticket selects into one table,
+// for a selection that fits in memory (set the ticket's Limit to make
+// sure; Records streams the rest). Release the table when done.
+func (c *Client) RecordsTable(ctx context.Context, t flight.RecordsTicket) (arrow.Table, error) {
+	r, err := c.Records(ctx, t)
+	if err != nil {
+		return nil, err
+	}
+	defer r.Release()
+	var recs []arrow.RecordBatch
+	defer func() {
+		for _, rec := range recs {
+			rec.Release()
+		}
+	}()
+	for r.Next() {
+		rec := r.RecordBatch()
+		rec.Retain()
+		recs = append(recs, rec)
+	}
+	if err := r.Err(); err != nil {
+		return nil, err
+	}
+	return array.NewTableFromRecords(r.Schema(), recs), nil
 }
 
 // RecordsSchema returns the schema of the table a records ticket reads,

@@ -124,6 +124,25 @@ func ExampleClient_Records() {
 	// nope.example.
 }
 
+// RecordsTable reads a selection small enough for memory into one
+// table; Limit makes sure it is.
+func ExampleClient_RecordsTable() {
+	ctx := context.Background()
+	c, err := client.Dial(addr)
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer c.Close()
+	table, err := c.RecordsTable(ctx, client.RecordsTicket{Records: "names.arrow", Columns: []string{"qname"}, Limit: 1000})
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer table.Release()
+	fmt.Println(table.NumRows(), "rows of", table.Schema().Field(0).Name)
+	// Output:
+	// 2 rows of qname
+}
+
 // RecordsSchema says which columns a records ticket reads, and refuses
 // a ticket the server would, before any row moves.
 func ExampleClient_RecordsSchema() {
