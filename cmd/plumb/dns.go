@@ -1,14 +1,21 @@
 package main
 
 import (
+	"bufio"
 	"context"
 	"errors"
 	"flag"
 	"fmt"
 	"io"
 	"os"
+	"path/filepath"
+	"strings"
 	"time"
 
+	"github.com/apache/arrow-go/v18/arrow/array"
+	"github.com/apache/arrow-go/v18/arrow/ipc"
+
+	"github.com/plumb-dev/plumb/engine/builtin"
 	"github.com/plumb-dev/plumb/pcap"
 	"github.com/plumb-dev/plumb/pcap/dnsmsg"
 	"github.com/plumb-dev/plumb/pcap/dnspair"
@@ -18,10 +25,21 @@ import (
 func dnsCommand() command {
 	return command{
 		name:  "dns",
-		usage: "[-o OUT.arrow] [--pairs] CAPTURE",
-		short: "extract the DNS messages (or, with --pairs, transactions) of a capture into an Arrow file, as builtin:dns (builtin:dnspairs) does",
+		usage: "[-o OUT.arrow|OUT.parquet|OUT.jsonl|-] [--pairs] [--ports 53,853] CAPTURE|-",
+		short: "extract the DNS messages (or, with --pairs, transactions) of a capture (- for stdin) into Arrow, Parquet or JSON lines, as builtin:dns (builtin:dnspairs) does",
 		run: func(ctx context.Context, fs *flag.FlagSet, args []string) error {
-			out := fs.String("o", "", "Arrow IPC `FILE` to write (default: count only)")
+			out := fs.String("o", "", "`FILE` to write, Arrow IPC unless --format or its name (.parquet, .jsonl) says otherwise; - writes JSON lines to stdout (default: count only)")
+			var format string
+			fs.Func("format", "`FORMAT` of -o: arrow, parquet (ZSTD, as builtin:parquet; up to 1 GiB of records) or jsonl (a JSON object per row)", func(v string) error {
+				format = v
+				_, err := outputFormat("", v)
+				return err
+			})
+			var ports []uint16
+			fs.Func("ports", "`PORTS` DNS is read on, separated by commas (default 53), as builtin:dns?ports=", func(v string) (err error) {
+				ports, err = builtin.ParsePorts(v)
+				return err
+			})
 			instance := fs.String("instance", "local", "instance (site) written in each row")
 			seq := fs.Uint64("seq", 0, "sequence number written in each row")
 			pairs := fs.Bool("pairs", false, "write one row per transaction (query and response paired), as builtin:dnspairs")
@@ -37,21 +55,38 @@ func dnsCommand() command {
 			if err != nil {
 				return err
 			}
-			f, err := os.Open(files[0])
+			form, err := outputFormat(*out, format)
 			if err != nil {
 				return err
 			}
-			defer f.Close()
-			r, closer, err := pcap.NewReader(f)
+			var in io.Reader = os.Stdin
+			if files[0] != "-" {
+				f, err := os.Open(files[0])
+				if err != nil {
+					return err
+				}
+				defer f.Close()
+				in = f
+			}
+			r, closer, err := pcap.NewReader(in)
 			if err != nil {
 				return fmt.Errorf("%s: %w", files[0], err)
 			}
 			defer closer.Close()
 			// Without -o only the counts are wanted: no Arrow file is built
-			// (it used to be built and compressed into io.Discard).
+			// (it used to be built and compressed into io.Discard). Parquet
+			// and JSON lines are made from the Arrow file once it is whole.
 			var of *os.File
 			if *out != "" {
-				if of, err = os.Create(*out); err != nil {
+				if form == "arrow" && *out != "-" {
+					of, err = os.Create(*out)
+				} else {
+					of, err = os.CreateTemp("", "plumb-dns-*.arrow")
+					if err == nil {
+						defer os.Remove(of.Name())
+					}
+				}
+				if err != nil {
 					return err
 				}
 				defer of.Close()
@@ -93,7 +128,7 @@ func dnsCommand() command {
 					}
 				}
 			}
-			x := dnsrec.NewExtractor(r.LinkType, nil, emit)
+			x := dnsrec.NewExtractor(r.LinkType, ports, emit)
 			if !*pairs {
 				x.ReadSections(sections) // pairing keeps the answers
 			}
@@ -129,6 +164,11 @@ func dnsCommand() command {
 				if err := of.Close(); err != nil {
 					return err
 				}
+				if form != "arrow" || *out == "-" {
+					if err := convertRecords(ctx, of.Name(), *out, form); err != nil {
+						return err
+					}
+				}
 			}
 			st := x.Stats()
 			secs := time.Since(start).Seconds()
@@ -141,4 +181,85 @@ func dnsCommand() command {
 			return nil
 		},
 	}
+}
+
+// outputFormat is the format plumb dns writes -o in: --format, else the
+// name's extension (.parquet, .jsonl/.ndjson/.json), else Arrow; "-"
+// (stdout) is JSON lines unless --format says otherwise.
+func outputFormat(out, format string) (string, error) {
+	switch format {
+	case "arrow", "parquet", "jsonl":
+		return format, nil
+	case "":
+	default:
+		return "", fmt.Errorf("want arrow, parquet or jsonl")
+	}
+	switch ext := strings.ToLower(filepath.Ext(out)); {
+	case out == "-":
+		return "jsonl", nil
+	case ext == ".parquet":
+		return "parquet", nil
+	case ext == ".jsonl" || ext == ".ndjson" || ext == ".json":
+		return "jsonl", nil
+	}
+	return "arrow", nil
+}
+
+// convertRecords writes the Arrow IPC file at path to out ("-":
+// stdout) as Parquet (as builtin:parquet writes it) or JSON lines, or
+// copies it for Arrow to stdout.
+func convertRecords(ctx context.Context, path, out, form string) error {
+	src, err := os.Open(path)
+	if err != nil {
+		return err
+	}
+	defer src.Close()
+	var w io.Writer = os.Stdout
+	if out != "-" {
+		f, err := os.Create(out)
+		if err != nil {
+			return err
+		}
+		defer f.Close()
+		w = f
+	}
+	bw := bufio.NewWriterSize(w, 1<<20)
+	switch form {
+	case "parquet":
+		err = (&builtin.Parquet{RowGroupRows: builtin.DefaultRowGroupRows}).Run(ctx, src, bw)
+	case "jsonl":
+		err = recordsToJSON(src, bw)
+	default:
+		_, err = io.Copy(bw, src)
+	}
+	if err == nil {
+		err = bw.Flush()
+	}
+	if err == nil && out != "-" {
+		err = w.(*os.File).Close()
+	}
+	if err != nil {
+		return fmt.Errorf("write %s: %w", out, err)
+	}
+	return nil
+}
+
+// recordsToJSON writes each row of an Arrow IPC file as a JSON object on
+// a line of its own.
+func recordsToJSON(src *os.File, w io.Writer) error {
+	r, err := ipc.NewFileReader(src)
+	if err != nil {
+		return err
+	}
+	defer r.Close()
+	for i := range r.NumRecords() {
+		rec, err := r.RecordBatch(i)
+		if err != nil {
+			return err
+		}
+		if err := array.RecordToJSON(rec, w); err != nil {
+			return err
+		}
+	}
+	return nil
 }

@@ -31,7 +31,7 @@ func registerDNS(reg *engine.Registry) {
 			if err := engine.StrictArgs(args, "ports", "budget", "sections"); err != nil {
 				return nil, err
 			}
-			ports, err := parsePorts(args.Get("ports"))
+			ports, err := ParsePorts(args.Get("ports"))
 			if err != nil {
 				return nil, err
 			}
@@ -60,7 +60,7 @@ func registerDNS(reg *engine.Registry) {
 			if err := engine.StrictArgs(args, "ports", "window", "max_pending", "budget"); err != nil {
 				return nil, err
 			}
-			ports, err := parsePorts(args.Get("ports"))
+			ports, err := ParsePorts(args.Get("ports"))
 			if err != nil {
 				return nil, err
 			}
@@ -107,7 +107,9 @@ func parseBytes(v string) (int, error) {
 }
 
 // parsePorts reads ?ports=53,853; none is dnsrec.DefaultPorts.
-func parsePorts(v string) ([]uint16, error) {
+// ParsePorts reads a list of port numbers separated by commas ("53,853"),
+// as ?ports= and plumb dns --ports take it; "" is none (the default).
+func ParsePorts(v string) ([]uint16, error) {
 	if v == "" {
 		return nil, nil
 	}

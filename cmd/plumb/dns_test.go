@@ -1,0 +1,111 @@
+package main
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/json"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/apache/arrow-go/v18/arrow/memory"
+	"github.com/apache/arrow-go/v18/parquet/file"
+	"github.com/apache/arrow-go/v18/parquet/pqarrow"
+
+	"github.com/plumb-dev/plumb/internal/testenv"
+)
+
+// TestDNSCommandOutputs: plumb dns reads a capture from stdin as from a
+// file, and writes the same rows as Arrow, Parquet (by the name) and
+// JSON lines (to stdout with -o -); --ports chooses where DNS is read.
+func TestDNSCommandOutputs(t *testing.T) {
+	capture := "../../testdata/pcaps/dnscap__dns.pcap"
+	dir := t.TempDir()
+	ref := filepath.Join(dir, "ref.arrow")
+	if out, errOut, code := plumbExec(t, "dns", "-o", ref, capture); code != 0 {
+		t.Fatalf("plumb dns: %s %s", out, errOut)
+	}
+	want := arrowTimes(t, ref)
+	if len(want) == 0 {
+		t.Fatal("no rows in the reference")
+	}
+
+	raw, err := os.ReadFile(capture)
+	if err != nil {
+		t.Fatal(err)
+	}
+	run := func(args ...string) []byte {
+		cmd := testenv.Command(t, time.Minute, os.Args[0], append([]string{"dns"}, args...)...)
+		cmd.Env = append(os.Environ(), "PLUMB_TEST_AS_PLUMB=1")
+		cmd.Stdin = bytes.NewReader(raw)
+		var stderr bytes.Buffer
+		cmd.Stderr = &stderr
+		out, err := cmd.Output()
+		if err != nil {
+			t.Fatalf("plumb dns %v: %v\n%s", args, err, stderr.String())
+		}
+		return out
+	}
+	// Arrow from stdin.
+	fromStdin := filepath.Join(dir, "stdin.arrow")
+	run("-o", fromStdin, "-")
+	if got := arrowTimes(t, fromStdin); !slices.Equal(got, want) {
+		t.Errorf("from stdin: %d rows; from the file %d", len(got), len(want))
+	}
+
+	// JSON lines on stdout: a row per line, the same times.
+	var times []string
+	sc := bufio.NewScanner(bytes.NewReader(run("-o", "-", "-")))
+	sc.Buffer(nil, 1<<20)
+	for sc.Scan() {
+		var row map[string]any
+		if err := json.Unmarshal(sc.Bytes(), &row); err != nil {
+			t.Fatalf("a line of -o - is not JSON: %v: %s", err, sc.Text())
+		}
+		if _, ok := row["qname"]; !ok {
+			t.Fatalf("a JSON row without qname: %s", sc.Text())
+		}
+		times = append(times, row["time"].(string))
+	}
+	if len(times) != len(want) {
+		t.Errorf("JSON lines: %d rows; Arrow %d", len(times), len(want))
+	}
+
+	// Parquet, by the file's name.
+	pq := filepath.Join(dir, "out.parquet")
+	run("-o", pq, capture)
+	f, err := file.OpenParquetFile(pq, false)
+	if err != nil {
+		t.Fatalf("the .parquet output does not open as Parquet: %v", err)
+	}
+	defer f.Close()
+	fr, err := pqarrow.NewFileReader(f, pqarrow.ArrowReadProperties{}, memory.DefaultAllocator)
+	if err != nil {
+		t.Fatal(err)
+	}
+	table, err := fr.ReadTable(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer table.Release()
+	if table.NumRows() != int64(len(want)) {
+		t.Errorf("Parquet: %d rows; Arrow %d", table.NumRows(), len(want))
+	}
+
+	// DNS read on another port finds none here; a bad port or format is
+	// a usage mistake.
+	if out := run("--ports", "5353", "-o", "-", capture); len(out) != 0 {
+		t.Errorf("--ports 5353 found rows in a capture of port 53: %.200s", out)
+	}
+	for _, bad := range [][]string{{"--ports", "x", capture}, {"--format", "xml", "-o", "y", capture}} {
+		cmd := exec.Command(os.Args[0], append([]string{"dns"}, bad...)...)
+		cmd.Env = append(os.Environ(), "PLUMB_TEST_AS_PLUMB=1")
+		if err := cmd.Run(); err == nil || cmd.ProcessState.ExitCode() != 2 {
+			t.Errorf("plumb dns %v: %v; want exit 2", bad, err)
+		}
+	}
+}
