@@ -20,12 +20,13 @@ import (
 	"github.com/plumb-dev/plumb/pcap/dnsmsg"
 	"github.com/plumb-dev/plumb/pcap/dnspair"
 	"github.com/plumb-dev/plumb/pcap/dnsrec"
+	"github.com/plumb-dev/plumb/pcap/filter"
 )
 
 func dnsCommand() command {
 	return command{
 		name:  "dns",
-		usage: "[-o OUT.arrow|OUT.parquet|OUT.jsonl|-] [--pairs] [--ports 53,853] CAPTURE|-",
+		usage: "[-o OUT.arrow|OUT.parquet|OUT.jsonl|-] [--pairs] [--ports 53,853] [--filter EXPR] CAPTURE|-",
 		short: "extract the DNS messages (or, with --pairs, transactions) of a capture (- for stdin) into Arrow, Parquet or JSON lines, as builtin:dns (builtin:dnspairs) does",
 		run: func(ctx context.Context, fs *flag.FlagSet, args []string) error {
 			out := fs.String("o", "", "`FILE` to write, Arrow IPC unless --format or its name (.parquet, .jsonl) says otherwise; - writes JSON lines to stdout (default: count only)")
@@ -35,6 +36,7 @@ func dnsCommand() command {
 				_, err := outputFormat("", v)
 				return err
 			})
+			filterExpr := fs.String("filter", "", "read only the frames this capture filter `EXPR` (tcpdump's syntax, as plumb agent --filter) matches, e.g. \"host 192.0.2.53\"")
 			var ports []uint16
 			fs.Func("ports", "`PORTS` DNS is read on, separated by commas (default 53), as builtin:dns?ports=", func(v string) (err error) {
 				ports, err = builtin.ParsePorts(v)
@@ -128,6 +130,12 @@ func dnsCommand() command {
 					}
 				}
 			}
+			var match *filter.Filter
+			if *filterExpr != "" {
+				if match, err = filter.Compile(*filterExpr, r.LinkType); err != nil {
+					return fmt.Errorf("--filter: %w", err)
+				}
+			}
 			x := dnsrec.NewExtractor(r.LinkType, ports, emit)
 			if !*pairs {
 				x.ReadSections(sections) // pairing keeps the answers
@@ -146,6 +154,9 @@ func dnsCommand() command {
 				}
 				if err != nil {
 					return fmt.Errorf("%s: %w", files[0], err)
+				}
+				if match != nil && !match.Match(data) {
+					continue
 				}
 				x.Packet(ci.Timestamp, data)
 				if werr != nil {

@@ -21,7 +21,8 @@ import (
 
 // TestDNSCommandOutputs: plumb dns reads a capture from stdin as from a
 // file, and writes the same rows as Arrow, Parquet (by the name) and
-// JSON lines (to stdout with -o -); --ports chooses where DNS is read.
+// JSON lines (to stdout with -o -); --ports chooses where DNS is read,
+// --filter the frames.
 func TestDNSCommandOutputs(t *testing.T) {
 	capture := "../../testdata/pcaps/dnscap__dns.pcap"
 	dir := t.TempDir()
@@ -100,6 +101,13 @@ func TestDNSCommandOutputs(t *testing.T) {
 	// a usage mistake.
 	if out := run("--ports", "5353", "-o", "-", capture); len(out) != 0 {
 		t.Errorf("--ports 5353 found rows in a capture of port 53: %.200s", out)
+	}
+	// A capture filter picks the frames read.
+	if out := run("--filter", "host 192.0.2.99", "-o", "-", capture); len(out) != 0 {
+		t.Errorf("--filter of a host not in the capture found rows: %.200s", out)
+	}
+	if n := bytes.Count(run("--filter", "udp port 53", "-o", "-", capture), []byte("\n")); n != len(want) {
+		t.Errorf("--filter 'udp port 53': %d rows; the capture, all UDP, has %d", n, len(want))
 	}
 	for _, bad := range [][]string{{"--ports", "x", capture}, {"--format", "xml", "-o", "y", capture}} {
 		cmd := exec.Command(os.Args[0], append([]string{"dns"}, bad...)...)
