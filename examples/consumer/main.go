@@ -18,6 +18,7 @@ func main() {
 	addr := flag.String("server", "127.0.0.1:8815", "Plumb server")
 	queue := flag.String("queue", "pcap.sz", "queue to read")
 	group := flag.String("group", "files", "consumer group")
+	once := flag.Bool("once", false, "stop when no block is owed instead of waiting for more")
 	flag.Parse()
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
 	defer stop()
@@ -25,7 +26,7 @@ func main() {
 	if err != nil {
 		log.Fatal(err)
 	}
-	t := client.Ticket{Queue: *queue, Group: *group, From: "earliest", Follow: true}
+	t := client.Ticket{Queue: *queue, Group: *group, From: "earliest", Follow: !*once}
 	err = c.Consume(ctx, t, func(h client.Header, r io.Reader) error {
 		f, err := os.Create(h.Name)
 		if err != nil {
