@@ -8,6 +8,7 @@ import (
 	"io"
 	"log"
 	"strings"
+	"time"
 
 	"github.com/apache/arrow-go/v18/arrow"
 	"github.com/apache/arrow-go/v18/arrow/array"
@@ -281,4 +282,49 @@ func ExampleErrNotFound() {
 	// <nil>
 	// true
 	// true
+}
+
+// Every failure matches a sentinel with errors.Is, whichever call it
+// comes from: what the caller may not do, who they are not, a request
+// too large, a server that is not there, a deadline passed.
+func ExampleErrPermission() {
+	ctx := context.Background()
+	ana, err := client.DialSecure(tlsAddr, client.Security{CAFile: caFile, User: "ana", Secret: anaSecret})
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer ana.Close()
+	_, err = ana.Put(ctx, client.BytesSource("20250505-151105-00000001.lax.pcap.sz", []byte("x")))
+	fmt.Println("ana puts a block:", errors.Is(err, client.ErrPermission))
+
+	_, err = client.DialSecure(tlsAddr, client.Security{CAFile: caFile, User: "ana", Secret: "wrong"})
+	fmt.Println("a wrong secret:", errors.Is(err, client.ErrUnauthenticated))
+
+	c, err := client.Dial(addr)
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer c.Close()
+	_, err = c.Blocks(ctx, strings.Repeat("q", 100_000))
+	fmt.Println("a 100 kB queue name:", errors.Is(err, client.ErrExhausted))
+
+	soon, cancel := context.WithTimeout(ctx, 200*time.Millisecond)
+	defer cancel()
+	err = c.Consume(soon, client.Ticket{Queue: "pcap.sz", Group: "waits", From: "latest", Follow: true},
+		func(client.Header, io.Reader) error { return nil })
+	fmt.Println("a follow past its deadline:", errors.Is(err, client.ErrTimeout))
+
+	gone, err := client.Dial("127.0.0.1:1")
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer gone.Close()
+	_, err = gone.Queues(ctx)
+	fmt.Println("no server:", errors.Is(err, client.ErrUnavailable))
+	// Output:
+	// ana puts a block: true
+	// a wrong secret: true
+	// a 100 kB queue name: true
+	// a follow past its deadline: true
+	// no server: true
 }
