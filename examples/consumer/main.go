@@ -16,8 +16,7 @@ import (
 
 func main() {
 	addr := flag.String("server", "127.0.0.1:8815", "Plumb server")
-	queue := flag.String("queue", "pcap.sz", "queue to read")
-	group := flag.String("group", "files", "consumer group")
+	queue, group := flag.String("queue", "pcap.sz", "queue to read"), flag.String("group", "files", "consumer group")
 	once := flag.Bool("once", false, "stop when no block is owed instead of waiting for more")
 	flag.Parse()
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
