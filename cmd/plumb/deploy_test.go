@@ -361,7 +361,15 @@ func kubeManifests(t *testing.T, dir string) []byte {
 // type. The ServiceMonitor is a CRD those schemas do not hold;
 // TestDeployFiles checks it.
 func TestKubeManifestsValid(t *testing.T) {
-	validate := testenv.Tool(t, "kubernetes-validate")
+	// kubernetes-validate as a module: pip puts its script where a
+	// pyenv shim may not know it yet.
+	python := testenv.Tool(t, "python3")
+	if out, err := exec.Command(python, "-c", "import kubernetes_validate").CombinedOutput(); err != nil {
+		t.Fatalf("kubernetes-validate is not installed (.ci/run installs it: python3 -m pip install kubernetes-validate==1.37.0): %v\n%s", err, out)
+	}
+	validate := func(args ...string) *exec.Cmd {
+		return testenv.Command(t, 2*time.Minute, python, append([]string{"-m", "kubernetes_validate"}, args...)...)
+	}
 	kustomize := testenv.Tool(t, "kustomize")
 	builds := map[string][]byte{
 		"base":            kubeManifests(t, "../../deploy/kubernetes/base"),
@@ -381,7 +389,7 @@ func TestKubeManifestsValid(t *testing.T) {
 		if err := os.WriteFile(f, raw, 0o644); err != nil {
 			t.Fatal(err)
 		}
-		out, err := testenv.Command(t, 2*time.Minute, validate, "--strict", "--quiet", f).CombinedOutput()
+		out, err := validate("--strict", "--quiet", f).CombinedOutput()
 		if err != nil {
 			t.Errorf("deploy/kubernetes (%s) does not validate: %v\n%s", name, err, out)
 		}
@@ -389,7 +397,7 @@ func TestKubeManifestsValid(t *testing.T) {
 	// A misspelt field is caught: the check can fail.
 	bad := filepath.Join(t.TempDir(), "bad.yaml")
 	os.WriteFile(bad, []byte(strings.Replace(string(builds["base"]), "replicas: 1", "replica: 1", 1)), 0o644)
-	if out, err := testenv.Command(t, 2*time.Minute, validate, "--strict", "--quiet", bad).CombinedOutput(); err == nil {
+	if out, err := validate("--strict", "--quiet", bad).CombinedOutput(); err == nil {
 		t.Errorf("kubernetes-validate --strict passes a misspelt field: %s", out)
 	}
 }
