@@ -117,8 +117,9 @@ type RecordsTicket struct {
 // Condition tests a column: op is one of = != < <= > >= (with a value),
 // "in" (with a list of values), "like" (an SQL pattern: % any run, _ one
 // character, \ escapes), "suffix" (a name: "example.com" keeps
-// example.com and every name under it), "is_null" or "not_null" (no
-// value). A row whose column is null passes only is_null.
+// example.com and every name under it), "regex" (RE2 syntax, matching
+// anywhere unless anchored), "is_null" or "not_null" (no value). A row
+// whose column is null passes only is_null.
 type Condition struct {
 	Column string `json:"column"`
 	Op     string `json:"op"`

@@ -548,7 +548,7 @@ func predicate(col arrow.Array, c flight.Condition) (func(i int) bool, error) {
 			}
 			return false
 		}), nil
-	case "like", "suffix":
+	case "like", "suffix", "regex":
 		a, isStr := col.(*array.String)
 		v, ok := c.Value.(string)
 		if !isStr {
@@ -569,6 +569,15 @@ func predicate(col arrow.Array, c flight.Condition) (func(i int) bool, error) {
 				s := a.Value(i)
 				return s == name || strings.HasSuffix(s, dotted)
 			}), nil
+		}
+		if c.Op == "regex" {
+			// RE2: linear in the name whatever the pattern, and Go
+			// refuses a pattern whose program would be too large.
+			re, err := regexp.Compile(v)
+			if err != nil {
+				return nil, fmt.Errorf("filter on %s: regex %q: %v", c.Column, v, err)
+			}
+			return notNull(func(i int) bool { return re.MatchString(a.Value(i)) }), nil
 		}
 		re, err := likeRegexp(v)
 		if err != nil {
