@@ -48,8 +48,8 @@ echo "== a consumer group reads every block once, acking each"
 
 echo "== alice, bob and carol submit their jobs; all start with the same decode stage"
 "$plumb" job submit examples/jobs/alice-archive.yaml examples/jobs/bob-summary.yaml examples/jobs/carol-dns.yaml
-echo "== the merged graph (the shared stage has two owners)"
-"$plumb" graph
+echo "== the merged graph: a line per stage (the decode stage is shared by all three jobs; plumb graph prints it all as YAML)"
+"$plumb" graph --short
 echo "== stage statistics once the pipelines have drained"
 "$plumb" stats --wait
 echo "== how far behind each stage is"

@@ -11,6 +11,8 @@ import (
 	"text/tabwriter"
 	"time"
 
+	"gopkg.in/yaml.v3"
+
 	"github.com/plumb-dev/plumb/block"
 	"github.com/plumb-dev/plumb/client"
 )
@@ -75,14 +77,18 @@ func jobCommand() command {
 func indent(s string) string { return "  " + strings.ReplaceAll(s, "\n", "\n  ") }
 
 func graphCommand() command {
-	var dot, svg *bool
-	return clientCommand("graph", "", "print the merged pipeline graph (YAML, or --dot / --svg for Graphviz)", 0,
+	var dot, svg, short *bool
+	return clientCommand("graph", "", "print the merged pipeline graph (YAML, --short a line per stage, or --dot / --svg for Graphviz)", 0,
 		func(fs *flag.FlagSet) {
 			dot = fs.Bool("dot", false, "print Graphviz DOT")
 			svg = fs.Bool("svg", false, "render SVG through Graphviz's dot (must be installed)")
+			short = fs.Bool("short", false, "print a line per stage: its inputs and outputs, program, and the jobs that share it")
 		},
 		func(ctx context.Context, c *client.Client, _ []string) error {
 			g, err := c.Graph(ctx, *dot || *svg)
+			if err == nil && *short && !*dot && !*svg {
+				return printShortGraph(g)
+			}
 			if err != nil || !*svg {
 				fmt.Print(g)
 				return err
@@ -339,4 +345,43 @@ func statusCommand() command {
 			}
 			return nil
 		})
+}
+
+// printShortGraph prints the graph's YAML a line per stage: what a
+// reader wants first, where the YAML takes a screen per stage.
+func printShortGraph(g string) error {
+	var graph struct {
+		Stages []struct {
+			Name    string   `yaml:"name"`
+			Inputs  []string `yaml:"inputs"`
+			Outputs []string `yaml:"outputs"`
+			Program any      `yaml:"program"`
+			Owners  []struct {
+				Job string `yaml:"job"`
+			} `yaml:"owners"`
+		} `yaml:"stages"`
+	}
+	if err := yaml.Unmarshal([]byte(g), &graph); err != nil {
+		return fmt.Errorf("the server's graph: %w", err)
+	}
+	tw := tabwriter.NewWriter(os.Stdout, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "STAGE\tIN → OUT\tPROGRAM\tSHARED BY")
+	for _, st := range graph.Stages {
+		program := fmt.Sprint(st.Program)
+		if list, ok := st.Program.([]any); ok { // a command and its arguments, or a chain
+			words := make([]string, len(list))
+			for i, w := range list {
+				words[i] = fmt.Sprint(w)
+			}
+			program = strings.Join(words, " ")
+		}
+		var jobs []string
+		if len(st.Owners) > 1 {
+			for _, o := range st.Owners {
+				jobs = append(jobs, o.Job)
+			}
+		}
+		fmt.Fprintf(tw, "%s\t%s → %s\t%s\t%s\n", st.Name, strings.Join(st.Inputs, ","), strings.Join(st.Outputs, ","), program, strings.Join(jobs, ", "))
+	}
+	return tw.Flush()
 }

@@ -11,6 +11,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"testing"
 	"time"
@@ -197,6 +198,11 @@ func TestJobCommands(t *testing.T) {
 	out, _, code = plumbExec(t, "graph", "--dot", "--server", addr)
 	if code != 0 || !strings.Contains(out, "merged: 2 owners") || !strings.Contains(out, "digraph plumb") {
 		t.Errorf("graph --dot:\n%s", out)
+	}
+	out, _, code = plumbExec(t, "graph", "--short", "--server", addr)
+	lines := strings.Split(strings.TrimSpace(out), "\n")
+	if code != 0 || len(lines) != 4 || !regexp.MustCompile(`^alice-archive/decode +pcap\.sz → pcap +builtin:decode +alice-archive, bob-summary$`).MatchString(lines[1]) {
+		t.Errorf("graph --short: want a header and a line per stage, the decode stage shared by both jobs:\n%s", out)
 	}
 	out, _, code = plumbExec(t, "stats", "--wait", "--server", addr)
 	if code != 0 || !strings.Contains(out, "alice-archive/decode") || !strings.Contains(out, "xz encoder") {
