@@ -206,6 +206,12 @@ func TestHumanDuration(t *testing.T) {
 			t.Errorf("humanDuration(%v) = %q, want %q", d, got, want)
 		}
 	}
+	// plumb status: the event-time latency of a backfill is its age.
+	for d, want := range map[time.Duration]string{0: "-", 100 * time.Hour: "4d", 31 * 24 * time.Hour: "backfill", 498913 * time.Hour: "backfill"} {
+		if got := eventLatency(d); got != want {
+			t.Errorf("eventLatency(%v) = %q, want %q", d, got, want)
+		}
+	}
 }
 
 // TestStagesByName: plumb faulty, queues and status show stages by their

@@ -286,6 +286,20 @@ func windowsCommand() command {
 		})
 }
 
+// backfillAge is the event-time latency past which a block's data is
+// old (an import of last year's captures) rather than late: its latency
+// is its age, and "56.9y" read as a fault.
+const backfillAge = 30 * 24 * time.Hour
+
+// eventLatency is an event-time latency as status prints it: "backfill"
+// for data older than backfillAge.
+func eventLatency(x time.Duration) string {
+	if x > backfillAge {
+		return "backfill"
+	}
+	return humanDuration(x)
+}
+
 // humanDuration prints a duration at the size a reader wants: "850ms",
 // "12.3s", "4m05s", "5h12m", "3d", "2y" — the event-time latency of
 // backfilled data is its age, not 498913h3m14s. Zero is "-".
@@ -329,7 +343,7 @@ func statusCommand() command {
 					who = "stream " + r.Group
 				}
 				fmt.Fprintf(tw, "%s\t%s\t%d\t%d\t%s\t%s\t%s\t%s\t%s\t%d\n", who, r.Queue, r.Backlog, r.Workers, d(r.OldestAge),
-					d(r.ArrivalTo.P50), d(r.ArrivalTo.P99), d(r.EventTo.P50), d(r.EventTo.P99), r.ArrivalTo.Samples)
+					d(r.ArrivalTo.P50), d(r.ArrivalTo.P99), eventLatency(r.EventTo.P50), eventLatency(r.EventTo.P99), r.ArrivalTo.Samples)
 			}
 			if err := tw.Flush(); err != nil {
 				return err
