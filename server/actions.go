@@ -300,15 +300,26 @@ func (s *Service) DoAction(act *aflight.Action, stream aflight.FlightService_DoA
 }
 
 // knownQueue answers NOT_FOUND for a queue the server does not have ("" is
-// every queue): a listing or a retry of a misspelt queue said nothing.
+// every queue): a listing or a retry of a misspelt queue said nothing. A
+// queue a stage reads or writes is known before its first block.
 func (s *Service) knownQueue(queue string) error {
 	if queue == "" {
 		return nil
 	}
-	if _, err := s.db.Queue(queue); errors.Is(err, state.ErrNotFound) {
-		return status.Errorf(codes.NotFound, "no queue %s; list queues with `plumb queues`", queue)
+	_, err := s.db.Queue(queue)
+	if !errors.Is(err, state.ErrNotFound) {
+		return nil
 	}
-	return nil
+	if s.eng != nil {
+		if g := s.eng.Graph(); g != nil {
+			for _, n := range g.Stages {
+				if slices.Contains(n.Inputs, queue) || slices.Contains(n.Outputs, queue) {
+					return nil
+				}
+			}
+		}
+	}
+	return status.Errorf(codes.NotFound, "no queue %s; list queues with `plumb queues`", queue)
 }
 
 func badBody(action string, body []byte, err error) error {

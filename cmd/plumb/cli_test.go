@@ -306,8 +306,9 @@ func TestHumanBytes(t *testing.T) {
 
 // TestExitCodes: every verb exits 0 on -h, 2 on a usage mistake (a flag it
 // does not have), and 1 naming what it did not find. A misspelt flag
-// exited 1 like a failure, and retry, lost, faulty and site owners of a
-// misspelt queue answered nothing and exited 0.
+// exited 1 like a failure, and retry, lost, faulty, site owners, follow
+// --once and stream of a misspelt queue (or stream of a misspelt site)
+// answered nothing and exited 0.
 func TestExitCodes(t *testing.T) {
 	t.Parallel()
 	for _, c := range commands() {
@@ -319,6 +320,9 @@ func TestExitCodes(t *testing.T) {
 		}
 	}
 	addr := servePlumb(t, t.TempDir())
+	if out, errOut, code := plumbExec(t, "put", "--server", addr, "--name", "20250505-151105-00000001.lax.pcap.sz", "../../testdata/pcaps/dnscap__dns.pcap"); code != 0 {
+		t.Fatalf("put: %s %s", out, errOut)
+	}
 	for _, tc := range []struct {
 		args []string
 		name string // what the error must name
@@ -336,10 +340,25 @@ func TestExitCodes(t *testing.T) {
 		{[]string{"site", "owners", "nosuchq"}, "nosuchq"},
 		{[]string{"store", "remove", "nosuchstore"}, "nosuchstore"},
 		{[]string{"program", "remove", "nosuchprog"}, "nosuchprog"},
+		{[]string{"follow", "nosuchq", "--once", "--out", t.TempDir()}, "nosuchq"},
+		{[]string{"stream", "nosuchq", "--instance", "lax"}, "nosuchq"},
+		{[]string{"stream", "pcap.sz", "--instance", "nosuchsite"}, "nosuchsite"},
 	} {
 		_, errOut, code := plumbExec(t, append(tc.args, "--server", addr)...)
 		if code != 1 || !strings.Contains(errOut, tc.name) || strings.Contains(errOut, "rpc error") {
 			t.Errorf("plumb %s: exit %d, want 1 naming %s in words: %s", strings.Join(tc.args, " "), code, tc.name, errOut)
+		}
+	}
+	// A queue a stage writes is known before its first block: empty,
+	// not misspelt.
+	job := filepath.Join(t.TempDir(), "job.yaml")
+	os.WriteFile(job, []byte("job: j\nqueues: [other.sz]\nstages:\n  - {name: d, inputs: [other.sz], program: builtin:decode, outputs: [other.raw]}\n"), 0o644)
+	if out, errOut, code := plumbExec(t, "job", "submit", "--server", addr, job); code != 0 {
+		t.Fatalf("submit: %s %s", out, errOut)
+	}
+	for _, args := range [][]string{{"blocks", "other.sz"}, {"blocks", "other.raw"}, {"follow", "other.raw", "--once", "--out", t.TempDir()}} {
+		if _, errOut, code := plumbExec(t, append(args, "--server", addr)...); code != 0 {
+			t.Errorf("plumb %s of a stage's output before its first block: exit %d: %s", strings.Join(args, " "), code, errOut)
 		}
 	}
 }

@@ -3,10 +3,12 @@ package main
 import (
 	"cmp"
 	"context"
+	"errors"
 	"flag"
 	"os"
 
 	"github.com/plumb-dev/plumb/client"
+	"github.com/plumb-dev/plumb/flight"
 )
 
 // serverFlag adds --server, defaulting to $PLUMB_SERVER or 127.0.0.1:8815.
@@ -66,4 +68,15 @@ func securityFlags(fs *flag.FlagSet) *client.Security {
 	fs.StringVar(&sec.TokenFile, "token-file", os.Getenv("PLUMB_TOKEN_FILE"), "send the token or API key in `FILE` on every call (also PLUMB_TOKEN_FILE)")
 	fs.StringVar(&sec.User, "user", os.Getenv("PLUMB_USER"), "log in as `NAME` with the secret in PLUMB_SECRET (also PLUMB_USER)")
 	return &sec
+}
+
+// queueKnown says whether the server has the queue (it holds blocks, or
+// a stage reads or writes it) among those the caller may read: a typo
+// in a queue's name should not read as a queue with nothing in it.
+func queueKnown(ctx context.Context, c *client.Client, queue string) (bool, error) {
+	_, err := client.List[flight.Block](ctx, c, "list-blocks", flight.ListBlocksRequest{Queue: queue, Limit: 1})
+	if errors.Is(err, client.ErrNotFound) {
+		return false, nil
+	}
+	return err == nil, err
 }

@@ -27,6 +27,17 @@ func followCommand() command {
 			fs.BoolVar(&once, "once", false, "stop when no block is owed instead of waiting for more")
 		},
 		func(ctx context.Context, c *client.Client, args []string) error {
+			if out == "" || group == "" && !once {
+				return errUsage
+			}
+			switch known, err := queueKnown(ctx, c, args[0]); {
+			case err != nil:
+				return err
+			case !known && once:
+				return fmt.Errorf("no queue %q (plumb queues lists those you may read)", args[0])
+			case !known:
+				fmt.Fprintf(os.Stderr, "plumb follow: queue %q holds no block yet (plumb queues lists those that do); waiting for its first\n", args[0])
+			}
 			if group == "" && once && out != "" {
 				// A one-off look: a group of its own, deleted at the end, so
 				// it pins nothing afterwards.

@@ -35,6 +35,28 @@ func streamCommand() command {
 			if *instance == "" {
 				return errUsage
 			}
+			// A typo in the queue or site must not read as an empty
+			// capture piped into tcpdump or Zeek.
+			queue, err := queueKnown(ctx, c, args[0])
+			if err != nil {
+				return err
+			}
+			known := queue
+			if known {
+				// last-seq is an agent's call; a reader may not be allowed
+				// it, and then the site is not checked.
+				if ls, err := c.LastSeq(ctx, args[0], *instance); err == nil && !ls.Found {
+					known = false
+				}
+			}
+			switch {
+			case !known && !*follow && !queue:
+				return fmt.Errorf("no queue %q (plumb queues lists those you may read)", args[0])
+			case !known && !*follow:
+				return fmt.Errorf("queue %q has no site %q (plumb site owners %s lists them)", args[0], *instance, args[0])
+			case !known:
+				fmt.Fprintf(os.Stderr, "plumb stream: queue %q has no block of site %q yet; waiting for its first\n", args[0], *instance)
+			}
 			if *consumer == "" {
 				// A read that names no consumer must not leave one behind:
 				// a cursor holds every block after it from retention.
