@@ -16,13 +16,10 @@ package main
 import (
 	"bytes"
 	"context"
-	"crypto/sha256"
 	"encoding/binary"
-	"encoding/hex"
 	"encoding/json"
 	"flag"
 	"fmt"
-	"io"
 	"log"
 	"net/http"
 	"os"
@@ -69,11 +66,8 @@ func main() {
 	// Two blocks an hour apart: the first hour is complete (the second
 	// brackets it) and fires.
 	for seq := uint64(1); seq <= 2; seq++ {
-		data := []byte(fmt.Sprintf("lax %d\n", seq))
-		sum := sha256.Sum256(data)
 		name := block.Name{Time: t0.Add(time.Duration(seq-1) * time.Hour), Seq: seq, Instance: "lax", Queue: "raw"}
-		if _, err := c.Put(ctx, client.Source{Name: name.String(), Size: int64(len(data)), SHA256: hex.EncodeToString(sum[:]),
-			Open: func() (io.ReadCloser, error) { return io.NopCloser(bytes.NewReader(data)), nil }}); err != nil {
+		if _, err := c.Put(ctx, client.BytesSource(name.String(), []byte(fmt.Sprintf("lax %d\n", seq)))); err != nil {
 			log.Fatal(err)
 		}
 	}

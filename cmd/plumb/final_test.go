@@ -166,18 +166,12 @@ stages:
 	if err != nil || len(blocks) == 0 || !blocks[len(blocks)-1].Final {
 		t.Fatalf("the stop's block is not final: %+v %v; agent log:\n%s", blocks, err, log)
 	}
-	rows, err := c.Records(ctx, client.RecordsTicket{Records: "dns.arrow", Columns: []string{"time"}})
+	table, err := c.RecordsTable(ctx, client.RecordsTicket{Records: "dns.arrow", Columns: []string{"time"}})
 	if err != nil {
 		t.Fatal(err)
 	}
-	n := 0
-	for rows.Next() {
-		n += int(rows.RecordBatch().NumRows())
-	}
-	rows.Release()
-	if err := rows.Err(); err != nil {
-		t.Fatal(err)
-	}
+	n := table.NumRows()
+	table.Release()
 	if n != 41 {
 		t.Fatalf("%d rows from %d blocks after the agent stopped; the capture has 41 messages", n, len(blocks))
 	}

@@ -38,7 +38,7 @@ func followCommand() command {
 			case !known:
 				fmt.Fprintf(os.Stderr, "plumb follow: queue %q holds no block yet (plumb queues lists those that do); waiting for its first\n", args[0])
 			}
-			if group == "" && once && out != "" {
+			if group == "" { // --once, checked above
 				// A one-off look: a group of its own, deleted at the end, so
 				// it pins nothing afterwards.
 				group = fmt.Sprintf("tmp-%d-%d", os.Getpid(), time.Now().UnixNano()%1e9)
@@ -49,9 +49,6 @@ func followCommand() command {
 						fmt.Fprintf(os.Stderr, "plumb follow: the temporary group %s was not deleted (%v); delete it with `plumb group delete %s %s`\n", group, err, args[0], group)
 					}
 				}()
-			}
-			if group == "" || out == "" {
-				return errUsage
 			}
 			if err := os.MkdirAll(out, 0o750); err != nil {
 				return err

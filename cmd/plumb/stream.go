@@ -41,20 +41,20 @@ func streamCommand() command {
 			if err != nil {
 				return err
 			}
-			known := queue
-			if known {
+			site := queue
+			if queue {
 				// last-seq is an agent's call; a reader may not be allowed
 				// it, and then the site is not checked.
 				if ls, err := c.LastSeq(ctx, args[0], *instance); err == nil && !ls.Found {
-					known = false
+					site = false
 				}
 			}
 			switch {
-			case !known && !*follow && !queue:
+			case !queue && !*follow:
 				return fmt.Errorf("no queue %q (plumb queues lists those you may read)", args[0])
-			case !known && !*follow:
+			case !site && !*follow:
 				return fmt.Errorf("queue %q has no site %q (plumb site owners %s lists them)", args[0], *instance, args[0])
-			case !known:
+			case !site:
 				fmt.Fprintf(os.Stderr, "plumb stream: queue %q has no block of site %q yet; waiting for its first\n", args[0], *instance)
 			}
 			if *consumer == "" {

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import datetime as _dt
 import hashlib
 import io
@@ -193,19 +194,14 @@ class _Idle:
             self._timer.cancel()
             self._timer = None
 
-    class _Ends:
-        def __init__(self, idle: "_Idle"):
-            self._idle = idle
-
-        def __enter__(self) -> None:
-            return None
-
-        def __exit__(self, typ: Any, exc: Any, tb: Any) -> bool:
-            # The reader cancelled for idleness: the loop ends, no error.
-            return exc is not None and self._idle.fired and isinstance(exc, (Cancelled, fl.FlightCancelledError))
-
-    def ends(self) -> "_Idle._Ends":
-        return _Idle._Ends(self)
+    @contextlib.contextmanager
+    def ends(self) -> Iterator[None]:
+        """The reader cancelled for idleness ends the loop, with no error."""
+        try:
+            yield
+        except (Cancelled, fl.FlightCancelledError):
+            if not self.fired:
+                raise
 
 
 class Client:
