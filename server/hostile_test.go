@@ -286,6 +286,9 @@ func TestRecordsCommandsAreBounded(t *testing.T) {
 			fmt.Sprintf("at most %d values", maxInValues)},
 		{`{"records": "dns.arrow", "filter": [{"column": "qname", "op": "like", "value": "` + strings.Repeat("%", maxPattern+1) + `"}]}`,
 			fmt.Sprintf("at most %d bytes", maxPattern)},
+		{`{"records": "dns.arrow", "filter": [{"column": "qname", "op": "regex", "value": "` + strings.Repeat("a", maxPattern+1) + `"}]}`,
+			fmt.Sprintf("at most %d bytes", maxPattern)},
+		{`{"records": "dns.arrow", "filter": [{"column": "qname", "op": "regex", "value": "((a{100}){100}){100}"}]}`, "invalid repeat count"},
 		{`{"records": "dns.arrow", "columns": ["qname"], "nope": 1}`, "unknown field"},
 		{`{"records": "../x"}`, "records ticket"},
 	} {
