@@ -106,7 +106,7 @@ def _frames(reader: fl.FlightStreamReader, spool: Optional[str] = None) -> Itera
     batches that are not blocks, as they come on a DoGet stream. With
     spool, a directory, each block's bytes go to a file there as they come
     (DIR/NAME, written as DIR/.NAME.part until whole and checked): memory
-    holds a chunk, not the block."""
+    holds what gRPC's receive window lets arrive ahead, not the block."""
     cur: Optional[dict] = None
     buf = bytearray()
     got = 0  # bytes of the current block so far
