@@ -4,7 +4,10 @@ import (
 	"bytes"
 	"encoding/binary"
 	"errors"
+	"fmt"
 	"math/rand/v2"
+	"os"
+	"path/filepath"
 	"reflect"
 	"runtime"
 	"strings"
@@ -13,6 +16,9 @@ import (
 
 	"github.com/gopacket/gopacket"
 	"github.com/gopacket/gopacket/layers"
+
+	"github.com/plumb-dev/plumb/pcap"
+	"github.com/plumb-dev/plumb/pcap/netpkt"
 )
 
 // build serialises a message with gopacket, an independent encoder.
@@ -97,7 +103,7 @@ func TestNames(t *testing.T) {
 }
 
 // FuzzParse never panics, a Parser reused from another message reads
-// the same, and where gopacket's decoder also reads a message whole, both
+// the same, names remembered read as names read again, and where gopacket's decoder also reads a message whole, both
 // agree on its header and first question.
 func FuzzParse(f *testing.F) {
 	f.Add(build(f, &layers.DNS{ID: 1, Questions: []layers.DNSQuestion{{Name: []byte("example.com"), Type: 1, Class: 1}}}))
@@ -113,6 +119,12 @@ func FuzzParse(f *testing.F) {
 		p.Parse(prev)
 		if again, err2 := p.Parse(b); !reflect.DeepEqual(again, m) || (err == nil) != (err2 == nil) {
 			t.Fatalf("a reused Parser read %+v, %v; a new one %+v, %v", again, err2, m, err)
+		}
+		// Names copied from those remembered read as names read label
+		// by label, errors and all.
+		slow := Parser{uncached: true}
+		if got, serr := slow.Parse(b); !reflect.DeepEqual(got, m) || fmt.Sprint(serr) != fmt.Sprint(err) {
+			t.Fatalf("read label by label: %+v, %v; with names remembered: %+v, %v", got, serr, m, err)
 		}
 		// Check agrees with Parse, and a Parser skipping sections reads
 		// the rest as Parse does and none of the skipped.
@@ -235,4 +247,54 @@ func TestStamp(t *testing.T) {
 			t.Fatalf("%d: %s; want %s", secs, got, want)
 		}
 	}
+}
+
+// TestRememberedNamesOnRealCaptures reads every UDP and TCP payload of
+// the captures in testdata as a message, with names remembered and label
+// by label: both read every one the same, errors and all.
+func TestRememberedNamesOnRealCaptures(t *testing.T) {
+	files, _ := filepath.Glob("../../testdata/pcaps/*.pcap*")
+	if len(files) < 20 {
+		t.Fatalf("%d captures in testdata/pcaps", len(files))
+	}
+	var fast, slow Parser
+	slow.uncached = true
+	read, hits := 0, 0
+	for _, file := range files {
+		f, err := os.Open(file)
+		if err != nil {
+			t.Fatal(err)
+		}
+		r, closer, err := pcap.NewReader(f)
+		if err != nil {
+			t.Fatalf("%s: %v", file, err)
+		}
+		var p netpkt.Packet
+		for {
+			frame, _, err := r.Next()
+			if err != nil {
+				break
+			}
+			if netpkt.Decode(r.LinkType, frame, &p) != nil || len(p.Payload) < HeaderLen {
+				continue
+			}
+			b := p.Payload
+			if p.Proto == netpkt.ProtoTCP && len(b) >= 2+HeaderLen && int(b[0])<<8|int(b[1]) == len(b)-2 {
+				b = b[2:]
+			}
+			m, err := fast.Parse(b)
+			hits += len(fast.names.at)
+			want, werr := slow.Parse(b)
+			if !reflect.DeepEqual(m, want) || fmt.Sprint(err) != fmt.Sprint(werr) {
+				t.Fatalf("%s: remembered names read %+v, %v; label by label %+v, %v", file, m, err, want, werr)
+			}
+			read++
+		}
+		closer.Close()
+		f.Close()
+	}
+	if read < 1000 || hits == 0 {
+		t.Fatalf("read %d payloads, %d names remembered", read, hits)
+	}
+	t.Logf("%d payloads of %d captures", read, len(files))
 }

@@ -86,13 +86,13 @@ func TypeString(t uint16) string {
 
 // appendRData appends the data of a record whose data is b[off:off+n],
 // printed.
-func appendRData(dst, b []byte, off, n int, typ uint16) []byte {
+func appendRData(dst, b []byte, off, n int, typ uint16, nm *names) []byte {
 	d := b[off : off+n]
 	start := len(dst)
 	// name appends the name at b[at:] with its final dot.
 	name := func(dst []byte, at int) ([]byte, int, bool) {
 		from := len(dst)
-		dst, next, err := readNameMode(b, at, dst, nameRaw)
+		dst, next, err := nm.read(b, at, dst, nameRaw)
 		if err != nil || next > off+n {
 			return dst, 0, false
 		}

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"hash/maphash"
 	"io"
+	"net/netip"
 	"strings"
 	"sync/atomic"
 
@@ -176,7 +177,7 @@ type Writer struct {
 	batches chan *batch
 	spare   chan *batch
 	cat     *Categories
-	addr    []byte
+	addrs   addrTexts
 	domains Domains
 
 	done      chan error // the writing goroutine's verdict
@@ -360,16 +361,35 @@ func (d *Domains) Registered(qname string) string {
 	return reg
 }
 
+// addrTexts remembers how the last few addresses print: one side of
+// most rows is the server's, and printing an IPv6 address costs more
+// than the rest of its row's fixed fields.
+type addrTexts struct {
+	addr [4]netip.Addr
+	text [4][]byte
+	next int
+}
+
+func (a *addrTexts) print(ip netip.Addr) []byte {
+	for i := range a.addr {
+		if a.addr[i] == ip && a.text[i] != nil {
+			return a.text[i]
+		}
+	}
+	i := a.next
+	a.next = (a.next + 1) % len(a.addr)
+	a.addr[i], a.text[i] = ip, ip.AppendTo(a.text[i][:0])
+	return a.text[i]
+}
+
 // add appends a record to the batch being built.
 func (w *Writer) add(r *Record) error {
 	b := w.b
 	m := &r.Msg
 	b.seq.Add(w.seq)
 	b.time.Add(arrow.Timestamp(r.Time.UnixNano()))
-	w.addr = r.Src.AppendTo(w.addr[:0])
-	b.src.AddBytes(w.addr)
-	w.addr = r.Dst.AppendTo(w.addr[:0])
-	b.dst.AddBytes(w.addr)
+	b.src.AddBytes(w.addrs.print(r.Src))
+	b.dst.AddBytes(w.addrs.print(r.Dst))
 	b.sport.Add(r.SrcPort)
 	b.dport.Add(r.DstPort)
 	b.transport = append(b.transport, TransportIndex(r.TCP))
