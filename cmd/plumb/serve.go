@@ -15,6 +15,7 @@ import (
 	"github.com/plumb-dev/plumb/engine"
 	"github.com/plumb-dev/plumb/engine/builtin"
 	"github.com/plumb-dev/plumb/internal/memlimit"
+	"github.com/plumb-dev/plumb/pcap/enrich"
 	"github.com/plumb-dev/plumb/pipeline"
 	"github.com/plumb-dev/plumb/sandbox"
 	"github.com/plumb-dev/plumb/server"
@@ -28,10 +29,11 @@ func serveCommand() command {
 		usage: "",
 		short: "run the Plumb server (Arrow Flight) on a data directory",
 		run: func(ctx context.Context, fs *flag.FlagSet, args []string) error {
-			var anonKeys string
+			var anonKeys, geoip string
 			var cfg server.Config
 			fs.StringVar(&cfg.Data, "data", "plumb-data", "data `DIR`: metadata, and blobs unless --store says otherwise")
 			fs.StringVar(&anonKeys, "anon-keys", "", "`DIR` of the keys builtin:anonymize names (default DATA/keys; make one with `plumb anon-key NAME`)")
+			fs.StringVar(&geoip, "geoip", "", "`DIR` of the MaxMind-format databases (and resolver lists) builtin:enrich names (default DATA/geoip); a file renamed over one is used from the next block on")
 			fs.StringVar(&cfg.Store, "store", "", "blob store `URL`: file:///DIR or s3://BUCKET?endpoint=HOST:PORT (credentials from AWS_ACCESS_KEY_ID/AWS_SECRET_ACCESS_KEY); default DATA/blobs")
 			fs.StringVar(&cfg.Listen, "listen", "127.0.0.1:8815", "`ADDR` to serve Arrow Flight on")
 			fs.DurationVar(&cfg.Visibility, "visibility", 60*time.Second, "how long a block handed to a consumer group stays reserved without an ack")
@@ -136,6 +138,10 @@ func serveCommand() command {
 				anonKeys = filepath.Join(cfg.Data, "keys")
 			}
 			builtin.RegisterAnonymize(cfg.Registry, anonKeys)
+			if geoip == "" {
+				geoip = filepath.Join(cfg.Data, "geoip")
+			}
+			builtin.RegisterEnrich(cfg.Registry, enrich.NewDatabases(geoip))
 			if *metricsAddr != "" || cfg.HTTP != "" {
 				reg := prometheus.NewRegistry()
 				reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}), server.Panics, buildInfo())

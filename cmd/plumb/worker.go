@@ -16,13 +16,14 @@ import (
 	"github.com/plumb-dev/plumb/client"
 	"github.com/plumb-dev/plumb/engine"
 	"github.com/plumb-dev/plumb/engine/builtin"
+	"github.com/plumb-dev/plumb/pcap/enrich"
 	"github.com/plumb-dev/plumb/sandbox"
 	"github.com/plumb-dev/plumb/worker"
 )
 
 func workerCommand() command {
 	var slots *int
-	var stages, scratch, level, store, programs, anonKeys, metricsAddr *string
+	var stages, scratch, level, store, programs, anonKeys, geoip, metricsAddr *string
 	var sbOpts *sandboxOptions
 	return clientCommand("worker", "", "run the server's stage runs on this machine: lease, run, heartbeat, commit (needs admin on \"*\" when auth is on)", 0,
 		func(fs *flag.FlagSet) {
@@ -31,6 +32,7 @@ func workerCommand() command {
 			scratch = fs.String("scratch", filepath.Join(os.TempDir(), "plumb-worker"), "`DIR` for outputs before they are uploaded")
 			level = fs.String("log-level", "info", "log level: debug, info, warn, error")
 			anonKeys = fs.String("anon-keys", "", "`DIR` of the keys builtin:anonymize names: the same files as the server's --anon-keys")
+			geoip = fs.String("geoip", "", "`DIR` of the databases builtin:enrich names: the same files as the server's --geoip")
 			programs = fs.String("programs", "", "`DIR` of registered programs, each in a file named by its SHA-256 (copy them from the server's DATA/programs)")
 			sbOpts = sandboxFlags(fs, "this process's user")
 			metricsAddr = fs.String("metrics", "", "serve Prometheus metrics on `ADDR` at /metrics, with /healthz and /readyz (ready while the server answers lease requests) for probes")
@@ -48,6 +50,7 @@ func workerCommand() command {
 			reg := engine.NewRegistry()
 			builtin.Register(reg, builtin.FindXZ())
 			builtin.RegisterAnonymize(reg, *anonKeys)
+			builtin.RegisterEnrich(reg, enrich.NewDatabases(*geoip))
 			runner := &engine.Runner{Registry: reg, Programs: *programs}
 			switch sbOpts.mode {
 			case "off":

@@ -176,9 +176,6 @@ func (s *Anonymize) put(a *anon.Anonymizer) {
 // arrowMagic starts an Arrow IPC file.
 var arrowMagic = []byte("ARROW1")
 
-// maxAnonArrow bounds an Arrow block read whole to be rewritten.
-const maxAnonArrow = 1 << 30
-
 // Run implements engine.Builtin.
 func (s *Anonymize) Run(ctx context.Context, in io.Reader, out io.Writer) error {
 	a, err := s.get()
@@ -247,20 +244,39 @@ func (s *Anonymize) Run(ctx context.Context, in io.Reader, out io.Writer) error 
 // (only the client's with what=clients: the one whose port is not 53 or
 // 853) and ecs_address when the file has it.
 func (s *Anonymize) records(ctx context.Context, a *anon.Anonymizer, in io.Reader, out io.Writer) error {
-	data, err := io.ReadAll(io.LimitReader(in, maxAnonArrow+1))
+	return rewriteArrow(ctx, in, out, func(schema *arrow.Schema) (*arrow.Schema, func(arrow.RecordBatch) (arrow.RecordBatch, error), error) {
+		return schema, func(rec arrow.RecordBatch) (arrow.RecordBatch, error) {
+			return anonymizeBatch(a, s.cfg.Clients, s.cfg.RData, rec)
+		}, nil
+	}, ipc.WithZstd())
+}
+
+// maxRewriteArrow bounds an Arrow block read whole to be rewritten.
+const maxRewriteArrow = 1 << 30
+
+// rewriteArrow reads an Arrow IPC file whole (within bounds: a larger
+// one, or one that does not read, is malformed) and writes each of its
+// batches as the function plan returns for its schema makes it, under
+// the schema plan returns.
+func rewriteArrow(ctx context.Context, in io.Reader, out io.Writer,
+	plan func(*arrow.Schema) (*arrow.Schema, func(arrow.RecordBatch) (arrow.RecordBatch, error), error), opts ...ipc.Option) error {
+	data, err := io.ReadAll(io.LimitReader(in, maxRewriteArrow+1))
 	if err != nil {
 		return err
 	}
-	if len(data) > maxAnonArrow {
-		return fmt.Errorf("%w: an Arrow block over %d bytes", engine.ErrMalformed, maxAnonArrow)
+	if len(data) > maxRewriteArrow {
+		return fmt.Errorf("%w: an Arrow block over %d bytes", engine.ErrMalformed, maxRewriteArrow)
 	}
 	f, err := ipcguard.OpenFile(data, 256<<20)
 	if err != nil {
 		return fmt.Errorf("%w: %v", engine.ErrMalformed, err)
 	}
 	defer f.Close()
-	schema := f.Schema()
-	w, err := ipc.NewFileWriter(out, ipc.WithSchema(schema), ipc.WithZstd())
+	schema, batch, err := plan(f.Schema())
+	if err != nil {
+		return fmt.Errorf("%w: %v", engine.ErrMalformed, err)
+	}
+	w, err := ipc.NewFileWriter(out, append(opts, ipc.WithSchema(schema))...)
 	if err != nil {
 		return err
 	}
@@ -272,7 +288,7 @@ func (s *Anonymize) records(ctx context.Context, a *anon.Anonymizer, in io.Reade
 		if err := ipcguard.Under(func() (err error) { rec, err = f.RecordBatchAt(i); return err }); err != nil {
 			return fmt.Errorf("%w: batch %d: %v", engine.ErrMalformed, i, err)
 		}
-		nrec, err := anonymizeBatch(a, s.cfg.Clients, s.cfg.RData, rec)
+		nrec, err := batch(rec)
 		rec.Release()
 		if err != nil {
 			return fmt.Errorf("%w: batch %d: %v", engine.ErrMalformed, i, err)
