@@ -113,8 +113,11 @@ type Config struct {
 
 	// Registerer receives the engine's metrics; none when nil.
 	Registerer prometheus.Registerer
-	Logger     *slog.Logger
-	Now        func() time.Time
+	// Tallier takes the tallies of committed runs (Tally); they are
+	// dropped when nil.
+	Tallier Tallier
+	Logger  *slog.Logger
+	Now     func() time.Time
 }
 
 // LocalSlots is how many stage runs go at once in this process: Slots,
@@ -670,3 +673,21 @@ func groupOf(n *pipeline.Node) string { return n.ID() }
 
 // isStageGroup tells the engine's consumer groups from users'.
 func isStageGroup(g string) bool { return strings.HasPrefix(g, "stage-") }
+
+// CheckTally refuses a tally a worker sends that no run makes.
+func (e *Engine) CheckTally(t map[string]int64) error {
+	if len(t) == 0 {
+		return nil
+	}
+	if e.cfg.Tallier == nil {
+		return errors.New("tally: this server counts no tallies")
+	}
+	return e.cfg.Tallier.Check(t)
+}
+
+// tallied counts a committed run's tally.
+func (e *Engine) tallied(t map[string]int64) {
+	if e.cfg.Tallier != nil && len(t) > 0 {
+		e.cfg.Tallier.Add(t)
+	}
+}

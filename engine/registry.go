@@ -189,6 +189,33 @@ func DropsOf(ctx context.Context) *Drops {
 	return d
 }
 
+// A Tally counts what a run saw, for metrics exported once the run is
+// committed, so a run retried or lost is counted once or not at all
+// (builtin:dnsmetrics counts DNS messages by site, type and rcode). Its
+// keys are the Tallier's to define and check.
+type Tally struct{ Drops }
+
+type tallyKey struct{}
+
+// WithTally gives a run's context what counts what it saw.
+func WithTally(ctx context.Context, t *Tally) context.Context {
+	return context.WithValue(ctx, tallyKey{}, t)
+}
+
+// TallyOf returns what counts what a run saw, or nil.
+func TallyOf(ctx context.Context) *Tally {
+	t, _ := ctx.Value(tallyKey{}).(*Tally)
+	return t
+}
+
+// A Tallier takes the tallies of committed runs (Config.Tallier).
+type Tallier interface {
+	// Check refuses a tally a worker sends that no run makes.
+	Check(map[string]int64) error
+	// Add counts a committed run's tally.
+	Add(map[string]int64)
+}
+
 // Describer is a Builtin that says how it works, e.g. which xz encoder
 // it drives; stats and metrics show it.
 type Describer interface {

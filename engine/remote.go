@@ -360,6 +360,8 @@ type LeaseResult struct {
 	Parted bool
 	// Dropped counts what the run let go of, by reason (Drops).
 	Dropped map[string]int64
+	// Tally counts what the run saw (Tally), checked with CheckTally.
+	Tally map[string]int64
 }
 
 // CommitLeasePart records that a part lease's first half is done and
@@ -460,6 +462,7 @@ func (e *Engine) CommitLease(ctx context.Context, id string, res LeaseResult) er
 	}
 	m.inputEdges(r.lease.Inputs, blocks)
 	r.st.count(&m, "ok")
+	e.tallied(res.Tally)
 	e.outputLatency(r.st.node.Name, r.lease.Inputs)
 	e.afterCommit(ctx, r.lease.Inputs)
 	return nil

@@ -40,8 +40,8 @@ func (e *Engine) runBlock(ctx context.Context, st *stage, spec runSpec, res stat
 			ctx = WithCarry(ctx, carry)
 		}
 	}
-	drops := &Drops{}
-	ctx = WithDrops(ctx, drops)
+	drops, tally := &Drops{}, &Tally{}
+	ctx = WithTally(WithDrops(ctx, drops), tally)
 	start := e.cfg.Now()
 	m := runMeasure{wait: start.Sub(inputs[0].Arrived)}
 	var (
@@ -93,6 +93,7 @@ func (e *Engine) runBlock(ctx context.Context, st *stage, spec runSpec, res stat
 		m.inputEdges(inputs, outputs)
 		m.drops = drops.Counts()
 		st.count(&m, "ok")
+		e.tallied(tally.Counts())
 		e.outputLatency(spec.node.Name, inputs)
 		e.afterCommit(ctx, inputs)
 		return nil

@@ -150,6 +150,9 @@ type LeaseRequest struct {
 	// Dropped (commit-lease): what the run let go of to stay within its
 	// bounds, by reason.
 	Dropped map[string]int64 `json:"dropped,omitempty"`
+	// Tally (commit-lease): what the run saw, counted in the server's
+	// metrics once committed (e.g. builtin:dnsmetrics's DNS counts).
+	Tally map[string]int64 `json:"tally,omitempty"`
 }
 
 // RetentionRequest is the body of the set-retention action.

@@ -85,7 +85,10 @@ func (s *Service) commitLease(ctx context.Context, body []byte) (any, error) {
 		if err := engine.CheckDrops(r.Dropped); err != nil {
 			return badBody("commit-lease", body, err)
 		}
-		return e.CommitLease(ctx, r.Lease, engine.LeaseResult{Outputs: wireAll[engine.Output](r.Outputs), CPU: cpu, Carry: r.Carry, Parted: r.Parted, Dropped: r.Dropped})
+		if err := e.CheckTally(r.Tally); err != nil {
+			return badBody("commit-lease", body, err)
+		}
+		return e.CommitLease(ctx, r.Lease, engine.LeaseResult{Outputs: wireAll[engine.Output](r.Outputs), CPU: cpu, Carry: r.Carry, Parted: r.Parted, Dropped: r.Dropped, Tally: r.Tally})
 	})
 }
 

@@ -31,6 +31,7 @@ import (
 	"github.com/plumb-dev/plumb/engine"
 	"github.com/plumb-dev/plumb/flight"
 	"github.com/plumb-dev/plumb/fsck"
+	"github.com/plumb-dev/plumb/pcap/dnsmetrics"
 	"github.com/plumb-dev/plumb/retention"
 	"github.com/plumb-dev/plumb/sandbox"
 	"github.com/plumb-dev/plumb/state"
@@ -336,12 +337,16 @@ func Run(ctx context.Context, cfg Config) (err error) {
 	}
 	srvCtx, stop := context.WithCancel(ctx)
 	defer stop()
+	// builtin:dnsmetrics's counts, added as runs commit.
+	dnsCounts := dnsmetrics.NewCollector()
+	cfg.Engine.Tallier = dnsCounts
 	svc := NewService(srvCtx, cfg, db, store)
 	svc.space = &space{store: store, db: db, minFree: max(cfg.MinFree, 0), capBytes: cfg.StoreCap}
 	if cfg.MinFree == 0 {
 		svc.space.minFree = 100 << 20
 	}
 	if r := cfg.Engine.Registerer; r != nil {
+		r.MustRegister(dnsCounts)
 		// Per queue and per site, read from the metadata at each scrape.
 		qc := queueCollector{db: db}
 		qc.stageOf = func(g string) (string, bool) {

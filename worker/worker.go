@@ -193,8 +193,8 @@ func (w *Worker) run(ctx context.Context, l engine.Lease) string {
 	defer hb.Wait()
 	hb.Go(func() { w.heartbeat(rctx, cancel, l) })
 	defer cancel(nil) // stops the heartbeat before hb.Wait
-	drops := &engine.Drops{}
-	runCtx := engine.WithDrops(rctx, drops)
+	drops, tally := &engine.Drops{}, &engine.Tally{}
+	runCtx := engine.WithTally(engine.WithDrops(rctx, drops), tally)
 	var carry *engine.Carry
 	if l.Carry != nil {
 		carry = &engine.Carry{In: l.Carry.In, Gap: l.Carry.Gap, Final: l.Carry.Final}
@@ -256,7 +256,7 @@ func (w *Worker) run(ctx context.Context, l engine.Lease) string {
 		}
 		report = append(report, flight.LeaseOutput{Queue: o.queue, Size: o.N, SHA256: src.SHA256})
 	}
-	req := flight.LeaseRequest{Lease: l.ID, Outputs: report, CPUSeconds: cpu.Seconds(), Parted: parted, Dropped: drops.Counts()}
+	req := flight.LeaseRequest{Lease: l.ID, Outputs: report, CPUSeconds: cpu.Seconds(), Parted: parted, Dropped: drops.Counts(), Tally: tally.Counts()}
 	if carry != nil {
 		req.Carry = carry.Out
 	}

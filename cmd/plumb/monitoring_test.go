@@ -184,6 +184,37 @@ func TestMonitoringFiles(t *testing.T) {
 		}
 	}
 
+	// The DNS traffic dashboard: only exported metrics, every panel
+	// following $site.
+	raw, err = os.ReadFile("../../deploy/grafana/plumb-dns-dashboard.json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var dnsDash struct {
+		Panels []struct {
+			Title   string `json:"title"`
+			Targets []struct {
+				Expr string `json:"expr"`
+			} `json:"targets"`
+		} `json:"panels"`
+	}
+	if err := json.Unmarshal(raw, &dnsDash); err != nil {
+		t.Fatalf("DNS dashboard: %v", err)
+	}
+	if len(dnsDash.Panels) < 6 {
+		t.Errorf("the DNS dashboard has %d panels", len(dnsDash.Panels))
+	}
+	for _, p := range dnsDash.Panels {
+		for _, tg := range p.Targets {
+			if bad := unknownMetrics(tg.Expr, exported); len(bad) > 0 || !strings.Contains(tg.Expr, "plumb_dns_") {
+				t.Errorf("DNS dashboard panel %q uses metrics the code does not export: %v", p.Title, bad)
+			}
+			if !strings.Contains(tg.Expr, "$site") {
+				t.Errorf("DNS dashboard panel %q does not follow $site: %s", p.Title, tg.Expr)
+			}
+		}
+	}
+
 	promtool := testenv.Tool(t, "promtool")
 	for _, args := range [][]string{{"check", "rules", "plumb-alerts.yml"}, {"test", "rules", "plumb-alerts.test.yml"}} {
 		cmd := testenv.Command(t, time.Minute, promtool, args...)

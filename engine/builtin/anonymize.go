@@ -251,15 +251,43 @@ func (s *Anonymize) records(ctx context.Context, a *anon.Anonymizer, in io.Reade
 	}, ipc.WithZstd())
 }
 
-// maxRewriteArrow bounds an Arrow block read whole to be rewritten.
+// maxRewriteArrow bounds an Arrow block read whole.
 const maxRewriteArrow = 1 << 30
 
-// rewriteArrow reads an Arrow IPC file whole (within bounds: a larger
-// one, or one that does not read, is malformed) and writes each of its
-// batches as the function plan returns for its schema makes it, under
-// the schema plan returns.
+// rewriteArrow reads an Arrow IPC file whole (eachBatch) and writes each
+// of its batches as the function plan returns for its schema makes it,
+// under the schema plan returns.
 func rewriteArrow(ctx context.Context, in io.Reader, out io.Writer,
 	plan func(*arrow.Schema) (*arrow.Schema, func(arrow.RecordBatch) (arrow.RecordBatch, error), error), opts ...ipc.Option) error {
+	var w *ipc.FileWriter
+	var batch func(arrow.RecordBatch) (arrow.RecordBatch, error)
+	err := eachBatch(ctx, in, func(in *arrow.Schema) error {
+		schema, fn, err := plan(in)
+		if err != nil {
+			return fmt.Errorf("%w: %v", engine.ErrMalformed, err)
+		}
+		batch = fn
+		w, err = ipc.NewFileWriter(out, append(opts, ipc.WithSchema(schema))...)
+		return err
+	}, func(i int, rec arrow.RecordBatch) error {
+		nrec, err := batch(rec)
+		if err != nil {
+			return fmt.Errorf("%w: batch %d: %v", engine.ErrMalformed, i, err)
+		}
+		defer nrec.Release()
+		return w.Write(nrec)
+	})
+	if err != nil {
+		return err
+	}
+	return w.Close()
+}
+
+// eachBatch reads an Arrow IPC file whole, within bounds (a larger one,
+// or one that does not read, is malformed), tells schema its schema and
+// hands each batch in turn to batch, which may not keep it unless it
+// retains it.
+func eachBatch(ctx context.Context, in io.Reader, schema func(*arrow.Schema) error, batch func(int, arrow.RecordBatch) error) error {
 	data, err := io.ReadAll(io.LimitReader(in, maxRewriteArrow+1))
 	if err != nil {
 		return err
@@ -272,12 +300,7 @@ func rewriteArrow(ctx context.Context, in io.Reader, out io.Writer,
 		return fmt.Errorf("%w: %v", engine.ErrMalformed, err)
 	}
 	defer f.Close()
-	schema, batch, err := plan(f.Schema())
-	if err != nil {
-		return fmt.Errorf("%w: %v", engine.ErrMalformed, err)
-	}
-	w, err := ipc.NewFileWriter(out, append(opts, ipc.WithSchema(schema))...)
-	if err != nil {
+	if err := schema(f.Schema()); err != nil {
 		return err
 	}
 	for i := 0; i < f.NumRecords(); i++ {
@@ -288,18 +311,13 @@ func rewriteArrow(ctx context.Context, in io.Reader, out io.Writer,
 		if err := ipcguard.Under(func() (err error) { rec, err = f.RecordBatchAt(i); return err }); err != nil {
 			return fmt.Errorf("%w: batch %d: %v", engine.ErrMalformed, i, err)
 		}
-		nrec, err := batch(rec)
+		err := batch(i, rec)
 		rec.Release()
-		if err != nil {
-			return fmt.Errorf("%w: batch %d: %v", engine.ErrMalformed, i, err)
-		}
-		err = w.Write(nrec)
-		nrec.Release()
 		if err != nil {
 			return err
 		}
 	}
-	return w.Close()
+	return nil
 }
 
 func anonymizeBatch(a *anon.Anonymizer, clients, rdata bool, rec arrow.RecordBatch) (arrow.RecordBatch, error) {

@@ -137,7 +137,7 @@ func TestBuiltinArgumentsAreStrict(t *testing.T) {
 		{"transcode", url.Values{"too": {"xz"}}, `unknown argument "too" (known: to)`},
 		{"cpuwork", url.Values{"rounds": {"0"}}, "want a whole number from 1 to 1000"},
 		{"decode", url.Values{"x": {"1"}}, `unknown argument "x"`},
-		{"nosuch", nil, `built-in "nosuch" is not known (known: cpuwork, decode, dns, dnspairs, encode, flowhash, parquet, pcapinfo, rssac, transcode)`},
+		{"nosuch", nil, `built-in "nosuch" is not known (known: cpuwork, decode, dns, dnsmetrics, dnspairs, encode, flowhash, parquet, pcapinfo, rssac, transcode)`},
 		{"dns", url.Values{"ports": {"53,x"}}, "want port numbers"},
 		{"dnspairs", url.Values{"window": {"0s"}}, "want a duration between 1ns and 1h"},
 		{"dnspairs", url.Values{"max_pending": {"99999999"}}, "want a count between 1 and 4194304"},

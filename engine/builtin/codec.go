@@ -24,6 +24,7 @@ func Register(reg *engine.Registry, xz XZ) {
 	registerParquet(reg)
 	registerFlowHash(reg)
 	registerRSSAC(reg)
+	registerDNSMetrics(reg)
 	reg.Add(engine.Factory{
 		Name: "decode",
 		Doc:  "Decompresses a block (snappy, xz, gzip or zstd, told from its first bytes); an uncompressed block passes through.",
