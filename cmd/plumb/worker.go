@@ -27,7 +27,7 @@ func workerCommand() command {
 	var sbOpts *sandboxOptions
 	return clientCommand("worker", "", "run the server's stage runs on this machine: lease, run, heartbeat, commit (needs admin on \"*\" when auth is on)", 0,
 		func(fs *flag.FlagSet) {
-			slots = fs.Int("slots", runtime.NumCPU(), "runs at once")
+			slots = fs.Int("slots", 0, "runs at once; 0: one per CPU")
 			stages = fs.String("stages", "", "only stages whose name matches `PATTERN` (path.Match, e.g. 'archive/*')")
 			scratch = fs.String("scratch", filepath.Join(os.TempDir(), "plumb-worker"), "`DIR` for outputs before they are uploaded")
 			level = fs.String("log-level", "info", "log level: debug, info, warn, error")
@@ -43,8 +43,11 @@ func workerCommand() command {
 			if err := lv.UnmarshalText([]byte(*level)); err != nil {
 				return err
 			}
-			if *slots <= 0 {
-				return fmt.Errorf("--slots %d: want at least 1", *slots)
+			if *slots == 0 {
+				*slots = runtime.NumCPU()
+			}
+			if *slots < 0 {
+				return fmt.Errorf("--slots %d: want at least 1 (0: one per CPU)", *slots)
 			}
 			host, _ := os.Hostname()
 			reg := engine.NewRegistry()

@@ -7,7 +7,7 @@
 // is run: Count reads a block's rows into a tally (string keys, counts);
 // a Collector adds the tally of each committed run and exports the sums.
 // Every label takes values from a fixed set or a bounded table, so the
-// series a server exports are bounded (see the README's "DNS metrics").
+// series a server exports are bounded (docs/dns-operators.md says how).
 package dnsmetrics
 
 import (

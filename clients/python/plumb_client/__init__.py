@@ -5,7 +5,7 @@
     for block in c.consume("pcap.sz", group="archive"):
         ...  # acknowledged when the loop moves on to the next block
 
-Every call speaks the protocol the server's README documents; nothing
+Every call speaks the protocol docs/protocol.md documents; nothing
 here is needed that a plain pyarrow.flight client could not do, it only
 saves writing the JSON tickets and the block framing by hand.
 """

@@ -1,0 +1,261 @@
+package main
+
+import (
+	"bytes"
+	"flag"
+	"fmt"
+	"io/fs"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"sort"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/apache/arrow-go/v18/arrow"
+
+	"github.com/plumb-dev/plumb/internal/testenv"
+	"github.com/plumb-dev/plumb/pcap/dnspair"
+	"github.com/plumb-dev/plumb/pcap/dnsrec"
+)
+
+var updateDocs = flag.Bool("update", false, "rewrite the generated references in docs/reference")
+
+// checkGenerated compares a generated page with the committed one, or
+// writes it with -update.
+func checkGenerated(t *testing.T, path, got string) {
+	t.Helper()
+	if *updateDocs {
+		if err := os.WriteFile(path, []byte(got), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		return
+	}
+	want, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatalf("%v (make it with go test ./cmd/plumb -run %s -update)", err, t.Name())
+	}
+	if string(want) != got {
+		gl, wl := strings.Split(got, "\n"), strings.Split(string(want), "\n")
+		for i := range min(len(gl), len(wl)) {
+			if gl[i] != wl[i] {
+				t.Fatalf("%s differs from the code at line %d:\n  page: %s\n  code: %s\nrun go test ./cmd/plumb -run %s -update and commit it", path, i+1, wl[i], gl[i], t.Name())
+			}
+		}
+		t.Fatalf("%s differs from the code in length (%d lines, code %d); run go test ./cmd/plumb -run %s -update", path, len(wl), len(gl), t.Name())
+	}
+}
+
+// TestCLIReference: docs/reference/cli.md is every verb's help, as the
+// flag sets print it.
+func TestCLIReference(t *testing.T) {
+	// Defaults read from the environment print as they would on a
+	// machine with none set.
+	t.Setenv("TMPDIR", "/tmp")
+	for _, v := range []string{"PLUMB_SERVER", "PLUMB_USER", "PLUMB_TOKEN_FILE", "PLUMB_TLS_CA", "PLUMB_SECRET"} {
+		t.Setenv(v, "")
+		os.Unsetenv(v)
+	}
+	var b strings.Builder
+	b.WriteString("# The command line\n\n*Find every verb and flag of `plumb`.*\n\n")
+	b.WriteString("Generated from the code's flag sets (`go test ./cmd/plumb -run TestCLIReference -update`); a test fails when\nthis page and the code differ. Each verb also prints its page with `plumb VERB -h`.\n\n")
+	var top bytes.Buffer
+	run([]string{"-h"}, &top, &top)
+	b.WriteString("```text\n" + top.String() + "```\n")
+	var names []string
+	for _, c := range commands() {
+		names = append(names, c.name)
+	}
+	sort.Strings(names)
+	for _, name := range names {
+		var out bytes.Buffer
+		if code := run([]string{name, "-h"}, &out, &out); code != 0 {
+			t.Fatalf("plumb %s -h exited %d: %s", name, code, out.String())
+		}
+		fmt.Fprintf(&b, "\n## plumb %s\n\n```text\n%s```\n", name, strings.TrimRight(out.String(), "\n")+"\n")
+	}
+	checkGenerated(t, "../../docs/reference/cli.md", b.String())
+}
+
+// TestRecordsReference: docs/reference/records.md is every column of the
+// DNS records and transactions, its Arrow type, meaning and tshark field;
+// a column without a meaning fails.
+func TestRecordsReference(t *testing.T) {
+	var b strings.Builder
+	b.WriteString("# DNS records and transactions: every column\n\n*Find which column holds what, its type, and the tshark field with the same value.*\n\n")
+	b.WriteString("Generated from the schemas (`go test ./cmd/plumb -run TestRecordsReference -update`); a test fails when\nthis page and the code differ, or a column has no meaning written. See [DNS records and transactions](../dns.md)\nfor how rows are made.\n")
+	table := func(title, stage string, schema *arrow.Schema, docs map[string]dnsrec.ColumnDoc) {
+		fmt.Fprintf(&b, "\n## %s (`%s`)\n\n| column | type | meaning | tshark | changed by |\n|---|---|---|---|---|\n", title, stage)
+		for _, f := range schema.Fields() {
+			d, ok := docs[f.Name]
+			if !ok || d.Meaning == "" {
+				t.Errorf("%s: column %s has no meaning in its ColumnDocs", stage, f.Name)
+			}
+			typ := f.Type.String()
+			if f.Nullable {
+				typ += ", nullable"
+			}
+			cell := func(s string) string { return strings.ReplaceAll(s, "|", `\|`) }
+			fmt.Fprintf(&b, "| `%s` | `%s` | %s | %s | %s |\n", f.Name, cell(typ), cell(d.Meaning), cell(code(d.Tshark)), cell(code(d.Option)))
+		}
+		for name := range docs {
+			if !schema.HasField(name) {
+				t.Errorf("%s: ColumnDocs has %s, which the schema does not", stage, name)
+			}
+		}
+	}
+	table("Records", "builtin:dns", dnsrec.Schema, dnsrec.ColumnDocs)
+	table("Transactions", "builtin:dnspairs", dnspair.Schema, dnspair.ColumnDocs)
+	checkGenerated(t, "../../docs/reference/records.md", b.String())
+}
+
+// code puts each of a list of names in backquotes.
+func code(s string) string {
+	if s == "" {
+		return ""
+	}
+	parts := strings.Split(s, ", ")
+	for i, p := range parts {
+		parts[i] = "`" + p + "`"
+	}
+	return strings.Join(parts, ", ")
+}
+
+// TestInternalsNamesEveryPackage: docs/internals.md's table names every
+// package of the module (but benchmarks and examples), and its diagram
+// every top-level folder of one.
+func TestInternalsNamesEveryPackage(t *testing.T) {
+	raw, err := os.ReadFile("../../docs/internals.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	page := string(raw)
+	start := strings.Index(page, "```mermaid")
+	end := strings.Index(page[start+1:], "```") + start + 1
+	if start < 0 || end <= start {
+		t.Fatal("docs/internals.md has no mermaid diagram")
+	}
+	diagram := page[start:end]
+	var pkgs []string
+	err = filepath.WalkDir("../..", func(path string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		rel, _ := filepath.Rel("../..", path)
+		if d.IsDir() && rel != "." && (strings.HasPrefix(d.Name(), ".") || d.Name() == "testdata" || rel == "bench" || rel == "examples" || rel == "clients" || rel == "tests" || rel == "node_modules") {
+			return filepath.SkipDir
+		}
+		if !d.IsDir() && strings.HasSuffix(path, ".go") && !strings.HasSuffix(path, "_test.go") {
+			dir := filepath.ToSlash(filepath.Dir(rel))
+			if !slices.Contains(pkgs, dir) && dir != "." {
+				pkgs = append(pkgs, dir)
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(pkgs) < 30 {
+		t.Fatalf("found %d packages", len(pkgs))
+	}
+	for _, p := range pkgs {
+		if !strings.Contains(page[:start]+page[end:], "| `"+p+"` |") {
+			t.Errorf("docs/internals.md's table does not name package %s", p)
+		}
+		top, _, _ := strings.Cut(p, "/")
+		if top == "internal" {
+			continue
+		}
+		if !strings.Contains(diagram, top) {
+			t.Errorf("docs/internals.md's diagram does not show %s", top)
+		}
+	}
+}
+
+// TestGettingStartedRuns runs the blocks of docs/getting-started.md
+// marked runnable, in order, as a newcomer would: the shell blocks in
+// bash with plumb on PATH, the Python block with the client package,
+// from the repository's root, against the server the first block starts
+// (on a free port in place of the page's 8815). Each must succeed, and
+// the Python block print the top names.
+func TestGettingStartedRuns(t *testing.T) {
+	raw, err := os.ReadFile("../../docs/getting-started.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	type blk struct{ lang, code string }
+	var blocks []blk
+	lines := strings.Split(string(raw), "\n")
+	for i := 0; i < len(lines); i++ {
+		if !strings.HasPrefix(lines[i], "<!-- runnable") || i+1 >= len(lines) || !strings.HasPrefix(lines[i+1], "```") {
+			continue
+		}
+		lang := strings.TrimPrefix(lines[i+1], "```")
+		var code []string
+		for i += 2; i < len(lines) && lines[i] != "```"; i++ {
+			code = append(code, lines[i])
+		}
+		blocks = append(blocks, blk{lang, strings.Join(code, "\n")})
+	}
+	if len(blocks) < 3 {
+		t.Fatalf("%d runnable blocks in docs/getting-started.md", len(blocks))
+	}
+	python := testenv.Tool(t, "python3")
+	addr := testenv.FreeAddr(t)
+	bin := t.TempDir()
+	if err := os.Symlink(os.Args[0], filepath.Join(bin, "plumb")); err != nil {
+		t.Fatal(err)
+	}
+	work := t.TempDir()
+	root, _ := filepath.Abs("../..")
+	env := append(os.Environ(), "PATH="+bin+":"+os.Getenv("PATH"), "PLUMB_TEST_AS_PLUMB=1", "PLUMB_SERVER="+addr,
+		"PYTHONPATH="+filepath.Join(root, "clients", "python"))
+	var serverPID string
+	t.Cleanup(func() {
+		if serverPID != "" {
+			exec.Command("kill", serverPID).Run()
+		}
+	})
+	for i, b := range blocks {
+		code := strings.ReplaceAll(b.code, "127.0.0.1:8815", addr)
+		var cmd *exec.Cmd
+		switch b.lang {
+		case "sh":
+			// A server started in the background is waited for, and its
+			// process id kept for the end.
+			var script []string
+			for _, l := range strings.Split(code, "\n") {
+				l = strings.ReplaceAll(l, "examples/", root+"/examples/")
+				if strings.HasPrefix(l, "plumb serve") {
+					// Its output to a file, so the block's ends.
+					l, _, _ = strings.Cut(l, " #")
+					l = strings.TrimSuffix(strings.TrimSpace(l), "&") + " >server.log 2>&1 &"
+					script = append(script, l, "echo $! > server.pid", "until plumb queues >/dev/null 2>&1; do sleep 0.1; done")
+					continue
+				}
+				script = append(script, l)
+			}
+			cmd = testenv.Command(t, 2*time.Minute, "bash", "-euc", strings.Join(script, "\n"))
+		case "python":
+			// The job's stages run in the background: wait for its rows.
+			wait := "import time\nfor _ in range(600):\n    try:\n        import plumb_client\n        if plumb_client.connect(" + fmt.Sprintf("%q", addr) + ").blocks('dns.arrow'): break\n    except Exception: pass\n    time.sleep(0.1)\n"
+			cmd = testenv.Command(t, 2*time.Minute, python, "-c", wait+code)
+		default:
+			t.Fatalf("runnable block %d: language %q", i+1, b.lang)
+		}
+		cmd.Dir, cmd.Env = work, env
+		out, err := cmd.CombinedOutput()
+		if pid, _ := os.ReadFile(filepath.Join(work, "server.pid")); len(pid) > 0 {
+			serverPID = strings.TrimSpace(string(pid))
+		}
+		if err != nil {
+			t.Fatalf("runnable block %d (%s) of docs/getting-started.md: %v\n%s\n%s", i+1, b.lang, err, code, out)
+		}
+		if b.lang == "python" && !strings.Contains(string(out), "qname") {
+			t.Fatalf("the Python block printed no top names:\n%s", out)
+		}
+	}
+}

@@ -1,0 +1,46 @@
+package dnspair
+
+import "github.com/plumb-dev/plumb/pcap/dnsrec"
+
+// ColumnDocs are the docs of Schema's columns, by name (see
+// dnsrec.ColumnDocs).
+var ColumnDocs = map[string]dnsrec.ColumnDoc{
+	"instance":           {Meaning: "the site (block instance) the transaction was captured at"},
+	"seq":                {Meaning: "the sequence number of the capture block the row came out of"},
+	"time":               {Meaning: "the query's time; the response's for an orphan response", Tshark: "frame.time_epoch"},
+	"response_time":      {Meaning: "the response's time; null when unanswered"},
+	"latency":            {Meaning: "response_time - time; null when unanswered", Tshark: "dns.time"},
+	"transport":          {Meaning: "udp or tcp"},
+	"ip_version":         {Meaning: "4 or 6"},
+	"client":             {Meaning: "the address that asked", Tshark: "ip.src of the query"},
+	"client_port":        {Meaning: "the client's port"},
+	"server":             {Meaning: "the address that was asked"},
+	"server_port":        {Meaning: "the server's port"},
+	"id":                 {Meaning: "the message id", Tshark: "dns.id"},
+	"opcode":             {Meaning: "the opcode"},
+	"qname":              {Meaning: "the question's name, lower-cased, as in records"},
+	"qtype":              {Meaning: "the question's type"},
+	"qclass":             {Meaning: "the question's class"},
+	"tld":                {Meaning: "the last label of qname"},
+	"registered_domain":  {Meaning: "public suffix plus one label of qname"},
+	"rd":                 {Meaning: "the query's recursion desired flag; null for an orphan response"},
+	"cd":                 {Meaning: "the query's checking disabled flag"},
+	"edns_do":            {Meaning: "the query's DNSSEC OK bit"},
+	"edns_udp_size":      {Meaning: "the UDP payload size the query advertises"},
+	"request_size":       {Meaning: "the query's length in bytes; null for an orphan response"},
+	"response_size":      {Meaning: "the response's length in bytes; null when unanswered"},
+	"rcode":              {Meaning: "the response's rcode; null when unanswered"},
+	"aa":                 {Meaning: "the response's authoritative answer flag"},
+	"tc":                 {Meaning: "the response's truncated flag"},
+	"ra":                 {Meaning: "the response's recursion available flag"},
+	"ad":                 {Meaning: "the response's authentic data flag"},
+	"ancount":            {Meaning: "the response's answer count"},
+	"nscount":            {Meaning: "the response's authority count"},
+	"arcount":            {Meaning: "the response's additional count"},
+	"answers":            {Meaning: "the response's answer records, as in records"},
+	"response_malformed": {Meaning: "the response did not read whole"},
+	"unanswered":         {Meaning: "no response came within the timeout", Tshark: "no dns.response_in"},
+	"orphan_response":    {Meaning: "a response to no query seen", Tshark: "no dns.response_to"},
+	"evicted":            {Meaning: "the query was let go of for room before its response could come"},
+	"retransmission":     {Meaning: "the query repeats an earlier one (same client, port, id and question) still waiting: tshark pairs the first send"},
+}
