@@ -32,6 +32,7 @@ FUZZ_TARGETS := \
 	./pcap/anon:FuzzPacket:200000x \
 	./pcap/filter:FuzzCompile:100000x \
 	./pcap/enrich:FuzzDatabase:30000x \
+	./pcap/dnstap:FuzzDecode:200000x \
 	./state:FuzzBlockRecord:100000x
 
 .PHONY: build test test-go test-python fuzz-short bench bench-scale bench-windows demo lint clean image kube

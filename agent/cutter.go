@@ -23,6 +23,7 @@ import (
 	"github.com/plumb-dev/plumb/codecs"
 	"github.com/plumb-dev/plumb/internal/countio"
 	"github.com/plumb-dev/plumb/pcap"
+	"github.com/plumb-dev/plumb/pcap/dnstap"
 	"github.com/plumb-dev/plumb/pcap/filter"
 )
 
@@ -58,7 +59,14 @@ func FileSource(path string) (Source, error) {
 	if fi.IsDir() {
 		return Source{}, fmt.Errorf("%s is a directory; give capture files", path)
 	}
-	return Source{Name: abs, Rereadable: true, Size: fi.Size(), Open: func() (io.ReadCloser, error) { return os.Open(abs) }}, nil
+	// A Frame Streams file of dnstap is cut as its capture (dnstap.OpenCapture).
+	return Source{Name: abs, Rereadable: true, Size: fi.Size(), Open: func() (io.ReadCloser, error) {
+		f, err := os.Open(abs)
+		if err != nil {
+			return nil, err
+		}
+		return dnstap.OpenCapture(f), nil
+	}}, nil
 }
 
 // StdinSource reads a capture stream from standard input, as written by

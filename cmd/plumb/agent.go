@@ -225,7 +225,7 @@ func sourcesOf(args []string) ([]agent.Source, error) {
 func agentCommand() command {
 	return command{
 		name:  "agent",
-		usage: "--site SITE [SOURCE...] [--watch DIR] [--follow FILE] [--interface IFACE]... (a SOURCE is a capture file, or - for stdin)",
+		usage: "--site SITE [SOURCE...] [--watch DIR] [--follow FILE] [--interface IFACE]... [--dnstap-socket PATH] (a SOURCE is a capture file, a dnstap file, or - for stdin)",
 		short: "cut captures (files, or - for stdin) into sequence-numbered blocks, spool and ship them; ends when finite sources are shipped",
 		run: func(ctx context.Context, fs *flag.FlagSet, args []string) error {
 			var a agentFlags
@@ -246,7 +246,11 @@ func agentCommand() command {
 			summary := fs.Duration("summary", time.Minute, "log a summary this often")
 			iface := new(string)
 			follow := fs.String("follow", "", "a capture `FILE` still being written (tcpdump -w FILE): read it as it grows, like tail -f; runs until stopped")
-			cfg, srcs, err := a.parse(fs, args, func() bool { return *watch != "" || len(live.Interfaces) > 0 || *follow != "" })
+			tapSocket := fs.String("dnstap-socket", "", "take dnstap from DNS servers (Unbound, BIND, Knot, PowerDNS) on the unix socket `PATH` (Frame Streams, bidirectional); the blocks are captures of dnstap frames, which builtin:dns reads; runs until stopped")
+			tapListen := fs.String("dnstap-listen", "", "take dnstap from DNS servers that connect to TCP `ADDR` (host:port), as --dnstap-socket")
+			cfg, srcs, err := a.parse(fs, args, func() bool {
+				return *watch != "" || len(live.Interfaces) > 0 || *follow != "" || *tapSocket != "" || *tapListen != ""
+			})
 			if err != nil {
 				return err
 			}
@@ -268,6 +272,16 @@ func agentCommand() command {
 					return err
 				}
 				srcs = append(srcs, g)
+			}
+			for _, tap := range [][2]string{{"unix", *tapSocket}, {"tcp", *tapListen}} {
+				if tap[1] == "" {
+					continue
+				}
+				src, err := agent.DnstapSource(tap[0], tap[1], *settle, cfg.Logger)
+				if err != nil {
+					return fmt.Errorf("dnstap: %w", err)
+				}
+				srcs = append(srcs, src)
 			}
 			if *iface != "" {
 				cfg.Live = &agent.LiveStats{}
@@ -294,7 +308,7 @@ func agentCommand() command {
 			if err != nil {
 				return err
 			}
-			finite := *watch == "" && *iface == "" && *follow == ""
+			finite := *watch == "" && *iface == "" && *follow == "" && *tapSocket == "" && *tapListen == ""
 			if n := st.Cut.BadSources.Load(); n > 0 && finite {
 				// A broken pipeline must not look healthy (exit 0).
 				return fmt.Errorf("%d of %d sources could not be read as captures (the log says why); what could be read was shipped", n, len(srcs))

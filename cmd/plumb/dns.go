@@ -20,6 +20,7 @@ import (
 	"github.com/plumb-dev/plumb/pcap/dnsmsg"
 	"github.com/plumb-dev/plumb/pcap/dnspair"
 	"github.com/plumb-dev/plumb/pcap/dnsrec"
+	"github.com/plumb-dev/plumb/pcap/dnstap"
 	"github.com/plumb-dev/plumb/pcap/filter"
 )
 
@@ -61,15 +62,17 @@ func dnsCommand() command {
 			if err != nil {
 				return err
 			}
-			var in io.Reader = os.Stdin
+			var in io.ReadCloser = os.Stdin
 			if files[0] != "-" {
 				f, err := os.Open(files[0])
 				if err != nil {
 					return err
 				}
-				defer f.Close()
 				in = f
 			}
+			// A Frame Streams file of dnstap reads as its capture.
+			in = dnstap.OpenCapture(in)
+			defer in.Close()
 			r, closer, err := pcap.NewReader(in)
 			if err != nil {
 				return fmt.Errorf("%s: %w", files[0], err)

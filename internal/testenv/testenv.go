@@ -14,14 +14,15 @@ import (
 // InCI reports whether the tests run under CI, where every tool must exist.
 func InCI() bool { return os.Getenv("CI") != "" }
 
-// Tool returns the path of the named program, looked up in PATH and in the
-// Go bin directory (where `go install` puts minio).
+// Tool returns the path of the named program, looked up in PATH, in the
+// Go bin directory (where `go install` puts minio) and in /usr/sbin
+// (where Debian puts daemons such as knotd, off a user's PATH).
 func Tool(t testing.TB, name string) string {
 	t.Helper()
 	if p, err := exec.LookPath(name); err == nil {
 		return p
 	}
-	for _, dir := range goBinDirs() {
+	for _, dir := range append(goBinDirs(), "/usr/sbin") {
 		p := filepath.Join(dir, name)
 		if fi, err := os.Stat(p); err == nil && !fi.IsDir() {
 			return p

@@ -69,6 +69,8 @@ var Schema = arrow.NewSchema([]arrow.Field{
 	{Name: "cookie", Type: arrow.FixedWidthTypes.Boolean},
 	{Name: "tunnel", Type: arrow.BinaryTypes.String, Nullable: true},
 	{Name: "partial", Type: arrow.FixedWidthTypes.Boolean},
+	{Name: "dnstap_type", Type: arrow.BinaryTypes.String, Nullable: true},
+	{Name: "dnstap_identity", Type: arrow.BinaryTypes.String, Nullable: true},
 }, nil)
 
 // Categorical is the type of the columns of few values, instance and
@@ -80,7 +82,7 @@ var Schema = arrow.NewSchema([]arrow.Field{
 var Categorical = &arrow.DictionaryType{IndexType: arrow.PrimitiveTypes.Int8, ValueType: arrow.BinaryTypes.String}
 
 // Transports are the transport column's dictionary, in index order.
-var Transports = []string{"udp", "tcp"}
+var Transports = []string{"udp", "tcp", "dot", "doh", "doq", "dnscrypt-udp", "dnscrypt-tcp"}
 
 // TransportIndex is a row's index in Transports.
 func TransportIndex(tcp bool) int8 {
@@ -392,7 +394,7 @@ func (w *Writer) add(r *Record) error {
 	b.dst.AddBytes(w.addrs.print(r.Dst))
 	b.sport.Add(r.SrcPort)
 	b.dport.Add(r.DstPort)
-	b.transport = append(b.transport, TransportIndex(r.TCP))
+	b.transport = append(b.transport, r.TransportIndex())
 	b.ipVersion.Add(r.IPVersion)
 	b.size.Add(uint32(r.Size))
 	b.id.Add(m.ID)
@@ -461,6 +463,8 @@ func (w *Writer) add(r *Record) error {
 	b.cookie.Add(m.Cookie)
 	b.tunnel.AddOrNull(r.Tunnel)
 	b.partial.Add(r.Partial)
+	b.dnstapType.AddOrNull(r.DnstapType)
+	b.dnstapIdentity.AddOrNull(r.DnstapIdentity)
 	b.rows++
 	if b.rows == BatchRows {
 		return w.flush()

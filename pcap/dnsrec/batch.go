@@ -17,6 +17,7 @@ type batch struct {
 	time                                            arrowcol.Vals[arrow.Timestamp]
 	src, dst, qname, errs, qnameRaw, tld, regDomain arrowcol.Strs
 	ecsAddress, edeText, tunnel                     arrowcol.Strs
+	dnstapType, dnstapIdentity                      arrowcol.Strs
 	sport, dport, id, rcode, qd, an, ns, ar         arrowcol.Vals[uint16]
 	qtype, qclass, udp, ecsFamily                   arrowcol.Vals[uint16]
 	transport                                       []int8 // TransportIndex of each row
@@ -45,7 +46,7 @@ func (b *batch) reset() {
 	b.seq.Reset()
 	b.time.Reset()
 	for _, s := range []*arrowcol.Strs{&b.src, &b.dst, &b.qname, &b.errs, &b.qnameRaw, &b.tld, &b.regDomain, &b.ecsAddress,
-		&b.edeText, &b.tunnel, &b.optData} {
+		&b.edeText, &b.tunnel, &b.optData, &b.dnstapType, &b.dnstapIdentity} {
 		s.Reset()
 	}
 	for _, c := range []*arrowcol.Vals[uint16]{&b.sport, &b.dport, &b.id, &b.rcode, &b.qd, &b.an, &b.ns, &b.ar, &b.qtype, &b.qclass,
@@ -127,6 +128,7 @@ func (b *batch) record(cat *Categories) arrow.RecordBatch {
 		arrowcol.Uint16(&b.ecsFamily), arrowcol.Uint8(&b.ecsSource), arrowcol.Uint8(&b.ecsScope), str(&b.ecsAddress),
 		b.ede.Data(Schema.Field(45).Type, arrowcol.Uint16(&b.edeCode)),
 		str(&b.edeText), b.cookie.Data(), str(&b.tunnel), b.partial.Data(),
+		str(&b.dnstapType), str(&b.dnstapIdentity),
 	)
 }
 

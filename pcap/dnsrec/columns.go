@@ -21,7 +21,7 @@ var ColumnDocs = map[string]ColumnDoc{
 	"dst":               {Meaning: "destination address", Tshark: "ip.dst / ipv6.dst"},
 	"sport":             {Meaning: "source port", Tshark: "udp.srcport / tcp.srcport"},
 	"dport":             {Meaning: "destination port", Tshark: "udp.dstport / tcp.dstport"},
-	"transport":         {Meaning: "udp or tcp"},
+	"transport":         {Meaning: "udp or tcp; from dnstap also dot, doh, doq, dnscrypt-udp, dnscrypt-tcp"},
 	"ip_version":        {Meaning: "4 or 6"},
 	"size":              {Meaning: "the DNS message's length in bytes, without the TCP length prefix", Tshark: "udp.length - 8, dns.length (TCP)"},
 	"id":                {Meaning: "the message id", Tshark: "dns.id"},
@@ -63,5 +63,7 @@ var ColumnDocs = map[string]ColumnDoc{
 	"ede_text":          {Meaning: "extended DNS errors' texts, joined with \"; \""},
 	"cookie":            {Meaning: "the message carries a DNS cookie option (RFC 7873)"},
 	"tunnel":            {Meaning: "vxlan or geneve for DNS taken out of those tunnels; null otherwise"},
+	"dnstap_type":       {Meaning: "for rows read from dnstap, the message type the server logged (AUTH_QUERY, CLIENT_RESPONSE...); null for packets"},
+	"dnstap_identity":   {Meaning: "for rows read from dnstap, the identity the server gave itself; null for packets"},
 	"partial":           {Meaning: "the row is the start of a message whose other bytes never came (a datagram's other fragments, a TCP stream let go of); also malformed"},
 }

@@ -7,11 +7,13 @@ package dnsrec
 import (
 	"fmt"
 	"net/netip"
+	"slices"
 	"time"
 
 	"github.com/gopacket/gopacket/layers"
 
 	"github.com/plumb-dev/plumb/pcap/dnsmsg"
+	"github.com/plumb-dev/plumb/pcap/dnstap"
 	"github.com/plumb-dev/plumb/pcap/dnstcp"
 	"github.com/plumb-dev/plumb/pcap/netpkt"
 )
@@ -37,6 +39,20 @@ type Record struct {
 	// up on). Msg holds what came (the header and usually the
 	// question); Err says where it ends and why.
 	Partial bool
+	// Transport, when above 0, is the row's index in Transports (a
+	// dnstap message's DoT, DoH, DoQ...); else TCP says.
+	Transport int8
+	// DnstapType and DnstapIdentity are a dnstap message's type
+	// (CLIENT_QUERY...) and its server's identity; "" for packets.
+	DnstapType, DnstapIdentity string
+}
+
+// TransportIndex is the row's index in Transports.
+func (r *Record) TransportIndex() int8 {
+	if r.Transport > 0 {
+		return r.Transport
+	}
+	return TransportIndex(r.TCP)
 }
 
 // Stats counts what an Extractor saw.
@@ -74,6 +90,11 @@ type Extractor struct {
 	// edge, when set, splits what the block completes on its own from
 	// what its neighbours may change (see Edge).
 	edge *splitter
+	// tap is what the dnstap frame being read adds to its row.
+	tap struct {
+		transport     int8
+		typ, identity string
+	}
 }
 
 // maxTunnels bounds tunnels inside tunnels.
@@ -114,6 +135,10 @@ func (x *Extractor) Packet(t time.Time, frame []byte) {
 	x.stats.Packets++
 	if x.edge != nil && t.After(x.edge.end) {
 		x.edge.end = t
+	}
+	if x.link == dnstap.LinkType {
+		x.dnstap(t, frame)
+		return
 	}
 	p := &x.pkt
 	if err := netpkt.Decode(x.link, frame, p); err != nil {
@@ -230,6 +255,7 @@ func (x *Extractor) record(t time.Time, src, dst netip.Addr, sport, dport uint16
 	r := &x.rec
 	*r = Record{Time: t, Src: src, Dst: dst, SrcPort: sport, DstPort: dport, TCP: tcp, IPVersion: ipv, Size: len(msg),
 		Tunnel: tunnel, Partial: cut != ""}
+	r.Transport, r.DnstapType, r.DnstapIdentity = x.tap.transport, x.tap.typ, x.tap.identity
 	r.Msg, r.Err = x.parser.Parse(msg)
 	switch {
 	case cut == "":
@@ -249,4 +275,46 @@ func (x *Extractor) record(t time.Time, src, dst netip.Addr, sport, dport uint16
 		x.stats.Malformed++
 	}
 	x.emit(r)
+}
+
+// dnstap reads a dnstap frame (a capture of dnstap.LinkType): its query
+// or response, whichever its type logs, as a row, whatever the ports (DoH
+// is on 443). A frame that does not read, or carries no DNS message, is a
+// malformed row saying why.
+func (x *Extractor) dnstap(t time.Time, frame []byte) {
+	m, err := dnstap.Decode(frame)
+	x.tap.identity = m.Identity
+	if m.Type != 0 {
+		x.tap.typ = m.TypeName()
+	}
+	x.tap.transport = 0
+	if name, ok := dnstap.Protocols[m.Protocol]; ok {
+		x.tap.transport = int8(max(slices.Index(Transports, name), 0))
+	}
+	defer func() { x.tap.transport, x.tap.typ, x.tap.identity = 0, "", "" }()
+	src, dst, sport, dport, msg := m.QueryAddr, m.ResponseAddr, m.QueryPort, m.ResponsePort, m.QueryMessage
+	if m.IsResponse() {
+		src, dst, sport, dport, msg = dst, src, dport, sport, m.ResponseMessage
+	}
+	if !m.Time().IsZero() {
+		t = m.Time()
+	}
+	ipv := uint8(4)
+	if src.Is6() && !src.Is4In6() {
+		ipv = 6
+	}
+	tcp := m.Protocol != 1 && m.Protocol != 5 && m.Protocol != 0
+	if err == nil && msg == nil {
+		err = fmt.Errorf("the dnstap %s frame carries no DNS message", m.TypeName())
+	}
+	if err != nil {
+		r := &x.rec
+		*r = Record{Time: t, Src: src, Dst: dst, SrcPort: sport, DstPort: dport, TCP: tcp, IPVersion: ipv, Size: len(msg),
+			Transport: x.tap.transport, DnstapType: x.tap.typ, DnstapIdentity: x.tap.identity, Err: err}
+		x.stats.Messages++
+		x.stats.Malformed++
+		x.emit(r)
+		return
+	}
+	x.record(t, src, dst, sport, dport, tcp, ipv, msg, "", "")
 }

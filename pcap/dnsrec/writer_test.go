@@ -46,6 +46,8 @@ func TestWriterRows(t *testing.T) {
 		extractAll(t, &buf, keep)
 	}
 	recs[len(recs)/2].Tunnel = "vxlan" // the extractor's tunnels have their own test
+	// So are dnstap's rows (TestDnstapRows).
+	recs[len(recs)/3].DnstapType, recs[len(recs)/3].DnstapIdentity, recs[len(recs)/3].Transport = "CLIENT_QUERY", "r1", 4
 	if len(recs) < 3*BatchRows+1 {
 		t.Fatalf("%d records; want more than three batches", len(recs))
 	}
@@ -136,10 +138,7 @@ func wantRow(r *Record, instance string, seq uint64) map[string]any {
 			texts = append(texts, e.Text)
 		}
 	}
-	transport := "udp"
-	if r.TCP {
-		transport = "tcp"
-	}
+	transport := Transports[r.TransportIndex()]
 	errText := ""
 	if r.Err != nil {
 		errText = r.Err.Error()
@@ -165,6 +164,7 @@ func wantRow(r *Record, instance string, seq uint64) map[string]any {
 		"ecs_scope_prefix": or(m.ECS.Family != 0, m.ECS.ScopePrefix), "ecs_address": or(m.ECS.Family != 0, m.ECS.Address),
 		"ede": ede, "ede_text": or(len(texts) > 0, strings.Join(texts, "; ")), "cookie": m.Cookie,
 		"tunnel": or(r.Tunnel != "", r.Tunnel), "partial": r.Partial,
+		"dnstap_type": or(r.DnstapType != "", r.DnstapType), "dnstap_identity": or(r.DnstapIdentity != "", r.DnstapIdentity),
 	}
 }
 

@@ -1,0 +1,191 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/plumb-dev/plumb/client"
+	"github.com/plumb-dev/plumb/internal/testenv"
+)
+
+// TestDnstapFromKnot: a real DNS server from Debian (Knot, its dnstap
+// module on) logs to the agent's unix socket; dig-like queries over UDP
+// and TCP (kdig) each appear once as a query and once as a response row
+// through the server, with dnstap's type and identity, and the blocks'
+// sequence numbers run on without a gap across an agent restart.
+func TestDnstapFromKnot(t *testing.T) {
+	knotd, kdig := testenv.Tool(t, "knotd"), testenv.Tool(t, "kdig")
+	dir := t.TempDir()
+	data := filepath.Join(dir, "data")
+	addr := servePlumb(t, data)
+	ctx := context.Background()
+	c, err := client.Dial(addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	job := "job: tap\nqueues: [dnstap.sz]\nstages:\n  - {name: dns, inputs: [dnstap.sz], program: builtin:dns, outputs: [dns.arrow], retention: 1d}\n"
+	if res, err := c.SubmitJob(ctx, "tap.yaml", []byte(job)); err != nil || res.State != "accepted" {
+		t.Fatalf("the job: %+v %v", res, err)
+	}
+	sock := filepath.Join(dir, "tap.sock")
+	agentArgs := []string{"agent", "--server", addr, "--site", "ns1", "--queue", "dnstap.sz", "--spool", filepath.Join(dir, "spool"),
+		"--dnstap-socket", sock, "--settle", "300ms"}
+	agent := startPlumb(t, append(agentArgs, "--new-instance")...)
+
+	// Knot: one zone, dnstap of every query and response to the socket.
+	port := testenv.FreeAddr(t)
+	_, p, _ := strings.Cut(port, ":")
+	os.WriteFile(filepath.Join(dir, "example.com.zone"), []byte("$ORIGIN example.com.\n$TTL 300\n@ SOA ns1 hostmaster 1 3600 600 86400 300\n@ NS ns1\nns1 A 192.0.2.53\n*.q A 192.0.2.80\n"), 0o644)
+	conf := fmt.Sprintf(`server:
+    rundir: %[1]s
+    listen: 127.0.0.1@%[2]s
+database:
+    storage: %[1]s
+log:
+  - target: stderr
+    any: info
+mod-dnstap:
+  - id: tap
+    sink: unix:%[3]s
+    identity: knot-test
+    log-queries: on
+    log-responses: on
+template:
+  - id: default
+    storage: %[1]s
+    global-module: mod-dnstap/tap
+zone:
+  - domain: example.com
+    file: %[1]s/example.com.zone
+`, dir, p, sock)
+	if os.Geteuid() == 0 {
+		conf = strings.Replace(conf, "server:\n", "server:\n    user: root\n", 1)
+	}
+	os.WriteFile(filepath.Join(dir, "knot.conf"), []byte(conf), 0o644)
+	knot := exec.Command(knotd, "-c", filepath.Join(dir, "knot.conf"))
+	knotLog := &procLog{}
+	knot.Stdout, knot.Stderr = knotLog, knotLog
+	if err := knot.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { knot.Process.Kill(); knot.Wait() })
+
+	ask := func(name string, tcp bool) error {
+		args := []string{"@127.0.0.1", "-p", p, "+short", "+retry=0", name + ".q.example.com", "A"}
+		if tcp {
+			args = append(args, "+tcp")
+		}
+		out, err := testenv.Command(t, 30*time.Second, kdig, args...).CombinedOutput()
+		if err == nil && !strings.Contains(string(out), "192.0.2.80") {
+			err = fmt.Errorf("answered %q", out)
+		}
+		return err
+	}
+	var asked []string
+	query := func(name string, tcp bool) {
+		t.Helper()
+		if err := ask(name, tcp); err != nil {
+			t.Fatalf("kdig %s: %v\nknot: %s", name, err, knotLog)
+		}
+		asked = append(asked, name+".q.example.com")
+	}
+	// A server finds its dnstap receiver gone only when it next writes
+	// (Frame Streams has no way for a receiver to say it stops), and
+	// then reconnects: queries prime it until the agent has it, and are
+	// not counted.
+	connected := func(a *plumbProc) {
+		t.Helper()
+		for i, deadline := 0, time.Now().Add(60*time.Second); !strings.Contains(a.log.String(), "dnstap sender connected"); i++ {
+			if time.Now().After(deadline) {
+				t.Fatalf("knot did not connect to the agent's socket in 60 s; knot: %s\nagent: %s", knotLog, a.log)
+			}
+			ask(fmt.Sprintf("prime%d", i), false)
+			time.Sleep(200 * time.Millisecond)
+		}
+	}
+	connected(agent)
+	for i := range 6 {
+		query(fmt.Sprintf("a%d", i), i%2 == 1)
+	}
+	// The agent is stopped and started again: Knot reconnects, and the
+	// blocks go on from the next sequence number.
+	waitBlocks(t, c, "dnstap.sz", 1)
+	agent.cmd.Process.Signal(syscall.SIGTERM)
+	agent.cmd.Wait()
+	agent = startPlumb(t, agentArgs...)
+	connected(agent)
+	for i := range 6 {
+		query(fmt.Sprintf("b%d", i), i%2 == 1)
+	}
+
+	want := 2 * len(asked) // and the primes that arrived
+	var qnames, types []string
+	for deadline := time.Now().Add(60 * time.Second); ; time.Sleep(100 * time.Millisecond) {
+		tbl, err := c.RecordsTable(ctx, client.RecordsTicket{Records: "dns.arrow", Columns: []string{"qname", "dnstap_type", "dnstap_identity", "transport"}})
+		if err == nil && tbl.NumRows() >= int64(want) {
+			qnames, types = testenv.ColumnStrings(t, tbl, "qname"), testenv.ColumnStrings(t, tbl, "dnstap_type")
+			if ids := testenv.ColumnStrings(t, tbl, "dnstap_identity"); slices.ContainsFunc(ids, func(s string) bool { return s != "knot-test" }) {
+				t.Errorf("identities %v", ids)
+			}
+			if tr := testenv.ColumnStrings(t, tbl, "transport"); !slices.Contains(tr, "udp") || !slices.Contains(tr, "tcp") {
+				t.Errorf("transports %v", tr)
+			}
+			tbl.Release()
+			break
+		}
+		if time.Now().After(deadline) {
+			faulty, _ := c.Faulty(ctx, "")
+			t.Fatalf("fewer than %d rows after 60 s (%v); faulty %+v\nagent: %s", want, err, faulty, agent.log)
+		}
+	}
+	for _, name := range asked {
+		q, r := 0, 0
+		for i := range qnames {
+			if qnames[i] == name {
+				switch types[i] {
+				case "AUTH_QUERY":
+					q++
+				case "AUTH_RESPONSE":
+					r++
+				}
+			}
+		}
+		if q != 1 || r != 1 {
+			t.Errorf("%s: %d query and %d response rows, want one each", name, q, r)
+		}
+	}
+	blocks, err := c.Blocks(ctx, "dnstap.sz")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i, b := range blocks {
+		if !strings.Contains(b.Name, fmt.Sprintf("-%08d.ns1.", i+1)) {
+			t.Errorf("block %d is %s: the sequence has a gap", i+1, b.Name)
+		}
+	}
+	if len(blocks) < 2 {
+		t.Errorf("%d blocks across a restart", len(blocks))
+	}
+}
+
+// waitBlocks waits until a queue has at least n blocks.
+func waitBlocks(t *testing.T, c *client.Client, queue string, n int) {
+	t.Helper()
+	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(50 * time.Millisecond) {
+		if bs, _ := c.Blocks(context.Background(), queue); len(bs) >= n {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%s has fewer than %d blocks after 30 s", queue, n)
+		}
+	}
+}
