@@ -20,6 +20,7 @@ import (
 	"github.com/plumb-dev/plumb/flight"
 	"github.com/plumb-dev/plumb/internal/hostile"
 	"github.com/plumb-dev/plumb/pcap/dnsrec"
+	"github.com/plumb-dev/plumb/rowfilter"
 )
 
 // TestArrowBombRefused is issue 18's records attack: a 33 KB Arrow IPC
@@ -276,18 +277,18 @@ func TestRecordsCommandsAreBounded(t *testing.T) {
 	if _, err := agent.Put(ctx, bytesSource("20250505-151105-00000001.lax.dns.arrow", emptyRecords(t))); err != nil {
 		t.Fatal(err)
 	}
-	many := make([]string, maxInValues+1)
+	many := make([]string, rowfilter.MaxInValues+1)
 	for i := range many {
 		many[i] = fmt.Sprint(i)
 	}
 	for _, c := range []struct{ cmd, says string }{
 		{`{"records": "dns.arrow", "limit": -1}`, "limit -1: want a positive count"},
 		{`{"records": "dns.arrow", "filter": [{"column": "qtype", "op": "in", "value": [` + strings.Join(many, ",") + `]}]}`,
-			fmt.Sprintf("at most %d values", maxInValues)},
-		{`{"records": "dns.arrow", "filter": [{"column": "qname", "op": "like", "value": "` + strings.Repeat("%", maxPattern+1) + `"}]}`,
-			fmt.Sprintf("at most %d bytes", maxPattern)},
-		{`{"records": "dns.arrow", "filter": [{"column": "qname", "op": "regex", "value": "` + strings.Repeat("a", maxPattern+1) + `"}]}`,
-			fmt.Sprintf("at most %d bytes", maxPattern)},
+			fmt.Sprintf("at most %d values", rowfilter.MaxInValues)},
+		{`{"records": "dns.arrow", "filter": [{"column": "qname", "op": "like", "value": "` + strings.Repeat("%", rowfilter.MaxPattern+1) + `"}]}`,
+			fmt.Sprintf("at most %d bytes", rowfilter.MaxPattern)},
+		{`{"records": "dns.arrow", "filter": [{"column": "qname", "op": "regex", "value": "` + strings.Repeat("a", rowfilter.MaxPattern+1) + `"}]}`,
+			fmt.Sprintf("at most %d bytes", rowfilter.MaxPattern)},
 		{`{"records": "dns.arrow", "filter": [{"column": "qname", "op": "regex", "value": "((a{100}){100}){100}"}]}`, "invalid repeat count"},
 		{`{"records": "dns.arrow", "columns": ["qname"], "nope": 1}`, "unknown field"},
 		{`{"records": "../x"}`, "records ticket"},

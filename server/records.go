@@ -2,12 +2,12 @@ package server
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
-	"regexp"
 	"slices"
 	"strconv"
 	"strings"
@@ -28,6 +28,7 @@ import (
 	"github.com/plumb-dev/plumb/pcap/dnspair"
 	"github.com/plumb-dev/plumb/pcap/dnsrec"
 	"github.com/plumb-dev/plumb/pipeline"
+	"github.com/plumb-dev/plumb/rowfilter"
 	"github.com/plumb-dev/plumb/state"
 )
 
@@ -137,7 +138,7 @@ func (s *Service) recordBlocks(r recordsRequest) ([]state.Block, error) {
 		if a.Instance != b.Instance {
 			return strings.Compare(a.Instance, b.Instance)
 		}
-		return cmpOrdered(int64(a.Seq), int64(b.Seq))
+		return cmp.Compare(a.Seq, b.Seq)
 	})
 	return blocks, nil
 }
@@ -207,13 +208,13 @@ func (s *Service) blockSchema(ctx context.Context, b state.Block) (*arrow.Schema
 // check tries a request's columns and filter on a schema, so their
 // errors name the ticket before any row is sent.
 func (r recordsRequest) check(schema *arrow.Schema) (*arrow.Schema, error) {
-	out, err := project(schema, r.Columns)
+	out, err := rowfilter.Project(schema, r.Columns)
 	if err != nil {
 		return nil, status.Errorf(codes.InvalidArgument, "records ticket: %v", err)
 	}
-	empty := array.NewRecordBatch(schema, emptyColumns(schema), 0)
+	empty := array.NewRecordBatch(schema, rowfilter.EmptyColumns(schema), 0)
 	defer empty.Release()
-	if _, err := evaluate(empty, r.conditions()); err != nil {
+	if _, err := rowfilter.Evaluate(empty, r.conditions()); err != nil {
 		return nil, status.Errorf(codes.InvalidArgument, "records ticket: %v", err)
 	}
 	return out, nil
@@ -272,7 +273,7 @@ func (s *Service) serveRecords(ctx context.Context, raw []byte, stream aflight.F
 	}
 	if sent == 0 {
 		// Still a batch, so a reader gets an empty table with the columns.
-		rec := array.NewRecordBatch(outSchema, emptyColumns(outSchema), 0)
+		rec := array.NewRecordBatch(outSchema, rowfilter.EmptyColumns(outSchema), 0)
 		defer rec.Release()
 		return statusOf(w.Write(rec), codes.Unavailable)
 	}
@@ -301,7 +302,7 @@ func (s *Service) sendRecords(ctx context.Context, w *aflight.Writer, b state.Bl
 		if err != nil {
 			return n, status.Errorf(codes.DataLoss, "block %s, batch %d: %v", b.Name, i, err)
 		}
-		out, err := selectRows(rec, r.Columns, conds)
+		out, err := rowfilter.Select(rec, r.Columns, conds)
 		rec.Release()
 		if err != nil {
 			// The ticket was checked on the first block's schema: this
@@ -356,14 +357,6 @@ func (s *Service) recordsInfo(ctx context.Context, desc *aflight.FlightDescripto
 	}, nil
 }
 
-func emptyColumns(schema *arrow.Schema) []arrow.Array {
-	cols := make([]arrow.Array, schema.NumFields())
-	for i, f := range schema.Fields() {
-		cols[i] = array.MakeArrayOfNull(memory.DefaultAllocator, f.Type, 0)
-	}
-	return cols
-}
-
 func (s *Service) readAll(ctx context.Context, b state.Block) ([]byte, error) {
 	if b.Size > maxRecordsBlock {
 		return nil, status.Errorf(codes.ResourceExhausted, "block %s is %d bytes; records reads take Arrow blocks up to %d", b.Name, b.Size, maxRecordsBlock)
@@ -378,334 +371,4 @@ func (s *Service) readAll(ctx context.Context, b state.Block) ([]byte, error) {
 		return nil, statusOf(fmt.Errorf("read block %s: %w", b.Name, err), codes.Unavailable)
 	}
 	return data, nil
-}
-
-// project returns the schema with the named columns in that order.
-func project(schema *arrow.Schema, cols []string) (*arrow.Schema, error) {
-	if len(cols) == 0 {
-		return schema, nil
-	}
-	fields := make([]arrow.Field, len(cols))
-	for i, c := range cols {
-		idx := schema.FieldIndices(c)
-		if len(idx) == 0 {
-			return nil, fmt.Errorf("no column %q (columns: %s)", c, columnNames(schema))
-		}
-		fields[i] = schema.Field(idx[0])
-	}
-	return arrow.NewSchema(fields, nil), nil
-}
-
-func columnNames(s *arrow.Schema) string {
-	var names []string
-	for _, f := range s.Fields() {
-		names = append(names, f.Name)
-	}
-	return fmt.Sprint(names)
-}
-
-// selectRows keeps the rows of a batch where every condition holds, and
-// projects its columns.
-func selectRows(rec arrow.RecordBatch, columns []string, conds []flight.Condition) (arrow.RecordBatch, error) {
-	schema, err := project(rec.Schema(), columns)
-	if err != nil {
-		return nil, err
-	}
-	cols := make([]arrow.Array, schema.NumFields())
-	for i, f := range schema.Fields() {
-		cols[i] = rec.Column(rec.Schema().FieldIndices(f.Name)[0])
-	}
-	if len(conds) == 0 {
-		return array.NewRecordBatch(schema, cols, rec.NumRows()), nil
-	}
-	keep, err := evaluate(rec, conds)
-	if err != nil {
-		return nil, err
-	}
-	// The kept rows as runs [start, end): each column is the
-	// concatenation of its runs.
-	var runs [][2]int64
-	for i := 0; i < len(keep); i++ {
-		if !keep[i] {
-			continue
-		}
-		j := i
-		for j < len(keep) && keep[j] {
-			j++
-		}
-		runs = append(runs, [2]int64{int64(i), int64(j)})
-		i = j
-	}
-	var rows int64
-	for _, r := range runs {
-		rows += r[1] - r[0]
-	}
-	out := make([]arrow.Array, len(cols))
-	defer func() {
-		for _, a := range out {
-			if a != nil {
-				a.Release()
-			}
-		}
-	}()
-	for i, c := range cols {
-		if len(runs) == 0 {
-			out[i] = array.MakeArrayOfNull(memory.DefaultAllocator, c.DataType(), 0)
-			continue
-		}
-		parts := make([]arrow.Array, len(runs))
-		for k, r := range runs {
-			parts[k] = array.NewSlice(c, r[0], r[1])
-		}
-		a, err := array.Concatenate(parts, memory.DefaultAllocator)
-		for _, p := range parts {
-			p.Release()
-		}
-		if err != nil {
-			return nil, err
-		}
-		out[i] = a
-	}
-	return array.NewRecordBatch(schema, out, rows), nil
-}
-
-// evaluate returns the rows where every condition holds.
-func evaluate(rec arrow.RecordBatch, conds []flight.Condition) ([]bool, error) {
-	n := int(rec.NumRows())
-	keep := make([]bool, n)
-	for i := range keep {
-		keep[i] = true
-	}
-	for _, c := range conds {
-		idx := rec.Schema().FieldIndices(c.Column)
-		if len(idx) == 0 {
-			return nil, fmt.Errorf("filter: no column %q (columns: %s)", c.Column, columnNames(rec.Schema()))
-		}
-		test, err := predicate(rec.Column(idx[0]), c)
-		if err != nil {
-			return nil, err
-		}
-		for i := range keep {
-			if keep[i] {
-				keep[i] = test(i)
-			}
-		}
-	}
-	return keep, nil
-}
-
-// maxInValues and maxPattern bound what one condition may ask.
-const (
-	maxInValues = 10000
-	maxPattern  = 1024
-)
-
-// predicate returns whether row i of col passes a condition.
-func predicate(col arrow.Array, c flight.Condition) (func(i int) bool, error) {
-	if d, ok := col.(*array.Dictionary); ok && c.Op != "is_null" && c.Op != "not_null" {
-		// A row of a dictionary column (instance, transport) passes
-		// where its value does: each value is tested once.
-		test, err := predicate(d.Dictionary(), c)
-		if err != nil {
-			return nil, err
-		}
-		holds := make([]bool, d.Dictionary().Len())
-		for k := range holds {
-			holds[k] = test(k)
-		}
-		return func(i int) bool { return d.IsValid(i) && holds[d.GetValueIndex(i)] }, nil
-	}
-	notNull := func(f func(i int) bool) func(i int) bool {
-		return func(i int) bool { return !col.IsNull(i) && f(i) }
-	}
-	switch c.Op {
-	case "is_null", "not_null":
-		if c.Value != nil {
-			return nil, fmt.Errorf("filter on %s: %s takes no value", c.Column, c.Op)
-		}
-		if c.Op == "is_null" {
-			return col.IsNull, nil
-		}
-		return func(i int) bool { return !col.IsNull(i) }, nil
-	case "in":
-		vals, ok := c.Value.([]any)
-		if !ok || len(vals) > maxInValues {
-			return nil, fmt.Errorf("filter on %s: in wants a list of at most %d values", c.Column, maxInValues)
-		}
-		tests := make([]func(int) int, len(vals))
-		for k, v := range vals {
-			cmp, err := comparer(col, flight.Condition{Column: c.Column, Op: "=", Value: v})
-			if err != nil {
-				return nil, err
-			}
-			tests[k] = cmp
-		}
-		return notNull(func(i int) bool {
-			for _, cmp := range tests {
-				if cmp(i) == 0 {
-					return true
-				}
-			}
-			return false
-		}), nil
-	case "like", "suffix", "regex":
-		a, isStr := col.(*array.String)
-		v, ok := c.Value.(string)
-		if !isStr {
-			return nil, fmt.Errorf("filter on %s: %s works on string columns, not %s", c.Column, c.Op, col.DataType())
-		}
-		if !ok || len(v) > maxPattern {
-			return nil, fmt.Errorf("filter on %s: %s wants a string of at most %d bytes", c.Column, c.Op, maxPattern)
-		}
-		if c.Op == "suffix" {
-			// Names are lower-case without the final dot; "." or ""
-			// is the root, above every name.
-			name := strings.ToLower(strings.Trim(v, "."))
-			if name == "" {
-				return notNull(func(int) bool { return true }), nil
-			}
-			dotted := "." + name
-			return notNull(func(i int) bool {
-				s := a.Value(i)
-				return s == name || strings.HasSuffix(s, dotted)
-			}), nil
-		}
-		if c.Op == "regex" {
-			// RE2: linear in the name whatever the pattern, and Go
-			// refuses a pattern whose program would be too large.
-			re, err := regexp.Compile(v)
-			if err != nil {
-				return nil, fmt.Errorf("filter on %s: regex %q: %v", c.Column, v, err)
-			}
-			return notNull(func(i int) bool { return re.MatchString(a.Value(i)) }), nil
-		}
-		re, err := likeRegexp(v)
-		if err != nil {
-			return nil, fmt.Errorf("filter on %s: like %q: %v", c.Column, v, err)
-		}
-		return notNull(func(i int) bool { return re.MatchString(a.Value(i)) }), nil
-	}
-	cmp, err := comparer(col, c)
-	if err != nil {
-		return nil, err
-	}
-	return notNull(func(i int) bool { return holds(c.Op, cmp(i)) }), nil
-}
-
-// likeRegexp turns an SQL LIKE pattern into an anchored regular
-// expression (linear time, RE2): % is any run of characters, _ one, a
-// backslash escapes the next.
-func likeRegexp(p string) (*regexp.Regexp, error) {
-	var b strings.Builder
-	b.WriteString(`^(?s:`)
-	for i := 0; i < len(p); i++ {
-		switch ch := p[i]; ch {
-		case '%':
-			b.WriteString(`.*`)
-		case '_':
-			b.WriteString(`.`)
-		case '\\':
-			if i+1 == len(p) {
-				return nil, errors.New("ends in an escape")
-			}
-			i++
-			b.WriteString(regexp.QuoteMeta(p[i : i+1]))
-		default:
-			b.WriteString(regexp.QuoteMeta(string(ch)))
-		}
-	}
-	b.WriteString(`)$`)
-	return regexp.Compile(b.String())
-}
-
-func holds(op string, c int) bool {
-	switch op {
-	case "=", "==":
-		return c == 0
-	case "!=":
-		return c != 0
-	case "<":
-		return c < 0
-	case "<=":
-		return c <= 0
-	case ">":
-		return c > 0
-	case ">=":
-		return c >= 0
-	}
-	return false
-}
-
-// comparer returns a function comparing row i of col with the condition's
-// value (-1, 0, 1).
-func comparer(col arrow.Array, c flight.Condition) (func(i int) int, error) {
-	switch c.Op {
-	case "=", "==", "!=", "<", "<=", ">", ">=":
-	default:
-		return nil, fmt.Errorf("filter on %s: op %q: want = != < <= > >= in like suffix is_null not_null", c.Column, c.Op)
-	}
-	bad := func(want string) error {
-		return fmt.Errorf("filter on %s: value %v: want %s", c.Column, c.Value, want)
-	}
-	num, isNum := c.Value.(float64)
-	str, isStr := c.Value.(string)
-	switch a := col.(type) {
-	case *array.String:
-		if !isStr {
-			return nil, bad("a string")
-		}
-		return func(i int) int { return cmpOrdered(a.Value(i), str) }, nil
-	case *array.Boolean:
-		v, ok := c.Value.(bool)
-		if !ok {
-			return nil, bad("true or false")
-		}
-		return func(i int) int {
-			if a.Value(i) == v {
-				return 0
-			}
-			return 1
-		}, nil
-	case *array.Timestamp:
-		if !isStr {
-			return nil, bad("an RFC 3339 time")
-		}
-		ts, err := time.Parse(time.RFC3339Nano, str)
-		if err != nil {
-			return nil, bad("an RFC 3339 time")
-		}
-		unit := a.DataType().(*arrow.TimestampType).Unit
-		want := ts.UnixNano() / int64(unit.Multiplier())
-		return func(i int) int { return cmpOrdered(int64(a.Value(i)), want) }, nil
-	}
-	if !isNum {
-		return nil, bad("a number")
-	}
-	switch a := col.(type) {
-	case *array.Uint8:
-		return func(i int) int { return cmpOrdered(float64(a.Value(i)), num) }, nil
-	case *array.Uint16:
-		return func(i int) int { return cmpOrdered(float64(a.Value(i)), num) }, nil
-	case *array.Uint32:
-		return func(i int) int { return cmpOrdered(float64(a.Value(i)), num) }, nil
-	case *array.Uint64:
-		return func(i int) int { return cmpOrdered(float64(a.Value(i)), num) }, nil
-	case *array.Int64:
-		return func(i int) int { return cmpOrdered(float64(a.Value(i)), num) }, nil
-	case *array.Int32:
-		return func(i int) int { return cmpOrdered(float64(a.Value(i)), num) }, nil
-	case *array.Float64:
-		return func(i int) int { return cmpOrdered(a.Value(i), num) }, nil
-	}
-	return nil, fmt.Errorf("filter on %s: columns of type %s cannot be filtered", c.Column, col.DataType())
-}
-
-func cmpOrdered[T int64 | float64 | string](a, b T) int {
-	switch {
-	case a < b:
-		return -1
-	case a > b:
-		return 1
-	}
-	return 0
 }

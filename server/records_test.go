@@ -7,6 +7,8 @@ import (
 	"github.com/apache/arrow-go/v18/arrow"
 	"github.com/apache/arrow-go/v18/arrow/array"
 	"github.com/apache/arrow-go/v18/arrow/memory"
+
+	"github.com/plumb-dev/plumb/rowfilter"
 )
 
 func batch(t *testing.T) arrow.RecordBatch {
@@ -94,7 +96,7 @@ func TestSelectRows(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		out, err := selectRows(rec, r.Columns, r.conditions())
+		out, err := rowfilter.Select(rec, r.Columns, r.conditions())
 		if c.err != "" {
 			if err == nil || !strings.Contains(err.Error(), c.err) {
 				t.Errorf("%s: error %v, want %q", c.ticket, err, c.err)

@@ -141,7 +141,9 @@ func serveCommand() command {
 			if geoip == "" {
 				geoip = filepath.Join(cfg.Data, "geoip")
 			}
-			builtin.RegisterEnrich(cfg.Registry, enrich.NewDatabases(geoip))
+			refs := enrich.NewDatabases(geoip)
+			builtin.RegisterEnrich(cfg.Registry, refs)
+			builtin.RegisterFilter(cfg.Registry, refs)
 			if *metricsAddr != "" || cfg.HTTP != "" {
 				reg := prometheus.NewRegistry()
 				reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}), server.Panics, buildInfo())

@@ -53,7 +53,9 @@ func workerCommand() command {
 			reg := engine.NewRegistry()
 			builtin.Register(reg, builtin.FindXZ())
 			builtin.RegisterAnonymize(reg, *anonKeys)
-			builtin.RegisterEnrich(reg, enrich.NewDatabases(*geoip))
+			refs := enrich.NewDatabases(*geoip)
+			builtin.RegisterEnrich(reg, refs)
+			builtin.RegisterFilter(reg, refs)
 			runner := &engine.Runner{Registry: reg, Programs: *programs}
 			switch sbOpts.mode {
 			case "off":
