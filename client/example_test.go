@@ -30,7 +30,7 @@ func Example() {
 		log.Fatal(err)
 	}
 	defer c.Close()
-	t := client.Ticket{Queue: "pcap.sz", Group: "archive", From: "earliest"}
+	t := client.Ticket{Queue: "pcap.sz", Group: "archive", From: client.FromEarliest}
 	err = c.Consume(ctx, t, func(h client.Header, r io.Reader) error {
 		n, err := io.Copy(io.Discard, r) // handle the block's bytes
 		fmt.Println(h.Name, n, "bytes")
@@ -98,7 +98,7 @@ func ExampleClient_Records() {
 	r, err := c.Records(ctx, client.RecordsTicket{
 		Records: "names.arrow",
 		Columns: []string{"qname", "rcode"},
-		Filter:  []client.Condition{{Column: "rcode", Op: "=", Value: 3}},
+		Filter:  []client.Condition{{Column: "rcode", Op: client.OpEq, Value: 3}},
 	})
 	if err != nil {
 		log.Fatal(err)
@@ -310,7 +310,7 @@ func ExampleErrPermission() {
 
 	soon, cancel := context.WithTimeout(ctx, 200*time.Millisecond)
 	defer cancel()
-	err = c.Consume(soon, client.Ticket{Queue: "pcap.sz", Group: "waits", From: "latest", Follow: true},
+	err = c.Consume(soon, client.Ticket{Queue: "pcap.sz", Group: "waits", From: client.FromLatest, Follow: true},
 		func(client.Header, io.Reader) error { return nil })
 	fmt.Println("a follow past its deadline:", errors.Is(err, client.ErrTimeout))
 

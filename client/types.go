@@ -30,7 +30,7 @@ type (
 	//	Queue      string // Queue asks for a queue's blocks in arrival order. Without Group it is a plain read of what the queue holds (and, with Follow, of what arrives). With Group the blocks are owed to the consumer group until acknowledged with the "ack" action.
 	//	Group      string
 	//	Follow     bool
-	//	From       string  // From is where a new group (or a plain read) starts: "earliest" or "latest". A group keeps the start it was created with.
+	//	From       Start   // From is where a new group (or a plain read) starts: FromEarliest or FromLatest. A group keeps the start it was created with.
 	//	Visibility float64 // Visibility is how many seconds a block handed to a group stays reserved before it is handed out again unless acknowledged.
 	Ticket = flight.Ticket
 	// RecordsTicket selects rows of a queue of Arrow blocks.
@@ -50,7 +50,7 @@ type (
 	// Fields:
 	//
 	//	Column string
-	//	Op     string
+	//	Op     Op
 	//	Value  any
 	Condition = flight.Condition
 	// WindowTicket reads a queue's complete windows.
@@ -61,7 +61,7 @@ type (
 	//	Spec   *WindowSpec
 	//	Group  string
 	//	Follow bool
-	//	From   string // "earliest" (default) or "latest", for a new group
+	//	From   Start // FromEarliest (default) or FromLatest, for a new group
 	WindowTicket = flight.WindowTicket
 	// WindowSpec is a window, as a job declares it.
 	//

@@ -100,6 +100,15 @@ type PutResult struct {
 	Status string `json:"status"` // "stored", "duplicate", or "staged" for a lease's outputs
 }
 
+// Start is where a new consumer group starts reading a queue.
+type Start string
+
+// The starts of a consumer group.
+const (
+	FromEarliest Start = "earliest" // the oldest block kept
+	FromLatest   Start = "latest"   // the next block to arrive
+)
+
 // Ticket is a DoGet ticket. Exactly one of Block and Queue is set.
 type Ticket struct {
 	// Block asks for one block by name.
@@ -112,9 +121,9 @@ type Ticket struct {
 	Queue  string `json:"queue,omitempty"`
 	Group  string `json:"group,omitempty"`
 	Follow bool   `json:"follow,omitempty"`
-	// From is where a new group (or a plain read) starts: "earliest" or
-	// "latest". A group keeps the start it was created with.
-	From string `json:"from,omitempty"`
+	// From is where a new group (or a plain read) starts: FromEarliest
+	// or FromLatest. A group keeps the start it was created with.
+	From Start `json:"from,omitempty"`
 	// Visibility is how many seconds a block handed to a group stays
 	// reserved before it is handed out again unless acknowledged.
 	Visibility float64 `json:"visibility,omitempty"`

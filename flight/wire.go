@@ -122,9 +122,28 @@ type RecordsTicket struct {
 // whose column is null passes only is_null.
 type Condition struct {
 	Column string `json:"column"`
-	Op     string `json:"op"`
+	Op     Op     `json:"op"`
 	Value  any    `json:"value,omitempty"`
 }
+
+// Op is how a Condition tests its column.
+type Op string
+
+// The ops of a Condition.
+const (
+	OpEq      Op = "="
+	OpNe      Op = "!="
+	OpLt      Op = "<"
+	OpLe      Op = "<="
+	OpGt      Op = ">"
+	OpGe      Op = ">="
+	OpIn      Op = "in"       // Value: a list
+	OpLike    Op = "like"     // Value: an SQL pattern
+	OpSuffix  Op = "suffix"   // Value: a DNS name, which keeps it and every name under it
+	OpRegex   Op = "regex"    // Value: RE2, matching anywhere unless anchored
+	OpIsNull  Op = "is_null"  // no Value
+	OpNotNull Op = "not_null" // no Value
+)
 
 // LeaseWait is how long a lease request waits for work before answering
 // that there is none.
@@ -244,7 +263,7 @@ type WindowTicket struct {
 	Spec   *WindowSpec `json:"spec"`
 	Group  string      `json:"group"`
 	Follow bool        `json:"follow,omitempty"`
-	From   string      `json:"from,omitempty"` // "earliest" (default) or "latest", for a new group
+	From   Start       `json:"from,omitempty"` // FromEarliest (default) or FromLatest, for a new group
 }
 
 // WindowHeader announces a window on a window stream.

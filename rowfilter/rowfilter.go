@@ -236,7 +236,7 @@ func predicate(col arrow.Array, c flight.Condition) (func(i int) bool, error) {
 	if err != nil {
 		return nil, err
 	}
-	return notNull(func(i int) bool { return holds(c.Op, cmp(i)) }), nil
+	return notNull(func(i int) bool { return holds(string(c.Op), cmp(i)) }), nil
 }
 
 // likeRegexp turns an SQL LIKE pattern into an anchored regular

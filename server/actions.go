@@ -468,7 +468,7 @@ func (s *Service) flightInfo(q state.Queue) (*aflight.FlightInfo, error) {
 		return nil, err
 	}
 	meta, _ := json.Marshal(st)
-	tkt, _ := json.Marshal(flight.Ticket{Queue: q.Name, From: string(state.Earliest)})
+	tkt, _ := json.Marshal(flight.Ticket{Queue: q.Name, From: flight.FromEarliest})
 	return &aflight.FlightInfo{
 		Schema:           aflight.SerializeSchema(flight.BlockSchema, memory.DefaultAllocator),
 		FlightDescriptor: &aflight.FlightDescriptor{Type: aflight.DescriptorPATH, Path: []string{q.Name}},

@@ -54,11 +54,11 @@ func parseTicket(raw []byte) (flight.Ticket, error) {
 		}
 		switch t.From {
 		case "":
-			t.From = string(state.Latest)
+			t.From = flight.FromLatest
 			if t.Group == "" && !t.Follow {
-				t.From = string(state.Earliest) // a plain read lists what is there
+				t.From = flight.FromEarliest // a plain read lists what is there
 			}
-		case string(state.Earliest), string(state.Latest):
+		case flight.FromEarliest, flight.FromLatest:
 		default:
 			return t, status.Errorf(codes.InvalidArgument, "from %q: want \"earliest\" or \"latest\"", t.From)
 		}
@@ -150,7 +150,7 @@ func sameName(stored string, n block.Name) bool {
 // with Follow it then waits for new blocks.
 func (s *Service) scan(ctx context.Context, w *flight.BlockWriter, t flight.Ticket) error {
 	var after uint64
-	if t.From == string(state.Latest) {
+	if t.From == flight.FromLatest {
 		var err error
 		if after, err = s.db.LastSerial(t.Queue); err != nil {
 			return err

@@ -46,7 +46,7 @@ func (s *Service) serveWindows(ctx context.Context, raw []byte, stream aflight.F
 		return status.Errorf(codes.InvalidArgument, "window ticket spec: %v", err)
 	}
 	if t.From == "" {
-		t.From = string(state.Earliest)
+		t.From = flight.FromEarliest
 	}
 	g, err := s.useGroup(ctx, t.Window, t.Group, state.From(t.From), "window read", true)
 	if err != nil {

@@ -53,7 +53,7 @@ func followCommand() command {
 			if err := os.MkdirAll(out, 0o750); err != nil {
 				return err
 			}
-			t := flight.Ticket{Queue: args[0], Group: group, Follow: !once, From: from}
+			t := flight.Ticket{Queue: args[0], Group: group, Follow: !once, From: flight.Start(from)}
 			backoff := time.Second
 			for {
 				err := followOnce(ctx, c, t, out)

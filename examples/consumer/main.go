@@ -25,7 +25,7 @@ func main() {
 	if err != nil {
 		log.Fatal(err)
 	}
-	t := client.Ticket{Queue: *queue, Group: *group, From: "earliest", Follow: !*once}
+	t := client.Ticket{Queue: *queue, Group: *group, From: client.FromEarliest, Follow: !*once}
 	err = c.Consume(ctx, t, func(h client.Header, r io.Reader) error {
 		f, err := os.Create(h.Name)
 		if err != nil {
