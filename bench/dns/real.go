@@ -44,13 +44,14 @@ func realTraffic(plumb, dir, size, tsharkSize string) {
 		cpu   func() float64 // CPU seconds per GB
 		bytes float64        // records written
 	}
-	records := func(sections string) func() float64 {
+	records := func(sections, names string) func() float64 {
 		return func() float64 {
-			_, _, _, cpu := run(plumb, "dns", "--sections", sections, "-o", filepath.Join(dir, "real-"+sections+".arrow"), full)
+			_, _, _, cpu := run(plumb, "dns", "--sections", sections, "--names", names, "-o", filepath.Join(dir, "real-"+sections+"-"+names+".arrow"), full)
 			return cpu / gb
 		}
 	}
-	ms := []measure{{name: "plumb dns, every section", cpu: records("all")}, {name: "plumb dns --sections question", cpu: records("question")}}
+	ms := []measure{{name: "plumb dns, every section", cpu: records("all", "all")}, {name: "plumb dns --sections question", cpu: records("question", "all")},
+		{name: "  and --names none", cpu: records("question", "none")}}
 	if dnsjit != "" {
 		ms = append(ms, measure{name: "dnsjit, header and question", cpu: func() float64 {
 			cmd := exec.Command(dnsjit, "bench/dns/dnsjit-hq.lua", full)
@@ -87,15 +88,17 @@ func realTraffic(plumb, dir, size, tsharkSize string) {
 		size := ""
 		switch i {
 		case 0:
-			size = fmt.Sprintf("%.1f", fileSize(filepath.Join(dir, "real-all.arrow"))/messages)
+			size = fmt.Sprintf("%.1f", fileSize(filepath.Join(dir, "real-all-all.arrow"))/messages)
 		case 1:
-			size = fmt.Sprintf("%.1f", fileSize(filepath.Join(dir, "real-question.arrow"))/messages)
+			size = fmt.Sprintf("%.1f", fileSize(filepath.Join(dir, "real-question-all.arrow"))/messages)
+		case 2:
+			size = fmt.Sprintf("%.1f", fileSize(filepath.Join(dir, "real-question-none.arrow"))/messages)
 		}
 		fmt.Printf("%-34s %14.2f %8.2f %7.2f %7.2f %18s\n", m.name, median(runs[i]), runs[i][0], runs[i][1], runs[i][2], size)
 	}
 	if dnsjit != "" {
-		fmt.Printf("every section / dnsjit: %.2fx CPU (aim <= 1.5x); question / dnsjit: %.2fx (aim <= 1.0x)\n",
-			median(runs[0])/median(runs[2]), median(runs[1])/median(runs[2]))
+		fmt.Printf("every section / dnsjit: %.2fx CPU (aim <= 1.5x); question / dnsjit: %.2fx (aim <= 1.0x); question, no derived names / dnsjit: %.2fx\n",
+			median(runs[0])/median(runs[3]), median(runs[1])/median(runs[3]), median(runs[2])/median(runs[3]))
 	}
 	if tshark != "" {
 		ti := len(ms) - 1

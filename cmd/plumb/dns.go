@@ -46,6 +46,7 @@ func dnsCommand() command {
 			instance := fs.String("instance", "local", "instance (site) written in each row")
 			seq := fs.Uint64("seq", 0, "sequence number written in each row")
 			pairs := fs.Bool("pairs", false, "write one row per transaction (query and response paired), as builtin:dnspairs")
+			namesFlag := fs.String("names", "all", "the columns derived from qname made: all, none, or qname_raw,labels,tld,registered_domain; the others are null, as builtin:dns?names=")
 			sectionsFlag := fs.String("sections", "all", "record `SECTIONS` read: all, question (none), or answer,authority,additional; the others are null, as builtin:dns?sections=")
 			files, err := parseInterspersed(fs, args)
 			if err != nil {
@@ -55,6 +56,10 @@ func dnsCommand() command {
 				return errUsage
 			}
 			sections, err := dnsmsg.ParseSections(*sectionsFlag)
+			if err != nil {
+				return err
+			}
+			names, err := dnsrec.ParseNames(*namesFlag)
 			if err != nil {
 				return err
 			}
@@ -124,6 +129,7 @@ func dnsCommand() command {
 						return err
 					}
 					w.SetSections(sections)
+					w.SetNames(names)
 					defer w.Close() // ends its writer on early returns
 					closeW = w.Close
 				}

@@ -26,9 +26,10 @@ func registerDNS(reg *engine.Registry) {
 			"as an Arrow IPC file (ZSTD). ?ports=53,853 chooses the ports (default 53). A site's blocks are read in " +
 			"parallel; what straddles their cuts is joined in sequence, bounded by ?budget=16MiB (TCP streams, fragments " +
 			"and a block's edge each; the oldest held data goes first). ?sections=all (or question, or answer,authority,additional) " +
-			"chooses the record sections read: the others are null, and a team that reads header and question pays for no more.",
+			"chooses the record sections read: the others are null, and a team that reads header and question pays for no more. " +
+			"?names=all (or none, or qname_raw,labels,tld,registered_domain) chooses the columns derived from qname, the others null.",
 		New: func(args url.Values) (engine.Builtin, error) {
-			if err := engine.StrictArgs(args, "ports", "budget", "sections"); err != nil {
+			if err := engine.StrictArgs(args, "ports", "budget", "sections", "names"); err != nil {
 				return nil, err
 			}
 			ports, err := ParsePorts(args.Get("ports"))
@@ -39,7 +40,11 @@ func registerDNS(reg *engine.Registry) {
 			if err != nil {
 				return nil, err
 			}
-			d := &DNS{Ports: ports, Skip: dnsmsg.AllSections &^ sections}
+			names, err := dnsrec.ParseNames(args.Get("names"))
+			if err != nil {
+				return nil, err
+			}
+			d := &DNS{Ports: ports, Skip: dnsmsg.AllSections &^ sections, SkipNames: dnsrec.AllNames &^ names}
 			if v := args.Get("budget"); v != "" {
 				if d.Budget, err = parseBytes(v); err != nil || d.Budget < 64<<10 || d.Budget > 1<<30 {
 					return nil, fmt.Errorf("budget=%q: want a size between 64KiB and 1GiB, e.g. 16MiB", v)
@@ -132,6 +137,9 @@ type DNS struct {
 	Budget int
 	// Skip are the record sections not read: null in every row.
 	Skip dnsmsg.Sections
+	// SkipNames are the columns derived from qname not made: null in
+	// every row.
+	SkipNames dnsrec.Names
 }
 
 // Run implements engine.Builtin: Start and Finish at once.
@@ -154,6 +162,7 @@ func (d *DNS) Start(ctx context.Context, in io.Reader, out io.Writer) (engine.Pa
 	}
 	sections := dnsmsg.AllSections &^ d.Skip
 	w.SetSections(sections)
+	w.SetNames(dnsrec.AllNames &^ d.SkipNames)
 	p := &dnsPart{w: w, ports: d.Ports, budget: d.Budget, sections: sections}
 	var werr error
 	p.emit = func(rec *dnsrec.Record) {

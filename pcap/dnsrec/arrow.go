@@ -186,6 +186,51 @@ type Writer struct {
 	closed    bool
 	suspended bool
 	skip      dnsmsg.Sections // written as nulls (SetSections)
+	skipNames Names           // written as nulls (SetNames)
+}
+
+// SetNames chooses the columns derived from qname that are written:
+// the others are null in every row, and cost nothing.
+func (w *Writer) SetNames(n Names) { w.skipNames = AllNames &^ n }
+
+// Names is a set of the columns derived from qname.
+type Names uint8
+
+// The columns derived from qname.
+const (
+	NameRaw        Names = 1 << iota // qname_raw
+	NameLabels                       // labels
+	NameTLD                          // tld
+	NameRegistered                   // registered_domain (the public suffix list)
+	AllNames       = NameRaw | NameLabels | NameTLD | NameRegistered
+)
+
+// ParseNames reads a choice of derived name columns: "all", "none", or
+// a list of qname_raw, labels, tld and registered_domain separated by
+// commas.
+func ParseNames(v string) (Names, error) {
+	switch v {
+	case "", "all":
+		return AllNames, nil
+	case "none":
+		return 0, nil
+	}
+	var n Names
+	for _, part := range strings.Split(v, ",") {
+		switch strings.TrimSpace(part) {
+		case "qname_raw":
+			n |= NameRaw
+		case "labels":
+			n |= NameLabels
+		case "tld":
+			n |= NameTLD
+		case "registered_domain":
+			n |= NameRegistered
+		default:
+			return 0, fmt.Errorf("names=%q: want all, none, or a list of qname_raw, labels, tld and registered_domain", v)
+		}
+	}
+	return n, nil
 }
 
 // SetSections chooses the record sections written: the others are null
@@ -431,10 +476,10 @@ func (w *Writer) add(r *Record) error {
 		b.errs.Null()
 	}
 	registered := ""
-	if m.HasQuestion && m.QName != "." {
+	if m.HasQuestion && m.QName != "." && w.skipNames&NameRegistered == 0 {
 		registered = w.domains.Registered(m.QName)
 	}
-	b.names(m, registered)
+	b.names(m, registered, w.skipNames)
 	for i, rrs := range [3][]dnsmsg.RR{m.Answer, m.Authority, m.Additional} {
 		if w.skip&(dnsmsg.Answer<<i) != 0 {
 			b.sections[i].Null()

@@ -75,8 +75,9 @@ func (b *batch) bools() []*arrowcol.Bits {
 
 // names adds the name columns of the question: as sent (when not as
 // qname), the label count, the top-level domain and the registered
-// domain (public suffix plus one label), null without a question.
-func (b *batch) names(m *dnsmsg.Message, registered string) {
+// domain (public suffix plus one label); null without a question, and
+// those of skip null in every row.
+func (b *batch) names(m *dnsmsg.Message, registered string, skip Names) {
 	if !m.HasQuestion {
 		b.qnameRaw.Null()
 		b.labels.AddValid(0, false)
@@ -87,20 +88,30 @@ func (b *batch) names(m *dnsmsg.Message, registered string) {
 	// As sent only where it differs from qname (in case): most names
 	// are sent in lower case, and a copy of every name would be a fifth
 	// of the table stored.
-	if m.QNameRaw != m.QName {
+	if m.QNameRaw != m.QName && skip&NameRaw == 0 {
 		b.qnameRaw.Add(m.QNameRaw)
 	} else {
 		b.qnameRaw.Null()
 	}
-	if m.QName == "." {
-		b.labels.AddValid(0, true)
+	root := m.QName == "."
+	b.labels.AddValid(uint8(min(strings.Count(m.QName, ".")+1, 255)*btoi(!root)), skip&NameLabels == 0)
+	if root || skip&NameTLD != 0 {
 		b.tld.Null()
-		b.regDomain.Null()
-		return
+	} else {
+		b.tld.Add(TLD(m.QName))
 	}
-	b.labels.AddValid(uint8(min(strings.Count(m.QName, ".")+1, 255)), true)
-	b.tld.Add(TLD(m.QName))
-	b.regDomain.AddOrNull(registered)
+	if root || skip&NameRegistered != 0 {
+		b.regDomain.Null()
+	} else {
+		b.regDomain.AddOrNull(registered)
+	}
+}
+
+func btoi(v bool) int {
+	if v {
+		return 1
+	}
+	return 0
 }
 
 // record makes the batch an Arrow record batch over its buffers, which

@@ -10,6 +10,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/apache/arrow-go/v18/arrow"
 	"github.com/apache/arrow-go/v18/arrow/array"
 	"github.com/apache/arrow-go/v18/arrow/ipc"
 	"github.com/gopacket/gopacket/layers"
@@ -274,5 +275,77 @@ func TestReducedSections(t *testing.T) {
 				t.Errorf("sections %b: %d of %d rows have a null %s, which was not read", read, nulls[name], rows, name)
 			}
 		}
+	}
+}
+
+// TestReducedNames: written with fewer columns derived from qname, the
+// records of every capture in testdata are the same but for those left
+// out, which are null in every row; names= is refused naming the wrong
+// word.
+func TestReducedNames(t *testing.T) {
+	var recs []Record
+	captures, _ := filepath.Glob("../../testdata/pcaps/*.pcap*")
+	for _, c := range captures {
+		eachRecord(t, c, func(r *Record) { recs = append(recs, *r) })
+	}
+	write := func(n Names) []arrow.RecordBatch {
+		var out bytes.Buffer
+		w, err := NewWriter(&out, "site-a", 1)
+		if err != nil {
+			t.Fatal(err)
+		}
+		w.SetNames(n)
+		for i := range recs {
+			w.Add(&recs[i])
+		}
+		if err := w.Close(); err != nil {
+			t.Fatal(err)
+		}
+		f, err := ipc.NewFileReader(bytes.NewReader(out.Bytes()))
+		if err != nil {
+			t.Fatal(err)
+		}
+		var batches []arrow.RecordBatch
+		for i := range f.NumRecords() {
+			rec, err := f.RecordBatch(i)
+			if err != nil {
+				t.Fatal(err)
+			}
+			rec.Retain()
+			batches = append(batches, rec)
+		}
+		return batches
+	}
+	whole := write(AllNames)
+	for _, v := range []string{"none", "tld", "registered_domain,labels"} {
+		n, err := ParseNames(v)
+		if err != nil {
+			t.Fatal(err)
+		}
+		kept := map[string]bool{"qname_raw": n&NameRaw != 0, "labels": n&NameLabels != 0, "tld": n&NameTLD != 0, "registered_domain": n&NameRegistered != 0}
+		got := write(n)
+		if len(got) != len(whole) {
+			t.Fatalf("names=%s: %d batches, whole %d", v, len(got), len(whole))
+		}
+		for b := range got {
+			for c, f := range Schema.Fields() {
+				g, w := got[b].Column(c), whole[b].Column(c)
+				if keep, derived := kept[f.Name]; derived && !keep {
+					if g.NullN() != g.Len() {
+						t.Fatalf("names=%s: %s has %d values, want none", v, f.Name, g.Len()-g.NullN())
+					}
+					if w.NullN() == w.Len() {
+						t.Fatalf("%s is null in every row when kept too: the test shows nothing", f.Name)
+					}
+					continue
+				}
+				if !array.Equal(g, w) {
+					t.Fatalf("names=%s: column %s differs from the whole records'", v, f.Name)
+				}
+			}
+		}
+	}
+	if _, err := ParseNames("tld,domain"); err == nil || !strings.Contains(err.Error(), "qname_raw, labels, tld and registered_domain") {
+		t.Errorf("a wrong name: %v", err)
 	}
 }
