@@ -246,7 +246,7 @@ func (ct *cutter) run(ctx context.Context, sources Sources) error {
 			// A capture started again is a new one, as it is on the wire.
 			finish := ct.finish
 			if ct.gone {
-				finish = ct.finishLast
+				finish = ct.stopLast
 			}
 			if err := finish(); err != nil {
 				return err
@@ -538,6 +538,22 @@ func (ct *cutter) finish() error { return ct.finishBlock(false) }
 // finishLast finishes the open block as the last of the sources. With
 // none open (the last was cut at a size or interval boundary), the last
 // one finished is marked if it has not shipped yet.
+// stopLast ends a capture stopped for good: its open block is the
+// last. With none open (the stop came between a block cut at its size
+// and the next packet), the last finished block may have shipped
+// already, where it can no longer be marked: an empty block (a capture
+// header, no packet) follows it, marked final, so the stages still learn
+// where the capture ends.
+func (ct *cutter) stopLast() error {
+	if ct.f != nil || ct.name.Seq == 0 { // a block open, or none cut yet
+		return ct.finishLast()
+	}
+	if err := ct.begin(ct.link, ct.name.Time); err != nil {
+		return err
+	}
+	return ct.finishBlock(true)
+}
+
 func (ct *cutter) finishLast() error {
 	if ct.f == nil {
 		return ct.spool.MarkFinal(ct.nextSeq - 1)

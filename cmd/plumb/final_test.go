@@ -1,6 +1,7 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"os"
 	"os/exec"
@@ -162,8 +163,14 @@ stages:
 	if out, errOut, code := plumbExec(t, "stats", "--wait", "--server", addr); code != 0 {
 		t.Fatalf("stats --wait: %s %s", out, errOut)
 	}
+	// The last block is the last in sequence: blocks upload several at
+	// once, so it may arrive before an earlier one.
 	blocks, err := c.Blocks(ctx, "pcap.sz")
-	if err != nil || len(blocks) == 0 || !blocks[len(blocks)-1].Final {
+	if err != nil || len(blocks) == 0 {
+		t.Fatalf("no blocks: %v", err)
+	}
+	last := slices.MaxFunc(blocks, func(a, b client.Block) int { return cmp.Compare(a.Seq, b.Seq) })
+	if !last.Final {
 		t.Fatalf("the stop's block is not final: %+v %v; agent log:\n%s", blocks, err, log)
 	}
 	table, err := c.RecordsTable(ctx, client.RecordsTicket{Records: "dns.arrow", Columns: []string{"time"}})
