@@ -204,6 +204,11 @@ func (r *tapReader) Read(p []byte) (int, error) {
 	return n, nil
 }
 
+// Stop ends the capture after the frames already taken (the cutter asks
+// so when the agent stops): no new server connects, connections end, and
+// every frame they sent reaches the block being cut before Read ends.
+func (r *tapReader) Stop() { go r.t.close() }
+
 func (r *tapReader) Close() error {
 	r.once.Do(func() {
 		close(r.t.stop) // the writer, if blocked handing bytes over, drains from now on
