@@ -32,7 +32,10 @@ const (
 
 // Job is one user's pipeline: a list of stages.
 type Job struct {
-	Name  string `yaml:"job"`
+	// Name names the job; its stages are JOB/STAGE.
+	Name string `yaml:"job"`
+	// Owner is the user the job belongs to; when users are on, the
+	// authenticated submitter, whatever the file says.
 	Owner string `yaml:"owner,omitempty"`
 	// OwnerID is the authenticated owner's stable id, set by the server,
 	// never read from a file: a user removed and added again under the
@@ -44,22 +47,39 @@ type Job struct {
 	// Queues are source queues the job expects agents to ship into: the
 	// job may be submitted before they hold a block.
 	Queues []string `yaml:"queues,omitempty"`
+	// Stages are the job's steps; a stage equal to another job's (same
+	// inputs and program) is run once for both.
 	Stages []*Stage `yaml:"stages"`
 }
 
 // Stage is one step of a job: inputs → program → outputs.
 type Stage struct {
-	Name        string   `yaml:"name"`
-	Inputs      []string `yaml:"inputs"`
-	Outputs     []string `yaml:"outputs"` // empty: the stage writes nothing downstream
-	Program     Program  `yaml:"program"`
-	Abstraction string   `yaml:"abstraction"`
+	// Name names the stage within its job.
+	Name string `yaml:"name"`
+	// Inputs are the queues the stage reads: one, or several whose
+	// blocks of the same site and sequence number a run reads together.
+	Inputs []string `yaml:"inputs"`
+	// Outputs are the queues the stage writes, one file each per run;
+	// none for a stage that writes nothing downstream.
+	Outputs []string `yaml:"outputs"`
+	// Program is what a run executes: builtin:NAME?ARGS, or an argv list
+	// whose first word names a registered program (or, unconfined, a
+	// path); a list of built-ins and programs is a chain.
+	Program Program `yaml:"program"`
+	// Abstraction is how the stage sees its input: block (default, one
+	// block a run), window (complete windows, with window:) or stream
+	// (a site's blocks in order, with stream:).
+	Abstraction string `yaml:"abstraction"`
 	// Timeout bounds one run; a run that passes it is killed and counts
 	// as a failed attempt. Zero: no limit.
-	Timeout   Duration    `yaml:"timeout,omitempty"`
-	Retention Retention   `yaml:"retention,omitempty"`
-	Window    *WindowSpec `yaml:"window,omitempty"`
-	Stream    *StreamSpec `yaml:"stream,omitempty"`
+	Timeout Duration `yaml:"timeout,omitempty"`
+	// Retention keeps the stage's outputs: a duration ("30d"), forever,
+	// or by default until every stage reading them is done.
+	Retention Retention `yaml:"retention,omitempty"`
+	// Window is the window of a window stage.
+	Window *WindowSpec `yaml:"window,omitempty"`
+	// Stream is the gap policy of a stream stage.
+	Stream *StreamSpec `yaml:"stream,omitempty"`
 	// Network asks for the host's network in the stage's runs; a run has
 	// none unless its program was registered with the network allowed.
 	Network bool `yaml:"network,omitempty"`
@@ -90,11 +110,14 @@ func (s *Stage) At(field string) Position {
 // WindowSpec is the window of a window stage. It is validated now; window
 // stages run once windowing lands.
 type WindowSpec struct {
-	Size        string   `yaml:"size" json:"size"`                       // a duration ("24h") or a number of blocks
-	Start       string   `yaml:"start,omitempty" json:"start,omitempty"` // RFC 3339 phase; with end, a one-off range; UTC midnight when empty
-	End         string   `yaml:"end,omitempty" json:"end,omitempty"`
-	MaxWait     Duration `yaml:"max_wait,omitempty" json:"max_wait,omitempty"`
-	MaxMissing  string   `yaml:"max_missing,omitempty" json:"max_missing,omitempty"` // a count or a percentage
+	Size  string `yaml:"size" json:"size"`                       // a duration ("24h") or a number of blocks
+	Start string `yaml:"start,omitempty" json:"start,omitempty"` // RFC 3339 phase; with end, a one-off range; UTC midnight when empty
+	End   string `yaml:"end,omitempty" json:"end,omitempty"`     // RFC 3339: with start, the one window from start to end
+	// MaxWait fires a window this long after its end even if blocks are
+	// missing (they are named in its header).
+	MaxWait    Duration `yaml:"max_wait,omitempty" json:"max_wait,omitempty"`
+	MaxMissing string   `yaml:"max_missing,omitempty" json:"max_missing,omitempty"` // a count or a percentage
+	// IdleTimeout fires a window when no block of it came for this long.
 	IdleTimeout Duration `yaml:"idle_timeout,omitempty" json:"idle_timeout,omitempty"`
 	Ordering    string   `yaml:"ordering,omitempty" json:"ordering,omitempty"` // "any" (default) or "strict"
 	// LateHorizon is how far back late blocks are still taken: a number
@@ -113,6 +136,8 @@ type WindowSpec struct {
 
 // StreamSpec is the gap policy of a stream stage.
 type StreamSpec struct {
+	// GapWait is how long the stream waits at a missing block (0: for
+	// ever).
 	GapWait Duration `yaml:"gap_wait,omitempty"`
 	GapThen string   `yaml:"gap_then,omitempty"` // "skip" or "stop"
 	// Replay keeps blocks behind the last checkpoint so the stage can go

@@ -4,10 +4,15 @@ import (
 	"bytes"
 	"flag"
 	"fmt"
+	"go/ast"
+	"go/parser"
+	"go/printer"
+	"go/token"
 	"io/fs"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"reflect"
 	"slices"
 	"sort"
 	"strings"
@@ -258,4 +263,52 @@ func TestGettingStartedRuns(t *testing.T) {
 			t.Fatalf("the Python block printed no top names:\n%s", out)
 		}
 	}
+}
+
+// TestJobReference: docs/reference/job.md is every field of a job file,
+// read from the pipeline package's source: its key, Go type and doc
+// comment; a field without one fails.
+func TestJobReference(t *testing.T) {
+	fset := token.NewFileSet()
+	f, err := parser.ParseFile(fset, "../../pipeline/job.go", nil, parser.ParseComments)
+	if err != nil {
+		t.Fatal(err)
+	}
+	structs := map[string]*ast.StructType{}
+	ast.Inspect(f, func(n ast.Node) bool {
+		if ts, ok := n.(*ast.TypeSpec); ok {
+			if st, ok := ts.Type.(*ast.StructType); ok {
+				structs[ts.Name.Name] = st
+			}
+		}
+		return true
+	})
+	var b strings.Builder
+	b.WriteString("# Job files: every field\n\n*Find what each key of a job file means.*\n\n")
+	b.WriteString("Generated from `pipeline/job.go` (`go test ./cmd/plumb -run TestJobReference -update`); a test fails when\nthis page and the code differ, or a field has no doc comment. See [pipelines](../pipelines.md) for how jobs run.\n")
+	for _, s := range []struct{ name, title string }{{"Job", "The job"}, {"Stage", "A stage (`stages:`)"},
+		{"WindowSpec", "A window (`window:`)"}, {"StreamSpec", "A stream's gaps (`stream:`)"}} {
+		st := structs[s.name]
+		if st == nil {
+			t.Fatalf("pipeline/job.go has no struct %s", s.name)
+		}
+		fmt.Fprintf(&b, "\n## %s\n\n| key | type | meaning |\n|---|---|---|\n", s.title)
+		for _, fld := range st.Fields.List {
+			if fld.Tag == nil || len(fld.Names) == 0 {
+				continue
+			}
+			key, _, _ := strings.Cut(reflect.StructTag(strings.Trim(fld.Tag.Value, "`")).Get("yaml"), ",")
+			if key == "-" || key == "" {
+				continue
+			}
+			doc := strings.Join(strings.Fields(fld.Doc.Text()+" "+fld.Comment.Text()), " ")
+			if doc == "" {
+				t.Errorf("pipeline.%s.%s (%s) has no doc comment", s.name, fld.Names[0].Name, key)
+			}
+			var typ bytes.Buffer
+			printer.Fprint(&typ, fset, fld.Type)
+			fmt.Fprintf(&b, "| `%s` | `%s` | %s |\n", key, typ.String(), strings.ReplaceAll(doc, "|", `\|`))
+		}
+	}
+	checkGenerated(t, "../../docs/reference/job.md", b.String())
 }
