@@ -26,10 +26,10 @@ type (
 	//
 	// Fields:
 	//
-	//	Block      string // Block asks for one block by name.
-	//	Queue      string // Queue asks for a queue's blocks in arrival order. Without Group it is a plain read of what the queue holds (and, with Follow, of what arrives). With Group the blocks are owed to the consumer group until acknowledged with the "ack" action.
-	//	Group      string
-	//	Follow     bool
+	//	Block      string  // Block asks for one block by name.
+	//	Queue      string  // Queue asks for a queue's blocks in arrival order. Without Group it is a plain read of what the queue holds (and, with Follow, of what arrives). With Group the blocks are owed to the consumer group until acknowledged with the "ack" action.
+	//	Group      string  // the consumer group, made on first use
+	//	Follow     bool    // wait for blocks that arrive, rather than end
 	//	From       Start   // From is where a new group (or a plain read) starts: FromEarliest or FromLatest. A group keeps the start it was created with.
 	//	Visibility float64 // Visibility is how many seconds a block handed to a group stays reserved before it is handed out again unless acknowledged.
 	Ticket = flight.Ticket
@@ -40,10 +40,10 @@ type (
 	//	Records  string          // the queue
 	//	Instance string          // Instance keeps one site's blocks.
 	//	From     json.RawMessage // From and To bound the blocks: RFC 3339 times compare with a block's event time (To) and each row's "time" column (both), numbers with blocks' sequence numbers; both ends included.
-	//	To       json.RawMessage
-	//	Columns  []string    // Columns to send, in this order; all when empty.
-	//	Filter   []Condition // Filter keeps rows where every condition holds.
-	//	Limit    int64       // Limit, when positive, ends the table after that many rows.
+	//	To       json.RawMessage // the other end, as From
+	//	Columns  []string        // Columns to send, in this order; all when empty.
+	//	Filter   []Condition     // Filter keeps rows where every condition holds.
+	//	Limit    int64           // Limit, when positive, ends the table after that many rows.
 	RecordsTicket = flight.RecordsTicket
 	// Condition is one filter of a RecordsTicket.
 	//
@@ -57,11 +57,11 @@ type (
 	//
 	// Fields:
 	//
-	//	Window string // the queue
-	//	Spec   *WindowSpec
-	//	Group  string
-	//	Follow bool
-	//	From   Start // FromEarliest (default) or FromLatest, for a new group
+	//	Window string      // the queue
+	//	Spec   *WindowSpec // the windows, as a window stage's window: (size, start, max_wait...)
+	//	Group  string      // the consumer group the windows are handed to, once each
+	//	Follow bool        // wait for windows yet to complete, rather than end
+	//	From   Start       // FromEarliest (default) or FromLatest, for a new group
 	WindowTicket = flight.WindowTicket
 	// WindowSpec is a window, as a job declares it.
 	//
@@ -98,12 +98,12 @@ type (
 	//
 	// Fields:
 	//
-	//	Stream   string // the queue
-	//	Instance string
-	//	Consumer string
+	//	Stream   string          // the queue
+	//	Instance string          // the site
+	//	Consumer string          // the consumer's name: its cursor and checkpoints are kept under it
 	//	From     json.RawMessage // "checkpoint" (default), "earliest" or a sequence number
-	//	Follow   bool
-	//	Gap      *GapPolicy
+	//	Follow   bool            // wait for the blocks after the last one, rather than end
+	//	Gap      *GapPolicy      // what to do at a missing block; without it, wait for ever
 	StreamTicket = flight.StreamTicket
 	// StreamRequest names a stream consumer in the stream actions.
 	//

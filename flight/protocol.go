@@ -119,8 +119,8 @@ type Ticket struct {
 	// arrives). With Group the blocks are owed to the consumer group until
 	// acknowledged with the "ack" action.
 	Queue  string `json:"queue,omitempty"`
-	Group  string `json:"group,omitempty"`
-	Follow bool   `json:"follow,omitempty"`
+	Group  string `json:"group,omitempty"`  // the consumer group, made on first use
+	Follow bool   `json:"follow,omitempty"` // wait for blocks that arrive, rather than end
 	// From is where a new group (or a plain read) starts: FromEarliest
 	// or FromLatest. A group keeps the start it was created with.
 	From Start `json:"from,omitempty"`

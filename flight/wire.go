@@ -105,7 +105,7 @@ type RecordsTicket struct {
 	// event time (To) and each row's "time" column (both), numbers with
 	// blocks' sequence numbers; both ends included.
 	From json.RawMessage `json:"from,omitempty"`
-	To   json.RawMessage `json:"to,omitempty"`
+	To   json.RawMessage `json:"to,omitempty"` // the other end, as From
 	// Columns to send, in this order; all when empty.
 	Columns []string `json:"columns,omitempty"`
 	// Filter keeps rows where every condition holds.
@@ -230,12 +230,12 @@ type ProcessResult struct {
 // StreamTicket reads one site's blocks of a queue in sequence order, as a
 // stream consumer with a server-side cursor.
 type StreamTicket struct {
-	Stream   string          `json:"stream"` // the queue
-	Instance string          `json:"instance"`
-	Consumer string          `json:"consumer"`
-	From     json.RawMessage `json:"from,omitempty"` // "checkpoint" (default), "earliest" or a sequence number
-	Follow   bool            `json:"follow,omitempty"`
-	Gap      *GapPolicy      `json:"gap,omitempty"`
+	Stream   string          `json:"stream"`           // the queue
+	Instance string          `json:"instance"`         // the site
+	Consumer string          `json:"consumer"`         // the consumer's name: its cursor and checkpoints are kept under it
+	From     json.RawMessage `json:"from,omitempty"`   // "checkpoint" (default), "earliest" or a sequence number
+	Follow   bool            `json:"follow,omitempty"` // wait for the blocks after the last one, rather than end
+	Gap      *GapPolicy      `json:"gap,omitempty"`    // what to do at a missing block; without it, wait for ever
 }
 
 // GapPolicy says what a stream does at a missing block: wait that long
@@ -259,11 +259,11 @@ type StreamEvent struct {
 // app_metadata is a WindowHeader, then its blocks as in block reads. A
 // window is handed to the group once; its blocks are acked like blocks.
 type WindowTicket struct {
-	Window string      `json:"window"` // the queue
-	Spec   *WindowSpec `json:"spec"`
-	Group  string      `json:"group"`
-	Follow bool        `json:"follow,omitempty"`
-	From   Start       `json:"from,omitempty"` // FromEarliest (default) or FromLatest, for a new group
+	Window string      `json:"window"`           // the queue
+	Spec   *WindowSpec `json:"spec"`             // the windows, as a window stage's window: (size, start, max_wait...)
+	Group  string      `json:"group"`            // the consumer group the windows are handed to, once each
+	Follow bool        `json:"follow,omitempty"` // wait for windows yet to complete, rather than end
+	From   Start       `json:"from,omitempty"`   // FromEarliest (default) or FromLatest, for a new group
 }
 
 // WindowHeader announces a window on a window stream.

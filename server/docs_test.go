@@ -1,0 +1,103 @@
+package server
+
+import (
+	"bytes"
+	"flag"
+	"fmt"
+	"go/ast"
+	"go/parser"
+	"go/printer"
+	"go/token"
+	"os"
+	"reflect"
+	"slices"
+	"strings"
+	"testing"
+)
+
+var updateDocs = flag.Bool("update", false, "rewrite docs/reference/protocol.md")
+
+// TestProtocolReference: docs/reference/protocol.md is every ticket's
+// fields (from package flight's source and doc comments) and every
+// action the server takes (from its table: what it does, its body, who
+// may call it, its size cap). A test fails when they drift, or a ticket
+// field has no doc.
+func TestProtocolReference(t *testing.T) {
+	fset := token.NewFileSet()
+	structs := map[string]*ast.TypeSpec{}
+	docs := map[string]string{}
+	for _, file := range []string{"../flight/protocol.go", "../flight/wire.go"} {
+		f, err := parser.ParseFile(fset, file, nil, parser.ParseComments)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, d := range f.Decls {
+			g, ok := d.(*ast.GenDecl)
+			if !ok {
+				continue
+			}
+			for _, spec := range g.Specs {
+				if ts, ok := spec.(*ast.TypeSpec); ok {
+					structs[ts.Name.Name] = ts
+					docs[ts.Name.Name] = strings.Join(strings.Fields(g.Doc.Text()+ts.Doc.Text()), " ")
+				}
+			}
+		}
+	}
+	var b strings.Builder
+	b.WriteString("# The Flight protocol: every ticket and action\n\n*Find what to send the server, from any Arrow Flight client.*\n\n")
+	b.WriteString("Generated from package `flight` and the server's action table (`go test ./server -run TestProtocolReference -update`);\na test fails when this page and the code differ. See [the protocol](../protocol.md) for how streams are framed.\n")
+	b.WriteString("\n## Tickets (DoGet), as JSON\n")
+	for _, name := range []string{"Ticket", "RecordsTicket", "WindowTicket", "StreamTicket"} {
+		ts := structs[name]
+		st, ok := ts.Type.(*ast.StructType)
+		if !ok {
+			t.Fatalf("flight.%s is not a struct", name)
+		}
+		fmt.Fprintf(&b, "\n### %s\n\n%s\n\n| key | type | meaning |\n|---|---|---|\n", name, docs[name])
+		for _, fld := range st.Fields.List {
+			if fld.Tag == nil || len(fld.Names) == 0 {
+				continue
+			}
+			key, _, _ := strings.Cut(reflect.StructTag(strings.Trim(fld.Tag.Value, "`")).Get("json"), ",")
+			if key == "-" || key == "" {
+				continue
+			}
+			doc := strings.Join(strings.Fields(fld.Doc.Text()+" "+fld.Comment.Text()), " ")
+			if doc == "" {
+				t.Errorf("flight.%s.%s (%s) has no doc comment", name, fld.Names[0].Name, key)
+			}
+			var typ bytes.Buffer
+			printer.Fprint(&typ, fset, fld.Type)
+			fmt.Fprintf(&b, "| `%s` | `%s` | %s |\n", key, typ.String(), strings.ReplaceAll(doc, "|", `\|`))
+		}
+	}
+	b.WriteString("\n## Actions (DoAction), bodies as JSON\n\n| action | who | body cap | what |\n|---|---|---|---|\n")
+	var names []string
+	for n := range actions {
+		names = append(names, n)
+	}
+	slices.Sort(names)
+	for _, n := range names {
+		a := actions[n]
+		who, limit := "anyone allowed on the queue", a.maxBody
+		if a.admin {
+			who = "admin of `*`"
+		}
+		if limit == 0 {
+			limit = defaultMaxBody
+		}
+		fmt.Fprintf(&b, "| `%s` | %s | %d KiB | %s |\n", n, who, limit>>10, strings.ReplaceAll(a.desc, "|", `\|`))
+	}
+	const path = "../docs/reference/protocol.md"
+	if *updateDocs {
+		if err := os.WriteFile(path, []byte(b.String()), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		return
+	}
+	want, err := os.ReadFile(path)
+	if err != nil || string(want) != b.String() {
+		t.Fatalf("%s differs from the code (%v); run go test ./server -run TestProtocolReference -update and commit it", path, err)
+	}
+}
