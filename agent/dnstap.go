@@ -1,6 +1,7 @@
 package agent
 
 import (
+	"context"
 	"errors"
 	"io"
 	"log/slog"
@@ -10,6 +11,7 @@ import (
 	"time"
 
 	framestream "github.com/farsightsec/golang-framestream"
+	"golang.org/x/sync/semaphore"
 
 	"github.com/plumb-dev/plumb/pcap/dnstap"
 )
@@ -37,7 +39,7 @@ func DnstapSource(network, addr string, idle time.Duration, log *slog.Logger) (S
 	}
 	return Source{Name: "dnstap:" + addr, Live: true, Open: func() (io.ReadCloser, error) {
 		t := &tapListener{ln: ln, log: log, frames: make(chan []byte, 4096), conns: map[net.Conn]bool{},
-			out: make(chan []byte, 16), stop: make(chan struct{})}
+			out: make(chan []byte, 16), stop: make(chan struct{}), held: semaphore.NewWeighted(maxTapHeld)}
 		t.wg.Add(1)
 		go t.accept()
 		t.done.Add(1)
@@ -46,6 +48,10 @@ func DnstapSource(network, addr string, idle time.Duration, log *slog.Logger) (S
 	}}, nil
 }
 
+// maxTapHeld bounds the frames' bytes between the sockets and the
+// capture (a few seconds of a busy resolver's dnstap).
+const maxTapHeld = 16 << 20
+
 // tapListener takes connections and writes their frames as a capture.
 type tapListener struct {
 	ln     net.Listener
@@ -53,6 +59,10 @@ type tapListener struct {
 	stop   chan struct{} // closed when the reader is gone
 	log    *slog.Logger
 	frames chan []byte
+	// held bounds the bytes of frames read and not yet written: a sender
+	// faster than the spool waits (its socket fills, and the server
+	// counts what it drops), rather than the agent's memory growing.
+	held   *semaphore.Weighted
 	wg     sync.WaitGroup // the accept loop and the connections' readers
 	done   sync.WaitGroup // the writer
 	mu     sync.Mutex
@@ -105,6 +115,9 @@ func (t *tapListener) read(c net.Conn) {
 			}
 			return
 		}
+		if err := t.held.Acquire(context.Background(), int64(n)); err != nil {
+			return
+		}
 		t.frames <- append([]byte(nil), buf[:n]...)
 	}
 }
@@ -118,6 +131,7 @@ func (t *tapListener) write() {
 		err = c.Flush()
 	}
 	for frame := range t.frames {
+		t.held.Release(int64(len(frame)))
 		if err != nil {
 			continue // drain: the reader is gone
 		}
