@@ -20,6 +20,7 @@ import (
 	"time"
 
 	"github.com/oschwald/maxminddb-golang/v2"
+	"golang.org/x/sync/singleflight"
 )
 
 // DB is one MaxMind-format database, read whole into memory: a file
@@ -97,9 +98,10 @@ type Info struct {
 // a new file over the old) without a restart. A run takes the versions
 // current when it starts and keeps them to its end.
 type Databases struct {
-	dir string
-	mu  sync.Mutex
-	m   map[string]*loaded
+	dir     string
+	mu      sync.Mutex
+	m       map[string]*loaded
+	loading singleflight.Group
 }
 
 type loaded struct {
@@ -140,14 +142,25 @@ func (d *Databases) Get(name string) (*DB, error) {
 		}
 		return nil, fmt.Errorf("database %s: %v", name, errors.Unwrap(err))
 	}
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	old := d.m[name]
 	ino := inode(fi)
+	d.mu.Lock()
+	old := d.m[name]
+	d.mu.Unlock()
 	if old != nil && old.size == fi.Size() && old.modTime.Equal(fi.ModTime()) && old.ino == ino {
 		return old.db, nil
 	}
-	db, err := OpenDB(path)
+	// Read outside the lock (a large database takes seconds, and runs
+	// using the others go on), once however many runs ask at a time.
+	v, err, _ := d.loading.Do(name, func() (any, error) {
+		db, err := OpenDB(path)
+		if err != nil {
+			return nil, err
+		}
+		d.mu.Lock()
+		d.m[name] = &loaded{db: db, size: fi.Size(), modTime: fi.ModTime(), ino: ino}
+		d.mu.Unlock()
+		return db, nil
+	})
 	if err != nil {
 		err = fmt.Errorf("database %s: %v", name, err)
 		if old != nil {
@@ -155,8 +168,7 @@ func (d *Databases) Get(name string) (*DB, error) {
 		}
 		return nil, err
 	}
-	d.m[name] = &loaded{db: db, size: fi.Size(), modTime: fi.ModTime(), ino: ino}
-	return db, nil
+	return v.(*DB), nil
 }
 
 // Resolvers are the service addresses of public resolvers.
