@@ -189,3 +189,142 @@ func waitBlocks(t *testing.T, c *client.Client, queue string, n int) {
 		}
 	}
 }
+
+// TestDnstapFromUnbound: Debian's Unbound, a resolver answering from
+// local data, logs its clients' queries and responses by dnstap to the
+// agent; queries over UDP, TCP and TLS (DoT) each appear once as a
+// CLIENT_QUERY and a CLIENT_RESPONSE row, the DoT ones on the TLS port.
+// (Unbound 1.17 names DoT's socket protocol TCP; later versions say DOT,
+// which the rows' transport then shows.)
+func TestDnstapFromUnbound(t *testing.T) {
+	unbound, kdig, openssl := testenv.Tool(t, "unbound"), testenv.Tool(t, "kdig"), testenv.Tool(t, "openssl")
+	dir := t.TempDir()
+	addr := servePlumb(t, filepath.Join(dir, "data"))
+	ctx := context.Background()
+	c, err := client.Dial(addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	job := "job: tap\nqueues: [dnstap.sz]\nstages:\n  - {name: dns, inputs: [dnstap.sz], program: builtin:dns, outputs: [dns.arrow], retention: 1d}\n"
+	if res, err := c.SubmitJob(ctx, "tap.yaml", []byte(job)); err != nil || res.State != "accepted" {
+		t.Fatalf("the job: %+v %v", res, err)
+	}
+	sock := filepath.Join(dir, "tap.sock")
+	agent := startPlumb(t, "agent", "--server", addr, "--site", "r1", "--queue", "dnstap.sz", "--new-instance",
+		"--spool", filepath.Join(dir, "spool"), "--dnstap-socket", sock, "--settle", "300ms")
+	if out, err := exec.Command(openssl, "req", "-x509", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1", "-nodes",
+		"-keyout", filepath.Join(dir, "key.pem"), "-out", filepath.Join(dir, "cert.pem"), "-days", "1", "-subj", "/CN=localhost").CombinedOutput(); err != nil {
+		t.Fatalf("openssl: %v: %s", err, out)
+	}
+	_, plain, _ := strings.Cut(testenv.FreeAddr(t), ":")
+	_, tlsPort, _ := strings.Cut(testenv.FreeAddr(t), ":")
+	conf := fmt.Sprintf(`server:
+    username: ""
+    chroot: ""
+    directory: "%[1]s"
+    pidfile: "%[1]s/unbound.pid"
+    use-syslog: no
+    logfile: ""
+    do-daemonize: no
+    interface: 127.0.0.1@%[2]s
+    interface: 127.0.0.1@%[3]s
+    tls-port: %[3]s
+    tls-service-key: "%[1]s/key.pem"
+    tls-service-pem: "%[1]s/cert.pem"
+    access-control: 127.0.0.0/8 allow
+    local-zone: "q.example.com." redirect
+    local-data: "q.example.com. 300 IN A 192.0.2.80"
+dnstap:
+    dnstap-enable: yes
+    dnstap-socket-path: "%[4]s"
+    dnstap-send-identity: yes
+    dnstap-identity: "unbound-test"
+    dnstap-log-client-query-messages: yes
+    dnstap-log-client-response-messages: yes
+`, dir, plain, tlsPort, sock)
+	os.WriteFile(filepath.Join(dir, "unbound.conf"), []byte(conf), 0o644)
+	ub := exec.Command(unbound, "-d", "-c", filepath.Join(dir, "unbound.conf"))
+	ubLog := &procLog{}
+	ub.Stdout, ub.Stderr = ubLog, ubLog
+	if err := ub.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { ub.Process.Kill(); ub.Wait() })
+	for deadline := time.Now().Add(30 * time.Second); !strings.Contains(agent.log.String(), "dnstap sender connected"); time.Sleep(50 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("unbound did not connect in 30 s; unbound: %s\nagent: %s", ubLog, agent.log)
+		}
+	}
+	// Unbound connects its dnstap before it answers: wait until it does
+	// (these queries are not counted).
+	for i, deadline := 0, time.Now().Add(30*time.Second); ; i++ {
+		out, _ := testenv.Command(t, 30*time.Second, kdig, "@127.0.0.1", "-p", plain, "+short", "+retry=0", "+timeout=1", fmt.Sprintf("ready%d.q.example.com", i), "A").CombinedOutput()
+		if strings.Contains(string(out), "192.0.2.80") {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("unbound does not answer after 30 s: %s\nunbound: %s", out, ubLog)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	ways := map[string][]string{"udp": {"-p", plain}, "tcp": {"-p", plain, "+tcp"}, "dot": {"-p", tlsPort, "+tls"}}
+	for way, args := range ways {
+		for i := range 3 {
+			name := fmt.Sprintf("%s%d.q.example.com", way, i)
+			out, err := testenv.Command(t, 30*time.Second, kdig, append([]string{"@127.0.0.1", "+short", "+retry=0", name, "A"}, args...)...).CombinedOutput()
+			if err != nil || !strings.Contains(string(out), "192.0.2.80") {
+				t.Fatalf("kdig %s over %s: %v: %s\nunbound: %s", name, way, err, out, ubLog)
+			}
+		}
+	}
+	want := 2 * 3 * len(ways)
+	var rows map[string][]string
+	for deadline := time.Now().Add(60 * time.Second); ; time.Sleep(100 * time.Millisecond) {
+		tbl, err := c.RecordsTable(ctx, client.RecordsTicket{Records: "dns.arrow", Columns: []string{"qname", "dnstap_type", "dnstap_identity", "sport", "dport"}})
+		if err == nil {
+			all := map[string][]string{}
+			for _, col := range []string{"qname", "dnstap_type", "dnstap_identity", "sport", "dport"} {
+				all[col] = testenv.ColumnStrings(t, tbl, col)
+			}
+			tbl.Release()
+			rows = map[string][]string{}
+			for i, q := range all["qname"] {
+				if !strings.HasPrefix(q, "ready") {
+					for col, v := range all {
+						rows[col] = append(rows[col], v[i])
+					}
+				}
+			}
+			if len(rows["qname"]) >= want {
+				break
+			}
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("fewer than %d rows after 60 s (%v); agent: %s", want, err, agent.log)
+		}
+	}
+	if len(rows["qname"]) != want {
+		t.Fatalf("%d rows for %d queries and responses", len(rows["qname"]), want)
+	}
+	seen := map[string]int{}
+	for i, q := range rows["qname"] {
+		typ, server := rows["dnstap_type"][i], rows["dport"][i]
+		if typ == "CLIENT_RESPONSE" {
+			server = rows["sport"][i]
+		}
+		way := q[:3]
+		if wantPort := ways[way][1]; server != wantPort || rows["dnstap_identity"][i] != "unbound-test" {
+			t.Errorf("%s %s: server port %s, identity %q; want %s", q, typ, server, rows["dnstap_identity"][i], wantPort)
+		}
+		seen[q+" "+typ]++
+	}
+	for k, n := range seen {
+		if n != 1 {
+			t.Errorf("%s: %d rows", k, n)
+		}
+	}
+	if len(seen) != want {
+		t.Errorf("%d distinct query and response rows, want %d", len(seen), want)
+	}
+}
