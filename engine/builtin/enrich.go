@@ -6,7 +6,6 @@ import (
 	"io"
 	"net/url"
 	"os"
-	"path/filepath"
 	"strings"
 
 	"github.com/apache/arrow-go/v18/arrow"
@@ -85,10 +84,11 @@ func (e *Enrich) open() ([]*enrich.DB, *enrich.Resolvers, error) {
 		res = enrich.ShippedResolvers()
 	default:
 		name := e.resolvers
-		if strings.ContainsAny(name, `/\`) || strings.HasPrefix(name, ".") || e.dbs.Dir() == "" {
+		path, ok := e.dbs.Path(name)
+		if !ok {
 			return nil, nil, fmt.Errorf("resolvers=%q: want shipped, none, or a plain file name in the --geoip directory", name)
 		}
-		f, err := os.Open(filepath.Join(e.dbs.Dir(), name))
+		f, err := os.Open(path)
 		if err != nil {
 			return nil, nil, fmt.Errorf("resolvers=%s: no such file in the --geoip directory; an admin copies it there", name)
 		}

@@ -8,7 +8,6 @@ import (
 	"io"
 	"net/url"
 	"os"
-	"path/filepath"
 	"strings"
 
 	"github.com/apache/arrow-go/v18/arrow"
@@ -59,10 +58,11 @@ func newFilter(args url.Values, dbs *enrich.Databases) (*Filter, error) {
 		}
 	}
 	if name := args.Get("names"); name != "" {
-		if strings.ContainsAny(name, `/\`) || strings.HasPrefix(name, ".") || dbs.Dir() == "" {
+		path, ok := dbs.Path(name)
+		if !ok {
 			return nil, fmt.Errorf("names=%q: want a plain file name in the --geoip directory", name)
 		}
-		file, err := os.Open(filepath.Join(dbs.Dir(), name))
+		file, err := os.Open(path)
 		if err != nil {
 			return nil, fmt.Errorf("names=%s: no such list in the --geoip directory; an admin copies it there", name)
 		}

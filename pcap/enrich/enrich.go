@@ -116,8 +116,20 @@ func NewDatabases(dir string) *Databases {
 	return &Databases{dir: dir, m: map[string]*loaded{}}
 }
 
-// Dir is the directory the databases are read from.
-func (d *Databases) Dir() string { return d.dir }
+// Path is where the file name of the directory is, for the reference
+// files beside the databases (resolver and name lists): false for a
+// name that is not a plain file name (a path, a hidden file), or when
+// no directory is set. A job names such files; it cannot point outside.
+func (d *Databases) Path(name string) (string, bool) {
+	if !plainName(name) || d.dir == "" {
+		return "", false
+	}
+	return d.dir + string(os.PathSeparator) + name, true
+}
+
+func plainName(name string) bool {
+	return name != "" && !strings.ContainsAny(name, `/\`) && !strings.HasPrefix(name, ".") && len(name) <= 128
+}
 
 // ErrNoDatabase is returned for a name that is not a database in the
 // directory.
@@ -128,13 +140,13 @@ var ErrNoDatabase = errors.New("no such database")
 // open (an operator's copy still being written in place), the version
 // read before stays in use and the error is returned beside it.
 func (d *Databases) Get(name string) (*DB, error) {
-	if name == "" || strings.ContainsAny(name, `/\`) || strings.HasPrefix(name, ".") || len(name) > 128 {
+	if !plainName(name) {
 		return nil, fmt.Errorf("database %q: name a plain file of the databases directory", name)
 	}
-	if d.dir == "" {
+	path, ok := d.Path(name)
+	if !ok {
 		return nil, fmt.Errorf("database %s: no databases directory is set (plumb serve --geoip DIR)", name)
 	}
-	path := d.dir + string(os.PathSeparator) + name
 	fi, err := os.Stat(path)
 	if err != nil {
 		if errors.Is(err, os.ErrNotExist) {
