@@ -8,11 +8,12 @@ import (
 	"go/parser"
 	"go/printer"
 	"go/token"
-	"os"
 	"reflect"
 	"slices"
 	"strings"
 	"testing"
+
+	"github.com/plumb-dev/plumb/internal/testenv"
 )
 
 var updateDocs = flag.Bool("update", false, "rewrite docs/reference/protocol.md")
@@ -89,15 +90,5 @@ func TestProtocolReference(t *testing.T) {
 		}
 		fmt.Fprintf(&b, "| `%s` | %s | %d KiB | %s |\n", n, who, limit>>10, strings.ReplaceAll(a.desc, "|", `\|`))
 	}
-	const path = "../docs/reference/protocol.md"
-	if *updateDocs {
-		if err := os.WriteFile(path, []byte(b.String()), 0o644); err != nil {
-			t.Fatal(err)
-		}
-		return
-	}
-	want, err := os.ReadFile(path)
-	if err != nil || string(want) != b.String() {
-		t.Fatalf("%s differs from the code (%v); run go test ./server -run TestProtocolReference -update and commit it", path, err)
-	}
+	testenv.CheckGenerated(t, "../docs/reference/protocol.md", b.String(), *updateDocs, "go test ./server -run TestProtocolReference -update")
 }

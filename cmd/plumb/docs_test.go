@@ -32,25 +32,7 @@ var updateDocs = flag.Bool("update", false, "rewrite the generated references in
 // writes it with -update.
 func checkGenerated(t *testing.T, path, got string) {
 	t.Helper()
-	if *updateDocs {
-		if err := os.WriteFile(path, []byte(got), 0o644); err != nil {
-			t.Fatal(err)
-		}
-		return
-	}
-	want, err := os.ReadFile(path)
-	if err != nil {
-		t.Fatalf("%v (make it with go test ./cmd/plumb -run %s -update)", err, t.Name())
-	}
-	if string(want) != got {
-		gl, wl := strings.Split(got, "\n"), strings.Split(string(want), "\n")
-		for i := range min(len(gl), len(wl)) {
-			if gl[i] != wl[i] {
-				t.Fatalf("%s differs from the code at line %d:\n  page: %s\n  code: %s\nrun go test ./cmd/plumb -run %s -update and commit it", path, i+1, wl[i], gl[i], t.Name())
-			}
-		}
-		t.Fatalf("%s differs from the code in length (%d lines, code %d); run go test ./cmd/plumb -run %s -update", path, len(wl), len(gl), t.Name())
-	}
+	testenv.CheckGenerated(t, path, got, *updateDocs, "go test ./cmd/plumb -run "+t.Name()+" -update")
 }
 
 // TestCLIReference: docs/reference/cli.md is every verb's help, as the
