@@ -112,9 +112,13 @@ func (s *Server) rates(w http.ResponseWriter, r *http.Request) {
 			before[c.Name] = c
 		}
 		for _, c := range cur.Counts {
+			// A stage new since the last sample counted from zero, so a
+			// job whose runs all fell between two samples still shows
+			// them; a sample kept from before a restart has no counts
+			// (nil) to compare with.
 			b, ok := before[c.Name]
-			if !ok || !visible[c.Name] || c.Runs < b.Runs {
-				continue // new, hidden, or counted anew
+			if (!ok && prev.Counts == nil) || !visible[c.Name] || c.Runs < b.Runs {
+				continue // before a restart, hidden, or counted anew
 			}
 			st := Rate{At: cur.At, RunsPerSec: float64(c.Runs-b.Runs) / secs}
 			for q, e := range c.In {

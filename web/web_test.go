@@ -443,6 +443,51 @@ func TestServeSamplesRates(t *testing.T) {
 	}
 }
 
+// TestRatesOfAStageNewSinceTheLastSample: a job submitted and done
+// between two samples (decode in a second) still shows its rates: its
+// stage counted from zero, not from a sample it was not in.
+func TestRatesOfAStageNewSinceTheLastSample(t *testing.T) {
+	r := newRig(t)
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	const every = 2 * time.Second
+	go func() { done <- web.New(r.eng, r.db, nil, slog.Default()).Serve(ctx, lis, every) }()
+	defer func() { cancel(); <-done }()
+	base := "http://" + lis.Addr().String()
+	// The first sample is taken as the dashboard starts, before the job.
+	getJSON[[]web.RateSeries](t, base+"/api/rates?range=15m")
+	time.Sleep(200 * time.Millisecond)
+	started := time.Now()
+	r.put(t, 1, "0123456789")
+	if res, err := r.eng.Submit("j.yaml", []byte("job: j\nfrom: earliest\nstages:\n  - {name: c, inputs: [raw], program: [cat], outputs: [raw.c]}\n"), ""); err != nil || res.State != "accepted" {
+		t.Fatal(res, err)
+	}
+	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(10 * time.Millisecond) {
+		if st := r.eng.Stats(); len(st) == 1 && st[0].Runs == 1 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the run never finished")
+		}
+	}
+	time.Sleep(time.Until(started.Add(every + every/2)))
+	var blocks float64
+	for _, rs := range getJSON[[]web.RateSeries](t, base+"/api/rates?range=15m") {
+		for _, p := range rs.Points {
+			if rs.Kind == "edge" && rs.From == "raw" && rs.To == "j/c" {
+				blocks += p.BlocksPerSec
+			}
+		}
+	}
+	if blocks <= 0 {
+		t.Errorf("the edge raw → j/c shows no blocks/s for a run between two samples")
+	}
+}
+
 // TestRebindingHostRefused: without --users, a web page on a name its
 // owner points at 127.0.0.1 (DNS rebinding) read /api/* and could retract
 // jobs, as the browser took it for that name's own origin. The dashboard
