@@ -44,6 +44,10 @@ type Shipper struct {
 	sending map[uint64]bool
 	refused error
 	bound   bool // the server said who it is, and the spool is its
+	// bindErr and bindSaid are the last error of bind, and when it was
+	// logged.
+	bindErr  string
+	bindSaid time.Time
 }
 
 // bind asks the server who it is, once, before the first upload; a spool
@@ -57,7 +61,17 @@ func (sh *Shipper) bind(ctx context.Context) (bool, error) {
 	q, inst := sh.Spool.Identity()
 	res, err := sh.Client.LastSeq(qctx, q, inst)
 	if err != nil {
-		return false, nil // not reachable yet: the caller waits
+		if sh.FailFast && !client.Transient(err) {
+			return false, fmt.Errorf("asking the server for the last block of %s/%s: %w", q, inst, err)
+		}
+		// Not reachable yet: the caller waits. Said at once and then
+		// each minute, so a wrong address or a missing --tls-ca does not
+		// look like a quiet wait.
+		if msg := err.Error(); msg != sh.bindErr || time.Since(sh.bindSaid) > time.Minute {
+			sh.Log.Warn("server not reachable yet; retrying (check --server, and --tls-ca or --tls if it serves TLS)", "err", err)
+			sh.bindErr, sh.bindSaid = msg, time.Now()
+		}
+		return false, nil
 	}
 	if err := sh.Spool.BindServer(res.Server); err != nil {
 		return false, err

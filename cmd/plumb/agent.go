@@ -22,6 +22,7 @@ import (
 	"gopkg.in/yaml.v3"
 
 	"github.com/plumb-dev/plumb/agent"
+	"github.com/plumb-dev/plumb/client"
 	"github.com/plumb-dev/plumb/codecs"
 	"github.com/plumb-dev/plumb/pcap/filter"
 	"github.com/plumb-dev/plumb/pipeline"
@@ -38,6 +39,7 @@ type agentFlags struct {
 	logLevel   string
 	logFormat  string
 	configFile string
+	sec        *client.Security
 }
 
 func (a *agentFlags) register(fs *flag.FlagSet) {
@@ -56,17 +58,16 @@ func (a *agentFlags) register(fs *flag.FlagSet) {
 	fs.StringVar(&a.logLevel, "log-level", "info", "log level: debug, info, warn, error")
 	fs.StringVar(&a.logFormat, "log-format", "text", "log as text, or json (one object a line, for Loki or Elastic)")
 	fs.StringVar(&a.configFile, "config", "", "read flags from the YAML `FILE` first (keys are the flags' names, lists for repeatable ones, sources: [FILE, ...]); the command line overrides it")
-	fs.BoolVar(&a.cfg.Security.TLS, "tls", false, "connect with TLS, verifying the server against the system's roots")
-	fs.StringVar(&a.cfg.Security.CAFile, "tls-ca", "", "connect with TLS, verifying the server against the PEM roots in `FILE`")
-	fs.StringVar(&a.cfg.Security.ServerName, "tls-server-name", "", "`NAME` to verify in the server's certificate, when it differs from --server")
-	fs.StringVar(&a.cfg.Security.CertFile, "tls-client-cert", "", "present the PEM client certificate in `FILE` (mutual TLS; with --tls-client-key)")
-	fs.StringVar(&a.cfg.Security.KeyFile, "tls-client-key", "", "the PEM private key of --tls-client-cert in `FILE`")
-	fs.StringVar(&a.cfg.Security.TokenFile, "token-file", "", "send the API key or bearer token in `FILE` on every call")
+	a.sec = securityFlags(fs)
 	fs.StringVar(&a.cfg.Filter, "filter", "", "keep only packets this capture filter `EXPR` matches (tcpdump syntax: host, net, port, portrange, proto, src/dst, ip, ip6, tcp, udp, icmp, vlan, and/or/not); on --interface the kernel applies it")
 }
 
 func (a *agentFlags) config() (agent.Config, error) {
 	cfg := a.cfg
+	cfg.Security = *a.sec
+	if cfg.Security.User != "" {
+		cfg.Security.Secret = os.Getenv("PLUMB_SECRET")
+	}
 	if a.site == "" {
 		return cfg, fmt.Errorf("--site is required")
 	}
@@ -297,6 +298,7 @@ func agentCommand() command {
 			}
 			if *metricsAddr != "" {
 				reg := prometheus.NewRegistry()
+				reg.MustRegister(processMetrics()...)
 				cfg.Metrics = reg
 				stop, err := serveMetrics(ctx, *metricsAddr, reg, nil)
 				if err != nil {
