@@ -13,6 +13,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"reflect"
+	"regexp"
 	"slices"
 	"sort"
 	"strings"
@@ -162,52 +163,92 @@ func TestInternalsNamesEveryPackage(t *testing.T) {
 	}
 }
 
-// TestGettingStartedRuns runs the blocks of docs/getting-started.md
-// marked runnable, in order, as a newcomer would: the shell blocks in
-// bash with plumb on PATH, the Python block with the client package,
-// from the repository's root, against the server the first block starts
-// (on a free port in place of the page's 8815). Each must succeed, and
-// the Python block print the top names.
-func TestGettingStartedRuns(t *testing.T) {
-	raw, err := os.ReadFile("../../docs/getting-started.md")
+// docBlock is a code block of a docs page marked runnable.
+type docBlock struct {
+	page, lang, code string
+	prints           string // what its output must contain, if the marker says
+}
+
+// runnableBlocks reads the blocks of a page marked `<!-- runnable -->`
+// (or `<!-- runnable, prints: TEXT -->`) on the line before their fence.
+func runnableBlocks(t *testing.T, page string) []docBlock {
+	raw, err := os.ReadFile(page)
 	if err != nil {
 		t.Fatal(err)
 	}
-	type blk struct{ lang, code string }
-	var blocks []blk
+	var blocks []docBlock
 	lines := strings.Split(string(raw), "\n")
 	for i := 0; i < len(lines); i++ {
-		if !strings.HasPrefix(lines[i], "<!-- runnable") || i+1 >= len(lines) || !strings.HasPrefix(lines[i+1], "```") {
+		marker, ok := strings.CutPrefix(lines[i], "<!-- runnable")
+		if !ok || i+1 >= len(lines) || !strings.HasPrefix(lines[i+1], "```") {
 			continue
 		}
-		lang := strings.TrimPrefix(lines[i+1], "```")
+		b := docBlock{page: filepath.Base(page), lang: strings.TrimPrefix(lines[i+1], "```")}
+		if _, p, ok := strings.Cut(marker, "prints: "); ok {
+			b.prints = strings.TrimSpace(strings.TrimSuffix(strings.TrimSpace(p), "-->"))
+		}
 		var code []string
 		for i += 2; i < len(lines) && lines[i] != "```"; i++ {
 			code = append(code, lines[i])
 		}
-		blocks = append(blocks, blk{lang, strings.Join(code, "\n")})
+		b.code = strings.Join(code, "\n")
+		blocks = append(blocks, b)
 	}
+	return blocks
+}
+
+// localAddr is an address a docs block serves on or dials.
+var localAddr = regexp.MustCompile(`127\.0\.0\.1:88[0-9][0-9]`)
+
+// TestDocsRun runs every block of the docs marked runnable, as a
+// newcomer would: docs/getting-started.md's first, in order, then those
+// of the other pages, which start from where getting started ends. Shell
+// blocks run in bash with plumb on PATH, Python blocks with the client
+// package (a page's later ones after its earlier ones, as in one
+// session), in one working directory, against the servers the blocks
+// start (each page address, 127.0.0.1:88xx, becomes a free port). Each
+// must succeed and print what its marker says.
+func TestDocsRun(t *testing.T) {
+	blocks := runnableBlocks(t, "../../docs/getting-started.md")
 	if len(blocks) < 3 {
 		t.Fatalf("%d runnable blocks in docs/getting-started.md", len(blocks))
 	}
+	pages, err := filepath.Glob("../../docs/*.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range pages {
+		if filepath.Base(p) != "getting-started.md" {
+			blocks = append(blocks, runnableBlocks(t, p)...)
+		}
+	}
 	python := testenv.Tool(t, "python3")
-	addr := testenv.FreeAddr(t)
+	addrs := map[string]string{}
 	bin := t.TempDir()
 	if err := os.Symlink(os.Args[0], filepath.Join(bin, "plumb")); err != nil {
 		t.Fatal(err)
 	}
 	work := t.TempDir()
 	root, _ := filepath.Abs("../..")
-	env := append(os.Environ(), "PATH="+bin+":"+os.Getenv("PATH"), "PLUMB_TEST_AS_PLUMB=1", "PLUMB_SERVER="+addr,
+	env := append(os.Environ(), "PATH="+bin+":"+os.Getenv("PATH"), "PLUMB_TEST_AS_PLUMB=1",
 		"PYTHONPATH="+filepath.Join(root, "clients", "python"))
-	var serverPID string
 	t.Cleanup(func() {
-		if serverPID != "" {
-			exec.Command("kill", serverPID).Run()
+		pids, _ := filepath.Glob(filepath.Join(work, "server-*.pid"))
+		for _, f := range pids {
+			if pid, err := os.ReadFile(f); err == nil {
+				exec.Command("kill", strings.TrimSpace(string(pid))).Run()
+			}
 		}
 	})
+	servers := 0
+	pySoFar := map[string]string{}
 	for i, b := range blocks {
-		code := strings.ReplaceAll(b.code, "127.0.0.1:8815", addr)
+		code := localAddr.ReplaceAllStringFunc(b.code, func(a string) string {
+			if addrs[a] == "" {
+				addrs[a] = testenv.FreeAddr(t)
+			}
+			return addrs[a]
+		})
 		var cmd *exec.Cmd
 		switch b.lang {
 		case "sh":
@@ -217,33 +258,43 @@ func TestGettingStartedRuns(t *testing.T) {
 			for _, l := range strings.Split(code, "\n") {
 				l = strings.ReplaceAll(l, "examples/", root+"/examples/")
 				if strings.HasPrefix(l, "plumb serve") {
-					// Its output to a file, so the block's ends.
+					servers++
 					l, _, _ = strings.Cut(l, " #")
-					l = strings.TrimSuffix(strings.TrimSpace(l), "&") + " >server.log 2>&1 &"
-					script = append(script, l, "echo $! > server.pid", "until plumb queues >/dev/null 2>&1; do sleep 0.1; done")
+					l = strings.TrimSuffix(strings.TrimSpace(l), "&") + fmt.Sprintf(" >server-%d.log 2>&1 &", servers)
+					listen := localAddr.FindString(l)
+					if listen == "" {
+						listen = strings.Fields(l[strings.Index(l, "--listen")+len("--listen"):])[0]
+					}
+					host, port, _ := strings.Cut(listen, ":")
+					script = append(script, l, fmt.Sprintf("echo $! > server-%d.pid", servers),
+						fmt.Sprintf("until (exec 3<>/dev/tcp/%s/%s) 2>/dev/null; do sleep 0.1; done", host, port))
 					continue
 				}
 				script = append(script, l)
 			}
 			cmd = testenv.Command(t, 2*time.Minute, "bash", "-euc", strings.Join(script, "\n"))
+			cmd.Env = append(env, "PLUMB_SERVER="+addrs["127.0.0.1:8815"])
 		case "python":
-			// The job's stages run in the background: wait for its rows.
-			wait := "import time\nfor _ in range(600):\n    try:\n        import plumb_client\n        if plumb_client.connect(" + fmt.Sprintf("%q", addr) + ").blocks('dns.arrow'): break\n    except Exception: pass\n    time.sleep(0.1)\n"
-			cmd = testenv.Command(t, 2*time.Minute, python, "-c", wait+code)
+			// The getting-started job's stages run in the background:
+			// wait for its rows.
+			wait := "import time\nfor _ in range(600):\n    try:\n        import plumb_client\n        if plumb_client.connect(" + fmt.Sprintf("%q", addrs["127.0.0.1:8815"]) + ").blocks('dns.arrow'): break\n    except Exception: pass\n    time.sleep(0.1)\n"
+			// A page's Python blocks build on each other, as in one
+			// session: each runs after the page's earlier ones.
+			cmd = testenv.Command(t, 2*time.Minute, python, "-c", wait+pySoFar[b.page]+code)
+			pySoFar[b.page] += code + "\n"
+			cmd.Env = env
 		default:
-			t.Fatalf("runnable block %d: language %q", i+1, b.lang)
+			t.Fatalf("runnable block %d of docs/%s: language %q", i+1, b.page, b.lang)
 		}
-		cmd.Dir, cmd.Env = work, env
+		cmd.Dir = work
 		out, err := cmd.CombinedOutput()
-		if pid, _ := os.ReadFile(filepath.Join(work, "server.pid")); len(pid) > 0 {
-			serverPID = strings.TrimSpace(string(pid))
-		}
 		if err != nil {
-			t.Fatalf("runnable block %d (%s) of docs/getting-started.md: %v\n%s\n%s", i+1, b.lang, err, code, out)
+			t.Fatalf("runnable %s block of docs/%s: %v\n%s\n%s", b.lang, b.page, err, code, out)
 		}
-		if b.lang == "python" && !strings.Contains(string(out), "qname") {
-			t.Fatalf("the Python block printed no top names:\n%s", out)
+		if !strings.Contains(string(out), b.prints) {
+			t.Fatalf("runnable %s block of docs/%s printed no %q:\n%s\n%s", b.lang, b.page, b.prints, code, out)
 		}
+		t.Logf("docs/%s: a %s block ran", b.page, b.lang)
 	}
 }
 

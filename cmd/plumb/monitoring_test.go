@@ -2,9 +2,7 @@ package main
 
 import (
 	"encoding/json"
-	"io/fs"
 	"os"
-	"path/filepath"
 	"regexp"
 	"slices"
 	"strings"
@@ -16,49 +14,24 @@ import (
 	"github.com/plumb-dev/plumb/internal/testenv"
 )
 
-var (
-	// metricLiteral is a metric name as the code registers it.
-	metricLiteral = regexp.MustCompile(`"(plumb_[a-z0-9_]+)"`)
-	// metricInQuery is a metric name in a PromQL expression.
-	metricInQuery = regexp.MustCompile(`\bplumb_[a-z0-9_]+\b`)
-	// namespace and helperName find metrics a file registers through
-	// helpers that add a namespace (the agent's counter("x", ...)).
-	namespace  = regexp.MustCompile(`Namespace: "(plumb_[a-z0-9_]+)"`)
-	helperName = regexp.MustCompile(`\b(?:counter|gauge)\("([a-z0-9_]+)"`)
-)
+// metricInQuery is a metric name in a PromQL expression.
+var metricInQuery = regexp.MustCompile(`\bplumb_[a-z0-9_]+\b`)
 
-// exportedMetrics are the metric names the code registers: every
-// "plumb_…" string in the non-test Go files of the repository, and the
-// names registered through a namespaced helper.
+// exportedMetrics are the metric names the processes export, read from
+// docs/reference/metrics.md, which TestMetricsReference keeps equal to a
+// walk of their registries.
 func exportedMetrics(t *testing.T) map[string]bool {
 	t.Helper()
-	names := map[string]bool{}
-	err := filepath.WalkDir("../..", func(path string, d fs.DirEntry, err error) error {
-		if err != nil {
-			return err
-		}
-		if d.IsDir() && (d.Name() == ".git" || d.Name() == "testdata" || d.Name() == "node_modules") {
-			return filepath.SkipDir
-		}
-		if d.IsDir() || !strings.HasSuffix(path, ".go") || strings.HasSuffix(path, "_test.go") {
-			return nil
-		}
-		src, err := os.ReadFile(path)
-		if err != nil {
-			return err
-		}
-		for _, m := range metricLiteral.FindAllSubmatch(src, -1) {
-			names[string(m[1])] = true
-		}
-		for _, ns := range namespace.FindAllSubmatch(src, -1) {
-			for _, m := range helperName.FindAllSubmatch(src, -1) {
-				names[string(ns[1])+"_"+string(m[1])] = true
-			}
-		}
-		return nil
-	})
+	page, err := os.ReadFile("../../docs/reference/metrics.md")
 	if err != nil {
 		t.Fatal(err)
+	}
+	names := map[string]bool{}
+	for _, line := range strings.Split(string(page), "\n") {
+		if name, ok := strings.CutPrefix(line, "| `"); ok {
+			name, _, _ = strings.Cut(name, "`")
+			names[name] = true
+		}
 	}
 	return names
 }
@@ -110,12 +83,35 @@ func TestMonitoringFiles(t *testing.T) {
 	if err := yaml.Unmarshal(raw, &rules); err != nil {
 		t.Fatal(err)
 	}
+	// The shipped scrape configuration names the jobs the rules expect.
+	var prom struct {
+		Scrape []struct {
+			Job string `yaml:"job_name"`
+		} `yaml:"scrape_configs"`
+	}
+	raw, err = os.ReadFile("../../deploy/prometheus/prometheus.yml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := yaml.Unmarshal(raw, &prom); err != nil {
+		t.Fatal(err)
+	}
+	jobs := map[string]bool{}
+	for _, s := range prom.Scrape {
+		jobs[s.Job] = true
+	}
+	jobInQuery := regexp.MustCompile(`job="([^"]+)"`)
 	var alerts []string
 	for _, g := range rules.Groups {
 		for _, r := range g.Rules {
 			alerts = append(alerts, r.Alert)
 			if bad := unknownMetrics(r.Expr, exported); len(bad) > 0 {
 				t.Errorf("alert %s uses metrics the code does not export: %v", r.Alert, bad)
+			}
+			for _, m := range jobInQuery.FindAllStringSubmatch(r.Expr, -1) {
+				if !jobs[m[1]] {
+					t.Errorf("alert %s expects a scrape job %q that deploy/prometheus/prometheus.yml does not have", r.Alert, m[1])
+				}
 			}
 		}
 	}
@@ -216,7 +212,7 @@ func TestMonitoringFiles(t *testing.T) {
 	}
 
 	promtool := testenv.Tool(t, "promtool")
-	for _, args := range [][]string{{"check", "rules", "plumb-alerts.yml"}, {"test", "rules", "plumb-alerts.test.yml"}} {
+	for _, args := range [][]string{{"check", "rules", "plumb-alerts.yml"}, {"test", "rules", "plumb-alerts.test.yml"}, {"check", "config", "prometheus.yml"}} {
 		cmd := testenv.Command(t, time.Minute, promtool, args...)
 		cmd.Dir = "../../deploy/prometheus"
 		if out, err := cmd.CombinedOutput(); err != nil {

@@ -146,7 +146,7 @@ func serveCommand() command {
 			builtin.RegisterFilter(cfg.Registry, refs)
 			if *metricsAddr != "" || cfg.HTTP != "" {
 				reg := prometheus.NewRegistry()
-				reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}), server.Panics, buildInfo())
+				reg.MustRegister(append(processMetrics(), server.Panics)...)
 				cfg.Engine.Registerer, cfg.Gatherer = reg, reg
 			}
 			if *metricsAddr != "" {
@@ -214,8 +214,13 @@ type sandboxOptions struct {
 	shared []string
 }
 
-// sandboxFlags adds the flags that choose and bound the confinement of
-// stage programs; off says as whom unconfined programs run.
+// processMetrics are the collectors every Plumb process with metrics
+// registers besides its own: the Go runtime's, the process's and
+// plumb_build_info.
+func processMetrics() []prometheus.Collector {
+	return []prometheus.Collector{collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}), buildInfo()}
+}
+
 // buildInfo is plumb_build_info: 1, labelled with what versionLine says.
 func buildInfo() prometheus.Collector {
 	version, revision := buildVersion()
@@ -225,6 +230,8 @@ func buildInfo() prometheus.Collector {
 	return g
 }
 
+// sandboxFlags adds the flags that choose and bound the confinement of
+// stage programs; off says as whom unconfined programs run.
 func sandboxFlags(fs *flag.FlagSet, off string) *sandboxOptions {
 	o := &sandboxOptions{limits: sandbox.DefaultLimits()}
 	fs.StringVar(&o.mode, "sandbox", "bwrap", "how stage executables are confined: bwrap (namespaces, an unprivileged uid, rlimits, seccomp; needs the bubblewrap package) or off (as "+off+")")

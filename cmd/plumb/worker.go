@@ -10,7 +10,6 @@ import (
 	"runtime"
 
 	"github.com/prometheus/client_golang/prometheus"
-	"github.com/prometheus/client_golang/prometheus/collectors"
 
 	"github.com/plumb-dev/plumb/blob"
 	"github.com/plumb-dev/plumb/client"
@@ -84,7 +83,7 @@ func workerCommand() command {
 			var mreg *prometheus.Registry
 			if *metricsAddr != "" {
 				mreg = prometheus.NewRegistry()
-				mreg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}), buildInfo())
+				mreg.MustRegister(processMetrics()...)
 				cfg.Metrics = mreg
 			}
 			w := worker.New(cfg)
