@@ -30,7 +30,8 @@ func Example() {
 		log.Fatal(err)
 	}
 	defer c.Close()
-	t := client.Ticket{Queue: "pcap.sz", Group: "archive", From: client.FromEarliest}
+	// A block not acknowledged within five minutes goes to another reader.
+	t := client.Ticket{Queue: "pcap.sz", Group: "archive", From: client.FromEarliest, Visibility: 5 * time.Minute}
 	err = c.Consume(ctx, t, func(h client.Header, r io.Reader) error {
 		n, err := io.Copy(io.Discard, r) // handle the block's bytes
 		fmt.Println(h.Name, n, "bytes")

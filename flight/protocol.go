@@ -26,6 +26,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"time"
 
 	"github.com/apache/arrow-go/v18/arrow"
 )
@@ -124,10 +125,47 @@ type Ticket struct {
 	// From is where a new group (or a plain read) starts: FromEarliest
 	// or FromLatest. A group keeps the start it was created with.
 	From Start `json:"from,omitempty"`
-	// Visibility is how many seconds a block handed to a group stays
-	// reserved before it is handed out again unless acknowledged.
+	// Visibility is how long a block handed to a group stays reserved
+	// before it is handed out again unless acknowledged; the server's
+	// --visibility when zero. On the wire it is "visibility" in seconds.
+	Visibility time.Duration `json:"-" wire:"visibility,seconds"`
+}
+
+// ticketWire is a Ticket as JSON: the visibility in seconds, as clients
+// in any language write it.
+type ticketWire struct {
+	ticketFields
 	Visibility float64 `json:"visibility,omitempty"`
 }
+
+type ticketFields Ticket
+
+// MarshalJSON writes the ticket with its visibility in seconds.
+func (t Ticket) MarshalJSON() ([]byte, error) {
+	return json.Marshal(ticketWire{ticketFields(t), t.Visibility.Seconds()})
+}
+
+// UnmarshalJSON reads a ticket, its visibility in seconds, refusing
+// unknown fields as DecodeStrict does.
+func (t *Ticket) UnmarshalJSON(b []byte) error {
+	var w ticketWire
+	dec := json.NewDecoder(bytes.NewReader(b))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&w); err != nil {
+		return err
+	}
+	// Checked before the conversion, which would overflow.
+	if !(w.Visibility >= 0 && w.Visibility <= maxVisibilitySeconds) {
+		return fmt.Errorf("visibility %v s is outside 0..%d", w.Visibility, maxVisibilitySeconds)
+	}
+	*t = Ticket(w.ticketFields)
+	t.Visibility = time.Duration(w.Visibility * float64(time.Second))
+	return nil
+}
+
+// maxVisibilitySeconds is the longest visibility a ticket may ask for:
+// a day.
+const maxVisibilitySeconds = 86400
 
 // AckRequest is the body of the "ack" action.
 type AckRequest struct {

@@ -60,7 +60,16 @@ func TestProtocolReference(t *testing.T) {
 			if fld.Tag == nil || len(fld.Names) == 0 {
 				continue
 			}
-			key, _, _ := strings.Cut(reflect.StructTag(strings.Trim(fld.Tag.Value, "`")).Get("json"), ",")
+			tag := reflect.StructTag(strings.Trim(fld.Tag.Value, "`"))
+			key, _, _ := strings.Cut(tag.Get("json"), ",")
+			var typ bytes.Buffer
+			printer.Fprint(&typ, fset, fld.Type)
+			if w, unit, ok := strings.Cut(tag.Get("wire"), ","); ok {
+				// Written by the type's own MarshalJSON, in a unit.
+				key = w
+				typ.Reset()
+				typ.WriteString("number (" + unit + ")")
+			}
 			if key == "-" || key == "" {
 				continue
 			}
@@ -68,8 +77,6 @@ func TestProtocolReference(t *testing.T) {
 			if doc == "" {
 				t.Errorf("flight.%s.%s (%s) has no doc comment", name, fld.Names[0].Name, key)
 			}
-			var typ bytes.Buffer
-			printer.Fprint(&typ, fset, fld.Type)
 			fmt.Fprintf(&b, "| `%s` | `%s` | %s |\n", key, typ.String(), strings.ReplaceAll(doc, "|", `\|`))
 		}
 	}

@@ -406,7 +406,7 @@ func TestGroups(t *testing.T) {
 	read := func() []string {
 		// Visibility long enough that a loaded CI machine reads twice
 		// within it (0.2 s was not).
-		s, err := ts.c.DoGet(ctx, flight.Ticket{Queue: "pcap.sz", Group: "c", From: "earliest", Visibility: 1.5})
+		s, err := ts.c.DoGet(ctx, flight.Ticket{Queue: "pcap.sz", Group: "c", From: "earliest", Visibility: 1500 * time.Millisecond})
 		if err != nil {
 			t.Fatal(err)
 		}

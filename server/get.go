@@ -62,8 +62,8 @@ func parseTicket(raw []byte) (flight.Ticket, error) {
 		default:
 			return t, status.Errorf(codes.InvalidArgument, "from %q: want \"earliest\" or \"latest\"", t.From)
 		}
-		if t.Visibility < 0 || t.Visibility > 86400 {
-			return t, status.Errorf(codes.InvalidArgument, "visibility %v s is outside 0..86400", t.Visibility)
+		if t.Visibility < 0 || t.Visibility > 24*time.Hour {
+			return t, status.Errorf(codes.InvalidArgument, "visibility %v is outside 0..24h", t.Visibility)
 		}
 	default:
 		return t, status.Errorf(codes.InvalidArgument, "ticket names neither a block nor a queue; want %s", ticketForms)
@@ -187,9 +187,9 @@ func (s *Service) scan(ctx context.Context, w *flight.BlockWriter, t flight.Tick
 func (s *Service) serveGroup(ctx context.Context, w *flight.BlockWriter, t flight.Ticket) error {
 	vis := s.cfg.Visibility
 	if t.Visibility > 0 {
-		vis = time.Duration(t.Visibility * float64(time.Second))
+		vis = t.Visibility
 		if vis > s.cfg.MaxVisibility {
-			return status.Errorf(codes.InvalidArgument, "ticket visibility %gs is over this server's maximum of %v; ask for less (a block not acked by then goes to another reader)", t.Visibility, s.cfg.MaxVisibility)
+			return status.Errorf(codes.InvalidArgument, "ticket visibility %v is over this server's maximum of %v; ask for less (a block not acked by then goes to another reader)", t.Visibility, s.cfg.MaxVisibility)
 		}
 	}
 	if _, err := s.useGroup(ctx, t.Queue, t.Group, state.From(t.From), "read", true); err != nil {

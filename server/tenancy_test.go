@@ -46,7 +46,7 @@ var errPeeked = errors.New("peeked")
 
 // peek reads the first block a group owes without acking it, creating
 // the group if need be.
-func peek(c *client.Client, queue, group string, visibility float64) ([]string, error) {
+func peek(c *client.Client, queue, group string, visibility time.Duration) ([]string, error) {
 	var names []string
 	err := c.Consume(context.Background(), flight.Ticket{Queue: queue, Group: group, From: "earliest", Visibility: visibility}, func(h flight.Header, r io.Reader) error {
 		io.Copy(io.Discard, r)
@@ -99,7 +99,7 @@ func TestGroupsHaveOwners(t *testing.T) {
 			t.Errorf("even an admin follows stage group %s: %v", g, err)
 		}
 	}
-	if _, err := peek(carol, "dns.arrow", "carol-team", 86400); codeOf(err) != codes.InvalidArgument || !strings.Contains(err.Error(), "over this server's maximum of 1m0s") {
+	if _, err := peek(carol, "dns.arrow", "carol-team", 24*time.Hour); codeOf(err) != codes.InvalidArgument || !strings.Contains(err.Error(), "over this server's maximum of 1m0s") {
 		t.Fatalf("a visibility of a day: %v", err)
 	}
 	// ana's blocks are still owed to her: nothing carol did took them.
@@ -549,7 +549,7 @@ func TestGroupLifecycle(t *testing.T) {
 		t.Fatal(err)
 	}
 	for _, g := range []string{"peek", "later"} {
-		if _, err := peek(ana, "dns.arrow", g, 1); err != nil {
+		if _, err := peek(ana, "dns.arrow", g, time.Second); err != nil {
 			t.Fatal(err)
 		}
 	}
