@@ -137,11 +137,12 @@ print(len(blocks), blocks[0].path, blocks[0].sha256, before, peak())
 
 def test_consume_spools_a_large_block(plumb, server, tmp_path):
     """A 256 MiB block (agents' default size) read with spool=DIR goes to
-    a file as it comes: the reader's peak memory grows by what gRPC lets
-    arrive ahead of the reader (its receive window, which it widens as it
-    probes the link: 14-66 MiB seen), not by the block (held whole, the
-    block took about twice its size: 527 MiB); and the file is the block,
-    its SHA-256 checked."""
+    a file as it comes: the reader's peak memory grows by less than 64 MiB,
+    what gRPC's fixed receive window (connect's receive_window, 4 MiB) lets
+    arrive ahead of the reader, not by the block (held whole, the block
+    took about twice its size: 527 MiB; with gRPC widening the window as
+    it probes the link, up to 67 MiB); and the file is the block, its
+    SHA-256 checked."""
     big = tmp_path / "big"
     with open(big, "wb") as f:
         for i in range(256):
@@ -158,7 +159,7 @@ def test_consume_spools_a_large_block(plumb, server, tmp_path):
     assert n == 1 and sha == want and hashlib.sha256(open(path, "rb").read()).hexdigest() == want
     assert os.listdir(spool) == [name(1)]
     grew_mib = (after - before) // 1024
-    assert before > 0 and grew_mib < 128, f"reading a 256 MiB block to a file grew the reader's peak memory by {grew_mib} MiB"
+    assert before > 0 and grew_mib < 64, f"reading a 256 MiB block to a file grew the reader's peak memory by {grew_mib} MiB"
 
 
 def test_idle_timeout_ends_a_followed_loop(plumb, server):
