@@ -202,3 +202,66 @@ func TestKernelDropsAreInBlocks(t *testing.T) {
 		t.Fatalf("kernel drops per block %v, want %v (19 in all)", got, want)
 	}
 }
+
+// TestSpoolShipsAfterAnEndedCapture: when the server ended the site's
+// capture with a block of the number the spool's next block would ship
+// as, that block and every later one (cut already or not) ship one
+// number up, and the state keeps it across a restart; an end at a
+// number the spool shipped already moves nothing.
+func TestSpoolShipsAfterAnEndedCapture(t *testing.T) {
+	dir := t.TempDir()
+	s, _, err := OpenSpool(dir, "pcap.sz", "lax")
+	if err != nil {
+		t.Fatal(err)
+	}
+	s.SetLastSeq(9, true)
+	cut := func(seq uint64) {
+		n := block.Name{Time: time.Unix(1746457865, 0), Seq: seq, Instance: "lax", Queue: "pcap.sz"}
+		f, _ := s.Create(n)
+		f.WriteString("block")
+		if err := s.Finish(f, n, nil, Finished{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	ships := func() []uint64 {
+		ready, err := s.Ready()
+		if err != nil {
+			t.Fatal(err)
+		}
+		var out []uint64
+		for _, b := range ready {
+			out = append(out, b.Ship.Seq)
+		}
+		return out
+	}
+	cut(10)
+	cut(11)
+	// 9 shipped (acknowledged, gone from the spool): nothing moves.
+	if moved, err := s.AfterEnded(9); err != nil || moved {
+		t.Fatalf("an end at a shipped number moved blocks: %v %v", moved, err)
+	}
+	if moved, err := s.AfterEnded(10); err != nil || !moved {
+		t.Fatalf("an end at the next block's number: moved %v, %v", moved, err)
+	}
+	if got := ships(); !slices.Equal(got, []uint64{11, 12}) {
+		t.Fatalf("after an end at 10 the blocks ship as %v; want 11, 12", got)
+	}
+	cut(12) // cut after: it follows
+	s, _, err = OpenSpool(dir, "pcap.sz", "lax")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := ships(); !slices.Equal(got, []uint64{11, 12, 13}) {
+		t.Fatalf("after a restart the blocks ship as %v; want 11, 12, 13", got)
+	}
+	// Ended again (the agent away once more) before block 13 shipped.
+	if moved, err := s.AfterEnded(13); err != nil || !moved {
+		t.Fatalf("a second end: moved %v, %v", moved, err)
+	}
+	if got := ships(); !slices.Equal(got, []uint64{11, 12, 14}) {
+		t.Fatalf("after a second end at 13 the blocks ship as %v; want 11, 12, 14", got)
+	}
+	if moved, _ := s.AfterEnded(13); moved {
+		t.Fatal("the same end, told again, moved blocks again")
+	}
+}

@@ -535,9 +535,6 @@ func (ct *cutter) begin(link linkInfo, first time.Time) error {
 // the spool.
 func (ct *cutter) finish() error { return ct.finishBlock(false) }
 
-// finishLast finishes the open block as the last of the sources. With
-// none open (the last was cut at a size or interval boundary), the last
-// one finished is marked if it has not shipped yet.
 // stopLast ends a capture stopped for good: its open block is the
 // last. With none open (the stop came between a block cut at its size
 // and the next packet), the last finished block may have shipped
@@ -554,6 +551,9 @@ func (ct *cutter) stopLast() error {
 	return ct.finishBlock(true)
 }
 
+// finishLast finishes the open block as the last of the sources. With
+// none open (the last was cut at a size or interval boundary), the last
+// one finished is marked if it has not shipped yet.
 func (ct *cutter) finishLast() error {
 	if ct.f == nil {
 		return ct.spool.MarkFinal(ct.nextSeq - 1)

@@ -44,6 +44,8 @@ type Shipper struct {
 	sending map[uint64]bool
 	refused error
 	bound   bool // the server said who it is, and the spool is its
+	// contact is when the server last answered (a bind or an ack).
+	contact time.Time
 	// bindErr and bindSaid are the last error of bind, and when it was
 	// logged.
 	bindErr  string
@@ -76,6 +78,15 @@ func (sh *Shipper) bind(ctx context.Context) (bool, error) {
 	if err := sh.Spool.BindServer(res.Server); err != nil {
 		return false, err
 	}
+	if res.Ended {
+		moved, err := sh.Spool.AfterEnded(res.Seq)
+		if err != nil {
+			return false, err
+		}
+		if moved {
+			sh.Log.Warn("the server ended this site's capture while the agent was away (plumb serve --end-capture-after, or plumb site end): blocks ship after its end, as a new capture", "ended_at", res.Seq)
+		}
+	}
 	if sh.Spool.Provisional() {
 		off, err := sh.Spool.Rebase(res.Seq, res.Found)
 		if err != nil {
@@ -83,8 +94,35 @@ func (sh *Shipper) bind(ctx context.Context) (bool, error) {
 		}
 		sh.Log.Info("server reached: blocks cut while it could not be asked ship after its last sequence number", "offset", off)
 	}
-	sh.bound = true
+	sh.mu.Lock()
+	sh.bound, sh.contact = true, time.Now()
+	sh.mu.Unlock()
 	return true, nil
+}
+
+// rebindAfter is how long without an acknowledgement makes the shipper
+// ask the server again where the site stands before it ships more.
+const rebindAfter = time.Minute
+
+// endedAt says whether the server ended the site's capture with a block
+// numbered seq, and if so moves the spool's blocks after it.
+func (sh *Shipper) endedAt(ctx context.Context, seq uint64) bool {
+	qctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	q, inst := sh.Spool.Identity()
+	res, err := sh.Client.LastSeq(qctx, q, inst)
+	if err != nil || !res.Ended || res.Seq != seq {
+		return false
+	}
+	moved, err := sh.Spool.AfterEnded(seq)
+	if err != nil {
+		sh.Log.Error("the server ended this site's capture, and the spool could not move its blocks after the end", "err", err)
+		return false
+	}
+	if moved {
+		sh.Log.Warn("the server ended this site's capture (plumb serve --end-capture-after, or plumb site end): blocks ship after its end, as a new capture", "ended_at", seq)
+	}
+	return moved
 }
 
 // Run ships until ctx ends, or, when drain is set, until drain is closed
@@ -102,6 +140,14 @@ func (sh *Shipper) Run(ctx context.Context, drain <-chan struct{}) error {
 	defer wg.Wait()
 	for {
 		changed := sh.Spool.Changed()
+		// After a quiet spell (an outage, or nothing to ship) the server
+		// is asked again where the site stands before anything ships: it
+		// may have ended the site's capture meanwhile.
+		sh.mu.Lock()
+		if sh.bound && time.Since(sh.contact) > rebindAfter {
+			sh.bound = false
+		}
+		sh.mu.Unlock()
 		if ok, err := sh.bind(ctx); err != nil {
 			return err
 		} else if !ok {
@@ -192,6 +238,9 @@ func (sh *Shipper) ship(ctx context.Context, b ReadyBlock) {
 				sh.Log.Error("block acknowledged but not removed from the spool; it will be re-sent and answered duplicate", "block", src.Name, "err", err)
 			}
 			sh.Counters.Acked.Add(1)
+			sh.mu.Lock()
+			sh.contact = time.Now()
+			sh.mu.Unlock()
 			sh.Counters.AckedBytes.Add(b.Size)
 			return
 		}
@@ -204,6 +253,9 @@ func (sh *Shipper) ship(ctx context.Context, b ReadyBlock) {
 		sh.Counters.Failures.Add(1)
 		if err == nil {
 			err = fmt.Errorf("server answered %d results for one block", len(res))
+		}
+		if status.Code(err) == codes.FailedPrecondition && sh.endedAt(ctx, b.Ship.Seq) {
+			return // the server ended the capture there: the block ships one number up
 		}
 		if !client.Transient(err) {
 			// The server refused the block itself (a conflict, a bad name):

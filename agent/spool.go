@@ -103,6 +103,10 @@ type spoolState struct {
 	// state write, so a block has one identity whatever crashes when.
 	Provisional bool   `json:"provisional,omitempty"`
 	Offset      uint64 `json:"offset,omitempty"`
+	// Skips are blocks on disk from which ship numbers move up by one
+	// more each: the server ended the site's capture (its agent seemed
+	// dead) with a block of the number the block would have shipped as.
+	Skips []uint64 `json:"skips,omitempty"`
 	// Dropped is, per block not yet acknowledged, what the kernel dropped
 	// while it was cut; it ships in the block's header.
 	Dropped map[string]int64 `json:"dropped,omitempty"`
@@ -259,6 +263,59 @@ func (s *Spool) Rebase(last uint64, found bool) (offset uint64, err error) {
 	s.st.Offset, s.st.Provisional = last, false
 	s.signalLocked() // the blocks may ship now
 	return last, s.saveLocked()
+}
+
+// shipSeqLocked is the number block p on disk ships as.
+func (s *Spool) shipSeqLocked(p uint64) uint64 {
+	n := p + s.st.Offset
+	for _, k := range s.st.Skips {
+		if k <= p {
+			n++
+		}
+	}
+	return n
+}
+
+// AfterEnded takes in that the server ended the site's capture with a
+// block numbered ended: the block that would have shipped under that
+// number, and every later one, ship one number up, after it, as the
+// start of a new capture. It reports whether a block moved; a number no
+// block of the spool ships as (shipped already, or skipped) moves none.
+func (s *Spool) AfterEnded(ended uint64) (bool, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for k := uint64(0); k <= uint64(len(s.st.Skips)); k++ {
+		if ended < s.st.Offset+k+1 {
+			break
+		}
+		p := ended - s.st.Offset - k
+		if s.shipSeqLocked(p) != ended {
+			continue
+		}
+		// p is shipped unless it is waiting in ready/ or not cut yet.
+		if p <= s.st.LastSeq && !s.readyHasLocked(p) {
+			return false, nil
+		}
+		s.st.Skips = append(s.st.Skips, p)
+		slices.Sort(s.st.Skips)
+		s.signalLocked()
+		return true, s.saveLocked()
+	}
+	return false, nil
+}
+
+// readyHasLocked says whether block p on disk waits in ready/.
+func (s *Spool) readyHasLocked(p uint64) bool {
+	ents, err := os.ReadDir(filepath.Join(s.dir, "ready"))
+	if err != nil {
+		return false
+	}
+	for _, e := range ents {
+		if n, err := block.Parse(e.Name()); err == nil && n.Seq == p {
+			return true
+		}
+	}
+	return false
 }
 
 // Identity is the queue and instance the spool holds.
@@ -480,7 +537,7 @@ func (s *Spool) Ready() ([]ReadyBlock, error) {
 			continue
 		}
 		ship := n
-		ship.Seq += s.st.Offset
+		ship.Seq = s.shipSeqLocked(n.Seq)
 		out = append(out, ReadyBlock{Name: n, Ship: ship, Path: filepath.Join(s.dir, "ready", e.Name()), Size: fi.Size(), SHA256: s.sums[e.Name()],
 			KernelDropped: s.st.Dropped[e.Name()], Final: s.st.Final != 0 && n.Seq == s.st.Final})
 	}

@@ -120,6 +120,18 @@ func (c *Client) AssignSite(ctx context.Context, queue, instance, user string) (
 	return out, err
 }
 
+// SiteEnd says how a site's capture ends after EndCapture.
+type SiteEnd = flight.SiteEnd
+
+// EndCapture ends a site's capture (admin of the queue): the server
+// appends an empty final block after the site's last, so stages let go of
+// what they hold for it. For a site whose agent died without stopping.
+func (c *Client) EndCapture(ctx context.Context, queue, instance string) (SiteEnd, error) {
+	var out SiteEnd
+	err := c.action(ctx, "site-end", flight.SiteRequest{Queue: queue, Instance: instance}, func(b []byte) error { return json.Unmarshal(b, &out) })
+	return out, err
+}
+
 // AddProgram registers an executable on the server (admin).
 func (c *Client) AddProgram(ctx context.Context, req flight.AddProgramRequest) (Program, error) {
 	var out Program

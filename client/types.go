@@ -155,6 +155,7 @@ type (
 	//	Seq    uint64
 	//	Found  bool
 	//	Server string // Server is the server's identity (its metadata's), which a spool records so it is never shipped to another server by mistake.
+	//	Ended  bool   // Ended: block Seq is the empty final block the server made to end the site's capture (site-end): an agent that comes back ships its blocks after it.
 	LastSeqResult = flight.LastSeqResult
 	// AddProgramRequest registers a program.
 	//
@@ -181,6 +182,7 @@ type (
 	//	Serial        uint64 // arrival order within the queue, from 1
 	//	KernelDropped int64  // KernelDropped is what the capturing kernel dropped while the block was cut, as its agent said.
 	//	Final         bool   // Final: the block is the last of a finite source, such as an import, as its agent said.
+	//	Ended         bool   // Ended: the server made the block, an empty capture marked final, to end the capture of a site whose agent went silent (site-end).
 	Block = flight.Block
 	// GroupStats counts a consumer group's deliveries.
 	//

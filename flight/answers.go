@@ -25,6 +25,9 @@ type Block struct {
 	// Final: the block is the last of a finite source, such as an
 	// import, as its agent said.
 	Final bool `json:"final,omitempty"`
+	// Ended: the server made the block, an empty capture marked final,
+	// to end the capture of a site whose agent went silent (site-end).
+	Ended bool `json:"ended,omitempty"`
 }
 
 // GroupStats counts a consumer group's deliveries by state.

@@ -31,6 +31,18 @@ type LastSeqResult struct {
 	// Server is the server's identity (its metadata's), which a spool
 	// records so it is never shipped to another server by mistake.
 	Server string `json:"server,omitempty"`
+	// Ended: block Seq is the empty final block the server made to end
+	// the site's capture (site-end): an agent that comes back ships its
+	// blocks after it.
+	Ended bool `json:"ended,omitempty"`
+}
+
+// SiteEnd answers the site-end action.
+type SiteEnd struct {
+	Block string `json:"block"` // the site's last block now
+	Seq   uint64 `json:"seq"`
+	// Ended is false when the last block was final already.
+	Ended bool `json:"ended"`
 }
 
 // GroupRequest names a consumer group (group-delete) or a queue's groups

@@ -62,7 +62,7 @@ var actions = map[string]action{
 		run:  (*Service).queueStats,
 	},
 	"last-seq": {
-		desc: `The highest sequence number stored for an instance, so an agent that lost its state never reuses one. Body {"queue","instance"}; answers {"seq": N, "found": bool}.`,
+		desc: `The highest sequence number stored for an instance, so an agent that lost its state never reuses one. Body {"queue","instance"}; answers {"seq": N, "found": bool, "ended": bool}, ended when the server ended the site's capture with that block (site-end).`,
 		run:  (*Service).lastSeq,
 	},
 	"list-blocks": {
@@ -237,6 +237,10 @@ var actions = map[string]action{
 		desc: `Assign a site to a user, or with "user":"" leave it unowned for its next writer (admin of the queue). Body {"queue","instance","user"}.`,
 		run:  (*Service).siteAssign,
 	},
+	"site-end": {
+		desc: `End a site's capture (admin of the queue): the server appends an empty capture block marked final after the site's last, as its agent does when stopped for good, so stages let go of what they hold for it (a TCP message behind a hole). For a site whose agent died; an agent that comes back ships after it. Body {"queue","instance"}; answers the block, with "ended": false when the last block was already final.`,
+		run:  (*Service).siteEnd,
+	},
 	"retry": {
 		desc: `Requeue faulty blocks: {"queue","block"} for one, {"queue"} for a queue's, {} for all; answers {"requeued": N}.`,
 		run:  (*Service).retry,
@@ -382,7 +386,16 @@ func (s *Service) lastSeq(ctx context.Context, body []byte) (any, error) {
 		}
 	}
 	seq, found, err := s.db.LastSeq(req.Queue, req.Instance)
-	return flight.LastSeqResult{Seq: seq, Found: found, Server: s.db.ID()}, err
+	if err != nil {
+		return nil, err
+	}
+	res := flight.LastSeqResult{Seq: seq, Found: found, Server: s.db.ID()}
+	if found {
+		if b, err := s.db.Lookup(block.ID{Queue: req.Queue, Instance: req.Instance, Seq: seq}); err == nil {
+			res.Ended = b.Ended
+		}
+	}
+	return res, nil
 }
 
 func (s *Service) stats(queue string) (flight.QueueStats, error) {

@@ -122,6 +122,13 @@ type Config struct {
 	// LatencyEvery is how often the dashboard samples latency for its
 	// chart; a minute when zero.
 	LatencyEvery time.Duration
+	// EndCaptureAfter is how long a site may ship nothing before the
+	// server ends its capture (ends.go): an empty final block follows its
+	// last, so what stages hold for it is let go of. Zero turns it off.
+	EndCaptureAfter time.Duration
+	// EndCaptureEvery is how often silent sites are looked for; when
+	// zero, a quarter of EndCaptureAfter, at most a minute.
+	EndCaptureEvery time.Duration
 	// SiteSilentAfter is the least time without a block after which the
 	// dashboard calls a site silent (15 minutes when zero, as the alert
 	// rule; a site with longer blocks gets three of its intervals).
@@ -362,15 +369,8 @@ func Run(ctx context.Context, cfg Config) (err error) {
 			return svc.eng.WaitingForWindows(g)
 		}
 		qc.derived = func() map[string]bool {
-			out := map[string]bool{}
-			if svc.eng != nil {
-				for _, st := range svc.eng.Stats() {
-					for _, q := range st.Outputs {
-						out[q] = true
-					}
-				}
-			}
-			return out
+			_, written := svc.stageQueues()
+			return written
 		}
 		for _, c := range []prometheus.Collector{qc, metaCollector{db}, storeCollector{svc.space}, Uploads, AuthFailures, ReadEstimate} {
 			if err := r.Register(c); err != nil {
@@ -458,6 +458,16 @@ func Run(ctx context.Context, cfg Config) (err error) {
 		svc.adm.Run(srvCtx, 5*time.Millisecond)
 	}()
 	defer func() { stop(); <-recheckDone }()
+	if cfg.EndCaptureAfter > 0 {
+		endDone := make(chan struct{})
+		go func() {
+			defer close(endDone)
+			// Looked for a few times within the wait, at most each minute.
+			every := cmp.Or(cfg.EndCaptureEvery, min(time.Minute, max(cfg.EndCaptureAfter/4, 100*time.Millisecond)))
+			svc.endSilentCaptures(srvCtx, cfg.EndCaptureAfter, every)
+		}()
+		defer func() { stop(); <-endDone }()
+	}
 	if cfg.FsckEvery >= 0 {
 		fsckDone := make(chan struct{})
 		go func() {

@@ -96,3 +96,27 @@ func (s *Service) siteAssign(ctx context.Context, body []byte) (any, error) {
 	s.log.Info("site assigned", "queue", req.Queue, "instance", req.Instance, "user", req.User, "by", caller(ctx))
 	return flight.SiteOwner{Queue: o.Queue, Instance: o.Instance, User: o.User, By: o.By}, nil
 }
+
+func (s *Service) siteEnd(ctx context.Context, body []byte) (any, error) {
+	var req flight.SiteRequest
+	if err := flight.DecodeStrict(body, &req); err != nil {
+		return nil, badBody("site-end", body, err)
+	}
+	if err := block.ValidateQueue(req.Queue); err != nil {
+		return nil, badBody("site-end", body, err)
+	}
+	if err := block.ValidateInstance(req.Instance); err != nil {
+		return nil, badBody("site-end", body, err)
+	}
+	if req.User != "" {
+		return nil, badBody("site-end", body, errors.New(`"user" is not a field of site-end`))
+	}
+	if err := s.allow(ctx, auth.Admin, req.Queue, "site-end "+req.Queue+" "+req.Instance); err != nil {
+		return nil, err
+	}
+	b, ended, err := s.endCapture(ctx, req.Queue, req.Instance)
+	if err != nil {
+		return nil, endCaptureStatus(err)
+	}
+	return flight.SiteEnd{Block: b.Name, Seq: b.Seq, Ended: ended}, nil
+}

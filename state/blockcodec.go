@@ -32,6 +32,7 @@ const (
 	flagArrivedZero             // Arrived is the zero time
 	flagSumText                 // SHA256 is kept as text, not 32 bytes
 	flagFinal                   // Final is set
+	flagEnded                   // Ended is set
 )
 
 var errBlockRecord = errors.New("block record is cut short or malformed")
@@ -60,6 +61,9 @@ func encodeBlock(b Block) []byte {
 	}
 	if b.Final {
 		flags |= flagFinal
+	}
+	if b.Ended {
+		flags |= flagEnded
 	}
 	out := make([]byte, 0, 64+len(b.Name)+len(b.Queue)+len(b.Instance))
 	out = append(out, blockRecordV1, flags)
@@ -95,7 +99,7 @@ func decodeBlock(raw []byte, b *Block) error {
 	}
 	d := recordReader{buf: raw[1:]}
 	flags := d.byte()
-	*b = Block{Seq: d.uvarint(), Serial: d.uvarint(), Size: d.varint(), KernelDropped: d.varint(), Final: flags&flagFinal != 0}
+	*b = Block{Seq: d.uvarint(), Serial: d.uvarint(), Size: d.varint(), KernelDropped: d.varint(), Final: flags&flagFinal != 0, Ended: flags&flagEnded != 0}
 	if flags&flagTimeZero == 0 {
 		b.Time = d.time()
 	}

@@ -33,7 +33,9 @@ func blockShapes() []Block {
 	old.Time = time.Date(1, 1, 1, 0, 0, 1, 0, time.UTC)
 	final := usual
 	final.Final = true
-	return []Block{usual, lake, odd, upper, zero, far, old, final}
+	ended := final
+	ended.Ended = true // made by the server to end a silent site's capture
+	return []Block{usual, lake, odd, upper, zero, far, old, final, ended}
 }
 
 func TestBlockRecordRoundTrip(t *testing.T) {

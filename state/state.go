@@ -49,6 +49,9 @@ type Block struct {
 	// Final: the block is the last of a finite source (its agent said),
 	// or a stage's output from such a block.
 	Final bool `json:"final,omitempty"`
+	// Ended: the server made the block, empty and final, to end the
+	// capture of a site that went silent without its agent saying so.
+	Ended bool `json:"ended,omitempty"`
 }
 
 // ID returns the block's identity.

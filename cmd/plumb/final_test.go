@@ -3,10 +3,12 @@ package main
 import (
 	"cmp"
 	"context"
+	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"slices"
+	"strings"
 	"syscall"
 	"testing"
 	"time"
@@ -210,4 +212,142 @@ func arrowTimes(t *testing.T, path string) []string {
 	}
 	slices.Sort(out)
 	return out
+}
+
+// TestDeadAgentsCaptureEnds: an agent that dies (SIGKILL) says nothing
+// of its capture's end, and what builtin:dns held past its last block
+// (the bighole capture's messages behind a hole) waited for a next block
+// for ever. After --end-capture-after without a block the server ends
+// the capture itself with an empty final block, and the rows come out:
+// as many as plumb dns gives of what the agent shipped. The agent,
+// started again on the same spool, ships its blocks after that end, with
+// nothing refused.
+func TestDeadAgentsCaptureEnds(t *testing.T) {
+	capture := "../../testdata/pcaps/dnscap__dnso1tcp-bighole.pcap"
+	data, err := os.ReadFile(capture)
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := servePlumb(t, t.TempDir(), "--tick", "100ms", "--end-capture-after", "4s")
+	c := dialPlumb(t, addr)
+	ctx := context.Background()
+	const job = `
+job: dns
+from: earliest
+queues: [pcap.sz]
+stages:
+  - {name: dns, inputs: [pcap.sz], program: builtin:dns, outputs: [dns.arrow], retention: forever}
+`
+	if res, err := c.SubmitJob(ctx, "dns.yaml", []byte(job)); err != nil || res.State != "accepted" {
+		t.Fatalf("submit: %+v %v", res, err)
+	}
+	spool := filepath.Join(t.TempDir(), "spool")
+	startAgent := func(extra ...string) (*exec.Cmd, io.WriteCloser, *procLog) {
+		agent := exec.Command(os.Args[0], append([]string{"agent", "--server", addr, "--site", "lax", "--spool", spool, "--block-size", "2KiB"}, append(extra, "-")...)...)
+		agent.Env = append(os.Environ(), "PLUMB_TEST_AS_PLUMB=1")
+		log := &procLog{}
+		agent.Stdout, agent.Stderr = log, log
+		stdin, err := agent.StdinPipe()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := agent.Start(); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { agent.Process.Kill(); agent.Wait() })
+		return agent, stdin, log
+	}
+	agent, stdin, log := startAgent("--new-instance")
+	if _, err := stdin.Write(data); err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(time.Minute)
+	for {
+		blocks, err := c.Blocks(ctx, "pcap.sz")
+		if err == nil && len(blocks) >= 5 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%d blocks shipped after a minute (%v); agent log:\n%s", len(blocks), err, log)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	agent.Process.Kill()
+	agent.Wait()
+
+	// The server ends the silent capture: a block it made, empty and final.
+	var ended client.Block
+	for deadline := time.Now().Add(time.Minute); ; time.Sleep(100 * time.Millisecond) {
+		blocks, err := c.Blocks(ctx, "pcap.sz")
+		if err != nil {
+			t.Fatal(err)
+		}
+		last := slices.MaxFunc(blocks, func(a, b client.Block) int { return cmp.Compare(a.Seq, b.Seq) })
+		if last.Final {
+			ended = last
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("no block ended the capture a minute after the agent died: %+v", blocks)
+		}
+	}
+	if out, errOut, code := plumbExec(t, "stats", "--wait", "--server", addr); code != 0 {
+		t.Fatalf("stats --wait: %s %s", out, errOut)
+	}
+	// What the agent shipped, as one capture, read locally.
+	shipped := filepath.Join(t.TempDir(), "shipped.pcap")
+	out, errOut, code := plumbExec(t, "stream", "pcap.sz", "--server", addr, "--instance", "lax")
+	if code != 0 {
+		t.Fatalf("plumb stream: %s", errOut)
+	}
+	if err := os.WriteFile(shipped, []byte(out), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	ref := filepath.Join(t.TempDir(), "ref.arrow")
+	if out, errOut, code := plumbExec(t, "dns", "-o", ref, shipped); code != 0 {
+		t.Fatalf("plumb dns: %s %s", out, errOut)
+	}
+	want := arrowTimes(t, ref)
+	table, err := c.RecordsTable(ctx, client.RecordsTicket{Records: "dns.arrow", Columns: []string{"time"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := table.NumRows()
+	table.Release()
+	if got != int64(len(want)) || len(want) == 0 {
+		t.Fatalf("%d rows through the server once the capture ended at block %s; plumb dns gives %d of what was shipped", got, ended.Name, len(want))
+	}
+
+	// The agent comes back on its spool: its blocks go after the end.
+	agent, stdin, log = startAgent()
+	if _, err := stdin.Write(data); err != nil {
+		t.Fatal(err)
+	}
+	stdin.Close()
+	exited := make(chan error, 1)
+	go func() { exited <- agent.Wait() }()
+	select {
+	case err := <-exited:
+		if err != nil {
+			t.Fatalf("the agent started again: %v; log:\n%s", err, log)
+		}
+	case <-time.After(time.Minute):
+		t.Fatalf("the agent started again did not finish its capture in a minute; log:\n%s", log)
+	}
+	if strings.Contains(log.String(), "refused") {
+		t.Fatalf("the server refused a block of the agent started again:\n%s", log)
+	}
+	blocks, err := c.Blocks(ctx, "pcap.sz")
+	if err != nil {
+		t.Fatal(err)
+	}
+	after := 0
+	for _, b := range blocks {
+		if b.Seq > ended.Seq {
+			after++
+		}
+	}
+	if after == 0 {
+		t.Fatalf("no block of the agent started again follows the end (seq %d): %+v\nlog:\n%s", ended.Seq, blocks, log)
+	}
 }

@@ -11,8 +11,8 @@ import (
 )
 
 func siteCommand() command {
-	return clientCommand("site", "owners [QUEUE] | assign QUEUE SITE USER | release QUEUE SITE",
-		"list who may put blocks into each site (its first writer, or whom an admin assigned), or assign or release one (admin)", -1, nil,
+	return clientCommand("site", "owners [QUEUE] | assign QUEUE SITE USER | release QUEUE SITE | end QUEUE SITE",
+		"list who may put blocks into each site (its first writer, or whom an admin assigned), assign or release one, or end the capture of one whose agent died (admin)", -1, nil,
 		func(ctx context.Context, c *client.Client, args []string) error {
 			switch verb, rest := args[0], args[1:]; {
 			case verb == "owners" && len(rest) <= 1:
@@ -41,6 +41,17 @@ func siteCommand() command {
 					return err
 				}
 				fmt.Printf("site %s of %s has no owner: its next writer claims it\n", rest[1], rest[0])
+				return nil
+			case verb == "end" && len(rest) == 2:
+				res, err := c.EndCapture(ctx, rest[0], rest[1])
+				if err != nil {
+					return err
+				}
+				if !res.Ended {
+					fmt.Printf("site %s of %s already ends with block %s, marked final\n", rest[1], rest[0], res.Block)
+					return nil
+				}
+				fmt.Printf("site %s of %s ended with block %s: stages let go of what they held for it\n", rest[1], rest[0], res.Block)
 				return nil
 			}
 			return errUsage
