@@ -61,6 +61,15 @@ func OpenDir(root string) (*Dir, error) {
 
 func (d *Dir) String() string { return (&url.URL{Scheme: "file", Path: d.root}).String() }
 
+// Location implements Locator: the blob's file, as a file URL.
+func (d *Dir) Location(key string) (string, error) {
+	p, err := d.path(key)
+	if err != nil {
+		return "", err
+	}
+	return (&url.URL{Scheme: "file", Path: filepath.Join(d.root, p)}).String(), nil
+}
+
 // Close releases the store's directory.
 func (d *Dir) Close() error { return d.r.Close() }
 

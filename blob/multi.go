@@ -186,6 +186,20 @@ func (m *Multi) Where(key string) (string, error) {
 	return mb.name, nil
 }
 
+// Location implements Locator for the member holding key, when that
+// member can say.
+func (m *Multi) Location(key string) (string, error) {
+	mb, err := m.where(key)
+	if err != nil {
+		return "", err
+	}
+	l, ok := mb.store.(Locator)
+	if !ok {
+		return "", fmt.Errorf("blob %s is in store %s (%s), whose files outside readers cannot open in place", key, mb.name, mb.url)
+	}
+	return l.Location(key)
+}
+
 // Put implements Store.
 func (m *Multi) Put(ctx context.Context, key string, r io.Reader, size int64, sum Sum) error {
 	recorded, located, err := m.locs.Location(key)

@@ -43,6 +43,13 @@ type Linker interface {
 	Link(key, dst string) error
 }
 
+// Locator is a store whose blobs readers outside Plumb can open in
+// place (a query engine reading a lake's Parquet files).
+type Locator interface {
+	// Location is the URL of key's blob, such as file:///DATA/blobs/blobs/KEY.
+	Location(key string) (string, error)
+}
+
 // BlockKey is where a block's bytes live in a store: one key per identity
 // and checksum, so a different upload (or a repeated stage run) of the same
 // identity can never overwrite stored bytes.

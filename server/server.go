@@ -31,6 +31,7 @@ import (
 	"github.com/plumb-dev/plumb/engine"
 	"github.com/plumb-dev/plumb/flight"
 	"github.com/plumb-dev/plumb/fsck"
+	"github.com/plumb-dev/plumb/laketable"
 	"github.com/plumb-dev/plumb/pcap/dnsmetrics"
 	"github.com/plumb-dev/plumb/retention"
 	"github.com/plumb-dev/plumb/sandbox"
@@ -122,6 +123,10 @@ type Config struct {
 	// LatencyEvery is how often the dashboard samples latency for its
 	// chart; a minute when zero.
 	LatencyEvery time.Duration
+	// IcebergEvery is how often the Iceberg tables of the lake queues
+	// (package laketable; catalog in DATA/iceberg) are brought in step
+	// with them. Zero turns the tables off.
+	IcebergEvery time.Duration
 	// EndCaptureAfter is how long a site may ship nothing before the
 	// server ends its capture (ends.go): an empty final block follows its
 	// last, so what stages hold for it is let go of. Zero turns it off.
@@ -458,6 +463,20 @@ func Run(ctx context.Context, cfg Config) (err error) {
 		svc.adm.Run(srvCtx, 5*time.Millisecond)
 	}()
 	defer func() { stop(); <-recheckDone }()
+	if cfg.IcebergEvery > 0 {
+		tables, err := laketable.Open(srvCtx, filepath.Join(cfg.Data, "iceberg"), db, store)
+		if err != nil {
+			cfg.Logger.Warn("no Iceberg tables of the lake queues", "err", err)
+		} else {
+			defer tables.Close()
+			icebergDone := make(chan struct{})
+			go func() {
+				defer close(icebergDone)
+				syncTables(srvCtx, tables, cfg.IcebergEvery, cfg.Logger)
+			}()
+			defer func() { stop(); <-icebergDone }()
+		}
+	}
 	if cfg.EndCaptureAfter > 0 {
 		endDone := make(chan struct{})
 		go func() {

@@ -1,0 +1,291 @@
+// Package laketable keeps Apache Iceberg tables in step with the lake
+// queues (QUEUE.parquet) of a server: each table holds every Parquet file
+// its queue holds, once, and nothing else. Query engines (pyiceberg,
+// Spark, Trino, DuckDB) load the tables from a SQL catalog in one SQLite
+// file beside the server's data, and read the files where the blob store
+// keeps them.
+//
+// The queue's metadata is the truth and the table follows it: a sync adds
+// the files of blocks the table lacks and drops those of blocks the queue
+// no longer holds (retention), in one Iceberg commit. A sync that dies
+// before its commit leaves the table as it was; one that dies after it
+// finds the files there the next time. Neither a retried nor a repeated
+// stage run can put a block in twice, since a block has one file.
+package laketable
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"net/url"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+
+	"github.com/apache/arrow-go/v18/arrow/memory"
+	"github.com/apache/arrow-go/v18/parquet/file"
+	"github.com/apache/arrow-go/v18/parquet/pqarrow"
+	"github.com/apache/iceberg-go"
+	"github.com/apache/iceberg-go/catalog"
+	sqlcat "github.com/apache/iceberg-go/catalog/sql"
+	"github.com/apache/iceberg-go/table"
+	_ "modernc.org/sqlite" // the catalog's database/sql driver, pure Go
+
+	"github.com/plumb-dev/plumb/blob"
+	"github.com/plumb-dev/plumb/state"
+)
+
+// Namespace is the catalog namespace of the tables.
+const Namespace = "plumb"
+
+// CatalogName is the name of the SQL catalog (pyiceberg's SqlCatalog
+// name, which keys its rows).
+const CatalogName = "plumb"
+
+// TableName is the table of a lake queue: the queue's name without
+// .parquet, dots as underscores (dns.parquet is plumb.dns,
+// pairs.v2.parquet is plumb.pairs_v2).
+func TableName(queue string) string {
+	return strings.ReplaceAll(strings.TrimSuffix(queue, ".parquet"), ".", "_")
+}
+
+// Tables are the Iceberg tables of a server's lake queues.
+type Tables struct {
+	db        *state.DB
+	store     blob.Store
+	cat       *sqlcat.Catalog
+	sqldb     *sql.DB
+	warehouse string // file URL of the tables' metadata
+
+	mu   sync.Mutex
+	seen map[string]state.Queue // each queue as its last sync found it
+}
+
+// Open opens (creating if needed) the catalog in dir: dir/catalog.db,
+// the tables' metadata under dir/warehouse. The store must be able to
+// say where its files are (a directory store).
+func Open(ctx context.Context, dir string, db *state.DB, store blob.Store) (*Tables, error) {
+	if _, ok := store.(blob.Locator); !ok {
+		return nil, fmt.Errorf("the blob store %s cannot give query engines its files in place; Iceberg tables need a directory store for now", store)
+	}
+	abs, err := filepath.Abs(dir)
+	if err != nil {
+		return nil, err
+	}
+	if err := os.MkdirAll(filepath.Join(abs, "warehouse"), 0o750); err != nil {
+		return nil, fmt.Errorf("iceberg catalog directory: %w", err)
+	}
+	path := filepath.Join(abs, "catalog.db")
+	sqldb, err := sql.Open("sqlite", "file:"+path+"?_pragma=busy_timeout(5000)&_pragma=journal_mode(WAL)")
+	if err != nil {
+		return nil, fmt.Errorf("iceberg catalog %s: %w", path, err)
+	}
+	warehouse := (&url.URL{Scheme: "file", Path: filepath.Join(abs, "warehouse")}).String()
+	cat, err := sqlcat.NewCatalog(CatalogName, sqldb, sqlcat.SQLite, iceberg.Properties{"warehouse": warehouse})
+	if err != nil {
+		sqldb.Close()
+		return nil, fmt.Errorf("iceberg catalog %s: %w", path, err)
+	}
+	if err := cat.CreateSQLTables(ctx); err != nil {
+		sqldb.Close()
+		return nil, fmt.Errorf("iceberg catalog %s: %w", path, err)
+	}
+	if err := cat.CreateNamespace(ctx, table.Identifier{Namespace}, nil); err != nil && !errors.Is(err, catalog.ErrNamespaceAlreadyExists) {
+		sqldb.Close()
+		return nil, fmt.Errorf("iceberg catalog %s: namespace %s: %w", path, Namespace, err)
+	}
+	return &Tables{db: db, store: store, cat: cat, sqldb: sqldb, warehouse: warehouse, seen: map[string]state.Queue{}}, nil
+}
+
+// Close closes the catalog.
+func (t *Tables) Close() error { return t.sqldb.Close() }
+
+// Synced is what one sync of a table did.
+type Synced struct {
+	Table          string
+	Added, Dropped int
+}
+
+// SyncAll syncs the table of every lake queue that changed since its
+// last sync.
+func (t *Tables) SyncAll(ctx context.Context) ([]Synced, error) {
+	qs, err := t.db.Queues()
+	if err != nil {
+		return nil, err
+	}
+	var out []Synced
+	var errs []error
+	for _, q := range qs {
+		if !blob.IsLake(q.Name) {
+			continue
+		}
+		t.mu.Lock()
+		same := t.seen[q.Name] == q
+		t.mu.Unlock()
+		if same {
+			continue
+		}
+		res, err := t.Sync(ctx, q.Name)
+		if err != nil {
+			errs = append(errs, err)
+			continue
+		}
+		t.mu.Lock()
+		t.seen[q.Name] = q
+		t.mu.Unlock()
+		if res.Added+res.Dropped > 0 {
+			out = append(out, res)
+		}
+	}
+	return out, errors.Join(errs...)
+}
+
+// Sync brings the table of a lake queue in step with the blocks the
+// queue holds now, creating it from the first file's schema.
+func (t *Tables) Sync(ctx context.Context, queue string) (Synced, error) {
+	res := Synced{Table: Namespace + "." + TableName(queue)}
+	want := map[string]string{} // file → block
+	var first string
+	for after := uint64(0); ; {
+		bs, err := t.db.Blocks(queue, after, 1000)
+		if err != nil {
+			return res, err
+		}
+		if len(bs) == 0 {
+			break
+		}
+		for _, b := range bs {
+			loc, err := t.store.(blob.Locator).Location(b.Key)
+			if err != nil {
+				return res, fmt.Errorf("table %s: block %s: %w", res.Table, b.Name, err)
+			}
+			want[loc] = b.Name
+			if first == "" {
+				first = loc
+			}
+			after = b.Serial
+		}
+	}
+	id := table.Identifier{Namespace, TableName(queue)}
+	tbl, err := t.cat.LoadTable(ctx, id)
+	if errors.Is(err, catalog.ErrNoSuchTable) {
+		if first == "" {
+			return res, nil // nothing to make it of yet
+		}
+		if tbl, err = t.create(ctx, id, first); err != nil {
+			return res, fmt.Errorf("table %s: %w", res.Table, err)
+		}
+	} else if err != nil {
+		return res, fmt.Errorf("table %s: %w", res.Table, err)
+	}
+	have := map[string]int64{}
+	if err := eachFile(ctx, tbl, func(f iceberg.DataFile) { have[f.FilePath()] = f.Count() }); err != nil {
+		return res, fmt.Errorf("table %s: listing its files: %w", res.Table, err)
+	}
+	var add, drop []string
+	for f := range want {
+		if _, ok := have[f]; !ok {
+			add = append(add, f)
+		}
+	}
+	for f := range have {
+		if _, ok := want[f]; !ok {
+			drop = append(drop, f)
+		}
+	}
+	if len(add)+len(drop) == 0 {
+		return res, nil
+	}
+	props := iceberg.Properties{"plumb.queue": queue, "plumb.blocks-added": strconv.Itoa(len(add)), "plumb.blocks-dropped": strconv.Itoa(len(drop))}
+	tx := tbl.NewTransaction()
+	if len(drop) > 0 {
+		err = tx.ReplaceDataFiles(ctx, drop, add, props)
+	} else {
+		err = tx.AddFiles(ctx, add, props, false) // and refused if one is there: never twice
+	}
+	if err != nil {
+		return res, fmt.Errorf("table %s: %w", res.Table, err)
+	}
+	if _, err := tx.Commit(ctx); err != nil {
+		return res, fmt.Errorf("table %s: commit: %w", res.Table, err)
+	}
+	res.Added, res.Dropped = len(add), len(drop)
+	return res, nil
+}
+
+// create makes a table of the schema of the Parquet file at loc.
+func (t *Tables) create(ctx context.Context, id table.Identifier, loc string) (*table.Table, error) {
+	u, err := url.Parse(loc)
+	if err != nil {
+		return nil, err
+	}
+	f, err := file.OpenParquetFile(u.Path, false)
+	if err != nil {
+		return nil, fmt.Errorf("reading the schema of %s: %w", loc, err)
+	}
+	defer f.Close()
+	r, err := pqarrow.NewFileReader(f, pqarrow.ArrowReadProperties{}, memory.DefaultAllocator)
+	if err != nil {
+		return nil, fmt.Errorf("reading the schema of %s: %w", loc, err)
+	}
+	sc, err := r.Schema()
+	if err != nil {
+		return nil, fmt.Errorf("reading the schema of %s: %w", loc, err)
+	}
+	isc, err := table.ArrowSchemaToIcebergWithFreshIDs(sc, false)
+	if err != nil {
+		return nil, fmt.Errorf("the schema of %s as an Iceberg table: %w", loc, err)
+	}
+	return t.cat.CreateTable(ctx, id, isc, catalog.WithLocation(t.warehouse+"/"+Namespace+"/"+id[1]))
+}
+
+// Files is how many data files and rows the table of a lake queue holds
+// now, as its metadata says (no file is read); 0 before the table exists.
+func (t *Tables) Files(ctx context.Context, queue string) (files int, rows int64, err error) {
+	tbl, err := t.cat.LoadTable(ctx, table.Identifier{Namespace, TableName(queue)})
+	if errors.Is(err, catalog.ErrNoSuchTable) {
+		return 0, 0, nil
+	}
+	if err != nil {
+		return 0, 0, err
+	}
+	err = eachFile(ctx, tbl, func(f iceberg.DataFile) {
+		files++
+		rows += f.Count()
+	})
+	return files, rows, err
+}
+
+// eachFile calls fn with every data file of the table's current snapshot,
+// from its manifests: a scan's plan would leave out the files of blocks
+// with no rows, which are the table's too.
+func eachFile(ctx context.Context, tbl *table.Table, fn func(iceberg.DataFile)) error {
+	snap := tbl.CurrentSnapshot()
+	if snap == nil {
+		return nil
+	}
+	fs, err := tbl.FS(ctx)
+	if err != nil {
+		return err
+	}
+	manifests, err := snap.Manifests(fs)
+	if err != nil {
+		return err
+	}
+	for _, m := range manifests {
+		if m.ManifestContent() != iceberg.ManifestContentData {
+			continue
+		}
+		entries, err := m.FetchEntries(fs, true)
+		if err != nil {
+			return err
+		}
+		for _, e := range entries {
+			fn(e.DataFile())
+		}
+	}
+	return nil
+}
