@@ -24,6 +24,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"time"
 
 	"github.com/apache/arrow-go/v18/arrow/memory"
 	"github.com/apache/arrow-go/v18/parquet/file"
@@ -62,6 +63,9 @@ type Tables struct {
 
 	mu   sync.Mutex
 	seen map[string]state.Queue // each queue as its last sync found it
+
+	keepFor       time.Duration
+	keepSnapshots int
 }
 
 // Open opens (creating if needed) the catalog in dir: dir/catalog.db,
@@ -97,7 +101,8 @@ func Open(ctx context.Context, dir string, db *state.DB, store blob.Store) (*Tab
 		sqldb.Close()
 		return nil, fmt.Errorf("iceberg catalog %s: namespace %s: %w", path, Namespace, err)
 	}
-	return &Tables{db: db, store: store, cat: cat, sqldb: sqldb, warehouse: warehouse, seen: map[string]state.Queue{}}, nil
+	return &Tables{db: db, store: store, cat: cat, sqldb: sqldb, warehouse: warehouse, seen: map[string]state.Queue{},
+		keepFor: keepSnapshotsFor, keepSnapshots: keepSnapshots}, nil
 }
 
 // Close closes the catalog.
@@ -209,12 +214,31 @@ func (t *Tables) Sync(ctx context.Context, queue string) (Synced, error) {
 	if err != nil {
 		return res, fmt.Errorf("table %s: %w", res.Table, err)
 	}
-	if _, err := tx.Commit(ctx); err != nil {
+	if tbl, err = tx.Commit(ctx); err != nil {
 		return res, fmt.Errorf("table %s: commit: %w", res.Table, err)
 	}
 	res.Added, res.Dropped = len(add), len(drop)
+	if len(tbl.Metadata().Snapshots()) > t.keepSnapshots+t.keepSnapshots/2 {
+		// A commit a sync adds up: keep what time travel needs. Files
+		// are left where they are (the data files are the lake's, and
+		// a reader may still plan on an expired snapshot).
+		tx := tbl.NewTransaction()
+		if err := tx.ExpireSnapshots(table.WithOlderThan(t.keepFor), table.WithRetainLast(t.keepSnapshots), table.WithPostCommit(false)); err != nil {
+			return res, fmt.Errorf("table %s: expiring snapshots: %w", res.Table, err)
+		}
+		if _, err := tx.Commit(ctx); err != nil {
+			return res, fmt.Errorf("table %s: expiring snapshots: %w", res.Table, err)
+		}
+	}
 	return res, nil
 }
+
+// The snapshots a table keeps: those of the last week, and at least the
+// last 100; older ones are expired once there are half as many again.
+const (
+	keepSnapshotsFor = 7 * 24 * time.Hour
+	keepSnapshots    = 100
+)
 
 // create makes a table of the schema of the Parquet file at loc.
 func (t *Tables) create(ctx context.Context, id table.Identifier, loc string) (*table.Table, error) {

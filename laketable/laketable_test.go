@@ -89,7 +89,22 @@ func TestTableFollowsTheQueue(t *testing.T) {
 	if n := rows(t, tb, "dns.parquet"); n != 255 {
 		t.Fatalf("%d rows after three blocks of 85", n)
 	}
-	// Retention drops the three older than an hour; the table follows.
+	// A commit per sync adds up: old snapshots are expired, the files
+	// stay.
+	tb.KeepSnapshots(2, 0)
+	for seq := uint64(10); seq < 16; seq++ {
+		put(seq, "nrt")
+		if _, err := tb.SyncAll(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if n := tb.Snapshots("dns.parquet"); n < 1 || n > 3 {
+		t.Fatalf("%d snapshots kept; want at most 3 (2 and half again)", n)
+	}
+	if n := rows(t, tb, "dns.parquet"); n != 9*85 {
+		t.Fatalf("%d rows after expiring snapshots; nine blocks of 85 are in the queue", n)
+	}
+	// Retention drops the blocks older than an hour; the table follows.
 	if err := db.SetPolicy("dns.parquet", state.Policy{MaxAge: time.Hour, DropUnconsumed: true}); err != nil {
 		t.Fatal(err)
 	}
@@ -99,7 +114,7 @@ func TestTableFollowsTheQueue(t *testing.T) {
 		t.Fatal(err)
 	}
 	res, err = tb.SyncAll(ctx)
-	if err != nil || len(res) != 1 || res[0].Added != 1 || res[0].Dropped != 3 {
+	if err != nil || len(res) != 1 || res[0].Added != 1 || res[0].Dropped != 9 {
 		t.Fatalf("after retention: %+v %v", res, err)
 	}
 	if n := rows(t, tb, "dns.parquet"); n != 85 {

@@ -1,0 +1,19 @@
+package laketable
+
+import (
+	"context"
+	"time"
+)
+
+// KeepSnapshots sets how many snapshots a table keeps, and for how long,
+// so a test sees them expired.
+func (t *Tables) KeepSnapshots(n int, d time.Duration) { t.keepSnapshots, t.keepFor = n, d }
+
+// Snapshots is how many snapshots the table of a queue has.
+func (t *Tables) Snapshots(queue string) int {
+	tbl, err := t.cat.LoadTable(context.Background(), []string{Namespace, TableName(queue)})
+	if err != nil {
+		return -1
+	}
+	return len(tbl.Metadata().Snapshots())
+}
