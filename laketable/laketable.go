@@ -66,6 +66,8 @@ type Tables struct {
 
 	keepFor       time.Duration
 	keepSnapshots int
+	target        int64               // compacted files' size
+	sidecars      map[string][]string // compacted file → the block files it holds
 }
 
 // Open opens (creating if needed) the catalog in dir: dir/catalog.db,
@@ -102,7 +104,7 @@ func Open(ctx context.Context, dir string, db *state.DB, store blob.Store) (*Tab
 		return nil, fmt.Errorf("iceberg catalog %s: namespace %s: %w", path, Namespace, err)
 	}
 	return &Tables{db: db, store: store, cat: cat, sqldb: sqldb, warehouse: warehouse, seen: map[string]state.Queue{},
-		keepFor: keepSnapshotsFor, keepSnapshots: keepSnapshots}, nil
+		keepFor: keepSnapshotsFor, keepSnapshots: keepSnapshots, target: DefaultTarget, sidecars: map[string][]string{}}, nil
 }
 
 // Close closes the catalog.
@@ -186,13 +188,31 @@ func (t *Tables) Sync(ctx context.Context, queue string) (Synced, error) {
 	} else if err != nil {
 		return res, fmt.Errorf("table %s: %w", res.Table, err)
 	}
-	have := map[string]int64{}
-	if err := eachFile(ctx, tbl, func(f iceberg.DataFile) { have[f.FilePath()] = f.Count() }); err != nil {
+	// The table's block files, and the blocks its compacted files hold.
+	have, absorbed := map[string]bool{}, map[string]bool{}
+	compacted := "file://" + t.compactedDir(TableName(queue))
+	var compactedFiles []string
+	if err := eachFile(ctx, tbl, func(f iceberg.DataFile) {
+		if strings.HasPrefix(f.FilePath(), compacted) {
+			compactedFiles = append(compactedFiles, f.FilePath())
+		} else {
+			have[f.FilePath()] = true
+		}
+	}); err != nil {
 		return res, fmt.Errorf("table %s: listing its files: %w", res.Table, err)
+	}
+	for _, c := range compactedFiles {
+		srcs, err := t.sources(c)
+		if err != nil {
+			return res, fmt.Errorf("table %s: %w", res.Table, err)
+		}
+		for _, s := range srcs {
+			absorbed[s] = true
+		}
 	}
 	var add, drop []string
 	for f := range want {
-		if _, ok := have[f]; !ok {
+		if !have[f] && !absorbed[f] {
 			add = append(add, f)
 		}
 	}

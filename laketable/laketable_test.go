@@ -6,8 +6,14 @@ import (
 	"crypto/sha256"
 	"os"
 	"path/filepath"
+	"slices"
 	"testing"
 	"time"
+
+	"github.com/apache/arrow-go/v18/arrow/array"
+	"github.com/apache/arrow-go/v18/arrow/memory"
+	"github.com/apache/arrow-go/v18/parquet/file"
+	"github.com/apache/arrow-go/v18/parquet/pqarrow"
 
 	"github.com/plumb-dev/plumb/blob"
 	"github.com/plumb-dev/plumb/block"
@@ -123,3 +129,118 @@ func TestTableFollowsTheQueue(t *testing.T) {
 }
 
 func bytesReader(b []byte) *bytes.Reader { return bytes.NewReader(b) }
+
+// TestCompaction: a site's past day of block files becomes one file,
+// its rows sorted by registered domain and name, swapped in one commit;
+// today's files are left for later; a sync after it adds none of the
+// compacted blocks again, and the compacted file stays when the queue's
+// retention lets its blocks go.
+func TestCompaction(t *testing.T) {
+	ctx := context.Background()
+	dir := t.TempDir()
+	now := time.Date(2025, 5, 5, 12, 0, 0, 0, time.UTC)
+	db, err := state.Open(filepath.Join(dir, "meta.db"), state.Options{Now: func() time.Time { return now }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	store, err := blob.OpenDir(filepath.Join(dir, "blobs"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer store.Close()
+	data, err := os.ReadFile("testdata/edns-ecs.parquet")
+	if err != nil {
+		t.Fatal(err)
+	}
+	put := func(seq uint64, at time.Time) {
+		n := block.Name{Time: at, Seq: seq, Instance: "lax", Queue: "dns.parquet"}
+		sum := blob.Sum(sha256.Sum256(data))
+		key := blob.BlockKey(n, sum)
+		if err := store.Put(ctx, key, bytes.NewReader(data), int64(len(data)), sum); err != nil {
+			t.Fatal(err)
+		}
+		if _, _, err := db.CommitBlock(state.Block{Name: n.String(), Queue: n.Queue, Instance: "lax", Seq: seq, Time: n.Time,
+			Size: int64(len(data)), SHA256: sum.String(), Key: key}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	tb, err := laketable.Open(ctx, filepath.Join(dir, "iceberg"), db, store)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tb.Close()
+	day := time.Date(2016, 5, 18, 0, 0, 0, 0, time.UTC)
+	for seq := uint64(1); seq <= 5; seq++ {
+		put(seq, day.Add(time.Duration(seq)*5*time.Minute))
+	}
+	put(6, now) // today's
+	if _, err := tb.SyncAll(ctx); err != nil {
+		t.Fatal(err)
+	}
+	res, err := tb.Compact(ctx, "dns.parquet", now)
+	if err != nil || res.Files != 5 || res.Written != 1 {
+		t.Fatalf("compaction: %+v %v; want the day's 5 files in 1", res, err)
+	}
+	if files, rows, err := tb.Files(ctx, "dns.parquet"); err != nil || files != 2 || rows != 6*85 {
+		t.Fatalf("after compaction: %d files, %d rows (%v); want the compacted one and today's, 510 rows", files, rows, err)
+	}
+	if r, err := tb.Sync(ctx, "dns.parquet"); err != nil || r.Added+r.Dropped != 0 {
+		t.Fatalf("a sync after compaction changed the table: %+v %v", r, err)
+	}
+	if res, err := tb.Compact(ctx, "dns.parquet", now); err != nil || res.Written != 0 {
+		t.Fatalf("a second compaction: %+v %v; want nothing left to do", res, err)
+	}
+	// The compacted file: rows sorted by registered domain, then name.
+	matches, _ := filepath.Glob(filepath.Join(dir, "iceberg", "warehouse", "plumb", "dns", "compacted", "date=2016-05-18", "site=lax", "*.parquet"))
+	if len(matches) != 1 {
+		t.Fatalf("compacted files: %v", matches)
+	}
+	domains := column(t, matches[0], "registered_domain")
+	if len(domains) != 5*85 || !slices.IsSorted(domains) {
+		t.Fatalf("%d rows in the compacted file, sorted %v", len(domains), slices.IsSorted(domains))
+	}
+	// Retention lets the blocks go: the compacted rows stay in the table.
+	if err := db.SetPolicy("dns.parquet", state.Policy{MaxAge: time.Hour, DropUnconsumed: true}); err != nil {
+		t.Fatal(err)
+	}
+	now = now.Add(2 * time.Hour)
+	if _, err := db.Expire("dns.parquet", 100); err != nil {
+		t.Fatal(err)
+	}
+	r, err := tb.Sync(ctx, "dns.parquet")
+	if err != nil || r.Dropped != 1 || r.Added != 0 {
+		t.Fatalf("after retention: %+v %v; want today's file dropped, the compacted kept", r, err)
+	}
+	if files, rows, _ := tb.Files(ctx, "dns.parquet"); files != 1 || rows != 5*85 {
+		t.Fatalf("after retention: %d files, %d rows", files, rows)
+	}
+}
+
+// column reads a string column of a Parquet file, nulls as "".
+func column(t *testing.T, path, name string) []string {
+	t.Helper()
+	f, err := file.OpenParquetFile(path, false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	r, err := pqarrow.NewFileReader(f, pqarrow.ArrowReadProperties{}, memory.DefaultAllocator)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tbl, err := r.ReadTable(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tbl.Release()
+	col := tbl.Column(tbl.Schema().FieldIndices(name)[0])
+	var out []string
+	for _, c := range col.Data().Chunks() {
+		s := c.(*array.String)
+		for i := range s.Len() {
+			out = append(out, s.Value(i))
+		}
+	}
+	return out
+}

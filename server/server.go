@@ -127,6 +127,9 @@ type Config struct {
 	// (package laketable; catalog in DATA/iceberg) are brought in step
 	// with them. Zero turns the tables off.
 	IcebergEvery time.Duration
+	// IcebergCompactEvery is how often the tables' past days are
+	// compacted (laketable.Compact); zero never.
+	IcebergCompactEvery time.Duration
 	// EndCaptureAfter is how long a site may ship nothing before the
 	// server ends its capture (ends.go): an empty final block follows its
 	// last, so what stages hold for it is let go of. Zero turns it off.
@@ -472,7 +475,7 @@ func Run(ctx context.Context, cfg Config) (err error) {
 			icebergDone := make(chan struct{})
 			go func() {
 				defer close(icebergDone)
-				syncTables(srvCtx, tables, cfg.IcebergEvery, cfg.Logger)
+				syncTables(srvCtx, tables, cfg.IcebergEvery, cfg.IcebergCompactEvery, cfg.Logger)
 			}()
 			defer func() { stop(); <-icebergDone }()
 		}

@@ -11,14 +11,24 @@ import (
 
 // syncTables keeps the lake queues' Iceberg tables in step with them
 // until ctx ends; an error is logged when it changes, not every time.
-func syncTables(ctx context.Context, tables *laketable.Tables, every time.Duration, log *slog.Logger) {
+// Every compactEvery (0: never) it also compacts the tables' past days.
+func syncTables(ctx context.Context, tables *laketable.Tables, every, compactEvery time.Duration, log *slog.Logger) {
 	t := time.NewTicker(every)
 	defer t.Stop()
 	var last string
+	compacted := time.Now()
 	for {
 		res, err := tables.SyncAll(ctx)
 		for _, r := range res {
 			log.Info("iceberg table in step with its queue", "table", r.Table, "files_added", r.Added, "files_dropped", r.Dropped)
+		}
+		if compactEvery > 0 && time.Since(compacted) >= compactEvery && err == nil {
+			compacted = time.Now()
+			var cs []laketable.Compacted
+			cs, err = tables.CompactAll(ctx, time.Now())
+			for _, c := range cs {
+				log.Info("iceberg table compacted", "table", c.Table, "block_files", c.Files, "files_written", c.Written)
+			}
 		}
 		if msg := fmt.Sprint(err); err != nil && msg != last && ctx.Err() == nil {
 			log.Warn("an Iceberg table could not follow its lake queue; it is tried again", "err", err)

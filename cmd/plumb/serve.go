@@ -49,6 +49,7 @@ func serveCommand() command {
 			fs.DurationVar(&cfg.LatencyEvery, "latency-every", time.Minute, "how often the dashboard samples latency for its chart (it keeps 1440 samples)")
 			fs.Var((*groupsFlag)(&cfg.HTTPHosts), "http-host", "a host `NAME` the dashboard answers to besides IP addresses, localhost and this machine's name (repeat for several); others get 421, which stops DNS rebinding")
 			fs.DurationVar(&cfg.IcebergEvery, "iceberg-every", 10*time.Second, "bring the Iceberg table of each lake queue (QUEUE.parquet is plumb.QUEUE in the SQL catalog DATA/iceberg/catalog.db) in step with it this often (0: no tables)")
+			fs.DurationVar(&cfg.IcebergCompactEvery, "iceberg-compact-every", time.Hour, "compact each Iceberg table's past days this often: a site's day of block files into files of up to 128 MiB, rows sorted by registered domain and name, a bloom filter on qname (0: never)")
 			fs.DurationVar(&cfg.EndCaptureAfter, "end-capture-after", time.Hour, "end the capture of a site that shipped nothing for this long (its agent died without stopping): an empty final block follows its last, so stages let go of what they hold for it (0: never; plumb site end does it by hand)")
 			fs.DurationVar(&cfg.SiteSilentAfter, "site-silent-after", 15*time.Minute, "the dashboard calls a site silent after this long without a block (or three of its block intervals, if longer)")
 			metricsAddr := fs.String("metrics", "", "serve only Prometheus metrics on http://`ADDR`/metrics (--http serves them too)")

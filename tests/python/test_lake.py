@@ -196,3 +196,37 @@ def test_lake_as_an_iceberg_table(plumb_bin, tmp_path):
         assert iceberg_rows(data, "plumb.pairs", 82).num_rows == 82
     finally:
         server.stop()
+
+
+def test_iceberg_table_compacted(plumb_bin, tmp_path):
+    """A site's past day of block files is compacted into one file of the
+    table: pyiceberg reads the same rows, from one file per day and site,
+    sorted by registered domain."""
+    data = tmp_path / "data"
+    server = Server(plumb_bin, data, ("--iceberg-every", "200ms", "--iceberg-compact-every", "1s"))
+    try:
+        env = dict(os.environ, PLUMB_SERVER=server.addr)
+        subprocess.run([plumb_bin, "import", "--quiet", "--site", "ams", "--new-instance", "--queue", "pcap",
+                        "--codec", "none", "--spool", str(tmp_path / "spool"), "--block-size", "4KiB",
+                        str(TESTDATA / "pcaps" / "dnscap__dnso1tcp.pcap")], env=env, check=True)
+        run_job(server.client(), JOB, 1)
+        from pyiceberg.catalog.sql import SqlCatalog
+        cat = SqlCatalog("plumb", uri=f"sqlite:///{data}/iceberg/catalog.db", warehouse=f"file://{data}/iceberg/warehouse")
+        deadline = time.time() + 60
+        while True:
+            try:
+                t = cat.load_table("plumb.dns")
+                files = t.inspect.files()
+                rows = t.scan().to_arrow()
+                if files.num_rows == 1 and rows.num_rows == 82:
+                    break
+            except Exception:
+                files = rows = None
+            assert time.time() < deadline, (files and files.num_rows, rows and rows.num_rows)
+            time.sleep(0.2)
+        [path] = files.column("file_path").to_pylist()
+        assert "/iceberg/warehouse/plumb/dns/compacted/date=2018-01-10/site=ams/" in path
+        domains = [d or "" for d in rows.column("registered_domain").to_pylist()]
+        assert domains == sorted(domains)
+    finally:
+        server.stop()

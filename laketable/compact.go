@@ -1,0 +1,365 @@
+package laketable
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/url"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/apache/arrow-go/v18/arrow"
+	"github.com/apache/arrow-go/v18/arrow/array"
+	"github.com/apache/arrow-go/v18/arrow/compute"
+	"github.com/apache/arrow-go/v18/arrow/memory"
+	"github.com/apache/arrow-go/v18/parquet"
+	"github.com/apache/arrow-go/v18/parquet/compress"
+	"github.com/apache/arrow-go/v18/parquet/file"
+	"github.com/apache/arrow-go/v18/parquet/pqarrow"
+	"github.com/apache/iceberg-go"
+	"github.com/apache/iceberg-go/catalog"
+	"github.com/apache/iceberg-go/table"
+
+	"github.com/plumb-dev/plumb/blob"
+)
+
+// A lake holds a file per block: with 5-minute blocks, 288 files a site
+// a day. Compaction rewrites the files of a past day of a site into
+// files of up to the target size, rows sorted by registered domain and
+// name (so a query for one domain reads few pages), with a bloom filter
+// on qname, and swaps them for the block files in one commit.
+//
+// A compacted file lists the block files it holds in a sidecar file
+// beside it (NAME.sources, written and synced before the commit): a
+// sync takes those blocks as in the table, and the compacted file stays
+// when the queue's retention later lets its blocks go, so a lake queue
+// may keep days while its table keeps years.
+
+// DefaultTarget is the size compaction aims a file at (what Spark and
+// Trino split on).
+const DefaultTarget = 128 << 20
+
+// Compacted is what one compaction of a table did.
+type Compacted struct {
+	Table          string
+	Files, Written int // block files rewritten; files written
+}
+
+// compactedDir is where a table's compacted files go: apart from the
+// lake's, so a sync tells the two apart by path.
+func (t *Tables) compactedDir(name string) string {
+	u, _ := url.Parse(t.warehouse)
+	return filepath.Join(u.Path, Namespace, name, "compacted")
+}
+
+// sources reads the block files a compacted file holds, cached: the
+// sidecars never change.
+func (t *Tables) sources(loc string) ([]string, error) {
+	t.mu.Lock()
+	s, ok := t.sidecars[loc]
+	t.mu.Unlock()
+	if ok {
+		return s, nil
+	}
+	u, err := url.Parse(loc)
+	if err != nil {
+		return nil, err
+	}
+	raw, err := os.ReadFile(u.Path + ".sources")
+	if err != nil {
+		return nil, fmt.Errorf("the sources of compacted file %s: %w", loc, err)
+	}
+	if err := json.Unmarshal(raw, &s); err != nil {
+		return nil, fmt.Errorf("the sources of compacted file %s: %w", loc, err)
+	}
+	t.mu.Lock()
+	t.sidecars[loc] = s
+	t.mu.Unlock()
+	return s, nil
+}
+
+// Compact compacts, in the table of a lake queue, the block files of
+// each site's days before now's (UTC) into files of up to the target
+// size. A day whose blocks arrive late is compacted again, into another
+// file.
+func (t *Tables) Compact(ctx context.Context, queue string, now time.Time) (Compacted, error) {
+	name := TableName(queue)
+	res := Compacted{Table: Namespace + "." + name}
+	tbl, err := t.cat.LoadTable(ctx, table.Identifier{Namespace, name})
+	if err != nil {
+		return res, fmt.Errorf("table %s: %w", res.Table, err)
+	}
+	type src struct {
+		loc  string
+		size int64
+	}
+	groups := map[string][]src{} // date=D/site=S → block files
+	dir := "file://" + t.compactedDir(name)
+	today := now.UTC().Format(time.DateOnly)
+	err = eachFile(ctx, tbl, func(f iceberg.DataFile) {
+		p := f.FilePath()
+		if strings.HasPrefix(p, dir) {
+			return
+		}
+		parts := strings.Split(p, "/")
+		if len(parts) < 3 {
+			return
+		}
+		date, site := parts[len(parts)-3], parts[len(parts)-2]
+		if !strings.HasPrefix(date, "date=") || !strings.HasPrefix(site, "site=") || strings.TrimPrefix(date, "date=") >= today {
+			return
+		}
+		k := date + "/" + site
+		groups[k] = append(groups[k], src{p, f.FileSizeBytes()})
+	})
+	if err != nil {
+		return res, fmt.Errorf("table %s: listing its files: %w", res.Table, err)
+	}
+	keys := make([]string, 0, len(groups))
+	for k := range groups {
+		keys = append(keys, k)
+	}
+	slices.Sort(keys)
+	for _, k := range keys {
+		files := groups[k]
+		slices.SortFunc(files, func(a, b src) int { return strings.Compare(a.loc, b.loc) })
+		// Runs of files up to the target; a run of one is left alone.
+		for i := 0; i < len(files); {
+			j, size := i, int64(0)
+			for j < len(files) && (j == i || size+files[j].size <= t.target) {
+				size += files[j].size
+				j++
+			}
+			if j-i >= 2 {
+				locs := make([]string, 0, j-i)
+				for _, f := range files[i:j] {
+					locs = append(locs, f.loc)
+				}
+				out := filepath.Join(t.compactedDir(name), k, strings.TrimSuffix(filepath.Base(locs[0]), ".parquet")+fmt.Sprintf("-%d.parquet", len(locs)))
+				if err := t.rewrite(ctx, locs, out); err != nil {
+					return res, fmt.Errorf("table %s: compacting %s: %w", res.Table, k, err)
+				}
+				tx := tbl.NewTransaction()
+				props := iceberg.Properties{"plumb.compacted-files": fmt.Sprint(len(locs))}
+				if err := tx.ReplaceDataFiles(ctx, locs, []string{"file://" + out}, props); err != nil {
+					return res, fmt.Errorf("table %s: compacting %s: %w", res.Table, k, err)
+				}
+				if tbl, err = tx.Commit(ctx); err != nil {
+					return res, fmt.Errorf("table %s: compacting %s: commit: %w", res.Table, k, err)
+				}
+				res.Files += len(locs)
+				res.Written++
+			}
+			i = j
+		}
+	}
+	return res, nil
+}
+
+// rewrite writes the rows of the Parquet files at locs, sorted, as one
+// file at out, with its sidecar, both synced before it returns.
+func (t *Tables) rewrite(ctx context.Context, locs []string, out string) error {
+	mem := memory.DefaultAllocator
+	var recs []arrow.RecordBatch
+	defer func() {
+		for _, r := range recs {
+			r.Release()
+		}
+	}()
+	var schema *arrow.Schema
+	for _, loc := range locs {
+		u, err := url.Parse(loc)
+		if err != nil {
+			return err
+		}
+		f, err := file.OpenParquetFile(u.Path, false)
+		if err != nil {
+			return err
+		}
+		r, err := pqarrow.NewFileReader(f, pqarrow.ArrowReadProperties{BatchSize: 64 << 10}, mem)
+		if err != nil {
+			f.Close()
+			return err
+		}
+		tbl, err := r.ReadTable(ctx)
+		f.Close()
+		if err != nil {
+			return fmt.Errorf("%s: %w", loc, err)
+		}
+		if schema == nil {
+			schema = tbl.Schema()
+		} else if !schema.Equal(tbl.Schema()) {
+			tbl.Release()
+			return fmt.Errorf("%s has another schema than %s; its day is left as it is", loc, locs[0])
+		}
+		tr := array.NewTableReader(tbl, 64<<10)
+		for tr.Next() {
+			rec := tr.RecordBatch()
+			rec.Retain()
+			recs = append(recs, rec)
+		}
+		tr.Release()
+		tbl.Release()
+	}
+	all := array.NewTableFromRecords(schema, recs)
+	defer all.Release()
+	var keys []compute.SortKey
+	for _, c := range []string{"registered_domain", "qname", "time"} {
+		if len(schema.FieldIndices(c)) > 0 {
+			keys = append(keys, compute.SortKey{ColumnIndex: schema.FieldIndices(c)[0], Order: compute.SortOrderAscending, NullPlacement: compute.SortNullsAtEnd})
+		}
+	}
+	sorted := all
+	if len(keys) > 0 && all.NumRows() > 0 {
+		idx, err := compute.SortIndicesTable(ctx, all, keys)
+		if err != nil {
+			return err
+		}
+		defer idx.Release()
+		d, err := compute.Take(ctx, *compute.DefaultTakeOptions(), compute.NewDatumWithoutOwning(all), compute.NewDatumWithoutOwning(idx))
+		if err != nil {
+			return err
+		}
+		defer d.Release()
+		sorted = d.(*compute.TableDatum).Value
+	}
+	if err := os.MkdirAll(filepath.Dir(out), 0o750); err != nil {
+		return err
+	}
+	tmp := out + ".tmp"
+	f, err := os.Create(tmp)
+	if err != nil {
+		return err
+	}
+	defer os.Remove(tmp)
+	props := parquet.NewWriterProperties(
+		parquet.WithCompression(compress.Codecs.Zstd),
+		parquet.WithStats(true),
+		parquet.WithMaxRowGroupLength(1<<20),
+		parquet.WithDictionaryDefault(true),
+		parquet.WithBloomFilterEnabledFor("qname", true),
+		parquet.WithCreatedBy("plumb"),
+	)
+	// Without the field ids the reader added: readers map the file's
+	// columns to the table's by name, as they do the lake's own files.
+	plain := arrow.NewSchema(withoutFieldIDs(schema.Fields()), nil)
+	w, err := pqarrow.NewFileWriter(plain, f, props, pqarrow.NewArrowWriterProperties(pqarrow.WithStoreSchema()))
+	if err != nil {
+		f.Close()
+		return err
+	}
+	cols := make([]arrow.Column, sorted.NumCols())
+	for i := range cols {
+		cols[i] = *arrow.NewColumn(plain.Field(i), sorted.Column(i).Data())
+	}
+	plainTable := array.NewTable(plain, cols, sorted.NumRows())
+	defer plainTable.Release()
+	if err := w.WriteTable(plainTable, 1<<20); err != nil {
+		w.Close()
+		f.Close()
+		return err
+	}
+	if err := w.Close(); err != nil { // closes f
+		return err
+	}
+	raw, err := json.Marshal(locs)
+	if err != nil {
+		return err
+	}
+	if err := writeSynced(out+".sources", raw); err != nil {
+		return err
+	}
+	if err := syncFile(tmp); err != nil {
+		return err
+	}
+	if err := os.Rename(tmp, out); err != nil {
+		return err
+	}
+	return syncFile(filepath.Dir(out))
+}
+
+func writeSynced(path string, data []byte) error {
+	f, err := os.Create(path)
+	if err != nil {
+		return err
+	}
+	if _, err := f.Write(data); err != nil {
+		f.Close()
+		return err
+	}
+	if err := f.Sync(); err != nil {
+		f.Close()
+		return err
+	}
+	return f.Close()
+}
+
+func syncFile(path string) error {
+	f, err := os.Open(path)
+	if err != nil {
+		return err
+	}
+	defer f.Close()
+	return f.Sync()
+}
+
+// CompactAll compacts the table of every lake queue that has one.
+func (t *Tables) CompactAll(ctx context.Context, now time.Time) ([]Compacted, error) {
+	qs, err := t.db.Queues()
+	if err != nil {
+		return nil, err
+	}
+	var out []Compacted
+	var errs []error
+	for _, q := range qs {
+		if !blob.IsLake(q.Name) {
+			continue
+		}
+		res, err := t.Compact(ctx, q.Name, now)
+		if errors.Is(err, catalog.ErrNoSuchTable) {
+			continue
+		}
+		if err != nil {
+			errs = append(errs, err)
+			continue
+		}
+		if res.Written > 0 {
+			out = append(out, res)
+		}
+	}
+	return out, errors.Join(errs...)
+}
+
+// withoutFieldIDs is fields without the Parquet field ids a reader put
+// in their metadata, at every depth.
+func withoutFieldIDs(fields []arrow.Field) []arrow.Field {
+	out := make([]arrow.Field, len(fields))
+	for i, f := range fields {
+		f.Metadata = withoutKey(f.Metadata, "PARQUET:field_id")
+		switch dt := f.Type.(type) {
+		case *arrow.StructType:
+			f.Type = arrow.StructOf(withoutFieldIDs(dt.Fields())...)
+		case *arrow.ListType:
+			f.Type = arrow.ListOfField(withoutFieldIDs([]arrow.Field{dt.ElemField()})[0])
+		}
+		out[i] = f
+	}
+	return out
+}
+
+func withoutKey(md arrow.Metadata, key string) arrow.Metadata {
+	if md.FindKey(key) < 0 {
+		return md
+	}
+	var keys, vals []string
+	for i, k := range md.Keys() {
+		if k != key {
+			keys, vals = append(keys, k), append(vals, md.Values()[i])
+		}
+	}
+	return arrow.NewMetadata(keys, vals)
+}
