@@ -286,21 +286,23 @@ func (t *Tables) create(ctx context.Context, id table.Identifier, loc string) (*
 	return t.cat.CreateTable(ctx, id, isc, catalog.WithLocation(t.warehouse+"/"+Namespace+"/"+id[1]))
 }
 
-// Files is how many data files and rows the table of a lake queue holds
-// now, as its metadata says (no file is read); 0 before the table exists.
-func (t *Tables) Files(ctx context.Context, queue string) (files int, rows int64, err error) {
+// Sizes is how many data files, rows and bytes of files the table of a
+// lake queue reads now, as its metadata says (no file is read); zero
+// before the table exists.
+func (t *Tables) Sizes(ctx context.Context, queue string) (files int, rows, bytes int64, err error) {
 	tbl, err := t.cat.LoadTable(ctx, table.Identifier{Namespace, TableName(queue)})
 	if errors.Is(err, catalog.ErrNoSuchTable) {
-		return 0, 0, nil
+		return 0, 0, 0, nil
 	}
 	if err != nil {
-		return 0, 0, err
+		return 0, 0, 0, err
 	}
 	err = eachFile(ctx, tbl, func(f iceberg.DataFile) {
 		files++
 		rows += f.Count()
+		bytes += f.FileSizeBytes()
 	})
-	return files, rows, err
+	return files, rows, bytes, err
 }
 
 // eachFile calls fn with every data file of the table's current snapshot,

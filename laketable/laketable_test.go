@@ -24,7 +24,7 @@ import (
 // rows counts the rows a reader of the table gets.
 func rows(t *testing.T, tb *laketable.Tables, queue string) int64 {
 	t.Helper()
-	_, n, err := tb.Files(context.Background(), queue)
+	_, n, _, err := tb.Sizes(context.Background(), queue)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -182,7 +182,7 @@ func TestCompaction(t *testing.T) {
 	if err != nil || res.Files != 5 || res.Written != 1 {
 		t.Fatalf("compaction: %+v %v; want the day's 5 files in 1", res, err)
 	}
-	if files, rows, err := tb.Files(ctx, "dns.parquet"); err != nil || files != 2 || rows != 6*85 {
+	if files, rows, _, err := tb.Sizes(ctx, "dns.parquet"); err != nil || files != 2 || rows != 6*85 {
 		t.Fatalf("after compaction: %d files, %d rows (%v); want the compacted one and today's, 510 rows", files, rows, err)
 	}
 	if r, err := tb.Sync(ctx, "dns.parquet"); err != nil || r.Added+r.Dropped != 0 {
@@ -212,7 +212,7 @@ func TestCompaction(t *testing.T) {
 	if err != nil || r.Dropped != 1 || r.Added != 0 {
 		t.Fatalf("after retention: %+v %v; want today's file dropped, the compacted kept", r, err)
 	}
-	if files, rows, _ := tb.Files(ctx, "dns.parquet"); files != 1 || rows != 5*85 {
+	if files, rows, _, _ := tb.Sizes(ctx, "dns.parquet"); files != 1 || rows != 5*85 {
 		t.Fatalf("after retention: %d files, %d rows", files, rows)
 	}
 }
