@@ -31,6 +31,41 @@ func rows(t *testing.T, tb *laketable.Tables, queue string) int64 {
 	return n
 }
 
+// lake is a metadata file and a directory store under a test's temp
+// directory, on a clock the test moves, and put commits a lake block of
+// testdata/edns-ecs.parquet (85 rows) for a site at a time.
+func lake(t *testing.T, now *time.Time) (dir string, db *state.DB, store *blob.Dir, put func(seq uint64, site string, at time.Time)) {
+	t.Helper()
+	dir = t.TempDir()
+	db, err := state.Open(filepath.Join(dir, "meta.db"), state.Options{Now: func() time.Time { return *now }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { db.Close() })
+	store, err = blob.OpenDir(filepath.Join(dir, "blobs"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { store.Close() })
+	data, err := os.ReadFile("testdata/edns-ecs.parquet")
+	if err != nil {
+		t.Fatal(err)
+	}
+	put = func(seq uint64, site string, at time.Time) {
+		n := block.Name{Time: at, Seq: seq, Instance: site, Queue: "dns.parquet"}
+		sum := blob.Sum(sha256.Sum256(data))
+		key := blob.BlockKey(n, sum)
+		if err := store.Put(context.Background(), key, bytes.NewReader(data), int64(len(data)), sum); err != nil {
+			t.Fatal(err)
+		}
+		if _, _, err := db.CommitBlock(state.Block{Name: n.String(), Queue: n.Queue, Instance: site, Seq: seq, Time: n.Time,
+			Size: int64(len(data)), SHA256: sum.String(), Key: key}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return dir, db, store, put
+}
+
 // TestTableFollowsTheQueue: the table holds each lake block's file once,
 // whatever repeats (a sync again, a reopened catalog as after a crash),
 // and drops a block's file when retention drops the block.
@@ -38,33 +73,10 @@ func rows(t *testing.T, tb *laketable.Tables, queue string) int64 {
 // (testdata/pcaps in the repository root): 85 rows.
 func TestTableFollowsTheQueue(t *testing.T) {
 	ctx := context.Background()
-	dir := t.TempDir()
 	now := time.Date(2025, 5, 5, 12, 0, 0, 0, time.UTC)
-	db, err := state.Open(filepath.Join(dir, "meta.db"), state.Options{Now: func() time.Time { return now }})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer db.Close()
-	store, err := blob.OpenDir(filepath.Join(dir, "blobs"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer store.Close()
-	data, err := os.ReadFile("testdata/edns-ecs.parquet")
-	if err != nil {
-		t.Fatal(err)
-	}
+	dir, db, store, putAt := lake(t, &now)
 	put := func(seq uint64, site string) {
-		n := block.Name{Time: time.Date(2016, 5, 18, 0, 0, int(seq), 0, time.UTC), Seq: seq, Instance: site, Queue: "dns.parquet"}
-		sum := blob.Sum(sha256.Sum256(data))
-		key := blob.BlockKey(n, sum)
-		if err := store.Put(ctx, key, bytesReader(data), int64(len(data)), sum); err != nil {
-			t.Fatal(err)
-		}
-		if _, _, err := db.CommitBlock(state.Block{Name: n.String(), Queue: n.Queue, Instance: site, Seq: seq, Time: n.Time,
-			Size: int64(len(data)), SHA256: sum.String(), Key: key}); err != nil {
-			t.Fatal(err)
-		}
+		putAt(seq, site, time.Date(2016, 5, 18, 0, 0, int(seq), 0, time.UTC))
 	}
 	tb, err := laketable.Open(ctx, filepath.Join(dir, "iceberg"), db, store)
 	if err != nil {
@@ -128,8 +140,6 @@ func TestTableFollowsTheQueue(t *testing.T) {
 	}
 }
 
-func bytesReader(b []byte) *bytes.Reader { return bytes.NewReader(b) }
-
 // TestCompaction: a site's past day of block files becomes one file,
 // its rows sorted by registered domain and name, swapped in one commit;
 // today's files are left for later; a sync after it adds none of the
@@ -137,34 +147,9 @@ func bytesReader(b []byte) *bytes.Reader { return bytes.NewReader(b) }
 // retention lets its blocks go.
 func TestCompaction(t *testing.T) {
 	ctx := context.Background()
-	dir := t.TempDir()
 	now := time.Date(2025, 5, 5, 12, 0, 0, 0, time.UTC)
-	db, err := state.Open(filepath.Join(dir, "meta.db"), state.Options{Now: func() time.Time { return now }})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer db.Close()
-	store, err := blob.OpenDir(filepath.Join(dir, "blobs"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer store.Close()
-	data, err := os.ReadFile("testdata/edns-ecs.parquet")
-	if err != nil {
-		t.Fatal(err)
-	}
-	put := func(seq uint64, at time.Time) {
-		n := block.Name{Time: at, Seq: seq, Instance: "lax", Queue: "dns.parquet"}
-		sum := blob.Sum(sha256.Sum256(data))
-		key := blob.BlockKey(n, sum)
-		if err := store.Put(ctx, key, bytes.NewReader(data), int64(len(data)), sum); err != nil {
-			t.Fatal(err)
-		}
-		if _, _, err := db.CommitBlock(state.Block{Name: n.String(), Queue: n.Queue, Instance: "lax", Seq: seq, Time: n.Time,
-			Size: int64(len(data)), SHA256: sum.String(), Key: key}); err != nil {
-			t.Fatal(err)
-		}
-	}
+	dir, db, store, putAt := lake(t, &now)
+	put := func(seq uint64, at time.Time) { putAt(seq, "lax", at) }
 	tb, err := laketable.Open(ctx, filepath.Join(dir, "iceberg"), db, store)
 	if err != nil {
 		t.Fatal(err)
