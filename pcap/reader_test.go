@@ -376,3 +376,45 @@ func refusesHugeRecord(t *testing.T, bomb []byte) {
 		t.Errorf("refusing it allocated %d MiB", grew>>20)
 	}
 }
+
+// TestWriteEmptyLike: the block that ends a capture is a capture of the
+// same kind with no packet, whatever the capture it follows was written
+// as.
+func TestWriteEmptyLike(t *testing.T) {
+	raw, err := os.ReadFile("../testdata/pcaps/dnscap__dns.pcap")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var nanos bytes.Buffer
+	w, _ := NewWriter(&nanos, layers.LinkTypeRaw, 1500, true)
+	w.WritePacket(gopacket.CaptureInfo{Timestamp: time.Unix(1, 2)}, []byte{1, 2, 3})
+	w.Flush()
+	var ng bytes.Buffer
+	nw, _ := pcapgo.NewNgWriter(&ng, layers.LinkTypeLinuxSLL)
+	nw.WritePacket(gopacket.CaptureInfo{Timestamp: time.Unix(1, 2), CaptureLength: 3, Length: 3}, []byte{1, 2, 3})
+	nw.Flush()
+	var zst bytes.Buffer
+	zw, _ := codecs.Zstd.NewWriter(&zst)
+	zw.Write(raw)
+	zw.Close()
+
+	for name, in := range map[string][]byte{"pcap": raw, "nanosecond pcap": nanos.Bytes(), "pcapng": ng.Bytes(), "zstd pcap": zst.Bytes()} {
+		_, want, err := readAll(t, bytes.NewReader(in))
+		if err != nil {
+			t.Fatal(name, err)
+		}
+		var out bytes.Buffer
+		if err := WriteEmptyLike(&out, bytes.NewReader(in)); err != nil {
+			t.Fatalf("%s: %v", name, err)
+		}
+		pkts, got, err := readAll(t, &out)
+		if err != nil || len(pkts) != 0 || got.Format != FormatPcap ||
+			got.LinkType != want.LinkType || got.Snaplen != want.Snaplen || got.Nanos != want.Nanos {
+			t.Errorf("%s: empty capture reads as %d packets, %v, link %v snaplen %d nanos %v; want none, link %v snaplen %d nanos %v",
+				name, len(pkts), err, got.LinkType, got.Snaplen, got.Nanos, want.LinkType, want.Snaplen, want.Nanos)
+		}
+	}
+	if err := WriteEmptyLike(io.Discard, strings.NewReader("not a capture at all")); !errors.Is(err, ErrNotCapture) {
+		t.Errorf("text: %v; want ErrNotCapture", err)
+	}
+}

@@ -54,3 +54,21 @@ func (w *Writer) WritePacket(ci gopacket.CaptureInfo, data []byte) error {
 
 // Flush writes out what is buffered.
 func (w *Writer) Flush() error { return w.bw.Flush() }
+
+// WriteEmptyLike writes to w a capture with no packet of the same link
+// type, snap length and timestamp resolution as the capture r holds (pcap
+// or pcapng, compressed or not; only its header is read): the block that
+// ends a capture, made by whoever ends it. It returns ErrNotCapture when r
+// holds no capture.
+func WriteEmptyLike(w io.Writer, r io.Reader) error {
+	rd, closer, err := NewReader(r)
+	if err != nil {
+		return err
+	}
+	defer closer.Close()
+	pw, err := NewWriter(w, rd.LinkType, rd.Snaplen, rd.Nanos)
+	if err != nil {
+		return err
+	}
+	return pw.Flush()
+}

@@ -4,10 +4,8 @@ import (
 	"bytes"
 	"context"
 	"crypto/sha256"
-	"encoding/binary"
 	"errors"
 	"fmt"
-	"io"
 	"time"
 
 	"google.golang.org/grpc/codes"
@@ -16,6 +14,7 @@ import (
 	"github.com/plumb-dev/plumb/blob"
 	"github.com/plumb-dev/plumb/block"
 	"github.com/plumb-dev/plumb/codecs"
+	"github.com/plumb-dev/plumb/pcap"
 	"github.com/plumb-dev/plumb/state"
 )
 
@@ -54,24 +53,12 @@ func (s *Service) endCapture(ctx context.Context, queue, instance string) (b sta
 	if seq >= block.MaxSourceSeq {
 		return b, false, fmt.Errorf("site %s of %s is at the last sequence number", instance, queue)
 	}
-	codec := codecs.FromExt(queue)
-	head, err := s.captureHeader(ctx, last, codec)
+	data, err := s.emptyCaptureLike(ctx, last)
+	if errors.Is(err, pcap.ErrNotCapture) {
+		return b, false, fmt.Errorf("%w: block %s is not a capture (pcap or pcapng) an agent cut; only captures are ended", errNotCapture, last.Name)
+	}
 	if err != nil {
 		return b, false, fmt.Errorf("block %s: %w", last.Name, err)
-	}
-	if head == nil {
-		return b, false, fmt.Errorf("%w: block %s is not a capture (pcap) an agent cut; only captures are ended", errNotCapture, last.Name)
-	}
-	var data bytes.Buffer
-	w, err := codec.NewWriter(&data)
-	if err != nil {
-		return b, false, err
-	}
-	if _, err := w.Write(head); err != nil {
-		return b, false, err
-	}
-	if err := w.Close(); err != nil {
-		return b, false, err
 	}
 	n := block.Name{Time: last.Time, Seq: seq + 1, Instance: instance, Queue: queue}
 	sum := blob.Sum(sha256.Sum256(data.Bytes()))
@@ -94,32 +81,26 @@ func (s *Service) endCapture(ctx context.Context, queue, instance string) (b sta
 // agent's capture, and no stage holds packets of them.
 var errNotCapture = errors.New("not a capture")
 
-// captureHeader is the start of an empty capture like last: its pcap file
-// header (a capture of the same link type, no packet), or nil for a
-// block that is not a pcap file.
-func (s *Service) captureHeader(ctx context.Context, last state.Block, codec codecs.Codec) ([]byte, error) {
+// emptyCaptureLike is a block of the same capture as last with no
+// packet, compressed as the queue's blocks are.
+func (s *Service) emptyCaptureLike(ctx context.Context, last state.Block) (*bytes.Buffer, error) {
 	rc, err := s.store.Open(ctx, last.Key)
 	if err != nil {
 		return nil, err
 	}
 	defer rc.Close()
-	r, err := codec.NewReader(rc)
+	data := new(bytes.Buffer)
+	w, err := codecs.FromExt(last.Queue).NewWriter(data)
 	if err != nil {
 		return nil, err
 	}
-	defer r.Close()
-	head := make([]byte, 24)
-	if _, err := io.ReadFull(r, head); err != nil {
-		if errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) {
-			return nil, nil
-		}
+	if err := pcap.WriteEmptyLike(w, rc); err != nil {
 		return nil, err
 	}
-	switch binary.LittleEndian.Uint32(head) {
-	case 0xa1b2c3d4, 0xd4c3b2a1, 0xa1b23c4d, 0x4d3cb2a1: // pcap, either byte order, µs or ns
-		return head, nil
+	if err := w.Close(); err != nil {
+		return nil, err
 	}
-	return nil, nil
+	return data, nil
 }
 
 // endSilentCaptures ends the capture of every site whose last block is
