@@ -435,7 +435,7 @@ func (n *names) find(at int, mode int) (nameAt, bool) {
 		return nameAt{}, false
 	}
 	e := n.at[i-1]
-	return e, int(e.wire) == at && (!e.upper || e.lower == (mode == nameLower))
+	return e, int(e.wire) == at && (mode == nameSkip || !e.upper || e.lower == (mode == nameLower))
 }
 
 // read reads the name at off, appends it to dst in the form mode says,
@@ -497,9 +497,15 @@ func (n *names) read(b []byte, off int, dst []byte, mode int) ([]byte, int, erro
 			pos = int(binary.BigEndian.Uint16(b[pos:]) & 0x3fff)
 			// A name remembered there ends this one, unless reading it
 			// label by label would find the whole too long: then the
-			// error says where, as it always did.
-			if present && !n.off {
+			// error says where, as it always did. A name skipped needs
+			// only to be known good: most owner names point at the
+			// question, and a skipped section's were walked label by
+			// label again for each record.
+			if !n.off {
 				if e, ok := n.find(pos, mode); ok && wire+int(e.wlen) <= 255 && pointers+int(e.ptrs) <= maxPointers {
+					if !present {
+						return dst, next, nil
+					}
 					if len(dst) > start {
 						dst = append(dst, '.')
 					}

@@ -134,6 +134,12 @@ func FuzzParse(f *testing.F) {
 		for _, skip := range []Sections{Answer, Authority | Additional, AllSections} {
 			sp := Parser{Skip: skip}
 			got, serr := sp.Parse(b)
+			// Skipped names that end at a name remembered end as those
+			// walked label by label do, errors and all.
+			slowSkip := Parser{Skip: skip, uncached: true}
+			if sgot, sserr := slowSkip.Parse(b); !reflect.DeepEqual(sgot, got) || fmt.Sprint(sserr) != fmt.Sprint(serr) {
+				t.Fatalf("skipping %b label by label: %+v, %v; with names remembered: %+v, %v", skip, sgot, sserr, got, serr)
+			}
 			want := m
 			if skip&Answer != 0 {
 				want.Answer = nil
@@ -259,6 +265,7 @@ func TestRememberedNamesOnRealCaptures(t *testing.T) {
 	}
 	var fast, slow Parser
 	slow.uncached = true
+	fastSkip, slowSkip := Parser{Skip: AllSections}, Parser{Skip: AllSections, uncached: true}
 	read, hits := 0, 0
 	for _, file := range files {
 		f, err := os.Open(file)
@@ -287,6 +294,11 @@ func TestRememberedNamesOnRealCaptures(t *testing.T) {
 			want, werr := slow.Parse(b)
 			if !reflect.DeepEqual(m, want) || fmt.Sprint(err) != fmt.Sprint(werr) {
 				t.Fatalf("%s: remembered names read %+v, %v; label by label %+v, %v", file, m, err, want, werr)
+			}
+			m, err = fastSkip.Parse(b)
+			want, werr = slowSkip.Parse(b)
+			if !reflect.DeepEqual(m, want) || fmt.Sprint(err) != fmt.Sprint(werr) {
+				t.Fatalf("%s: skipping sections, remembered names read %+v, %v; label by label %+v, %v", file, m, err, want, werr)
 			}
 			read++
 		}
