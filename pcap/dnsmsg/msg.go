@@ -77,8 +77,18 @@ func Parse(b []byte) (Message, error) {
 // without keeping what it reads: the header, the question and the
 // records' names and lengths are walked, not made into strings.
 func Check(b []byte) error {
-	p := Parser{Skip: AllSections}
-	_, err := p.Parse(b)
+	var p Parser
+	return p.Check(b)
+}
+
+// Check reports what the function Check does, with the Parser's scratch
+// space: a TCP reassembler checks the first message of every stream,
+// and on a busy server each stream carries one message.
+func (p *Parser) Check(b []byte) error {
+	p.names.reset(p.uncached)
+	r := reader{text: p.text[:0], spans: p.spans[:0], slab: p.slab, skip: AllSections, names: &p.names}
+	err := r.parse(b)
+	p.text, p.spans, p.slab = r.text, r.spans, r.slab
 	return err
 }
 

@@ -131,6 +131,12 @@ func FuzzParse(f *testing.F) {
 		if cerr := Check(b); (cerr == nil) != (err == nil) {
 			t.Fatalf("Check says %v; Parse %v", cerr, err)
 		}
+		// A Parser that checked or read another message first checks b
+		// as a new one does.
+		p.Check(prev)
+		if cerr, fresh := p.Check(b), Check(b); fmt.Sprint(cerr) != fmt.Sprint(fresh) {
+			t.Fatalf("a reused Parser's Check says %v; a new one's %v", cerr, fresh)
+		}
 		for _, skip := range []Sections{Answer, Authority | Additional, AllSections} {
 			sp := Parser{Skip: skip}
 			got, serr := sp.Parse(b)

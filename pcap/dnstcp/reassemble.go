@@ -66,6 +66,7 @@ type Reassembler struct {
 	Lost func(k Key, t time.Time, head []byte, want int, why Why)
 
 	streams map[Key]*list.Element // of *stream
+	check   dnsmsg.Parser         // of each stream's first message
 	lru     list.List             // front: most recently active
 	sweep   time.Time
 	bytes   int // held by all streams
@@ -220,7 +221,7 @@ func (r *Reassembler) Add(now time.Time, p *netpkt.Packet, emit Emit) {
 			s.skipHole()
 			r.Skipped++
 		}
-		s.extract(emit)
+		s.extract(emit, &r.check)
 	}
 	r.bytes += s.size() - before
 	if p.Flags&netpkt.FlagFIN != 0 && len(s.pending) == 0 {
@@ -373,7 +374,7 @@ const maxMessage = 65535
 
 // extract emits every whole message at the head of the stream, each at
 // the time of the segment that completed it.
-func (s *stream) extract(emit Emit) {
+func (s *stream) extract(emit Emit, check *dnsmsg.Parser) {
 	for len(s.buf) >= 2 {
 		l := int(binary.BigEndian.Uint16(s.buf))
 		if !s.synced && l < dnsmsg.HeaderLen {
@@ -385,7 +386,7 @@ func (s *stream) extract(emit Emit) {
 		}
 		msg := s.buf[2 : 2+l]
 		if !s.synced {
-			if err := dnsmsg.Check(msg); err != nil {
+			if err := check.Check(msg); err != nil {
 				s.buf, s.times = s.buf[:0], s.times[:0]
 				return
 			}
@@ -442,7 +443,7 @@ func (r *Reassembler) finish(s *stream, emit Emit) {
 	for len(s.pending) > 0 {
 		s.skipHole()
 		r.Skipped++
-		s.extract(emit)
+		s.extract(emit, &r.check)
 	}
 	r.bytes += s.size() - before
 }
