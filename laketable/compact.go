@@ -93,10 +93,6 @@ func (t *Tables) Compact(ctx context.Context, queue string, now time.Time) (Comp
 	if err != nil {
 		return res, fmt.Errorf("table %s: %w", res.Table, err)
 	}
-	type src struct {
-		loc  string
-		size int64
-	}
 	groups := map[string][]src{} // date=D/site=S → block files
 	dir := "file://" + t.compactedDir(name)
 	today := now.UTC().Format(time.DateOnly)
@@ -105,15 +101,10 @@ func (t *Tables) Compact(ctx context.Context, queue string, now time.Time) (Comp
 		if strings.HasPrefix(p, dir) {
 			return
 		}
-		parts := strings.Split(p, "/")
-		if len(parts) < 3 {
+		day, k, ok := fileDay(p)
+		if !ok || day >= today {
 			return
 		}
-		date, site := parts[len(parts)-3], parts[len(parts)-2]
-		if !strings.HasPrefix(date, "date=") || !strings.HasPrefix(site, "site=") || strings.TrimPrefix(date, "date=") >= today {
-			return
-		}
-		k := date + "/" + site
 		groups[k] = append(groups[k], src{p, f.FileSizeBytes()})
 	})
 	if err != nil {
@@ -127,20 +118,15 @@ func (t *Tables) Compact(ctx context.Context, queue string, now time.Time) (Comp
 	for _, k := range keys {
 		files := groups[k]
 		slices.SortFunc(files, func(a, b src) int { return strings.Compare(a.loc, b.loc) })
-		// Runs of files up to the target; a run of one is left alone.
-		for i := 0; i < len(files); {
-			j, size := i, int64(0)
-			for j < len(files) && (j == i || size+files[j].size <= t.target) {
-				size += files[j].size
-				j++
-			}
-			if j-i >= 2 {
-				locs := make([]string, 0, j-i)
-				for _, f := range files[i:j] {
+		for _, run := range runs(files, t.target) {
+			// A run of one is left alone.
+			if len(run) >= 2 {
+				locs := make([]string, 0, len(run))
+				for _, f := range run {
 					locs = append(locs, f.loc)
 				}
 				out := filepath.Join(t.compactedDir(name), k, strings.TrimSuffix(filepath.Base(locs[0]), ".parquet")+fmt.Sprintf("-%d.parquet", len(locs)))
-				if err := t.rewrite(ctx, locs, out); err != nil {
+				if err := t.rewrite(ctx, locs, locs, out, nil); err != nil {
 					return res, fmt.Errorf("table %s: compacting %s: %w", res.Table, k, err)
 				}
 				tx := tbl.NewTransaction()
@@ -154,15 +140,38 @@ func (t *Tables) Compact(ctx context.Context, queue string, now time.Time) (Comp
 				res.Files += len(locs)
 				res.Written++
 			}
-			i = j
 		}
 	}
 	return res, nil
 }
 
+// src is a data file of a table, and its size.
+type src struct {
+	loc  string
+	size int64
+}
+
+// runs cuts files, in the order given, into runs of up to target bytes
+// (a file larger than target is a run of its own).
+func runs(files []src, target int64) [][]src {
+	var out [][]src
+	for i := 0; i < len(files); {
+		j, size := i, int64(0)
+		for j < len(files) && (j == i || size+files[j].size <= target) {
+			size += files[j].size
+			j++
+		}
+		out = append(out, files[i:j])
+		i = j
+	}
+	return out
+}
+
 // rewrite writes the rows of the Parquet files at locs, sorted, as one
-// file at out, with its sidecar, both synced before it returns.
-func (t *Tables) rewrite(ctx context.Context, locs []string, out string) error {
+// file at out, the columns named in nulled all null, with its sidecar
+// listing the lake's block files it holds (sources), both synced before
+// it returns.
+func (t *Tables) rewrite(ctx context.Context, locs, sources []string, out string, nulled []string) error {
 	mem := memory.DefaultAllocator
 	var recs []arrow.RecordBatch
 	defer func() {
@@ -246,7 +255,13 @@ func (t *Tables) rewrite(ctx context.Context, locs []string, out string) error {
 	)
 	// Without the field ids the reader added: readers map the file's
 	// columns to the table's by name, as they do the lake's own files.
-	plain := arrow.NewSchema(withoutFieldIDs(schema.Fields()), nil)
+	fields := withoutFieldIDs(schema.Fields())
+	for i := range fields {
+		if slices.Contains(nulled, fields[i].Name) {
+			fields[i].Nullable = true
+		}
+	}
+	plain := arrow.NewSchema(fields, nil)
 	w, err := pqarrow.NewFileWriter(plain, f, props, pqarrow.NewArrowWriterProperties(pqarrow.WithStoreSchema()))
 	if err != nil {
 		f.Close()
@@ -254,7 +269,14 @@ func (t *Tables) rewrite(ctx context.Context, locs []string, out string) error {
 	}
 	cols := make([]arrow.Column, sorted.NumCols())
 	for i := range cols {
-		cols[i] = *arrow.NewColumn(plain.Field(i), sorted.Column(i).Data())
+		data := sorted.Column(i).Data()
+		if slices.Contains(nulled, fields[i].Name) {
+			nulls := array.MakeArrayOfNull(mem, fields[i].Type, int(sorted.NumRows()))
+			data = arrow.NewChunked(fields[i].Type, []arrow.Array{nulls})
+			nulls.Release()
+			defer data.Release()
+		}
+		cols[i] = *arrow.NewColumn(plain.Field(i), data)
 	}
 	plainTable := array.NewTable(plain, cols, sorted.NumRows())
 	defer plainTable.Release()
@@ -266,7 +288,7 @@ func (t *Tables) rewrite(ctx context.Context, locs []string, out string) error {
 	if err := w.Close(); err != nil { // closes f
 		return err
 	}
-	raw, err := json.Marshal(locs)
+	raw, err := json.Marshal(sources)
 	if err != nil {
 		return err
 	}

@@ -9,6 +9,10 @@ import (
 // so a test sees them expired.
 func (t *Tables) KeepSnapshots(n int, d time.Duration) { t.keepSnapshots, t.keepFor = n, d }
 
+// DeleteUnkeptAt sets the age from which a compacted file no snapshot
+// holds is deleted.
+func (t *Tables) DeleteUnkeptAt(d time.Duration) { t.unkeptAfter = d }
+
 // Snapshots is how many snapshots the table of a queue has.
 func (t *Tables) Snapshots(queue string) int {
 	tbl, err := t.cat.LoadTable(context.Background(), []string{Namespace, TableName(queue)})

@@ -68,6 +68,7 @@ type Tables struct {
 	keepSnapshots int
 	target        int64               // compacted files' size
 	sidecars      map[string][]string // compacted file → the block files it holds
+	unkeptAfter   time.Duration       // age from which a compacted file no snapshot holds is deleted
 }
 
 // Open opens (creating if needed) the catalog in dir: dir/catalog.db,
@@ -104,7 +105,7 @@ func Open(ctx context.Context, dir string, db *state.DB, store blob.Store) (*Tab
 		return nil, fmt.Errorf("iceberg catalog %s: namespace %s: %w", path, Namespace, err)
 	}
 	return &Tables{db: db, store: store, cat: cat, sqldb: sqldb, warehouse: warehouse, seen: map[string]state.Queue{},
-		keepFor: keepSnapshotsFor, keepSnapshots: keepSnapshots, target: DefaultTarget, sidecars: map[string][]string{}}, nil
+		keepFor: keepSnapshotsFor, keepSnapshots: keepSnapshots, target: DefaultTarget, sidecars: map[string][]string{}, unkeptAfter: time.Hour}, nil
 }
 
 // Close closes the catalog.
@@ -211,7 +212,11 @@ func (t *Tables) Sync(ctx context.Context, queue string) (Synced, error) {
 		}
 	}
 	var add, drop []string
+	gone := tbl.Properties()[propDroppedBefore] // days the table's TTL let go
 	for f := range want {
+		if day, _, ok := fileDay(f); ok && day < gone {
+			continue
+		}
 		if !have[f] && !absorbed[f] {
 			add = append(add, f)
 		}

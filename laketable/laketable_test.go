@@ -229,3 +229,92 @@ func column(t *testing.T, path, name string) []string {
 	}
 	return out
 }
+
+// TestRetirement: a table's own TTL and privacy age, set as table
+// properties, let its old days go (and a sync adds none of their blocks
+// back, though the lake still holds them) and rewrite the days past the
+// privacy age with every address null, the columns made optional; the
+// compacted files no snapshot holds then leave the disk.
+func TestRetirement(t *testing.T) {
+	ctx := context.Background()
+	now := time.Date(2025, 5, 5, 12, 0, 0, 0, time.UTC)
+	dir, db, store, putAt := lake(t, &now)
+	tb, err := laketable.Open(ctx, filepath.Join(dir, "iceberg"), db, store)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tb.Close()
+	old, recent := time.Date(2025, 4, 1, 0, 0, 0, 0, time.UTC), time.Date(2025, 5, 1, 0, 0, 0, 0, time.UTC)
+	for seq := uint64(1); seq <= 3; seq++ {
+		putAt(seq, "lax", old.Add(time.Duration(seq)*5*time.Minute))
+		putAt(10+seq, "lax", recent.Add(time.Duration(seq)*5*time.Minute))
+	}
+	putAt(20, "lax", now) // today's: stays as it is
+	putAt(21, "ams", recent)
+	if _, err := tb.SyncAll(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if res, err := tb.Compact(ctx, "dns.parquet", now); err != nil || res.Written != 2 {
+		t.Fatalf("compaction: %+v %v; want a file for each of lax's past days", res, err)
+	}
+	if err := tb.SetProperties(ctx, "dns.parquet", map[string]string{laketable.PropTTL: "a month"}); err == nil {
+		t.Fatal("a TTL of \"a month\" was taken")
+	}
+	if err := tb.SetProperties(ctx, "dns.parquet", map[string]string{laketable.PropTTL: "30d", laketable.PropPrivacyAfter: "2d"}); err != nil {
+		t.Fatal(err)
+	}
+	tb.KeepSnapshots(1, 0)
+	tb.DeleteUnkeptAt(0)
+	res, err := tb.Retire(ctx, "dns.parquet", now)
+	// Dropped: lax's compacted April day. Purged: lax's compacted May day
+	// and ams's block file, into a file each. Removed: the two compacted
+	// files no snapshot holds now.
+	if err != nil || res.Dropped != 1 || res.Purged != 2 || res.Written != 2 || res.Removed != 2 {
+		t.Fatalf("retirement: %+v %v", res, err)
+	}
+	if files, rows, _, err := tb.Sizes(ctx, "dns.parquet"); err != nil || files != 3 || rows != 5*85 {
+		t.Fatalf("after retirement: %d files, %d rows (%v); want 3 files, 425 rows: May's 4 blocks and today's", files, rows, err)
+	}
+	if r, err := tb.Sync(ctx, "dns.parquet"); err != nil || r.Added+r.Dropped != 0 {
+		t.Fatalf("a sync after retirement changed the table: %+v %v; the April blocks are gone for good", r, err)
+	}
+	private, _ := filepath.Glob(filepath.Join(dir, "iceberg", "warehouse", "plumb", "dns", "compacted", "date=*", "site=*", "*.parquet"))
+	if len(private) != 2 {
+		t.Fatalf("compacted files on disk: %v; want the two purged ones only", private)
+	}
+	for _, p := range private {
+		for _, c := range []string{"src", "dst", "ecs_address"} {
+			if n, nulls := nullCount(t, p, c); nulls != n || n == 0 {
+				t.Errorf("%s: %d of %d %s null", p, nulls, n, c)
+			}
+		}
+		if n, nulls := nullCount(t, p, "qname"); nulls != 0 || n == 0 {
+			t.Errorf("%s: %d of %d qname null; only addresses go", p, nulls, n)
+		}
+	}
+	if again, err := tb.Retire(ctx, "dns.parquet", now); err != nil || again.Dropped+again.Purged+again.Removed != 0 {
+		t.Fatalf("a second retirement: %+v %v; want nothing left to do", again, err)
+	}
+}
+
+// nullCount is how many rows a Parquet file's column has, and how many
+// of them are null.
+func nullCount(t *testing.T, path, name string) (n, nulls int) {
+	t.Helper()
+	f, err := file.OpenParquetFile(path, false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	r, err := pqarrow.NewFileReader(f, pqarrow.ArrowReadProperties{}, memory.DefaultAllocator)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tbl, err := r.ReadTable(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tbl.Release()
+	col := tbl.Column(tbl.Schema().FieldIndices(name)[0])
+	return col.Len(), col.NullN()
+}

@@ -201,7 +201,8 @@ def test_lake_as_an_iceberg_table(plumb_bin, tmp_path):
 def test_iceberg_table_compacted(plumb_bin, tmp_path):
     """A site's past day of block files is compacted into one file of the
     table: pyiceberg reads the same rows, from one file per day and site,
-    sorted by registered domain."""
+    sorted by registered domain. A privacy age set with pyiceberg then
+    rewrites the day without addresses."""
     data = tmp_path / "data"
     server = Server(plumb_bin, data, ("--iceberg-every", "200ms", "--iceberg-compact-every", "1s"))
     try:
@@ -228,5 +229,31 @@ def test_iceberg_table_compacted(plumb_bin, tmp_path):
         assert "/iceberg/warehouse/plumb/dns/compacted/date=2018-01-10/site=ams/" in path
         domains = [d or "" for d in rows.column("registered_domain").to_pylist()]
         assert domains == sorted(domains)
+
+        # The table's owner sets a privacy age (and a TTL of a century)
+        # as table properties, as any engine can: the past day is
+        # rewritten with every address null, nothing else lost.
+        deadline = time.time() + 60
+        while True:
+            try:
+                with cat.load_table("plumb.dns").transaction() as tx:
+                    tx.set_properties({"plumb.privacy-after": "1d", "plumb.ttl": "36500d"})
+                break
+            except Exception:  # the server committed first: load and try again
+                assert time.time() < deadline
+                time.sleep(0.2)
+        while True:
+            t = cat.load_table("plumb.dns")
+            [path] = t.inspect.files().column("file_path").to_pylist()
+            if path.endswith("-private.parquet"):
+                break
+            assert time.time() < deadline, path
+            time.sleep(0.2)
+        purged = t.scan().to_arrow()
+        assert purged.num_rows == 82
+        for col in ("src", "dst", "ecs_address"):
+            assert purged.column(col).null_count == 82, col
+            assert not t.schema().find_field(col).required, col
+        assert sorted(purged.column("qname").to_pylist()) == sorted(rows.column("qname").to_pylist())
     finally:
         server.stop()
