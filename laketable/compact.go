@@ -151,6 +151,62 @@ type src struct {
 	size int64
 }
 
+// unionSchema is the columns of all the tables, in the order first met
+// (a day's files written before and after its records gained a column):
+// a column is nullable if it is in any table, or missing from any. A
+// column of two types is an error naming both files.
+func unionSchema(tables []arrow.Table, locs []string) (*arrow.Schema, error) {
+	var fields []arrow.Field
+	where := map[string]int{} // name → index in fields
+	from := map[string]string{}
+	for i, tbl := range tables {
+		for _, f := range tbl.Schema().Fields() {
+			f.Metadata = withoutKey(f.Metadata, "PARQUET:field_id")
+			j, ok := where[f.Name]
+			if !ok {
+				if i > 0 {
+					f.Nullable = true
+				}
+				where[f.Name], from[f.Name] = len(fields), locs[i]
+				fields = append(fields, f)
+				continue
+			}
+			if !arrow.TypeEqual(fields[j].Type, f.Type) {
+				return nil, fmt.Errorf("column %s is %s in %s and %s in %s; the day is left as it is", f.Name, fields[j].Type, from[f.Name], f.Type, locs[i])
+			}
+			fields[j].Nullable = fields[j].Nullable || f.Nullable
+		}
+		for j := range fields {
+			if len(tbl.Schema().FieldIndices(fields[j].Name)) == 0 {
+				fields[j].Nullable = true
+			}
+		}
+	}
+	return arrow.NewSchema(fields, nil), nil
+}
+
+// conform is tbl with the columns of schema, in its order: those tbl
+// lacks all null.
+func conform(mem memory.Allocator, tbl arrow.Table, schema *arrow.Schema) arrow.Table {
+	cols := make([]arrow.Column, schema.NumFields())
+	for i, f := range schema.Fields() {
+		if idx := tbl.Schema().FieldIndices(f.Name); len(idx) > 0 {
+			cols[i] = *arrow.NewColumn(f, tbl.Column(idx[0]).Data())
+			continue
+		}
+		nulls := array.MakeArrayOfNull(mem, f.Type, int(tbl.NumRows()))
+		ch := arrow.NewChunked(f.Type, []arrow.Array{nulls})
+		nulls.Release()
+		cols[i] = *arrow.NewColumn(f, ch)
+		ch.Release()
+	}
+	out := array.NewTable(schema, cols, tbl.NumRows())
+	for i := range cols {
+		cols[i].Release()
+	}
+	return out
+}
+
 // runs cuts files, in the order given, into runs of up to target bytes
 // (a file larger than target is a run of its own).
 func runs(files []src, target int64) [][]src {
@@ -179,7 +235,12 @@ func (t *Tables) rewrite(ctx context.Context, locs, sources []string, out string
 			r.Release()
 		}
 	}()
-	var schema *arrow.Schema
+	var tables []arrow.Table
+	defer func() {
+		for _, tb := range tables {
+			tb.Release()
+		}
+	}()
 	for _, loc := range locs {
 		u, err := url.Parse(loc)
 		if err != nil {
@@ -199,20 +260,22 @@ func (t *Tables) rewrite(ctx context.Context, locs, sources []string, out string
 		if err != nil {
 			return fmt.Errorf("%s: %w", loc, err)
 		}
-		if schema == nil {
-			schema = tbl.Schema()
-		} else if !schema.Equal(tbl.Schema()) {
-			tbl.Release()
-			return fmt.Errorf("%s has another schema than %s; its day is left as it is", loc, locs[0])
-		}
-		tr := array.NewTableReader(tbl, 64<<10)
+		tables = append(tables, tbl)
+	}
+	schema, err := unionSchema(tables, locs)
+	if err != nil {
+		return err
+	}
+	for _, tbl := range tables {
+		wide := conform(mem, tbl, schema)
+		tr := array.NewTableReader(wide, 64<<10)
 		for tr.Next() {
 			rec := tr.RecordBatch()
 			rec.Retain()
 			recs = append(recs, rec)
 		}
 		tr.Release()
-		tbl.Release()
+		wide.Release()
 	}
 	all := array.NewTableFromRecords(schema, recs)
 	defer all.Release()

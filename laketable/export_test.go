@@ -21,3 +21,21 @@ func (t *Tables) Snapshots(queue string) int {
 	}
 	return len(tbl.Metadata().Snapshots())
 }
+
+// Columns names the columns of the table of a queue, each with "?" after
+// it when optional.
+func (t *Tables) Columns(queue string) []string {
+	tbl, err := t.cat.LoadTable(context.Background(), []string{Namespace, TableName(queue)})
+	if err != nil {
+		return nil
+	}
+	var out []string
+	for _, f := range tbl.Schema().Fields() {
+		if f.Required {
+			out = append(out, f.Name)
+		} else {
+			out = append(out, f.Name+"?")
+		}
+	}
+	return out
+}

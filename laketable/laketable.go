@@ -231,6 +231,9 @@ func (t *Tables) Sync(ctx context.Context, queue string) (Synced, error) {
 	}
 	props := iceberg.Properties{"plumb.queue": queue, "plumb.blocks-added": strconv.Itoa(len(add)), "plumb.blocks-dropped": strconv.Itoa(len(drop))}
 	tx := tbl.NewTransaction()
+	if err := t.widen(tx, tbl.Schema(), add); err != nil {
+		return res, fmt.Errorf("table %s: %w", res.Table, err)
+	}
 	if len(drop) > 0 {
 		err = tx.ReplaceDataFiles(ctx, drop, add, props)
 	} else {
@@ -267,6 +270,16 @@ const (
 
 // create makes a table of the schema of the Parquet file at loc.
 func (t *Tables) create(ctx context.Context, id table.Identifier, loc string) (*table.Table, error) {
+	isc, err := fileSchema(loc)
+	if err != nil {
+		return nil, err
+	}
+	return t.cat.CreateTable(ctx, id, isc, catalog.WithLocation(t.warehouse+"/"+Namespace+"/"+id[1]))
+}
+
+// fileSchema is the schema of the Parquet file at loc, as an Iceberg
+// schema (its ids fresh: a table's own are matched by name).
+func fileSchema(loc string) (*iceberg.Schema, error) {
 	u, err := url.Parse(loc)
 	if err != nil {
 		return nil, err
@@ -288,7 +301,39 @@ func (t *Tables) create(ctx context.Context, id table.Identifier, loc string) (*
 	if err != nil {
 		return nil, fmt.Errorf("the schema of %s as an Iceberg table: %w", loc, err)
 	}
-	return t.cat.CreateTable(ctx, id, isc, catalog.WithLocation(t.warehouse+"/"+Namespace+"/"+id[1]))
+	return isc, nil
+}
+
+// widen adds to the table's schema, in tx, the columns the files at locs
+// have and it lacks, as optional columns (the older files lack them): a
+// stage whose records gained a column gets it in the table without a
+// rewrite, and readers see it from the files that have it. A file's
+// footer is read for this; a table's files mostly share one schema, so
+// the union is made once per schema met.
+func (t *Tables) widen(tx *table.Transaction, cur *iceberg.Schema, locs []string) error {
+	seen := map[string]bool{}
+	for _, loc := range locs {
+		fs, err := fileSchema(loc)
+		if err != nil {
+			return err
+		}
+		wider := false
+		for _, f := range fs.Fields() {
+			have, ok := cur.FindFieldByName(f.Name)
+			if !ok || have.Required && !f.Required {
+				wider = true
+				break
+			}
+		}
+		if !wider || seen[fs.String()] {
+			continue
+		}
+		seen[fs.String()] = true
+		if err := tx.UpdateSchema(true, false).UnionByNameWith(fs).Commit(); err != nil {
+			return fmt.Errorf("adding the columns of %s to the table: %w", loc, err)
+		}
+	}
+	return nil
 }
 
 // Sizes is how many data files, rows and bytes of files the table of a

@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/apache/arrow-go/v18/arrow"
 	"github.com/apache/arrow-go/v18/arrow/array"
 	"github.com/apache/arrow-go/v18/arrow/memory"
 	"github.com/apache/arrow-go/v18/parquet/file"
@@ -51,19 +52,23 @@ func lake(t *testing.T, now *time.Time) (dir string, db *state.DB, store *blob.D
 	if err != nil {
 		t.Fatal(err)
 	}
-	put = func(seq uint64, site string, at time.Time) {
-		n := block.Name{Time: at, Seq: seq, Instance: site, Queue: "dns.parquet"}
-		sum := blob.Sum(sha256.Sum256(data))
-		key := blob.BlockKey(n, sum)
-		if err := store.Put(context.Background(), key, bytes.NewReader(data), int64(len(data)), sum); err != nil {
-			t.Fatal(err)
-		}
-		if _, _, err := db.CommitBlock(state.Block{Name: n.String(), Queue: n.Queue, Instance: site, Seq: seq, Time: n.Time,
-			Size: int64(len(data)), SHA256: sum.String(), Key: key}); err != nil {
-			t.Fatal(err)
-		}
-	}
+	put = func(seq uint64, site string, at time.Time) { putBlock(t, db, store, seq, site, at, data) }
 	return dir, db, store, put
+}
+
+// putBlock commits a lake block of data (a Parquet file) to dns.parquet.
+func putBlock(t *testing.T, db *state.DB, store *blob.Dir, seq uint64, site string, at time.Time, data []byte) {
+	t.Helper()
+	n := block.Name{Time: at, Seq: seq, Instance: site, Queue: "dns.parquet"}
+	sum := blob.Sum(sha256.Sum256(data))
+	key := blob.BlockKey(n, sum)
+	if err := store.Put(context.Background(), key, bytes.NewReader(data), int64(len(data)), sum); err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := db.CommitBlock(state.Block{Name: n.String(), Queue: n.Queue, Instance: site, Seq: seq, Time: n.Time,
+		Size: int64(len(data)), SHA256: sum.String(), Key: key}); err != nil {
+		t.Fatal(err)
+	}
 }
 
 // TestTableFollowsTheQueue: the table holds each lake block's file once,
@@ -317,4 +322,97 @@ func nullCount(t *testing.T, path, name string) (n, nulls int) {
 	defer tbl.Release()
 	col := tbl.Column(tbl.Schema().FieldIndices(name)[0])
 	return col.Len(), col.NullN()
+}
+
+// TestSchemaWidens: a lake file with a column the table lacks (records
+// that gained one) adds it to the table's schema, optional, in the
+// commit that adds the file; the older files are not rewritten, and the
+// table reads every row. Compaction then unites the day's two schemas.
+func TestSchemaWidens(t *testing.T) {
+	ctx := context.Background()
+	now := time.Date(2025, 5, 5, 12, 0, 0, 0, time.UTC)
+	dir, db, store, put := lake(t, &now)
+	tb, err := laketable.Open(ctx, filepath.Join(dir, "iceberg"), db, store)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tb.Close()
+	day := time.Date(2025, 5, 1, 0, 0, 0, 0, time.UTC)
+	put(1, "lax", day)
+	if _, err := tb.SyncAll(ctx); err != nil {
+		t.Fatal(err)
+	}
+	before := tb.Columns("dns.parquet")
+	if slices.Contains(before, "handshake_rtt?") {
+		t.Fatalf("columns before: %v", before)
+	}
+	putBlock(t, db, store, 2, "lax", day.Add(time.Minute), withColumn(t, "testdata/edns-ecs.parquet", "handshake_rtt"))
+	if res, err := tb.SyncAll(ctx); err != nil || len(res) != 1 || res[0].Added != 1 {
+		t.Fatalf("sync of the wider file: %+v %v", res, err)
+	}
+	after := tb.Columns("dns.parquet")
+	if len(after) != len(before)+1 || after[len(after)-1] != "handshake_rtt?" || !slices.Equal(after[:len(before)], before) {
+		t.Fatalf("columns after: %v; want those before and handshake_rtt, optional", after)
+	}
+	if files, rows, _, err := tb.Sizes(ctx, "dns.parquet"); err != nil || files != 2 || rows != 2*85 {
+		t.Fatalf("%d files, %d rows (%v)", files, rows, err)
+	}
+	// The day's two schemas compact into one file of the wider, the
+	// older rows null in the new column.
+	if res, err := tb.Compact(ctx, "dns.parquet", now); err != nil || res.Written != 1 || res.Files != 2 {
+		t.Fatalf("compacting a day of two schemas: %+v %v", res, err)
+	}
+	matches, _ := filepath.Glob(filepath.Join(dir, "iceberg", "warehouse", "plumb", "dns", "compacted", "date=2025-05-01", "site=lax", "*.parquet"))
+	if len(matches) != 1 {
+		t.Fatalf("compacted files: %v", matches)
+	}
+	if n, nulls := nullCount(t, matches[0], "handshake_rtt"); n != 2*85 || nulls != 85 {
+		t.Fatalf("handshake_rtt in the compacted file: %d rows, %d null; want 170, 85", n, nulls)
+	}
+	if files, rows, _, err := tb.Sizes(ctx, "dns.parquet"); err != nil || files != 1 || rows != 2*85 {
+		t.Fatalf("after compaction: %d files, %d rows (%v)", files, rows, err)
+	}
+}
+
+// withColumn is the Parquet file at path with a string column name added.
+func withColumn(t *testing.T, path, name string) []byte {
+	t.Helper()
+	f, err := file.OpenParquetFile(path, false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	r, err := pqarrow.NewFileReader(f, pqarrow.ArrowReadProperties{}, memory.DefaultAllocator)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tbl, err := r.ReadTable(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tbl.Release()
+	b := array.NewStringBuilder(memory.DefaultAllocator)
+	for range tbl.NumRows() {
+		b.Append("12ms")
+	}
+	col := b.NewArray()
+	defer col.Release()
+	field := arrow.Field{Name: name, Type: arrow.BinaryTypes.String}
+	ch := arrow.NewChunked(field.Type, []arrow.Array{col})
+	defer ch.Release()
+	cols := make([]arrow.Column, 0, tbl.NumCols()+1)
+	fields := make([]arrow.Field, 0, tbl.NumCols()+1)
+	for i := range int(tbl.NumCols()) {
+		cols = append(cols, *tbl.Column(i))
+		fields = append(fields, tbl.Schema().Field(i))
+	}
+	cols = append(cols, *arrow.NewColumn(field, ch))
+	fields = append(fields, field)
+	wider := array.NewTable(arrow.NewSchema(fields, nil), cols, tbl.NumRows())
+	defer wider.Release()
+	var buf bytes.Buffer
+	if err := pqarrow.WriteTable(wider, &buf, 1<<20, nil, pqarrow.NewArrowWriterProperties(pqarrow.WithStoreSchema())); err != nil {
+		t.Fatal(err)
+	}
+	return buf.Bytes()
 }
