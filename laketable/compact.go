@@ -110,6 +110,7 @@ func (t *Tables) Compact(ctx context.Context, queue string, now time.Time) (Comp
 	if err != nil {
 		return res, fmt.Errorf("table %s: listing its files: %w", res.Table, err)
 	}
+	var skipped []error
 	keys := make([]string, 0, len(groups))
 	for k := range groups {
 		keys = append(keys, k)
@@ -127,7 +128,10 @@ func (t *Tables) Compact(ctx context.Context, queue string, now time.Time) (Comp
 				}
 				out := filepath.Join(t.compactedDir(name), k, strings.TrimSuffix(filepath.Base(locs[0]), ".parquet")+fmt.Sprintf("-%d.parquet", len(locs)))
 				if err := t.rewrite(ctx, locs, locs, out, nil); err != nil {
-					return res, fmt.Errorf("table %s: compacting %s: %w", res.Table, k, err)
+					// The other days go on: one that cannot be compacted
+					// stays as it is, and is named.
+					skipped = append(skipped, fmt.Errorf("table %s: compacting %s: %w", res.Table, k, err))
+					continue
 				}
 				tx := tbl.NewTransaction()
 				props := iceberg.Properties{"plumb.compacted-files": fmt.Sprint(len(locs))}
@@ -142,7 +146,7 @@ func (t *Tables) Compact(ctx context.Context, queue string, now time.Time) (Comp
 			}
 		}
 	}
-	return res, nil
+	return res, errors.Join(skipped...)
 }
 
 // src is a data file of a table, and its size.
@@ -410,7 +414,6 @@ func (t *Tables) CompactAll(ctx context.Context, now time.Time) ([]Compacted, er
 		}
 		if err != nil {
 			errs = append(errs, err)
-			continue
 		}
 		if res.Written > 0 {
 			out = append(out, res)
