@@ -231,6 +231,12 @@ func (t *Tables) Sync(ctx context.Context, queue string) (Synced, error) {
 	}
 	props := iceberg.Properties{"plumb.queue": queue, "plumb.blocks-added": strconv.Itoa(len(add)), "plumb.blocks-dropped": strconv.Itoa(len(drop))}
 	tx := tbl.NewTransaction()
+	if _, ok := tbl.Properties()[table.MetadataDeleteAfterCommitEnabledKey]; !ok {
+		// A table made before Plumb set this at creation.
+		if err := tx.SetProperties(metadataProps); err != nil {
+			return res, fmt.Errorf("table %s: %w", res.Table, err)
+		}
+	}
 	if err := t.widen(tx, tbl.Schema(), add); err != nil {
 		return res, fmt.Errorf("table %s: %w", res.Table, err)
 	}
@@ -247,14 +253,8 @@ func (t *Tables) Sync(ctx context.Context, queue string) (Synced, error) {
 	}
 	res.Added, res.Dropped = len(add), len(drop)
 	if len(tbl.Metadata().Snapshots()) > t.keepSnapshots+t.keepSnapshots/2 {
-		// A commit a sync adds up: keep what time travel needs. Files
-		// are left where they are (the data files are the lake's, and
-		// a reader may still plan on an expired snapshot).
-		tx := tbl.NewTransaction()
-		if err := tx.ExpireSnapshots(table.WithOlderThan(t.keepFor), table.WithRetainLast(t.keepSnapshots), table.WithPostCommit(false)); err != nil {
-			return res, fmt.Errorf("table %s: expiring snapshots: %w", res.Table, err)
-		}
-		if _, err := tx.Commit(ctx); err != nil {
+		// A commit a sync adds up: keep what time travel needs.
+		if _, err := t.expire(ctx, tbl); err != nil {
 			return res, fmt.Errorf("table %s: expiring snapshots: %w", res.Table, err)
 		}
 	}
@@ -274,7 +274,15 @@ func (t *Tables) create(ctx context.Context, id table.Identifier, loc string) (*
 	if err != nil {
 		return nil, err
 	}
-	return t.cat.CreateTable(ctx, id, isc, catalog.WithLocation(t.warehouse+"/"+Namespace+"/"+id[1]))
+	return t.cat.CreateTable(ctx, id, isc, catalog.WithLocation(t.warehouse+"/"+Namespace+"/"+id[1]), catalog.WithProperties(metadataProps))
+}
+
+// metadataProps make each commit delete the table's metadata files
+// beyond the last 100: a sync commits every --iceberg-every while blocks
+// flow, thousands of commits a day, each writing a metadata file.
+var metadataProps = iceberg.Properties{
+	table.MetadataDeleteAfterCommitEnabledKey: "true",
+	table.MetadataPreviousVersionsMaxKey:      "100",
 }
 
 // fileSchema is the schema of the Parquet file at loc, as an Iceberg

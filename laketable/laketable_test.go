@@ -112,17 +112,29 @@ func TestTableFollowsTheQueue(t *testing.T) {
 	if n := rows(t, tb, "dns.parquet"); n != 255 {
 		t.Fatalf("%d rows after three blocks of 85", n)
 	}
-	// A commit per sync adds up: old snapshots are expired, the files
-	// stay.
+	// A commit per sync adds up: old snapshots are expired, with their
+	// manifest lists and manifests, and metadata files past the table's
+	// previous-versions-max are deleted; the data files stay.
 	tb.KeepSnapshots(2, 0)
+	if err := tb.SetProperties(ctx, "dns.parquet", map[string]string{"write.metadata.previous-versions-max": "4"}); err != nil {
+		t.Fatal(err)
+	}
 	for seq := uint64(10); seq < 16; seq++ {
 		put(seq, "nrt")
 		if _, err := tb.SyncAll(ctx); err != nil {
 			t.Fatal(err)
 		}
 	}
-	if n := tb.Snapshots("dns.parquet"); n < 1 || n > 3 {
+	n := tb.Snapshots("dns.parquet")
+	if n < 1 || n > 3 {
 		t.Fatalf("%d snapshots kept; want at most 3 (2 and half again)", n)
+	}
+	meta := filepath.Join(dir, "iceberg", "warehouse", "plumb", "dns", "metadata")
+	if lists, _ := filepath.Glob(filepath.Join(meta, "snap-*.avro")); len(lists) != n {
+		t.Fatalf("%d manifest lists on disk for %d snapshots kept", len(lists), n)
+	}
+	if files, _ := filepath.Glob(filepath.Join(meta, "*.metadata.json")); len(files) > 5 {
+		t.Fatalf("%d metadata files on disk; want the current one and at most 4 before it", len(files))
 	}
 	if n := rows(t, tb, "dns.parquet"); n != 9*85 {
 		t.Fatalf("%d rows after expiring snapshots; nine blocks of 85 are in the queue", n)

@@ -268,7 +268,10 @@ func (t *Tables) purge(ctx context.Context, tbl *table.Table, name, first string
 }
 
 // expire expires the snapshots the table need not keep (those older than
-// a week beyond the last 100), leaving every file where it is.
+// a week beyond the last 100) and deletes their manifest lists and the
+// manifests no kept snapshot reads. Data files are left where they are:
+// Iceberg's own clean-up would delete the lake's block files, which are
+// the queue's, and compacted files go when removeUnkept finds them.
 func (t *Tables) expire(ctx context.Context, tbl *table.Table) (*table.Table, error) {
 	if len(tbl.Metadata().Snapshots()) <= t.keepSnapshots {
 		return tbl, nil
@@ -277,7 +280,48 @@ func (t *Tables) expire(ctx context.Context, tbl *table.Table) (*table.Table, er
 	if err := tx.ExpireSnapshots(table.WithOlderThan(t.keepFor), table.WithRetainLast(t.keepSnapshots), table.WithPostCommit(false)); err != nil {
 		return tbl, err
 	}
-	return tx.Commit(ctx)
+	after, err := tx.Commit(ctx)
+	if err != nil {
+		return tbl, err
+	}
+	fs, err := tbl.FS(ctx)
+	if err != nil {
+		return after, err
+	}
+	kept := map[string]bool{}
+	for _, snap := range after.Metadata().Snapshots() {
+		kept[snap.ManifestList] = true
+		manifests, err := snap.Manifests(fs)
+		if err != nil {
+			return after, err
+		}
+		for _, m := range manifests {
+			kept[m.FilePath()] = true
+		}
+	}
+	gone := map[string]bool{}
+	for _, snap := range tbl.Metadata().Snapshots() {
+		if kept[snap.ManifestList] {
+			continue
+		}
+		manifests, err := snap.Manifests(fs)
+		if err != nil {
+			return after, err
+		}
+		gone[snap.ManifestList] = true
+		for _, m := range manifests {
+			if !kept[m.FilePath()] {
+				gone[m.FilePath()] = true
+			}
+		}
+	}
+	var errs []error
+	for f := range gone {
+		if err := fs.Remove(f); err != nil && !errors.Is(err, os.ErrNotExist) {
+			errs = append(errs, err)
+		}
+	}
+	return after, errors.Join(errs...)
 }
 
 // removeUnkept deletes the compacted files (and their sidecars) that no
