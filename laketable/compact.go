@@ -105,7 +105,7 @@ func (t *Tables) Compact(ctx context.Context, queue string, now time.Time) (Comp
 		if !ok || day >= today {
 			return
 		}
-		groups[k] = append(groups[k], src{p, f.FileSizeBytes()})
+		groups[k] = append(groups[k], src{p, f.FileSizeBytes(), f.Count()})
 	})
 	if err != nil {
 		return res, fmt.Errorf("table %s: listing its files: %w", res.Table, err)
@@ -119,7 +119,7 @@ func (t *Tables) Compact(ctx context.Context, queue string, now time.Time) (Comp
 	for _, k := range keys {
 		files := groups[k]
 		slices.SortFunc(files, func(a, b src) int { return strings.Compare(a.loc, b.loc) })
-		for _, run := range runs(files, t.target) {
+		for _, run := range runs(files, t.target, t.memory) {
 			// A run of one is left alone.
 			if len(run) >= 2 {
 				locs := make([]string, 0, len(run))
@@ -149,10 +149,10 @@ func (t *Tables) Compact(ctx context.Context, queue string, now time.Time) (Comp
 	return res, errors.Join(skipped...)
 }
 
-// src is a data file of a table, and its size.
+// src is a data file of a table, its size and its rows.
 type src struct {
-	loc  string
-	size int64
+	loc        string
+	size, rows int64
 }
 
 // unionSchema is the columns of all the tables, in the order first met
@@ -211,14 +211,25 @@ func conform(mem memory.Allocator, tbl arrow.Table, schema *arrow.Schema) arrow.
 	return out
 }
 
+// rowMemory is what a row takes in memory while its file is rewritten:
+// its decoded columns (up to about 800 bytes for a signed zone's
+// response with every section) and their sorted copy.
+const rowMemory = 1600
+
+// DefaultMemory is the memory a compaction or purge may hold at once.
+const DefaultMemory = 1 << 30
+
 // runs cuts files, in the order given, into runs of up to target bytes
-// (a file larger than target is a run of its own).
-func runs(files []src, target int64) [][]src {
+// and up to memory bytes decoded (rowMemory a row; a table's metadata
+// knows each file's rows, so this is checked before a file is read). A
+// file over either alone is a run of its own.
+func runs(files []src, target, memory int64) [][]src {
 	var out [][]src
 	for i := 0; i < len(files); {
-		j, size := i, int64(0)
-		for j < len(files) && (j == i || size+files[j].size <= target) {
+		j, size, rows := i, int64(0), int64(0)
+		for j < len(files) && (j == i || size+files[j].size <= target && (rows+files[j].rows)*rowMemory <= memory) {
 			size += files[j].size
+			rows += files[j].rows
 			j++
 		}
 		out = append(out, files[i:j])
@@ -226,6 +237,22 @@ func runs(files []src, target int64) [][]src {
 	}
 	return out
 }
+
+// overBudget says why a run cannot be rewritten within memory, or "".
+func overBudget(run []src, memory int64) string {
+	var rows int64
+	for _, f := range run {
+		rows += f.rows
+	}
+	if rows*rowMemory <= memory {
+		return ""
+	}
+	return fmt.Sprintf("%s holds %d rows, about %d MiB in memory to rewrite, more than the %d MiB allowed; raise --iceberg-memory", run[0].loc, rows, rows*rowMemory>>20, memory>>20)
+}
+
+// SetMemory sets the memory a compaction or purge may hold at once
+// (DefaultMemory unless set).
+func (t *Tables) SetMemory(bytes int64) { t.memory = bytes }
 
 // rewrite writes the rows of the Parquet files at locs, sorted, as one
 // file at out, the columns named in nulled all null, with its sidecar

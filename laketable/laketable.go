@@ -69,6 +69,7 @@ type Tables struct {
 	target        int64               // compacted files' size
 	sidecars      map[string][]string // compacted file → the block files it holds
 	unkeptAfter   time.Duration       // age from which a compacted file no snapshot holds is deleted
+	memory        int64               // a compaction's or purge's decoded rows at once
 }
 
 // Open opens (creating if needed) the catalog in dir: dir/catalog.db,
@@ -105,7 +106,7 @@ func Open(ctx context.Context, dir string, db *state.DB, store blob.Store) (*Tab
 		return nil, fmt.Errorf("iceberg catalog %s: namespace %s: %w", path, Namespace, err)
 	}
 	return &Tables{db: db, store: store, cat: cat, sqldb: sqldb, warehouse: warehouse, seen: map[string]state.Queue{},
-		keepFor: keepSnapshotsFor, keepSnapshots: keepSnapshots, target: DefaultTarget, sidecars: map[string][]string{}, unkeptAfter: time.Hour}, nil
+		keepFor: keepSnapshotsFor, keepSnapshots: keepSnapshots, target: DefaultTarget, sidecars: map[string][]string{}, unkeptAfter: time.Hour, memory: DefaultMemory}, nil
 }
 
 // Close closes the catalog.

@@ -7,6 +7,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -427,4 +428,49 @@ func withColumn(t *testing.T, path, name string) []byte {
 		t.Fatal(err)
 	}
 	return buf.Bytes()
+}
+
+// TestRewritesWithinMemory: compaction and the privacy purge rewrite at
+// most the rows their memory allows at once, counted from the table's
+// metadata before a file is read; a run over it alone is named with the
+// flag to raise, and the other days go on.
+func TestRewritesWithinMemory(t *testing.T) {
+	ctx := context.Background()
+	now := time.Date(2025, 5, 5, 12, 0, 0, 0, time.UTC)
+	dir, db, store, putAt := lake(t, &now)
+	tb, err := laketable.Open(ctx, filepath.Join(dir, "iceberg"), db, store)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tb.Close()
+	day := time.Date(2025, 5, 1, 0, 0, 0, 0, time.UTC)
+	for seq := uint64(1); seq <= 5; seq++ {
+		putAt(seq, "lax", day.Add(time.Duration(seq)*5*time.Minute))
+	}
+	putAt(6, "ams", day)
+	if _, err := tb.SyncAll(ctx); err != nil {
+		t.Fatal(err)
+	}
+	const rowMemory = 1600 // as laketable counts a row
+	tb.SetMemory(2 * 85 * rowMemory)
+	res, err := tb.Compact(ctx, "dns.parquet", now)
+	if err != nil || res.Written != 2 || res.Files != 4 {
+		t.Fatalf("compaction within two files' rows: %+v %v; want lax's 5 files as 2+2 (+1 left)", res, err)
+	}
+	// A purge whose every file is over the budget: named, nothing lost.
+	tb.SetMemory(85*rowMemory - 1)
+	if err := tb.SetProperties(ctx, "dns.parquet", map[string]string{laketable.PropPrivacyAfter: "2d"}); err != nil {
+		t.Fatal(err)
+	}
+	r, err := tb.Retire(ctx, "dns.parquet", now)
+	if err == nil || !strings.Contains(err.Error(), "raise --iceberg-memory") || r.Purged != 0 {
+		t.Fatalf("a purge over the memory allowed: %+v, %v", r, err)
+	}
+	if _, rows, _, _ := tb.Sizes(ctx, "dns.parquet"); rows != 6*85 {
+		t.Fatalf("%d rows after a refused purge; want 510", rows)
+	}
+	tb.SetMemory(laketable.DefaultMemory)
+	if r, err := tb.Retire(ctx, "dns.parquet", now); err != nil || r.Purged != 4 || r.Written != 2 {
+		t.Fatalf("the purge within the default memory: %+v %v; want lax's 3 files and ams's 1 purged, one file each", r, err)
+	}
 }

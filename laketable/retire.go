@@ -150,18 +150,19 @@ func (t *Tables) Retire(ctx context.Context, queue string, now time.Time) (Retir
 			return res, fmt.Errorf("table %s: dropping the days past its %s: %w", res.Table, PropTTL, err)
 		}
 	}
+	var purgeErr error
 	if pol.privacyAfter > 0 {
 		if tbl, err = t.purge(ctx, tbl, name, cutoff(now, pol.privacyAfter), &res); err != nil {
-			return res, fmt.Errorf("table %s: purging the addresses past its %s: %w", res.Table, PropPrivacyAfter, err)
+			purgeErr = fmt.Errorf("table %s: purging the addresses past its %s: %w", res.Table, PropPrivacyAfter, err)
 		}
 	}
 	if tbl, err = t.expire(ctx, tbl); err != nil {
-		return res, fmt.Errorf("table %s: expiring snapshots: %w", res.Table, err)
+		return res, errors.Join(purgeErr, fmt.Errorf("table %s: expiring snapshots: %w", res.Table, err))
 	}
 	if res.Removed, err = t.removeUnkept(ctx, tbl, name); err != nil {
-		return res, fmt.Errorf("table %s: removing the compacted files no snapshot holds: %w", res.Table, err)
+		return res, errors.Join(purgeErr, fmt.Errorf("table %s: removing the compacted files no snapshot holds: %w", res.Table, err))
 	}
-	return res, nil
+	return res, purgeErr
 }
 
 // dropDays lets go of every file of the days before first, and records
@@ -206,7 +207,7 @@ func (t *Tables) purge(ctx context.Context, tbl *table.Table, name, first string
 	err := eachFile(ctx, tbl, func(f iceberg.DataFile) {
 		day, key, ok := fileDay(f.FilePath())
 		if ok && day < first && !strings.HasSuffix(f.FilePath(), privateSuffix) {
-			groups[key] = append(groups[key], src{f.FilePath(), f.FileSizeBytes()})
+			groups[key] = append(groups[key], src{f.FilePath(), f.FileSizeBytes(), f.Count()})
 		}
 	})
 	if err != nil || len(groups) == 0 {
@@ -222,8 +223,15 @@ func (t *Tables) purge(ctx context.Context, tbl *table.Table, name, first string
 		return tbl, nil // a table of other rows: nothing to purge
 	}
 	compacted := "file://" + t.compactedDir(name)
+	var skipped []error
 	for _, key := range slices.Sorted(maps.Keys(groups)) {
-		for _, run := range runs(groups[key], t.target) {
+		for _, run := range runs(groups[key], t.target, t.memory) {
+			if why := overBudget(run, t.memory); why != "" {
+				// The other days go on; this one is named until the
+				// budget is raised.
+				skipped = append(skipped, fmt.Errorf("%s: %s", key, why))
+				continue
+			}
 			locs := make([]string, 0, len(run))
 			var sources []string // the lake's block files the run holds
 			for _, f := range run {
@@ -264,7 +272,7 @@ func (t *Tables) purge(ctx context.Context, tbl *table.Table, name, first string
 			res.Written++
 		}
 	}
-	return tbl, nil
+	return tbl, errors.Join(skipped...)
 }
 
 // expire expires the snapshots the table need not keep (those older than
@@ -397,7 +405,6 @@ func (t *Tables) RetireAll(ctx context.Context, now time.Time) ([]Retired, error
 		}
 		if err != nil {
 			errs = append(errs, err)
-			continue
 		}
 		if res.Dropped+res.Purged+res.Removed > 0 {
 			out = append(out, res)

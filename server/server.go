@@ -130,6 +130,9 @@ type Config struct {
 	// IcebergCompactEvery is how often the tables' past days are
 	// compacted (laketable.Compact); zero never.
 	IcebergCompactEvery time.Duration
+	// IcebergMemory is the memory a compaction or privacy purge may hold
+	// at once (laketable.DefaultMemory when zero).
+	IcebergMemory int64
 	// EndCaptureAfter is how long a site may ship nothing before the
 	// server ends its capture (ends.go): an empty final block follows its
 	// last, so what stages hold for it is let go of. Zero turns it off.
@@ -472,6 +475,9 @@ func Run(ctx context.Context, cfg Config) (err error) {
 			cfg.Logger.Warn("no Iceberg tables of the lake queues", "err", err)
 		} else {
 			defer tables.Close()
+			if cfg.IcebergMemory > 0 {
+				tables.SetMemory(cfg.IcebergMemory)
+			}
 			icebergDone := make(chan struct{})
 			go func() {
 				defer close(icebergDone)

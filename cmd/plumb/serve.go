@@ -89,6 +89,10 @@ func serveCommand() command {
 				gcHeadroom, err = pipeline.ParseSize(v)
 				return err
 			})
+			fs.Func("iceberg-memory", "the memory a compaction or privacy purge of an Iceberg table may hold at once, `SIZE` (default 1GiB): counted from the tables' row counts before a file is read, about 1,600 bytes a row; a day too large for it is named in the log and left as it is", func(v string) (err error) {
+				cfg.IcebergMemory, err = pipeline.ParseSize(v)
+				return err
+			})
 			fs.Func("store-cap", "store at most `SIZE` in all, likewise (default: no cap)", func(v string) (err error) {
 				cfg.StoreCap, err = pipeline.ParseSize(v)
 				return err
