@@ -87,6 +87,9 @@ type Config struct {
 	// Private are paths no run may ever see (the data directory, the
 	// users file, keys): New refuses when the system view would show one.
 	Private []string
+	// NoCgroups keeps runs out of cgroups even where the server could
+	// make them; the per-run limits are then watched from /proc.
+	NoCgroups bool
 }
 
 // Sandbox confines programs. It is safe for concurrent use.
@@ -95,6 +98,9 @@ type Sandbox struct {
 	root    bool
 	seccomp []byte
 	system  []string // bwrap arguments for the read-only system view
+	sh      string
+	cg      *cgroups // nil: per-run limits are watched from /proc
+	cgWhy   error    // why cg is nil
 
 	mu   sync.Mutex
 	used map[uint32]bool
@@ -131,6 +137,13 @@ func New(ctx context.Context, cfg Config) (*Sandbox, error) {
 		return nil, fmt.Errorf("stage programs cannot be confined: %w", err)
 	}
 	s := &Sandbox{cfg: cfg, root: os.Geteuid() == 0, seccomp: filt, system: systemView(), used: map[uint32]bool{}}
+	if cfg.NoCgroups {
+		s.cgWhy = errors.New("turned off")
+	} else if s.sh, err = exec.LookPath("sh"); err != nil {
+		s.cgWhy = err
+	} else {
+		s.cg, s.cgWhy = findCgroups()
+	}
 	for _, p := range cfg.Private {
 		abs, err := filepath.Abs(p)
 		if err == nil {
@@ -145,23 +158,51 @@ func New(ctx context.Context, cfg Config) (*Sandbox, error) {
 		return nil, err
 	}
 	defer os.RemoveAll(dir)
+	if err := s.probe(ctx, dir); err != nil && s.cg != nil {
+		// The groups could be made but not entered or limited: confine
+		// without them rather than not at all.
+		s.cg, s.cgWhy = nil, err
+		err = s.probe(ctx, dir)
+	}
+	if err != nil {
+		return nil, err
+	}
+	return s, nil
+}
+
+// probe confines one program that does nothing.
+func (s *Sandbox) probe(ctx context.Context, dir string) error {
 	probe := "/bin/true"
 	if p, err := exec.LookPath("true"); err == nil {
 		probe = p
 	}
-	cmd, _, release, err := s.Command(ctx, Run{Argv: []string{probe}, Dir: dir, Env: []string{"PATH=/usr/bin:/bin"}})
+	cmd, w, release, err := s.Command(ctx, Run{Argv: []string{probe}, Dir: dir, Env: []string{"PATH=/usr/bin:/bin"}})
 	if err != nil {
-		return nil, err
+		return err
 	}
 	defer release()
 	var stderr bytes.Buffer
 	cmd.Stderr = &stderr
-	if err := cmd.Run(); err != nil {
-		return nil, fmt.Errorf("stage programs cannot be confined here: %s: %v: %s (bwrap needs user namespaces: sysctl user.max_user_namespaces > 0, and in a container a seccomp profile that allows them)",
+	if err := w.Run(); err != nil {
+		return fmt.Errorf("stage programs cannot be confined here: %s: %v: %s (bwrap needs user namespaces: sysctl user.max_user_namespaces > 0, and in a container a seccomp profile that allows them)",
 			s.cfg.Bwrap, err, strings.TrimSpace(stderr.String()))
 	}
-	return s, nil
+	return nil
 }
+
+// RunBounds says how the per-run limits (all of a run's memory, its
+// tasks) are held: by a cgroup per run, named with where, or watched from
+// /proc, with why no cgroup could be had.
+func (s *Sandbox) RunBounds() string {
+	if s.cg != nil {
+		return "each run in a cgroup of its own (" + s.cg.String() + ")"
+	}
+	return "summed from /proc every " + watchEvery.String() + " (a run may pass a limit by what it grows meanwhile, and its /tmp is not counted), as no cgroup can be made for runs: " + s.cgWhy.Error() +
+		"; run as root, or with a delegated cgroup v2 (systemd: Delegate=memory pids)"
+}
+
+// Cgroups reports whether runs get cgroups of their own.
+func (s *Sandbox) Cgroups() bool { return s.cg != nil }
 
 // Run is one program to confine.
 type Run struct {
@@ -202,8 +243,18 @@ func (s *Sandbox) Command(ctx context.Context, r Run) (cmd *exec.Cmd, w *Watched
 	if err != nil {
 		return nil, nil, nil, err
 	}
-	cmd, secR, err := s.command(ctx, r, lim, uid)
+	var group *runGroup
+	if s.cg != nil && (lim.RunMemory > 0 || lim.Procs > 0) {
+		if group, err = s.cg.make(lim); err != nil {
+			s.freeUID(uid)
+			return nil, nil, nil, err
+		}
+	}
+	cmd, secR, err := s.command(ctx, r, lim, uid, group)
 	if err != nil {
+		if group != nil {
+			group.remove()
+		}
 		s.freeUID(uid)
 		return nil, nil, nil, err
 	}
@@ -211,15 +262,23 @@ func (s *Sandbox) Command(ctx context.Context, r Run) (cmd *exec.Cmd, w *Watched
 	release = func() {
 		once.Do(func() {
 			secR.Close()
+			if group != nil {
+				group.remove()
+			}
 			s.freeUID(uid)
 		})
 	}
-	return cmd, &Watched{ctx: ctx, cmd: cmd, dir: r.Dir, lim: lim}, release, nil
+	return cmd, &Watched{ctx: ctx, cmd: cmd, dir: r.Dir, lim: lim, group: group}, release, nil
 }
+
+// enterGroup is the shell that puts itself into a run's groups, then
+// becomes the run: Go cannot act between fork and exec, and a group
+// entered after start would miss what the run forked first.
+const enterGroup = `n=$1; shift; while [ "$n" -gt 0 ]; do echo 0 > "$1" || exit 125; shift; n=$((n-1)); done; exec "$@"`
 
 // command builds a run's command line for uid; secR is the seccomp
 // filter's read end, which the command inherits.
-func (s *Sandbox) command(ctx context.Context, r Run, lim Limits, uid uint32) (*exec.Cmd, *os.File, error) {
+func (s *Sandbox) command(ctx context.Context, r Run, lim Limits, uid uint32, group *runGroup) (*exec.Cmd, *os.File, error) {
 	if s.root {
 		for _, p := range append([]string{r.Dir}, r.Writable...) {
 			if err := os.Chown(p, int(uid), int(uid)); err != nil {
@@ -339,6 +398,11 @@ func (s *Sandbox) command(ctx context.Context, r Run, lim Limits, uid uint32) (*
 		return nil, nil, err
 	}
 	cmd := exec.CommandContext(ctx, s.cfg.Prlimit, append(pl, args...)...)
+	if group != nil {
+		procs := group.procs()
+		enter := append([]string{"-c", enterGroup, "plumb-run", strconv.Itoa(len(procs))}, procs...)
+		cmd = exec.CommandContext(ctx, s.sh, append(append(enter, s.cfg.Prlimit), append(pl, args...)...)...)
+	}
 	cmd.Env = r.Env
 	cmd.Dir = "/"
 	cmd.ExtraFiles = append(slices.Clone(r.ExtraFiles), secR)

@@ -13,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/plumb-dev/plumb/internal/testenv"
 	"github.com/plumb-dev/plumb/sandbox"
 )
 
@@ -200,30 +201,63 @@ func TestLimits(t *testing.T) {
 // 1,500 children (RLIMIT_NPROC counts the server's uid, so it was not
 // set), and a run wrote 3 GiB into its working directory. The run as a
 // whole is now stopped at each limit, with the reason and the flag that
-// sets it. (Scaled down: 2 × 400 MiB against 512 MiB stands for 2 × 4
-// GiB against the default 4 GiB.)
+// sets it: held by a cgroup of the run's own where the server can make
+// one, watched from /proc where it cannot. (Scaled down: 2 × 400 MiB
+// against 512 MiB stands for 2 × 4 GiB against the default 4 GiB.)
 func TestRunLimits(t *testing.T) {
 	lim := sandbox.DefaultLimits()
 	lim.RunMemory = 512 << 20
 	lim.Procs = 32
 	lim.Disk = 64 << 20
-	sb := newSandbox(t, lim)
-	for _, tc := range []struct{ what, script, flag string }{
-		{"two processes of 400 MiB", `for i in 1 2; do python3 -c 'import time; b = b"x" * (400 << 20); time.sleep(20)' & done; wait; echo survived`, "--run-memory-all"},
-		{"a fork bomb", `i=0; while [ $i -lt 400 ]; do sleep 20 & i=$((i+1)); done; wait; echo survived`, "--run-procs"},
-		{"200 MB into the working directory", `head -c 200000000 /dev/zero > big; sleep 20; echo survived`, "--run-disk"},
+	lim.Tmp = 1 << 30
+	for _, mode := range []struct {
+		name string
+		cfg  sandbox.Config
+	}{
+		{"cgroup", sandbox.Config{Limits: lim}},
+		{"watched", sandbox.Config{Limits: lim, NoCgroups: true}},
 	} {
-		out, err := run(t, sb, sandbox.Run{}, tc.script)
-		if tc.flag == "--run-procs" && os.Geteuid() == 0 && err != nil && strings.Contains(out, "fork") && !strings.Contains(out, "survived") {
-			continue // a root server's run has a uid of its own, and RLIMIT_NPROC stopped it first
-		}
-		if !errors.Is(err, sandbox.ErrOverLimit) || !strings.Contains(err.Error(), tc.flag) || strings.Contains(out, "survived") {
-			t.Errorf("%s: %v %s", tc.what, err, out)
-		}
-	}
-	// A run within the limits is left alone.
-	if out, err := run(t, sb, sandbox.Run{}, `python3 -c 'b = b"x" * (100 << 20)'; head -c 10000000 /dev/zero > f; sleep 1.5; echo fine`); err != nil || !strings.Contains(out, "fine") {
-		t.Errorf("a run within its limits: %v %s", err, out)
+		t.Run(mode.name, func(t *testing.T) {
+			sb, err := sandbox.New(context.Background(), mode.cfg)
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Log(sb.RunBounds())
+			cg := sb.Cgroups()
+			if mode.name == "cgroup" && !cg {
+				// A root server makes its runs' groups itself; CI runs as root.
+				if testenv.InCI() && os.Geteuid() == 0 {
+					t.Fatalf("a root server in CI gives its runs no cgroup: %s", sb.RunBounds())
+				}
+				t.Skip(sb.RunBounds())
+			}
+			for _, tc := range []struct{ what, script, flag string }{
+				{"two processes of 400 MiB", `for i in 1 2; do python3 -c 'import time; b = b"x" * (400 << 20); time.sleep(20)' & done; wait; echo survived`, "--run-memory-all"},
+				{"a fork bomb", `i=0; while [ $i -lt 400 ]; do sleep 20 & i=$((i+1)); done; wait; echo survived`, "--run-procs"},
+				{"200 MB into the working directory", `head -c 200000000 /dev/zero > big; sleep 20; echo survived`, "--run-disk"},
+			} {
+				out, err := run(t, sb, sandbox.Run{}, tc.script)
+				if tc.flag == "--run-procs" && !cg && os.Geteuid() == 0 && err != nil && strings.Contains(out, "fork") && !strings.Contains(out, "survived") {
+					continue // a root server's run has a uid of its own, and RLIMIT_NPROC stopped it first
+				}
+				if !errors.Is(err, sandbox.ErrOverLimit) || !strings.Contains(err.Error(), tc.flag) || strings.Contains(out, "survived") {
+					t.Errorf("%s: %v %s", tc.what, err, out)
+				}
+			}
+			// A tmpfs holds memory no process's resident set shows: 700
+			// MiB in the run's /tmp passed the watch, and a cgroup counts it.
+			out, err := run(t, sb, sandbox.Run{}, `head -c 700000000 /dev/zero > /tmp/big; sleep 1; echo survived`)
+			if cg && (!errors.Is(err, sandbox.ErrOverLimit) || !strings.Contains(err.Error(), "--run-memory-all") || strings.Contains(out, "survived")) {
+				t.Errorf("700 MB into /tmp with a cgroup: %v %s", err, out)
+			}
+			if !cg && (err != nil || !strings.Contains(out, "survived")) {
+				t.Errorf("700 MB into /tmp, watched: %v %s (the watch cannot see a tmpfs; if it now can, this test should say so)", err, out)
+			}
+			// A run within the limits is left alone.
+			if out, err := run(t, sb, sandbox.Run{}, `python3 -c 'b = b"x" * (100 << 20)'; head -c 10000000 /dev/zero > f; sleep 1.5; echo fine`); err != nil || !strings.Contains(out, "fine") {
+				t.Errorf("a run within its limits: %v %s", err, out)
+			}
+		})
 	}
 }
 

@@ -31,15 +31,17 @@ var ErrOverLimit = errors.New("stage run stopped at a per-run limit")
 // without this, two processes held twice the memory, an unprivileged
 // server's run forked without bound (its uid is the server's, so
 // RLIMIT_NPROC counts the server too), and the working directory took
-// what the disk had. A cgroup would hold these exactly; the server has
-// no cgroup of its own to give runs, so the run's process tree is summed
-// from /proc instead, and may pass a limit by what it grows in
-// watchEvery before it is stopped.
+// what the disk had. Where the run has a cgroup, the kernel holds memory
+// and tasks exactly and the watch stops the run when the group says a
+// limit was met; elsewhere the run's process tree is summed from /proc,
+// and may pass a limit by what it grows in watchEvery before it is
+// stopped.
 type Watched struct {
 	ctx     context.Context
 	cmd     *exec.Cmd
 	dir     string
 	lim     Limits
+	group   *runGroup
 	why     atomic.Pointer[string]
 	done    chan struct{}
 	stopped chan struct{}
@@ -65,6 +67,12 @@ func (w *Watched) Wait() error {
 	}
 	if r := w.why.Load(); r != nil {
 		return fmt.Errorf("%w: %s", ErrOverLimit, *r)
+	}
+	if w.group != nil && err != nil {
+		// The kernel may have ended the run between two looks.
+		if r := w.group.over(w.lim); r != "" {
+			return fmt.Errorf("%w: %s", ErrOverLimit, r)
+		}
 	}
 	return err
 }
@@ -94,8 +102,15 @@ func (w *Watched) watch(pid int) {
 			return
 		case now := <-tick.C:
 			reason := ""
-			tasks, rss := tree(pid)
+			var tasks int
+			var rss int64
+			if w.group == nil {
+				tasks, rss = tree(pid)
+			} else {
+				reason = w.group.over(lim)
+			}
 			switch {
+			case reason != "":
 			case lim.Procs > 0 && tasks > lim.Procs:
 				reason = fmt.Sprintf("it had %d processes and threads, more than the %d a run may have (--run-procs)", tasks, lim.Procs)
 			case lim.RunMemory > 0 && rss > lim.RunMemory:
@@ -110,6 +125,9 @@ func (w *Watched) watch(pid int) {
 			if reason != "" {
 				w.why.Store(&reason)
 				syscall.Kill(-pid, syscall.SIGKILL) // bwrap's group: its PID namespace dies with it
+				if w.group != nil {
+					w.group.kill()
+				}
 				return
 			}
 		}

@@ -110,6 +110,9 @@ type Config struct {
 	// RunShared are more paths every confined run may read (tools
 	// installed outside /usr).
 	RunShared []string
+	// RunNoCgroups keeps runs out of cgroups of their own even where the
+	// server could make them (--run-cgroups=false).
+	RunNoCgroups bool
 	// Engine configures the pipeline engine; its Scratch defaults to
 	// DATA/tmp.
 	Engine engine.Config
@@ -639,6 +642,16 @@ func statusOf(err error, code codes.Code) error {
 	return status.Error(code, err.Error())
 }
 
+// logRunBounds says how each run's memory and tasks are held: a
+// warning where no cgroup could be had, which the operator can fix.
+func logRunBounds(log *slog.Logger, sb *sandbox.Sandbox, off bool) {
+	if sb.Cgroups() || off {
+		log.Info("stage runs bounded as a whole", "how", sb.RunBounds())
+		return
+	}
+	log.Warn("stage runs bounded as a whole, but not exactly", "how", sb.RunBounds())
+}
+
 // confine sets up the sandbox for the engine's executables. Where it
 // cannot be set up the server still starts: built-ins run, executables
 // are refused with the reason.
@@ -663,12 +676,13 @@ func confine(ctx context.Context, cfg Config, ecfg *engine.Config) error {
 	if cfg.Users != "" {
 		private = append(private, cfg.Users)
 	}
-	sb, err := sandbox.New(ctx, sandbox.Config{Limits: lim, Private: private, Shared: cfg.RunShared})
+	sb, err := sandbox.New(ctx, sandbox.Config{Limits: lim, Private: private, Shared: cfg.RunShared, NoCgroups: cfg.RunNoCgroups})
 	if err != nil {
 		ecfg.NoSandbox = err
 		cfg.Logger.Warn("stage executables will be refused; built-ins run", "err", err)
 		return nil
 	}
+	logRunBounds(cfg.Logger, sb, cfg.RunNoCgroups)
 	ecfg.Sandbox = sb
 	return nil
 }

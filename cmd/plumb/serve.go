@@ -125,7 +125,7 @@ func serveCommand() command {
 			if err := lv.UnmarshalText([]byte(*level)); err != nil {
 				return err
 			}
-			cfg.Sandbox, cfg.RunLimits, cfg.RunShared = sb.mode, sb.limits, sb.shared
+			cfg.Sandbox, cfg.RunLimits, cfg.RunShared, cfg.RunNoCgroups = sb.mode, sb.limits, sb.shared, !sb.cgroups
 			cfg.Logger = slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: lv}))
 			switch p := engine.Policy(*policy); p {
 			case engine.Backlog, engine.Static:
@@ -216,9 +216,10 @@ func collectLessOften() {
 
 // sandboxOptions are how the server and workers confine stage programs.
 type sandboxOptions struct {
-	mode   string
-	limits sandbox.Limits
-	shared []string
+	mode    string
+	limits  sandbox.Limits
+	shared  []string
+	cgroups bool
 }
 
 // processMetrics are the collectors every Plumb process with metrics
@@ -266,5 +267,6 @@ func sandboxFlags(fs *flag.FlagSet, off string) *sandboxOptions {
 	})
 	fs.DurationVar(&lim.CPU, "run-cpu", 0, "CPU time of each stage program process (0: none; block stages also have their timeout)")
 	fs.IntVar(&lim.Procs, "run-procs", lim.Procs, "processes and threads of one stage run at once (holds a fork bomb); the run is stopped past it")
+	fs.BoolVar(&o.cgroups, "run-cgroups", true, "give each stage run a cgroup of its own, which holds --run-memory-all and --run-procs exactly, where this process can make one (as root, or with a delegated cgroup v2); false sums runs' processes from /proc")
 	return o
 }

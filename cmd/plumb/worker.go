@@ -60,11 +60,15 @@ func workerCommand() command {
 			case "off":
 				runner.Unconfined = true
 			case "bwrap":
-				sb, err := sandbox.New(ctx, sandbox.Config{Limits: sbOpts.limits, Shared: sbOpts.shared})
+				sb, err := sandbox.New(ctx, sandbox.Config{Limits: sbOpts.limits, Shared: sbOpts.shared, NoCgroups: !sbOpts.cgroups})
 				if err != nil {
 					// Built-ins still run; runs of executables go back to the
 					// server for a worker that can confine them.
 					slog.Warn("stage executables will be given back; built-ins run", "err", err)
+				} else if sb.Cgroups() || !sbOpts.cgroups {
+					slog.Info("stage runs bounded as a whole", "how", sb.RunBounds())
+				} else {
+					slog.Warn("stage runs bounded as a whole, but not exactly", "how", sb.RunBounds())
 				}
 				runner.Sandbox = sb
 			default:
