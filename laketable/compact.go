@@ -127,7 +127,7 @@ func (t *Tables) Compact(ctx context.Context, queue string, now time.Time) (Comp
 					locs = append(locs, f.loc)
 				}
 				out := filepath.Join(t.compactedDir(name), k, strings.TrimSuffix(filepath.Base(locs[0]), ".parquet")+fmt.Sprintf("-%d.parquet", len(locs)))
-				if err := t.rewrite(ctx, locs, locs, out, nil); err != nil {
+				if err := t.rewrite(ctx, locs, locs, out, nil, nil); err != nil {
 					// The other days go on: one that cannot be compacted
 					// stays as it is, and is named.
 					skipped = append(skipped, fmt.Errorf("table %s: compacting %s: %w", res.Table, k, err))
@@ -254,11 +254,15 @@ func overBudget(run []src, memory int64) string {
 // (DefaultMemory unless set).
 func (t *Tables) SetMemory(bytes int64) { t.memory = bytes }
 
+// SetKeys sets the directory of the keys a table's plumb.privacy-key
+// names: the server's --anon-keys, where builtin:anonymize finds them.
+func (t *Tables) SetKeys(dir string) { t.keys = dir }
+
 // rewrite writes the rows of the Parquet files at locs, sorted, as one
-// file at out, the columns named in nulled all null, with its sidecar
-// listing the lake's block files it holds (sources), both synced before
-// it returns.
-func (t *Tables) rewrite(ctx context.Context, locs, sources []string, out string, nulled []string) error {
+// file at out, the columns named in nulled all null and each batch
+// through transform when it is set, with its sidecar listing the lake's
+// block files it holds (sources), both synced before it returns.
+func (t *Tables) rewrite(ctx context.Context, locs, sources []string, out string, nulled []string, transform func(arrow.RecordBatch) (arrow.RecordBatch, error)) error {
 	mem := memory.DefaultAllocator
 	var recs []arrow.RecordBatch
 	defer func() {
@@ -302,7 +306,13 @@ func (t *Tables) rewrite(ctx context.Context, locs, sources []string, out string
 		tr := array.NewTableReader(wide, 64<<10)
 		for tr.Next() {
 			rec := tr.RecordBatch()
-			rec.Retain()
+			if transform == nil {
+				rec.Retain()
+			} else if rec, err = transform(rec); err != nil {
+				tr.Release()
+				wide.Release()
+				return fmt.Errorf("rewriting %s: %w", locs[0], err)
+			}
 			recs = append(recs, rec)
 		}
 		tr.Release()

@@ -70,6 +70,7 @@ type Tables struct {
 	sidecars      map[string][]string // compacted file → the block files it holds
 	unkeptAfter   time.Duration       // age from which a compacted file no snapshot holds is deleted
 	memory        int64               // a compaction's or purge's decoded rows at once
+	keys          string              // the directory of the keys a privacy purge may name
 }
 
 // Open opens (creating if needed) the catalog in dir: dir/catalog.db,

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"crypto/sha256"
+	"net/netip"
 	"os"
 	"path/filepath"
 	"slices"
@@ -20,6 +21,7 @@ import (
 	"github.com/plumb-dev/plumb/blob"
 	"github.com/plumb-dev/plumb/block"
 	"github.com/plumb-dev/plumb/laketable"
+	"github.com/plumb-dev/plumb/pcap/anon"
 	"github.com/plumb-dev/plumb/state"
 )
 
@@ -223,26 +225,23 @@ func TestCompaction(t *testing.T) {
 // column reads a string column of a Parquet file, nulls as "".
 func column(t *testing.T, path, name string) []string {
 	t.Helper()
-	f, err := file.OpenParquetFile(path, false)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer f.Close()
-	r, err := pqarrow.NewFileReader(f, pqarrow.ArrowReadProperties{}, memory.DefaultAllocator)
-	if err != nil {
-		t.Fatal(err)
-	}
-	tbl, err := r.ReadTable(context.Background())
-	if err != nil {
-		t.Fatal(err)
-	}
+	return values[string, *array.String](t, path, name)
+}
+
+// values reads a column of a Parquet file whose chunks are of array type
+// A, nulls as T's zero.
+func values[T any, A interface {
+	Len() int
+	Value(int) T
+}](t *testing.T, path, name string) []T {
+	t.Helper()
+	tbl := readParquet(t, path)
 	defer tbl.Release()
-	col := tbl.Column(tbl.Schema().FieldIndices(name)[0])
-	var out []string
-	for _, c := range col.Data().Chunks() {
-		s := c.(*array.String)
-		for i := range s.Len() {
-			out = append(out, s.Value(i))
+	var out []T
+	for _, c := range tbl.Column(tbl.Schema().FieldIndices(name)[0]).Data().Chunks() {
+		a := c.(A)
+		for i := range a.Len() {
+			out = append(out, a.Value(i))
 		}
 	}
 	return out
@@ -301,7 +300,7 @@ func TestRetirement(t *testing.T) {
 		t.Fatalf("compacted files on disk: %v; want the two purged ones only", private)
 	}
 	for _, p := range private {
-		for _, c := range []string{"src", "dst", "ecs_address"} {
+		for _, c := range []string{"src", "dst", "ecs_address", "edns_options"} {
 			if n, nulls := nullCount(t, p, c); nulls != n || n == 0 {
 				t.Errorf("%s: %d of %d %s null", p, nulls, n, c)
 			}
@@ -315,9 +314,88 @@ func TestRetirement(t *testing.T) {
 	}
 }
 
-// nullCount is how many rows a Parquet file's column has, and how many
-// of them are null.
-func nullCount(t *testing.T, path, name string) (n, nulls int) {
+// TestPrivacyKey: with plumb.privacy-key the purge rewrites the
+// addresses with Crypto-PAn under the server's key, as
+// builtin:anonymize?key=NAME does, instead of nulling them: every
+// address is the key's mapping of the one it replaced, the client subnet
+// keeps only its prefix, and a key the server lacks purges nothing.
+func TestPrivacyKey(t *testing.T) {
+	ctx := context.Background()
+	now := time.Date(2025, 5, 5, 12, 0, 0, 0, time.UTC)
+	dir, db, store, putAt := lake(t, &now)
+	tb, err := laketable.Open(ctx, filepath.Join(dir, "iceberg"), db, store)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tb.Close()
+	putAt(1, "lax", time.Date(2025, 4, 1, 0, 5, 0, 0, time.UTC))
+	putAt(2, "lax", time.Date(2025, 4, 1, 0, 10, 0, 0, time.UTC))
+	if _, err := tb.SyncAll(ctx); err != nil {
+		t.Fatal(err)
+	}
+	keys := t.TempDir()
+	tb.SetKeys(keys)
+	set := map[string]string{laketable.PropPrivacyAfter: "2d", laketable.PropPrivacyKey: "lake"}
+	if err := tb.SetProperties(ctx, "dns.parquet", set); err == nil || !strings.Contains(err.Error(), "no such key") || strings.Contains(err.Error(), keys) {
+		t.Fatalf("a key the server lacks: %v; want refused, naming the key and not the directory", err)
+	}
+	key := bytes.Repeat([]byte{7}, 32)
+	if err := os.WriteFile(filepath.Join(keys, "lake"), key, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := tb.SetProperties(ctx, "dns.parquet", set); err != nil {
+		t.Fatal(err)
+	}
+	res, err := tb.Retire(ctx, "dns.parquet", now)
+	if err != nil || res.Purged != 2 || res.Written != 1 {
+		t.Fatalf("retirement: %+v %v", res, err)
+	}
+	purged, _ := filepath.Glob(filepath.Join(dir, "iceberg", "warehouse", "plumb", "dns", "compacted", "date=*", "site=*", "*-private.parquet"))
+	if len(purged) != 1 {
+		t.Fatalf("purged files: %v", purged)
+	}
+	a, err := anon.New(anon.Config{Key: key})
+	if err != nil {
+		t.Fatal(err)
+	}
+	orig := "testdata/edns-ecs.parquet"
+	prefixes := uint8Column(t, orig, "ecs_source_prefix")
+	for _, c := range []string{"src", "dst", "ecs_address"} {
+		var want []string
+		for _, file := range []string{orig, orig} {
+			for i, v := range column(t, file, c) {
+				if v == "" {
+					want = append(want, v)
+					continue
+				}
+				y := a.Map(netip.MustParseAddr(v))
+				if c == "ecs_address" {
+					p, _ := y.Prefix(int(prefixes[i]))
+					y = p.Addr()
+				}
+				want = append(want, y.String())
+			}
+		}
+		got := column(t, purged[0], c)
+		slices.Sort(want)
+		slices.Sort(got)
+		if !slices.Equal(got, want) {
+			t.Errorf("%s after the purge: %d values, want the key's mapping of the %d there were", c, len(got), len(want))
+		}
+		if c != "ecs_address" && slices.Contains(got, column(t, orig, c)[0]) {
+			t.Errorf("%s: an address of before the purge is still there", c)
+		}
+	}
+	if n, nulls := nullCount(t, purged[0], "edns_options"); nulls != 0 || n != 170 {
+		t.Errorf("edns_options: %d of %d null; with a key, options stay, the subnet's address anonymized", nulls, n)
+	}
+	if files, rows, _, err := tb.Sizes(ctx, "dns.parquet"); err != nil || files != 1 || rows != 170 {
+		t.Fatalf("after the purge: %d files, %d rows (%v)", files, rows, err)
+	}
+}
+
+// readParquet reads a Parquet file whole.
+func readParquet(t *testing.T, path string) arrow.Table {
 	t.Helper()
 	f, err := file.OpenParquetFile(path, false)
 	if err != nil {
@@ -332,6 +410,20 @@ func nullCount(t *testing.T, path, name string) (n, nulls int) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	return tbl
+}
+
+// uint8Column reads a uint8 column of a Parquet file (0 for null).
+func uint8Column(t *testing.T, path, name string) []uint8 {
+	t.Helper()
+	return values[uint8, *array.Uint8](t, path, name)
+}
+
+// nullCount is how many rows a Parquet file's column has, and how many
+// of them are null.
+func nullCount(t *testing.T, path, name string) (n, nulls int) {
+	t.Helper()
+	tbl := readParquet(t, path)
 	defer tbl.Release()
 	col := tbl.Column(tbl.Schema().FieldIndices(name)[0])
 	return col.Len(), col.NullN()
@@ -390,19 +482,7 @@ func TestSchemaWidens(t *testing.T) {
 // withColumn is the Parquet file at path with a string column name added.
 func withColumn(t *testing.T, path, name string) []byte {
 	t.Helper()
-	f, err := file.OpenParquetFile(path, false)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer f.Close()
-	r, err := pqarrow.NewFileReader(f, pqarrow.ArrowReadProperties{}, memory.DefaultAllocator)
-	if err != nil {
-		t.Fatal(err)
-	}
-	tbl, err := r.ReadTable(context.Background())
-	if err != nil {
-		t.Fatal(err)
-	}
+	tbl := readParquet(t, path)
 	defer tbl.Release()
 	b := array.NewStringBuilder(memory.DefaultAllocator)
 	for range tbl.NumRows() {

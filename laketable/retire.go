@@ -12,11 +12,13 @@ import (
 	"strings"
 	"time"
 
+	"github.com/apache/arrow-go/v18/arrow"
 	"github.com/apache/iceberg-go"
 	"github.com/apache/iceberg-go/catalog"
 	"github.com/apache/iceberg-go/table"
 
 	"github.com/plumb-dev/plumb/blob"
+	"github.com/plumb-dev/plumb/pcap/anon"
 	"github.com/plumb-dev/plumb/pipeline"
 )
 
@@ -30,16 +32,24 @@ const (
 	PropTTL = "plumb.ttl"
 	// PropPrivacyAfter is the age ("30d") from which a day's rows are
 	// rewritten without addresses: src, dst, client, server and the
-	// client subnet become null.
+	// client subnet (ecs_address, and the option in edns_options) become
+	// null, or with PropPrivacyKey are anonymized.
 	PropPrivacyAfter = "plumb.privacy-after"
+	// PropPrivacyKey names a key of the server's --anon-keys directory:
+	// the purge then rewrites the addresses with Crypto-PAn under that
+	// key, prefix-preserving and the same as builtin:anonymize?key=NAME
+	// makes them, instead of nulling them, so that a client's queries
+	// can still be followed and networks counted, but not named.
+	PropPrivacyKey = "plumb.privacy-key"
 	// propDroppedBefore is the first day the TTL kept (2006-01-02): the
 	// days before it are gone for good, whatever the lake still holds.
 	propDroppedBefore = "plumb.dropped-before"
 )
 
 // privateColumns are the columns a privacy purge empties: the addresses
-// of records and of transactions, and the EDNS client subnet.
-var privateColumns = []string{"src", "dst", "client", "server", "ecs_address"}
+// of records and of transactions, and the EDNS client subnet (its
+// address, and the option's bytes among the others).
+var privateColumns = []string{"src", "dst", "client", "server", "ecs_address", "edns_options"}
 
 // privateSuffix ends the name of a file a purge wrote: its rows hold no
 // addresses, and no later purge reads it again.
@@ -58,8 +68,14 @@ func (t *Tables) SetProperties(ctx context.Context, queue string, props map[stri
 			set[k] = v
 		}
 	}
-	if _, err := tablePolicy(set); err != nil {
+	pol, err := tablePolicy(set)
+	if err != nil {
 		return fmt.Errorf("table %s: %w", name, err)
+	}
+	if pol.key != "" {
+		if _, err := anon.ReadKey(t.keys, pol.key); err != nil {
+			return fmt.Errorf("table %s: %s: %w", name, PropPrivacyKey, err)
+		}
 	}
 	tbl, err := t.cat.LoadTable(ctx, table.Identifier{Namespace, TableName(queue)})
 	if err != nil {
@@ -87,11 +103,14 @@ type Retired struct {
 	Removed int // compacted files no snapshot kept, deleted
 }
 
-// policy is a table's TTL and privacy age, zero when unset.
-type policy struct{ ttl, privacyAfter time.Duration }
+// policy is a table's TTL, privacy age and key, zero when unset.
+type policy struct {
+	ttl, privacyAfter time.Duration
+	key               string
+}
 
 func tablePolicy(props iceberg.Properties) (policy, error) {
-	var p policy
+	p := policy{key: props[PropPrivacyKey]}
 	for key, d := range map[string]*time.Duration{PropTTL: &p.ttl, PropPrivacyAfter: &p.privacyAfter} {
 		v := props[key]
 		if v == "" {
@@ -152,7 +171,7 @@ func (t *Tables) Retire(ctx context.Context, queue string, now time.Time) (Retir
 	}
 	var purgeErr error
 	if pol.privacyAfter > 0 {
-		if tbl, err = t.purge(ctx, tbl, name, cutoff(now, pol.privacyAfter), &res); err != nil {
+		if tbl, err = t.purge(ctx, tbl, name, cutoff(now, pol.privacyAfter), pol.key, &res); err != nil {
 			purgeErr = fmt.Errorf("table %s: purging the addresses past its %s: %w", res.Table, PropPrivacyAfter, err)
 		}
 	}
@@ -201,8 +220,22 @@ func (t *Tables) dropDays(ctx context.Context, tbl *table.Table, first string, r
 // purge rewrites the files of each day and site before first that still
 // hold addresses into files without them, and makes those columns
 // optional in the table's schema (a compatible change), in one commit
-// per run of files.
-func (t *Tables) purge(ctx context.Context, tbl *table.Table, name, first string, res *Retired) (*table.Table, error) {
+// per run of files. With a key the addresses are anonymized under it
+// instead; a key that cannot be read purges nothing, since nulling would
+// lose what the operator chose to keep.
+func (t *Tables) purge(ctx context.Context, tbl *table.Table, name, first, keyName string, res *Retired) (*table.Table, error) {
+	var transform func(arrow.RecordBatch) (arrow.RecordBatch, error)
+	if keyName != "" {
+		key, err := anon.ReadKey(t.keys, keyName)
+		if err != nil {
+			return tbl, fmt.Errorf("%s: %w; nothing is purged until it can be read", PropPrivacyKey, err)
+		}
+		a, err := anon.New(anon.Config{Key: key})
+		if err != nil {
+			return tbl, err
+		}
+		transform = a.Records
+	}
 	groups := map[string][]src{}
 	err := eachFile(ctx, tbl, func(f iceberg.DataFile) {
 		day, key, ok := fileDay(f.FilePath())
@@ -248,12 +281,16 @@ func (t *Tables) purge(ctx context.Context, tbl *table.Table, name, first string
 			}
 			base := strings.TrimSuffix(filepath.Base(locs[0]), ".parquet")
 			out := filepath.Join(t.compactedDir(name), key, fmt.Sprintf("%s-%d%s", base, len(locs), privateSuffix))
-			if err := t.rewrite(ctx, locs, sources, out, private); err != nil {
+			nulled := private
+			if transform != nil {
+				nulled = nil
+			}
+			if err := t.rewrite(ctx, locs, sources, out, nulled, transform); err != nil {
 				return tbl, fmt.Errorf("%s: %w", key, err)
 			}
 			tx := tbl.NewTransaction()
 			us := tx.UpdateSchema(true, false)
-			for _, c := range private {
+			for _, c := range nulled {
 				if f, ok := tbl.Schema().FindFieldByName(c); ok && f.Required {
 					us.UpdateColumn([]string{c}, table.ColumnUpdate{Required: iceberg.Optional[bool]{Valid: true}})
 				}

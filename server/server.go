@@ -136,6 +136,9 @@ type Config struct {
 	// IcebergMemory is the memory a compaction or privacy purge may hold
 	// at once (laketable.DefaultMemory when zero).
 	IcebergMemory int64
+	// AnonKeys is the directory of the anonymization keys (--anon-keys):
+	// a table's plumb.privacy-key names one.
+	AnonKeys string
 	// EndCaptureAfter is how long a site may ship nothing before the
 	// server ends its capture (ends.go): an empty final block follows its
 	// last, so what stages hold for it is let go of. Zero turns it off.
@@ -481,6 +484,7 @@ func Run(ctx context.Context, cfg Config) (err error) {
 			if cfg.IcebergMemory > 0 {
 				tables.SetMemory(cfg.IcebergMemory)
 			}
+			tables.SetKeys(cfg.AnonKeys)
 			icebergDone := make(chan struct{})
 			go func() {
 				defer close(icebergDone)

@@ -145,6 +145,7 @@ func serveCommand() command {
 				anonKeys = filepath.Join(cfg.Data, "keys")
 			}
 			builtin.RegisterAnonymize(cfg.Registry, anonKeys)
+			cfg.AnonKeys = anonKeys
 			if geoip == "" {
 				geoip = filepath.Join(cfg.Data, "geoip")
 			}

@@ -26,6 +26,7 @@ import (
 	"github.com/plumb-dev/plumb/internal/testenv"
 	"github.com/plumb-dev/plumb/pcap"
 	"github.com/plumb-dev/plumb/pcap/dnsmsg"
+	"github.com/plumb-dev/plumb/pcap/dnspair"
 	"github.com/plumb-dev/plumb/pcap/dnsrec"
 	"github.com/plumb-dev/plumb/pcap/netpkt"
 )
@@ -497,6 +498,53 @@ func TestAnonymizeHostileBlocks(t *testing.T) {
 		}
 		if grew := int64(after.HeapSys) - int64(before.HeapSys); grew > 512<<20 {
 			t.Errorf("%s: the heap grew by %d MiB", name, grew>>20)
+		}
+	}
+}
+
+// TestAnonymizeTransactions: transactions (builtin:dnspairs) name their
+// ends client and server, which the stage used to pass through as they
+// were: a shared file of transactions held every client's address.
+func TestAnonymizeTransactions(t *testing.T) {
+	keys := anonKeys(t)
+	raw, _ := os.ReadFile("../../testdata/pcaps/dnscap__dns.pcap")
+	link, in := frames(t, raw)
+	var buf bytes.Buffer
+	w, err := dnspair.NewWriter(&buf, "lax", 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	clients, servers := map[string]bool{}, map[string]bool{}
+	p := dnspair.New(func(tx *dnspair.Txn) {
+		w.Add(tx)
+		clients[tx.Key.Client.String()], servers[tx.Key.Server.String()] = true, true
+	})
+	x := dnsrec.NewExtractor(link, nil, func(r *dnsrec.Record) { p.Add(r) })
+	for _, f := range in {
+		x.Packet(f.ci.Timestamp, f.data)
+	}
+	x.Flush()
+	p.Flush()
+	if err := w.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if len(clients) == 0 || len(servers) == 0 {
+		t.Fatal("no transactions")
+	}
+	for _, tc := range []struct {
+		args       string
+		keepServer bool
+	}{{"key=k", false}, {"key=k&what=clients", true}} {
+		rows := strings.Join(rowsOf(t, runAnonymize(t, keys, tc.args, buf.Bytes())), "\n")
+		for c := range clients {
+			if strings.Contains(rows, "client="+c+" ") {
+				t.Errorf("%s: client %s survived", tc.args, c)
+			}
+		}
+		for s := range servers {
+			if kept := strings.Contains(rows, "server="+s+" "); kept != tc.keepServer {
+				t.Errorf("%s: server %s kept = %v, want %v", tc.args, s, kept, tc.keepServer)
+			}
 		}
 	}
 }
