@@ -1,11 +1,14 @@
 // Command dnstap measures dnstap ingest: the agent taking frames on a
 // unix socket (Frame Streams, bidirectional) into its spool and shipping
 // them to a server, beside fstrm_capture (the reference Frame Streams
-// receiver, in C, which only writes the frames to a file) on the same
-// frames. For each it prints the rate the sender could send at, the CPU
+// receiver, in C, which only writes the frames to a file) and
+// go-dnscollector (the Go DNS collector most operators run, built from
+// the module proxy, its dnstap collector writing dnstap to a file) on the
+// same frames. For each it prints the rate the sender could send at, the CPU
 // seconds per million frames of the receiving process (which does not
 // depend on free cores), and the frames accounted for at the end: every
-// frame sent must be in a block (or in the file), none lost.
+// frame sent must be in a block (or in the file), none lost; what the
+// others lose is printed.
 package main
 
 import (
@@ -38,11 +41,16 @@ func main() {
 	plumb := flag.String("plumb", "bin/plumb", "plumb binary")
 	n := flag.Int("frames", 2_000_000, "frames sent per run")
 	rounds := flag.Int("rounds", 3, "runs of each")
+	cache := flag.String("cache", "bin", "directory go-dnscollector is built into, once")
 	flag.Parse()
 	frames := makeFrames(4096)
 	fstrm, _ := exec.LookPath("fstrm_capture")
+	collector, err := buildCollector(*cache)
+	if err != nil {
+		log.Printf("%v; no go-dnscollector baseline", err)
+	}
 	type result struct{ rate, cpu, accounted float64 }
-	var plumbRuns, fstrmRuns []result
+	var plumbRuns, fstrmRuns, collectorRuns []result
 	var loads []string
 	for r := range *rounds {
 		load, _ := os.ReadFile("/proc/loadavg")
@@ -54,6 +62,11 @@ func main() {
 			rate, cpu, got := runFstrm(fstrm, frames, *n)
 			fstrmRuns = append(fstrmRuns, result{rate, cpu, got})
 			fmt.Printf("round %d: fstrm_capture %.0f k frames/s, %.2f CPU-s per million, %d of %d frames in its file\n", r+1, rate/1e3, cpu, int(got), *n)
+		}
+		if collector != "" {
+			rate, cpu, got := runCollector(collector, frames, *n)
+			collectorRuns = append(collectorRuns, result{rate, cpu, got})
+			fmt.Printf("round %d: go-dnscollector %.0f k frames/s, %.2f CPU-s per million, %d of %d frames in its file\n", r+1, rate/1e3, cpu, int(got), *n)
 		}
 	}
 	med := func(rs []result, f func(result) float64) float64 {
@@ -73,6 +86,15 @@ func main() {
 		fmt.Printf("plumb / fstrm_capture: %.2fx the rate, %.2fx the CPU per frame\n", med(plumbRuns, rate)/med(fstrmRuns, rate), med(plumbRuns, cpu)/med(fstrmRuns, cpu))
 	} else {
 		fmt.Println("(fstrm_capture not installed: Debian's fstrm-bin; no baseline)")
+	}
+	if len(collectorRuns) > 0 {
+		fmt.Printf("go-dnscollector %s (dnstap to file): %8.0f k frames/s  %6.2f CPU-s per million frames\n", collectorVersion, med(collectorRuns, rate)/1e3, med(collectorRuns, cpu))
+		fmt.Printf("plumb / go-dnscollector: %.2fx the rate, %.2fx the CPU per frame\n", med(plumbRuns, rate)/med(collectorRuns, rate), med(plumbRuns, cpu)/med(collectorRuns, cpu))
+		for _, r := range collectorRuns {
+			if r.accounted != float64(*n) {
+				fmt.Printf("go-dnscollector lost %d of %d frames (%.1f%%)\n", *n-int(r.accounted), *n, 100*(1-r.accounted/float64(*n)))
+			}
+		}
 	}
 	for _, r := range plumbRuns {
 		if r.accounted != float64(*n) {
@@ -109,8 +131,11 @@ func dnsMsg(d *layers.DNS) []byte {
 }
 
 // send connects to sock as a DNS server's dnstap does and sends n
-// frames, returning how long it took.
-func send(sock string, frames [][]byte, n int) time.Duration {
+// frames, returning how long it took and the connection, to be closed.
+// With stop it ends the stream as a server does, waiting for the
+// receiver's FINISH; go-dnscollector never sends one, so it is only
+// flushed.
+func send(sock string, frames [][]byte, n int, stop bool) (time.Duration, io.Closer) {
 	var conn net.Conn
 	var err error
 	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(20 * time.Millisecond) {
@@ -131,12 +156,14 @@ func send(sock string, frames [][]byte, n int) time.Duration {
 			log.Fatalf("frame %d: %v", i, err)
 		}
 	}
-	if err := w.Close(); err != nil {
+	if !stop {
+		if err := w.Flush(); err != nil {
+			log.Fatalf("flush: %v", err)
+		}
+	} else if err := w.Close(); err != nil {
 		log.Fatalf("close: %v", err)
 	}
-	took := time.Since(start)
-	conn.Close()
-	return took
+	return time.Since(start), conn
 }
 
 func cpuOf(cmd *exec.Cmd) float64 {
@@ -165,7 +192,8 @@ func runPlumb(plumb string, frames [][]byte, n int) (rate, cpuPerM, accounted fl
 	if err := agent.Start(); err != nil {
 		log.Fatal(err)
 	}
-	took := send(sock, frames, n)
+	took, conn := send(sock, frames, n, true)
+	conn.Close()
 	agent.Process.Signal(syscall.SIGTERM) // ships what is spooled, then ends
 	if err := agent.Wait(); err != nil {
 		log.Fatalf("agent: %v: %s", err, agentLog.String())
@@ -224,17 +252,25 @@ func runFstrm(fstrm string, frames [][]byte, n int) (rate, cpuPerM, accounted fl
 	if err := cmd.Start(); err != nil {
 		log.Fatal(err)
 	}
-	took := send(sock, frames, n)
+	took, conn := send(sock, frames, n, true)
+	conn.Close()
 	cmd.Process.Signal(syscall.SIGINT)
 	cmd.Wait()
-	f, err := os.Open(out)
+	got := countFile("fstrm_capture", out, stderr.String())
+	return float64(n) / took.Seconds(), cpuOf(cmd) / (float64(n) / 1e6), float64(got)
+}
+
+// countFile counts the frames in the Frame Streams file a receiver
+// wrote; a torn last frame is not counted.
+func countFile(who, path, logs string) int {
+	f, err := os.Open(path)
 	if err != nil {
-		log.Fatalf("fstrm_capture wrote nothing: %v: %s", err, stderr.String())
+		log.Fatalf("%s wrote nothing: %v: %s", who, err, logs)
 	}
 	defer f.Close()
 	got := 0
 	if err := dnstap.ReadFile(f, func([]byte) error { got++; return nil }); err != nil && err != io.ErrUnexpectedEOF {
-		log.Printf("reading fstrm_capture's file: %v", err)
+		log.Printf("reading %s's file: %v", who, err)
 	}
-	return float64(n) / took.Seconds(), cpuOf(cmd) / (float64(n) / 1e6), float64(got)
+	return got
 }
