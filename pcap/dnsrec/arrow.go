@@ -71,6 +71,7 @@ var Schema = arrow.NewSchema([]arrow.Field{
 	{Name: "partial", Type: arrow.FixedWidthTypes.Boolean},
 	{Name: "dnstap_type", Type: arrow.BinaryTypes.String, Nullable: true},
 	{Name: "dnstap_identity", Type: arrow.BinaryTypes.String, Nullable: true},
+	{Name: "tcp_rtt", Type: arrow.FixedWidthTypes.Duration_ns, Nullable: true},
 }, nil)
 
 // Categorical is the type of the columns of few values, instance and
@@ -510,6 +511,7 @@ func (w *Writer) add(r *Record) error {
 	b.partial.Add(r.Partial)
 	b.dnstapType.AddOrNull(r.DnstapType)
 	b.dnstapIdentity.AddOrNull(r.DnstapIdentity)
+	b.tcpRTT.AddValid(arrow.Duration(r.TCPRTT), r.HasTCPRTT)
 	b.rows++
 	if b.rows == BatchRows {
 		return w.flush()

@@ -32,6 +32,7 @@ type batch struct {
 	sections                                        [3]RRList // answers, authority, additional
 	ede                                             arrowcol.ListOffsets
 	edeCode                                         arrowcol.Vals[uint16]
+	tcpRTT                                          arrowcol.Vals[arrow.Duration]
 }
 
 func newBatch() *batch {
@@ -58,6 +59,7 @@ func (b *batch) reset() {
 		c.Reset()
 	}
 	b.size.Reset()
+	b.tcpRTT.Reset()
 	for _, x := range b.bools() {
 		x.Reset()
 	}
@@ -140,6 +142,7 @@ func (b *batch) record(cat *Categories) arrow.RecordBatch {
 		b.ede.Data(Schema.Field(45).Type, arrowcol.Uint16(&b.edeCode)),
 		str(&b.edeText), b.cookie.Data(), str(&b.tunnel), b.partial.Data(),
 		str(&b.dnstapType), str(&b.dnstapIdentity),
+		b.tcpRTT.Data(arrow.FixedWidthTypes.Duration_ns, arrow.DurationTraits.CastToBytes),
 	)
 }
 

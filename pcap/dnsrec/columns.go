@@ -65,5 +65,6 @@ var ColumnDocs = map[string]ColumnDoc{
 	"tunnel":            {Meaning: "vxlan or geneve for DNS taken out of those tunnels; null otherwise"},
 	"dnstap_type":       {Meaning: "for rows read from dnstap, the message type the server logged (AUTH_QUERY, CLIENT_RESPONSE...); null for packets"},
 	"dnstap_identity":   {Meaning: "for rows read from dnstap, the identity the server gave itself; null for packets"},
+	"tcp_rtt":           {Meaning: "over TCP, from the SYN of the side that sent this message to its ACK of the SYN-ACK: the client's round trip where a server captures; null for the other side's messages, over UDP, and where the handshake was not in the capture", Tshark: "tcp.analysis.initial_rtt"},
 	"partial":           {Meaning: "the row is the start of a message whose other bytes never came (a datagram's other fragments, a TCP stream let go of); also malformed"},
 }

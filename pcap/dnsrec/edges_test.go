@@ -119,8 +119,12 @@ func fullRow(r *Record) string {
 	if r.Err != nil {
 		errText = r.Err.Error()
 	}
-	return fmt.Sprintf("%d.%09d %s:%d>%s:%d tcp=%t v%d size=%d %+v %s", r.Time.Unix(), r.Time.Nanosecond(),
-		r.Src, r.SrcPort, r.Dst, r.DstPort, r.TCP, r.IPVersion, r.Size, r.Msg, errText)
+	rtt := "-"
+	if r.HasTCPRTT {
+		rtt = r.TCPRTT.String()
+	}
+	return fmt.Sprintf("%d.%09d %s:%d>%s:%d tcp=%t v%d size=%d rtt=%s %+v %s", r.Time.Unix(), r.Time.Nanosecond(),
+		r.Src, r.SrcPort, r.Dst, r.DstPort, r.TCP, r.IPVersion, r.Size, rtt, r.Msg, errText)
 }
 
 // TestCutAnywhere is issue 26's block-boundary finding: a DNS message or

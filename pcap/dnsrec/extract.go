@@ -45,6 +45,11 @@ type Record struct {
 	// DnstapType and DnstapIdentity are a dnstap message's type
 	// (CLIENT_QUERY...) and its server's identity; "" for packets.
 	DnstapType, DnstapIdentity string
+	// TCPRTT is the round-trip time of the TCP handshake, from the SYN to
+	// the ACK of the SYN-ACK, for a message sent by the side that opened
+	// the connection when both were seen; HasTCPRTT says it is known.
+	TCPRTT    time.Duration
+	HasTCPRTT bool
 }
 
 // TransportIndex is the row's index in Transports.
@@ -87,6 +92,10 @@ type Extractor struct {
 	// tunnel is the tunnel of the packet being read, for the TCP
 	// messages it completes.
 	tunnel string
+	// rtt and hasRTT are the handshake of the TCP stream whose message
+	// record reads next.
+	rtt    time.Duration
+	hasRTT bool
 	// edge, when set, splits what the block completes on its own from
 	// what its neighbours may change (see Edge).
 	edge *splitter
@@ -191,6 +200,7 @@ func (x *Extractor) Packet(t time.Time, frame []byte) {
 		ipv := p.IPVersion
 		x.tcp.Add(t, p, func(k dnstcp.Key, mt time.Time, msg []byte) {
 			// A message has the tunnel of the packet that completed it.
+			x.rtt, x.hasRTT = x.tcp.RTT(k)
 			x.record(mt, k.Src, k.Dst, k.SrcPort, k.DstPort, true, ipv, msg, tunnel, "")
 		})
 	}
@@ -211,6 +221,7 @@ func (x *Extractor) tcpFlushed(k dnstcp.Key, mt time.Time, msg []byte) {
 	if k.Src.Is6() {
 		v = 6
 	}
+	x.rtt, x.hasRTT = x.tcp.RTT(k)
 	x.record(mt, k.Src, k.Dst, k.SrcPort, k.DstPort, true, v, msg, "", "")
 }
 
@@ -230,6 +241,7 @@ func (x *Extractor) tcpLost(k dnstcp.Key, t time.Time, head []byte, want int, wh
 	if why == dnstcp.AtHole {
 		reason = "its TCP stream gave up on a hole after it (256 KiB or 4,096 segments held past the hole)"
 	}
+	x.rtt, x.hasRTT = x.tcp.RTT(k)
 	x.record(t, k.Src, k.Dst, k.SrcPort, k.DstPort, true, v, head, "", fmt.Sprintf("message of %d bytes cut after byte %d: %s", want, len(head), reason))
 }
 
@@ -256,6 +268,8 @@ func (x *Extractor) record(t time.Time, src, dst netip.Addr, sport, dport uint16
 	*r = Record{Time: t, Src: src, Dst: dst, SrcPort: sport, DstPort: dport, TCP: tcp, IPVersion: ipv, Size: len(msg),
 		Tunnel: tunnel, Partial: cut != ""}
 	r.Transport, r.DnstapType, r.DnstapIdentity = x.tap.transport, x.tap.typ, x.tap.identity
+	r.TCPRTT, r.HasTCPRTT = x.rtt, x.hasRTT
+	x.rtt, x.hasRTT = 0, false // for this message only
 	r.Msg, r.Err = x.parser.Parse(msg)
 	switch {
 	case cut == "":

@@ -243,3 +243,66 @@ func TestPartialAgreesWithTshark(t *testing.T) {
 		t.Fatal("no partial message compared")
 	}
 }
+
+// TestTCPRTTEqualsTshark: a message over TCP from the side that opened
+// its connection carries the handshake's round-trip time, equal to
+// tshark's tcp.analysis.initial_rtt on the frame that completed it, in
+// every capture in testdata; the other side's messages carry none.
+func TestTCPRTTEqualsTshark(t *testing.T) {
+	tshark := testenv.Tool(t, "tshark")
+	captures, _ := filepath.Glob("../../testdata/pcaps/*.pcap*")
+	var compared, other int
+	for _, capture := range captures {
+		type key struct {
+			time, sport string
+			id          uint16
+		}
+		rtt := map[key]time.Duration{}
+		var tcp []*Record
+		eachRecord(t, capture, func(r *Record) {
+			if r.TCP && !r.Partial {
+				c := *r
+				tcp = append(tcp, &c)
+			}
+		})
+		if len(tcp) == 0 {
+			continue
+		}
+		out, err := testenv.Command(t, time.Minute, tshark, "-n", "-r", capture, "-Y", "dns && tcp", "-T", "fields", "-E", "separator=/t",
+			"-e", "frame.time_epoch", "-e", "tcp.srcport", "-e", "dns.id", "-e", "tcp.analysis.initial_rtt").Output()
+		if err != nil {
+			t.Fatalf("tshark -r %s: %v", capture, err)
+		}
+		for _, line := range strings.Split(strings.TrimSpace(string(out)), "\n") {
+			f := strings.Split(line, "\t")
+			if len(f) < 4 || f[3] == "" {
+				continue
+			}
+			d, err := time.ParseDuration(f[3] + "s")
+			if err != nil {
+				t.Fatalf("%s: initial_rtt %q: %v", capture, f[3], err)
+			}
+			for _, id := range strings.Split(f[2], ",") { // several messages in one frame
+				n, _ := strconv.ParseUint(strings.TrimPrefix(id, "0x"), 16, 16)
+				rtt[key{f[0], f[1], uint16(n)}] = d
+			}
+		}
+		for _, r := range tcp {
+			want, ok := rtt[key{frameTime(r), strconv.Itoa(int(r.SrcPort)), r.Msg.ID}]
+			switch {
+			case r.HasTCPRTT && (!ok || r.TCPRTT != want):
+				t.Errorf("%s: %s from port %d id %d: tcp_rtt %v; tshark %v (known %v)", filepath.Base(capture), frameTime(r), r.SrcPort, r.Msg.ID, r.TCPRTT, want, ok)
+			case r.HasTCPRTT:
+				compared++
+			case ok && !r.Msg.QR:
+				t.Errorf("%s: query at %s from port %d id %d: no tcp_rtt; tshark %v", filepath.Base(capture), frameTime(r), r.SrcPort, r.Msg.ID, want)
+			case ok:
+				other++ // a response: the server's side, which opened nothing
+			}
+		}
+	}
+	if compared == 0 || other == 0 {
+		t.Fatalf("%d messages' tcp_rtt compared, %d responses without one; want both", compared, other)
+	}
+	t.Logf("%d queries' tcp_rtt equal tshark's; %d responses carry none", compared, other)
+}

@@ -166,6 +166,7 @@ func wantRow(r *Record, instance string, seq uint64) map[string]any {
 		"ede": ede, "ede_text": or(len(texts) > 0, strings.Join(texts, "; ")), "cookie": m.Cookie,
 		"tunnel": or(r.Tunnel != "", r.Tunnel), "partial": r.Partial,
 		"dnstap_type": or(r.DnstapType != "", r.DnstapType), "dnstap_identity": or(r.DnstapIdentity != "", r.DnstapIdentity),
+		"tcp_rtt": or(r.HasTCPRTT, fmt.Sprintf("%dns", r.TCPRTT.Nanoseconds())), // as arrow marshals a duration
 	}
 }
 

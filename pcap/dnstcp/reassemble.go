@@ -106,6 +106,13 @@ type stream struct {
 	held         map[int64]int // offset → longest length held there
 	pendingBytes int
 	last         time.Time
+	// synAt is when the stream's SYN (without ACK: the side that opened
+	// the connection) came; rtt, once measured, the time from it to the
+	// stream's first ACK, which acknowledges the SYN-ACK (tshark's
+	// tcp.analysis.initial_rtt).
+	synAt  time.Time
+	rtt    time.Duration
+	hasRTT bool
 }
 
 // span is a run of buf's bytes that came in one segment at t.
@@ -161,6 +168,17 @@ func (s *stream) size() int { return cap(s.buf) + s.pendingBytes }
 // Bytes returns the bytes all streams hold now.
 func (r *Reassembler) Bytes() int { return r.bytes }
 
+// RTT returns the handshake round-trip time of the stream k, from its
+// SYN to its ACK of the SYN-ACK, when k opened its connection and both
+// were seen. An Emit may ask it of the stream it is called for.
+func (r *Reassembler) RTT(k Key) (time.Duration, bool) {
+	if el := r.streams[k]; el != nil {
+		s := el.Value.(*stream)
+		return s.rtt, s.hasRTT
+	}
+	return 0, false
+}
+
 // Streams returns how many streams are followed now.
 func (r *Reassembler) Streams() int { return len(r.streams) }
 
@@ -204,7 +222,12 @@ func (r *Reassembler) Add(now time.Time, p *netpkt.Packet, emit Emit) {
 	seq := p.Seq
 	if p.Flags&netpkt.FlagSYN != 0 {
 		*s = stream{key: k, started: true, next: seq + 1, synced: true, last: now}
+		if p.Flags&netpkt.FlagACK == 0 {
+			s.synAt = now
+		}
 		seq++
+	} else if p.Flags&netpkt.FlagACK != 0 && !s.synAt.IsZero() && !s.hasRTT {
+		s.rtt, s.hasRTT = now.Sub(s.synAt), true
 	}
 	if len(p.Payload) > 0 {
 		// The budget is checked before the bytes are kept: other streams

@@ -24,6 +24,11 @@ type StreamState struct {
 	Times           []SpanState
 	Pending         []SegmentState
 	Last            time.Time
+	// SynAt, RTT and HasRTT are the handshake as far as it was seen
+	// (see Reassembler.RTT).
+	SynAt  time.Time
+	RTT    time.Duration
+	HasRTT bool
 }
 
 // SpanState is a run of a stream's bytes that came in one segment.
@@ -46,7 +51,7 @@ func (r *Reassembler) State() State {
 	for el := r.lru.Front(); el != nil; el = el.Next() {
 		s := el.Value.(*stream)
 		ss := StreamState{Key: s.key, Started: s.started, Synced: s.synced, Next: s.next, NextAbs: s.nextAbs,
-			Buf: append([]byte(nil), s.buf...), Last: s.last}
+			Buf: append([]byte(nil), s.buf...), Last: s.last, SynAt: s.synAt, RTT: s.rtt, HasRTT: s.hasRTT}
 		for _, sp := range s.times {
 			ss.Times = append(ss.Times, SpanState{sp.n, sp.t})
 		}
@@ -78,7 +83,8 @@ func (r *Reassembler) Install(streams []StreamState) {
 		if el := r.streams[ss.Key]; el != nil {
 			r.remove(el)
 		}
-		s := &stream{key: ss.Key, started: ss.Started, synced: ss.Synced, next: ss.Next, nextAbs: ss.NextAbs, buf: ss.Buf, last: ss.Last}
+		s := &stream{key: ss.Key, started: ss.Started, synced: ss.Synced, next: ss.Next, nextAbs: ss.NextAbs, buf: ss.Buf, last: ss.Last,
+			synAt: ss.SynAt, rtt: ss.RTT, hasRTT: ss.HasRTT}
 		for _, sp := range ss.Times {
 			s.times = append(s.times, span{sp.N, sp.T})
 		}
