@@ -42,21 +42,16 @@ func (a *Anonymizer) Records(rec arrow.RecordBatch) (arrow.RecordBatch, error) {
 	for j := range cols {
 		cols[j] = rec.Column(j)
 		name := schema.Field(j).Name
-		if name == "edns_options" {
-			// The client subnet's address, as in packets.
-			if l, ok := cols[j].(*array.List); ok {
-				nl, err := anonymizeOptions(a, l)
-				if err != nil {
-					return nil, fmt.Errorf("column %s: %w", name, err)
-				}
-				cols[j] = nl
-				defer nl.Release()
-			}
-			continue
+		var rewriteList func(*Anonymizer, *array.List) (arrow.Array, error)
+		switch {
+		case name == "edns_options":
+			rewriteList = anonymizeOptions // the client subnet's address, as in packets
+		case rdata && (name == "answers" || name == "authority" || name == "additional"):
+			rewriteList = anonymizeRecords
 		}
-		if rdata && (name == "answers" || name == "authority" || name == "additional") {
+		if rewriteList != nil {
 			if l, ok := cols[j].(*array.List); ok {
-				nl, err := anonymizeRecords(a, l)
+				nl, err := rewriteList(a, l)
 				if err != nil {
 					return nil, fmt.Errorf("column %s: %w", name, err)
 				}
