@@ -92,10 +92,6 @@ type Extractor struct {
 	// tunnel is the tunnel of the packet being read, for the TCP
 	// messages it completes.
 	tunnel string
-	// rtt and hasRTT are the handshake of the TCP stream whose message
-	// record reads next.
-	rtt    time.Duration
-	hasRTT bool
 	// edge, when set, splits what the block completes on its own from
 	// what its neighbours may change (see Edge).
 	edge *splitter
@@ -200,7 +196,6 @@ func (x *Extractor) Packet(t time.Time, frame []byte) {
 		ipv := p.IPVersion
 		x.tcp.Add(t, p, func(k dnstcp.Key, mt time.Time, msg []byte) {
 			// A message has the tunnel of the packet that completed it.
-			x.rtt, x.hasRTT = x.tcp.RTT(k)
 			x.record(mt, k.Src, k.Dst, k.SrcPort, k.DstPort, true, ipv, msg, tunnel, "")
 		})
 	}
@@ -221,7 +216,6 @@ func (x *Extractor) tcpFlushed(k dnstcp.Key, mt time.Time, msg []byte) {
 	if k.Src.Is6() {
 		v = 6
 	}
-	x.rtt, x.hasRTT = x.tcp.RTT(k)
 	x.record(mt, k.Src, k.Dst, k.SrcPort, k.DstPort, true, v, msg, "", "")
 }
 
@@ -241,7 +235,6 @@ func (x *Extractor) tcpLost(k dnstcp.Key, t time.Time, head []byte, want int, wh
 	if why == dnstcp.AtHole {
 		reason = "its TCP stream gave up on a hole after it (256 KiB or 4,096 segments held past the hole)"
 	}
-	x.rtt, x.hasRTT = x.tcp.RTT(k)
 	x.record(t, k.Src, k.Dst, k.SrcPort, k.DstPort, true, v, head, "", fmt.Sprintf("message of %d bytes cut after byte %d: %s", want, len(head), reason))
 }
 
@@ -268,8 +261,10 @@ func (x *Extractor) record(t time.Time, src, dst netip.Addr, sport, dport uint16
 	*r = Record{Time: t, Src: src, Dst: dst, SrcPort: sport, DstPort: dport, TCP: tcp, IPVersion: ipv, Size: len(msg),
 		Tunnel: tunnel, Partial: cut != ""}
 	r.Transport, r.DnstapType, r.DnstapIdentity = x.tap.transport, x.tap.typ, x.tap.identity
-	r.TCPRTT, r.HasTCPRTT = x.rtt, x.hasRTT
-	x.rtt, x.hasRTT = 0, false // for this message only
+	if tcp {
+		// Its stream is still followed: record is called from its Emit.
+		r.TCPRTT, r.HasTCPRTT = x.tcp.RTT(dnstcp.Key{Src: src, Dst: dst, SrcPort: sport, DstPort: dport})
+	}
 	r.Msg, r.Err = x.parser.Parse(msg)
 	switch {
 	case cut == "":
