@@ -9,7 +9,10 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"net/netip"
 	"strings"
+
+	"github.com/plumb-dev/plumb/internal/addrtext"
 )
 
 // HeaderLen is the size of the fixed DNS header.
@@ -398,6 +401,19 @@ type names struct {
 	slot   [256]uint8 // by wire offset: 1 + the index in at of a name there
 	labels []labelAt  // of the name being read
 	off    bool       // remember nothing (Parser.uncached)
+	// addrs prints A and AAAA data: a referral's glue and a zone's name
+	// servers are the same few addresses in message after message. It
+	// is made at the first such record, as a Parser made for one message
+	// (the function Parse) reads few.
+	addrs *addrtext.Cache
+}
+
+// addr returns how the address ip prints.
+func (n *names) addr(ip netip.Addr) []byte {
+	if n.addrs == nil {
+		n.addrs = new(addrtext.Cache)
+	}
+	return n.addrs.Text(ip)
 }
 
 // nameAt is a name remembered: the one starting at wire in the message.
@@ -439,13 +455,18 @@ func (n *names) add(e nameAt) {
 
 // find returns the name remembered at wire offset at in the form mode
 // asks for.
-func (n *names) find(at int, mode int) (nameAt, bool) {
+func (n *names) find(at int, mode int) *nameAt {
 	i := n.slot[uint8(at)]
 	if i == 0 {
-		return nameAt{}, false
+		return nil
 	}
-	e := n.at[i-1]
-	return e, int(e.wire) == at && (mode == nameSkip || !e.upper || e.lower == (mode == nameLower))
+	// A pointer, not a copy: the entry was just written field by field,
+	// and copying it whole stalled on those stores.
+	e := &n.at[i-1]
+	if int(e.wire) != at || !(mode == nameSkip || !e.upper || e.lower == (mode == nameLower)) {
+		return nil
+	}
+	return e
 }
 
 // read reads the name at off, appends it to dst in the form mode says,
@@ -512,7 +533,7 @@ func (n *names) read(b []byte, off int, dst []byte, mode int) ([]byte, int, erro
 			// question, and a skipped section's were walked label by
 			// label again for each record.
 			if !n.off {
-				if e, ok := n.find(pos, mode); ok && wire+int(e.wlen) <= 255 && pointers+int(e.ptrs) <= maxPointers {
+				if e := n.find(pos, mode); e != nil && wire+int(e.wlen) <= 255 && pointers+int(e.ptrs) <= maxPointers {
 					if !present {
 						return dst, next, nil
 					}
@@ -522,7 +543,7 @@ func (n *names) read(b []byte, off int, dst []byte, mode int) ([]byte, int, erro
 					dst = append(dst, n.text[e.from:e.to]...)
 					wire += int(e.wlen)
 					pointers += int(e.ptrs)
-					tail = e
+					tail = *e
 					n.remember(dst[start:], wire, pointers, mode, tail)
 					return dst, next, nil
 				}

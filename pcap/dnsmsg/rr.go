@@ -107,11 +107,11 @@ func appendRData(dst, b []byte, off, n int, typ uint16, nm *names) []byte {
 	switch typ {
 	case TypeA:
 		if n == 4 {
-			return netip.AddrFrom4([4]byte(d)).AppendTo(dst)
+			return append(dst, nm.addr(netip.AddrFrom4([4]byte(d)))...)
 		}
 	case TypeAAAA:
 		if n == 16 {
-			return netip.AddrFrom16([16]byte(d)).AppendTo(dst)
+			return append(dst, nm.addr(netip.AddrFrom16([16]byte(d)))...)
 		}
 	case TypeNS, TypeCNAME, TypePTR, TypeDNAME:
 		if out, next, ok := name(dst, off); ok && next == off+n {

@@ -5,12 +5,12 @@ import (
 	"fmt"
 	"hash/maphash"
 	"io"
-	"net/netip"
 	"strings"
 	"sync/atomic"
 
 	"github.com/apache/arrow-go/v18/arrow"
 	"github.com/apache/arrow-go/v18/arrow/ipc"
+	"github.com/plumb-dev/plumb/internal/addrtext"
 	"github.com/plumb-dev/plumb/internal/arrowcol"
 	"github.com/plumb-dev/plumb/pcap/dnsmsg"
 	"golang.org/x/net/publicsuffix"
@@ -180,7 +180,7 @@ type Writer struct {
 	batches chan *batch
 	spare   chan *batch
 	cat     *Categories
-	addrs   addrTexts
+	addrs   addrtext.Cache
 	domains Domains
 
 	done      chan error // the writing goroutine's verdict
@@ -409,35 +409,14 @@ func (d *Domains) Registered(qname string) string {
 	return reg
 }
 
-// addrTexts remembers how the last few addresses print: one side of
-// most rows is the server's, and printing an IPv6 address costs more
-// than the rest of its row's fixed fields.
-type addrTexts struct {
-	addr [4]netip.Addr
-	text [4][]byte
-	next int
-}
-
-func (a *addrTexts) print(ip netip.Addr) []byte {
-	for i := range a.addr {
-		if a.addr[i] == ip && a.text[i] != nil {
-			return a.text[i]
-		}
-	}
-	i := a.next
-	a.next = (a.next + 1) % len(a.addr)
-	a.addr[i], a.text[i] = ip, ip.AppendTo(a.text[i][:0])
-	return a.text[i]
-}
-
 // add appends a record to the batch being built.
 func (w *Writer) add(r *Record) error {
 	b := w.b
 	m := &r.Msg
 	b.seq.Add(w.seq)
 	b.time.Add(arrow.Timestamp(r.Time.UnixNano()))
-	b.src.AddBytes(w.addrs.print(r.Src))
-	b.dst.AddBytes(w.addrs.print(r.Dst))
+	b.src.AddBytes(w.addrs.Text(r.Src))
+	b.dst.AddBytes(w.addrs.Text(r.Dst))
 	b.sport.Add(r.SrcPort)
 	b.dport.Add(r.DstPort)
 	b.transport = append(b.transport, r.TransportIndex())
