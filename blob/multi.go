@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"slices"
 	"strings"
 	"sync"
@@ -86,6 +87,25 @@ func (m *Multi) Remove(ctx context.Context, name string) error {
 	delete(m.members, name)
 	m.mu.Unlock()
 	return mb.store.Close()
+}
+
+// Primary is the primary member's store (--store): where things that
+// are not blobs, such as the Iceberg tables' files, live.
+func (m *Multi) Primary() Store {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.members[m.primary].store
+}
+
+// Stores are the members' stores, by name.
+func (m *Multi) Stores() []Store {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	var out []Store
+	for _, name := range slices.Sorted(maps.Keys(m.members)) {
+		out = append(out, m.members[name].store)
+	}
+	return out
 }
 
 // ErrNoStore is wrapped by the errors about a store name no member has.

@@ -187,7 +187,8 @@ func (s *S3) Delete(ctx context.Context, key string) error {
 	return nil
 }
 
-// List implements Store; the owner's record (OwnerKey) is not listed.
+// List implements Store; the owner's record (OwnerKey) and the Iceberg
+// tables' files (under TablesPrefix) are not listed.
 func (s *S3) List(ctx context.Context, fn func(Info) error) error {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
@@ -195,8 +196,73 @@ func (s *S3) List(ctx context.Context, fn func(Info) error) error {
 		if oi.Err != nil {
 			return fmt.Errorf("store %s: list: %w", s, oi.Err)
 		}
-		if oi.Key == OwnerKey {
-			continue // the store's own, not a blob (see Claim)
+		if oi.Key == OwnerKey || strings.HasPrefix(oi.Key, TablesPrefix) {
+			continue // the store's own, not blobs (see Claim and TablesPrefix)
+		}
+		if err := fn(Info{Key: oi.Key, Size: oi.Size, ModTime: oi.LastModified}); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// TablesPrefix is where in a bucket the Iceberg tables of the lake
+// queues keep their metadata and compacted files (package laketable).
+// They are not blobs: List leaves them out, so fsck never takes them for
+// orphans.
+const TablesPrefix = "plumb-iceberg/"
+
+// Location implements Locator: s3://BUCKET/KEY, as query engines name
+// an object.
+func (s *S3) Location(key string) (string, error) {
+	if err := CheckKey(key); err != nil {
+		return "", err
+	}
+	return "s3://" + s.bucket + "/" + key, nil
+}
+
+// Bucket is the store's bucket.
+func (s *S3) Bucket() string { return s.bucket }
+
+// An Object is an object opened for reading anywhere in it (a Parquet
+// file's footer, then its column chunks), one ranged GET per read.
+type Object struct {
+	*minio.Object
+	size int64
+	mod  time.Time
+}
+
+// Size is the object's size in bytes.
+func (o *Object) Size() int64 { return o.size }
+
+// ModTime is when the object was written.
+func (o *Object) ModTime() time.Time { return o.mod }
+
+// OpenObject opens key for reads anywhere in it.
+func (s *S3) OpenObject(ctx context.Context, key string) (*Object, error) {
+	if err := CheckKey(key); err != nil {
+		return nil, err
+	}
+	obj, err := s.client.GetObject(ctx, s.bucket, key, minio.GetObjectOptions{})
+	if err != nil {
+		return nil, s.notFound(key, err)
+	}
+	oi, err := obj.Stat()
+	if err != nil {
+		obj.Close()
+		return nil, s.notFound(key, err)
+	}
+	return &Object{Object: obj, size: oi.Size, mod: oi.LastModified}, nil
+}
+
+// Walk calls fn with each object whose key starts with prefix, the
+// store's own (TablesPrefix) included.
+func (s *S3) Walk(ctx context.Context, prefix string, fn func(Info) error) error {
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	for oi := range s.client.ListObjects(ctx, s.bucket, minio.ListObjectsOptions{Prefix: prefix, Recursive: true}) {
+		if oi.Err != nil {
+			return fmt.Errorf("store %s: list %s: %w", s, prefix, oi.Err)
 		}
 		if err := fn(Info{Key: oi.Key, Size: oi.Size, ModTime: oi.LastModified}); err != nil {
 			return err

@@ -5,9 +5,8 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"net/url"
-	"os"
-	"path/filepath"
+	"io"
+	"path"
 	"slices"
 	"strings"
 	"time"
@@ -49,11 +48,16 @@ type Compacted struct {
 	Files, Written int // block files rewritten; files written
 }
 
-// compactedDir is where a table's compacted files go: apart from the
-// lake's, so a sync tells the two apart by path.
+// compactedDir is the location of a table's compacted files: apart
+// from the lake's, so a sync tells the two apart by path.
 func (t *Tables) compactedDir(name string) string {
-	u, _ := url.Parse(t.warehouse)
-	return filepath.Join(u.Path, Namespace, name, "compacted")
+	return t.warehouse + "/" + Namespace + "/" + name + "/compacted"
+}
+
+// compactedFile is the location of a compacted file of a table, in the
+// partition k (date=D/site=S), named after the first file it holds.
+func (t *Tables) compactedFile(name, k, first, suffix string) string {
+	return t.compactedDir(name) + "/" + k + "/" + strings.TrimSuffix(path.Base(first), ".parquet") + suffix
 }
 
 // sources reads the block files a compacted file holds, cached: the
@@ -65,11 +69,7 @@ func (t *Tables) sources(loc string) ([]string, error) {
 	if ok {
 		return s, nil
 	}
-	u, err := url.Parse(loc)
-	if err != nil {
-		return nil, err
-	}
-	raw, err := os.ReadFile(u.Path + ".sources")
+	raw, err := t.files.read(context.TODO(), loc+".sources")
 	if err != nil {
 		return nil, fmt.Errorf("the sources of compacted file %s: %w", loc, err)
 	}
@@ -94,7 +94,7 @@ func (t *Tables) Compact(ctx context.Context, queue string, now time.Time) (Comp
 		return res, fmt.Errorf("table %s: %w", res.Table, err)
 	}
 	groups := map[string][]src{} // date=D/site=S → block files
-	dir := "file://" + t.compactedDir(name)
+	dir := t.compactedDir(name) + "/"
 	today := now.UTC().Format(time.DateOnly)
 	err = eachFile(ctx, tbl, func(f iceberg.DataFile) {
 		p := f.FilePath()
@@ -126,7 +126,7 @@ func (t *Tables) Compact(ctx context.Context, queue string, now time.Time) (Comp
 				for _, f := range run {
 					locs = append(locs, f.loc)
 				}
-				out := filepath.Join(t.compactedDir(name), k, strings.TrimSuffix(filepath.Base(locs[0]), ".parquet")+fmt.Sprintf("-%d.parquet", len(locs)))
+				out := t.compactedFile(name, k, locs[0], fmt.Sprintf("-%d.parquet", len(locs)))
 				if err := t.rewrite(ctx, locs, locs, out, nil, nil); err != nil {
 					// The other days go on: one that cannot be compacted
 					// stays as it is, and is named.
@@ -135,7 +135,7 @@ func (t *Tables) Compact(ctx context.Context, queue string, now time.Time) (Comp
 				}
 				tx := tbl.NewTransaction()
 				props := iceberg.Properties{"plumb.compacted-files": fmt.Sprint(len(locs))}
-				if err := tx.ReplaceDataFiles(ctx, locs, []string{"file://" + out}, props); err != nil {
+				if err := tx.ReplaceDataFiles(ctx, locs, []string{out}, props); err != nil {
 					return res, fmt.Errorf("table %s: compacting %s: %w", res.Table, k, err)
 				}
 				if tbl, err = tx.Commit(ctx); err != nil {
@@ -277,13 +277,14 @@ func (t *Tables) rewrite(ctx context.Context, locs, sources []string, out string
 		}
 	}()
 	for _, loc := range locs {
-		u, err := url.Parse(loc)
+		src, err := t.files.open(ctx, loc)
 		if err != nil {
 			return err
 		}
-		f, err := file.OpenParquetFile(u.Path, false)
+		f, err := file.NewParquetReader(src)
 		if err != nil {
-			return err
+			src.Close()
+			return fmt.Errorf("%s: %w", loc, err)
 		}
 		r, err := pqarrow.NewFileReader(f, pqarrow.ArrowReadProperties{BatchSize: 64 << 10}, mem)
 		if err != nil {
@@ -340,15 +341,6 @@ func (t *Tables) rewrite(ctx context.Context, locs, sources []string, out string
 		defer d.Release()
 		sorted = d.(*compute.TableDatum).Value
 	}
-	if err := os.MkdirAll(filepath.Dir(out), 0o750); err != nil {
-		return err
-	}
-	tmp := out + ".tmp"
-	f, err := os.Create(tmp)
-	if err != nil {
-		return err
-	}
-	defer os.Remove(tmp)
 	props := parquet.NewWriterProperties(
 		parquet.WithCompression(compress.Codecs.Zstd),
 		parquet.WithStats(true),
@@ -366,11 +358,6 @@ func (t *Tables) rewrite(ctx context.Context, locs, sources []string, out string
 		}
 	}
 	plain := arrow.NewSchema(fields, nil)
-	w, err := pqarrow.NewFileWriter(plain, f, props, pqarrow.NewArrowWriterProperties(pqarrow.WithStoreSchema()))
-	if err != nil {
-		f.Close()
-		return err
-	}
 	cols := make([]arrow.Column, sorted.NumCols())
 	for i := range cols {
 		data := sorted.Column(i).Data()
@@ -384,53 +371,30 @@ func (t *Tables) rewrite(ctx context.Context, locs, sources []string, out string
 	}
 	plainTable := array.NewTable(plain, cols, sorted.NumRows())
 	defer plainTable.Release()
-	if err := w.WriteTable(plainTable, 1<<20); err != nil {
-		w.Close()
-		f.Close()
-		return err
-	}
-	if err := w.Close(); err != nil { // closes f
-		return err
-	}
+	// The sidecar first: a compacted file is never without it.
 	raw, err := json.Marshal(sources)
 	if err != nil {
 		return err
 	}
-	if err := writeSynced(out+".sources", raw); err != nil {
+	err = t.files.write(ctx, out+".sources", func(w io.Writer) error {
+		_, err := w.Write(raw)
 		return err
-	}
-	if err := syncFile(tmp); err != nil {
-		return err
-	}
-	if err := os.Rename(tmp, out); err != nil {
-		return err
-	}
-	return syncFile(filepath.Dir(out))
-}
-
-func writeSynced(path string, data []byte) error {
-	f, err := os.Create(path)
+	})
 	if err != nil {
 		return err
 	}
-	if _, err := f.Write(data); err != nil {
-		f.Close()
-		return err
-	}
-	if err := f.Sync(); err != nil {
-		f.Close()
-		return err
-	}
-	return f.Close()
-}
-
-func syncFile(path string) error {
-	f, err := os.Open(path)
-	if err != nil {
-		return err
-	}
-	defer f.Close()
-	return f.Sync()
+	return t.files.write(ctx, out, func(dst io.Writer) error {
+		// Only the writer: the Parquet writer closes a sink it can.
+		w, err := pqarrow.NewFileWriter(plain, struct{ io.Writer }{dst}, props, pqarrow.NewArrowWriterProperties(pqarrow.WithStoreSchema()))
+		if err != nil {
+			return err
+		}
+		if err := w.WriteTable(plainTable, 1<<20); err != nil {
+			w.Close()
+			return err
+		}
+		return w.Close()
+	})
 }
 
 // CompactAll compacts the table of every lake queue that has one.

@@ -57,9 +57,10 @@ func TableName(queue string) string {
 type Tables struct {
 	db        *state.DB
 	store     blob.Store
+	files     files // where the tables' files are
 	cat       *sqlcat.Catalog
 	sqldb     *sql.DB
-	warehouse string // file URL of the tables' metadata
+	warehouse string // URL of the tables' metadata
 
 	mu   sync.Mutex
 	seen map[string]state.Queue // each queue as its last sync found it
@@ -73,18 +74,36 @@ type Tables struct {
 	keys          string              // the directory of the keys a privacy purge may name
 }
 
-// Open opens (creating if needed) the catalog in dir: dir/catalog.db,
-// the tables' metadata under dir/warehouse. The store must be able to
-// say where its files are (a directory store).
+// Open opens (creating if needed) the catalog in dir: dir/catalog.db.
+// The tables' metadata and compacted files go where the store keeps the
+// lake's files, so that a query engine reaching the store reaches the
+// tables: under dir/warehouse beside a directory store, under
+// s3://BUCKET/plumb-iceberg/warehouse (blob.TablesPrefix) in an S3
+// store's bucket.
 func Open(ctx context.Context, dir string, db *state.DB, store blob.Store) (*Tables, error) {
-	if _, ok := store.(blob.Locator); !ok {
-		return nil, fmt.Errorf("the blob store %s cannot give query engines its files in place; Iceberg tables need a directory store for now", store)
-	}
 	abs, err := filepath.Abs(dir)
 	if err != nil {
 		return nil, err
 	}
-	if err := os.MkdirAll(filepath.Join(abs, "warehouse"), 0o750); err != nil {
+	where := routedFiles{store}
+	var warehouse string
+	home := store
+	if m, ok := store.(*blob.Multi); ok {
+		home = m.Primary()
+	}
+	switch s := home.(type) {
+	case *blob.S3:
+		warehouse = "s3://" + s.Bucket() + "/" + blob.TablesPrefix + "warehouse"
+		useBucket(s)
+	case blob.Locator:
+		warehouse = (&url.URL{Scheme: "file", Path: filepath.Join(abs, "warehouse")}).String()
+		if err := os.MkdirAll(filepath.Join(abs, "warehouse"), 0o750); err != nil {
+			return nil, fmt.Errorf("iceberg catalog directory: %w", err)
+		}
+	default:
+		return nil, fmt.Errorf("the blob store %s cannot give query engines its files in place; Iceberg tables need a directory or S3 store", home)
+	}
+	if err := os.MkdirAll(abs, 0o750); err != nil {
 		return nil, fmt.Errorf("iceberg catalog directory: %w", err)
 	}
 	path := filepath.Join(abs, "catalog.db")
@@ -92,7 +111,6 @@ func Open(ctx context.Context, dir string, db *state.DB, store blob.Store) (*Tab
 	if err != nil {
 		return nil, fmt.Errorf("iceberg catalog %s: %w", path, err)
 	}
-	warehouse := (&url.URL{Scheme: "file", Path: filepath.Join(abs, "warehouse")}).String()
 	cat, err := sqlcat.NewCatalog(CatalogName, sqldb, sqlcat.SQLite, iceberg.Properties{"warehouse": warehouse})
 	if err != nil {
 		sqldb.Close()
@@ -106,9 +124,12 @@ func Open(ctx context.Context, dir string, db *state.DB, store blob.Store) (*Tab
 		sqldb.Close()
 		return nil, fmt.Errorf("iceberg catalog %s: namespace %s: %w", path, Namespace, err)
 	}
-	return &Tables{db: db, store: store, cat: cat, sqldb: sqldb, warehouse: warehouse, seen: map[string]state.Queue{},
+	return &Tables{db: db, store: store, files: where, cat: cat, sqldb: sqldb, warehouse: warehouse, seen: map[string]state.Queue{},
 		keepFor: keepSnapshotsFor, keepSnapshots: keepSnapshots, target: DefaultTarget, sidecars: map[string][]string{}, unkeptAfter: time.Hour, memory: DefaultMemory}, nil
 }
+
+// Warehouse is the location of the tables' metadata: a file or s3 URL.
+func (t *Tables) Warehouse() string { return t.warehouse }
 
 // Close closes the catalog.
 func (t *Tables) Close() error { return t.sqldb.Close() }
@@ -193,7 +214,7 @@ func (t *Tables) Sync(ctx context.Context, queue string) (Synced, error) {
 	}
 	// The table's block files, and the blocks its compacted files hold.
 	have, absorbed := map[string]bool{}, map[string]bool{}
-	compacted := "file://" + t.compactedDir(TableName(queue))
+	compacted := t.compactedDir(TableName(queue)) + "/"
 	var compactedFiles []string
 	if err := eachFile(ctx, tbl, func(f iceberg.DataFile) {
 		if strings.HasPrefix(f.FilePath(), compacted) {
@@ -239,7 +260,7 @@ func (t *Tables) Sync(ctx context.Context, queue string) (Synced, error) {
 			return res, fmt.Errorf("table %s: %w", res.Table, err)
 		}
 	}
-	if err := t.widen(tx, tbl.Schema(), add); err != nil {
+	if err := t.widen(ctx, tx, tbl.Schema(), add); err != nil {
 		return res, fmt.Errorf("table %s: %w", res.Table, err)
 	}
 	if len(drop) > 0 {
@@ -272,7 +293,7 @@ const (
 
 // create makes a table of the schema of the Parquet file at loc.
 func (t *Tables) create(ctx context.Context, id table.Identifier, loc string) (*table.Table, error) {
-	isc, err := fileSchema(loc)
+	isc, err := t.fileSchema(ctx, loc)
 	if err != nil {
 		return nil, err
 	}
@@ -289,13 +310,14 @@ var metadataProps = iceberg.Properties{
 
 // fileSchema is the schema of the Parquet file at loc, as an Iceberg
 // schema (its ids fresh: a table's own are matched by name).
-func fileSchema(loc string) (*iceberg.Schema, error) {
-	u, err := url.Parse(loc)
+func (t *Tables) fileSchema(ctx context.Context, loc string) (*iceberg.Schema, error) {
+	src, err := t.files.open(ctx, loc)
 	if err != nil {
-		return nil, err
+		return nil, fmt.Errorf("reading the schema of %s: %w", loc, err)
 	}
-	f, err := file.OpenParquetFile(u.Path, false)
+	f, err := file.NewParquetReader(src)
 	if err != nil {
+		src.Close()
 		return nil, fmt.Errorf("reading the schema of %s: %w", loc, err)
 	}
 	defer f.Close()
@@ -320,10 +342,10 @@ func fileSchema(loc string) (*iceberg.Schema, error) {
 // rewrite, and readers see it from the files that have it. A file's
 // footer is read for this; a table's files mostly share one schema, so
 // the union is made once per schema met.
-func (t *Tables) widen(tx *table.Transaction, cur *iceberg.Schema, locs []string) error {
+func (t *Tables) widen(ctx context.Context, tx *table.Transaction, cur *iceberg.Schema, locs []string) error {
 	seen := map[string]bool{}
 	for _, loc := range locs {
-		fs, err := fileSchema(loc)
+		fs, err := t.fileSchema(ctx, loc)
 		if err != nil {
 			return err
 		}

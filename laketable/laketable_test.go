@@ -60,7 +60,7 @@ func lake(t *testing.T, now *time.Time) (dir string, db *state.DB, store *blob.D
 }
 
 // putBlock commits a lake block of data (a Parquet file) to dns.parquet.
-func putBlock(t *testing.T, db *state.DB, store *blob.Dir, seq uint64, site string, at time.Time, data []byte) {
+func putBlock(t *testing.T, db *state.DB, store blob.Store, seq uint64, site string, at time.Time, data []byte) {
 	t.Helper()
 	n := block.Name{Time: at, Seq: seq, Instance: site, Queue: "dns.parquet"}
 	sum := blob.Sum(sha256.Sum256(data))

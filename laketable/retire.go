@@ -5,9 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"maps"
-	"net/url"
 	"os"
-	"path/filepath"
 	"slices"
 	"strings"
 	"time"
@@ -255,7 +253,7 @@ func (t *Tables) purge(ctx context.Context, tbl *table.Table, name, first, keyNa
 	if len(private) == 0 {
 		return tbl, nil // a table of other rows: nothing to purge
 	}
-	compacted := "file://" + t.compactedDir(name)
+	compacted := t.compactedDir(name) + "/"
 	var skipped []error
 	for _, key := range slices.Sorted(maps.Keys(groups)) {
 		for _, run := range runs(groups[key], t.target, t.memory) {
@@ -279,8 +277,7 @@ func (t *Tables) purge(ctx context.Context, tbl *table.Table, name, first, keyNa
 				}
 				sources = append(sources, s...)
 			}
-			base := strings.TrimSuffix(filepath.Base(locs[0]), ".parquet")
-			out := filepath.Join(t.compactedDir(name), key, fmt.Sprintf("%s-%d%s", base, len(locs), privateSuffix))
+			out := t.compactedFile(name, key, locs[0], fmt.Sprintf("-%d%s", len(locs), privateSuffix))
 			nulled := private
 			if transform != nil {
 				nulled = nil
@@ -299,7 +296,7 @@ func (t *Tables) purge(ctx context.Context, tbl *table.Table, name, first, keyNa
 				return tbl, fmt.Errorf("%s: making the address columns optional: %w", key, err)
 			}
 			props := iceberg.Properties{"plumb.purged-files": fmt.Sprint(len(locs))}
-			if err := tx.ReplaceDataFiles(ctx, locs, []string{"file://" + out}, props); err != nil {
+			if err := tx.ReplaceDataFiles(ctx, locs, []string{out}, props); err != nil {
 				return tbl, fmt.Errorf("%s: %w", key, err)
 			}
 			if tbl, err = tx.Commit(ctx); err != nil {
@@ -375,10 +372,6 @@ func (t *Tables) expire(ctx context.Context, tbl *table.Table) (*table.Table, er
 // hour (unkeptAfter) is left: it may be one a compaction wrote and has
 // yet to commit.
 func (t *Tables) removeUnkept(ctx context.Context, tbl *table.Table, name string) (int, error) {
-	root := t.compactedDir(name)
-	if _, err := os.Stat(root); errors.Is(err, os.ErrNotExist) {
-		return 0, nil
-	}
 	kept := map[string]bool{}
 	fs, err := tbl.FS(ctx)
 	if err != nil {
@@ -400,23 +393,16 @@ func (t *Tables) removeUnkept(ctx context.Context, tbl *table.Table, name string
 		}
 	}
 	removed := 0
-	err = filepath.WalkDir(root, func(path string, d os.DirEntry, err error) error {
-		if err != nil || d.IsDir() || !strings.HasSuffix(path, ".parquet") {
-			return err
-		}
-		if kept[(&url.URL{Scheme: "file", Path: path}).String()] || kept["file://"+path] {
+	err = t.files.walk(ctx, t.compactedDir(name), func(loc string, mod time.Time) error {
+		if !strings.HasSuffix(loc, ".parquet") || kept[loc] || time.Since(mod) < t.unkeptAfter {
 			return nil
 		}
-		info, err := d.Info()
-		if err != nil || time.Since(info.ModTime()) < t.unkeptAfter {
+		if err := t.files.remove(ctx, loc); err != nil {
 			return err
 		}
-		if err := os.Remove(path); err != nil {
-			return err
-		}
-		os.Remove(path + ".sources")
+		t.files.remove(ctx, loc+".sources")
 		t.mu.Lock()
-		delete(t.sidecars, "file://"+path)
+		delete(t.sidecars, loc)
 		t.mu.Unlock()
 		removed++
 		return nil

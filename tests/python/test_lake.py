@@ -257,3 +257,50 @@ def test_iceberg_table_compacted(plumb_bin, tmp_path):
         assert sorted(purged.column("qname").to_pylist()) == sorted(rows.column("qname").to_pylist())
     finally:
         server.stop()
+
+
+def test_iceberg_table_in_minio(plumb_bin, tmp_path, minio, monkeypatch):
+    """With an S3 store the tables live in its bucket
+    (s3://BUCKET/plumb-iceberg/warehouse): pyiceberg, given the bucket's
+    endpoint and keys, loads the table from the catalog and reads the
+    same rows as the records ticket, from the file compaction wrote into
+    the bucket."""
+    monkeypatch.setenv("AWS_ACCESS_KEY_ID", "plumbtest")
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "plumbtest-secret")
+    data = tmp_path / "data"
+    server = Server(plumb_bin, data, ["--store", f"s3://plumb-lake?endpoint={minio}",
+                                      "--iceberg-every", "200ms", "--iceberg-compact-every", "1s"])
+    try:
+        env = dict(os.environ, PLUMB_SERVER=server.addr)
+        subprocess.run([plumb_bin, "import", "--quiet", "--site", "ams", "--new-instance", "--queue", "pcap",
+                        "--codec", "none", "--spool", str(tmp_path / "spool"), "--block-size", "4KiB",
+                        str(TESTDATA / "pcaps" / "dnscap__dnso1tcp.pcap")], env=env, check=True)
+        run_job(server.client(), JOB, 1)
+        from pyiceberg.catalog.sql import SqlCatalog
+        cat = SqlCatalog("plumb", uri=f"sqlite:///{data}/iceberg/catalog.db",
+                         **{"s3.endpoint": f"http://{minio}", "s3.access-key-id": "plumbtest",
+                            "s3.secret-access-key": "plumbtest-secret", "s3.region": "us-east-1"})
+        deadline, err = time.time() + 60, None
+        while True:
+            try:
+                t = cat.load_table("plumb.dns")
+                files = t.inspect.files()
+                rows = t.scan().to_arrow()
+                if files.num_rows == 1 and rows.num_rows == 82:
+                    break
+            except Exception as e:  # the table is made at the first sync
+                files, rows, err = None, None, e
+            assert time.time() < deadline, (files and files.num_rows, rows and rows.num_rows, err)
+            time.sleep(0.2)
+        assert t.metadata_location.startswith("s3://plumb-lake/plumb-iceberg/warehouse/plumb/dns/metadata/")
+        [path] = files.column("file_path").to_pylist()
+        assert path.startswith("s3://plumb-lake/plumb-iceberg/warehouse/plumb/dns/compacted/date=2018-01-10/site=ams/"), path
+        import json
+        import pyarrow.flight as fl
+        ticket = {"records": "dns.arrow", "columns": ["time", "qname", "src"]}
+        direct = server.client().do_get(fl.Ticket(json.dumps(ticket).encode())).read_all()
+        key = lambda t: sorted(zip([str(x) for x in t.column("time").to_pylist()], t.column("qname").to_pylist(),
+                                   t.column("src").to_pylist()))
+        assert key(rows) == key(direct)
+    finally:
+        server.stop()
