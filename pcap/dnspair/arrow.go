@@ -22,6 +22,7 @@ var Schema = arrow.NewSchema([]arrow.Field{
 	{Name: "time", Type: tsType},
 	{Name: "response_time", Type: tsType, Nullable: true},
 	{Name: "latency", Type: arrow.FixedWidthTypes.Duration_ns, Nullable: true},
+	{Name: "tcp_rtt", Type: arrow.FixedWidthTypes.Duration_ns, Nullable: true},
 	{Name: "transport", Type: dnsrec.Categorical},
 	{Name: "ip_version", Type: arrow.PrimitiveTypes.Uint8},
 	{Name: "client", Type: arrow.BinaryTypes.String},
@@ -80,7 +81,7 @@ type Writer struct {
 	// arrow-go's builders).
 	seqs                                               arrowcol.Vals[uint64]
 	time, responseTime                                 arrowcol.Vals[arrow.Timestamp]
-	latency                                            arrowcol.Vals[arrow.Duration]
+	latency, tcpRTT                                    arrowcol.Vals[arrow.Duration]
 	transport                                          []int8
 	ipVersion, opcode                                  arrowcol.Vals[uint8]
 	client, server, qname, tld, regDomain              arrowcol.Strs
@@ -123,6 +124,11 @@ func (w *Writer) Add(t *Txn) error {
 	}
 	w.responseTime.AddValid(rt, r != nil)
 	w.latency.AddValid(latency, q != nil && r != nil)
+	var rtt arrow.Duration
+	if q != nil {
+		rtt = arrow.Duration(q.TCPRTT)
+	}
+	w.tcpRTT.AddValid(rtt, q != nil && q.HasTCPRTT)
 	w.transport = append(w.transport, dnsrec.TransportIndex(t.Key.TCP))
 	ipv := uint8(4)
 	if t.Key.Client.Is6() && !t.Key.Client.Is4In6() {
@@ -219,6 +225,7 @@ func (w *Writer) flush() error {
 		arrowcol.Uint64(&w.seqs),
 		ts(&w.time), ts(&w.responseTime),
 		w.latency.Data(arrow.FixedWidthTypes.Duration_ns, arrow.DurationTraits.CastToBytes),
+		w.tcpRTT.Data(arrow.FixedWidthTypes.Duration_ns, arrow.DurationTraits.CastToBytes),
 		transport,
 		arrowcol.Uint8(&w.ipVersion), str(&w.client), arrowcol.Uint16(&w.clientPort), str(&w.server), arrowcol.Uint16(&w.serverPort), arrowcol.Uint16(&w.id),
 		arrowcol.Uint8(&w.opcode), str(&w.qname), arrowcol.Uint16(&w.qtype), arrowcol.Uint16(&w.qclass), str(&w.tld), str(&w.regDomain),
@@ -242,6 +249,7 @@ func (w *Writer) reset() {
 	w.time.Reset()
 	w.responseTime.Reset()
 	w.latency.Reset()
+	w.tcpRTT.Reset()
 	w.transport = w.transport[:0]
 	for _, c := range []*arrowcol.Vals[uint8]{&w.ipVersion, &w.opcode} {
 		c.Reset()

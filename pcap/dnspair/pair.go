@@ -59,6 +59,10 @@ type Query struct {
 	QName       string // lower-cased, as dnsmsg reads it
 	QType       uint16
 	QClass      uint16
+	// TCPRTT is the client's TCP handshake round trip (dnsrec's
+	// tcp_rtt of the query), when HasTCPRTT.
+	TCPRTT    time.Duration
+	HasTCPRTT bool
 }
 
 // Txn is one transaction. Exactly one of these holds: Query and Response
@@ -156,7 +160,7 @@ func (p *Pairer) addAt(r *dnsrec.Record, idx int) {
 		k := Key{TCP: r.TCP, Client: r.Src, Server: r.Dst, ClientPort: r.SrcPort, ServerPort: r.DstPort, ID: m.ID}
 		q := Query{Time: r.Time, Size: r.Size, IPVersion: r.IPVersion, Opcode: m.Opcode,
 			RD: m.RD, CD: m.CD, EDNS: m.EDNS, DO: m.DO, UDPSize: m.UDPSize, HasQuestion: m.HasQuestion,
-			QName: m.QName, QType: m.QType, QClass: m.QClass}
+			QName: m.QName, QType: m.QType, QClass: m.QClass, TCPRTT: r.TCPRTT, HasTCPRTT: r.HasTCPRTT}
 		if e := p.newest(k, &q, r.Time); e != nil && r.Time.Sub(e.q.Time) <= RetransmitWithin {
 			// Sent again while the first send waits: the response, if
 			// any, answers the first.

@@ -23,7 +23,7 @@ import (
 func fullTxn(tx *Txn) string {
 	s := fmt.Sprintf("%v evicted=%v", tx.Key, tx.Evicted)
 	if q := tx.Query; q != nil {
-		s += fmt.Sprintf(" q=%s %d %q", epoch(q.Time), q.Size, q.QName)
+		s += fmt.Sprintf(" q=%s %d %q rtt=%v/%v", epoch(q.Time), q.Size, q.QName, q.TCPRTT, q.HasTCPRTT)
 	}
 	if r := tx.Response; r != nil {
 		s += fmt.Sprintf(" r=%s %d %d %d", epoch(r.Time), r.Size, r.Msg.Rcode, len(r.Msg.Answer))
