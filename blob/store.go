@@ -228,21 +228,28 @@ func (v *verifier) Read(p []byte) (n int, err error) {
 		return 0, err
 	}
 	if v.n >= v.size {
-		// Look for extra bytes beyond the declared size.
-		var one [1]byte
-		k, err := v.r.Read(one[:])
-		if k > 0 {
-			return 0, fmt.Errorf("%w: more than the declared %d bytes", ErrMismatch, v.size)
-		}
-		if err == nil {
-			err = io.EOF
-		}
-		return 0, err
+		return 0, io.EOF // what follows was looked for with the last bytes
 	}
 	if rem := v.size - v.n; int64(len(p)) > rem {
 		p = p[:rem]
 	}
 	n, err = v.r.Read(p)
+	if err == nil && v.n+int64(n) == v.size {
+		// The last declared bytes: whatever follows is looked for before
+		// they are handed over. An S3 server commits an object once its
+		// body is whole, so a source longer than declared must fail the
+		// upload before the body is, not after (the object then appeared
+		// though Put said it was refused).
+		var one [1]byte
+		k, perr := io.ReadFull(v.r, one[:])
+		switch {
+		case k > 0:
+			return 0, fmt.Errorf("%w: more than the declared %d bytes", ErrMismatch, v.size)
+		case perr != io.EOF:
+			return 0, perr
+		}
+		err = io.EOF
+	}
 	v.n += int64(n)
 	v.h.Write(p[:n])
 	if err == io.EOF && v.n < v.size {
