@@ -304,3 +304,44 @@ def test_iceberg_table_in_minio(plumb_bin, tmp_path, minio, monkeypatch):
         assert key(rows) == key(direct)
     finally:
         server.stop()
+
+
+M2 = Path.home() / ".m2" / "repository"
+SPARK_JARS = [M2 / "org/apache/iceberg/iceberg-spark-runtime-3.5_2.12/1.7.1/iceberg-spark-runtime-3.5_2.12-1.7.1.jar",
+              M2 / "org/xerial/sqlite-jdbc/3.46.1.3/sqlite-jdbc-3.46.1.3.jar"]
+
+
+def test_iceberg_table_read_by_spark(plumb_bin, tmp_path):
+    """Spark with Iceberg's runtime loads the same tables from the same
+    catalog, as a JDBC catalog over the SQLite file, and counts the same
+    rows as pyiceberg, site by site."""
+    missing = [str(j) for j in SPARK_JARS if not j.exists()]
+    if missing:
+        pytest.fail(f"{missing} missing (.ci/run fetches them with mvn dependency:get)")
+    from pyspark.sql import SparkSession
+
+    data = tmp_path / "data"
+    server = Server(plumb_bin, data, ("--iceberg-every", "200ms"))
+    try:
+        fill(server)
+        want = iceberg_rows(data, "plumb.dns", 164)
+        iceberg_rows(data, "plumb.pairs", 82)
+    finally:
+        server.stop()
+    spark = (SparkSession.builder.master("local[1]").appName("plumb-lake")
+             .config("spark.jars", ",".join(str(j) for j in SPARK_JARS))
+             .config("spark.ui.enabled", "false")
+             .config("spark.sql.catalog.plumb", "org.apache.iceberg.spark.SparkCatalog")
+             .config("spark.sql.catalog.plumb.catalog-impl", "org.apache.iceberg.jdbc.JdbcCatalog")
+             .config("spark.sql.catalog.plumb.uri", f"jdbc:sqlite:{data}/iceberg/catalog.db")
+             .config("spark.sql.catalog.plumb.warehouse", f"file://{data}/iceberg/warehouse")
+             .getOrCreate())
+    try:
+        rows = spark.sql("select instance, count(*) n, count_if(qr) responses from plumb.plumb.dns "
+                         "group by instance order by instance").collect()
+        assert [tuple(r) for r in rows] == [("ams", 82, 41), ("lax", 82, 41)], rows
+        assert spark.sql("select count(*) from plumb.plumb.pairs").collect()[0][0] == 82
+        sites = want.column("instance").to_pylist()
+        assert sorted(set(sites)) == ["ams", "lax"] and len(sites) == 164
+    finally:
+        spark.stop()
