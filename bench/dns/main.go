@@ -38,6 +38,7 @@ func main() {
 	size := flag.String("size", "1GiB", "capture size per mix")
 	realSize := flag.String("real-size", "256MiB", "size the real capture is replicated to")
 	realOnly := flag.Bool("real-only", false, "measure the real capture only, not the generated mixes")
+	baseline := flag.String("baseline", "", "an earlier plumb `binary` (built from git) measured beside on the real capture")
 	mixList := flag.String("mixes", "normal,attack,signed", "generated mixes to measure (plumb synth --mix)")
 	tsharkSize := flag.String("tshark-size", "32MiB", "prefix tshark reads")
 	toParquet := flag.String("parquet", "", "internal: write this Arrow file as Parquet and as ZSTD IPC and print the sizes")
@@ -53,7 +54,7 @@ func main() {
 	defer os.RemoveAll(dir)
 	mixes := strings.Split(*mixList, ",")
 	if *realOnly {
-		realTraffic(*plumb, dir, *realSize, *tsharkSize)
+		realTraffic(*plumb, *baseline, dir, *realSize, *tsharkSize)
 		return
 	}
 	tshark, _ := exec.LookPath("tshark")
@@ -126,9 +127,9 @@ func main() {
 		fmt.Printf("%-7s %11.0f %11s %11s %11s %11s %11s %15.2f %15.2f %13.2f\n", mix, s.messages, per(s.pcap), per(s.gz), per(s.arrow),
 			per(s.zstd), per(s.parquet), s.parquet/s.arrow, s.parquet/s.zstd, s.parquet/s.gz)
 	}
-	fmt.Println("aim: parquet at most 0.5x the Arrow IPC blocks (arrow: the blocks as stored, ZSTD at its fastest level;")
-	fmt.Println("arrow zstd: the same batches at ZSTD's default level)")
-	realTraffic(*plumb, dir, *realSize, *tsharkSize)
+	fmt.Println("aim: parquet at most 0.5x the Arrow IPC blocks (arrow: the blocks as stored, ZSTD at its default level;")
+	fmt.Println("arrow zstd: the same batches at arrow-go's next level, SpeedBetterCompression)")
+	realTraffic(*plumb, *baseline, dir, *realSize, *tsharkSize)
 }
 
 // run runs plumb and returns its output, wall seconds, peak RSS (MiB)
@@ -203,7 +204,7 @@ func zstdSize(records string) float64 {
 	}
 	defer r.Close()
 	var out countWriter
-	w, err := ipc.NewFileWriter(&out, ipc.WithSchema(r.Schema()), ipc.WithZstd())
+	w, err := ipc.NewFileWriter(&out, ipc.WithSchema(r.Schema()), ipc.WithZstdLevel(7))
 	if err != nil {
 		log.Fatal(err)
 	}

@@ -16,9 +16,10 @@ import (
 // signed authoritative server (DNSSEC signatures in most responses, up
 // to 13 records each, TCP and EDNS client subnet; testdata/pcaps, see
 // PROVENANCE.tsv) replicated to size, against dnsjit parsing header and
-// question (bench/dns/dnsjit-hq.lua) and tshark on a prefix. Each is run
-// three times, alternated, and the median CPU seconds per GB printed.
-func realTraffic(plumb, dir, size, tsharkSize string) {
+// question (bench/dns/dnsjit-hq.lua) and tshark on a prefix, and beside
+// an earlier plumb binary (baseline, when set) doing the same. Each is
+// run three times, alternated, and the median CPU seconds per GB printed.
+func realTraffic(plumb, baseline, dir, size, tsharkSize string) {
 	n, err := pipeline.ParseSize(size)
 	if err != nil {
 		log.Fatal(err)
@@ -40,18 +41,23 @@ func realTraffic(plumb, dir, size, tsharkSize string) {
 	dnsjit, _ := exec.LookPath("dnsjit")
 	tshark, _ := exec.LookPath("tshark")
 	type measure struct {
-		name  string
-		cpu   func() float64 // CPU seconds per GB
-		bytes float64        // records written
+		name string
+		cpu  func() float64 // CPU seconds per GB
+		out  string         // the records written, if any
 	}
-	records := func(sections, names string) func() float64 {
-		return func() float64 {
-			_, _, _, cpu := run(plumb, "dns", "--sections", sections, "--names", names, "-o", filepath.Join(dir, "real-"+sections+"-"+names+".arrow"), full)
+	records := func(name, bin, sections, names string) measure {
+		out := filepath.Join(dir, "real-"+filepath.Base(bin)+"-"+sections+"-"+names+".arrow")
+		return measure{name: name, out: out, cpu: func() float64 {
+			_, _, _, cpu := run(bin, "dns", "--sections", sections, "--names", names, "-o", out, full)
 			return cpu / gb
-		}
+		}}
 	}
-	ms := []measure{{name: "plumb dns, every section", cpu: records("all", "all")}, {name: "plumb dns --sections question", cpu: records("question", "all")},
-		{name: "  and --names none", cpu: records("question", "none")}}
+	ms := []measure{records("plumb dns, every section", plumb, "all", "all"), records("plumb dns --sections question", plumb, "question", "all"),
+		records("  and --names none", plumb, "question", "none")}
+	if baseline != "" {
+		ms = append(ms, records("baseline, every section", baseline, "all", "all"), records("baseline --sections question", baseline, "question", "all"))
+	}
+	dnsjitAt := len(ms)
 	if dnsjit != "" {
 		ms = append(ms, measure{name: "dnsjit, header and question", cpu: func() float64 {
 			cmd := exec.Command(dnsjit, "bench/dns/dnsjit-hq.lua", full)
@@ -86,19 +92,19 @@ func realTraffic(plumb, dir, size, tsharkSize string) {
 	fmt.Printf("%-34s %14s %24s %18s\n", "", "CPU s/GB (med)", "three runs", "records MB/M msgs")
 	for i, m := range ms {
 		size := ""
-		switch i {
-		case 0:
-			size = fmt.Sprintf("%.1f", fileSize(filepath.Join(dir, "real-all-all.arrow"))/messages)
-		case 1:
-			size = fmt.Sprintf("%.1f", fileSize(filepath.Join(dir, "real-question-all.arrow"))/messages)
-		case 2:
-			size = fmt.Sprintf("%.1f", fileSize(filepath.Join(dir, "real-question-none.arrow"))/messages)
+		if m.out != "" {
+			size = fmt.Sprintf("%.1f", fileSize(m.out)/messages)
 		}
 		fmt.Printf("%-34s %14.2f %8.2f %7.2f %7.2f %18s\n", m.name, median(runs[i]), runs[i][0], runs[i][1], runs[i][2], size)
 	}
+	if baseline != "" {
+		fmt.Printf("this build / baseline: every section %.2fx CPU, %.2fx bytes; question %.2fx CPU, %.2fx bytes\n",
+			median(runs[0])/median(runs[3]), fileSize(ms[0].out)/fileSize(ms[3].out), median(runs[1])/median(runs[4]), fileSize(ms[1].out)/fileSize(ms[4].out))
+	}
 	if dnsjit != "" {
+		j := median(runs[dnsjitAt])
 		fmt.Printf("every section / dnsjit: %.2fx CPU (aim <= 1.5x); question / dnsjit: %.2fx (aim <= 1.0x); question, no derived names / dnsjit: %.2fx\n",
-			median(runs[0])/median(runs[3]), median(runs[1])/median(runs[3]), median(runs[2])/median(runs[3]))
+			median(runs[0])/j, median(runs[1])/j, median(runs[2])/j)
 	}
 	if tshark != "" {
 		ti := len(ms) - 1
