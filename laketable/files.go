@@ -69,7 +69,6 @@ func (r routedFiles) pick(loc string) (files, error) {
 	}
 	for _, s := range stores {
 		if s3, ok := s.(*blob.S3); ok && s3.Bucket() == bucket {
-			useBucket(s3)
 			return bucketFiles{s3}, nil
 		}
 	}
@@ -295,40 +294,50 @@ func (b bucketFiles) walk(ctx context.Context, dir string, fn func(string, time.
 	})
 }
 
-// The buckets whose tables iceberg-go reads and writes through
-// bucketIO, by name: iceberg-go finds a table's files by the scheme of
-// its location, and Plumb's S3 stores already hold the endpoint and
-// credentials, which must not go into table properties every reader of
-// the catalog sees.
+// The stores whose tables iceberg-go reads and writes through bucketIO,
+// by the id a Tables puts in its catalog's properties (propStore):
+// iceberg-go finds a table's files by the scheme of its location, and
+// Plumb's S3 stores already hold the endpoint and credentials, which
+// must not go into table properties every reader of the catalog sees.
+// The id, not the bucket, keys them: two servers in one process (tests)
+// may use buckets of one name on two endpoints.
 var (
-	bucketsMu   sync.Mutex
-	buckets     = map[string]*blob.S3{}
-	registerIO  sync.Once
-	errNoBucket = errors.New("no S3 store of this server (plumb store list) holds the bucket")
+	storesMu   sync.Mutex
+	stores     = map[string]routedFiles{}
+	registerIO sync.Once
 )
 
-// useBucket makes iceberg-go reach s3:// locations in the store's
-// bucket through the store.
-func useBucket(s *blob.S3) {
+// propStore is the catalog property naming the store a Tables reaches
+// s3:// locations through. Catalog properties stay in the process; they
+// are not written to the catalog.
+const propStore = "plumb.store"
+
+// useStore makes iceberg-go reach the s3:// locations of the catalog
+// whose propStore is id through the store's files (the lake's block
+// files may be in any member store; the tables' own are in the primary).
+func useStore(id string, files routedFiles) {
 	registerIO.Do(func() {
-		iceio.Register("s3", func(_ context.Context, u *url.URL, _ map[string]string) (iceio.IO, error) {
-			bucketsMu.Lock()
-			defer bucketsMu.Unlock()
-			s, ok := buckets[u.Host]
+		iceio.Register("s3", func(_ context.Context, u *url.URL, props map[string]string) (iceio.IO, error) {
+			storesMu.Lock()
+			defer storesMu.Unlock()
+			files, ok := stores[props[propStore]]
 			if !ok {
 				return nil, fmt.Errorf("s3://%s: %w %s", u.Host, errNoBucket, u.Host)
 			}
-			return bucketIO{files: bucketFiles{s}}, nil
+			return bucketIO{files: files}, nil
 		})
 	})
-	bucketsMu.Lock()
-	buckets[s.Bucket()] = s
-	bucketsMu.Unlock()
+	storesMu.Lock()
+	stores[id] = files
+	storesMu.Unlock()
 }
 
-// bucketIO is iceberg-go's view of a bucket: the tables' metadata,
-// manifest lists and manifests.
-type bucketIO struct{ files bucketFiles }
+var errNoBucket = errors.New("no S3 store of this server (plumb store list) holds the bucket")
+
+// bucketIO is iceberg-go's view of the tables' files: their metadata,
+// manifest lists and manifests, and the files it reads the footers of
+// when a sync adds them.
+type bucketIO struct{ files routedFiles }
 
 var _ iceio.WriteFileIO = bucketIO{}
 
@@ -337,7 +346,12 @@ func (b bucketIO) Open(name string) (iceio.File, error) {
 	if err != nil {
 		return nil, &fs.PathError{Op: "open", Path: name, Err: notExist(err)}
 	}
-	return objectFile{f.(*blob.Object), name}, nil
+	o, ok := f.(*blob.Object)
+	if !ok {
+		f.Close()
+		return nil, &fs.PathError{Op: "open", Path: name, Err: fs.ErrInvalid}
+	}
+	return objectFile{o, name}, nil
 }
 
 func (b bucketIO) ReadFile(name string) ([]byte, error) {

@@ -57,7 +57,8 @@ func TableName(queue string) string {
 type Tables struct {
 	db        *state.DB
 	store     blob.Store
-	files     files // where the tables' files are
+	files     files  // where the tables' files are
+	storeID   string // how iceberg-go's s3 IO finds the store (propStore), if it does
 	cat       *sqlcat.Catalog
 	sqldb     *sql.DB
 	warehouse string // URL of the tables' metadata
@@ -87,6 +88,7 @@ func Open(ctx context.Context, dir string, db *state.DB, store blob.Store) (*Tab
 	}
 	where := routedFiles{store}
 	var warehouse string
+	props := iceberg.Properties{}
 	home := store
 	if m, ok := store.(*blob.Multi); ok {
 		home = m.Primary()
@@ -94,7 +96,8 @@ func Open(ctx context.Context, dir string, db *state.DB, store blob.Store) (*Tab
 	switch s := home.(type) {
 	case *blob.S3:
 		warehouse = "s3://" + s.Bucket() + "/" + blob.TablesPrefix + "warehouse"
-		useBucket(s)
+		props[propStore] = fmt.Sprintf("%s#%p", s, where.store)
+		useStore(props[propStore], where)
 	case blob.Locator:
 		warehouse = (&url.URL{Scheme: "file", Path: filepath.Join(abs, "warehouse")}).String()
 		if err := os.MkdirAll(filepath.Join(abs, "warehouse"), 0o750); err != nil {
@@ -111,7 +114,8 @@ func Open(ctx context.Context, dir string, db *state.DB, store blob.Store) (*Tab
 	if err != nil {
 		return nil, fmt.Errorf("iceberg catalog %s: %w", path, err)
 	}
-	cat, err := sqlcat.NewCatalog(CatalogName, sqldb, sqlcat.SQLite, iceberg.Properties{"warehouse": warehouse})
+	props["warehouse"] = warehouse
+	cat, err := sqlcat.NewCatalog(CatalogName, sqldb, sqlcat.SQLite, props)
 	if err != nil {
 		sqldb.Close()
 		return nil, fmt.Errorf("iceberg catalog %s: %w", path, err)
@@ -124,7 +128,7 @@ func Open(ctx context.Context, dir string, db *state.DB, store blob.Store) (*Tab
 		sqldb.Close()
 		return nil, fmt.Errorf("iceberg catalog %s: namespace %s: %w", path, Namespace, err)
 	}
-	return &Tables{db: db, store: store, files: where, cat: cat, sqldb: sqldb, warehouse: warehouse, seen: map[string]state.Queue{},
+	return &Tables{db: db, store: store, files: where, storeID: props[propStore], cat: cat, sqldb: sqldb, warehouse: warehouse, seen: map[string]state.Queue{},
 		keepFor: keepSnapshotsFor, keepSnapshots: keepSnapshots, target: DefaultTarget, sidecars: map[string][]string{}, unkeptAfter: time.Hour, memory: DefaultMemory}, nil
 }
 
@@ -132,7 +136,14 @@ func Open(ctx context.Context, dir string, db *state.DB, store blob.Store) (*Tab
 func (t *Tables) Warehouse() string { return t.warehouse }
 
 // Close closes the catalog.
-func (t *Tables) Close() error { return t.sqldb.Close() }
+func (t *Tables) Close() error {
+	if t.storeID != "" {
+		storesMu.Lock()
+		delete(stores, t.storeID)
+		storesMu.Unlock()
+	}
+	return t.sqldb.Close()
+}
 
 // Synced is what one sync of a table did.
 type Synced struct {
