@@ -35,6 +35,41 @@ func Project(schema *arrow.Schema, cols []string) (*arrow.Schema, error) {
 	return arrow.NewSchema(fields, nil), nil
 }
 
+// Conform returns the batch with the columns of schema, in its order: a
+// column the batch lacks is all null where the schema lets it be (a
+// column newer writers added: a table's older blocks read it as null),
+// and one the schema lacks is left out. A column of another type, or a
+// non-nullable one missing, is an error naming it.
+func Conform(rec arrow.RecordBatch, schema *arrow.Schema) (arrow.RecordBatch, error) {
+	if rec.Schema().Equal(schema) {
+		rec.Retain()
+		return rec, nil
+	}
+	cols := make([]arrow.Array, schema.NumFields())
+	defer func() {
+		for _, c := range cols {
+			if c != nil {
+				c.Release()
+			}
+		}
+	}()
+	for i, f := range schema.Fields() {
+		idx := rec.Schema().FieldIndices(f.Name)
+		switch {
+		case len(idx) > 0 && arrow.TypeEqual(rec.Schema().Field(idx[0]).Type, f.Type):
+			cols[i] = rec.Column(idx[0])
+			cols[i].Retain()
+		case len(idx) > 0:
+			return nil, fmt.Errorf("column %q is %s here, %s in the table", f.Name, rec.Schema().Field(idx[0]).Type, f.Type)
+		case !f.Nullable:
+			return nil, fmt.Errorf("no column %q, which cannot be null (columns: %s)", f.Name, columnNames(rec.Schema()))
+		default:
+			cols[i] = array.MakeArrayOfNull(memory.DefaultAllocator, f.Type, int(rec.NumRows()))
+		}
+	}
+	return array.NewRecordBatch(schema, cols, rec.NumRows()), nil
+}
+
 func columnNames(s *arrow.Schema) string {
 	var names []string
 	for _, f := range s.Fields() {

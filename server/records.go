@@ -156,11 +156,13 @@ func (s *Service) producer(queue string) *pipeline.Node {
 	return nil
 }
 
-// recordsSchema is the table a queue's records have: its first block's
-// schema, or, before any block, the schema of what its stage writes.
+// recordsSchema is the table a queue's records have: its newest
+// selected block's schema (older blocks, written before a column was
+// added, read it as null: rowfilter.Conform), or, before any block, the
+// schema of what its stage writes.
 func (s *Service) recordsSchema(ctx context.Context, queue string, blocks []state.Block) (*arrow.Schema, error) {
 	if len(blocks) > 0 {
-		return s.blockSchema(ctx, blocks[0])
+		return s.blockSchema(ctx, blocks[len(blocks)-1])
 	}
 	if n := s.producer(queue); n != nil {
 		prog, _, _ := strings.Cut(n.Program.String(), "?")
@@ -235,16 +237,15 @@ func (r recordsRequest) conditions() []flight.Condition {
 // planRecords finds what a records request reads: the blocks, and the
 // table's schema with the request tried on it. Reading rows and answering
 // GetFlightInfo both start here.
-func (s *Service) planRecords(ctx context.Context, r recordsRequest) (blocks []state.Block, out *arrow.Schema, err error) {
+func (s *Service) planRecords(ctx context.Context, r recordsRequest) (blocks []state.Block, table, out *arrow.Schema, err error) {
 	if blocks, err = s.recordBlocks(r); err != nil {
-		return nil, nil, err
+		return nil, nil, nil, err
 	}
-	schema, err := s.recordsSchema(ctx, r.Records, blocks)
-	if err != nil {
-		return nil, nil, err
+	if table, err = s.recordsSchema(ctx, r.Records, blocks); err != nil {
+		return nil, nil, nil, err
 	}
-	out, err = r.check(schema)
-	return blocks, out, err
+	out, err = r.check(table)
+	return blocks, table, out, err
 }
 
 // serveRecords streams the selected rows.
@@ -253,7 +254,7 @@ func (s *Service) serveRecords(ctx context.Context, raw []byte, stream aflight.F
 	if err != nil {
 		return err
 	}
-	blocks, outSchema, err := s.planRecords(ctx, r)
+	blocks, table, outSchema, err := s.planRecords(ctx, r)
 	if err != nil {
 		return err
 	}
@@ -265,7 +266,7 @@ func (s *Service) serveRecords(ctx context.Context, raw []byte, stream aflight.F
 		if r.Limit > 0 && sent >= r.Limit {
 			break
 		}
-		n, err := s.sendRecords(ctx, w, b, r, outSchema, conds, sent)
+		n, err := s.sendRecords(ctx, w, b, r, table, outSchema, conds, sent)
 		sent += n
 		if err != nil {
 			return err
@@ -282,7 +283,7 @@ func (s *Service) serveRecords(ctx context.Context, raw []byte, stream aflight.F
 
 // sendRecords sends the selected rows of one block, up to the request's
 // limit (sent rows went before), and returns how many it sent.
-func (s *Service) sendRecords(ctx context.Context, w *aflight.Writer, b state.Block, r recordsRequest, outSchema *arrow.Schema, conds []flight.Condition, sent int64) (int64, error) {
+func (s *Service) sendRecords(ctx context.Context, w *aflight.Writer, b state.Block, r recordsRequest, table, outSchema *arrow.Schema, conds []flight.Condition, sent int64) (int64, error) {
 	data, err := s.readAll(ctx, b)
 	if err != nil {
 		return 0, err
@@ -302,12 +303,15 @@ func (s *Service) sendRecords(ctx context.Context, w *aflight.Writer, b state.Bl
 		if err != nil {
 			return n, status.Errorf(codes.DataLoss, "block %s, batch %d: %v", b.Name, i, err)
 		}
-		out, err := rowfilter.Select(rec, r.Columns, conds)
+		whole, err := rowfilter.Conform(rec, table)
 		rec.Release()
 		if err != nil {
-			// The ticket was checked on the first block's schema: this
-			// block's table differs from it.
-			return n, status.Errorf(codes.FailedPrecondition, "block %s: %v (its columns differ from the queue's first block)", b.Name, err)
+			return n, status.Errorf(codes.FailedPrecondition, "block %s: %v; its columns differ from the newest block's: read it with a ticket of its own", b.Name, err)
+		}
+		out, err := rowfilter.Select(whole, r.Columns, conds)
+		whole.Release()
+		if err != nil {
+			return n, status.Errorf(codes.FailedPrecondition, "block %s: %v", b.Name, err)
 		}
 		if r.Limit > 0 && sent+n+out.NumRows() > r.Limit {
 			cut := out.NewSlice(0, r.Limit-sent-n)
@@ -317,7 +321,7 @@ func (s *Service) sendRecords(ctx context.Context, w *aflight.Writer, b state.Bl
 		if out.NumRows() > 0 {
 			if !out.Schema().Equal(outSchema) {
 				out.Release()
-				return n, status.Errorf(codes.FailedPrecondition, "block %s: its columns differ from the queue's first block; read it with a ticket of its own", b.Name)
+				return n, status.Errorf(codes.FailedPrecondition, "block %s: its columns differ from the newest block's; read it with a ticket of its own", b.Name)
 			}
 			err = w.Write(out)
 			n += out.NumRows()
@@ -340,7 +344,7 @@ func (s *Service) recordsInfo(ctx context.Context, desc *aflight.FlightDescripto
 	if err := s.allow(ctx, auth.Read, r.Records, "flight info"); err != nil {
 		return nil, err
 	}
-	blocks, out, err := s.planRecords(ctx, r)
+	blocks, _, out, err := s.planRecords(ctx, r)
 	if err != nil {
 		return nil, err
 	}

@@ -1,13 +1,20 @@
 package server
 
 import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"slices"
 	"strings"
 	"testing"
 
 	"github.com/apache/arrow-go/v18/arrow"
 	"github.com/apache/arrow-go/v18/arrow/array"
+	"github.com/apache/arrow-go/v18/arrow/ipc"
 	"github.com/apache/arrow-go/v18/arrow/memory"
+	"google.golang.org/grpc/codes"
 
+	"github.com/plumb-dev/plumb/flight"
 	"github.com/plumb-dev/plumb/rowfilter"
 )
 
@@ -112,4 +119,89 @@ func TestSelectRows(t *testing.T) {
 		}
 		out.Release()
 	}
+}
+
+// arrowFile is rec as an Arrow IPC file.
+func arrowFile(t *testing.T, rec arrow.RecordBatch) []byte {
+	t.Helper()
+	var buf bytes.Buffer
+	w, err := ipc.NewFileWriter(&buf, ipc.WithSchema(rec.Schema()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := w.Write(rec); err != nil {
+		t.Fatal(err)
+	}
+	if err := w.Close(); err != nil {
+		t.Fatal(err)
+	}
+	return buf.Bytes()
+}
+
+// TestRecordsAcrossAnAddedColumn: a queue whose older blocks were
+// written before their stage gained a column (a Plumb upgrade) reads as
+// one table of the newest block's columns, the older rows null in the
+// new one, whether the ticket asks for every column, for the new one or
+// filters on it; a block whose column changed type is refused, named.
+func TestRecordsAcrossAnAddedColumn(t *testing.T) {
+	ts := startServer(t, Config{})
+	ctx := context.Background()
+	old := batch(t)
+	defer old.Release()
+	// The newer block: the same rows, with rtt after rcode.
+	fields := slices.Insert(slices.Clone(old.Schema().Fields()), 5, arrow.Field{Name: "rtt", Type: arrow.FixedWidthTypes.Duration_ns, Nullable: true})
+	rb := array.NewDurationBuilder(memory.DefaultAllocator, arrow.FixedWidthTypes.Duration_ns.(*arrow.DurationType))
+	defer rb.Release()
+	for i := range old.NumRows() {
+		rb.AppendValues([]arrow.Duration{arrow.Duration((i + 1) * 1000)}, nil)
+	}
+	rtt := rb.NewArray()
+	defer rtt.Release()
+	newer := array.NewRecordBatch(arrow.NewSchema(fields, nil), slices.Insert(slices.Clone(old.Columns()), 5, rtt), old.NumRows())
+	defer newer.Release()
+	if _, err := ts.c.Put(ctx, bytesSource("20250505-151105-00000001.lax.dns.arrow", arrowFile(t, old)),
+		bytesSource("20250505-151106-00000002.lax.dns.arrow", arrowFile(t, newer))); err != nil {
+		t.Fatal(err)
+	}
+	tbl, err := ts.c.RecordsTable(ctx, flight.RecordsTicket{Records: "dns.arrow"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tbl.Release()
+	if tbl.NumRows() != 10 || !tbl.Schema().Equal(newer.Schema()) {
+		t.Fatalf("%d rows of %v; want 10 of the newest block's columns", tbl.NumRows(), tbl.Schema())
+	}
+	if nulls := tbl.Column(5).NullN(); nulls != 5 {
+		t.Fatalf("rtt has %d nulls; want the older block's 5", nulls)
+	}
+	tbl2, err := ts.c.RecordsTable(ctx, flight.RecordsTicket{Records: "dns.arrow", Columns: []string{"qname", "rtt"},
+		Filter: []flight.Condition{{Column: "rtt", Op: "not_null"}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tbl2.Release()
+	if tbl2.NumRows() != 5 || tbl2.NumCols() != 2 {
+		t.Fatalf("filtered on the new column: %d rows, %d columns; want the newer block's 5 rows, 2 columns", tbl2.NumRows(), tbl2.NumCols())
+	}
+	// A third block whose qtype is a string: refused, by name.
+	fields = slices.Clone(old.Schema().Fields())
+	fields[2].Type = arrow.BinaryTypes.String
+	sb := array.NewStringBuilder(memory.DefaultAllocator)
+	defer sb.Release()
+	sb.AppendValues([]string{"A", "AAAA", "A", "AAAA", "A"}, nil)
+	qtype := sb.NewArray()
+	defer qtype.Release()
+	cols := slices.Clone(old.Columns())
+	cols[2] = qtype
+	odd := array.NewRecordBatch(arrow.NewSchema(fields, nil), cols, old.NumRows())
+	defer odd.Release()
+	if _, err := ts.c.Put(ctx, bytesSource("20250505-151107-00000003.lax.dns.arrow", arrowFile(t, odd))); err != nil {
+		t.Fatal(err)
+	}
+	_, err = ts.c.RecordsTable(ctx, flight.RecordsTicket{Records: "dns.arrow", From: json.RawMessage("1"), To: json.RawMessage("2")})
+	if err != nil {
+		t.Fatalf("the two blocks before it: %v", err)
+	}
+	_, err = ts.c.RecordsTable(ctx, flight.RecordsTicket{Records: "dns.arrow"})
+	wantCode(t, err, codes.FailedPrecondition, "block 20250505-151105-00000001.lax.dns.arrow")
 }
