@@ -52,7 +52,10 @@ type readAtFile interface {
 // machine, s3://BUCKET/ in the bucket of the server's S3 store (or
 // member store) that has it. The lake's block files may be in several
 // member stores; the tables' own files are where the primary store is.
-type routedFiles struct{ store blob.Store }
+type routedFiles struct {
+	store blob.Store
+	tmp   string // where a file for a bucket is spooled (beside the catalog)
+}
 
 func (r routedFiles) pick(loc string) (files, error) {
 	if strings.HasPrefix(loc, "file://") {
@@ -69,7 +72,7 @@ func (r routedFiles) pick(loc string) (files, error) {
 	}
 	for _, s := range stores {
 		if s3, ok := s.(*blob.S3); ok && s3.Bucket() == bucket {
-			return bucketFiles{s3}, nil
+			return bucketFiles{s3, r.tmp}, nil
 		}
 	}
 	return nil, fmt.Errorf("%s: %w %s", loc, errNoBucket, bucket)
@@ -216,7 +219,10 @@ func (localFiles) walk(_ context.Context, dir string, fn func(string, time.Time)
 
 // bucketFiles are files in the bucket of an S3 store, under
 // blob.TablesPrefix.
-type bucketFiles struct{ s3 *blob.S3 }
+type bucketFiles struct {
+	s3  *blob.S3
+	tmp string // where a file is spooled before its PUT
+}
 
 // key returns the object key of the location s3://BUCKET/KEY.
 func (b bucketFiles) key(loc string) (string, error) {
@@ -256,7 +262,7 @@ func (b bucketFiles) write(ctx context.Context, loc string, fill func(io.Writer)
 	if err != nil {
 		return err
 	}
-	f, err := os.CreateTemp("", "plumb-iceberg-*")
+	f, err := os.CreateTemp(b.tmp, "plumb-iceberg-*.tmp")
 	if err != nil {
 		return err
 	}

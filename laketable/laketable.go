@@ -86,7 +86,7 @@ func Open(ctx context.Context, dir string, db *state.DB, store blob.Store) (*Tab
 	if err != nil {
 		return nil, err
 	}
-	where := routedFiles{store}
+	where := routedFiles{store: store, tmp: abs}
 	var warehouse string
 	props := iceberg.Properties{}
 	home := store
@@ -108,6 +108,12 @@ func Open(ctx context.Context, dir string, db *state.DB, store blob.Store) (*Tab
 	}
 	if err := os.MkdirAll(abs, 0o750); err != nil {
 		return nil, fmt.Errorf("iceberg catalog directory: %w", err)
+	}
+	// Files a killed server was spooling for a bucket: never put, never named.
+	if stale, err := filepath.Glob(filepath.Join(abs, "plumb-iceberg-*.tmp")); err == nil {
+		for _, f := range stale {
+			os.Remove(f)
+		}
 	}
 	path := filepath.Join(abs, "catalog.db")
 	sqldb, err := sql.Open("sqlite", "file:"+path+"?_pragma=busy_timeout(5000)&_pragma=journal_mode(WAL)")

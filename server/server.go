@@ -481,6 +481,7 @@ func Run(ctx context.Context, cfg Config) (err error) {
 			cfg.Logger.Warn("no Iceberg tables of the lake queues", "err", err)
 		} else {
 			defer tables.Close()
+			cfg.Logger.Info("Iceberg tables of the lake queues", "catalog", filepath.Join(cfg.Data, "iceberg", "catalog.db"), "warehouse", tables.Warehouse())
 			if cfg.IcebergMemory > 0 {
 				tables.SetMemory(cfg.IcebergMemory)
 			}
