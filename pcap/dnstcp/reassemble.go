@@ -99,6 +99,11 @@ type stream struct {
 	synced  bool   // buf starts at a message boundary
 	buf     []byte // in-order bytes not yet made into messages
 	times   []span // when buf's bytes came, in order
+	// borrowed says buf is the bytes of the segment being added, not a
+	// copy: most segments carry whole messages, which extract takes
+	// from them in place; own copies what is left before Add returns.
+	borrowed bool
+	one      [1]span // times' room for one segment
 	// pending holds segments beyond a hole, by offset: a heap, so each
 	// segment costs O(log n) however many wait (a list made 300,000
 	// one-byte segments quadratic); held dedupes retransmissions.
@@ -245,6 +250,7 @@ func (r *Reassembler) Add(now time.Time, p *netpkt.Packet, emit Emit) {
 			r.Skipped++
 		}
 		s.extract(emit, &r.check)
+		s.own()
 	}
 	r.bytes += s.size() - before
 	if p.Flags&netpkt.FlagFIN != 0 && len(s.pending) == 0 {
@@ -333,7 +339,14 @@ func (s *stream) add(seq uint32, data []byte, t time.Time) {
 
 // append adds in-order bytes that came at t.
 func (s *stream) append(data []byte, t time.Time) {
-	s.buf = append(s.buf, data...)
+	if len(s.buf) == 0 && len(s.pending) == 0 {
+		s.buf, s.borrowed = data[:len(data):len(data)], true
+	} else {
+		s.buf = append(s.buf, data...)
+	}
+	if s.times == nil {
+		s.times = s.one[:0]
+	}
 	s.times = append(s.times, span{len(data), t})
 	s.next += uint32(len(data))
 	s.nextAbs += int64(len(data))
@@ -427,6 +440,21 @@ func (s *stream) extract(emit Emit, check *dnsmsg.Parser) {
 	}
 }
 
+// own copies what is left of a borrowed segment (the start of a message
+// the next segments continue): the packet's bytes are the caller's again
+// once Add returns.
+func (s *stream) own() {
+	if !s.borrowed {
+		return
+	}
+	s.borrowed = false
+	if len(s.buf) == 0 {
+		s.buf = nil
+		return
+	}
+	s.buf = slices.Clone(s.buf)
+}
+
 func (r *Reassembler) remove(el *list.Element) {
 	s := el.Value.(*stream)
 	r.bytes -= s.size()
@@ -467,6 +495,7 @@ func (r *Reassembler) finish(s *stream, emit Emit) {
 		s.skipHole()
 		r.Skipped++
 		s.extract(emit, &r.check)
+		s.own()
 	}
 	r.bytes += s.size() - before
 }

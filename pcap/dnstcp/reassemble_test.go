@@ -1,6 +1,7 @@
 package dnstcp
 
 import (
+	"bytes"
 	"encoding/binary"
 	"fmt"
 	"math/rand/v2"
@@ -298,5 +299,45 @@ func TestReassemblyIsLinear(t *testing.T) {
 	}
 	if big > 5*time.Second {
 		t.Errorf("300,000 segments took %v", big)
+	}
+}
+
+// TestSegmentBytesAreTheCallers: a segment's bytes are the caller's
+// again once Add returns (a capture reader reuses its buffer), though
+// whole messages are taken from them in place: every message comes out
+// whole, however the stream is cut and whatever the caller writes over
+// a segment's bytes after Add.
+func TestSegmentBytesAreTheCallers(t *testing.T) {
+	msgs := [][]byte{message(1, 17), message(2, 17), message(3, 17), message(4, 17)}
+	for i, m := range msgs {
+		for j := 2; j < len(m); j++ {
+			m[j] ^= byte(i*31 + j) // each message's bytes its own
+		}
+	}
+	b := wire(msgs...)
+	for _, sizes := range [][]int{nil, {19}, {10, 19, 30}, {19, 19, 19}, ones(len(b)), {2, 40, 3}} {
+		segs := append([]seg{{off: 0, flags: netpkt.FlagSYN}}, cut(b, sizes...)...)
+		var got [][]byte
+		emit := func(_ Key, _ time.Time, msg []byte) { got = append(got, bytes.Clone(msg)) }
+		r := &Reassembler{}
+		shared := make([]byte, len(b))
+		for i, s := range segs {
+			data := shared[:copy(shared, s.data)]
+			p := netpkt.Packet{Src: client, Dst: server, SrcPort: 40000, DstPort: 53, Proto: netpkt.ProtoTCP,
+				Seq: 1000 + uint32(s.off), Flags: s.flags | netpkt.FlagACK, Payload: data}
+			r.Add(t0.Add(time.Duration(i)*time.Millisecond), &p, emit)
+			for k := range shared {
+				shared[k] = 0xff
+			}
+		}
+		r.Flush(emit)
+		if len(got) != len(msgs) {
+			t.Fatalf("cut %v: %d messages, want %d", sizes, len(got), len(msgs))
+		}
+		for i := range msgs {
+			if !bytes.Equal(got[i], msgs[i]) {
+				t.Errorf("cut %v: message %d is %x, want %x", sizes, i+1, got[i], msgs[i])
+			}
+		}
 	}
 }
