@@ -269,6 +269,22 @@ func acceptance(t *testing.T, be backend) {
 		return nil
 	})
 
+	// A view reads one snapshot, whatever commits meanwhile.
+	view(func(tx metakv.Tx) error {
+		before := string(tx.Bucket([]byte("a")).Get([]byte("snap")))
+		done := make(chan error)
+		go func() {
+			done <- db.Update(ctx, func(tx metakv.Tx) error { return tx.Bucket([]byte("a")).Put([]byte("snap"), []byte("after")) })
+		}()
+		if err := <-done; err != nil {
+			t.Fatal(err)
+		}
+		if now := string(tx.Bucket([]byte("a")).Get([]byte("snap"))); now != before {
+			t.Errorf("a view read %q, then %q after another transaction committed", before, now)
+		}
+		return nil
+	})
+
 	// Updates one at a time: read, add one, write, from many goroutines
 	// (and, where the store allows, from another handle, as another
 	// server), and no increment is lost.
