@@ -35,7 +35,7 @@ FUZZ_TARGETS := \
 	./pcap/dnstap:FuzzDecode:200000x \
 	./state:FuzzBlockRecord:100000x
 
-.PHONY: build test test-go test-python fuzz-short bench bench-scale bench-windows demo lint clean image kube
+.PHONY: build test test-go test-state-postgres test-python fuzz-short bench bench-scale bench-windows demo lint clean image kube
 
 # The build says what it is (plumb version, plumb_build_info) even where
 # Go does not stamp version control information (-buildvcs=false).
@@ -69,7 +69,7 @@ lint:
 	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
 	$(GO) vet ./...
 
-test: lint build test-go test-python fuzz-short
+test: lint build test-go test-state-postgres test-python fuzz-short
 
 # On failure the names of failed and hung tests are repeated at the end,
 # where a CI log that shows only its tail still shows them.
@@ -78,6 +78,11 @@ test-go:
 	if [ $$st -ne 0 ]; then echo; echo "== what failed (repeated from above)"; \
 		grep -E -A4 '^(--- FAIL|panic: |FAIL|running tests:)' $$log | grep -v -E '^(\s*$$|--$$)' | head -80; fi; \
 	rm -f $$log; exit $$st
+
+# The metadata's tests again, on PostgreSQL (metakv), each test in a
+# database of its own on a server the tests start.
+test-state-postgres:
+	PLUMB_TEST_META=postgres $(GO) test -race -count=1 ./state
 
 test-python: build
 	PLUMB_BIN=$(CURDIR)/$(BIN) $(PYTEST) -q tests/python

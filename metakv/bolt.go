@@ -30,6 +30,18 @@ func (b *Bolt) View(ctx context.Context, fn func(Tx) error) error {
 	return b.db.View(func(tx *bolt.Tx) error { return fn(boltTx{tx}) })
 }
 
+// Batch implements DB: bbolt's Batch, which gathers concurrent calls
+// into one transaction (fn may run more than once).
+func (b *Bolt) Batch(ctx context.Context, fn func(Tx) error) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	return boltErr(b.db.Batch(func(tx *bolt.Tx) error { return fn(boltTx{tx}) }))
+}
+
+// WrapBolt is a DB over an open bbolt database.
+func WrapBolt(db *bolt.DB) *Bolt { return &Bolt{db} }
+
 // Update implements DB.
 func (b *Bolt) Update(ctx context.Context, fn func(Tx) error) error {
 	if err := ctx.Err(); err != nil {
@@ -101,6 +113,16 @@ func (b boltBucket) NextSequence() (uint64, error) {
 	return n, boltErr(err)
 }
 func (b boltBucket) SetSequence(v uint64) error { return boltErr(b.b.SetSequence(v)) }
+
+// GrowsAtEnd tells the store that keys are added to b at the end (of
+// each range): bbolt then fills the pages it splits to 90%, where its
+// default split leaves every page it passes half empty. Other stores
+// ignore it.
+func GrowsAtEnd(b Bucket) {
+	if bb, ok := b.(boltBucket); ok {
+		bb.b.FillPercent = 0.9
+	}
+}
 
 type boltCursor struct{ c *bolt.Cursor }
 

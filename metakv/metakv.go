@@ -21,6 +21,10 @@ type DB interface {
 	// returns nil and rolled back otherwise. Updates run one at a time,
 	// across every server sharing the store.
 	Update(ctx context.Context, fn func(Tx) error) error
+	// Batch is Update for calls that come together (a site's uploads):
+	// a store may gather them into one transaction, and so run fn more
+	// than once; fn must only depend on what it reads.
+	Batch(ctx context.Context, fn func(Tx) error) error
 	Close() error
 }
 

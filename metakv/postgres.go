@@ -63,6 +63,9 @@ func (p *Postgres) View(ctx context.Context, fn func(Tx) error) error {
 	return p.run(ctx, pgx.TxOptions{IsoLevel: pgx.RepeatableRead, AccessMode: pgx.ReadOnly}, false, fn)
 }
 
+// Batch implements DB: an Update.
+func (p *Postgres) Batch(ctx context.Context, fn func(Tx) error) error { return p.Update(ctx, fn) }
+
 // Update implements DB.
 func (p *Postgres) Update(ctx context.Context, fn func(Tx) error) error {
 	return p.run(ctx, pgx.TxOptions{IsoLevel: pgx.ReadCommitted}, true, fn)

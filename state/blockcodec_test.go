@@ -1,15 +1,15 @@
 package state
 
 import (
+	"context"
 	"encoding/json"
 	"reflect"
 	"strings"
 	"testing"
 	"time"
 
-	bolt "go.etcd.io/bbolt"
-
 	"github.com/plumb-dev/plumb/block"
+	"github.com/plumb-dev/plumb/metakv"
 )
 
 // blockShapes are blocks whose records take each branch of the compact
@@ -65,7 +65,7 @@ func TestBlockRecordRoundTrip(t *testing.T) {
 func TestBlockRecordsOfOlderServers(t *testing.T) {
 	db, _ := open(t)
 	b := blockShapes()[0]
-	err := db.bolt.Update(func(tx *bolt.Tx) error {
+	err := db.kv.Update(context.Background(), func(tx metakv.Tx) error {
 		js, _ := json.Marshal(b)
 		blocks, err := sub(tx, bucketBlocks, b.Queue)
 		if err != nil {

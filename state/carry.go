@@ -1,11 +1,12 @@
 package state
 
 import (
+	"context"
 	"encoding/json"
 	"fmt"
 	"time"
 
-	bolt "go.etcd.io/bbolt"
+	"github.com/plumb-dev/plumb/metakv"
 )
 
 // Carry is what a sequential stage hands from one block of a site to the
@@ -42,7 +43,7 @@ var bucketCarries = []byte("carries") // group → instance → Carry
 func (d *DB) GetCarry(group, instance string) (Carry, bool, error) {
 	var c Carry
 	var ok bool
-	err := d.bolt.View(func(tx *bolt.Tx) (err error) {
+	err := d.kv.View(context.Background(), func(tx metakv.Tx) (err error) {
 		c, ok, err = getRecord[Carry](mustSub(tx, bucketCarries, group), []byte(instance))
 		return err
 	})
@@ -65,7 +66,7 @@ func (d *DB) ReserveNext(queue, group, reserver string, visibility, gapWait time
 		in  CarryIn
 	)
 	now := d.now()
-	err := d.bolt.Update(func(tx *bolt.Tx) error {
+	err := d.kv.Update(context.Background(), func(tx metakv.Tx) error {
 		if _, _, err := loadGroup(tx, queue, group); err != nil {
 			return err
 		}
@@ -175,7 +176,7 @@ func (d *DB) ReserveNext(queue, group, reserver string, visibility, gapWait time
 
 // allPresent reports whether an instance's blocks from seq up to, not
 // including, end are all stored.
-func allPresent(tx *bolt.Tx, queue, instance string, seq, end uint64) bool {
+func allPresent(tx metakv.Tx, queue, instance string, seq, end uint64) bool {
 	for ; seq < end; seq++ {
 		if !present(tx, queue, instance, seq) {
 			return false
@@ -192,7 +193,7 @@ func allPresent(tx *bolt.Tx, queue, instance string, seq, end uint64) bool {
 func (d *DB) ReservePart(queue, group, reserver string, visibility time.Duration) (Reservation, bool, error) {
 	var out Reservation
 	now := d.now()
-	err := d.bolt.Update(func(tx *bolt.Tx) error {
+	err := d.kv.Update(context.Background(), func(tx metakv.Tx) error {
 		if _, _, err := loadGroup(tx, queue, group); err != nil {
 			return err
 		}
@@ -250,7 +251,7 @@ func (d *DB) ReservePart(queue, group, reserver string, visibility time.Duration
 // part: the block is free again, for its turn in sequence, and the
 // attempts made so far still count.
 func (d *DB) CommitPart(r Run, part string) error {
-	return d.bolt.Update(func(tx *bolt.Tx) error {
+	return d.kv.Update(context.Background(), func(tx metakv.Tx) error {
 		if err := holds(tx, r); err != nil {
 			return err
 		}
@@ -276,7 +277,7 @@ type CarryUpdate struct {
 	Faulty   bool   // the block was set aside: the carry skips it
 }
 
-func putCarry(tx *bolt.Tx, group string, u *CarryUpdate, now time.Time) error {
+func putCarry(tx metakv.Tx, group string, u *CarryUpdate, now time.Time) error {
 	carries, err := sub(tx, bucketCarries, group)
 	if err != nil {
 		return err
@@ -309,7 +310,7 @@ const MaxCarry = 64 << 20
 // DeleteCarries forgets a group's carries, for a stage that left the
 // graph.
 func (d *DB) DeleteCarries(group string) error {
-	return d.bolt.Update(func(tx *bolt.Tx) error {
+	return d.kv.Update(context.Background(), func(tx metakv.Tx) error {
 		top := tx.Bucket(bucketCarries)
 		if top == nil || top.Bucket([]byte(group)) == nil {
 			return nil

@@ -1,13 +1,13 @@
 package state
 
 import (
+	"context"
 	"encoding/json"
 	"fmt"
 	"time"
 
-	bolt "go.etcd.io/bbolt"
-
 	"github.com/plumb-dev/plumb/block"
+	"github.com/plumb-dev/plumb/metakv"
 )
 
 // DeliveryState is where one block stands with one subscriber.
@@ -102,7 +102,7 @@ type GroupStats struct {
 
 // addDeliveries records one UNRESERVED delivery of a new block for every
 // group of its queue.
-func addDeliveries(tx *bolt.Tx, queue string, serial uint64) error {
+func addDeliveries(tx metakv.Tx, queue string, serial uint64) error {
 	groups, err := sub(tx, bucketGroups, queue)
 	if err != nil {
 		return err
@@ -140,7 +140,7 @@ func (d *DB) EnsureOwnedGroup(queue, group string, from From, owner, ownerID str
 		return Group{}, fmt.Errorf("from %q: want %q or %q", from, Earliest, Latest)
 	}
 	var out Group
-	err := d.bolt.Update(func(tx *bolt.Tx) error {
+	err := d.kv.Update(context.Background(), func(tx metakv.Tx) error {
 		groups, err := sub(tx, bucketGroups, queue)
 		if err != nil {
 			return err
@@ -199,7 +199,7 @@ func (d *DB) EnsureOwnedGroup(queue, group string, from From, owner, ownerID str
 // of that name.
 func (d *DB) GetGroup(queue, group string) (Group, error) {
 	var out Group
-	err := d.bolt.View(func(tx *bolt.Tx) error {
+	err := d.kv.View(context.Background(), func(tx metakv.Tx) error {
 		b := tx.Bucket(bucketGroups)
 		if b != nil {
 			b = b.Bucket([]byte(queue))
@@ -215,7 +215,7 @@ func (d *DB) GetGroup(queue, group string) (Group, error) {
 }
 
 // loadGroup returns the groups bucket of a queue and one group in it.
-func loadGroup(tx *bolt.Tx, queue, group string) (*bolt.Bucket, Group, error) {
+func loadGroup(tx metakv.Tx, queue, group string) (metakv.Bucket, Group, error) {
 	groups, err := sub(tx, bucketGroups, queue)
 	if err != nil {
 		return nil, Group{}, err
@@ -261,7 +261,7 @@ func (d *DB) ReserveAfter(queue, group, reserver string, visibility time.Duratio
 // zero when no block is reserved; a waiting reader sleeps until then.
 func (d *DB) NextExpiry(queue, group string) (time.Time, error) {
 	var next time.Time
-	err := d.bolt.View(func(tx *bolt.Tx) error {
+	err := d.kv.View(context.Background(), func(tx metakv.Tx) error {
 		return eachOwed(tx, queue, group, func(_ []byte, del Delivery) (bool, error) {
 			if del.State == Reserved && (next.IsZero() || del.Until.Before(next)) {
 				next = del.Until
@@ -275,14 +275,14 @@ func (d *DB) NextExpiry(queue, group string) (time.Time, error) {
 // eachOwed calls fn with each delivery of a group past its floor, in
 // serial order, until fn says it is done. A group that does not exist has
 // none.
-func eachOwed(tx *bolt.Tx, queue, group string, fn func(serial []byte, del Delivery) (done bool, err error)) error {
+func eachOwed(tx metakv.Tx, queue, group string, fn func(serial []byte, del Delivery) (done bool, err error)) error {
 	return eachOwedAfter(tx, queue, group, 0, fn)
 }
 
 // eachUnsettled is eachOwed over the deliveries set aside below the
 // floor (FAULTY, LOST) too, first. DONE deliveries have no records, so
 // the walk there costs what was set aside.
-func eachUnsettled(tx *bolt.Tx, queue, group string, fn func(serial []byte, del Delivery) (done bool, err error)) error {
+func eachUnsettled(tx metakv.Tx, queue, group string, fn func(serial []byte, del Delivery) (done bool, err error)) error {
 	g, ok, err := getRecord[Group](mustSub(tx, bucketGroups, queue), []byte(group))
 	if err != nil || !ok {
 		return err
@@ -307,7 +307,7 @@ func eachUnsettled(tx *bolt.Tx, queue, group string, fn func(serial []byte, del 
 
 // eachOwedAfter is eachOwed from past serial after, when it is above the
 // floor.
-func eachOwedAfter(tx *bolt.Tx, queue, group string, after uint64, fn func(serial []byte, del Delivery) (done bool, err error)) error {
+func eachOwedAfter(tx metakv.Tx, queue, group string, after uint64, fn func(serial []byte, del Delivery) (done bool, err error)) error {
 	g, ok, err := getRecord[Group](mustSub(tx, bucketGroups, queue), []byte(group))
 	if err != nil || !ok {
 		return err
@@ -338,7 +338,7 @@ func (d *DB) Ack(queue, group string, ids []block.ID) (int, error) {
 	// once, so it sets n afresh): a consumer acking block by block beside
 	// hundreds of puts a second paid a transaction and an fsync of its
 	// own for each, and fell behind.
-	err := d.bolt.Batch(func(tx *bolt.Tx) error {
+	err := d.kv.Batch(context.Background(), func(tx metakv.Tx) error {
 		n = 0
 		if _, _, err := loadGroup(tx, queue, group); err != nil {
 			return err
@@ -371,7 +371,7 @@ func (d *DB) Ack(queue, group string, ids []block.ID) (int, error) {
 // markDone records a group's delivery of a block as done: its record
 // goes, and the group counts it. It reports whether the block was owed
 // to the group at all, and whether this changed its state.
-func markDone(tx *bolt.Tx, queue, group string, serial uint64) (owed, changed bool, err error) {
+func markDone(tx metakv.Tx, queue, group string, serial uint64) (owed, changed bool, err error) {
 	del, ok, err := deliveryOf(tx, queue, group, serial)
 	if err != nil || !ok || del.State == Done {
 		return ok, false, err
@@ -389,7 +389,7 @@ func markDone(tx *bolt.Tx, queue, group string, serial uint64) (owed, changed bo
 
 // deliveryOf reads a group's delivery of a stored block; a block past the
 // group's start without a record was DONE.
-func deliveryOf(tx *bolt.Tx, queue, group string, serial uint64) (Delivery, bool, error) {
+func deliveryOf(tx metakv.Tx, queue, group string, serial uint64) (Delivery, bool, error) {
 	del, ok, err := getRecord[Delivery](mustSub(tx, bucketDeliveries, queue, group), u64(serial))
 	if ok || err != nil {
 		return del, ok, err
@@ -408,7 +408,7 @@ func deliveryOf(tx *bolt.Tx, queue, group string, serial uint64) (Delivery, bool
 // record, to deleting them (DoneDeleted): it counts them once, a walk of
 // the group's history made once, and marks them for deletion in pieces.
 // It returns the group as it now is.
-func migrate(tx *bolt.Tx, queue, group string) (*bolt.Bucket, Group, error) {
+func migrate(tx metakv.Tx, queue, group string) (metakv.Bucket, Group, error) {
 	groups, g, err := loadGroup(tx, queue, group)
 	if err != nil || g.DoneDeleted {
 		return groups, g, err
@@ -434,7 +434,7 @@ func migrate(tx *bolt.Tx, queue, group string) (*bolt.Bucket, Group, error) {
 func (d *DB) Groups(queue string) ([]GroupStats, error) {
 	var out []GroupStats
 	now := d.now()
-	err := d.bolt.View(func(tx *bolt.Tx) error {
+	err := d.kv.View(context.Background(), func(tx metakv.Tx) error {
 		groups, _ := sub(tx, bucketGroups, queue)
 		if groups == nil {
 			return nil
@@ -491,7 +491,7 @@ func (d *DB) Groups(queue string) ([]GroupStats, error) {
 
 // forgetDelivery deletes a group's delivery of a block being deleted
 // (before its arrival goes), keeping the group's count of DONE ones.
-func forgetDelivery(tx *bolt.Tx, queue, group string, serial uint64) error {
+func forgetDelivery(tx metakv.Tx, queue, group string, serial uint64) error {
 	del, ok, err := deliveryOf(tx, queue, group, serial)
 	if err != nil || !ok {
 		return err
@@ -525,7 +525,7 @@ func (d *DB) Unreserve(queue, group, reserver string, serials ...uint64) error {
 }
 
 func (d *DB) release(queue, group, reserver string, uncount bool, serials []uint64) error {
-	err := d.bolt.Update(func(tx *bolt.Tx) error {
+	err := d.kv.Update(context.Background(), func(tx metakv.Tx) error {
 		dels, err := sub(tx, bucketDeliveries, queue, group)
 		if err != nil {
 			return err
@@ -572,7 +572,7 @@ func (del Delivery) available(now time.Time) bool {
 func (d *DB) DeliveriesOf(queue string, serials []uint64) (map[uint64]map[string]Delivery, error) {
 	out := make(map[uint64]map[string]Delivery, len(serials))
 	now := d.now()
-	err := d.bolt.View(func(tx *bolt.Tx) error {
+	err := d.kv.View(context.Background(), func(tx metakv.Tx) error {
 		groups, _ := sub(tx, bucketGroups, queue)
 		if groups == nil {
 			return nil

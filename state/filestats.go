@@ -27,8 +27,11 @@ type FileStats struct {
 }
 
 // FileStats returns the metadata file's size and what its commits cost
-// since it was opened.
+// since it was opened; nothing when the metadata is not in a bbolt file.
 func (d *DB) FileStats() FileStats {
+	if d.bolt == nil {
+		return FileStats{} // metadata not in a file
+	}
 	s := d.bolt.Stats()
 	out := FileStats{
 		FreePages:  s.FreePageN + s.PendingPageN,

@@ -3,6 +3,7 @@ package state
 import "testing"
 
 func TestFileStatsCountCommits(t *testing.T) {
+	onBolt(t)
 	db, _ := open(t)
 	before := db.FileStats()
 	if before.Bytes == 0 {

@@ -1,10 +1,11 @@
 package state
 
 import (
+	"context"
 	"encoding/json"
 	"time"
 
-	bolt "go.etcd.io/bbolt"
+	"github.com/plumb-dev/plumb/metakv"
 )
 
 // touchEvery bounds how often a group's last use is written: a read is
@@ -18,7 +19,7 @@ func (d *DB) TouchGroup(queue, group string) error {
 	// Most calls find it touched within the minute: a read-only look
 	// spares them a write transaction (and its fsync).
 	fresh := false
-	d.bolt.View(func(tx *bolt.Tx) error {
+	d.kv.View(context.Background(), func(tx metakv.Tx) error {
 		g, ok, err := getRecord[Group](mustSub(tx, bucketGroups, queue), []byte(group))
 		fresh = err == nil && ok && now.Sub(g.Used) < touchEvery
 		return nil
@@ -26,7 +27,7 @@ func (d *DB) TouchGroup(queue, group string) error {
 	if fresh {
 		return nil
 	}
-	return d.bolt.Update(func(tx *bolt.Tx) error {
+	return d.kv.Update(context.Background(), func(tx metakv.Tx) error {
 		groups, g, err := loadGroup(tx, queue, group)
 		if err != nil {
 			return err
@@ -52,7 +53,7 @@ type GroupRef struct {
 func (d *DB) ExpireGroups(idle time.Duration, keep func(group string) bool) ([]GroupRef, error) {
 	now := d.now()
 	var gone []GroupRef
-	err := d.bolt.View(func(tx *bolt.Tx) error {
+	err := d.kv.View(context.Background(), func(tx metakv.Tx) error {
 		top := tx.Bucket(bucketGroups)
 		if top == nil {
 			return nil
@@ -92,7 +93,7 @@ func (d *DB) ExpireGroups(idle time.Duration, keep func(group string) bool) ([]G
 // hold (Groups counts every delivery, done ones included).
 func (d *DB) GroupNames(queue string) ([]string, error) {
 	var out []string
-	err := d.bolt.View(func(tx *bolt.Tx) error {
+	err := d.kv.View(context.Background(), func(tx metakv.Tx) error {
 		groups := mustSub(tx, bucketGroups, queue)
 		if groups == nil {
 			return nil
@@ -110,7 +111,7 @@ func (d *DB) GroupNames(queue string) ([]string, error) {
 // was set aside, not the queue's history.
 func (d *DB) Owed(queue, group string) (backlog, faulty int64, err error) {
 	now := d.now()
-	err = d.bolt.View(func(tx *bolt.Tx) error {
+	err = d.kv.View(context.Background(), func(tx metakv.Tx) error {
 		return eachUnsettled(tx, queue, group, func(_ []byte, del Delivery) (bool, error) {
 			switch {
 			case del.State == Unreserved || del.State == Reserved && now.After(del.Until):

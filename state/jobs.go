@@ -1,12 +1,13 @@
 package state
 
 import (
+	"context"
 	"encoding/json"
 	"fmt"
 	"sort"
 	"time"
 
-	bolt "go.etcd.io/bbolt"
+	"github.com/plumb-dev/plumb/metakv"
 )
 
 // JobState is where a submitted job stands.
@@ -49,7 +50,7 @@ var bucketJobs = []byte("jobs")
 // PutJob stores a job's new version; an accepted job gets the next merge
 // order unless it already had one. It returns the job as stored.
 func (d *DB) PutJob(j Job) (Job, error) {
-	err := d.bolt.Update(func(tx *bolt.Tx) error {
+	err := d.kv.Update(context.Background(), func(tx metakv.Tx) error {
 		jobs, err := tx.CreateBucketIfNotExists(bucketJobs)
 		if err != nil {
 			return err
@@ -78,7 +79,7 @@ func (d *DB) PutJob(j Job) (Job, error) {
 // GetJob returns one job.
 func (d *DB) GetJob(name string) (Job, error) {
 	var out Job
-	err := d.bolt.View(func(tx *bolt.Tx) error {
+	err := d.kv.View(context.Background(), func(tx metakv.Tx) error {
 		j, ok, err := getRecord[Job](tx.Bucket(bucketJobs), []byte(name))
 		if err == nil && !ok {
 			err = fmt.Errorf("job %q: %w", name, ErrNotFound)
@@ -92,7 +93,7 @@ func (d *DB) GetJob(name string) (Job, error) {
 // Jobs lists every job, accepted ones in merge order first.
 func (d *DB) Jobs() ([]Job, error) {
 	var out []Job
-	err := d.bolt.View(func(tx *bolt.Tx) error {
+	err := d.kv.View(context.Background(), func(tx metakv.Tx) error {
 		b := tx.Bucket(bucketJobs)
 		if b == nil {
 			return nil

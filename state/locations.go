@@ -1,9 +1,10 @@
 package state
 
 import (
+	"context"
 	"encoding/json"
 
-	bolt "go.etcd.io/bbolt"
+	"github.com/plumb-dev/plumb/metakv"
 )
 
 var (
@@ -15,7 +16,7 @@ var (
 // (blob.Locations).
 func (d *DB) Location(key string) (string, bool, error) {
 	var out string
-	err := d.bolt.View(func(tx *bolt.Tx) error {
+	err := d.kv.View(context.Background(), func(tx metakv.Tx) error {
 		if v := tx.Bucket(bucketLocations).Get([]byte(key)); v != nil {
 			out = string(v)
 		}
@@ -26,14 +27,14 @@ func (d *DB) Location(key string) (string, bool, error) {
 
 // SetLocation records the store holding a blob.
 func (d *DB) SetLocation(key, store string) error {
-	return d.bolt.Update(func(tx *bolt.Tx) error {
+	return d.kv.Update(context.Background(), func(tx metakv.Tx) error {
 		return tx.Bucket(bucketLocations).Put([]byte(key), []byte(store))
 	})
 }
 
 // ForgetLocation drops a deleted blob's location.
 func (d *DB) ForgetLocation(key string) error {
-	return d.bolt.Update(func(tx *bolt.Tx) error {
+	return d.kv.Update(context.Background(), func(tx metakv.Tx) error {
 		return tx.Bucket(bucketLocations).Delete([]byte(key))
 	})
 }
@@ -47,18 +48,18 @@ type StoreRecord struct {
 
 // PutStore records a store; Removed ones are deleted.
 func (d *DB) PutStore(r StoreRecord) error {
-	return d.bolt.Update(func(tx *bolt.Tx) error { return putRecord(tx.Bucket(bucketStores), []byte(r.Name), r) })
+	return d.kv.Update(context.Background(), func(tx metakv.Tx) error { return putRecord(tx.Bucket(bucketStores), []byte(r.Name), r) })
 }
 
 // DeleteStore forgets a store.
 func (d *DB) DeleteStore(name string) error {
-	return d.bolt.Update(func(tx *bolt.Tx) error { return tx.Bucket(bucketStores).Delete([]byte(name)) })
+	return d.kv.Update(context.Background(), func(tx metakv.Tx) error { return tx.Bucket(bucketStores).Delete([]byte(name)) })
 }
 
 // Stores lists the recorded stores.
 func (d *DB) Stores() ([]StoreRecord, error) {
 	var out []StoreRecord
-	err := d.bolt.View(func(tx *bolt.Tx) error {
+	err := d.kv.View(context.Background(), func(tx metakv.Tx) error {
 		return tx.Bucket(bucketStores).ForEach(func(_, v []byte) error {
 			var r StoreRecord
 			if err := json.Unmarshal(v, &r); err != nil {

@@ -1,10 +1,11 @@
 package state
 
 import (
+	"context"
 	"fmt"
 	"time"
 
-	bolt "go.etcd.io/bbolt"
+	"github.com/plumb-dev/plumb/metakv"
 )
 
 // Owner is who may put blocks into one instance (a site) of a queue: the
@@ -43,7 +44,7 @@ func (d *DB) ClaimInstance(queue, instance, user, id string) (Owner, error) {
 		return o, err
 	}
 	if !ok {
-		err = d.bolt.Update(func(tx *bolt.Tx) error {
+		err = d.kv.Update(context.Background(), func(tx metakv.Tx) error {
 			b, err := sub(tx, bucketOwners, queue)
 			if err != nil {
 				return err
@@ -69,7 +70,7 @@ func (d *DB) ClaimInstance(queue, instance, user, id string) (Owner, error) {
 
 // InstanceOwner returns an instance's owner, if it has one.
 func (d *DB) InstanceOwner(queue, instance string) (o Owner, ok bool, err error) {
-	err = d.bolt.View(func(tx *bolt.Tx) error {
+	err = d.kv.View(context.Background(), func(tx metakv.Tx) error {
 		b, err := sub(tx, bucketOwners, queue)
 		if err != nil {
 			return err
@@ -83,7 +84,7 @@ func (d *DB) InstanceOwner(queue, instance string) (o Owner, ok bool, err error)
 // SetOwner assigns an instance to a user, or with an empty user leaves
 // it unowned, for its next writer to claim.
 func (d *DB) SetOwner(o Owner) error {
-	return d.bolt.Update(func(tx *bolt.Tx) error {
+	return d.kv.Update(context.Background(), func(tx metakv.Tx) error {
 		b, err := sub(tx, bucketOwners, o.Queue)
 		if err != nil {
 			return err
@@ -102,7 +103,7 @@ func (d *DB) SetOwner(o Owner) error {
 // queue is "", by queue and instance.
 func (d *DB) Owners(queue string) ([]Owner, error) {
 	var out []Owner
-	err := d.bolt.View(func(tx *bolt.Tx) error {
+	err := d.kv.View(context.Background(), func(tx metakv.Tx) error {
 		top := tx.Bucket(bucketOwners)
 		return top.ForEachBucket(func(q []byte) error {
 			if queue != "" && string(q) != queue {

@@ -1,10 +1,11 @@
 package state
 
 import (
+	"context"
 	"fmt"
 	"time"
 
-	bolt "go.etcd.io/bbolt"
+	"github.com/plumb-dev/plumb/metakv"
 )
 
 // Program is an executable an admin registered for jobs to name.
@@ -26,7 +27,7 @@ var bucketPrograms = []byte("programs")
 
 // PutProgram registers or replaces a program.
 func (d *DB) PutProgram(p Program) error {
-	return d.bolt.Update(func(tx *bolt.Tx) error {
+	return d.kv.Update(context.Background(), func(tx metakv.Tx) error {
 		b, err := tx.CreateBucketIfNotExists(bucketPrograms)
 		if err != nil {
 			return err
@@ -39,7 +40,7 @@ func (d *DB) PutProgram(p Program) error {
 // that name.
 func (d *DB) GetProgram(name string) (Program, error) {
 	var out Program
-	err := d.bolt.View(func(tx *bolt.Tx) error {
+	err := d.kv.View(context.Background(), func(tx metakv.Tx) error {
 		p, ok, err := getRecord[Program](tx.Bucket(bucketPrograms), []byte(name))
 		if err == nil && !ok {
 			err = fmt.Errorf("program %q: %w", name, ErrNotFound)
@@ -53,7 +54,7 @@ func (d *DB) GetProgram(name string) (Program, error) {
 // Programs lists the registered programs by name.
 func (d *DB) Programs() ([]Program, error) {
 	var out []Program
-	err := d.bolt.View(func(tx *bolt.Tx) (err error) {
+	err := d.kv.View(context.Background(), func(tx metakv.Tx) (err error) {
 		out, err = listRecords[Program](tx.Bucket(bucketPrograms))
 		return err
 	})
@@ -63,7 +64,7 @@ func (d *DB) Programs() ([]Program, error) {
 // RemoveProgram unregisters a program; ErrNotFound when none has that
 // name.
 func (d *DB) RemoveProgram(name string) error {
-	return d.bolt.Update(func(tx *bolt.Tx) error {
+	return d.kv.Update(context.Background(), func(tx metakv.Tx) error {
 		b := tx.Bucket(bucketPrograms)
 		if b == nil || b.Get([]byte(name)) == nil {
 			return fmt.Errorf("program %q: %w", name, ErrNotFound)

@@ -2,14 +2,14 @@ package state
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
 	"fmt"
 	"slices"
 	"time"
 
-	bolt "go.etcd.io/bbolt"
-
 	"github.com/plumb-dev/plumb/block"
+	"github.com/plumb-dev/plumb/metakv"
 )
 
 // Policy is how long a queue keeps its blocks, as its retention says.
@@ -39,7 +39,7 @@ var (
 // SetPolicy sets a queue's retention; a zero Policy removes it (blocks
 // are then kept until consumed, or forever on source queues).
 func (d *DB) SetPolicy(queue string, p Policy) error {
-	return d.bolt.Update(func(tx *bolt.Tx) error {
+	return d.kv.Update(context.Background(), func(tx metakv.Tx) error {
 		b := tx.Bucket(bucketPolicies)
 		if p.MaxAge == 0 && p.MaxBytes == 0 && p.Retention == "" {
 			return b.Delete([]byte(queue))
@@ -51,7 +51,7 @@ func (d *DB) SetPolicy(queue string, p Policy) error {
 // Policies returns every queue's retention policy.
 func (d *DB) Policies() (map[string]Policy, error) {
 	out := map[string]Policy{}
-	err := d.bolt.View(func(tx *bolt.Tx) error {
+	err := d.kv.View(context.Background(), func(tx metakv.Tx) error {
 		b := tx.Bucket(bucketPolicies)
 		if b == nil {
 			return nil
@@ -68,7 +68,7 @@ func (d *DB) Policies() (map[string]Policy, error) {
 	return out, err
 }
 
-func policyOf(tx *bolt.Tx, queue string) Policy {
+func policyOf(tx metakv.Tx, queue string) Policy {
 	var p Policy
 	if b := tx.Bucket(bucketPolicies); b != nil {
 		p, _, _ = getRecord[Policy](b, []byte(queue))
@@ -78,7 +78,7 @@ func policyOf(tx *bolt.Tx, queue string) Policy {
 
 // owed reports whether any consumer group of the block's queue still owes
 // it, or a stream consumer of its site has not checkpointed past it.
-func owed(tx *bolt.Tx, b Block) bool {
+func owed(tx metakv.Tx, b Block) bool {
 	groups := mustSub(tx, bucketGroups, b.Queue)
 	held := false
 	if groups != nil {
@@ -111,7 +111,7 @@ func owed(tx *bolt.Tx, b Block) bool {
 // expired reports whether a block has outlived its queue's MaxAge and no
 // one still needs it: such a block is gone for readers at once, before
 // the sweep deletes it.
-func expired(tx *bolt.Tx, b Block, now time.Time) bool {
+func expired(tx metakv.Tx, b Block, now time.Time) bool {
 	p := policyOf(tx, b.Queue)
 	return p.MaxAge > 0 && now.Sub(b.Arrived) >= p.MaxAge && (p.DropUnconsumed || !owed(tx, b))
 }
@@ -140,7 +140,7 @@ type LostBlock struct {
 func (d *DB) Expire(queue string, limit int) (ExpireResult, error) {
 	var res ExpireResult
 	now := d.now()
-	err := d.bolt.Update(func(tx *bolt.Tx) error {
+	err := d.kv.Update(context.Background(), func(tx metakv.Tx) error {
 		p := policyOf(tx, queue)
 		if p.MaxAge == 0 && p.MaxBytes == 0 {
 			return nil
@@ -209,7 +209,7 @@ func (d *DB) Expire(queue string, limit int) (ExpireResult, error) {
 // forgetBlock removes a block's metadata but for its arrival entry (the
 // caller's cursor may be on it) and queue counts, keeping LOST deliveries
 // and the site's highest sequence number.
-func forgetBlock(tx *bolt.Tx, b Block, hw, blocks *bolt.Bucket) error {
+func forgetBlock(tx metakv.Tx, b Block, hw, blocks metakv.Bucket) error {
 	if err := forgetDeliveries(tx, b); err != nil {
 		return err
 	}
@@ -228,7 +228,7 @@ func forgetBlock(tx *bolt.Tx, b Block, hw, blocks *bolt.Bucket) error {
 // meanwhile is left alone.
 func (d *DB) MarkLost(id block.ID, key, why string) (bool, error) {
 	marked := false
-	err := d.bolt.Update(func(tx *bolt.Tx) error {
+	err := d.kv.Update(context.Background(), func(tx metakv.Tx) error {
 		blocks := mustSub(tx, bucketBlocks, id.Queue)
 		b, ok, err := getRecord[Block](blocks, blockKey(id.Instance, id.Seq))
 		if err != nil || !ok || b.Key != key {
@@ -264,7 +264,7 @@ func (d *DB) MarkLost(id block.ID, key, why string) (bool, error) {
 }
 
 // loseDeliveries marks the deliveries still owed of a block LOST.
-func loseDeliveries(tx *bolt.Tx, b Block, why string) ([]LostBlock, error) {
+func loseDeliveries(tx metakv.Tx, b Block, why string) ([]LostBlock, error) {
 	var out []LostBlock
 	groups := mustSub(tx, bucketGroups, b.Queue)
 	if groups == nil {
@@ -286,7 +286,7 @@ func loseDeliveries(tx *bolt.Tx, b Block, why string) ([]LostBlock, error) {
 
 // forgetDeliveries removes a deleted block's finished deliveries; LOST
 // ones stay, so the subscriber can be told.
-func forgetDeliveries(tx *bolt.Tx, b Block) error {
+func forgetDeliveries(tx metakv.Tx, b Block) error {
 	groups := mustSub(tx, bucketGroups, b.Queue)
 	if groups == nil {
 		return nil
@@ -304,7 +304,7 @@ func forgetDeliveries(tx *bolt.Tx, b Block) error {
 // (or any group, with "") was done with them.
 func (d *DB) LostBlocks(queue, group string) ([]LostBlock, error) {
 	var out []LostBlock
-	err := d.bolt.View(func(tx *bolt.Tx) error {
+	err := d.kv.View(context.Background(), func(tx metakv.Tx) error {
 		groups := mustSub(tx, bucketGroups, queue)
 		if groups == nil {
 			return nil
@@ -329,7 +329,7 @@ func (d *DB) LostBlocks(queue, group string) ([]LostBlock, error) {
 // deterministic), keeping its place and deliveries. It does nothing unless
 // the block still has the old key.
 func (d *DB) Rekey(id block.ID, oldKey, newKey, sha string, size int64) error {
-	return d.bolt.Update(func(tx *bolt.Tx) error {
+	return d.kv.Update(context.Background(), func(tx metakv.Tx) error {
 		blocks := mustSub(tx, bucketBlocks, id.Queue)
 		b, ok, err := getRecord[Block](blocks, blockKey(id.Instance, id.Seq))
 		if err != nil || !ok || b.Key != oldKey {

@@ -2,13 +2,14 @@ package state
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"slices"
 	"time"
 
-	bolt "go.etcd.io/bbolt"
+	"github.com/plumb-dev/plumb/metakv"
 )
 
 // ErrLostReservation is returned when a run commits or fails inputs it no
@@ -44,7 +45,7 @@ func (d *DB) ReserveJoin(queues []string, group, reserver string, visibility tim
 func (d *DB) reserveJoin(queues []string, group, reserver string, visibility time.Duration, after uint64, most int, mostBytes int64) ([]Reservation, error) {
 	var out []Reservation
 	now := d.now()
-	err := d.bolt.Update(func(tx *bolt.Tx) error {
+	err := d.kv.Update(context.Background(), func(tx metakv.Tx) error {
 		out = out[:0]
 		var bytes int64
 		if _, _, err := loadGroup(tx, queues[0], group); err != nil {
@@ -100,7 +101,7 @@ func (d *DB) reserveJoin(queues []string, group, reserver string, visibility tim
 
 // mustSub returns a nested bucket in a writable transaction, or nil when
 // it does not exist in a read-only one; getRecord treats nil as empty.
-func mustSub(tx *bolt.Tx, top []byte, names ...string) *bolt.Bucket {
+func mustSub(tx metakv.Tx, top []byte, names ...string) metakv.Bucket {
 	b, _ := sub(tx, top, names...)
 	return b
 }
@@ -111,7 +112,7 @@ func mustSub(tx *bolt.Tx, top []byte, names ...string) *bolt.Bucket {
 // alone will make ready again.
 func (d *DB) Backlog(queue, group string) (ready, held int64, err error) {
 	now := d.now()
-	err = d.bolt.View(func(tx *bolt.Tx) error {
+	err = d.kv.View(context.Background(), func(tx metakv.Tx) error {
 		return eachOwed(tx, queue, group, func(_ []byte, del Delivery) (bool, error) {
 			switch {
 			case del.State == Unreserved || del.State == Reserved && now.After(del.Until):
@@ -144,7 +145,7 @@ type Run struct {
 // identity is already stored with the same checksum counts as published.
 func (d *DB) CommitRun(r Run) ([]Block, error) {
 	var out []Block
-	err := d.bolt.Batch(func(tx *bolt.Tx) error {
+	err := d.kv.Batch(context.Background(), func(tx metakv.Tx) error {
 		out = out[:0]
 		if err := holds(tx, r); err != nil {
 			return err
@@ -176,7 +177,7 @@ func (d *DB) CommitRun(r Run) ([]Block, error) {
 // again from retryAt. It reports whether they became FAULTY.
 func (d *DB) FailRun(r Run, why string, maxAttempts int, retryAt time.Time) (bool, error) {
 	faulty := false
-	err := d.bolt.Update(func(tx *bolt.Tx) error {
+	err := d.kv.Update(context.Background(), func(tx metakv.Tx) error {
 		if err := holds(tx, r); err != nil {
 			return err
 		}
@@ -212,7 +213,7 @@ func (d *DB) FailRun(r Run, why string, maxAttempts int, retryAt time.Time) (boo
 }
 
 // holds checks that the run still holds each input's reservation.
-func holds(tx *bolt.Tx, r Run) error {
+func holds(tx metakv.Tx, r Run) error {
 	for _, b := range r.Inputs {
 		del, ok, err := getRecord[Delivery](mustSub(tx, bucketDeliveries, b.Queue, r.Group), u64(b.Serial))
 		if err != nil {
@@ -227,7 +228,7 @@ func holds(tx *bolt.Tx, r Run) error {
 
 // settle puts a run's inputs in a final state and advances the group's
 // floor over finished deliveries, once per input queue.
-func (d *DB) settle(tx *bolt.Tx, r Run, st DeliveryState, why string) error {
+func (d *DB) settle(tx metakv.Tx, r Run, st DeliveryState, why string) error {
 	var queues []string
 	for _, b := range r.Inputs {
 		if !slices.Contains(queues, b.Queue) {
@@ -266,7 +267,7 @@ func (d *DB) settle(tx *bolt.Tx, r Run, st DeliveryState, why string) error {
 // what the group owes for the rest of the queue's life; eachUnsettled
 // finds them below it. It also deletes some DONE records an older server
 // kept.
-func advanceFloor(tx *bolt.Tx, queue, group string) error {
+func advanceFloor(tx metakv.Tx, queue, group string) error {
 	groups, g, err := migrate(tx, queue, group)
 	if err != nil {
 		return err
@@ -298,7 +299,7 @@ func advanceFloor(tx *bolt.Tx, queue, group string) error {
 
 // lowerFloor brings a group's floor below serial, for a delivery set
 // aside below it that is owed again.
-func lowerFloor(tx *bolt.Tx, queue, group string, serial uint64) error {
+func lowerFloor(tx metakv.Tx, queue, group string, serial uint64) error {
 	groups, g, err := loadGroup(tx, queue, group)
 	if err != nil || serial > g.Floor {
 		return err
@@ -314,7 +315,7 @@ const clearMost = 4096
 
 // clearLegacy deletes up to clearMost of the DONE records an older
 // server kept (they are counted in Done), and says when none are left.
-func clearLegacy(dels *bolt.Bucket, g *Group) error {
+func clearLegacy(dels metakv.Bucket, g *Group) error {
 	if g.Legacy == 0 {
 		return nil
 	}
@@ -357,7 +358,7 @@ type FaultyBlock struct {
 // queue is empty.
 func (d *DB) Faulty(queue string) ([]FaultyBlock, error) {
 	var out []FaultyBlock
-	err := d.bolt.View(func(tx *bolt.Tx) error {
+	err := d.kv.View(context.Background(), func(tx metakv.Tx) error {
 		return tx.Bucket(bucketDeliveries).ForEachBucket(func(q []byte) error {
 			if queue != "" && string(q) != queue {
 				return nil
@@ -390,7 +391,7 @@ func (d *DB) Faulty(queue string) ([]FaultyBlock, error) {
 func (d *DB) Retry(queue, name string) (int, error) {
 	n := 0
 	var touched []string
-	err := d.bolt.Update(func(tx *bolt.Tx) error {
+	err := d.kv.Update(context.Background(), func(tx metakv.Tx) error {
 		n, touched = 0, touched[:0]
 		all := tx.Bucket(bucketDeliveries)
 		var queues [][]byte
@@ -459,7 +460,7 @@ func (d *DB) Retry(queue, name string) (int, error) {
 // so a block that crashes the server cannot crash it for ever. Other
 // reservations (leases of remote workers) are handed back uncounted.
 func (d *DB) ResetReservations(group string, queues []string, crashed func(reserver string) bool, why string, maxAttempts int) (reset, faulty int, err error) {
-	err = d.bolt.Update(func(tx *bolt.Tx) error {
+	err = d.kv.Update(context.Background(), func(tx metakv.Tx) error {
 		reset, faulty = 0, 0
 		runs := map[string]*Run{}
 		var order []string
@@ -522,7 +523,7 @@ func (d *DB) ResetReservations(group string, queues []string, crashed func(reser
 // ReleaseRun hands a run's inputs back without counting an attempt, for
 // a run stopped because the server is stopping.
 func (d *DB) ReleaseRun(r Run) error {
-	return d.bolt.Update(func(tx *bolt.Tx) error {
+	return d.kv.Update(context.Background(), func(tx metakv.Tx) error {
 		if err := holds(tx, r); err != nil {
 			return err
 		}
@@ -545,7 +546,7 @@ func (d *DB) ReleaseRun(r Run) error {
 // DeleteGroup removes a consumer group and everything it was owed, for a
 // stage that left the graph.
 func (d *DB) DeleteGroup(queue, group string) error {
-	return d.bolt.Update(func(tx *bolt.Tx) error {
+	return d.kv.Update(context.Background(), func(tx metakv.Tx) error {
 		if groups, _ := sub(tx, bucketGroups, queue); groups != nil {
 			if err := groups.Delete([]byte(group)); err != nil {
 				return err
@@ -568,7 +569,7 @@ func (d *DB) DeleteConsumed(queue string, serial uint64) (Block, bool, error) {
 		out     Block
 		deleted bool
 	)
-	err := d.bolt.Update(func(tx *bolt.Tx) error {
+	err := d.kv.Update(context.Background(), func(tx metakv.Tx) error {
 		groups := mustSub(tx, bucketGroups, queue)
 		if groups == nil {
 			return nil
@@ -652,7 +653,7 @@ func (d *DB) OldestOwed(queue, group string) (time.Time, bool, error) {
 		at    time.Time
 		found bool
 	)
-	err := d.bolt.View(func(tx *bolt.Tx) error {
+	err := d.kv.View(context.Background(), func(tx metakv.Tx) error {
 		arrivals := mustSub(tx, bucketArrivals, queue)
 		blocks := mustSub(tx, bucketBlocks, queue)
 		return eachOwed(tx, queue, group, func(k []byte, del Delivery) (bool, error) {
@@ -675,7 +676,7 @@ func (d *DB) OldestOwed(queue, group string) (time.Time, bool, error) {
 // them is no longer reserved by reserver.
 func (d *DB) Extend(inputs []Block, group, reserver string, ttl time.Duration) error {
 	now := d.now()
-	return d.bolt.Update(func(tx *bolt.Tx) error {
+	return d.kv.Update(context.Background(), func(tx metakv.Tx) error {
 		for _, b := range inputs {
 			dels := mustSub(tx, bucketDeliveries, b.Queue, group)
 			del, ok, err := getRecord[Delivery](dels, u64(b.Serial))

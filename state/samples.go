@@ -1,10 +1,11 @@
 package state
 
 import (
+	"context"
 	"encoding/binary"
 	"time"
 
-	bolt "go.etcd.io/bbolt"
+	"github.com/plumb-dev/plumb/metakv"
 )
 
 // bucketSamples holds the dashboard's history: time (Unix ns, big
@@ -15,7 +16,7 @@ var bucketSamples = []byte("samples")
 // taken before keepFrom, so the history survives restarts and stays the
 // size of its window.
 func (d *DB) PutSample(at time.Time, sample []byte, keepFrom time.Time) error {
-	return d.bolt.Update(func(tx *bolt.Tx) error {
+	return d.kv.Update(context.Background(), func(tx metakv.Tx) error {
 		b := tx.Bucket(bucketSamples)
 		c := b.Cursor()
 		for k, _ := c.First(); k != nil && bytesU64(k) < uint64(keepFrom.UnixNano()); k, _ = c.First() {
@@ -30,7 +31,7 @@ func (d *DB) PutSample(at time.Time, sample []byte, keepFrom time.Time) error {
 // Samples returns the samples taken at or after from, oldest first.
 func (d *DB) Samples(from time.Time) ([][]byte, error) {
 	var out [][]byte
-	err := d.bolt.View(func(tx *bolt.Tx) error {
+	err := d.kv.View(context.Background(), func(tx metakv.Tx) error {
 		c := tx.Bucket(bucketSamples).Cursor()
 		for k, v := c.Seek(binary.BigEndian.AppendUint64(nil, uint64(max(from.UnixNano(), 0)))); k != nil; k, v = c.Next() {
 			out = append(out, append([]byte(nil), v...))

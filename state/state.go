@@ -6,6 +6,7 @@ package state
 
 import (
 	"bytes"
+	"context"
 	"encoding/binary"
 	"encoding/json"
 	"errors"
@@ -19,6 +20,7 @@ import (
 	bolt "go.etcd.io/bbolt"
 
 	"github.com/plumb-dev/plumb/block"
+	"github.com/plumb-dev/plumb/metakv"
 )
 
 // Errors to test with errors.Is.
@@ -76,7 +78,8 @@ const (
 
 // DB is the metadata database.
 type DB struct {
-	bolt *bolt.DB
+	kv   metakv.DB
+	bolt *bolt.DB // the file, for its statistics and checks
 	id   string
 	now  func() time.Time
 
@@ -110,8 +113,28 @@ func Open(path string, opts Options) (*DB, error) {
 	if err != nil {
 		return nil, fmt.Errorf("open metadata %s: %w (is another plumb serve using this data directory?)", path, err)
 	}
+	// Puts and stage commits are batched (bolt.Batch): a millisecond is
+	// enough to gather those in flight together, and adds little to one
+	// alone. A reader's reserves and acks come one at a time, and wait
+	// for no batch.
+	db.MaxBatchDelay = time.Millisecond
+	d, err := OpenKV(context.Background(), metakv.WrapBolt(db), opts)
+	if err != nil {
+		db.Close()
+		return nil, err
+	}
+	d.bolt = db
+	return d, nil
+}
+
+// OpenKV opens the metadata in a key-value store (metakv): a bbolt
+// file's, or a PostgreSQL database's.
+func OpenKV(ctx context.Context, kv metakv.DB, opts Options) (*DB, error) {
+	if opts.Now == nil {
+		opts.Now = time.Now
+	}
 	var id string
-	err = db.Update(func(tx *bolt.Tx) error {
+	err := kv.Update(ctx, func(tx metakv.Tx) error {
 		meta, err := tx.CreateBucketIfNotExists(bucketMeta)
 		if err != nil {
 			return err
@@ -132,15 +155,9 @@ func Open(path string, opts Options) (*DB, error) {
 		return nil
 	})
 	if err != nil {
-		db.Close()
 		return nil, err
 	}
-	// Puts and stage commits are batched (bolt.Batch): a millisecond is
-	// enough to gather those in flight together, and adds little to one
-	// alone. A reader's reserves and acks come one at a time, and wait
-	// for no batch.
-	db.MaxBatchDelay = time.Millisecond
-	return &DB{bolt: db, id: id, now: opts.Now, waiters: map[string]chan struct{}{}}, nil
+	return &DB{kv: kv, id: id, now: opts.Now, waiters: map[string]chan struct{}{}}, nil
 }
 
 var (
@@ -179,11 +196,14 @@ func (d *DB) notify(queues ...string) {
 }
 
 // Close closes the database.
-func (d *DB) Close() error { return d.bolt.Close() }
+func (d *DB) Close() error { return d.kv.Close() }
 
 // Check verifies the integrity of the database file (every page reachable
 // once); tests call it on cleanup.
 func (d *DB) Check() error {
+	if d.bolt == nil {
+		return nil // PostgreSQL checks its own pages
+	}
 	return d.bolt.View(func(tx *bolt.Tx) error {
 		var errs []error
 		for err := range tx.Check() {
@@ -204,10 +224,10 @@ func blockKey(instance string, seq uint64) []byte {
 }
 
 // sub returns the nested bucket name under top, creating it when create.
-func sub(tx *bolt.Tx, top []byte, names ...string) (*bolt.Bucket, error) {
+func sub(tx metakv.Tx, top []byte, names ...string) (metakv.Bucket, error) {
 	b := tx.Bucket(top)
 	for _, n := range names {
-		var nb *bolt.Bucket
+		var nb metakv.Bucket
 		if tx.Writable() {
 			var err error
 			if nb, err = b.CreateBucketIfNotExists([]byte(n)); err != nil {
@@ -217,7 +237,7 @@ func sub(tx *bolt.Tx, top []byte, names ...string) (*bolt.Bucket, error) {
 			// sequence number, so they grow at the end (of each site's
 			// range): bbolt's default split leaves every page it passes
 			// half empty, which doubled the metadata per block.
-			nb.FillPercent = 0.9
+			metakv.GrowsAtEnd(nb)
 		} else if nb = b.Bucket([]byte(n)); nb == nil {
 			return nil, nil
 		}
@@ -228,7 +248,7 @@ func sub(tx *bolt.Tx, top []byte, names ...string) (*bolt.Bucket, error) {
 
 // getRecord reads the value of key in b, reporting false when there is
 // none (or no bucket).
-func getRecord[T any](b *bolt.Bucket, key []byte) (T, bool, error) {
+func getRecord[T any](b metakv.Bucket, key []byte) (T, bool, error) {
 	var v T
 	if b == nil {
 		return v, false, nil
@@ -321,7 +341,7 @@ func shortString(raw []byte, key string) ([]byte, []byte, bool) {
 }
 
 // listRecords decodes every value of a bucket (none when it is nil).
-func listRecords[T any](b *bolt.Bucket) ([]T, error) {
+func listRecords[T any](b metakv.Bucket) ([]T, error) {
 	var out []T
 	if b == nil {
 		return nil, nil
@@ -338,7 +358,7 @@ func listRecords[T any](b *bolt.Bucket) ([]T, error) {
 }
 
 // putRecord stores v: blocks in their compact form, the rest as JSON.
-func putRecord(b *bolt.Bucket, key []byte, v any) error {
+func putRecord(b metakv.Bucket, key []byte, v any) error {
 	if blk, ok := v.(Block); ok {
 		return b.Put(key, encodeBlock(blk))
 	}
@@ -360,7 +380,7 @@ func (d *DB) CommitBlock(b Block) (Block, Status, error) {
 		status Status
 	)
 	// Batched: concurrent puts share one commit (and one fsync).
-	err := d.bolt.Batch(func(tx *bolt.Tx) error {
+	err := d.kv.Batch(context.Background(), func(tx metakv.Tx) error {
 		var err error
 		out, status, err = d.commitBlock(tx, b)
 		return err
@@ -371,7 +391,7 @@ func (d *DB) CommitBlock(b Block) (Block, Status, error) {
 	return out, status, err
 }
 
-func (d *DB) commitBlock(tx *bolt.Tx, b Block) (Block, Status, error) {
+func (d *DB) commitBlock(tx metakv.Tx, b Block) (Block, Status, error) {
 	blocks, err := sub(tx, bucketBlocks, b.Queue)
 	if err != nil {
 		return Block{}, "", err
@@ -424,7 +444,7 @@ func (d *DB) commitBlock(tx *bolt.Tx, b Block) (Block, Status, error) {
 // Lookup returns the block with the given identity.
 func (d *DB) Lookup(id block.ID) (Block, error) {
 	var out Block
-	err := d.bolt.View(func(tx *bolt.Tx) error {
+	err := d.kv.View(context.Background(), func(tx metakv.Tx) error {
 		blocks, _ := sub(tx, bucketBlocks, id.Queue)
 		b, ok, err := getRecord[Block](blocks, blockKey(id.Instance, id.Seq))
 		if err != nil {
@@ -445,7 +465,7 @@ func (d *DB) Lookup(id block.ID) (Block, error) {
 // Queues lists every queue, sorted by name.
 func (d *DB) Queues() ([]Queue, error) {
 	var out []Queue
-	err := d.bolt.View(func(tx *bolt.Tx) error {
+	err := d.kv.View(context.Background(), func(tx metakv.Tx) error {
 		return tx.Bucket(bucketQueues).ForEach(func(k, v []byte) error {
 			var q Queue
 			if err := json.Unmarshal(v, &q); err != nil {
@@ -461,7 +481,7 @@ func (d *DB) Queues() ([]Queue, error) {
 // Queue returns one queue's summary.
 func (d *DB) Queue(name string) (Queue, error) {
 	var out Queue
-	err := d.bolt.View(func(tx *bolt.Tx) error {
+	err := d.kv.View(context.Background(), func(tx metakv.Tx) error {
 		q, ok, err := getRecord[Queue](tx.Bucket(bucketQueues), []byte(name))
 		if err != nil {
 			return err
@@ -479,7 +499,7 @@ func (d *DB) Queue(name string) (Queue, error) {
 // after the given serial (0 for the first).
 func (d *DB) Blocks(queue string, after uint64, limit int) ([]Block, error) {
 	var out []Block
-	err := d.bolt.View(func(tx *bolt.Tx) error {
+	err := d.kv.View(context.Background(), func(tx metakv.Tx) error {
 		arrivals, _ := sub(tx, bucketArrivals, queue)
 		blocks, _ := sub(tx, bucketBlocks, queue)
 		if arrivals == nil {
@@ -504,7 +524,7 @@ func (d *DB) Blocks(queue string, after uint64, limit int) ([]Block, error) {
 // LastSerial returns the serial of the newest block of a queue (0 if none).
 func (d *DB) LastSerial(queue string) (uint64, error) {
 	var n uint64
-	err := d.bolt.View(func(tx *bolt.Tx) error {
+	err := d.kv.View(context.Background(), func(tx metakv.Tx) error {
 		if a, _ := sub(tx, bucketArrivals, queue); a != nil {
 			n = a.Sequence()
 		}
@@ -522,7 +542,7 @@ func bytesU64(b []byte) uint64 { return binary.BigEndian.Uint64(b) }
 // removed from below the span's lowest stored block are not counted.
 func (d *DB) MissingRecent(queue, instance string, last, span uint64) (uint64, error) {
 	var missing uint64
-	err := d.bolt.View(func(tx *bolt.Tx) error {
+	err := d.kv.View(context.Background(), func(tx metakv.Tx) error {
 		var err error
 		missing, err = eachRecent(tx, queue, instance, last, span, nil)
 		return err
@@ -534,7 +554,7 @@ func (d *DB) MissingRecent(queue, instance string, last, span uint64) (uint64, e
 // instance's latest span sequence numbers up to last, in order, and
 // returns how many numbers between the lowest of them and last no block
 // holds.
-func eachRecent(tx *bolt.Tx, queue, instance string, last, span uint64, fn func(seq uint64, v []byte) error) (uint64, error) {
+func eachRecent(tx metakv.Tx, queue, instance string, last, span uint64, fn func(seq uint64, v []byte) error) (uint64, error) {
 	blocks, _ := sub(tx, bucketBlocks, queue)
 	if blocks == nil || span == 0 {
 		return 0, nil
@@ -596,7 +616,7 @@ func (d *DB) SiteRecent(queue, instance string, span uint64) (Site, error) {
 		return out, err
 	}
 	out.LastSeq = last
-	err = d.bolt.View(func(tx *bolt.Tx) error {
+	err = d.kv.View(context.Background(), func(tx metakv.Tx) error {
 		var err error
 		out.Missing, err = eachRecent(tx, queue, instance, last, span, func(seq uint64, v []byte) error {
 			var b Block
@@ -624,7 +644,7 @@ func (d *DB) LastSeq(queue, instance string) (uint64, bool, error) {
 		seq   uint64
 		found bool
 	)
-	err := d.bolt.View(func(tx *bolt.Tx) error {
+	err := d.kv.View(context.Background(), func(tx metakv.Tx) error {
 		// Blocks retention deleted still count: their numbers are used.
 		if hw := mustSub(tx, bucketHighWater, queue); hw != nil {
 			if v := hw.Get([]byte(instance)); v != nil {

@@ -1,6 +1,7 @@
 package state
 
 import (
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -10,9 +11,8 @@ import (
 	"testing"
 	"time"
 
-	bolt "go.etcd.io/bbolt"
-
 	"github.com/plumb-dev/plumb/block"
+	"github.com/plumb-dev/plumb/metakv"
 )
 
 type clock struct{ t time.Time }
@@ -22,7 +22,13 @@ func (c *clock) now() time.Time { return c.t }
 func open(t *testing.T) (*DB, *clock) {
 	t.Helper()
 	c := &clock{t: time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)}
-	db, err := Open(filepath.Join(t.TempDir(), "meta.db"), Options{Now: c.now})
+	var db *DB
+	var err error
+	if kv := openKV(t); kv != nil {
+		db, err = OpenKV(context.Background(), kv, Options{Now: c.now})
+	} else {
+		db, err = Open(filepath.Join(t.TempDir(), "meta.db"), Options{Now: c.now})
+	}
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -459,7 +465,7 @@ func TestReserveAhead(t *testing.T) {
 	}
 	var attempts []int
 	for _, seq := range []uint64{1, 3} {
-		db.bolt.View(func(tx *bolt.Tx) error {
+		db.kv.View(context.Background(), func(tx metakv.Tx) error {
 			del, _, _ := getRecord[Delivery](mustSub(tx, bucketDeliveries, "pcap.sz", "g"), u64(seq))
 			attempts = append(attempts, del.Attempts)
 			return nil
@@ -474,9 +480,9 @@ func TestReserveAhead(t *testing.T) {
 func deliveryRecords(t *testing.T, db *DB, queue, group string) int {
 	t.Helper()
 	n := 0
-	db.bolt.View(func(tx *bolt.Tx) error {
+	db.kv.View(context.Background(), func(tx metakv.Tx) error {
 		if dels := mustSub(tx, bucketDeliveries, queue, group); dels != nil {
-			n = dels.Stats().KeyN
+			dels.ForEach(func(_, _ []byte) error { n++; return nil })
 		}
 		return nil
 	})
@@ -559,7 +565,7 @@ func TestLongHistoryIsClearedInPieces(t *testing.T) {
 	if _, err := db.EnsureGroup("pcap.sz", "g", Earliest); err != nil {
 		t.Fatal(err)
 	}
-	err := db.bolt.Update(func(tx *bolt.Tx) error {
+	err := db.kv.Update(context.Background(), func(tx metakv.Tx) error {
 		// Blocks 1-3 are serials 1-3; 4..old+3 are an older server's
 		// history of other blocks, DONE, their records kept, as its
 		// groups did (no DoneDeleted).

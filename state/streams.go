@@ -2,13 +2,14 @@ package state
 
 import (
 	"bytes"
+	"context"
 	"errors"
 	"fmt"
 	"maps"
 	"slices"
 	"time"
 
-	bolt "go.etcd.io/bbolt"
+	"github.com/plumb-dev/plumb/metakv"
 )
 
 // Cursor is a stream consumer's place in one site's ordered stream of a
@@ -62,7 +63,7 @@ func cursorKey(instance, consumer string) []byte {
 }
 
 // firstSeq returns the lowest sequence number of an instance in a queue.
-func firstSeq(tx *bolt.Tx, queue, instance string) (uint64, bool) {
+func firstSeq(tx metakv.Tx, queue, instance string) (uint64, bool) {
 	blocks := mustSub(tx, bucketBlocks, queue)
 	if blocks == nil {
 		return 0, false
@@ -76,13 +77,13 @@ func firstSeq(tx *bolt.Tx, queue, instance string) (uint64, bool) {
 }
 
 // present reports whether the block of an instance's seq is stored.
-func present(tx *bolt.Tx, queue, instance string, seq uint64) bool {
+func present(tx metakv.Tx, queue, instance string, seq uint64) bool {
 	blocks := mustSub(tx, bucketBlocks, queue)
 	return blocks != nil && blocks.Get(blockKey(instance, seq)) != nil
 }
 
 // nextPresent returns the lowest stored seq of an instance at or after seq.
-func nextPresent(tx *bolt.Tx, queue, instance string, seq uint64) (uint64, bool) {
+func nextPresent(tx metakv.Tx, queue, instance string, seq uint64) (uint64, bool) {
 	blocks := mustSub(tx, bucketBlocks, queue)
 	if blocks == nil {
 		return 0, false
@@ -116,7 +117,7 @@ func (c Cursor) Others(user, id string, admin bool) bool {
 // with ErrOwned, untouched, unless admin.
 func (d *DB) OpenOwnedCursor(queue, instance, consumer, from, owner, ownerID string, admin bool) (Cursor, error) {
 	var c Cursor
-	err := d.bolt.Update(func(tx *bolt.Tx) error {
+	err := d.kv.Update(context.Background(), func(tx metakv.Tx) error {
 		sb, err := sub(tx, bucketStreams, queue)
 		if err != nil {
 			return err
@@ -170,7 +171,7 @@ func (d *DB) OpenOwnedCursor(queue, instance, consumer, from, owner, ownerID str
 // DeleteCursor removes a stream consumer's cursor and state, releasing
 // the blocks it held from retention.
 func (d *DB) DeleteCursor(queue, instance, consumer string) error {
-	return d.bolt.Update(func(tx *bolt.Tx) error {
+	return d.kv.Update(context.Background(), func(tx metakv.Tx) error {
 		sb := mustSub(tx, bucketStreams, queue)
 		k := cursorKey(instance, consumer)
 		if sb == nil || sb.Get(k) == nil {
@@ -181,9 +182,9 @@ func (d *DB) DeleteCursor(queue, instance, consumer string) error {
 }
 
 // updateCursor changes a cursor in one transaction.
-func (d *DB) updateCursor(queue, instance, consumer string, fn func(tx *bolt.Tx, c *Cursor) error) (Cursor, error) {
+func (d *DB) updateCursor(queue, instance, consumer string, fn func(tx metakv.Tx, c *Cursor) error) (Cursor, error) {
 	var c Cursor
-	err := d.bolt.Update(func(tx *bolt.Tx) error {
+	err := d.kv.Update(context.Background(), func(tx metakv.Tx) error {
 		sb, err := sub(tx, bucketStreams, queue)
 		if err != nil {
 			return err
@@ -222,7 +223,7 @@ type Peek struct {
 func (d *DB) PeekNext(queue, instance, consumer string) (Peek, error) {
 	var p Peek
 	now := d.now()
-	_, err := d.updateCursor(queue, instance, consumer, func(tx *bolt.Tx, c *Cursor) error {
+	_, err := d.updateCursor(queue, instance, consumer, func(tx metakv.Tx, c *Cursor) error {
 		p = Peek{Next: c.Next, Since: now.Sub(c.Advanced)}
 		// Skipped blocks that came since are late: reported once.
 		for _, s := range c.Skipped {
@@ -249,7 +250,7 @@ func (d *DB) PeekNext(queue, instance, consumer string) (Peek, error) {
 // the consumer commits it.
 func (d *DB) ProcessNext(queue, instance, consumer string) (Block, error) {
 	var b Block
-	_, err := d.updateCursor(queue, instance, consumer, func(tx *bolt.Tx, c *Cursor) error {
+	_, err := d.updateCursor(queue, instance, consumer, func(tx metakv.Tx, c *Cursor) error {
 		blk, ok, err := getRecord[Block](mustSub(tx, bucketBlocks, queue), blockKey(instance, c.Next))
 		if err != nil {
 			return err
@@ -266,7 +267,7 @@ func (d *DB) ProcessNext(queue, instance, consumer string) (Block, error) {
 // Commit moves the cursor past seq, which must be the cursor's block.
 func (d *DB) Commit(queue, instance, consumer string, seq uint64) (Cursor, error) {
 	now := d.now().UTC()
-	return d.updateCursor(queue, instance, consumer, func(tx *bolt.Tx, c *Cursor) error {
+	return d.updateCursor(queue, instance, consumer, func(tx metakv.Tx, c *Cursor) error {
 		if seq != c.Next {
 			return fmt.Errorf("commit of seq %d: the cursor is at %d", seq, c.Next)
 		}
@@ -278,7 +279,7 @@ func (d *DB) Commit(queue, instance, consumer string, seq uint64) (Cursor, error
 // Skip moves the cursor past a missing block on purpose, and records it.
 func (d *DB) Skip(queue, instance, consumer string) (Cursor, error) {
 	now := d.now().UTC()
-	return d.updateCursor(queue, instance, consumer, func(tx *bolt.Tx, c *Cursor) error {
+	return d.updateCursor(queue, instance, consumer, func(tx metakv.Tx, c *Cursor) error {
 		if present(tx, queue, instance, c.Next) {
 			return fmt.Errorf("%s/%s seq %d: %w", queue, instance, c.Next, ErrPresent)
 		}
@@ -291,7 +292,7 @@ func (d *DB) Skip(queue, instance, consumer string) (Cursor, error) {
 // PutState sets (or with an empty value deletes) keys of a consumer's
 // state.
 func (d *DB) PutState(queue, instance, consumer string, kv map[string]string) (Cursor, error) {
-	return d.updateCursor(queue, instance, consumer, func(tx *bolt.Tx, c *Cursor) error {
+	return d.updateCursor(queue, instance, consumer, func(tx metakv.Tx, c *Cursor) error {
 		if c.State == nil {
 			c.State = map[string]string{}
 		}
@@ -315,7 +316,7 @@ func (d *DB) PutState(queue, instance, consumer string, kv map[string]string) (C
 
 // GetCursor returns a consumer's cursor and state.
 func (d *DB) GetCursor(queue, instance, consumer string) (Cursor, error) {
-	return d.updateCursor(queue, instance, consumer, func(*bolt.Tx, *Cursor) error { return nil })
+	return d.updateCursor(queue, instance, consumer, func(metakv.Tx, *Cursor) error { return nil })
 }
 
 // SaveCheckpoint stores the cursor and the state together, so a consumer
@@ -323,7 +324,7 @@ func (d *DB) GetCursor(queue, instance, consumer string) (Cursor, error) {
 // the current state is saved.
 func (d *DB) SaveCheckpoint(queue, instance, consumer string, state map[string]string) (Cursor, error) {
 	now := d.now().UTC()
-	return d.updateCursor(queue, instance, consumer, func(tx *bolt.Tx, c *Cursor) error {
+	return d.updateCursor(queue, instance, consumer, func(tx metakv.Tx, c *Cursor) error {
 		if state != nil {
 			c.State = maps.Clone(state)
 		}
@@ -335,7 +336,7 @@ func (d *DB) SaveCheckpoint(queue, instance, consumer string, state map[string]s
 // Cursors lists a queue's stream consumers.
 func (d *DB) Cursors(queue string) ([]Cursor, error) {
 	var out []Cursor
-	err := d.bolt.View(func(tx *bolt.Tx) error {
+	err := d.kv.View(context.Background(), func(tx metakv.Tx) error {
 		var err error
 		out, err = listRecords[Cursor](mustSub(tx, bucketStreams, queue))
 		return err
@@ -354,7 +355,7 @@ func (d *DB) Cursors(queue string) ([]Cursor, error) {
 func (d *DB) CheckpointAt(queue, instance, consumer string, next uint64, st map[string]string, keepBlocks uint64, keepFor time.Duration) ([]Block, error) {
 	now := d.now().UTC()
 	var released []Block
-	_, err := d.updateCursor(queue, instance, consumer, func(tx *bolt.Tx, c *Cursor) error {
+	_, err := d.updateCursor(queue, instance, consumer, func(tx metakv.Tx, c *Cursor) error {
 		released = released[:0]
 		from := uint64(1)
 		if c.Checkpoint != nil && c.Checkpoint.Released > 0 {
@@ -411,7 +412,7 @@ func (d *DB) CheckpointAt(queue, instance, consumer string, next uint64, st map[
 // Instances lists the instances with blocks in a queue, sorted.
 func (d *DB) Instances(queue string) ([]string, error) {
 	var out []string
-	err := d.bolt.View(func(tx *bolt.Tx) error {
+	err := d.kv.View(context.Background(), func(tx metakv.Tx) error {
 		blocks := mustSub(tx, bucketBlocks, queue)
 		if blocks == nil {
 			return nil
@@ -437,7 +438,7 @@ func (d *DB) Instances(queue string) ([]string, error) {
 // (those stored at or past its cursor) and when the first of them arrived
 // (false when there is none).
 func (d *DB) StreamOwed(c Cursor) (n int64, first time.Time, ok bool, err error) {
-	err = d.bolt.View(func(tx *bolt.Tx) error {
+	err = d.kv.View(context.Background(), func(tx metakv.Tx) error {
 		blocks := mustSub(tx, bucketBlocks, c.Queue)
 		if blocks == nil {
 			return nil

@@ -3,11 +3,12 @@ package state
 import (
 	"bytes"
 	"cmp"
+	"context"
 	"fmt"
 	"slices"
 	"time"
 
-	bolt "go.etcd.io/bbolt"
+	"github.com/plumb-dev/plumb/metakv"
 )
 
 // WindowRecord is a window a window stage fired: enough to know, after a
@@ -48,7 +49,7 @@ func windowKey(id string, revision int) []byte {
 // stored outputs are returned.
 func (d *DB) CommitWindow(rec WindowRecord, queue string, consumed []Block, outputs []Block) (bool, error) {
 	again := false
-	err := d.bolt.Update(func(tx *bolt.Tx) error {
+	err := d.kv.Update(context.Background(), func(tx metakv.Tx) error {
 		again = false
 		ws, err := sub(tx, bucketWindows, rec.Stage)
 		if err != nil {
@@ -100,7 +101,7 @@ func (d *DB) Windows(stage string) ([]WindowRecord, error) {
 // reading the others'.
 func (d *DB) WindowsWhere(stage, prefix string, keep func(*WindowRecord) bool, limit int) ([]WindowRecord, error) {
 	var out []WindowRecord
-	err := d.bolt.View(func(tx *bolt.Tx) error {
+	err := d.kv.View(context.Background(), func(tx metakv.Tx) error {
 		ws := mustSub(tx, bucketWindows, stage)
 		if ws == nil {
 			return nil
@@ -131,7 +132,7 @@ type FiredWindow struct {
 // would grow with the stage's history.
 func (d *DB) FiredWindows(stage string) ([]FiredWindow, error) {
 	var out []FiredWindow
-	err := d.bolt.View(func(tx *bolt.Tx) error {
+	err := d.kv.View(context.Background(), func(tx metakv.Tx) error {
 		ws := mustSub(tx, bucketWindows, stage)
 		if ws == nil {
 			return nil
@@ -170,7 +171,7 @@ type Tails struct {
 // cost follows the open windows and the horizon, not the history.
 func (d *DB) SiteTails(queue, group string, start uint64, needed func(low, b Block) bool) (Tails, error) {
 	out := Tails{Owed: map[string]uint64{}}
-	err := d.bolt.View(func(tx *bolt.Tx) error {
+	err := d.kv.View(context.Background(), func(tx metakv.Tx) error {
 		arrivals := mustSub(tx, bucketArrivals, queue)
 		blocks := mustSub(tx, bucketBlocks, queue)
 		if arrivals == nil || blocks == nil {

@@ -2,6 +2,7 @@ package testenv
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net"
 	"os"
@@ -19,33 +20,54 @@ import (
 // /usr/lib/postgresql/VERSION/bin) in a fresh data directory on a free
 // loopback port, waits until it takes connections, stops it when the test
 // ends, and returns its URL: user plumb, no password, database postgres.
-// PostgreSQL refuses to run as root, so as root it runs as the postgres
-// user the Debian package makes.
 func StartPostgres(t testing.TB) string {
 	t.Helper()
-	bins, _ := filepath.Glob("/usr/lib/postgresql/*/bin/postgres")
-	if len(bins) == 0 {
-		Missing(t, "PostgreSQL is not installed (.ci/run installs Debian's postgresql)")
+	url, stop, err := PostgresServer()
+	if errors.Is(err, ErrNoPostgres) {
+		Missing(t, err.Error())
 		return ""
 	}
-	bin := filepath.Dir(bins[len(bins)-1])
-	// Not t.TempDir: its parents are root's alone, and the server may
-	// run as postgres.
-	dir, err := os.MkdirTemp("", "plumb-pg-")
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { os.RemoveAll(dir) })
+	t.Cleanup(stop)
+	return url
+}
+
+// ErrNoPostgres is PostgresServer's error when PostgreSQL is not
+// installed.
+var ErrNoPostgres = errors.New("PostgreSQL is not installed (.ci/run installs Debian's postgresql)")
+
+// PostgresServer starts a server as StartPostgres does, for a TestMain
+// that shares one among its tests; stop stops it and removes its data.
+// PostgreSQL refuses to run as root, so as root it runs as the postgres
+// user the Debian package makes.
+func PostgresServer() (url string, stop func(), err error) {
+	bins, _ := filepath.Glob("/usr/lib/postgresql/*/bin/postgres")
+	if len(bins) == 0 {
+		return "", nil, ErrNoPostgres
+	}
+	bin := filepath.Dir(bins[len(bins)-1])
+	// Not a test's TempDir: its parents are root's alone, and the server
+	// may run as postgres.
+	dir, err := os.MkdirTemp("", "plumb-pg-")
+	if err != nil {
+		return "", nil, err
+	}
+	fail := func(err error) (string, func(), error) {
+		os.RemoveAll(dir)
+		return "", nil, err
+	}
 	var prefix []string
 	if os.Geteuid() == 0 {
 		u, err := user.Lookup("postgres")
 		if err != nil {
-			t.Fatalf("running as root, PostgreSQL needs the postgres user (Debian's postgresql package makes it): %v", err)
+			return fail(fmt.Errorf("running as root, PostgreSQL needs the postgres user (Debian's postgresql package makes it): %w", err))
 		}
 		uid, _ := strconv.Atoi(u.Uid)
 		gid, _ := strconv.Atoi(u.Gid)
 		if err := os.Chown(dir, uid, gid); err != nil {
-			t.Fatal(err)
+			return fail(err)
 		}
 		prefix = []string{"runuser", "-u", "postgres", "--"}
 	}
@@ -55,19 +77,26 @@ func StartPostgres(t testing.TB) string {
 	}
 	data := filepath.Join(dir, "data")
 	if out, err := command("initdb", "-D", data, "-U", "plumb", "-A", "trust", "-E", "UTF8", "--no-sync").CombinedOutput(); err != nil {
-		t.Fatalf("initdb: %v\n%s", err, out)
+		return fail(fmt.Errorf("initdb: %v\n%s", err, out))
 	}
-	_, port, _ := net.SplitHostPort(FreeAddr(t))
-	log, err := os.Create(filepath.Join(t.TempDir(), "postgres.log"))
+	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
-		t.Fatal(err)
+		return fail(err)
+	}
+	_, port, _ := net.SplitHostPort(l.Addr().String())
+	l.Close()
+	logPath := filepath.Join(dir, "postgres.log")
+	log, err := os.Create(logPath)
+	if err != nil {
+		return fail(err)
 	}
 	cmd := command("postgres", "-D", data, "-p", port, "-k", dir, "-c", "listen_addresses=127.0.0.1", "-c", "fsync=off")
 	cmd.Stdout, cmd.Stderr = log, log
 	if err := cmd.Start(); err != nil {
-		t.Fatalf("start postgres: %v", err)
+		log.Close()
+		return fail(fmt.Errorf("start postgres: %w", err))
 	}
-	t.Cleanup(func() {
+	stop = func() {
 		cmd.Process.Signal(syscall.SIGINT) // fast shutdown
 		done := make(chan struct{})
 		go func() { cmd.Wait(); close(done) }()
@@ -77,18 +106,21 @@ func StartPostgres(t testing.TB) string {
 			cmd.Process.Kill()
 			<-done
 		}
-	})
+		log.Close()
+		os.RemoveAll(dir)
+	}
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
 	for {
 		out, err := exec.CommandContext(ctx, filepath.Join(bin, "pg_isready"), "-h", "127.0.0.1", "-p", port).CombinedOutput()
 		if err == nil {
-			return fmt.Sprintf("postgres://plumb@127.0.0.1:%s/postgres?sslmode=disable", port)
+			return fmt.Sprintf("postgres://plumb@127.0.0.1:%s/postgres?sslmode=disable", port), stop, nil
 		}
 		select {
 		case <-ctx.Done():
-			l, _ := os.ReadFile(log.Name())
-			t.Fatalf("postgres on port %s did not take connections in 60s: %s\n%s", port, out, l)
+			l, _ := os.ReadFile(logPath)
+			stop()
+			return "", nil, fmt.Errorf("postgres on port %s did not take connections in 60s: %s\n%s", port, out, l)
 		case <-time.After(100 * time.Millisecond):
 		}
 	}
