@@ -32,6 +32,7 @@ import (
 	"github.com/plumb-dev/plumb/flight"
 	"github.com/plumb-dev/plumb/fsck"
 	"github.com/plumb-dev/plumb/laketable"
+	"github.com/plumb-dev/plumb/metakv"
 	"github.com/plumb-dev/plumb/pcap/dnsmetrics"
 	"github.com/plumb-dev/plumb/retention"
 	"github.com/plumb-dev/plumb/sandbox"
@@ -47,6 +48,9 @@ type Config struct {
 	Data string
 	// Store is a blob store URL (file:///DIR or s3://BUCKET?endpoint=...).
 	Store string
+	// Meta, when set, is a PostgreSQL URL (postgres://...) the metadata
+	// lives in instead of DATA/meta.db.
+	Meta string
 	// Listen is the address to serve on; 127.0.0.1:8815 when empty.
 	Listen string
 	// Visibility is how long a block handed to a consumer group stays
@@ -322,7 +326,7 @@ func Run(ctx context.Context, cfg Config) (err error) {
 	if err != nil {
 		return err
 	}
-	db, err := state.Open(filepath.Join(cfg.Data, "meta.db"), state.Options{Now: cfg.Now})
+	db, err := openMeta(ctx, cfg)
 	if err != nil {
 		primary.Close()
 		return err
@@ -690,4 +694,26 @@ func confine(ctx context.Context, cfg Config, ecfg *engine.Config) error {
 	logRunBounds(cfg.Logger, sb, cfg.RunNoCgroups)
 	ecfg.Sandbox = sb
 	return nil
+}
+
+// openMeta opens the metadata: DATA/meta.db, or the PostgreSQL database
+// cfg.Meta names.
+func openMeta(ctx context.Context, cfg Config) (*state.DB, error) {
+	if cfg.Meta == "" {
+		return state.Open(filepath.Join(cfg.Data, "meta.db"), state.Options{Now: cfg.Now})
+	}
+	kv, err := metakv.OpenPostgres(ctx, cfg.Meta)
+	if err != nil {
+		return nil, fmt.Errorf("--meta: %w (is PostgreSQL up, and the URL's user allowed to make a table?)", err)
+	}
+	if err := kv.Own(ctx); err != nil {
+		kv.Close()
+		return nil, fmt.Errorf("--meta: %w", err)
+	}
+	db, err := state.OpenKV(ctx, kv, state.Options{Now: cfg.Now})
+	if err != nil {
+		kv.Close()
+		return nil, fmt.Errorf("--meta: %w", err)
+	}
+	return db, nil
 }

@@ -32,6 +32,7 @@ func serveCommand() command {
 			var anonKeys, geoip string
 			var cfg server.Config
 			fs.StringVar(&cfg.Data, "data", "plumb-data", "data `DIR`: metadata, and blobs unless --store says otherwise")
+			fs.StringVar(&cfg.Meta, "meta", "", "keep the metadata in the PostgreSQL database at `URL` (postgres://USER@HOST/DB), not DATA/meta.db")
 			fs.StringVar(&anonKeys, "anon-keys", "", "`DIR` of the keys builtin:anonymize names (default DATA/keys; make one with `plumb anon-key NAME`)")
 			fs.StringVar(&geoip, "geoip", "", "`DIR` of the MaxMind-format databases (and resolver lists) builtin:enrich names (default DATA/geoip); a file renamed over one is used from the next block on")
 			fs.StringVar(&cfg.Store, "store", "", "blob store `URL`: file:///DIR or s3://BUCKET?endpoint=HOST:PORT (credentials from AWS_ACCESS_KEY_ID/AWS_SECRET_ACCESS_KEY); default DATA/blobs")

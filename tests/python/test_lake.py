@@ -286,15 +286,20 @@ def test_iceberg_table_in_minio(plumb_bin, tmp_path, minio, monkeypatch):
                 t = cat.load_table("plumb.dns")
                 files = t.inspect.files()
                 rows = t.scan().to_arrow()
-                if files.num_rows == 1 and rows.num_rows == 82:
+                compacted = [p for p in files.column("file_path").to_pylist() if "/compacted/" in p]
+                # A block that lands after the day's compaction stays a
+                # file of its own until another joins it.
+                if compacted and rows.num_rows == 82:
                     break
             except Exception as e:  # the table is made at the first sync
                 files, rows, err = None, None, e
-            assert time.time() < deadline, (files and files.num_rows, rows and rows.num_rows, err)
+            assert time.time() < deadline, (files and files.column("file_path").to_pylist(), rows and rows.num_rows, err)
             time.sleep(0.2)
         assert t.metadata_location.startswith("s3://plumb-lake/plumb-iceberg/warehouse/plumb/dns/metadata/")
-        [path] = files.column("file_path").to_pylist()
-        assert path.startswith("s3://plumb-lake/plumb-iceberg/warehouse/plumb/dns/compacted/date=2018-01-10/site=ams/"), path
+        for path in compacted:
+            assert path.startswith("s3://plumb-lake/plumb-iceberg/warehouse/plumb/dns/compacted/date=2018-01-10/site=ams/"), path
+        for path in files.column("file_path").to_pylist():
+            assert path.startswith("s3://plumb-lake/"), path
         import json
         import pyarrow.flight as fl
         ticket = {"records": "dns.arrow", "columns": ["time", "qname", "src"]}
