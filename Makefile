@@ -112,6 +112,7 @@ bench: build
 	$(GO) run ./bench/capture -plumb $(CURDIR)/$(BIN)
 	$(GO) run ./bench/dnstap -plumb $(CURDIR)/$(BIN)
 	$(GO) run ./bench/iceberg -plumb $(CURDIR)/$(BIN)
+	$(GO) run ./bench/meta -plumb $(CURDIR)/$(BIN)
 	python3 bench/clients/consume_acks.py $(CURDIR)/$(BIN)
 
 # bench-scale fills a server with 10^4, 10^5 and 10^6 tiny blocks (an hour
