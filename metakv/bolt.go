@@ -79,6 +79,9 @@ func (t boltTx) CreateBucketIfNotExists(name []byte) (Bucket, error) {
 
 func (t boltTx) DeleteBucket(name []byte) error { return boltErr(t.tx.DeleteBucket(name)) }
 func (t boltTx) Writable() bool                 { return t.tx.Writable() }
+func (t boltTx) ForEachBucket(fn func(name []byte) error) error {
+	return t.tx.ForEach(func(name []byte, _ *bolt.Bucket) error { return fn(name) })
+}
 
 type boltBucket struct{ b *bolt.Bucket }
 

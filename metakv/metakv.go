@@ -35,6 +35,8 @@ type Tx interface {
 	Bucket(name []byte) Bucket
 	CreateBucketIfNotExists(name []byte) (Bucket, error)
 	DeleteBucket(name []byte) error
+	// ForEachBucket calls fn with the name of each top-level bucket.
+	ForEachBucket(fn func(name []byte) error) error
 	Writable() bool
 }
 

@@ -148,7 +148,10 @@ func (t *pgTx) fail(err error) {
 func (t *pgTx) root() *pgBucket             { return &pgBucket{t: t, path: []byte{}} }
 func (t *pgTx) Bucket(name []byte) Bucket   { return t.root().Bucket(name) }
 func (t *pgTx) DeleteBucket(n []byte) error { return t.root().DeleteBucket(n) }
-func (t *pgTx) Writable() bool              { return t.write }
+func (t *pgTx) ForEachBucket(fn func(name []byte) error) error {
+	return t.root().ForEachBucket(fn)
+}
+func (t *pgTx) Writable() bool { return t.write }
 func (t *pgTx) CreateBucketIfNotExists(name []byte) (Bucket, error) {
 	return t.root().CreateBucketIfNotExists(name)
 }

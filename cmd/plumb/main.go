@@ -63,6 +63,7 @@ func commands() []command {
 		workersCommand(),
 		loginCommand(),
 		anonKeyCommand(),
+		metaCopyCommand(),
 	}
 }
 
