@@ -8,6 +8,7 @@ import (
 	"strings"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 
@@ -48,6 +49,16 @@ func openKV(t *testing.T) metakv.DB {
 	if pgURL == "" {
 		return nil
 	}
+	kv, err := metakv.OpenPostgres(context.Background(), newDatabase(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return kv
+}
+
+// newDatabase makes a database and returns its URL.
+func newDatabase(t *testing.T) string {
+	t.Helper()
 	ctx := context.Background()
 	name := fmt.Sprintf("t%d", databases.Add(1))
 	conn, err := pgx.Connect(ctx, pgURL)
@@ -58,16 +69,56 @@ func openKV(t *testing.T) metakv.DB {
 	if _, err := conn.Exec(ctx, "CREATE DATABASE "+name); err != nil {
 		t.Fatal(err)
 	}
-	kv, err := metakv.OpenPostgres(ctx, strings.Replace(pgURL, "/postgres?", "/"+name+"?", 1))
-	if err != nil {
-		t.Fatal(err)
-	}
-	return kv
+	return strings.Replace(pgURL, "/postgres?", "/"+name+"?", 1)
 }
 
 // onBolt skips a test of what only a bbolt file has.
 func onBolt(t *testing.T) {
 	if pgURL != "" {
 		t.Skip("the metadata is in PostgreSQL: no bbolt file")
+	}
+}
+
+// TestChangedAcrossServers: a reader waiting on one server's metadata is
+// woken by a block committed through another's, on one PostgreSQL
+// database (LISTEN/NOTIFY).
+func TestChangedAcrossServers(t *testing.T) {
+	if pgURL == "" {
+		t.Skip("one bbolt file has one server: run with PLUMB_TEST_META=postgres (make test does)")
+	}
+	ctx := context.Background()
+	url := newDatabase(t)
+	var dbs [2]*DB
+	for i := range dbs {
+		kv, err := metakv.OpenPostgres(ctx, url)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if dbs[i], err = OpenKV(ctx, kv, Options{}); err != nil {
+			t.Fatal(err)
+		}
+		defer dbs[i].Close()
+	}
+	// The listener may not be listening yet: commit until the waiter on
+	// the other server is woken, a block each half second.
+	changed := dbs[1].Changed("pcap.sz")
+	other := dbs[1].Changed("dns.arrow")
+	for seq := uint64(1); ; seq++ {
+		if _, _, err := dbs[0].CommitBlock(mk(seq, "aa")); err != nil {
+			t.Fatal(err)
+		}
+		select {
+		case <-changed:
+			select {
+			case <-other:
+				t.Fatal("a reader of another queue was woken too")
+			default:
+			}
+			return
+		case <-time.After(500 * time.Millisecond):
+			if seq == 20 {
+				t.Fatal("a reader on the other server was not woken in 10 s")
+			}
+		}
 	}
 }

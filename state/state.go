@@ -13,6 +13,8 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
+	"strings"
 	"sync"
 	"time"
 
@@ -83,8 +85,9 @@ type DB struct {
 	id   string
 	now  func() time.Time
 
-	mu      sync.Mutex
-	waiters map[string]chan struct{} // queue → closed at its next change
+	mu         sync.Mutex
+	waiters    map[string]chan struct{} // queue → closed at its next change
+	stopListen func()                   // ends the listening for other servers' changes
 }
 
 // Options configure Open.
@@ -157,7 +160,11 @@ func OpenKV(ctx context.Context, kv metakv.DB, opts Options) (*DB, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &DB{kv: kv, id: id, now: opts.Now, waiters: map[string]chan struct{}{}}, nil
+	d := &DB{kv: kv, id: id, now: opts.Now, waiters: map[string]chan struct{}{}}
+	if n, ok := kv.(metakv.Notifier); ok {
+		d.listen(n)
+	}
+	return d, nil
 }
 
 var (
@@ -185,8 +192,26 @@ func (d *DB) Changed(queue string) <-chan struct{} {
 }
 
 func (d *DB) notify(queues ...string) {
+	d.wake(queues...)
+	if n, ok := d.kv.(metakv.Notifier); ok {
+		// The other servers on the store: their readers wait too. A lost
+		// notice costs a reader its wait's timeout, not a block.
+		n.Notify(context.Background(), changedChannel, strings.Join(queues, "\n"))
+	}
+}
+
+// wake wakes this process's readers waiting on queues (all of them for
+// a queue named ""), and those waiting on any queue.
+func (d *DB) wake(queues ...string) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
+	if slices.Contains(queues, "") {
+		for q, ch := range d.waiters {
+			close(ch)
+			delete(d.waiters, q)
+		}
+		return
+	}
 	for _, q := range append(queues, "") {
 		if ch, ok := d.waiters[q]; ok {
 			close(ch)
@@ -195,8 +220,29 @@ func (d *DB) notify(queues ...string) {
 	}
 }
 
+// changedChannel is the PostgreSQL channel on which servers sharing the
+// metadata tell each other which queues changed.
+const changedChannel = "plumb_changed"
+
+// listen wakes this process's readers when another server (or this one)
+// says queues changed, until Close.
+func (d *DB) listen(n metakv.Notifier) {
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	d.stopListen = func() { cancel(); <-done }
+	go func() {
+		defer close(done)
+		n.Listen(ctx, changedChannel, func(payload string) { d.wake(strings.Split(payload, "\n")...) })
+	}()
+}
+
 // Close closes the database.
-func (d *DB) Close() error { return d.kv.Close() }
+func (d *DB) Close() error {
+	if d.stopListen != nil {
+		d.stopListen()
+	}
+	return d.kv.Close()
+}
 
 // Check verifies the integrity of the database file (every page reachable
 // once); tests call it on cleanup.
