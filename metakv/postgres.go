@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strings"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -137,6 +138,10 @@ type pgTx struct {
 	tx    pgx.Tx
 	write bool
 	err   error
+	// buckets are the nested buckets known to be there, by path: state
+	// opens the same few buckets many times in a transaction, and each
+	// look was a round trip.
+	buckets map[string]bool
 }
 
 func (t *pgTx) fail(err error) {
@@ -238,27 +243,48 @@ func (b *pgBucket) Delete(key []byte) error {
 }
 
 func (b *pgBucket) Bucket(name []byte) Bucket {
+	c := b.child(name)
+	if b.t.buckets[string(c.path)] {
+		return c
+	}
 	if _, sub, ok := b.row(name); !ok || !sub {
 		return nil
 	}
-	return b.child(name)
+	b.t.known(c)
+	return c
+}
+
+// known remembers that the bucket c is there.
+func (t *pgTx) known(c *pgBucket) {
+	if t.buckets == nil {
+		t.buckets = map[string]bool{}
+	}
+	t.buckets[string(c.path)] = true
 }
 
 func (b *pgBucket) CreateBucketIfNotExists(name []byte) (Bucket, error) {
 	if err := b.writable(name); err != nil {
 		return nil, err
 	}
-	if _, err := b.t.tx.Exec(b.t.ctx, "INSERT INTO plumb_kv (bucket, key, sub) VALUES ($1, $2, true) ON CONFLICT DO NOTHING", b.path, name); err != nil {
-		b.t.fail(err)
-		return nil, b.t.err
+	c := b.child(name)
+	if b.t.buckets[string(c.path)] {
+		return c, nil
 	}
-	if _, sub, _ := b.row(name); !sub {
-		if b.t.err != nil {
+	// Updates run one at a time, so what is read here stays so.
+	_, sub, ok := b.row(name)
+	switch {
+	case b.t.err != nil:
+		return nil, b.t.err
+	case ok && !sub:
+		return nil, ErrIncompatible
+	case !ok:
+		if _, err := b.t.tx.Exec(b.t.ctx, "INSERT INTO plumb_kv (bucket, key, sub) VALUES ($1, $2, true)", b.path, name); err != nil {
+			b.t.fail(err)
 			return nil, b.t.err
 		}
-		return nil, ErrIncompatible
 	}
-	return b.child(name), nil
+	b.t.known(c)
+	return c, nil
 }
 
 func (b *pgBucket) DeleteBucket(name []byte) error {
@@ -275,6 +301,11 @@ func (b *pgBucket) DeleteBucket(name []byte) error {
 		return ErrIncompatible
 	}
 	c := b.child(name)
+	for p := range b.t.buckets {
+		if strings.HasPrefix(p, string(c.path)) {
+			delete(b.t.buckets, p)
+		}
+	}
 	// The bucket's row, and every row under it or under a bucket in it:
 	// their paths begin with its path.
 	if _, err := b.t.tx.Exec(b.t.ctx, "DELETE FROM plumb_kv WHERE bucket = $1 AND key = $2", b.path, name); err != nil {
