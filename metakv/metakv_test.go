@@ -213,7 +213,20 @@ func acceptance(t *testing.T, be backend) {
 		}
 		return nil
 	})
-	update(func(tx metakv.Tx) error { return tx.Bucket([]byte("queues")).DeleteBucket([]byte("pcap")) })
+	update(func(tx metakv.Tx) error {
+		// Seen, then deleted, in one transaction: gone, with what was in it.
+		q := tx.Bucket([]byte("queues"))
+		if q.Bucket([]byte("pcap")).Bucket([]byte("lax")) == nil {
+			t.Error("queues/pcap/lax is not there")
+		}
+		if err := q.DeleteBucket([]byte("pcap")); err != nil {
+			return err
+		}
+		if q.Bucket([]byte("pcap")) != nil {
+			t.Error("a bucket deleted in this transaction is still there")
+		}
+		return nil
+	})
 	update(func(tx metakv.Tx) error {
 		// Made again, it is empty: nothing under the old one is left.
 		s, err := tx.Bucket([]byte("queues")).CreateBucketIfNotExists([]byte("pcap"))
