@@ -198,6 +198,26 @@ def test_lake_as_an_iceberg_table(plumb_bin, tmp_path):
         server.stop()
 
 
+def wait_compacted(cat, table, want, timeout=60):
+    """The table, its files, its rows and its compacted files, once it
+    holds want rows and a compacted file. A block that lands after the
+    day's compaction stays a file of its own until another joins it."""
+    deadline, err = time.time() + timeout, None
+    while True:
+        files = rows = None
+        try:
+            t = cat.load_table(table)
+            files = t.inspect.files()
+            rows = t.scan().to_arrow()
+            compacted = [p for p in files.column("file_path").to_pylist() if "/compacted/" in p]
+            if compacted and rows.num_rows == want:
+                return t, files, rows, compacted
+        except Exception as e:  # the table is made at the first sync
+            err = e
+        assert time.time() < deadline, (files and files.column("file_path").to_pylist(), rows and rows.num_rows, err)
+        time.sleep(0.2)
+
+
 def test_iceberg_table_compacted(plumb_bin, tmp_path):
     """A site's past day of block files is compacted into one file of the
     table: pyiceberg reads the same rows, from one file per day and site,
@@ -213,21 +233,7 @@ def test_iceberg_table_compacted(plumb_bin, tmp_path):
         run_job(server.client(), JOB, 1)
         from pyiceberg.catalog.sql import SqlCatalog
         cat = SqlCatalog("plumb", uri=f"sqlite:///{data}/iceberg/catalog.db", warehouse=f"file://{data}/iceberg/warehouse")
-        deadline = time.time() + 60
-        while True:
-            try:
-                t = cat.load_table("plumb.dns")
-                files = t.inspect.files()
-                rows = t.scan().to_arrow()
-                compacted = [p for p in files.column("file_path").to_pylist() if "/compacted/" in p]
-                # A block that lands after the day's compaction stays a
-                # file of its own until another joins it.
-                if compacted and rows.num_rows == 82:
-                    break
-            except Exception:
-                files = rows = None
-            assert time.time() < deadline, (files and files.column("file_path").to_pylist(), rows and rows.num_rows)
-            time.sleep(0.2)
+        t, files, rows, compacted = wait_compacted(cat, "plumb.dns", 82)
         assert len(compacted) == 1 and files.num_rows <= 2, files.column("file_path").to_pylist()
         [path] = compacted
         assert "/iceberg/warehouse/plumb/dns/compacted/date=2018-01-10/site=ams/" in path
@@ -285,21 +291,7 @@ def test_iceberg_table_in_minio(plumb_bin, tmp_path, minio, monkeypatch):
         cat = SqlCatalog("plumb", uri=f"sqlite:///{data}/iceberg/catalog.db",
                          **{"s3.endpoint": f"http://{minio}", "s3.access-key-id": "plumbtest",
                             "s3.secret-access-key": "plumbtest-secret", "s3.region": "us-east-1"})
-        deadline, err = time.time() + 60, None
-        while True:
-            try:
-                t = cat.load_table("plumb.dns")
-                files = t.inspect.files()
-                rows = t.scan().to_arrow()
-                compacted = [p for p in files.column("file_path").to_pylist() if "/compacted/" in p]
-                # A block that lands after the day's compaction stays a
-                # file of its own until another joins it.
-                if compacted and rows.num_rows == 82:
-                    break
-            except Exception as e:  # the table is made at the first sync
-                files, rows, err = None, None, e
-            assert time.time() < deadline, (files and files.column("file_path").to_pylist(), rows and rows.num_rows, err)
-            time.sleep(0.2)
+        t, files, rows, compacted = wait_compacted(cat, "plumb.dns", 82)
         assert t.metadata_location.startswith("s3://plumb-lake/plumb-iceberg/warehouse/plumb/dns/metadata/")
         for path in compacted:
             assert path.startswith("s3://plumb-lake/plumb-iceberg/warehouse/plumb/dns/compacted/date=2018-01-10/site=ams/"), path
