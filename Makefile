@@ -35,7 +35,7 @@ FUZZ_TARGETS := \
 	./pcap/dnstap:FuzzDecode:200000x \
 	./state:FuzzBlockRecord:100000x
 
-.PHONY: build test test-go test-state-postgres test-python fuzz-short bench bench-scale bench-windows demo lint clean image kube
+.PHONY: build test test-go test-state-postgres chaos test-python fuzz-short bench bench-scale bench-windows demo lint clean image kube
 
 # The build says what it is (plumb version, plumb_build_info) even where
 # Go does not stamp version control information (-buildvcs=false).
@@ -83,6 +83,11 @@ test-go:
 # database of its own on a server the tests start.
 test-state-postgres:
 	PLUMB_TEST_META=postgres $(GO) test -race -count=1 ./state
+
+# Issue 44's chaos test at full length: three servers on PostgreSQL and
+# MinIO, one SIGKILLed every 10 s for 3 minutes (make test runs 1).
+chaos:
+	PLUMB_CHAOS=3m $(GO) test -count=1 -timeout 30m -run '^TestChaosSharedServers$$' -v ./cmd/plumb
 
 test-python: build
 	PLUMB_BIN=$(CURDIR)/$(BIN) $(PYTEST) -q tests/python

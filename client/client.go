@@ -11,8 +11,10 @@ import (
 	"hash"
 	"io"
 	"math/rand/v2"
+	"net"
 	"os"
 	"path/filepath"
+	"strings"
 	"time"
 
 	"github.com/plumb-dev/plumb/flight"
@@ -23,6 +25,8 @@ import (
 	"google.golang.org/grpc/backoff"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/keepalive"
+	"google.golang.org/grpc/resolver"
+	"google.golang.org/grpc/resolver/manual"
 	"google.golang.org/grpc/status"
 
 	"github.com/plumb-dev/plumb/block"
@@ -37,10 +41,18 @@ type Client struct {
 	// error (the server unreachable or restarting). Safe because the
 	// server answers a re-sent block as a duplicate.
 	Retries int
+	addr    string // as dialled
+	sec     Security
 }
 
 // Dial connects to a server at addr (host:port). The connection is made
 // lazily; the first call reports an unreachable server.
+//
+// addr may name several servers sharing their metadata, comma-separated
+// ("a:8815,b:8815"), or one DNS name with several addresses: the client
+// talks to one of them, chosen at random so that many clients spread,
+// and moves to another when it becomes unreachable. A call under way
+// when its server dies fails (a put is retried, see Retries).
 func Dial(addr string) (*Client, error) { return DialSecure(addr, Security{}) }
 
 // DialSecure connects with TLS and a token as sec says.
@@ -50,7 +62,17 @@ func DialSecure(addr string, sec Security) (*Client, error) {
 	if err != nil {
 		return nil, err
 	}
-	conn, err := grpc.NewClient(addr, append(secOpts,
+	target, servers, err := dialTarget(addr)
+	if err != nil {
+		return nil, err
+	}
+	if servers != nil {
+		secOpts = append(secOpts, grpc.WithResolvers(servers))
+	}
+	conn, err := grpc.NewClient(target, append(secOpts,
+		// One server at a time (its calls and leases go together), a
+		// random one of those named, the next when it fails.
+		grpc.WithDefaultServiceConfig(`{"loadBalancingConfig": [{"pick_first": {"shuffleAddressList": true}}]}`),
 		grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(64<<20), grpc.ForceCodecV2(flight.Codec())),
 		grpc.WithKeepaliveParams(keepalive.ClientParameters{Time: 30 * time.Second, Timeout: 20 * time.Second}),
 		// Reconnect within seconds after an outage, not gRPC's default of
@@ -69,7 +91,7 @@ func DialSecure(addr string, sec Security) (*Client, error) {
 	if err != nil {
 		return nil, fmt.Errorf("server %s: %w", addr, err)
 	}
-	c := &Client{conn: conn, fc: aflight.NewFlightServiceClient(conn), tokens: tokens, Retries: 5}
+	c := &Client{conn: conn, fc: aflight.NewFlightServiceClient(conn), tokens: tokens, Retries: 5, addr: addr, sec: sec}
 	if sec.User != "" {
 		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 		defer cancel()
@@ -79,6 +101,53 @@ func DialSecure(addr string, sec Security) (*Client, error) {
 		}
 	}
 	return c, nil
+}
+
+// dialTarget is the gRPC target of addr: itself for one server (a DNS
+// name's addresses all count), or a resolver of the comma-separated list.
+func dialTarget(addr string) (string, *manual.Resolver, error) {
+	if !strings.Contains(addr, ",") {
+		return addr, nil, nil
+	}
+	var st resolver.State
+	for a := range strings.SplitSeq(addr, ",") {
+		a = strings.TrimSpace(a)
+		if a == "" {
+			continue
+		}
+		if _, _, err := net.SplitHostPort(a); err != nil {
+			return "", nil, fmt.Errorf("server %q in %q: %w; want host:port,host:port", a, addr, err)
+		}
+		st.Endpoints = append(st.Endpoints, resolver.Endpoint{Addresses: []resolver.Address{{Addr: a}}})
+	}
+	r := manual.NewBuilderWithScheme("plumb-servers")
+	r.InitialState(st)
+	return r.Scheme() + ":///" + addr, r, nil
+}
+
+// Servers returns a client of each server of a comma-separated address,
+// with the same security: a remote worker leases from the server that
+// schedules, whichever that is, where other callers may use any. For one
+// address it returns the client itself. The caller closes the others.
+func (c *Client) Servers() ([]*Client, error) {
+	if !strings.Contains(c.addr, ",") {
+		return []*Client{c}, nil
+	}
+	var out []*Client
+	for a := range strings.SplitSeq(c.addr, ",") {
+		if a = strings.TrimSpace(a); a == "" {
+			continue
+		}
+		one, err := DialSecure(a, c.sec)
+		if err != nil {
+			for _, o := range out {
+				o.Close()
+			}
+			return nil, err
+		}
+		out = append(out, one)
+	}
+	return out, nil
 }
 
 // Flight is the arrow-go Flight client underneath, for calls this

@@ -10,6 +10,7 @@ import (
 	"sort"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/google/uuid"
@@ -53,6 +54,10 @@ type Config struct {
 	Policy Policy
 	// Tick is how often slots are re-shared; 1 s when 0.
 	Tick time.Duration
+	// Shared: other servers share the metadata, and one of them may be
+	// the one that schedules. While this engine does not, what it says
+	// of its stages' backlogs and runs comes from the metadata.
+	Shared bool
 	// MaxAttempts is how many runs a block gets before it is FAULTY; 4
 	// when 0.
 	MaxAttempts int
@@ -196,6 +201,12 @@ type Engine struct {
 	latm         *latencyMetrics
 	ctx          context.Context // the Run context, once running
 	boot         string          // names this process's reservations
+	jobsVersion  uint64          // the jobs' version the graph was built at
+	// ran: Run ran before, so the stages it left must be built again from
+	// the metadata when it runs again (another server may have scheduled
+	// meanwhile).
+	ran        bool
+	scheduling atomic.Bool // Run is running: this server schedules
 
 	mu     sync.Mutex
 	graph  *pipeline.Graph
@@ -274,10 +285,30 @@ func New(db *state.DB, store blob.Store, reg *Registry, cfg Config) (*Engine, er
 
 // Run schedules stage runs until ctx ends, then waits for the runs in
 // flight to stop.
+//
+// Where several servers share the metadata, each calls Run only while it
+// holds the duty of scheduling: each Run begins as a restart would, from
+// what the metadata holds, and gives back the blocks of the runs the
+// scheduler before it left.
 func (e *Engine) Run(ctx context.Context) error {
 	e.mu.Lock()
 	e.ctx = ctx
+	if e.ran {
+		// Window and stream stages hold what they were fed: it is stale
+		// after another server scheduled.
+		e.stages = map[string]*stage{}
+		if err := e.loadGraph(); err != nil {
+			e.mu.Unlock()
+			return err
+		}
+	}
+	e.ran = true
 	e.mu.Unlock()
+	if err := e.resetInterrupted(); err != nil {
+		return err
+	}
+	e.scheduling.Store(true)
+	defer e.scheduling.Store(false)
 	var runs sync.WaitGroup
 	defer e.parts.drop("", &e.scratch)
 	defer runs.Wait()
@@ -303,6 +334,9 @@ func (e *Engine) Run(ctx context.Context) error {
 			return nil
 		case <-ticker.C:
 			reshare, counted = true, true
+			if err := e.Follow(); err != nil {
+				e.log.Error("reading the jobs", "err", err)
+			}
 		case <-changed:
 			reshare = e.idleStages()
 		case <-e.kick:

@@ -294,10 +294,21 @@ func (e *Engine) mergeOptions() pipeline.Options {
 func (e *Engine) load() error {
 	e.mu.Lock()
 	defer e.mu.Unlock()
+	return e.loadGraph()
+}
+
+// loadGraph builds the graph of the accepted jobs as the metadata has
+// them, keeping the stages that stay. Called with e.mu held.
+func (e *Engine) loadGraph() error {
+	version, err := e.db.JobsVersion()
+	if err != nil {
+		return err
+	}
 	jobs, err := e.acceptedJobs("")
 	if err != nil {
 		return err
 	}
+	e.suspended = map[string]string{}
 	var keep []*pipeline.Job
 	for _, j := range jobs {
 		if err := e.checkPrograms("job "+j.Name, j, e.trusted(j.Name)); err != nil {
@@ -320,6 +331,36 @@ func (e *Engine) load() error {
 	if err := e.apply(g); err != nil {
 		return err
 	}
+	e.jobsVersion = version
+	return nil
+}
+
+// Follow builds the graph again when the jobs changed through another
+// server sharing the metadata (or through this one's watch of rights).
+// A server calls it now and then; Run calls it each tick.
+func (e *Engine) Follow() error {
+	v, err := e.db.JobsVersion()
+	if err != nil {
+		return err
+	}
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if v == e.jobsVersion {
+		return nil
+	}
+	if err := e.loadGraph(); err != nil {
+		return err
+	}
+	e.poke()
+	return nil
+}
+
+// resetInterrupted gives back the blocks of runs that died with the
+// process that ran them: this one's before a restart, or the server that
+// scheduled before this one took over.
+func (e *Engine) resetInterrupted() error {
+	e.mu.Lock()
+	defer e.mu.Unlock()
 	// Runs of the previous process died with it. Its own runs count as
 	// attempts: a SIGTERM released them, so it crashed, perhaps because
 	// of the block it was running.

@@ -291,6 +291,10 @@ func (e *Engine) Lease(ctx context.Context, h Hello) (Lease, bool, error) {
 	return Lease{}, false, nil
 }
 
+// Scheduling reports whether Run runs: this server schedules stage runs,
+// and leases them to workers.
+func (e *Engine) Scheduling() bool { return e.scheduling.Load() }
+
 // StagesChanged returns a channel closed when the engine's stages next
 // change: a worker waiting for a lease has new work to look at.
 func (e *Engine) StagesChanged() <-chan struct{} {

@@ -177,6 +177,17 @@ func (e *Engine) Stats() []StageStats {
 		}
 		s.Detail, s.Suspended = detail(st.steps), st.suspended
 		s.Backlog, s.Waiting, s.Workers, s.Target = st.backlog, st.waiting, st.running, st.target
+		if e.cfg.Shared && !e.scheduling.Load() {
+			// Another server schedules: its counts are not here, the
+			// metadata's are. Reserved blocks are runs under way there.
+			ready, held, err := e.db.Backlog(n.Inputs[0], st.group)
+			if err == nil {
+				s.Backlog, s.Waiting, s.Workers, s.Target = ready, 0, int(held), 0
+				if st.win != nil {
+					s.Backlog, s.Waiting = 0, ready+held
+				}
+			}
+		}
 		if s.ProcessingSeconds > 0 {
 			s.Intensity = (float64(s.BytesIn) + e.cfg.Replication*float64(s.BytesOut)) / s.ProcessingSeconds / 1e6
 			// A stage several jobs share feeds each of them: chaining it

@@ -21,7 +21,6 @@ import (
 // in REPEATABLE READ, one snapshot each.
 type Postgres struct {
 	pool *pgxpool.Pool
-	own  *pgxpool.Conn // holds the session lock of Own
 }
 
 // schema makes the table. A nested bucket is a row of its parent with
@@ -54,37 +53,8 @@ func OpenPostgres(ctx context.Context, url string) (*Postgres, error) {
 	return &Postgres{pool: pool}, nil
 }
 
-// ownLock is the advisory lock a server holds for as long as it runs on
-// the database, while several servers sharing one are not yet safe.
-const ownLock = 0x706c756d626f776e
-
-// Own makes this handle the database's only server: it holds a session
-// lock until Close, and fails, saying so, while another holds it.
-func (p *Postgres) Own(ctx context.Context) error {
-	conn, err := p.pool.Acquire(ctx)
-	if err != nil {
-		return fmt.Errorf("metadata database: %w", err)
-	}
-	var ok bool
-	if err := conn.QueryRow(ctx, "SELECT pg_try_advisory_lock($1)", int64(ownLock)).Scan(&ok); err != nil {
-		conn.Release()
-		return fmt.Errorf("metadata database: %w", err)
-	}
-	if !ok {
-		conn.Release()
-		return errors.New("another plumb serve runs on this metadata database; one server per database for now")
-	}
-	p.own = conn
-	return nil
-}
-
 // Close implements DB.
 func (p *Postgres) Close() error {
-	if p.own != nil {
-		// Closing the session lets its lock go.
-		p.own.Conn().Close(context.Background())
-		p.own.Release()
-	}
 	p.pool.Close()
 	return nil
 }

@@ -17,7 +17,16 @@ func (s *Service) workerEngine(ctx context.Context, action string) (*engine.Engi
 	if err := s.allow(ctx, auth.Admin, "", action); err != nil {
 		return nil, err
 	}
-	return s.engine()
+	eng, err := s.engine()
+	if err != nil {
+		return nil, err
+	}
+	if s.shared && !eng.Scheduling() {
+		// Leases live in the scheduler's memory: a worker must talk to
+		// it, and fails over to another address on Unavailable.
+		return nil, status.Errorf(codes.Unavailable, "%s: this server does not schedule stage runs now; another server sharing its metadata does (give the worker every server's address)", action)
+	}
+	return eng, nil
 }
 
 func leaseErr(err error) error {

@@ -172,6 +172,10 @@ type Config struct {
 	// SweepEvery is how often blocks past their queue's retention are
 	// deleted; a minute when zero.
 	SweepEvery time.Duration
+	// DutyTTL is how long a server sharing its metadata holds a duty
+	// (scheduling, retention, fsck) unrenewed: one that dies hands its
+	// duties on within about this long. 15 s when zero.
+	DutyTTL time.Duration
 	// MinFree is the free space a directory store keeps: below it uploads
 	// are refused (RESOURCE_EXHAUSTED) and stages pause until space
 	// returns; 100 MiB when zero, none when negative.
@@ -241,8 +245,11 @@ type Service struct {
 	db    *state.DB
 	store blob.Store
 	eng   *engine.Engine // nil: no pipelines
-	adm   *admission.Controller
-	log   *slog.Logger
+	// shared: the metadata is in PostgreSQL, where other servers may
+	// schedule.
+	shared bool
+	adm    *admission.Controller
+	log    *slog.Logger
 
 	// ctx ends when the server shuts down, so that follow streams end
 	// instead of holding up a graceful stop.
@@ -369,6 +376,14 @@ func Run(ctx context.Context, cfg Config) (err error) {
 	dnsCounts := dnsmetrics.NewCollector()
 	cfg.Engine.Tallier = dnsCounts
 	svc := NewService(srvCtx, cfg, db, store)
+	// Work one server does for all: with the metadata in PostgreSQL,
+	// several servers may share it.
+	now := cfg.Now
+	if now == nil {
+		now = time.Now
+	}
+	duty := newDuties(db, cfg.Meta != "", lis.Addr().String(), cfg.DutyTTL, cfg.Logger, now)
+	svc.shared = duty.shared
 	svc.space = &space{store: store, db: db, minFree: max(cfg.MinFree, 0), capBytes: cfg.StoreCap}
 	if cfg.MinFree == 0 {
 		svc.space.minFree = 100 << 20
@@ -437,6 +452,7 @@ func Run(ctx context.Context, cfg Config) (err error) {
 			ecfg.Now = cfg.Now
 		}
 		ecfg.Full = svc.space.full
+		ecfg.Shared = duty.shared
 		eng, err := engine.New(db, store, cfg.Registry, ecfg)
 		if err != nil {
 			lis.Close()
@@ -448,7 +464,21 @@ func Run(ctx context.Context, cfg Config) (err error) {
 			go func() { defer close(rightsDone); svc.watchRights(srvCtx, 2*time.Second) }()
 			defer func() { stop(); <-rightsDone }()
 		}
-		go func() { defer close(engDone); eng.Run(srvCtx) }()
+		go func() {
+			defer close(engDone)
+			duty.run(srvCtx, "scheduling", func(ctx context.Context) {
+				if err := eng.Run(ctx); err != nil {
+					cfg.Logger.Error("scheduling stage runs stopped", "err", err)
+				}
+			})
+		}()
+		if duty.shared {
+			// The graph follows the jobs taken through other servers, for
+			// what this one answers while another schedules.
+			followDone := make(chan struct{})
+			go func() { defer close(followDone); followJobs(srvCtx, eng, cfg.Logger) }()
+			defer func() { stop(); <-followDone }()
+		}
 	} else {
 		close(engDone)
 	}
@@ -458,14 +488,18 @@ func Run(ctx context.Context, cfg Config) (err error) {
 		groupsDone := make(chan struct{})
 		go func() {
 			defer close(groupsDone)
-			svc.expireGroups(srvCtx, cfg.GroupIdle, cmp.Or(cfg.SweepEvery, min(cfg.GroupIdle/10, time.Minute)))
+			duty.run(srvCtx, "idle groups", func(ctx context.Context) {
+				svc.expireGroups(ctx, cfg.GroupIdle, cmp.Or(cfg.SweepEvery, min(cfg.GroupIdle/10, time.Minute)))
+			})
 		}()
 		defer func() { stop(); <-groupsDone }()
 	}
 	sweepDone := make(chan struct{})
 	go func() {
 		defer close(sweepDone)
-		retention.Run(srvCtx, db, store, cmp.Or(cfg.SweepEvery, time.Minute), cfg.Logger)
+		duty.run(srvCtx, "retention", func(ctx context.Context) {
+			retention.Run(ctx, db, store, cmp.Or(cfg.SweepEvery, time.Minute), cfg.Logger)
+		})
 	}()
 	defer func() { stop(); <-sweepDone }()
 	// Waiting reads are checked against their deadlines as time passes,
@@ -493,7 +527,9 @@ func Run(ctx context.Context, cfg Config) (err error) {
 			icebergDone := make(chan struct{})
 			go func() {
 				defer close(icebergDone)
-				syncTables(srvCtx, tables, cfg.IcebergEvery, cfg.IcebergCompactEvery, cfg.Logger)
+				duty.run(srvCtx, "iceberg", func(ctx context.Context) {
+					syncTables(ctx, tables, cfg.IcebergEvery, cfg.IcebergCompactEvery, cfg.Logger)
+				})
 			}()
 			defer func() { stop(); <-icebergDone }()
 		}
@@ -504,7 +540,9 @@ func Run(ctx context.Context, cfg Config) (err error) {
 			defer close(endDone)
 			// Looked for a few times within the wait, at most each minute.
 			every := cmp.Or(cfg.EndCaptureEvery, min(time.Minute, max(cfg.EndCaptureAfter/4, 100*time.Millisecond)))
-			svc.endSilentCaptures(srvCtx, cfg.EndCaptureAfter, every)
+			duty.run(srvCtx, "silent captures", func(ctx context.Context) {
+				svc.endSilentCaptures(ctx, cfg.EndCaptureAfter, every)
+			})
 		}()
 		defer func() { stop(); <-endDone }()
 	}
@@ -516,7 +554,9 @@ func Run(ctx context.Context, cfg Config) (err error) {
 			if svc.eng != nil {
 				recompute = svc.eng.Recompute
 			}
-			fsck.Run(srvCtx, db, store, cmp.Or(cfg.FsckEvery, time.Hour), recompute, cfg.Logger)
+			duty.run(srvCtx, "fsck", func(ctx context.Context) {
+				fsck.Run(ctx, db, store, cmp.Or(cfg.FsckEvery, time.Hour), recompute, cfg.Logger)
+			})
 		}()
 		defer func() { stop(); <-fsckDone }()
 	}
@@ -706,14 +746,27 @@ func openMeta(ctx context.Context, cfg Config) (*state.DB, error) {
 	if err != nil {
 		return nil, fmt.Errorf("--meta: %w (is PostgreSQL up, and the URL's user allowed to make a table?)", err)
 	}
-	if err := kv.Own(ctx); err != nil {
-		kv.Close()
-		return nil, fmt.Errorf("--meta: %w", err)
-	}
 	db, err := state.OpenKV(ctx, kv, state.Options{Now: cfg.Now})
 	if err != nil {
 		kv.Close()
 		return nil, fmt.Errorf("--meta: %w", err)
 	}
 	return db, nil
+}
+
+// followJobs keeps the engine's graph that of the jobs in the metadata,
+// which other servers sharing it change.
+func followJobs(ctx context.Context, eng *engine.Engine, log *slog.Logger) {
+	t := time.NewTicker(2 * time.Second)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		if err := eng.Follow(); err != nil {
+			log.Warn("reading the jobs other servers took", "err", err)
+		}
+	}
 }

@@ -71,9 +71,44 @@ func (d *DB) PutJob(j Job) (Job, error) {
 				return err
 			}
 		}
-		return putRecord(jobs, []byte(j.Name), j)
+		if err := putRecord(jobs, []byte(j.Name), j); err != nil {
+			return err
+		}
+		return bumpJobsVersion(tx)
 	})
 	return j, err
+}
+
+var keyJobsVersion = []byte("jobs-version")
+
+// bumpJobsVersion counts a change of the jobs, so that every server
+// sharing the metadata sees the graph changed (JobsVersion).
+func bumpJobsVersion(tx metakv.Tx) error {
+	meta, err := tx.CreateBucketIfNotExists(bucketMeta)
+	if err != nil {
+		return err
+	}
+	var n uint64
+	if v := meta.Get(keyJobsVersion); len(v) == 8 {
+		n = bytesU64(v)
+	}
+	return meta.Put(keyJobsVersion, u64(n+1))
+}
+
+// JobsVersion counts the changes of the jobs: an engine whose graph was
+// built at another version builds it again, since another server sharing
+// the metadata took a job or let one go.
+func (d *DB) JobsVersion() (uint64, error) {
+	var n uint64
+	err := d.kv.View(context.Background(), func(tx metakv.Tx) error {
+		if meta := tx.Bucket(bucketMeta); meta != nil {
+			if v := meta.Get(keyJobsVersion); len(v) == 8 {
+				n = bytesU64(v)
+			}
+		}
+		return nil
+	})
+	return n, err
 }
 
 // GetJob returns one job.

@@ -31,7 +31,11 @@ import (
 
 // Config configures a worker.
 type Config struct {
-	Client   *client.Client
+	Client *client.Client
+	// Servers, when there are several servers sharing their metadata,
+	// holds a client of each (Client among them): the worker leases from
+	// the one that schedules, and moves on when a server says it does not.
+	Servers  []*client.Client
 	ID, Host string
 	Slots    int    // runs at once
 	Stages   string // path.Match pattern of stage names to run; "" for all
@@ -55,13 +59,35 @@ type Worker struct {
 	missing []string // executables this machine lacks
 	m       *metrics
 	parts   parts // first halves held for their blocks' turns
+	servers []*client.Client
+	cur     int // the server leased from, in servers; guarded by mu
+}
+
+// client is the server the worker leases from now.
+func (w *Worker) client() *client.Client {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.servers[w.cur]
+}
+
+// moveOn leases from the next server after c said it does not schedule:
+// the runs leased from c are lost with its duty.
+func (w *Worker) moveOn(c *client.Client) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if len(w.servers) > 1 && w.servers[w.cur] == c {
+		w.cur = (w.cur + 1) % len(w.servers)
+	}
 }
 
 // New returns a worker. Its metrics go to cfg.Metrics when it is set;
 // registering them twice is an error New reports by panicking, as
 // prometheus.MustRegister does.
 func New(cfg Config) *Worker {
-	w := &Worker{cfg: cfg, m: newMetrics(cfg.Slots)}
+	w := &Worker{cfg: cfg, m: newMetrics(cfg.Slots), servers: cfg.Servers}
+	if len(w.servers) == 0 {
+		w.servers = []*client.Client{cfg.Client}
+	}
 	if cfg.Metrics != nil {
 		cfg.Metrics.MustRegister(w.m.runs, w.m.inProgress, w.m.leaseFailures, w.m.slots, w.m.lastContact)
 	}
@@ -143,10 +169,22 @@ func (w *Worker) hello() engine.Hello {
 func (w *Worker) loop(ctx context.Context) {
 	backoff := time.Second
 	for ctx.Err() == nil {
-		l, ok, err := lease(ctx, w.cfg.Client, w.hello())
+		c := w.client()
+		l, ok, err := lease(ctx, c, w.hello())
 		if err != nil {
 			if ctx.Err() != nil {
 				return
+			}
+			if status.Code(err) == codes.Unavailable && len(w.servers) > 1 {
+				// Not the scheduler, or not up: try the next at once.
+				w.moveOn(c)
+				w.cfg.Log.Debug("lease request refused; asking the next server", "err", err)
+				select {
+				case <-ctx.Done():
+					return
+				case <-time.After(200 * time.Millisecond):
+				}
+				continue
 			}
 			w.m.leaseFailures.Inc()
 			w.cfg.Log.Warn("lease request failed; retrying", "err", err, "retry_in", backoff)
@@ -175,7 +213,7 @@ func (w *Worker) loop(ctx context.Context) {
 func (w *Worker) run(ctx context.Context, l engine.Lease) string {
 	log := w.cfg.Log.With("lease", l.ID, "stage", l.Stage, "block", l.Inputs[0].Name)
 	log.Debug("run leased")
-	c := w.cfg.Client
+	c := w.client()
 	if prog := w.cfg.Runner.Lacks(l); prog != "" {
 		w.mu.Lock()
 		w.missing = append(w.missing, prog)
@@ -292,7 +330,7 @@ func (w *Worker) heartbeat(ctx context.Context, cancel context.CancelCauseFunc, 
 			return
 		case <-t.C:
 		}
-		err := w.cfg.Client.Do(ctx, "heartbeat", flight.LeaseRequest{Lease: l.ID}, nil)
+		err := w.client().Do(ctx, "heartbeat", flight.LeaseRequest{Lease: l.ID}, nil)
 		if status.Code(err) == codes.FailedPrecondition {
 			cancel(engine.ErrLeaseGone)
 			return
@@ -350,7 +388,7 @@ func (w *Worker) withPorts(ctx context.Context, l engine.Lease, fn func(ctx cont
 				continue
 			} // elsewhere (another store, or lost): through the server
 		}
-		s, err := w.cfg.Client.Get(ctx, b.Name)
+		s, err := w.client().Get(ctx, b.Name)
 		if err != nil {
 			return nil, fmt.Errorf("read input %s: %w", b.Name, err)
 		}

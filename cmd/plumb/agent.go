@@ -43,7 +43,7 @@ type agentFlags struct {
 }
 
 func (a *agentFlags) register(fs *flag.FlagSet) {
-	fs.StringVar(&a.cfg.Server, "server", cmp.Or(os.Getenv("PLUMB_SERVER"), "127.0.0.1:8815"), "server `ADDR` (also from PLUMB_SERVER)")
+	fs.StringVar(&a.cfg.Server, "server", cmp.Or(os.Getenv("PLUMB_SERVER"), "127.0.0.1:8815"), "server `ADDR` (also from PLUMB_SERVER); several servers sharing their metadata comma-separated, or one DNS name with a record for each")
 	fs.StringVar(&a.site, "site", "", "capture `SITE` (required); the block instance unless --instance is given")
 	fs.StringVar(&a.cfg.Instance, "instance", "", "instance `ID` in block names (default: the site)")
 	fs.StringVar(&a.cfg.Queue, "queue", "", "queue `NAME` (default pcap plus the codec's extension, e.g. pcap.sz)")

@@ -13,7 +13,7 @@ import (
 
 // serverFlag adds --server, defaulting to $PLUMB_SERVER or 127.0.0.1:8815.
 func serverFlag(fs *flag.FlagSet) *string {
-	return fs.String("server", cmp.Or(os.Getenv("PLUMB_SERVER"), "127.0.0.1:8815"), "server `ADDR` (also from PLUMB_SERVER)")
+	return fs.String("server", cmp.Or(os.Getenv("PLUMB_SERVER"), "127.0.0.1:8815"), "server `ADDR` (also from PLUMB_SERVER); several servers sharing their metadata comma-separated, or one DNS name with a record for each")
 }
 
 // optionalArg as clientCommand's nargs takes zero or one argument; -1

@@ -76,21 +76,7 @@ stages:
 			if out, errOut, code := plumbExec(t, "stats", "--wait", "--server", addr); code != 0 {
 				t.Fatalf("stats --wait: %s %s", out, errOut)
 			}
-			rows, err := c.Records(ctx, client.RecordsTicket{Records: "dns.arrow", Columns: []string{"time"}})
-			if err != nil {
-				t.Fatal(err)
-			}
-			var got []string
-			for rows.Next() {
-				rec := rows.RecordBatch()
-				for i := range int(rec.NumRows()) {
-					got = append(got, rec.Column(0).ValueStr(i))
-				}
-			}
-			rows.Release()
-			if err := rows.Err(); err != nil {
-				t.Fatal(err)
-			}
+			got := recordTimes(t, c, client.RecordsTicket{Records: "dns.arrow"})
 			if len(got) != len(want) {
 				t.Fatalf("%d blocks: %d rows through the %s; plumb dns FILE gives %d", len(blocks), len(got), mode, len(want))
 			}
@@ -358,4 +344,26 @@ stages:
 	if after == 0 {
 		t.Fatalf("no block of the agent started again follows the end (seq %d): %+v\nlog:\n%s", ended.Seq, blocks, log)
 	}
+}
+
+// recordTimes reads a records ticket's time column, as text.
+func recordTimes(t *testing.T, c *client.Client, ticket client.RecordsTicket) []string {
+	t.Helper()
+	ticket.Columns = []string{"time"}
+	rows, err := c.Records(context.Background(), ticket)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rows.Release()
+	var out []string
+	for rows.Next() {
+		rec := rows.RecordBatch()
+		for i := range int(rec.NumRows()) {
+			out = append(out, rec.Column(0).ValueStr(i))
+		}
+	}
+	if err := rows.Err(); err != nil {
+		t.Fatal(err)
+	}
+	return out
 }

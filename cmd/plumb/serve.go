@@ -64,6 +64,7 @@ func serveCommand() command {
 			fs.IntVar(&cfg.ReadSlotsPerUser, "read-slots-per-user", 0, "the most of the read slots one user (without --users, one client host) holds at once; 0: half of them, -1: no cap")
 			fs.Float64Var(&cfg.ReadRate, "read-rate", 0, "cap block reads at this many bytes per second in all (0: no cap)")
 			fs.DurationVar(&cfg.SweepEvery, "sweep-every", time.Minute, "how often blocks past their queue's retention are deleted")
+			fs.DurationVar(&cfg.DutyTTL, "duty-ttl", 15*time.Second, "with --meta postgres://: how long a server holds a duty (scheduling, retention, fsck) unrenewed; one that dies hands them on within about this long")
 			fs.Func("derived-retention", "the most a stage's output keeps a block when the stage gives no retention and no one has consumed it, a `DURATION` such as 30d (the default), or forever", func(v string) error {
 				if v == "forever" {
 					cfg.Engine.DerivedRetention = -1

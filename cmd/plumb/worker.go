@@ -74,7 +74,16 @@ func workerCommand() command {
 			default:
 				return fmt.Errorf("--sandbox %q: want bwrap or off", sbOpts.mode)
 			}
-			cfg := worker.Config{Client: c, ID: fmt.Sprintf("%s-%d", host, os.Getpid()), Host: host, Slots: *slots, Stages: *stages,
+			servers, err := c.Servers()
+			if err != nil {
+				return err
+			}
+			for _, s := range servers {
+				if s != c {
+					defer s.Close()
+				}
+			}
+			cfg := worker.Config{Client: c, Servers: servers, ID: fmt.Sprintf("%s-%d", host, os.Getpid()), Host: host, Slots: *slots, Stages: *stages,
 				Runner: runner, Scratch: *scratch, Log: slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: lv}))}
 			if *store != "" {
 				st, err := blob.Open(ctx, *store)

@@ -43,20 +43,55 @@ var ErrNoPostgres = errors.New("PostgreSQL is not installed (.ci/run installs De
 // PostgreSQL refuses to run as root, so as root it runs as the postgres
 // user the Debian package makes.
 func PostgresServer() (url string, stop func(), err error) {
+	pg, err := startPostgres()
+	if err != nil {
+		return "", nil, err
+	}
+	return pg.URL, pg.stop, nil
+}
+
+// Postgres is a PostgreSQL server a test started.
+type Postgres struct {
+	URL     string
+	stop    func()
+	restart func() error
+}
+
+// Restart stops the server (a fast shutdown: every connection is cut)
+// and starts it again on the same port with the same data.
+func (p *Postgres) Restart() error { return p.restart() }
+
+// StartPostgresServer is StartPostgres for a test that restarts the
+// server.
+func StartPostgresServer(t testing.TB) *Postgres {
+	t.Helper()
+	pg, err := startPostgres()
+	if errors.Is(err, ErrNoPostgres) {
+		Missing(t, err.Error())
+		return nil
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(pg.stop)
+	return pg
+}
+
+func startPostgres() (*Postgres, error) {
 	bins, _ := filepath.Glob("/usr/lib/postgresql/*/bin/postgres")
 	if len(bins) == 0 {
-		return "", nil, ErrNoPostgres
+		return nil, ErrNoPostgres
 	}
 	bin := filepath.Dir(bins[len(bins)-1])
 	// Not a test's TempDir: its parents are root's alone, and the server
 	// may run as postgres.
 	dir, err := os.MkdirTemp("", "plumb-pg-")
 	if err != nil {
-		return "", nil, err
+		return nil, err
 	}
-	fail := func(err error) (string, func(), error) {
+	fail := func(err error) (*Postgres, error) {
 		os.RemoveAll(dir)
-		return "", nil, err
+		return nil, err
 	}
 	var prefix []string
 	if os.Geteuid() == 0 {
@@ -90,13 +125,29 @@ func PostgresServer() (url string, stop func(), err error) {
 	if err != nil {
 		return fail(err)
 	}
-	cmd := command("postgres", "-D", data, "-p", port, "-k", dir, "-c", "listen_addresses=127.0.0.1", "-c", "fsync=off")
-	cmd.Stdout, cmd.Stderr = log, log
-	if err := cmd.Start(); err != nil {
-		log.Close()
-		return fail(fmt.Errorf("start postgres: %w", err))
+	var cmd *exec.Cmd
+	start := func() error {
+		cmd = command("postgres", "-D", data, "-p", port, "-k", dir, "-c", "listen_addresses=127.0.0.1", "-c", "fsync=off")
+		cmd.Stdout, cmd.Stderr = log, log
+		if err := cmd.Start(); err != nil {
+			return fmt.Errorf("start postgres: %w", err)
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+		defer cancel()
+		for {
+			out, err := exec.CommandContext(ctx, filepath.Join(bin, "pg_isready"), "-h", "127.0.0.1", "-p", port).CombinedOutput()
+			if err == nil {
+				return nil
+			}
+			select {
+			case <-ctx.Done():
+				l, _ := os.ReadFile(logPath)
+				return fmt.Errorf("postgres on port %s did not take connections in 60s: %s\n%s", port, out, l)
+			case <-time.After(100 * time.Millisecond):
+			}
+		}
 	}
-	stop = func() {
+	halt := func() {
 		cmd.Process.Signal(syscall.SIGINT) // fast shutdown
 		done := make(chan struct{})
 		go func() { cmd.Wait(); close(done) }()
@@ -106,22 +157,20 @@ func PostgresServer() (url string, stop func(), err error) {
 			cmd.Process.Kill()
 			<-done
 		}
+	}
+	pg := &Postgres{URL: fmt.Sprintf("postgres://plumb@127.0.0.1:%s/postgres?sslmode=disable", port)}
+	pg.stop = func() {
+		halt()
 		log.Close()
 		os.RemoveAll(dir)
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
-	defer cancel()
-	for {
-		out, err := exec.CommandContext(ctx, filepath.Join(bin, "pg_isready"), "-h", "127.0.0.1", "-p", port).CombinedOutput()
-		if err == nil {
-			return fmt.Sprintf("postgres://plumb@127.0.0.1:%s/postgres?sslmode=disable", port), stop, nil
-		}
-		select {
-		case <-ctx.Done():
-			l, _ := os.ReadFile(logPath)
-			stop()
-			return "", nil, fmt.Errorf("postgres on port %s did not take connections in 60s: %s\n%s", port, out, l)
-		case <-time.After(100 * time.Millisecond):
-		}
+	pg.restart = func() error {
+		halt()
+		return start()
 	}
+	if err := start(); err != nil {
+		pg.stop()
+		return nil, err
+	}
+	return pg, nil
 }
