@@ -115,10 +115,13 @@ func dialTarget(addr string) (string, *manual.Resolver, error) {
 		if a == "" {
 			continue
 		}
-		if _, _, err := net.SplitHostPort(a); err != nil {
+		host, _, err := net.SplitHostPort(a)
+		if err != nil {
 			return "", nil, fmt.Errorf("server %q in %q: %w; want host:port,host:port", a, addr, err)
 		}
-		st.Endpoints = append(st.Endpoints, resolver.Endpoint{Addresses: []resolver.Address{{Addr: a}}})
+		// Each server's certificate is checked against its own name, not
+		// the whole list (unless Security.ServerName says otherwise).
+		st.Endpoints = append(st.Endpoints, resolver.Endpoint{Addresses: []resolver.Address{{Addr: a, ServerName: host}}})
 	}
 	r := manual.NewBuilderWithScheme("plumb-servers")
 	r.InitialState(st)

@@ -291,6 +291,10 @@ func (e *Engine) Lease(ctx context.Context, h Hello) (Lease, bool, error) {
 	return Lease{}, false, nil
 }
 
+// ErrNotScheduling: what was asked lives in the memory of the server
+// that schedules (window trackers, leases), and another does.
+var ErrNotScheduling = errors.New("this server does not schedule stage runs now; another server sharing its metadata does")
+
 // Scheduling reports whether Run runs: this server schedules stage runs,
 // and leases them to workers.
 func (e *Engine) Scheduling() bool { return e.scheduling.Load() }

@@ -576,6 +576,9 @@ func (e *Engine) Windows(stage string) ([]WindowView, error) {
 // than the limit, so a listing of a long history neither reads all of
 // it nor holds the engine meanwhile.
 func (e *Engine) WindowsMatching(f WindowFilter, readable func(stage string) bool) ([]WindowView, error) {
+	if e.cfg.Shared && !e.scheduling.Load() {
+		return nil, ErrNotScheduling // the open windows are the scheduler's
+	}
 	type stageWindows struct {
 		name, group string
 		waiting     []WindowView
@@ -668,6 +671,9 @@ func (e *Engine) stageNamed(name string) (*stage, bool) {
 // FireWindow fires a waiting window now, with whatever it holds, as an
 // operator decides; it runs at the stage's next turn.
 func (e *Engine) FireWindow(stage, id string) error {
+	if e.cfg.Shared && !e.scheduling.Load() {
+		return ErrNotScheduling
+	}
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	st, ok := e.stageNamed(stage)

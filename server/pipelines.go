@@ -320,6 +320,9 @@ func (s *Service) windows(ctx context.Context, body []byte) (any, error) {
 	}
 	in := s.stageInputs()
 	ws, err := eng.WindowsMatching(f, func(stage string) bool { return s.readable(ctx, in[stage]) })
+	if errors.Is(err, engine.ErrNotScheduling) {
+		return nil, s.notScheduling("windows", "ask that server")
+	}
 	if err != nil {
 		return nil, status.Error(codes.NotFound, err.Error())
 	}
@@ -374,7 +377,9 @@ func (s *Service) fireWindow(ctx context.Context, body []byte) (any, error) {
 			}
 		}
 	}
-	if err := eng.FireWindow(req.Stage, req.Window); err != nil {
+	if err := eng.FireWindow(req.Stage, req.Window); errors.Is(err, engine.ErrNotScheduling) {
+		return nil, s.notScheduling("fire-window", "ask that server")
+	} else if err != nil {
 		return nil, status.Error(codes.FailedPrecondition, err.Error())
 	}
 	return map[string]string{"fired": req.Window}, nil

@@ -24,9 +24,23 @@ func (s *Service) workerEngine(ctx context.Context, action string) (*engine.Engi
 	if s.shared && !eng.Scheduling() {
 		// Leases live in the scheduler's memory: a worker must talk to
 		// it, and fails over to another address on Unavailable.
-		return nil, status.Errorf(codes.Unavailable, "%s: this server does not schedule stage runs now; another server sharing its metadata does (give the worker every server's address)", action)
+		return nil, s.notScheduling(action, "give the worker every server's address")
 	}
 	return eng, nil
+}
+
+// notScheduling is the answer to a call only the scheduling server can
+// take: Unavailable, naming the server that schedules.
+func (s *Service) notScheduling(action, what string) error {
+	who := "no server holds the duty now; one takes it within --duty-ttl"
+	if ds, err := s.db.Duties(); err == nil {
+		for _, d := range ds {
+			if d.Name == "scheduling" && s.cfg.Now().Before(d.Until) {
+				who = "the server that does is " + d.Holder
+			}
+		}
+	}
+	return status.Errorf(codes.Unavailable, "%s: %v (%s); %s", action, engine.ErrNotScheduling, who, what)
 }
 
 func leaseErr(err error) error {

@@ -27,6 +27,7 @@ import (
 	"google.golang.org/grpc/metadata"
 
 	"github.com/plumb-dev/plumb/blob"
+	"github.com/plumb-dev/plumb/internal/testenv"
 	"github.com/plumb-dev/plumb/state"
 )
 
@@ -94,6 +95,18 @@ func TestClientTLSAndToken(t *testing.T) {
 	if got := <-tokens; got != "Bearer s3cret-token" {
 		t.Fatalf("server saw authorization %q", got)
 	}
+
+	// Named with an address that does not answer, the server's
+	// certificate is checked against its own name, not the list's.
+	both, err := client.DialSecure(testenv.FreeAddr(t)+","+lis.Addr().String(), client.Security{CAFile: caFile, TokenFile: tokenFile})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer both.Close()
+	if _, err := both.Queues(ctx); err != nil {
+		t.Fatalf("TLS client given two addresses, one dead: %v", err)
+	}
+	<-tokens
 
 	// The system roots do not know the test CA: refused.
 	untrusting, err := client.DialSecure(lis.Addr().String(), client.Security{TLS: true})

@@ -1,9 +1,11 @@
 // Command meta measures what the metadata store costs a server: puts of
 // small blocks from several clients at once, then a consumer group
 // reading and acknowledging them, on one server with its bbolt file and
-// on one server with --meta on PostgreSQL (Debian's, started here), in
-// the same run. It prints puts/s and acks/s, put latency p50/p99, and
-// CPU seconds per 1,000 puts of the server and of PostgreSQL.
+// on one, two and three servers sharing --meta on PostgreSQL (Debian's,
+// started here) and one store, in the same run; with several servers the
+// clients are spread over them, and the consumer reads through one. It
+// prints puts/s and acks/s, put latency p50/p99, and CPU seconds per 1,000
+// puts of the servers (all of them) and of PostgreSQL.
 package main
 
 import (
@@ -37,6 +39,7 @@ func main() {
 	size := flag.Int("size", 4096, "bytes per block")
 	clients := flag.Int("clients", 4, "clients putting at once (one site each)")
 	reps := flag.Int("reps", 3, "runs of each, alternated")
+	most := flag.Int("servers", 3, "measure 1 to this many servers on PostgreSQL")
 	flag.Parse()
 	url, stop, err := testenv.PostgresServer()
 	if err != nil {
@@ -44,21 +47,24 @@ func main() {
 	}
 	defer stop()
 	fmt.Printf("== metadata: %d blocks of %d bytes from %d clients, then one consumer group reading and acking them\n", *blocks, *size, *clients)
-	fmt.Printf("%-22s %9s %9s %9s %9s %14s %14s %s\n", "", "puts/s", "p50 ms", "p99 ms", "acks/s", "server CPU-s", "postgres CPU-s", "(per 1,000 puts; loadavg)")
+	fmt.Printf("%-26s %9s %9s %9s %9s %14s %14s %s\n", "", "puts/s", "p50 ms", "p99 ms", "acks/s", "server CPU-s", "postgres CPU-s", "(per 1,000 puts; loadavg)")
 	n := 0
 	for rep := range *reps {
-		for _, meta := range []string{"", url} {
+		for servers := 0; servers <= *most; servers++ {
 			n++
-			r, err := measure(*plumb, meta, strings.Replace(url, "/postgres?", fmt.Sprintf("/bench%d?", n), 1), *blocks, *size, *clients)
+			meta, name := "", "bbolt, 1 server"
+			if servers > 0 {
+				meta, name = url, fmt.Sprintf("postgres, %d server", servers)
+				if servers > 1 {
+					name += "s"
+				}
+			}
+			r, err := measure(*plumb, meta, strings.Replace(url, "/postgres?", fmt.Sprintf("/bench%d?", n), 1), max(servers, 1), *blocks, *size, *clients)
 			if err != nil {
 				log.Fatal(err)
 			}
-			name := "bbolt"
-			if meta != "" {
-				name = "postgres"
-			}
 			load, _ := os.ReadFile("/proc/loadavg")
-			fmt.Printf("%-22s %9.0f %9.2f %9.2f %9.0f %14.3f %14.3f %s\n", fmt.Sprintf("%s, run %d", name, rep+1), r.puts, r.p50, r.p99, r.acks,
+			fmt.Printf("%-26s %9.0f %9.2f %9.2f %9.0f %14.3f %14.3f %s\n", fmt.Sprintf("%s, run %d", name, rep+1), r.puts, r.p50, r.p99, r.acks,
 				r.serverCPU/float64(*blocks)*1000, r.pgCPU/float64(*blocks)*1000, strings.Join(strings.Fields(string(load))[:1], ""))
 		}
 	}
@@ -69,9 +75,9 @@ type result struct {
 	serverCPU, pgCPU     float64
 }
 
-// measure runs a server (on PostgreSQL database dbURL when meta is set)
-// and puts and acks the blocks.
-func measure(plumb, meta, dbURL string, blocks, size, clients int) (result, error) {
+// measure runs servers (on PostgreSQL database dbURL when meta is set,
+// sharing one store) and puts and acks the blocks.
+func measure(plumb, meta, dbURL string, servers, blocks, size, clients int) (result, error) {
 	var res result
 	ctx := context.Background()
 	dir, err := os.MkdirTemp("", "plumb-bench-meta-")
@@ -84,18 +90,33 @@ func measure(plumb, meta, dbURL string, blocks, size, clients int) (result, erro
 			return res, fmt.Errorf("create database: %v: %s", err, out)
 		}
 	}
-	var extra []string
-	if meta != "" {
-		extra = []string{"--meta", dbURL}
+	var srvs []*benchkit.Server
+	defer func() {
+		for _, s := range srvs {
+			s.Stop()
+		}
+	}()
+	for i := range servers {
+		var extra []string
+		if meta != "" {
+			extra = []string{"--meta", dbURL, "--store", "file://" + filepath.Join(dir, "blobs")}
+		}
+		srv, err := benchkit.StartServer(plumb, filepath.Join(dir, fmt.Sprint(i)), extra...)
+		if err != nil {
+			return res, err
+		}
+		srvs = append(srvs, srv)
 	}
-	srv, err := benchkit.StartServer(plumb, dir, extra...)
-	if err != nil {
-		return res, err
+	cpu := func() time.Duration {
+		var total time.Duration
+		for _, s := range srvs {
+			c, _ := s.CPU()
+			total += c
+		}
+		return total
 	}
-	defer srv.Stop()
-	addr := srv.Addr
 	pgBefore := postgresCPU()
-	cpuBefore, _ := srv.CPU()
+	cpuBefore := cpu()
 	payloads := make([][]byte, blocks)
 	for i := range payloads {
 		payloads[i] = make([]byte, size)
@@ -110,7 +131,7 @@ func measure(plumb, meta, dbURL string, blocks, size, clients int) (result, erro
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			cl, err := client.Dial(addr)
+			cl, err := client.Dial(srvs[c%len(srvs)].Addr) // sites spread over the servers
 			if err != nil {
 				errs <- err
 				return
@@ -141,14 +162,13 @@ func measure(plumb, meta, dbURL string, blocks, size, clients int) (result, erro
 		return res, err
 	}
 	res.puts = float64(blocks) / time.Since(start).Seconds()
-	cpuAfter, _ := srv.CPU()
-	res.serverCPU = (cpuAfter - cpuBefore).Seconds()
+	res.serverCPU = (cpu() - cpuBefore).Seconds()
 	res.pgCPU = postgresCPU() - pgBefore
 	slices.Sort(lat)
 	res.p50 = lat[len(lat)/2].Seconds() * 1000
 	res.p99 = lat[len(lat)*99/100].Seconds() * 1000
 
-	cl, err := client.Dial(addr)
+	cl, err := client.Dial(srvs[len(srvs)-1].Addr)
 	if err != nil {
 		return res, err
 	}

@@ -274,6 +274,11 @@ stages:
 	if !strings.Contains(procs[0].log.String(), `duty=scheduling`) {
 		t.Fatalf("the first server started does not schedule; its log:\n%s", procs[0].log)
 	}
+	// Open windows live in the scheduler's memory: the other server says
+	// which server to ask.
+	if out, errOut, code := plumbExec(t, "windows", "--server", addrs[1]); code == 0 || !strings.Contains(errOut, "does not schedule") || !strings.Contains(errOut, addrs[0]) {
+		t.Errorf("plumb windows on the server that does not schedule: exit %d, %s %s; want it to name %s", code, out, errOut, addrs[0])
+	}
 	procs[0].cmd.Process.Kill()
 	procs[0].cmd.Wait()
 	importAndWait("s2")

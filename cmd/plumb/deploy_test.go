@@ -7,6 +7,7 @@ import (
 	"debug/elf"
 	"errors"
 	"flag"
+	"fmt"
 	"io"
 	"os"
 	"os/exec"
@@ -374,6 +375,7 @@ func TestKubeManifestsValid(t *testing.T) {
 	builds := map[string][]byte{
 		"base":            kubeManifests(t, "../../deploy/kubernetes/base"),
 		"with components": kubeManifests(t, "../../deploy/kubernetes"),
+		"multi-server":    kubeManifests(t, "../../deploy/kubernetes/overlays/multi-server"),
 	}
 	mk := testenv.Command(t, time.Minute, "make", "-s", "-C", "../..", "kube", "VERSION=v9.8.7-test", "KUSTOMIZE="+kustomize)
 	versioned, err := mk.Output()
@@ -399,6 +401,61 @@ func TestKubeManifestsValid(t *testing.T) {
 	os.WriteFile(bad, []byte(strings.Replace(string(builds["base"]), "replicas: 1", "replica: 1", 1)), 0o644)
 	if out, err := validate("--strict", "--quiet", bad).CombinedOutput(); err == nil {
 		t.Errorf("kubernetes-validate --strict passes a misspelt field: %s", out)
+	}
+}
+
+// TestKubeMultiServer: the multi-server overlay runs three servers on
+// the metadata in PostgreSQL, each command line accepted by the binary,
+// and its workers name each server pod by the name the headless Service
+// gives it.
+func TestKubeMultiServer(t *testing.T) {
+	raw := kubeManifests(t, "../../deploy/kubernetes/overlays/multi-server")
+	dec := yaml.NewDecoder(bytes.NewReader(raw))
+	var server, worker []string
+	replicas, service, headless := 0, "", map[string]bool{}
+	for {
+		var doc struct {
+			Kind     string
+			Metadata struct{ Name string }
+			Spec     struct {
+				Replicas    int
+				ServiceName string `yaml:"serviceName"`
+				ClusterIP   string `yaml:"clusterIP"`
+				Template    struct {
+					Spec struct {
+						Containers []struct{ Args []string }
+					}
+				}
+			}
+		}
+		if err := dec.Decode(&doc); errors.Is(err, io.EOF) {
+			break
+		} else if err != nil {
+			t.Fatal(err)
+		}
+		switch {
+		case doc.Kind == "StatefulSet" && doc.Metadata.Name == "plumb-server":
+			server, replicas, service = doc.Spec.Template.Spec.Containers[0].Args, doc.Spec.Replicas, doc.Spec.ServiceName
+		case doc.Kind == "Deployment" && doc.Metadata.Name == "plumb-worker":
+			worker = doc.Spec.Template.Spec.Containers[0].Args
+		case doc.Kind == "Service" && doc.Spec.ClusterIP == "None":
+			headless[doc.Metadata.Name] = true
+		}
+	}
+	checkPlumbArgs(t, "multi-server plumb-server", server)
+	checkPlumbArgs(t, "multi-server plumb-worker", worker)
+	if i := slices.Index(server, "--meta"); i < 0 || server[i+1] != "$(PLUMB_META)" {
+		t.Errorf("the servers do not take --meta from the plumb-meta secret: %v", server)
+	}
+	if replicas < 2 || !headless[service] {
+		t.Errorf("%d server replicas, governed by Service %q (headless: %v); want several, with a name each", replicas, service, headless[service])
+	}
+	var want []string
+	for i := range replicas {
+		want = append(want, fmt.Sprintf("plumb-server-%d.%s:8815", i, service))
+	}
+	if i := slices.Index(worker, "--server"); i < 0 || worker[i+1] != strings.Join(want, ",") {
+		t.Errorf("the workers' --server: %v; want every server pod, %s", worker, strings.Join(want, ","))
 	}
 }
 

@@ -59,6 +59,22 @@ def names_file():
     return sink.getvalue()
 
 
+def test_connect_moves_past_a_dead_server(plumb, server):
+    """Given several servers, the client moves on from one that does not
+    answer and makes the call again on the next; given that one alone, the
+    call fails as Unavailable."""
+    from conftest import free_port
+    dead = f"127.0.0.1:{free_port()}"
+    with plumb.connect(f"{dead},{server.addr}", spread=False, timeout=10) as c:
+        assert c.put(name(1), b"first") == "stored"
+        assert c.get(name(1)).data == b"first"
+        assert [q["queue"] for q in c.queues()] == ["pcap.sz"]
+        assert c.put(name(1), b"first") == "duplicate"
+    with plumb.connect(dead, timeout=5) as c:
+        with pytest.raises(plumb.Unavailable):
+            c.queues()
+
+
 def test_blocks_and_groups(plumb, server):
     c = plumb.connect(server.addr)
     blocks = [(name(i + 1), CAPTURES[i].read_bytes()) for i in range(3)]

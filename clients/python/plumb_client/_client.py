@@ -8,11 +8,12 @@ import hashlib
 import io
 import json
 import os
+import random
 import re
 import threading
 import time
 from dataclasses import dataclass, field
-from typing import Any, AsyncIterator, Dict, Iterable, Iterator, List, Mapping, Optional, Sequence, Tuple, Union
+from typing import Any, AsyncIterator, Callable, Dict, Iterable, Iterator, List, Mapping, Optional, Sequence, Tuple, Union
 
 import pyarrow as pa
 import pyarrow.flight as fl
@@ -207,10 +208,33 @@ class _Idle:
 class Client:
     """A connection to a Plumb server. Make one with connect()."""
 
-    def __init__(self, flight: fl.FlightClient, options: fl.FlightCallOptions, timeout: Optional[float] = None):
+    def __init__(self, flight: fl.FlightClient, options: fl.FlightCallOptions, timeout: Optional[float] = None,
+                 _open: Optional[Callable[[int], Tuple[fl.FlightClient, fl.FlightCallOptions]]] = None, _servers: int = 1):
         self._fc = flight
         self._opts = options
         self._timeout = timeout  # each call's, for telling a deadline from a cancel
+        self._open = _open  # connects to the i-th server named, when several were
+        self._servers = _servers
+        self._at = 0
+
+    def _failover(self, call: Callable[[], Any]) -> Any:
+        """Run call(); when its server is unavailable and connect() was given
+        several, move to the next and call again, each server once."""
+        left = self._servers
+        while True:
+            try:
+                return call()
+            except fl.FlightUnavailableError:
+                left -= 1
+                if self._open is None or left <= 0:
+                    raise
+                self._at = (self._at + 1) % self._servers
+                old = self._fc
+                self._fc, self._opts = self._open(self._at)
+                try:
+                    old.close()
+                except (pa.ArrowException, fl.FlightError):
+                    pass
 
     @property
     def flight(self) -> fl.FlightClient:
@@ -237,11 +261,12 @@ class Client:
         """Run a DoAction with a JSON body; its answers, decoded."""
         raw = json.dumps({} if body is None else body).encode()
         with translated(self._timeout):
-            return [json.loads(r.body.to_pybytes()) for r in self._fc.do_action(fl.Action(typ, raw), options=self._opts)]
+            return self._failover(lambda: [json.loads(r.body.to_pybytes())
+                                           for r in self._fc.do_action(fl.Action(typ, raw), options=self._opts)])
 
     def _do_get(self, ticket: Mapping[str, Any]) -> fl.FlightStreamReader:
         with translated(self._timeout):
-            return self._fc.do_get(fl.Ticket(json.dumps(ticket).encode()), options=self._opts)
+            return self._failover(lambda: self._fc.do_get(fl.Ticket(json.dumps(ticket).encode()), options=self._opts))
 
     # Blocks.
 
@@ -272,37 +297,43 @@ class Client:
         return out
 
     def _put(self, key: Tuple[str, str], blocks: List[Tuple[str, bytes]]) -> List[str]:
-        cmd = json.dumps({"queue": key[0], "instance": key[1]}).encode()
         with translated(self._timeout):
-            writer, reader = self._fc.do_put(fl.FlightDescriptor.for_command(cmd), BLOCK_SCHEMA, options=self._opts)
-            try:
-                for name, data in blocks:
-                    header = json.dumps({"name": name, "size": len(data),
-                                         "sha256": hashlib.sha256(data).hexdigest()}).encode()
-                    offsets = range(0, len(data), CHUNK) or [0]
-                    for i, off in enumerate(offsets):
-                        piece = data[off:off + CHUNK]
-                        if piece or len(data):
-                            batch = pa.record_batch([pa.array([off], pa.int64()), pa.array([piece], pa.binary())],
-                                                    schema=BLOCK_SCHEMA)
-                        else:  # an empty block is one batch with no rows
-                            batch = pa.record_batch([pa.array([], pa.int64()), pa.array([], pa.binary())],
-                                                    schema=BLOCK_SCHEMA)
-                        if i == 0:
-                            writer.write_with_metadata(batch, header)
-                        else:
-                            writer.write_batch(batch)
-                writer.done_writing()
-                results = []
-                for _ in blocks:
-                    buf = reader.read()
-                    if buf is None:
-                        break
-                    results.append(json.loads(buf.to_pybytes())["status"])
-            finally:
-                writer.close()  # raises the server's error, if the call failed
+            # Sent again whole to the next server: the server answers a
+            # block it holds already as a duplicate.
+            results = self._failover(lambda: self._put_once(key, blocks))
         if len(results) != len(blocks):
             raise PlumbError(f"queue {key[0]}: the server answered {len(results)} of {len(blocks)} blocks")
+        return results
+
+    def _put_once(self, key: Tuple[str, str], blocks: List[Tuple[str, bytes]]) -> List[str]:
+        cmd = json.dumps({"queue": key[0], "instance": key[1]}).encode()
+        results: List[str] = []
+        writer, reader = self._fc.do_put(fl.FlightDescriptor.for_command(cmd), BLOCK_SCHEMA, options=self._opts)
+        try:
+            for name, data in blocks:
+                header = json.dumps({"name": name, "size": len(data),
+                                     "sha256": hashlib.sha256(data).hexdigest()}).encode()
+                offsets = range(0, len(data), CHUNK) or [0]
+                for i, off in enumerate(offsets):
+                    piece = data[off:off + CHUNK]
+                    if piece or len(data):
+                        batch = pa.record_batch([pa.array([off], pa.int64()), pa.array([piece], pa.binary())],
+                                                schema=BLOCK_SCHEMA)
+                    else:  # an empty block is one batch with no rows
+                        batch = pa.record_batch([pa.array([], pa.int64()), pa.array([], pa.binary())],
+                                                schema=BLOCK_SCHEMA)
+                    if i == 0:
+                        writer.write_with_metadata(batch, header)
+                    else:
+                        writer.write_batch(batch)
+            writer.done_writing()
+            for _ in blocks:
+                buf = reader.read()
+                if buf is None:
+                    break
+                results.append(json.loads(buf.to_pybytes())["status"])
+        finally:
+            writer.close()  # raises the server's error, if the call failed
         return results
 
     def get(self, name: str) -> Block:
@@ -316,7 +347,7 @@ class Client:
     def queues(self) -> List[Dict[str, Any]]:
         """Every queue the caller may read: name, blocks, bytes and consumer groups."""
         with translated(self._timeout):
-            return [json.loads(f.app_metadata) for f in self._fc.list_flights(options=self._opts)]
+            return self._failover(lambda: [json.loads(f.app_metadata) for f in self._fc.list_flights(options=self._opts)])
 
     def blocks(self, queue: str) -> List[Dict[str, Any]]:
         """A queue's blocks in arrival order: name, site, seq, time, size, sha256, arrived."""
@@ -621,8 +652,14 @@ DEFAULT_RECEIVE_WINDOW = 4 << 20
 def connect(addr: Optional[str] = None, user: Optional[str] = None, secret: Optional[str] = None,
             token_file: Optional[str] = None, tls_ca: Optional[str] = None, timeout: Optional[float] = None,
             tls: bool = False, cert: Optional[str] = None, key: Optional[str] = None,
-            receive_window: Optional[int] = DEFAULT_RECEIVE_WINDOW) -> Client:
+            receive_window: Optional[int] = DEFAULT_RECEIVE_WINDOW, spread: bool = True) -> Client:
     """Connect to a server at HOST:PORT (or a grpc:// / grpc+tls:// URI).
+
+    addr may name several servers sharing their metadata, comma-separated
+    ("a:8815,b:8815"), or be one DNS name with several addresses: the
+    client talks to one (a random one unless spread=False), and when a call
+    finds it unavailable moves to the next and makes the call again there.
+    A stream under way when its server dies raises Unavailable.
 
     As the CLI and the Go client do, what is not given comes from the
     environment: PLUMB_SERVER (else 127.0.0.1:8815), PLUMB_USER and
@@ -648,10 +685,11 @@ def connect(addr: Optional[str] = None, user: Optional[str] = None, secret: Opti
     tls_ca = tls_ca or os.environ.get("PLUMB_TLS_CA") or None
     if (cert is None) != (key is None):
         raise InvalidArgument("a client certificate needs both cert= and key=")
-    if "://" in addr:
-        location = addr
-    else:
-        location = ("grpc+tls://" if tls_ca or tls or cert else "grpc://") + addr
+    servers = [a.strip() for a in addr.split(",") if a.strip()]
+    if not servers:
+        raise InvalidArgument(f"server {addr!r}: want HOST:PORT, or several comma-separated")
+    if spread:
+        random.shuffle(servers)
     kw: Dict[str, Any] = {}
     if receive_window is not None:
         if receive_window < 65536:
@@ -665,14 +703,26 @@ def connect(addr: Optional[str] = None, user: Optional[str] = None, secret: Opti
             kw["cert_chain"] = f.read()
         with open(key, "rb") as f:
             kw["private_key"] = f.read()
-    with translated():
+    if user is not None and secret is None:
+        raise InvalidArgument(f"user {user}: give the secret too (secret=, or PLUMB_SECRET)")
+
+    def open_server(i: int) -> Tuple[fl.FlightClient, fl.FlightCallOptions]:
+        one = servers[i]
+        if "://" in one:
+            location = one
+        else:
+            location = ("grpc+tls://" if tls_ca or tls or cert else "grpc://") + one
         fc = fl.FlightClient(location, **kw)
         headers: List[Tuple[bytes, bytes]] = []
         if user is not None:
-            if secret is None:
-                raise InvalidArgument(f"user {user}: give the secret too (secret=, or PLUMB_SECRET)")
             headers.append(fc.authenticate_basic_token(user, secret))
         elif token_file:
             with open(token_file) as f:
                 headers.append((b"authorization", b"Bearer " + f.read().strip().encode()))
-    return Client(fc, fl.FlightCallOptions(headers=headers, timeout=timeout), timeout)
+        return fc, fl.FlightCallOptions(headers=headers, timeout=timeout)
+
+    with translated():
+        fc, opts = open_server(0)
+    if len(servers) == 1:
+        return Client(fc, opts, timeout)
+    return Client(fc, opts, timeout, _open=open_server, _servers=len(servers))
