@@ -468,6 +468,30 @@ func (c *Client) Queues(ctx context.Context) ([]flight.QueueStats, error) {
 }
 
 func (c *Client) action(ctx context.Context, typ string, body any, each func([]byte) error) error {
+	err := c.actionOnce(ctx, typ, body, each)
+	if err == nil || status.Code(err) != codes.Unavailable || !strings.Contains(err.Error(), flight.NotScheduling) || !strings.Contains(c.addr, ",") {
+		return err
+	}
+	// Asked a server that does not schedule: ask the others, which is
+	// how `plumb windows --server a,b,c` finds the open windows.
+	servers, serr := c.Servers()
+	if serr != nil {
+		return err
+	}
+	defer func() {
+		for _, s := range servers {
+			s.Close()
+		}
+	}()
+	for _, s := range servers {
+		if err = s.actionOnce(ctx, typ, body, each); err == nil || !strings.Contains(err.Error(), flight.NotScheduling) {
+			return err
+		}
+	}
+	return err
+}
+
+func (c *Client) actionOnce(ctx context.Context, typ string, body any, each func([]byte) error) error {
 	raw, _ := json.Marshal(body)
 	stream, err := c.fc.DoAction(ctx, &aflight.Action{Type: typ, Body: raw})
 	if err != nil {

@@ -21,6 +21,7 @@ import (
 
 	"github.com/plumb-dev/plumb/blob"
 	"github.com/plumb-dev/plumb/block"
+	"github.com/plumb-dev/plumb/flight"
 	"github.com/plumb-dev/plumb/pipeline"
 	"github.com/plumb-dev/plumb/sandbox"
 	"github.com/plumb-dev/plumb/state"
@@ -293,7 +294,7 @@ func (e *Engine) Lease(ctx context.Context, h Hello) (Lease, bool, error) {
 
 // ErrNotScheduling: what was asked lives in the memory of the server
 // that schedules (window trackers, leases), and another does.
-var ErrNotScheduling = errors.New("this server does not schedule stage runs now; another server sharing its metadata does")
+var ErrNotScheduling = errors.New("this server " + flight.NotScheduling + "; another server sharing its metadata does")
 
 // Scheduling reports whether Run runs: this server schedules stage runs,
 // and leases them to workers.

@@ -157,6 +157,12 @@ const (
 	OpNotNull Op = "not_null" // no Value
 )
 
+// NotScheduling is in the error of a call only the server holding the
+// scheduling duty can take (a lease, the open windows), made to another
+// server sharing its metadata: a client given several servers asks the
+// others.
+const NotScheduling = "does not schedule stage runs now"
+
 // LeaseWait is how long a lease request waits for work before answering
 // that there is none.
 const LeaseWait = 5 * time.Second

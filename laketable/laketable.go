@@ -33,7 +33,8 @@ import (
 	"github.com/apache/iceberg-go/catalog"
 	sqlcat "github.com/apache/iceberg-go/catalog/sql"
 	"github.com/apache/iceberg-go/table"
-	_ "modernc.org/sqlite" // the catalog's database/sql driver, pure Go
+	_ "github.com/jackc/pgx/v5/stdlib" // the shared catalog's database/sql driver
+	_ "modernc.org/sqlite"             // the catalog's database/sql driver, pure Go
 
 	"github.com/plumb-dev/plumb/blob"
 	"github.com/plumb-dev/plumb/state"
@@ -82,6 +83,20 @@ type Tables struct {
 // s3://BUCKET/plumb-iceberg/warehouse (blob.TablesPrefix) in an S3
 // store's bucket.
 func Open(ctx context.Context, dir string, db *state.DB, store blob.Store) (*Tables, error) {
+	return open(ctx, dir, "", db, store)
+}
+
+// OpenShared is Open with the catalog in the PostgreSQL database at
+// catalogURL (postgres://...), beside the metadata that several servers
+// share: whichever server holds the Iceberg duty finds the tables whole,
+// and query engines read them through a JDBC catalog on that database.
+// dir holds only files spooled for a bucket. The tables' metadata is
+// shared too only where the store is (S3).
+func OpenShared(ctx context.Context, dir, catalogURL string, db *state.DB, store blob.Store) (*Tables, error) {
+	return open(ctx, dir, catalogURL, db, store)
+}
+
+func open(ctx context.Context, dir, catalogURL string, db *state.DB, store blob.Store) (*Tables, error) {
 	abs, err := filepath.Abs(dir)
 	if err != nil {
 		return nil, err
@@ -116,12 +131,17 @@ func Open(ctx context.Context, dir string, db *state.DB, store blob.Store) (*Tab
 		}
 	}
 	path := filepath.Join(abs, "catalog.db")
-	sqldb, err := sql.Open("sqlite", "file:"+path+"?_pragma=busy_timeout(5000)&_pragma=journal_mode(WAL)")
+	driver, dsn, dialect := "sqlite", "file:"+path+"?_pragma=busy_timeout(5000)&_pragma=journal_mode(WAL)", sqlcat.SQLite
+	if catalogURL != "" {
+		// Named without its password in errors.
+		driver, dsn, dialect, path = "pgx", catalogURL, sqlcat.Postgres, "in PostgreSQL "+redactURL(catalogURL)
+	}
+	sqldb, err := sql.Open(driver, dsn)
 	if err != nil {
 		return nil, fmt.Errorf("iceberg catalog %s: %w", path, err)
 	}
 	props["warehouse"] = warehouse
-	cat, err := sqlcat.NewCatalog(CatalogName, sqldb, sqlcat.SQLite, props)
+	cat, err := sqlcat.NewCatalog(CatalogName, sqldb, dialect, props)
 	if err != nil {
 		sqldb.Close()
 		return nil, fmt.Errorf("iceberg catalog %s: %w", path, err)
@@ -433,4 +453,13 @@ func eachFile(ctx context.Context, tbl *table.Table, fn func(iceberg.DataFile)) 
 		}
 	}
 	return nil
+}
+
+// redactURL is a database URL without its password.
+func redactURL(s string) string {
+	u, err := url.Parse(s)
+	if err != nil {
+		return "(an unreadable URL)"
+	}
+	return u.Redacted()
 }

@@ -514,12 +514,29 @@ func Run(ctx context.Context, cfg Config) (err error) {
 	}()
 	defer func() { stop(); <-recheckDone }()
 	if cfg.IcebergEvery > 0 {
-		tables, err := laketable.Open(srvCtx, filepath.Join(cfg.Data, "iceberg"), db, store)
+		// Beside shared metadata the catalog is shared too, so the tables
+		// move with the duty.
+		where := filepath.Join(cfg.Data, "iceberg", "catalog.db")
+		var tables *laketable.Tables
+		var err error
+		if cfg.Meta != "" {
+			where = "the --meta database"
+			// Servers started together race to make the catalog's
+			// tables, and PostgreSQL refuses the loser: it tries again.
+			for try := 0; try < 3; try++ {
+				if tables, err = laketable.OpenShared(srvCtx, filepath.Join(cfg.Data, "iceberg"), cfg.Meta, db, store); err == nil {
+					break
+				}
+				time.Sleep(time.Second)
+			}
+		} else {
+			tables, err = laketable.Open(srvCtx, filepath.Join(cfg.Data, "iceberg"), db, store)
+		}
 		if err != nil {
 			cfg.Logger.Warn("no Iceberg tables of the lake queues", "err", err)
 		} else {
 			defer tables.Close()
-			cfg.Logger.Info("Iceberg tables of the lake queues", "catalog", filepath.Join(cfg.Data, "iceberg", "catalog.db"), "warehouse", tables.Warehouse())
+			cfg.Logger.Info("Iceberg tables of the lake queues", "catalog", where, "warehouse", tables.Warehouse())
 			if cfg.IcebergMemory > 0 {
 				tables.SetMemory(cfg.IcebergMemory)
 			}

@@ -279,6 +279,13 @@ stages:
 	if out, errOut, code := plumbExec(t, "windows", "--server", addrs[1]); code == 0 || !strings.Contains(errOut, "does not schedule") || !strings.Contains(errOut, addrs[0]) {
 		t.Errorf("plumb windows on the server that does not schedule: exit %d, %s %s; want it to name %s", code, out, errOut, addrs[0])
 	}
+	// Given both, the client asks the other when the first it asks does
+	// not schedule.
+	for range 4 {
+		if out, errOut, code := plumbExec(t, "windows", "--server", addrs[1]+","+addrs[0]); code != 0 {
+			t.Fatalf("plumb windows with both servers: exit %d, %s %s", code, out, errOut)
+		}
+	}
 	procs[0].cmd.Process.Kill()
 	procs[0].cmd.Wait()
 	importAndWait("s2")
