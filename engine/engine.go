@@ -334,8 +334,12 @@ func (e *Engine) Run(ctx context.Context) error {
 			return nil
 		case <-ticker.C:
 			reshare, counted = true, true
-			if err := e.Follow(); err != nil {
-				e.log.Error("reading the jobs", "err", err)
+			// Only another server sharing the metadata changes the jobs
+			// behind this one's back.
+			if e.cfg.Shared {
+				if err := e.Follow(); err != nil {
+					e.log.Error("reading the jobs", "err", err)
+				}
 			}
 		case <-changed:
 			reshare = e.idleStages()

@@ -161,9 +161,40 @@ func (e *Engine) WaitingForWindows(group string) int64 {
 
 // Stats returns every stage's measurements, sorted by name.
 func (e *Engine) Stats() []StageStats {
+	out, remote := e.localStats()
+	if e.cfg.Shared && !e.scheduling.Load() {
+		// Another server schedules: its counts are not here, the
+		// metadata's are. Reserved blocks are runs under way there. The
+		// reads happen outside e.mu so a slow database stalls no run.
+		for i, r := range remote {
+			ready, held, err := e.db.Backlog(r.input, r.group)
+			if err != nil {
+				continue
+			}
+			s := &out[i]
+			s.Backlog, s.Waiting, s.Workers, s.Target = ready, 0, int(held), 0
+			if r.window {
+				s.Backlog, s.Waiting = 0, ready+held
+			}
+		}
+	}
+	return out
+}
+
+// remoteQuery is what Stats needs to read a stage's backlog from the
+// metadata.
+type remoteQuery struct {
+	input, group string
+	window       bool
+}
+
+// localStats returns every stage's measurements as this process holds
+// them, sorted by name, and for each what its metadata backlog query is.
+func (e *Engine) localStats() ([]StageStats, []remoteQuery) {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	var out []StageStats
+	var remote []remoteQuery
 	for id, st := range e.stages {
 		st.mu.Lock()
 		s := st.stats
@@ -177,17 +208,6 @@ func (e *Engine) Stats() []StageStats {
 		}
 		s.Detail, s.Suspended = detail(st.steps), st.suspended
 		s.Backlog, s.Waiting, s.Workers, s.Target = st.backlog, st.waiting, st.running, st.target
-		if e.cfg.Shared && !e.scheduling.Load() {
-			// Another server schedules: its counts are not here, the
-			// metadata's are. Reserved blocks are runs under way there.
-			ready, held, err := e.db.Backlog(n.Inputs[0], st.group)
-			if err == nil {
-				s.Backlog, s.Waiting, s.Workers, s.Target = ready, 0, int(held), 0
-				if st.win != nil {
-					s.Backlog, s.Waiting = 0, ready+held
-				}
-			}
-		}
 		if s.ProcessingSeconds > 0 {
 			s.Intensity = (float64(s.BytesIn) + e.cfg.Replication*float64(s.BytesOut)) / s.ProcessingSeconds / 1e6
 			// A stage several jobs share feeds each of them: chaining it
@@ -195,9 +215,23 @@ func (e *Engine) Stats() []StageStats {
 			s.ChainCandidate = s.Intensity > e.cfg.ChainAbove && len(n.Owners) <= 1
 		}
 		out = append(out, s)
+		remote = append(remote, remoteQuery{n.Inputs[0], st.group, st.win != nil})
 	}
-	sort.Slice(out, func(i, j int) bool { return out[i].Stage < out[j].Stage })
-	return out
+	sort.Sort(byStage{out, remote})
+	return out, remote
+}
+
+// byStage sorts stats by stage name, keeping each query beside its stats.
+type byStage struct {
+	s []StageStats
+	q []remoteQuery
+}
+
+func (b byStage) Len() int           { return len(b.s) }
+func (b byStage) Less(i, j int) bool { return b.s[i].Stage < b.s[j].Stage }
+func (b byStage) Swap(i, j int) {
+	b.s[i], b.s[j] = b.s[j], b.s[i]
+	b.q[i], b.q[j] = b.q[j], b.q[i]
 }
 
 // metrics are the engine's Prometheus series, labelled by stage name.
