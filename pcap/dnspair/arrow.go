@@ -96,7 +96,8 @@ type Writer struct {
 // NewWriter starts an IPC file on w for the transactions decided in one
 // block.
 func NewWriter(w io.Writer, instance string, seq uint64) (*Writer, error) {
-	f, err := ipc.NewFileWriter(w, ipc.WithSchema(Schema), ipc.WithZstdLevel(dnsrec.RecordsZstdLevel), ipc.WithCompressConcurrency(2))
+	f, err := ipc.NewFileWriter(w, ipc.WithSchema(Schema), ipc.WithZstdLevel(dnsrec.RecordsZstdLevel), ipc.WithCompressConcurrency(2),
+		ipc.WithAllocator(arrowcol.NewRecycler()))
 	if err != nil {
 		return nil, err
 	}

@@ -244,7 +244,8 @@ func (w *Writer) SetSections(s dnsmsg.Sections) { w.skip = dnsmsg.AllSections &^
 // NewWriter starts an IPC file on w for the records of one block. Close
 // it, even after an error, to end its writing goroutine.
 func NewWriter(w io.Writer, instance string, seq uint64) (*Writer, error) {
-	f, err := ipc.NewFileWriter(w, ipc.WithSchema(Schema), ipc.WithZstdLevel(RecordsZstdLevel), ipc.WithCompressConcurrency(2))
+	f, err := ipc.NewFileWriter(w, ipc.WithSchema(Schema), ipc.WithZstdLevel(RecordsZstdLevel), ipc.WithCompressConcurrency(2),
+		ipc.WithAllocator(arrowcol.NewRecycler()))
 	if err != nil {
 		return nil, err
 	}
