@@ -195,6 +195,9 @@ func (s *Strs) AddOrNull(v string) {
 // Reset empties the column, keeping its memory.
 func (s *Strs) Reset() { s.offsets, s.text = s.offsets[:0], s.text[:0]; s.valid.Reset() }
 
+// Bytes is the size of the values' text.
+func (s *Strs) Bytes() int { return len(s.text) }
+
 // Rows is the number of values.
 func (s *Strs) Rows() int { return max(len(s.offsets)-1, 0) }
 

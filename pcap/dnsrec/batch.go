@@ -70,6 +70,16 @@ func (b *batch) reset() {
 	}
 }
 
+// textBytes is the size of the batch's largest columns: the records'
+// names and data.
+func (b *batch) textBytes() int {
+	n := 0
+	for i := range b.sections {
+		n += b.sections[i].name.Bytes() + b.sections[i].rdata.Bytes()
+	}
+	return n
+}
+
 func (b *batch) bools() []*arrowcol.Bits {
 	return []*arrowcol.Bits{&b.qr, &b.edns, &b.do, &b.malformed, &b.cookie, &b.partial,
 		&b.flags[0], &b.flags[1], &b.flags[2], &b.flags[3], &b.flags[4], &b.flags[5]}

@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"net/netip"
 	"path/filepath"
 	"reflect"
 	"strings"
@@ -53,25 +54,7 @@ func TestWriterRows(t *testing.T) {
 		t.Fatalf("%d records; want more than three batches", len(recs))
 	}
 
-	var out bytes.Buffer
-	w, err := NewWriter(&out, "site-a", 42)
-	if err != nil {
-		t.Fatal(err)
-	}
-	for i := range recs {
-		if err := w.Add(&recs[i]); err != nil {
-			t.Fatal(err)
-		}
-	}
-	if err := w.Close(); err != nil {
-		t.Fatal(err)
-	}
-
-	f, err := ipc.NewFileReader(bytes.NewReader(out.Bytes()))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer f.Close()
+	f := writeRecords(t, recs, nil)
 	if !f.Schema().Equal(Schema) {
 		t.Fatalf("schema %v", f.Schema())
 	}
@@ -241,22 +224,7 @@ func TestReducedSections(t *testing.T) {
 				t.Fatalf("sections %b, record %d:\n got %+v\nwhole %+v", read, i, r.Msg, w.Msg)
 			}
 		}
-		var out bytes.Buffer
-		wr, err := NewWriter(&out, "site-a", 1)
-		if err != nil {
-			t.Fatal(err)
-		}
-		wr.SetSections(read)
-		for i := range reduced {
-			wr.Add(&reduced[i])
-		}
-		if err := wr.Close(); err != nil {
-			t.Fatal(err)
-		}
-		f, err := ipc.NewFileReader(bytes.NewReader(out.Bytes()))
-		if err != nil {
-			t.Fatal(err)
-		}
+		f := writeRecords(t, reduced, func(w *Writer) { w.SetSections(read) })
 		nulls := map[string]int{}
 		rows := 0
 		for i := range f.NumRecords() {
@@ -290,22 +258,7 @@ func TestReducedNames(t *testing.T) {
 		eachRecord(t, c, func(r *Record) { recs = append(recs, *r) })
 	}
 	write := func(n Names) []arrow.RecordBatch {
-		var out bytes.Buffer
-		w, err := NewWriter(&out, "site-a", 1)
-		if err != nil {
-			t.Fatal(err)
-		}
-		w.SetNames(n)
-		for i := range recs {
-			w.Add(&recs[i])
-		}
-		if err := w.Close(); err != nil {
-			t.Fatal(err)
-		}
-		f, err := ipc.NewFileReader(bytes.NewReader(out.Bytes()))
-		if err != nil {
-			t.Fatal(err)
-		}
+		f := writeRecords(t, recs, func(w *Writer) { w.SetNames(n) })
 		var batches []arrow.RecordBatch
 		for i := range f.NumRecords() {
 			rec, err := f.RecordBatch(i)
@@ -349,4 +302,69 @@ func TestReducedNames(t *testing.T) {
 	if _, err := ParseNames("tld,domain"); err == nil || !strings.Contains(err.Error(), "qname_raw, labels, tld and registered_domain") {
 		t.Errorf("a wrong name: %v", err)
 	}
+}
+
+// TestBatchesEndAtBatchBytes: records with large answers (signatures,
+// long TXT) end their batch once its names and data reach BatchBytes,
+// long before BatchRows, so a writer's memory follows its bytes; every
+// row is still there, in order.
+func TestBatchesEndAtBatchBytes(t *testing.T) {
+	sig := strings.Repeat("A", 2000)
+	const rows = 6000 // 12 MB of answers
+	var recs []Record
+	for i := range rows {
+		r := Record{Src: netip.MustParseAddr("192.0.2.1"), Dst: netip.MustParseAddr("192.0.2.2"), SrcPort: 53, DstPort: 1024, IPVersion: 4}
+		r.Msg.ID, r.Msg.QR, r.Msg.HasQuestion, r.Msg.QName, r.Msg.QNameRaw = uint16(i), true, true, "example.com", "example.com"
+		r.Msg.Answer = []dnsmsg.RR{{Name: "example.com", Type: 46, Class: 1, TTL: 300, RData: sig}}
+		recs = append(recs, r)
+	}
+	f := writeRecords(t, recs, nil)
+	next := 0
+	for i := range f.NumRecords() {
+		rec, err := f.RecordBatch(i)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if n := int(rec.NumRows()); n*len(sig) > BatchBytes+64*len(sig) {
+			t.Errorf("batch %d holds %d rows, %d bytes of answers; want at most BatchBytes (%d) and one check's rows", i, n, n*len(sig), BatchBytes)
+		}
+		ids := rec.Column(Schema.FieldIndices("id")[0]).(*array.Uint16)
+		for j := range ids.Len() {
+			if int(ids.Value(j)) != next {
+				t.Fatalf("batch %d row %d has id %d; want %d", i, j, ids.Value(j), next)
+			}
+			next++
+		}
+	}
+	if next != rows || f.NumRecords() < 3 {
+		t.Fatalf("%d rows in %d batches; want %d rows in at least 3", next, f.NumRecords(), rows)
+	}
+}
+
+// writeRecords writes recs through a Writer (set, when not nil, sets it
+// up first) and opens the file it wrote.
+func writeRecords(t *testing.T, recs []Record, set func(*Writer)) *ipc.FileReader {
+	t.Helper()
+	var out bytes.Buffer
+	w, err := NewWriter(&out, "site-a", 42)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if set != nil {
+		set(w)
+	}
+	for i := range recs {
+		if err := w.Add(&recs[i]); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := w.Close(); err != nil {
+		t.Fatal(err)
+	}
+	f, err := ipc.NewFileReader(bytes.NewReader(out.Bytes()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { f.Close() })
+	return f
 }
