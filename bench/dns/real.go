@@ -40,6 +40,11 @@ func realTraffic(plumb, baseline, dir, size, tsharkSize string) {
 	fmt.Printf("\n== real traffic: %s (a signed authoritative server) replicated to %s\n", filepath.Base(src), size)
 	dnsjit, _ := exec.LookPath("dnsjit")
 	tshark, _ := exec.LookPath("tshark")
+	for tool, path := range map[string]string{"dnsjit": dnsjit, "tshark": tshark} {
+		if path == "" {
+			fmt.Printf("%s is not installed (apt-get install %s): its rows and ratios are left out\n", tool, tool)
+		}
+	}
 	type measure struct {
 		name string
 		cpu  func() float64 // CPU seconds per GB
