@@ -178,6 +178,7 @@ func (e *Engine) Stats() []StageStats {
 			}
 		}
 	}
+	sort.Slice(out, func(i, j int) bool { return out[i].Stage < out[j].Stage })
 	return out
 }
 
@@ -189,7 +190,7 @@ type remoteQuery struct {
 }
 
 // localStats returns every stage's measurements as this process holds
-// them, sorted by name, and for each what its metadata backlog query is.
+// them and, at the same index, what its metadata backlog query is.
 func (e *Engine) localStats() ([]StageStats, []remoteQuery) {
 	e.mu.Lock()
 	defer e.mu.Unlock()
@@ -217,21 +218,7 @@ func (e *Engine) localStats() ([]StageStats, []remoteQuery) {
 		out = append(out, s)
 		remote = append(remote, remoteQuery{n.Inputs[0], st.group, st.win != nil})
 	}
-	sort.Sort(byStage{out, remote})
 	return out, remote
-}
-
-// byStage sorts stats by stage name, keeping each query beside its stats.
-type byStage struct {
-	s []StageStats
-	q []remoteQuery
-}
-
-func (b byStage) Len() int           { return len(b.s) }
-func (b byStage) Less(i, j int) bool { return b.s[i].Stage < b.s[j].Stage }
-func (b byStage) Swap(i, j int) {
-	b.s[i], b.s[j] = b.s[j], b.s[i]
-	b.q[i], b.q[j] = b.q[j], b.q[i]
 }
 
 // metrics are the engine's Prometheus series, labelled by stage name.
