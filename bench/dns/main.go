@@ -9,6 +9,13 @@
 //   - the lake: the records written by builtin:parquet, in bytes per
 //     million messages, against the Arrow IPC block and the gzip'd pcap.
 //
+// Then, on the real capture and on the normal and signed mixes at 256
+// MiB (real.go), it runs plumb dns with every section, with the question
+// only and with no derived names, the build before the richer records,
+// dnsjit parsing header and question and tshark, three alternated
+// rounds each, and prints CPU seconds per GB, records bytes per million
+// messages and the ratios the records are held to.
+//
 // tshark reads a prefix of each capture (the same seed gives the same
 // first packets): at its rate a whole GiB would take minutes, and a rate
 // per packet does not need the whole file.
@@ -30,6 +37,7 @@ import (
 
 	"github.com/apache/arrow-go/v18/arrow/ipc"
 
+	"github.com/plumb-dev/plumb/bench/internal/benchkit"
 	"github.com/plumb-dev/plumb/engine/builtin"
 )
 
@@ -38,7 +46,9 @@ func main() {
 	size := flag.String("size", "1GiB", "capture size per mix")
 	realSize := flag.String("real-size", "256MiB", "size the real capture is replicated to")
 	realOnly := flag.Bool("real-only", false, "measure the real capture only, not the generated mixes")
-	baseline := flag.String("baseline", "", "an earlier plumb `binary` (built from git) measured beside on the real capture")
+	baseline := flag.String("baseline", "", "an earlier plumb `binary` (built from git) measured beside on the real capture and the versus mixes")
+	previousRev := flag.String("previous-rev", "15431a8^", "git `revision` of the build before the richer records (header and question only), built and measured beside for CPU and records bytes (empty: skip)")
+	versusMixes := flag.String("versus-mixes", "normal,signed", "generated mixes measured as the real capture is, against dnsjit, tshark and the previous build (empty: none)")
 	mixList := flag.String("mixes", "normal,attack,signed", "generated mixes to measure (plumb synth --mix)")
 	tsharkSize := flag.String("tshark-size", "32MiB", "prefix tshark reads")
 	toParquet := flag.String("parquet", "", "internal: write this Arrow file as Parquet and as ZSTD IPC and print the sizes")
@@ -52,13 +62,38 @@ func main() {
 		log.Fatal(err)
 	}
 	defer os.RemoveAll(dir)
-	mixes := strings.Split(*mixList, ",")
+	var mixes []string
+	if *mixList != "" {
+		mixes = strings.Split(*mixList, ",")
+	}
+	vo := versusOpts{plumb: *plumb, baseline: *baseline, tsharkSize: *tsharkSize}
+	if *previousRev != "" {
+		bin, err := benchkit.BuildRev(dir, *previousRev)
+		if err != nil {
+			fmt.Printf("(the previous build at %s is not measured: %v)\n", *previousRev, err)
+		}
+		vo.previous = bin
+	}
 	if *realOnly {
-		realTraffic(*plumb, *baseline, dir, *realSize, *tsharkSize)
+		realTraffic(vo, dir, *realSize)
 		return
 	}
+	if len(mixes) > 0 {
+		generated(*plumb, dir, mixes, *size, *tsharkSize)
+	}
+	realTraffic(vo, dir, *realSize)
+	for _, mix := range strings.Split(*versusMixes, ",") {
+		if mix != "" {
+			generatedVersus(vo, dir, mix, *realSize)
+		}
+	}
+}
+
+// generated measures builtin:dns and builtin:dnspairs on size of each
+// generated mix beside tshark, and the lake's bytes.
+func generated(plumb, dir string, mixes []string, size, tsharkSize string) {
 	tshark, _ := exec.LookPath("tshark")
-	fmt.Printf("== builtin:dns and builtin:dnspairs on %s of generated DNS per mix, beside tshark (on a %s prefix)\n", *size, *tsharkSize)
+	fmt.Printf("== builtin:dns and builtin:dnspairs on %s of generated DNS per mix, beside tshark (on a %s prefix)\n", size, tsharkSize)
 	fmt.Printf("%-7s %10s %10s %6s %8s %12s %6s %11s %8s | %12s %12s %10s\n", "mix", "packets", "dns pkt/s", "MB/s", "peak MiB",
 		"tshark pkt/s", "ratio", "pairs pkt/s", "peak MiB", "dns CPU s/GB", "tshark CPU/GB", "CPU ratio")
 	type sizes struct{ messages, pcap, gz, arrow, zstd, parquet float64 }
@@ -66,22 +101,22 @@ func main() {
 	for _, mix := range mixes {
 		full := filepath.Join(dir, mix+".pcap")
 		prefix := filepath.Join(dir, mix+"-prefix.pcap")
-		for _, f := range []struct{ path, size string }{{full, *size}, {prefix, *tsharkSize}} {
-			if out, err := exec.Command(*plumb, "synth", "--out", f.path, "--mix", mix, "--size", f.size, "--seed", "11").CombinedOutput(); err != nil {
+		for _, f := range []struct{ path, size string }{{full, size}, {prefix, tsharkSize}} {
+			if out, err := exec.Command(plumb, "synth", "--out", f.path, "--mix", mix, "--size", f.size, "--seed", "11").CombinedOutput(); err != nil {
 				log.Fatalf("synth: %v: %s", err, out)
 			}
 		}
 		fi, _ := os.Stat(full)
 		records := filepath.Join(dir, mix+".arrow")
-		out, secs, peak, cpu := run(*plumb, "dns", "-o", records, full)
+		out, secs, peak, cpu := run(plumb, "dns", "-o", records, full)
 		packets := number(`^(\d+) packets`, out)
 		messages := number(`packets, (\d+) DNS messages`, out)
 		rate := packets / secs
-		_, psecs, ppeak, _ := run(*plumb, "dns", "--pairs", "-o", filepath.Join(dir, mix+".pairs.arrow"), full)
+		_, psecs, ppeak, _ := run(plumb, "dns", "--pairs", "-o", filepath.Join(dir, mix+".pairs.arrow"), full)
 		os.Remove(filepath.Join(dir, mix+".pairs.arrow"))
 		tsRate, tsCPU := 0.0, 0.0
 		if tshark != "" {
-			pp := number(`^(\d+) packets`, first(run(*plumb, "dns", prefix)))
+			pp := number(`^(\d+) packets`, first(run(plumb, "dns", prefix)))
 			t0 := time.Now()
 			ts := exec.Command(tshark, "-r", prefix, "-n", "-o", "tcp.desegment_tcp_streams:TRUE", "-o", "tcp.reassemble_out_of_order:TRUE",
 				"-o", "ip.defragment:TRUE", "-o", "ipv6.defragment:TRUE", "-Y", "dns", "-T", "fields",
@@ -129,7 +164,6 @@ func main() {
 	}
 	fmt.Println("aim: parquet at most 0.5x the Arrow IPC blocks (arrow: the blocks as stored, ZSTD at its default level;")
 	fmt.Println("arrow zstd: the same batches at arrow-go's next level, SpeedBetterCompression)")
-	realTraffic(*plumb, *baseline, dir, *realSize, *tsharkSize)
 }
 
 // run runs plumb and returns its output, wall seconds, peak RSS (MiB)

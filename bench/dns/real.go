@@ -12,19 +12,20 @@ import (
 	"github.com/plumb-dev/plumb/pipeline"
 )
 
+// versusRuns is how many alternated rounds versus runs: each figure it
+// prints is their median, beside all of them.
+const versusRuns = 3
+
 // realTraffic measures builtin:dns on real traffic: zeek's capture of a
 // signed authoritative server (DNSSEC signatures in most responses, up
 // to 13 records each, TCP and EDNS client subnet; testdata/pcaps, see
-// PROVENANCE.tsv) replicated to size, against dnsjit parsing header and
-// question (bench/dns/dnsjit-hq.lua) and tshark on a prefix, and beside
-// an earlier plumb binary (baseline, when set) doing the same. Each is
-// run three times, alternated, and the median CPU seconds per GB printed.
-func realTraffic(plumb, baseline, dir, size, tsharkSize string) {
+// PROVENANCE.tsv) replicated to size, as versus does.
+func realTraffic(o versusOpts, dir, size string) {
 	n, err := pipeline.ParseSize(size)
 	if err != nil {
 		log.Fatal(err)
 	}
-	pn, err := pipeline.ParseSize(tsharkSize)
+	pn, err := pipeline.ParseSize(o.tsharkSize)
 	if err != nil {
 		log.Fatal(err)
 	}
@@ -36,8 +37,39 @@ func realTraffic(plumb, baseline, dir, size, tsharkSize string) {
 	if err := benchkit.Replicate(src, prefix, pn); err != nil {
 		log.Fatal(err)
 	}
+	versus(o, dir, fmt.Sprintf("real traffic: %s (a signed authoritative server) replicated to %s", filepath.Base(src), size), full, prefix)
+}
+
+// generatedVersus measures a generated mix as versus does, at size.
+func generatedVersus(o versusOpts, dir, mix, size string) {
+	full, prefix := filepath.Join(dir, mix+"-versus.pcap"), filepath.Join(dir, mix+"-versus-prefix.pcap")
+	for _, f := range []struct{ path, size string }{{full, size}, {prefix, o.tsharkSize}} {
+		if out, err := exec.Command(o.plumb, "synth", "--out", f.path, "--mix", mix, "--size", f.size, "--seed", "11").CombinedOutput(); err != nil {
+			log.Fatalf("synth: %v: %s", err, out)
+		}
+	}
+	versus(o, dir, fmt.Sprintf("the %s mix (plumb synth --mix %s), %s", mix, mix, size), full, prefix)
+}
+
+// versusOpts are what versus measures beside this build.
+type versusOpts struct {
+	plumb      string
+	baseline   string // an earlier binary, run as this one is ("" for none)
+	previous   string // the build before the richer records, header and question only ("" for none)
+	tsharkSize string
+}
+
+// versus measures builtin:dns (plumb dns) on a capture with every
+// section, with the question only, and with no derived names, against
+// dnsjit parsing header and question (bench/dns/dnsjit-hq.lua) and
+// tshark on a prefix, beside an earlier binary doing the same
+// (o.baseline) and the build before the richer records (o.previous),
+// which wrote header and question only. Each is run versusRuns times,
+// alternated; the median CPU seconds per GB is printed with every run,
+// and the records' bytes per million messages.
+func versus(o versusOpts, dir, title, full, prefix string) {
 	gb := fileSize(full) / 1e9
-	fmt.Printf("\n== real traffic: %s (a signed authoritative server) replicated to %s\n", filepath.Base(src), size)
+	fmt.Printf("\n== %s\n", title)
 	dnsjit, _ := exec.LookPath("dnsjit")
 	tshark, _ := exec.LookPath("tshark")
 	for tool, path := range map[string]string{"dnsjit": dnsjit, "tshark": tshark} {
@@ -50,17 +82,24 @@ func realTraffic(plumb, baseline, dir, size, tsharkSize string) {
 		cpu  func() float64 // CPU seconds per GB
 		out  string         // the records written, if any
 	}
-	records := func(name, bin, sections, names string) measure {
-		out := filepath.Join(dir, "real-"+filepath.Base(bin)+"-"+sections+"-"+names+".arrow")
+	files := 0
+	records := func(name, bin string, args ...string) measure {
+		files++
+		out := filepath.Join(dir, fmt.Sprintf("versus-%d.arrow", files))
 		return measure{name: name, out: out, cpu: func() float64 {
-			_, _, _, cpu := run(bin, "dns", "--sections", sections, "--names", names, "-o", out, full)
+			_, _, _, cpu := run(bin, append(append([]string{"dns"}, args...), "-o", out, full)...)
 			return cpu / gb
 		}}
 	}
-	ms := []measure{records("plumb dns, every section", plumb, "all", "all"), records("plumb dns --sections question", plumb, "question", "all"),
-		records("  and --names none", plumb, "question", "none")}
-	if baseline != "" {
-		ms = append(ms, records("baseline, every section", baseline, "all", "all"), records("baseline --sections question", baseline, "question", "all"))
+	const all, question, noNames, base, baseQuestion = 0, 1, 2, 3, 4
+	ms := []measure{records("plumb dns, every section", o.plumb, "--sections", "all"), records("plumb dns --sections question", o.plumb, "--sections", "question"),
+		records("  and --names none", o.plumb, "--sections", "question", "--names", "none")}
+	if o.baseline != "" {
+		ms = append(ms, records("baseline, every section", o.baseline, "--sections", "all"), records("baseline --sections question", o.baseline, "--sections", "question"))
+	}
+	previousAt := len(ms)
+	if o.previous != "" {
+		ms = append(ms, records("previous build (header, question)", o.previous))
 	}
 	dnsjitAt := len(ms)
 	if dnsjit != "" {
@@ -85,38 +124,50 @@ func realTraffic(plumb, baseline, dir, size, tsharkSize string) {
 	}
 	runs := make([][]float64, len(ms))
 	var loads []string
-	for range 3 {
+	for range versusRuns {
 		load, _ := os.ReadFile("/proc/loadavg")
 		loads = append(loads, string(load[:14]))
 		for i, m := range ms {
 			runs[i] = append(runs[i], m.cpu())
 		}
 	}
-	messages := number(`packets, (\d+) DNS messages`, first(run(plumb, "dns", full)))
-	median := func(v []float64) float64 { s := slices.Clone(v); slices.Sort(s); return s[len(s)/2] }
-	fmt.Printf("%-34s %14s %24s %18s\n", "", "CPU s/GB (med)", "three runs", "records MB/M msgs")
+	messages := number(`packets, (\d+) DNS messages`, first(run(o.plumb, "dns", full)))
+	median := func(i int) float64 { s := slices.Clone(runs[i]); slices.Sort(s); return s[len(s)/2] }
+	perM := func(i int) float64 { return fileSize(ms[i].out) / messages }
+	fmt.Printf("%-34s %14s %24s %18s\n", "", "CPU s/GB (med)", "runs", "records MB/M msgs")
 	for i, m := range ms {
 		size := ""
 		if m.out != "" {
-			size = fmt.Sprintf("%.1f", fileSize(m.out)/messages)
+			size = fmt.Sprintf("%.1f", perM(i))
 		}
-		fmt.Printf("%-34s %14.2f %8.2f %7.2f %7.2f %18s\n", m.name, median(runs[i]), runs[i][0], runs[i][1], runs[i][2], size)
+		fmt.Printf("%-34s %14.2f %24s %18s\n", m.name, median(i), fmt.Sprintf("%.2f", runs[i]), size)
 	}
-	if baseline != "" {
+	if o.baseline != "" {
 		fmt.Printf("this build / baseline: every section %.2fx CPU, %.2fx bytes; question %.2fx CPU, %.2fx bytes\n",
-			median(runs[0])/median(runs[3]), fileSize(ms[0].out)/fileSize(ms[3].out), median(runs[1])/median(runs[4]), fileSize(ms[1].out)/fileSize(ms[4].out))
+			median(all)/median(base), perM(all)/perM(base), median(question)/median(baseQuestion), perM(question)/perM(baseQuestion))
+	}
+	if o.previous != "" {
+		p := previousAt
+		fmt.Printf("records bytes / previous build: every section %.2fx (aim <= 1.5x), question %.2fx (aim <= 1.0x); "+
+			"question CPU / previous build: %.2fx (aim <= 1.0x), no derived names %.2fx\n",
+			perM(all)/perM(p), perM(question)/perM(p), median(question)/median(p), median(noNames)/median(p))
 	}
 	if dnsjit != "" {
-		j := median(runs[dnsjitAt])
+		j := median(dnsjitAt)
 		fmt.Printf("every section / dnsjit: %.2fx CPU (aim <= 1.5x); question / dnsjit: %.2fx (aim <= 1.0x); question, no derived names / dnsjit: %.2fx\n",
-			median(runs[0])/j, median(runs[1])/j, median(runs[2])/j)
+			median(all)/j, median(question)/j, median(noNames)/j)
 	}
 	if tshark != "" {
 		ti := len(ms) - 1
 		fmt.Printf("tshark / every section: %.1fx (aim >= 20x); tshark / question: %.1fx (aim >= 30x)\n",
-			median(runs[ti])/median(runs[0]), median(runs[ti])/median(runs[1]))
+			median(ti)/median(all), median(ti)/median(question))
 	}
 	fmt.Printf("(loadavg before each round: %v; dnsjit reassembles neither TCP nor fragments and writes nothing)\n", loads)
 	os.Remove(full)
 	os.Remove(prefix)
+	for _, m := range ms {
+		if m.out != "" {
+			os.Remove(m.out)
+		}
+	}
 }

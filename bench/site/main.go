@@ -104,7 +104,7 @@ func run(plumb, size, block, mix, seqRev, noStateRev string) error {
 		if old.rev == "" {
 			continue
 		}
-		bin, err := buildRev(dir, old.rev)
+		bin, err := benchkit.BuildRev(dir, old.rev)
 		if err != nil {
 			fmt.Printf("(%s at %s not measured: %v)\n", old.name, old.rev, err)
 			continue
@@ -172,23 +172,6 @@ func run(plumb, size, block, mix, seqRev, noStateRev string) error {
 	fmt.Println(" writer overlapping, so 2 slots can gain at most cores/one slot's cores); CPU s/GiB is the server's and its")
 	fmt.Println(" workers', children included, and does not)")
 	return nil
-}
-
-// buildRev builds plumb at a git revision of this repository, in a
-// worktree under dir.
-func buildRev(dir, rev string) (string, error) {
-	wt := filepath.Join(dir, "rev-"+strings.NewReplacer("^", "p", "~", "t", "/", "_").Replace(rev))
-	if out, err := exec.Command("git", "worktree", "add", "--detach", "--force", wt, rev).CombinedOutput(); err != nil {
-		return "", fmt.Errorf("git worktree add %s: %v: %s", rev, err, out)
-	}
-	defer exec.Command("git", "worktree", "remove", "--force", wt).Run()
-	bin := filepath.Join(dir, "plumb-"+filepath.Base(wt))
-	build := exec.Command("go", "build", "-o", bin, "./cmd/plumb")
-	build.Dir = wt
-	if out, err := build.CombinedOutput(); err != nil {
-		return "", fmt.Errorf("go build at %s: %v: %s", rev, err, out)
-	}
-	return bin, nil
 }
 
 // split cuts a capture into files of about size bytes each, the blocks
