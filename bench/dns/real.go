@@ -60,7 +60,8 @@ type versusOpts struct {
 }
 
 // versus measures builtin:dns (plumb dns) on a capture with every
-// section, with the question only, and with no derived names, against
+// section, with the question only, with no derived names, and with
+// every section and the question only at --zstd better, against
 // dnsjit parsing header and question (bench/dns/dnsjit-hq.lua) and
 // tshark on a prefix, beside an earlier binary doing the same
 // (o.baseline) and the build before the richer records (o.previous),
@@ -91,9 +92,11 @@ func versus(o versusOpts, dir, title, full, prefix string) {
 			return cpu / gb
 		}}
 	}
-	const all, question, noNames, base, baseQuestion = 0, 1, 2, 3, 4
+	const all, question, noNames, allBetter, questionBetter, base, baseQuestion = 0, 1, 2, 3, 4, 5, 6
 	ms := []measure{records("plumb dns, every section", o.plumb, "--sections", "all"), records("plumb dns --sections question", o.plumb, "--sections", "question"),
-		records("  and --names none", o.plumb, "--sections", "question", "--names", "none")}
+		records("  and --names none", o.plumb, "--sections", "question", "--names", "none"),
+		records("every section, --zstd better", o.plumb, "--sections", "all", "--zstd", "better"),
+		records("question, --zstd better", o.plumb, "--sections", "question", "--zstd", "better")}
 	if o.baseline != "" {
 		ms = append(ms, records("baseline, every section", o.baseline, "--sections", "all"), records("baseline --sections question", o.baseline, "--sections", "question"))
 	}
@@ -151,6 +154,8 @@ func versus(o versusOpts, dir, title, full, prefix string) {
 		fmt.Printf("records bytes / previous build: every section %.2fx (aim <= 1.5x), question %.2fx (aim <= 1.0x); "+
 			"question CPU / previous build: %.2fx (aim <= 1.0x), no derived names %.2fx\n",
 			perM(all)/perM(p), perM(question)/perM(p), median(question)/median(p), median(noNames)/median(p))
+		fmt.Printf("at --zstd better: records bytes / previous build: every section %.2fx, question %.2fx; CPU / the default level: every section %.2fx, question %.2fx\n",
+			perM(allBetter)/perM(p), perM(questionBetter)/perM(p), median(allBetter)/median(all), median(questionBetter)/median(question))
 	}
 	if dnsjit != "" {
 		j := median(dnsjitAt)

@@ -47,6 +47,7 @@ func dnsCommand() command {
 			seq := fs.Uint64("seq", 0, "sequence number written in each row")
 			pairs := fs.Bool("pairs", false, "write one row per transaction (query and response paired), as builtin:dnspairs")
 			namesFlag := fs.String("names", "all", "the columns derived from qname made: all, none, or qname_raw,labels,tld,registered_domain; the others are null, as builtin:dns?names=")
+			zstdFlag := fs.String("zstd", "default", "the records' compression: default, fastest, or better (files 7-24% smaller for 0-43% more CPU), as builtin:dns?zstd=")
 			sectionsFlag := fs.String("sections", "all", "record `SECTIONS` read: all, question (none), or answer,authority,additional; the others are null, as builtin:dns?sections=")
 			files, err := parseInterspersed(fs, args)
 			if err != nil {
@@ -60,6 +61,10 @@ func dnsCommand() command {
 				return err
 			}
 			names, err := dnsrec.ParseNames(*namesFlag)
+			if err != nil {
+				return err
+			}
+			level, err := dnsrec.ParseZstd(*zstdFlag)
 			if err != nil {
 				return err
 			}
@@ -110,7 +115,7 @@ func dnsCommand() command {
 			if *pairs {
 				var w *dnspair.Writer
 				if *out != "" {
-					if w, err = dnspair.NewWriter(of, *instance, *seq); err != nil {
+					if w, err = dnspair.NewWriterLevel(of, *instance, *seq, level); err != nil {
 						return err
 					}
 					defer w.Close()
@@ -125,7 +130,7 @@ func dnsCommand() command {
 			} else {
 				var w *dnsrec.Writer
 				if *out != "" {
-					if w, err = dnsrec.NewWriter(of, *instance, *seq); err != nil {
+					if w, err = dnsrec.NewWriterLevel(of, *instance, *seq, level); err != nil {
 						return err
 					}
 					w.SetSections(sections)

@@ -144,6 +144,8 @@ func TestBuiltinArgumentsAreStrict(t *testing.T) {
 		{"dnspairs", url.Values{"ports": {"x"}}, "want port numbers"},
 		{"dns", url.Values{"sections": {"answers,glue"}}, "want all, question, or answer, authority and additional"},
 		{"dnspairs", url.Values{"budget": {"1KiB"}}, "want a size between 64KiB and 1GiB"},
+		{"dns", url.Values{"zstd": {"best"}}, "want fastest, default or better"},
+		{"dnspairs", url.Values{"zstd": {"7"}}, "want fastest, default or better"},
 	} {
 		if _, err := reg.New(c.name, c.args); err == nil || !strings.Contains(err.Error(), c.want) {
 			t.Errorf("%s %v: %v; want %q", c.name, c.args, err, c.want)
@@ -154,6 +156,26 @@ func TestBuiltinArgumentsAreStrict(t *testing.T) {
 	in := append([]byte("H"), bytes.Repeat([]byte("x"), 3<<20)...)
 	if out, err := run(t, w, in); err != nil || !bytes.Equal(out, in) {
 		t.Errorf("cpuwork changed its block: %d bytes, %v", len(out), err)
+	}
+}
+
+// TestDNSZstd: ?zstd=better writes the same records and transactions
+// as the default, in fewer bytes.
+func TestDNSZstd(t *testing.T) {
+	capture := dnsCapture(t, 4<<20)
+	const name = "20250505-151105-00000007.lax.pcap"
+	for _, program := range []string{"dns", "dnspairs"} {
+		def := stage(t, program, nil, name, capture)
+		better := stage(t, program, url.Values{"zstd": {"better"}}, name, capture)
+		if len(better) >= len(def) {
+			t.Errorf("builtin:%s?zstd=better wrote %d bytes, the default %d: want fewer", program, len(better), len(def))
+		}
+		a, b := table(t, def), table(t, better)
+		if a.NumRows() == 0 || !array.TableEqual(a, b) {
+			t.Errorf("builtin:%s: %d rows at zstd=better differ from the default's %d", program, b.NumRows(), a.NumRows())
+		}
+		a.Release()
+		b.Release()
 	}
 }
 

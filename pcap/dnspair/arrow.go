@@ -94,9 +94,15 @@ type Writer struct {
 }
 
 // NewWriter starts an IPC file on w for the transactions decided in one
-// block.
+// block, compressed at dnsrec.RecordsZstdLevel.
 func NewWriter(w io.Writer, instance string, seq uint64) (*Writer, error) {
-	f, err := ipc.NewFileWriter(w, ipc.WithSchema(Schema), ipc.WithZstdLevel(dnsrec.RecordsZstdLevel), ipc.WithCompressConcurrency(2),
+	return NewWriterLevel(w, instance, seq, dnsrec.RecordsZstdLevel)
+}
+
+// NewWriterLevel is NewWriter compressing at a ZSTD level of
+// dnsrec.ZstdLevels.
+func NewWriterLevel(w io.Writer, instance string, seq uint64, level int) (*Writer, error) {
+	f, err := ipc.NewFileWriter(w, ipc.WithSchema(Schema), ipc.WithZstdLevel(level), ipc.WithCompressConcurrency(2),
 		ipc.WithAllocator(arrowcol.NewRecycler()))
 	if err != nil {
 		return nil, err

@@ -143,12 +143,39 @@ var optionType = arrow.StructOf(
 )
 
 // RecordsZstdLevel is the ZSTD level of the records' IPC bodies (and
-// the transactions'): ZSTD's default, arrow-go's SpeedDefault. On real
-// signed traffic its files are a tenth smaller than the fastest level's
-// (header and question: 27.9 MB per million messages against 30.9) for
-// a few percent more CPU (bench/dns); before arrow-go v18.9 pooled the
+// the transactions') unless a stage chooses another (ParseZstd):
+// ZSTD's default, arrow-go's SpeedDefault. On real signed traffic its
+// files are a tenth smaller than the fastest level's (header and
+// question: 27.9 MB per million messages against 30.9) for a few
+// percent more CPU (bench/dns); before arrow-go v18.9 pooled the
 // encoders, any level cost a third of extraction's CPU.
 const RecordsZstdLevel = 3
+
+// ZstdLevels are the ZSTD levels a stage may choose (?zstd=), by name:
+// arrow-go maps ZSTD's levels onto klauspost/compress's four encoders,
+// so a number would promise steps that are not there. At the default
+// and fastest levels the encoder stores a block in which it finds no
+// repeats as it is, and the offsets of a string column (counting up, a
+// few bytes apart) are such blocks; "better" entropy-codes them. On the
+// real signed capture and the generated mixes (bench/dns, three runs)
+// it made header-and-question records 15-24% smaller for 5-25% more
+// CPU, and records of every section 7-24% smaller for 0-43% more (the
+// most for the least on the signed mix, whose signatures do not
+// compress). The slowest encoder is left out: several times the CPU
+// for a few percent.
+var ZstdLevels = map[string]int{"fastest": 1, "default": RecordsZstdLevel, "better": 7}
+
+// ParseZstd reads a ZSTD level by its name in ZstdLevels; "" is the
+// default.
+func ParseZstd(v string) (int, error) {
+	if v == "" {
+		return RecordsZstdLevel, nil
+	}
+	if l, ok := ZstdLevels[v]; ok {
+		return l, nil
+	}
+	return 0, fmt.Errorf("zstd=%q: want fastest, default or better", v)
+}
 
 // BatchRows is how many rows go in one record batch.
 const BatchRows = 16 << 10
@@ -162,8 +189,8 @@ const BatchBytes = 4 << 20
 // chunkRows is how many records Add hands the building goroutine at once.
 const chunkRows = 1024
 
-// Writer writes records as an Arrow IPC file, ZSTD-compressed at
-// RecordsZstdLevel, in batches of BatchRows (fewer where their records'
+// Writer writes records as an Arrow IPC file, ZSTD-compressed (at
+// RecordsZstdLevel unless NewWriterLevel chose another), in batches of BatchRows (fewer where their records'
 // names and data reach BatchBytes). Three goroutines share the
 // work: the caller's extracts and copies records, one builds the columns
 // of the next batch, and one compresses and writes the last, so
@@ -248,10 +275,16 @@ func ParseNames(v string) (Names, error) {
 // ReadSections.
 func (w *Writer) SetSections(s dnsmsg.Sections) { w.skip = dnsmsg.AllSections &^ s }
 
-// NewWriter starts an IPC file on w for the records of one block. Close
-// it, even after an error, to end its writing goroutine.
+// NewWriter starts an IPC file on w for the records of one block,
+// compressed at RecordsZstdLevel. Close it, even after an error, to end
+// its writing goroutine.
 func NewWriter(w io.Writer, instance string, seq uint64) (*Writer, error) {
-	f, err := ipc.NewFileWriter(w, ipc.WithSchema(Schema), ipc.WithZstdLevel(RecordsZstdLevel), ipc.WithCompressConcurrency(2),
+	return NewWriterLevel(w, instance, seq, RecordsZstdLevel)
+}
+
+// NewWriterLevel is NewWriter compressing at a ZSTD level of ZstdLevels.
+func NewWriterLevel(w io.Writer, instance string, seq uint64, level int) (*Writer, error) {
+	f, err := ipc.NewFileWriter(w, ipc.WithSchema(Schema), ipc.WithZstdLevel(level), ipc.WithCompressConcurrency(2),
 		ipc.WithAllocator(arrowcol.NewRecycler()))
 	if err != nil {
 		return nil, err

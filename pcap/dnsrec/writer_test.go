@@ -341,12 +341,78 @@ func TestBatchesEndAtBatchBytes(t *testing.T) {
 	}
 }
 
+// TestZstdLevels: the records of every capture in testdata read back
+// the same at each level a stage may choose, and "better" makes them
+// smaller than the default (what the level is for); other names are
+// refused, saying which are taken.
+func TestZstdLevels(t *testing.T) {
+	var recs []Record
+	captures, _ := filepath.Glob("../../testdata/pcaps/*.pcap*")
+	for _, c := range captures {
+		eachRecord(t, c, func(r *Record) { recs = append(recs, *r) })
+	}
+	sizes := map[string]int{}
+	var whole []arrow.RecordBatch
+	for _, name := range []string{"default", "fastest", "better"} {
+		level, err := ParseZstd(name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var out bytes.Buffer
+		f := writeRecordsTo(t, &out, level, recs, nil)
+		sizes[name] = out.Len()
+		var got []arrow.RecordBatch
+		for i := range f.NumRecords() {
+			rec, err := f.RecordBatch(i)
+			if err != nil {
+				t.Fatalf("zstd=%s: batch %d: %v", name, i, err)
+			}
+			rec.Retain()
+			t.Cleanup(rec.Release)
+			got = append(got, rec)
+		}
+		if whole == nil {
+			whole = got
+			continue
+		}
+		if len(got) != len(whole) {
+			t.Fatalf("zstd=%s: %d batches; default %d", name, len(got), len(whole))
+		}
+		for i := range got {
+			if !array.RecordEqual(got[i], whole[i]) {
+				t.Fatalf("zstd=%s: batch %d differs from the default level's", name, i)
+			}
+		}
+	}
+	if whole == nil || whole[0].NumRows() == 0 {
+		t.Fatal("no records")
+	}
+	if sizes["better"] >= sizes["default"] {
+		t.Errorf("zstd=better wrote %d bytes, default %d: want fewer", sizes["better"], sizes["default"])
+	}
+	t.Logf("bytes by level: %v", sizes)
+	if l, err := ParseZstd(""); err != nil || l != RecordsZstdLevel {
+		t.Errorf(`zstd="" reads as %d, %v; want %d`, l, err, RecordsZstdLevel)
+	}
+	for _, bad := range []string{"3", "best", "Better"} {
+		if _, err := ParseZstd(bad); err == nil || !strings.Contains(err.Error(), "fastest, default or better") {
+			t.Errorf("zstd=%s: %v; want it refused, naming the levels", bad, err)
+		}
+	}
+}
+
 // writeRecords writes recs through a Writer (set, when not nil, sets it
 // up first) and opens the file it wrote.
 func writeRecords(t *testing.T, recs []Record, set func(*Writer)) *ipc.FileReader {
 	t.Helper()
 	var out bytes.Buffer
-	w, err := NewWriter(&out, "site-a", 42)
+	return writeRecordsTo(t, &out, RecordsZstdLevel, recs, set)
+}
+
+// writeRecordsTo is writeRecords at a ZSTD level, into out.
+func writeRecordsTo(t *testing.T, out *bytes.Buffer, level int, recs []Record, set func(*Writer)) *ipc.FileReader {
+	t.Helper()
+	w, err := NewWriterLevel(out, "site-a", 42, level)
 	if err != nil {
 		t.Fatal(err)
 	}
