@@ -64,7 +64,7 @@ func registerDNS(reg *engine.Registry) {
 			"and writes one row per query, answered or not, and one per orphan response, as an Arrow IPC file (ZSTD): " +
 			"query and response times, latency, sizes, rcode, flags and answers. A query waits ?window=5s of packet time " +
 			"for its response, across the blocks of its site; at most ?max_pending=262144 wait at once (the oldest is " +
-			"then given up and marked evicted). ?ports= and ?budget= as builtin:dns: a site's blocks are paired in parallel and " +
+			"then given up and marked evicted). ?ports=, ?budget= and ?zstd= as builtin:dns: a site's blocks are paired in parallel and " +
 			"what straddles their cuts is joined in sequence.",
 		New: func(args url.Values) (engine.Builtin, error) {
 			if err := engine.StrictArgs(args, "ports", "window", "max_pending", "budget", "zstd"); err != nil {
