@@ -47,7 +47,11 @@ func dnsCommand() command {
 			seq := fs.Uint64("seq", 0, "sequence number written in each row")
 			pairs := fs.Bool("pairs", false, "write one row per transaction (query and response paired), as builtin:dnspairs")
 			namesFlag := fs.String("names", "all", "the columns derived from qname made: all, none, or qname_raw,labels,tld,registered_domain; the others are null, as builtin:dns?names=")
-			zstdFlag := fs.String("zstd", "default", "the records' compression: default, fastest, or better (files 7-24% smaller for 0-43% more CPU), as builtin:dns?zstd=")
+			level := dnsrec.RecordsZstdLevel
+			fs.Func("zstd", "the records' compression `LEVEL`: default, fastest, or better (files 7-24% smaller for 0-43% more CPU), as builtin:dns?zstd=", func(v string) (err error) {
+				level, err = dnsrec.ParseZstd(v)
+				return err
+			})
 			sectionsFlag := fs.String("sections", "all", "record `SECTIONS` read: all, question (none), or answer,authority,additional; the others are null, as builtin:dns?sections=")
 			files, err := parseInterspersed(fs, args)
 			if err != nil {
@@ -61,10 +65,6 @@ func dnsCommand() command {
 				return err
 			}
 			names, err := dnsrec.ParseNames(*namesFlag)
-			if err != nil {
-				return err
-			}
-			level, err := dnsrec.ParseZstd(*zstdFlag)
 			if err != nil {
 				return err
 			}

@@ -109,11 +109,30 @@ func TestDNSCommandOutputs(t *testing.T) {
 	if n := bytes.Count(run("--filter", "udp port 53", "-o", "-", capture), []byte("\n")); n != len(want) {
 		t.Errorf("--filter 'udp port 53': %d rows; the capture, all UDP, has %d", n, len(want))
 	}
-	for _, bad := range [][]string{{"--ports", "x", capture}, {"--format", "xml", "-o", "y", capture}} {
+	// --zstd better writes the same rows in fewer bytes.
+	better := filepath.Join(dir, "better.arrow")
+	run("--zstd", "better", "-o", better, capture)
+	if got := arrowTimes(t, better); !slices.Equal(got, want) {
+		t.Errorf("--zstd better: %d rows; the default level %d", len(got), len(want))
+	}
+	if b, d := sizeOf(t, better), sizeOf(t, ref); b >= d {
+		t.Errorf("--zstd better wrote %d bytes, the default %d: want fewer", b, d)
+	}
+	for _, bad := range [][]string{{"--ports", "x", capture}, {"--format", "xml", "-o", "y", capture}, {"--zstd", "max", "-o", "y", capture}} {
 		cmd := exec.Command(os.Args[0], append([]string{"dns"}, bad...)...)
 		cmd.Env = append(os.Environ(), "PLUMB_TEST_AS_PLUMB=1")
 		if err := cmd.Run(); err == nil || cmd.ProcessState.ExitCode() != 2 {
 			t.Errorf("plumb dns %v: %v; want exit 2", bad, err)
 		}
 	}
+}
+
+// sizeOf is a file's size.
+func sizeOf(t *testing.T, path string) int64 {
+	t.Helper()
+	fi, err := os.Stat(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return fi.Size()
 }
