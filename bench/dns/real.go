@@ -61,9 +61,9 @@ type versusOpts struct {
 
 // versus measures builtin:dns (plumb dns) on a capture with every
 // section, with the question only, with no derived names, and with
-// every section and the question only at --zstd better, against
-// dnsjit parsing header and question (bench/dns/dnsjit-hq.lua) and
-// tshark on a prefix, beside an earlier binary doing the same
+// every section and the question only at --zstd better and fastest,
+// against dnsjit parsing header and question (bench/dns/dnsjit-hq.lua)
+// and tshark on a prefix, beside an earlier binary doing the same
 // (o.baseline) and the build before the richer records (o.previous),
 // which wrote header and question only. Each is run versusRuns times,
 // alternated; the median CPU seconds per GB is printed with every run,
@@ -92,11 +92,13 @@ func versus(o versusOpts, dir, title, full, prefix string) {
 			return cpu / gb
 		}}
 	}
-	const all, question, noNames, allBetter, questionBetter, base, baseQuestion = 0, 1, 2, 3, 4, 5, 6
+	const all, question, noNames, allBetter, questionBetter, allFastest, questionFastest, base, baseQuestion = 0, 1, 2, 3, 4, 5, 6, 7, 8
 	ms := []measure{records("plumb dns, every section", o.plumb, "--sections", "all"), records("plumb dns --sections question", o.plumb, "--sections", "question"),
 		records("  and --names none", o.plumb, "--sections", "question", "--names", "none"),
 		records("every section, --zstd better", o.plumb, "--sections", "all", "--zstd", "better"),
-		records("question, --zstd better", o.plumb, "--sections", "question", "--zstd", "better")}
+		records("question, --zstd better", o.plumb, "--sections", "question", "--zstd", "better"),
+		records("every section, --zstd fastest", o.plumb, "--sections", "all", "--zstd", "fastest"),
+		records("question, --zstd fastest", o.plumb, "--sections", "question", "--zstd", "fastest")}
 	if o.baseline != "" {
 		ms = append(ms, records("baseline, every section", o.baseline, "--sections", "all"), records("baseline --sections question", o.baseline, "--sections", "question"))
 	}
@@ -156,6 +158,8 @@ func versus(o versusOpts, dir, title, full, prefix string) {
 			perM(all)/perM(p), perM(question)/perM(p), median(question)/median(p), median(noNames)/median(p))
 		fmt.Printf("at --zstd better: records bytes / previous build: every section %.2fx, question %.2fx; CPU / the default level: every section %.2fx, question %.2fx\n",
 			perM(allBetter)/perM(p), perM(questionBetter)/perM(p), median(allBetter)/median(all), median(questionBetter)/median(question))
+		fmt.Printf("at --zstd fastest: records bytes / previous build: every section %.2fx, question %.2fx; CPU / the default level: every section %.2fx, question %.2fx\n",
+			perM(allFastest)/perM(p), perM(questionFastest)/perM(p), median(allFastest)/median(all), median(questionFastest)/median(question))
 	}
 	if dnsjit != "" {
 		j := median(dnsjitAt)
