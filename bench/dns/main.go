@@ -162,8 +162,8 @@ func generated(plumb, dir string, mixes []string, size, tsharkSize string) {
 		fmt.Printf("%-7s %11.0f %11s %11s %11s %11s %11s %15.2f %15.2f %13.2f\n", mix, s.messages, per(s.pcap), per(s.gz), per(s.arrow),
 			per(s.zstd), per(s.parquet), s.parquet/s.arrow, s.parquet/s.zstd, s.parquet/s.gz)
 	}
-	fmt.Println("aim: parquet at most 0.5x the Arrow IPC blocks (arrow: the blocks as stored, ZSTD at its default level;")
-	fmt.Println("arrow zstd: the same batches at arrow-go's next level, SpeedBetterCompression)")
+	fmt.Println("aim: parquet at most 0.5x the Arrow IPC blocks (arrow: the blocks as stored, ZSTD at the records' level, fast;")
+	fmt.Println("arrow zstd: the same batches at ?zstd=small, SpeedBetterCompression)")
 }
 
 // run runs plumb and returns its output, wall seconds, peak RSS (MiB)

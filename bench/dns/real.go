@@ -61,7 +61,7 @@ type versusOpts struct {
 
 // versus measures builtin:dns (plumb dns) on a capture with every
 // section, with the question only, with no derived names, and with
-// every section and the question only at --zstd better and fastest,
+// every section and the question only at --zstd small and balanced,
 // against dnsjit parsing header and question (bench/dns/dnsjit-hq.lua)
 // and tshark on a prefix, beside an earlier binary doing the same
 // (o.baseline) and the build before the richer records (o.previous),
@@ -92,13 +92,13 @@ func versus(o versusOpts, dir, title, full, prefix string) {
 			return cpu / gb
 		}}
 	}
-	const all, question, noNames, allBetter, questionBetter, allFastest, questionFastest, base, baseQuestion = 0, 1, 2, 3, 4, 5, 6, 7, 8
+	const all, question, noNames, allSmall, questionSmall, allBalanced, questionBalanced, base, baseQuestion = 0, 1, 2, 3, 4, 5, 6, 7, 8
 	ms := []measure{records("plumb dns, every section", o.plumb, "--sections", "all"), records("plumb dns --sections question", o.plumb, "--sections", "question"),
 		records("  and --names none", o.plumb, "--sections", "question", "--names", "none"),
-		records("every section, --zstd better", o.plumb, "--sections", "all", "--zstd", "better"),
-		records("question, --zstd better", o.plumb, "--sections", "question", "--zstd", "better"),
-		records("every section, --zstd fastest", o.plumb, "--sections", "all", "--zstd", "fastest"),
-		records("question, --zstd fastest", o.plumb, "--sections", "question", "--zstd", "fastest")}
+		records("every section, --zstd small", o.plumb, "--sections", "all", "--zstd", "small"),
+		records("question, --zstd small", o.plumb, "--sections", "question", "--zstd", "small"),
+		records("every section, --zstd balanced", o.plumb, "--sections", "all", "--zstd", "balanced"),
+		records("question, --zstd balanced", o.plumb, "--sections", "question", "--zstd", "balanced")}
 	if o.baseline != "" {
 		ms = append(ms, records("baseline, every section", o.baseline, "--sections", "all"), records("baseline --sections question", o.baseline, "--sections", "question"))
 	}
@@ -156,10 +156,13 @@ func versus(o versusOpts, dir, title, full, prefix string) {
 		fmt.Printf("records bytes / previous build: every section %.2fx (aim <= 1.5x), question %.2fx (aim <= 1.0x); "+
 			"question CPU / previous build: %.2fx (aim <= 1.0x), no derived names %.2fx\n",
 			perM(all)/perM(p), perM(question)/perM(p), median(question)/median(p), median(noNames)/median(p))
-		fmt.Printf("at --zstd better: records bytes / previous build: every section %.2fx, question %.2fx; CPU / the default level: every section %.2fx, question %.2fx\n",
-			perM(allBetter)/perM(p), perM(questionBetter)/perM(p), median(allBetter)/median(all), median(questionBetter)/median(question))
-		fmt.Printf("at --zstd fastest: records bytes / previous build: every section %.2fx, question %.2fx; CPU / the default level: every section %.2fx, question %.2fx\n",
-			perM(allFastest)/perM(p), perM(questionFastest)/perM(p), median(allFastest)/median(all), median(questionFastest)/median(question))
+		for _, l := range []struct {
+			name            string
+			every, question int
+		}{{"small", allSmall, questionSmall}, {"balanced", allBalanced, questionBalanced}} {
+			fmt.Printf("at --zstd %s: records bytes / previous build: every section %.2fx, question %.2fx; CPU / the default level (fast): every section %.2fx, question %.2fx\n",
+				l.name, perM(l.every)/perM(p), perM(l.question)/perM(p), median(l.every)/median(all), median(l.question)/median(question))
+		}
 	}
 	if dnsjit != "" {
 		j := median(dnsjitAt)

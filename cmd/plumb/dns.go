@@ -48,7 +48,7 @@ func dnsCommand() command {
 			pairs := fs.Bool("pairs", false, "write one row per transaction (query and response paired), as builtin:dnspairs")
 			namesFlag := fs.String("names", "all", "the columns derived from qname made: all, none, or qname_raw,labels,tld,registered_domain; the others are null, as builtin:dns?names=")
 			level := dnsrec.RecordsZstdLevel
-			fs.Func("zstd", "the records' compression `LEVEL`: default, fastest, or better (files 7-24% smaller for 0-43% more CPU), as builtin:dns?zstd=", func(v string) (err error) {
+			fs.Func("zstd", "the records' compression `LEVEL`: fast (the default), balanced, or small (files 8-31% smaller for 18-93% more CPU), as builtin:dns?zstd=", func(v string) (err error) {
 				level, err = dnsrec.ParseZstd(v)
 				return err
 			})

@@ -109,14 +109,14 @@ func TestDNSCommandOutputs(t *testing.T) {
 	if n := bytes.Count(run("--filter", "udp port 53", "-o", "-", capture), []byte("\n")); n != len(want) {
 		t.Errorf("--filter 'udp port 53': %d rows; the capture, all UDP, has %d", n, len(want))
 	}
-	// --zstd better writes the same rows in fewer bytes.
-	better := filepath.Join(dir, "better.arrow")
-	run("--zstd", "better", "-o", better, capture)
-	if got := arrowTimes(t, better); !slices.Equal(got, want) {
-		t.Errorf("--zstd better: %d rows; the default level %d", len(got), len(want))
+	// --zstd small writes the same rows in fewer bytes.
+	small := filepath.Join(dir, "small.arrow")
+	run("--zstd", "small", "-o", small, capture)
+	if got := arrowTimes(t, small); !slices.Equal(got, want) {
+		t.Errorf("--zstd small: %d rows; the default level %d", len(got), len(want))
 	}
-	if b, d := sizeOf(t, better), sizeOf(t, ref); b >= d {
-		t.Errorf("--zstd better wrote %d bytes, the default %d: want fewer", b, d)
+	if b, d := sizeOf(t, small), sizeOf(t, ref); b >= d {
+		t.Errorf("--zstd small wrote %d bytes, the default %d: want fewer", b, d)
 	}
 	for _, bad := range [][]string{{"--ports", "x", capture}, {"--format", "xml", "-o", "y", capture}, {"--zstd", "max", "-o", "y", capture}} {
 		cmd := exec.Command(os.Args[0], append([]string{"dns"}, bad...)...)

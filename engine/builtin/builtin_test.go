@@ -144,8 +144,8 @@ func TestBuiltinArgumentsAreStrict(t *testing.T) {
 		{"dnspairs", url.Values{"ports": {"x"}}, "want port numbers"},
 		{"dns", url.Values{"sections": {"answers,glue"}}, "want all, question, or answer, authority and additional"},
 		{"dnspairs", url.Values{"budget": {"1KiB"}}, "want a size between 64KiB and 1GiB"},
-		{"dns", url.Values{"zstd": {"best"}}, "want fastest, default or better"},
-		{"dnspairs", url.Values{"zstd": {"7"}}, "want fastest, default or better"},
+		{"dns", url.Values{"zstd": {"best"}}, "want fast, balanced or small"},
+		{"dnspairs", url.Values{"zstd": {"7"}}, "want fast, balanced or small"},
 	} {
 		if _, err := reg.New(c.name, c.args); err == nil || !strings.Contains(err.Error(), c.want) {
 			t.Errorf("%s %v: %v; want %q", c.name, c.args, err, c.want)
@@ -159,20 +159,20 @@ func TestBuiltinArgumentsAreStrict(t *testing.T) {
 	}
 }
 
-// TestDNSZstd: ?zstd=better writes the same records and transactions
+// TestDNSZstd: ?zstd=small writes the same records and transactions
 // as the default, in fewer bytes.
 func TestDNSZstd(t *testing.T) {
 	capture := dnsCapture(t, 4<<20)
 	const name = "20250505-151105-00000007.lax.pcap"
 	for _, program := range []string{"dns", "dnspairs"} {
 		def := stage(t, program, nil, name, capture)
-		better := stage(t, program, url.Values{"zstd": {"better"}}, name, capture)
-		if len(better) >= len(def) {
-			t.Errorf("builtin:%s?zstd=better wrote %d bytes, the default %d: want fewer", program, len(better), len(def))
+		small := stage(t, program, url.Values{"zstd": {"small"}}, name, capture)
+		if len(small) >= len(def) {
+			t.Errorf("builtin:%s?zstd=small wrote %d bytes, the default %d: want fewer", program, len(small), len(def))
 		}
-		a, b := table(t, def), table(t, better)
+		a, b := table(t, def), table(t, small)
 		if a.NumRows() == 0 || !array.TableEqual(a, b) {
-			t.Errorf("builtin:%s: %d rows at zstd=better differ from the default's %d", program, b.NumRows(), a.NumRows())
+			t.Errorf("builtin:%s: %d rows at zstd=small differ from the default's %d", program, b.NumRows(), a.NumRows())
 		}
 		a.Release()
 		b.Release()

@@ -143,27 +143,27 @@ var optionType = arrow.StructOf(
 )
 
 // RecordsZstdLevel is the ZSTD level of the records' IPC bodies (and
-// the transactions') unless a stage chooses another (ParseZstd):
-// ZSTD's default, arrow-go's SpeedDefault. On real signed traffic its
-// files are a tenth smaller than the fastest level's (header and
-// question: 27.9 MB per million messages against 30.9) for a few
-// percent more CPU (bench/dns); before arrow-go v18.9 pooled the
-// encoders, any level cost a third of extraction's CPU.
-const RecordsZstdLevel = 3
+// the transactions') unless a stage chooses another (ParseZstd): the
+// fastest, arrow-go's SpeedFastest. On the real signed capture and the
+// normal and signed mixes (bench/dns, three runs) it took 0.78-0.99x
+// the CPU of ZSTD's default level (SpeedDefault, "balanced") for 1-4%
+// more bytes (11% for the real capture's header and question); the
+// most saved on the signed mix's every section, whose signatures give
+// the match finder nothing to find.
+const RecordsZstdLevel = 1
 
 // ZstdLevels are the ZSTD levels a stage may choose (?zstd=), by name:
 // arrow-go maps ZSTD's levels onto klauspost/compress's four encoders,
-// so a number would promise steps that are not there. At the default
-// and fastest levels the encoder stores a block in which it finds no
+// so a number would promise steps that are not there. At the fast and
+// balanced levels the encoder stores a block in which it finds no
 // repeats as it is, and the offsets of a string column (counting up, a
-// few bytes apart) are such blocks; "better" entropy-codes them. On the
-// real signed capture and the generated mixes (bench/dns, three runs)
-// it made header-and-question records 15-24% smaller for 5-25% more
-// CPU, and records of every section 7-24% smaller for 0-43% more (the
-// most for the least on the signed mix, whose signatures do not
-// compress). The slowest encoder is left out: several times the CPU
-// for a few percent.
-var ZstdLevels = map[string]int{"fastest": 1, "default": RecordsZstdLevel, "better": 7}
+// few bytes apart) are such blocks; "small" (SpeedBetterCompression)
+// entropy-codes them. Against "fast", in the same runs, it made
+// header-and-question records 16-31% smaller for 19-49% more CPU, and
+// records of every section 8-26% smaller for 18-93% more (the most for
+// the least on the signed mix). The slowest encoder is left out:
+// several times the CPU for a few percent.
+var ZstdLevels = map[string]int{"fast": RecordsZstdLevel, "balanced": 3, "small": 7}
 
 // ParseZstd reads a ZSTD level by its name in ZstdLevels; "" is the
 // default.
@@ -174,7 +174,7 @@ func ParseZstd(v string) (int, error) {
 	if l, ok := ZstdLevels[v]; ok {
 		return l, nil
 	}
-	return 0, fmt.Errorf("zstd=%q: want fastest, default or better", v)
+	return 0, fmt.Errorf("zstd=%q: want fast, balanced or small", v)
 }
 
 // BatchRows is how many rows go in one record batch.
