@@ -51,6 +51,7 @@ func main() {
 	versusMixes := flag.String("versus-mixes", "normal,signed", "generated mixes measured as the real capture is, against dnsjit, tshark and the previous build (empty: none)")
 	mixList := flag.String("mixes", "normal,attack,signed", "generated mixes to measure (plumb synth --mix)")
 	tsharkSize := flag.String("tshark-size", "32MiB", "prefix tshark reads")
+	lakeSize := flag.String("lake-size", "256MiB", "capture per mix the lake's bytes are measured on, a block's size: builtin:parquet holds a block's records whole, up to 1 GiB")
 	toParquet := flag.String("parquet", "", "internal: write this Arrow file as Parquet and as ZSTD IPC and print the sizes")
 	flag.Parse()
 	if *toParquet != "" {
@@ -79,7 +80,7 @@ func main() {
 		return
 	}
 	if len(mixes) > 0 {
-		generated(*plumb, dir, mixes, *size, *tsharkSize)
+		generated(*plumb, dir, mixes, *size, *lakeSize, *tsharkSize)
 	}
 	realTraffic(vo, dir, *realSize)
 	for _, mix := range strings.Split(*versusMixes, ",") {
@@ -91,7 +92,7 @@ func main() {
 
 // generated measures builtin:dns and builtin:dnspairs on size of each
 // generated mix beside tshark, and the lake's bytes.
-func generated(plumb, dir string, mixes []string, size, tsharkSize string) {
+func generated(plumb, dir string, mixes []string, size, lakeSize, tsharkSize string) {
 	tshark, _ := exec.LookPath("tshark")
 	fmt.Printf("== builtin:dns and builtin:dnspairs on %s of generated DNS per mix, beside tshark (on a %s prefix)\n", size, tsharkSize)
 	fmt.Printf("%-7s %10s %10s %6s %8s %12s %6s %11s %8s | %12s %12s %10s\n", "mix", "packets", "dns pkt/s", "MB/s", "peak MiB",
@@ -145,15 +146,25 @@ func generated(plumb, dir string, mixes []string, size, tsharkSize string) {
 		}
 		fmt.Printf("%-7s %10.0f %10.0f %6.1f %8.1f %12.0f %6s %11.0f %8.1f | %12.1f %12.1f %10s\n", mix, packets, rate,
 			float64(fi.Size())/1e6/secs, peak, tsRate, ratio, packets/psecs, ppeak, dnsCPU, tsCPU, cpuRatio)
+		os.Remove(full)
+		os.Remove(records)
+		// The lake's bytes, on a block's worth of the same mix (its first
+		// packets are the same).
+		if out, err := exec.Command(plumb, "synth", "--out", full, "--mix", mix, "--size", lakeSize, "--seed", "11").CombinedOutput(); err != nil {
+			log.Fatalf("synth: %v: %s", err, out)
+		}
+		out, _, _, _ = run(plumb, "dns", "-o", records, full)
+		messages = number(`packets, (\d+) DNS messages`, out)
+		lfi, _ := os.Stat(full)
 		pq, zs := parquetChild(records)
-		lake[mix] = sizes{messages, float64(fi.Size()), gzipSize(full), fileSize(records), zs, pq}
+		lake[mix] = sizes{messages, float64(lfi.Size()), gzipSize(full), fileSize(records), zs, pq}
 		os.Remove(full)
 		os.Remove(records)
 	}
 	fmt.Println("aim: builtin:dns at least 30x tshark on the normal mix (20x on the signed); peak memory under 256 MiB on the attack mix")
 	fmt.Println("(wall rates depend on the cores free while each runs; CPU seconds per GB of capture do not: plumb uses")
 	fmt.Println(" up to three goroutines, tshark one thread, so the CPU ratio is the lower, steadier figure)")
-	fmt.Printf("\n== the lake: bytes per million DNS messages\n")
+	fmt.Printf("\n== the lake: bytes per million DNS messages, on %s of each mix (a block)\n", lakeSize)
 	fmt.Printf("%-7s %11s %11s %11s %11s %11s %11s %15s %15s %13s\n", "mix", "messages", "pcap", "pcap.gz", "arrow", "arrow zstd", "parquet",
 		"parquet/arrow", "parquet/zstd", "parquet/gz")
 	for _, mix := range mixes {
