@@ -145,11 +145,11 @@ var optionType = arrow.StructOf(
 // RecordsZstdLevel is the ZSTD level of the records' IPC bodies (and
 // the transactions') unless a stage chooses another (ParseZstd): the
 // fastest, arrow-go's SpeedFastest. On the real signed capture and the
-// normal and signed mixes (bench/dns, three runs) it took 0.78-0.99x
-// the CPU of ZSTD's default level (SpeedDefault, "balanced") for 1-4%
-// more bytes (11% for the real capture's header and question); the
-// most saved on the signed mix's every section, whose signatures give
-// the match finder nothing to find.
+// normal and signed mixes (bench/dns, six runs) it took 0.78-1.04x
+// (median 0.91x) the CPU of ZSTD's default level (SpeedDefault,
+// "balanced") for 1-4% more bytes (11% for the real capture's header
+// and question); it saves the most on the signed mix's every section,
+// whose signatures give the match finder nothing to find.
 const RecordsZstdLevel = 1
 
 // ZstdLevels are the ZSTD levels a stage may choose (?zstd=), by name:
