@@ -99,8 +99,8 @@ func NewWriter(w io.Writer, instance string, seq uint64) (*Writer, error) {
 	return NewWriterLevel(w, instance, seq, dnsrec.RecordsZstdLevel)
 }
 
-// NewWriterLevel is NewWriter compressing at a ZSTD level of
-// dnsrec.ZstdLevels.
+// NewWriterLevel is NewWriter compressing at a ZSTD level
+// dnsrec.ParseZstd read.
 func NewWriterLevel(w io.Writer, instance string, seq uint64, level int) (*Writer, error) {
 	f, err := ipc.NewFileWriter(w, ipc.WithSchema(Schema), ipc.WithZstdLevel(level), ipc.WithCompressConcurrency(2),
 		ipc.WithAllocator(arrowcol.NewRecycler()))

@@ -152,7 +152,7 @@ var optionType = arrow.StructOf(
 // whose signatures give the match finder nothing to find.
 const RecordsZstdLevel = 1
 
-// ZstdLevels are the ZSTD levels a stage may choose (?zstd=), by name:
+// zstdLevels are the ZSTD levels a stage may choose (?zstd=), by name:
 // arrow-go maps ZSTD's levels onto klauspost/compress's four encoders,
 // so a number would promise steps that are not there. At the fast and
 // balanced levels the encoder stores a block in which it finds no
@@ -163,15 +163,15 @@ const RecordsZstdLevel = 1
 // records of every section 8-26% smaller for 18-93% more (the most for
 // the least on the signed mix). The slowest encoder is left out:
 // several times the CPU for a few percent.
-var ZstdLevels = map[string]int{"fast": RecordsZstdLevel, "balanced": 3, "small": 7}
+var zstdLevels = map[string]int{"fast": RecordsZstdLevel, "balanced": 3, "small": 7}
 
-// ParseZstd reads a ZSTD level by its name in ZstdLevels; "" is the
-// default.
+// ParseZstd reads a ZSTD level by its name in zstdLevels: fast,
+// balanced or small; "" is the default, fast.
 func ParseZstd(v string) (int, error) {
 	if v == "" {
 		return RecordsZstdLevel, nil
 	}
-	if l, ok := ZstdLevels[v]; ok {
+	if l, ok := zstdLevels[v]; ok {
 		return l, nil
 	}
 	return 0, fmt.Errorf("zstd=%q: want fast, balanced or small", v)
@@ -282,7 +282,7 @@ func NewWriter(w io.Writer, instance string, seq uint64) (*Writer, error) {
 	return NewWriterLevel(w, instance, seq, RecordsZstdLevel)
 }
 
-// NewWriterLevel is NewWriter compressing at a ZSTD level of ZstdLevels.
+// NewWriterLevel is NewWriter compressing at a ZSTD level ParseZstd read.
 func NewWriterLevel(w io.Writer, instance string, seq uint64, level int) (*Writer, error) {
 	f, err := ipc.NewFileWriter(w, ipc.WithSchema(Schema), ipc.WithZstdLevel(level), ipc.WithCompressConcurrency(2),
 		ipc.WithAllocator(arrowcol.NewRecycler()))
