@@ -154,14 +154,6 @@ type DNS struct {
 	Zstd int
 }
 
-// zstdLevel is a stage's level, dnsrec.RecordsZstdLevel when zero.
-func zstdLevel(level int) int {
-	if level == 0 {
-		return dnsrec.RecordsZstdLevel
-	}
-	return level
-}
-
 // Run implements engine.Builtin: Start and Finish at once.
 func (d *DNS) Run(ctx context.Context, in io.Reader, out io.Writer) error {
 	p, err := d.Start(ctx, in, out)
@@ -176,7 +168,7 @@ func (d *DNS) Run(ctx context.Context, in io.Reader, out io.Writer) error {
 // the rows the block completes alone and keeps its edge for Finish.
 func (d *DNS) Start(ctx context.Context, in io.Reader, out io.Writer) (engine.Part, error) {
 	name, _ := engine.BlockOf(ctx)
-	w, err := dnsrec.NewWriterLevel(out, name.Instance, name.Seq, zstdLevel(d.Zstd))
+	w, err := dnsrec.NewWriterLevel(out, name.Instance, name.Seq, d.Zstd)
 	if err != nil {
 		return nil, err
 	}
@@ -340,7 +332,7 @@ func (d *DNSPairs) Run(ctx context.Context, in io.Reader, out io.Writer) error {
 // Finish (see dnspair.Edge).
 func (d *DNSPairs) Start(ctx context.Context, in io.Reader, out io.Writer) (engine.Part, error) {
 	name, _ := engine.BlockOf(ctx)
-	w, err := dnspair.NewWriterLevel(out, name.Instance, name.Seq, zstdLevel(d.Zstd))
+	w, err := dnspair.NewWriterLevel(out, name.Instance, name.Seq, d.Zstd)
 	if err != nil {
 		return nil, err
 	}

@@ -100,8 +100,11 @@ func NewWriter(w io.Writer, instance string, seq uint64) (*Writer, error) {
 }
 
 // NewWriterLevel is NewWriter compressing at a ZSTD level
-// dnsrec.ParseZstd read.
+// dnsrec.ParseZstd read; 0 is dnsrec.RecordsZstdLevel.
 func NewWriterLevel(w io.Writer, instance string, seq uint64, level int) (*Writer, error) {
+	if level == 0 {
+		level = dnsrec.RecordsZstdLevel
+	}
 	f, err := ipc.NewFileWriter(w, ipc.WithSchema(Schema), ipc.WithZstdLevel(level), ipc.WithCompressConcurrency(2),
 		ipc.WithAllocator(arrowcol.NewRecycler()))
 	if err != nil {

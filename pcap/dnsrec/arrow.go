@@ -190,11 +190,12 @@ const BatchBytes = 4 << 20
 const chunkRows = 1024
 
 // Writer writes records as an Arrow IPC file, ZSTD-compressed (at
-// RecordsZstdLevel unless NewWriterLevel chose another), in batches of BatchRows (fewer where their records'
-// names and data reach BatchBytes). Three goroutines share the
-// work: the caller's extracts and copies records, one builds the columns
-// of the next batch, and one compresses and writes the last, so
-// extraction, building and compression use the cores there are.
+// RecordsZstdLevel unless NewWriterLevel chose another), in batches of
+// BatchRows (fewer where their records' names and data reach
+// BatchBytes). Three goroutines share the work: the caller's extracts
+// and copies records, one builds the columns of the next batch, and one
+// compresses and writes the last, so extraction, building and
+// compression use the cores there are.
 type Writer struct {
 	instance string
 	seq      uint64
@@ -282,8 +283,13 @@ func NewWriter(w io.Writer, instance string, seq uint64) (*Writer, error) {
 	return NewWriterLevel(w, instance, seq, RecordsZstdLevel)
 }
 
-// NewWriterLevel is NewWriter compressing at a ZSTD level ParseZstd read.
+// NewWriterLevel is NewWriter compressing at a ZSTD level ParseZstd
+// read; 0 is RecordsZstdLevel (arrow-go would take it as its own
+// default, SpeedDefault).
 func NewWriterLevel(w io.Writer, instance string, seq uint64, level int) (*Writer, error) {
+	if level == 0 {
+		level = RecordsZstdLevel
+	}
 	f, err := ipc.NewFileWriter(w, ipc.WithSchema(Schema), ipc.WithZstdLevel(level), ipc.WithCompressConcurrency(2),
 		ipc.WithAllocator(arrowcol.NewRecycler()))
 	if err != nil {
