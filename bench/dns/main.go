@@ -102,11 +102,8 @@ func generated(plumb, dir string, mixes []string, size, lakeSize, tsharkSize str
 	for _, mix := range mixes {
 		full := filepath.Join(dir, mix+".pcap")
 		prefix := filepath.Join(dir, mix+"-prefix.pcap")
-		for _, f := range []struct{ path, size string }{{full, size}, {prefix, tsharkSize}} {
-			if out, err := exec.Command(plumb, "synth", "--out", f.path, "--mix", mix, "--size", f.size, "--seed", "11").CombinedOutput(); err != nil {
-				log.Fatalf("synth: %v: %s", err, out)
-			}
-		}
+		synth(plumb, full, mix, size)
+		synth(plumb, prefix, mix, tsharkSize)
 		fi, _ := os.Stat(full)
 		records := filepath.Join(dir, mix+".arrow")
 		out, secs, peak, cpu := run(plumb, "dns", "-o", records, full)
@@ -150,9 +147,7 @@ func generated(plumb, dir string, mixes []string, size, lakeSize, tsharkSize str
 		os.Remove(records)
 		// The lake's bytes, on a block's worth of the same mix (its first
 		// packets are the same).
-		if out, err := exec.Command(plumb, "synth", "--out", full, "--mix", mix, "--size", lakeSize, "--seed", "11").CombinedOutput(); err != nil {
-			log.Fatalf("synth: %v: %s", err, out)
-		}
+		synth(plumb, full, mix, lakeSize)
 		out, _, _, _ = run(plumb, "dns", "-o", records, full)
 		messages = number(`packets, (\d+) DNS messages`, out)
 		lfi, _ := os.Stat(full)
@@ -175,6 +170,15 @@ func generated(plumb, dir string, mixes []string, size, lakeSize, tsharkSize str
 	}
 	fmt.Println("aim: parquet at most 0.5x the Arrow IPC blocks (arrow: the blocks as stored, ZSTD at the records' level, fast;")
 	fmt.Println("arrow zstd: the same batches at ?zstd=small, SpeedBetterCompression)")
+}
+
+// synth writes size of a generated mix to path, always from the same
+// seed: captures of one mix share their first packets, so a prefix
+// measures what the whole does.
+func synth(plumb, path, mix, size string) {
+	if out, err := exec.Command(plumb, "synth", "--out", path, "--mix", mix, "--size", size, "--seed", "11").CombinedOutput(); err != nil {
+		log.Fatalf("synth --mix %s --size %s: %v: %s", mix, size, err, out)
+	}
 }
 
 // run runs plumb and returns its output, wall seconds, peak RSS (MiB)

@@ -43,11 +43,8 @@ func realTraffic(o versusOpts, dir, size string) {
 // generatedVersus measures a generated mix as versus does, at size.
 func generatedVersus(o versusOpts, dir, mix, size string) {
 	full, prefix := filepath.Join(dir, mix+"-versus.pcap"), filepath.Join(dir, mix+"-versus-prefix.pcap")
-	for _, f := range []struct{ path, size string }{{full, size}, {prefix, o.tsharkSize}} {
-		if out, err := exec.Command(o.plumb, "synth", "--out", f.path, "--mix", mix, "--size", f.size, "--seed", "11").CombinedOutput(); err != nil {
-			log.Fatalf("synth: %v: %s", err, out)
-		}
-	}
+	synth(o.plumb, full, mix, size)
+	synth(o.plumb, prefix, mix, o.tsharkSize)
 	versus(o, dir, fmt.Sprintf("the %s mix (plumb synth --mix %s), %s", mix, mix, size), full, prefix)
 }
 
