@@ -19,7 +19,7 @@ func TestBacklogCountsAreReusedWhenCostly(t *testing.T) {
 	}
 	defer db.Close()
 	e := &Engine{db: db}
-	st := &stage{node: &pipeline.Node{Name: "s", Inputs: []string{"q"}}, group: "g"}
+	st := &graphStage{node: &pipeline.Node{Name: "s", Inputs: []string{"q"}}, group: "g"}
 	// The metadata owes nothing: a fresh count is 0.
 	st.counted = backlogCount{n: 7, at: time.Now(), took: time.Second}
 	if n, err := e.countBacklog(st); err != nil || n != 7 {

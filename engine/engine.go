@@ -20,6 +20,7 @@ import (
 	"github.com/plumb-dev/plumb/blob"
 	"github.com/plumb-dev/plumb/pipeline"
 	"github.com/plumb-dev/plumb/sandbox"
+	"github.com/plumb-dev/plumb/stage"
 	"github.com/plumb-dev/plumb/state"
 )
 
@@ -120,9 +121,12 @@ type Config struct {
 	Registerer prometheus.Registerer
 	// Tallier takes the tallies of committed runs (Tally); they are
 	// dropped when nil.
-	Tallier Tallier
+	Tallier stage.Tallier
 	Logger  *slog.Logger
 	Now     func() time.Time
+	// Inject, for tests only, is asked before each step of a run (see
+	// Step) and fails the step with the error it returns.
+	Inject func(step Step, block string) error
 }
 
 // LocalSlots is how many stage runs go at once in this process: Slots,
@@ -185,7 +189,7 @@ type Engine struct {
 	cfg     Config
 	db      *state.DB
 	store   blob.Store
-	reg     *Registry
+	reg     *stage.Registry
 	log     *slog.Logger
 	metrics *metrics
 	paused  bool // the store is full; no new runs start
@@ -210,8 +214,8 @@ type Engine struct {
 
 	mu     sync.Mutex
 	graph  *pipeline.Graph
-	stages map[string]*stage // by node ID
-	kick   chan struct{}     // the graph changed or a run ended
+	stages map[string]*graphStage // by node ID
+	kick   chan struct{}          // the graph changed or a run ended
 	// graphChanged is closed (and replaced) when the stages change, to
 	// wake workers waiting for a lease (with e.mu).
 	graphChanged chan struct{}
@@ -226,9 +230,9 @@ type runSpec struct {
 	steps []step
 }
 
-// stage is a node of the graph as the engine runs it. Its node, steps and
+// graphStage is a node of the graph as the engine runs it. Its node, steps and
 // counts change under Engine.mu.
-type stage struct {
+type graphStage struct {
 	node    *pipeline.Node
 	group   string // the consumer group it reads its inputs as
 	steps   []step
@@ -256,7 +260,7 @@ type stage struct {
 
 // New returns an engine over a metadata database and a blob store, with
 // the graph of the jobs accepted before.
-func New(db *state.DB, store blob.Store, reg *Registry, cfg Config) (*Engine, error) {
+func New(db *state.DB, store blob.Store, reg *stage.Registry, cfg Config) (*Engine, error) {
 	cfg.defaults()
 	if err := os.MkdirAll(cfg.Scratch, 0o750); err != nil {
 		return nil, fmt.Errorf("scratch directory: %w", err)
@@ -265,7 +269,7 @@ func New(db *state.DB, store blob.Store, reg *Registry, cfg Config) (*Engine, er
 		cfg: cfg, db: db, store: store, reg: reg, log: cfg.Logger.With("component", "engine"),
 		metrics: newMetrics(cfg.Registerer), boot: uuid.NewString()[:8],
 		lat: newLatencies(cfg.Now), latm: newLatencyMetrics(cfg.Registerer),
-		stages: map[string]*stage{}, kick: make(chan struct{}, 1), ctx: context.Background(),
+		stages: map[string]*graphStage{}, kick: make(chan struct{}, 1), ctx: context.Background(),
 		workers: map[string]*worker{}, leases: map[string]*remoteRun{}, suspended: map[string]string{},
 	}
 	if !cfg.sharedScratch {
@@ -296,7 +300,7 @@ func (e *Engine) Run(ctx context.Context) error {
 	if e.ran {
 		// Window and stream stages hold what they were fed: it is stale
 		// after another server scheduled.
-		e.stages = map[string]*stage{}
+		e.stages = map[string]*graphStage{}
 		if err := e.loadGraph(); err != nil {
 			e.mu.Unlock()
 			return err
@@ -480,7 +484,7 @@ func (e *Engine) fill(ctx context.Context, runs *sync.WaitGroup, reshare, counte
 			runs.Go(func() {
 				run := e.runBlock
 				if part {
-					run = func(ctx context.Context, st *stage, spec runSpec, res state.Reservation, reserver string, _ *state.CarryIn) error {
+					run = func(ctx context.Context, st *graphStage, spec runSpec, res state.Reservation, reserver string, _ *state.CarryIn) error {
 						return e.runPart(ctx, st, spec, res, reserver)
 					}
 				}
@@ -506,7 +510,7 @@ func (e *Engine) fill(ctx context.Context, runs *sync.WaitGroup, reshare, counte
 // Called with e.mu. worker is the remote worker asking, "" for this
 // process: a block whose first half another holds is left for its
 // holder's turn (heldElsewhere).
-func (e *Engine) reserve(st *stage, reserver, worker string, visibility time.Duration) (state.Reservation, *state.CarryIn, bool, error) {
+func (e *Engine) reserve(st *graphStage, reserver, worker string, visibility time.Duration) (state.Reservation, *state.CarryIn, bool, error) {
 	if !st.sequential {
 		res, ok, err := e.db.ReserveJoin(st.node.Inputs, st.group, reserver, visibility)
 		return res, nil, ok, err
@@ -530,7 +534,7 @@ func (e *Engine) localSlots() int {
 
 // visibility is how long a run may hold its input before another run may
 // take it: past the stage's timeout, or a day for stages without one.
-func (e *Engine) visibility(st *stage) time.Duration {
+func (e *Engine) visibility(st *graphStage) time.Duration {
 	if t := e.timeout(st.node); t > 0 {
 		return t + time.Minute
 	}
@@ -547,7 +551,7 @@ func (e *Engine) timeout(n *pipeline.Node) time.Duration {
 	return max(e.cfg.Timeout, 0)
 }
 
-func (e *Engine) backlog(st *stage, counted bool) (int64, error) {
+func (e *Engine) backlog(st *graphStage, counted bool) (int64, error) {
 	if st.suspended != "" {
 		return 0, nil // it takes no share of the slots
 	}
@@ -600,7 +604,7 @@ const backlogReuse = 50
 // writers wait. So a count is reused for backlogReuse times what it took,
 // which bounds its cost to a few percent of a core; a small backlog,
 // quick to count, is counted afresh each time.
-func (e *Engine) countBacklog(st *stage) (int64, error) {
+func (e *Engine) countBacklog(st *graphStage) (int64, error) {
 	start := time.Now() // the real clock: this bounds real work
 	if c := st.counted; !c.at.IsZero() && start.Sub(c.at) < backlogReuse*c.took {
 		return c.n, nil
@@ -613,8 +617,8 @@ func (e *Engine) countBacklog(st *stage) (int64, error) {
 	return n, nil
 }
 
-func (e *Engine) sorted() []*stage {
-	out := make([]*stage, 0, len(e.stages))
+func (e *Engine) sorted() []*graphStage {
+	out := make([]*graphStage, 0, len(e.stages))
 	for _, st := range e.stages {
 		out = append(out, st)
 	}
@@ -705,7 +709,7 @@ func (e *Engine) Graph() *pipeline.Graph {
 }
 
 // Registry returns the built-ins the engine knows.
-func (e *Engine) Registry() *Registry { return e.reg }
+func (e *Engine) Registry() *stage.Registry { return e.reg }
 
 func groupOf(n *pipeline.Node) string { return n.ID() }
 

@@ -17,16 +17,18 @@ import (
 
 	"go.uber.org/goleak"
 
+	"github.com/prometheus/client_golang/prometheus"
+
 	"github.com/plumb-dev/plumb/blob"
 	"github.com/plumb-dev/plumb/block"
 	"github.com/plumb-dev/plumb/codecs"
 	"github.com/plumb-dev/plumb/engine"
-	"github.com/plumb-dev/plumb/engine/builtin"
 	"github.com/plumb-dev/plumb/internal/testprog"
 	"github.com/plumb-dev/plumb/retention"
 	"github.com/plumb-dev/plumb/sandbox"
+	"github.com/plumb-dev/plumb/stage"
+	"github.com/plumb-dev/plumb/stage/builtin"
 	"github.com/plumb-dev/plumb/state"
-	"github.com/prometheus/client_golang/prometheus"
 )
 
 func TestMain(m *testing.M) {
@@ -40,7 +42,9 @@ func TestMain(m *testing.M) {
 // rig is a server's data path without Flight: metadata, a blob
 // directory and an engine running the jobs submitted to it.
 type rig struct {
-	t     *testing.T
+	t *testing.T
+	// register adds a test's own built-ins to the real ones.
+	register func(*stage.Registry)
 	db    *state.DB
 	store blob.Store
 	eng   *engine.Engine
@@ -70,6 +74,12 @@ var sharedSandbox = sync.OnceValues(func() (*sandbox.Sandbox, error) {
 
 func newRig(t *testing.T, cfg engine.Config) *rig {
 	t.Helper()
+	return newRigWith(t, cfg, nil)
+}
+
+// newRigWith is newRig with a test's own built-ins beside the real ones.
+func newRigWith(t *testing.T, cfg engine.Config, register func(*stage.Registry)) *rig {
+	t.Helper()
 	dir := t.TempDir()
 	db, err := state.Open(filepath.Join(dir, "meta.db"), state.Options{})
 	if err != nil {
@@ -79,7 +89,7 @@ func newRig(t *testing.T, cfg engine.Config) *rig {
 	if err != nil {
 		t.Fatal(err)
 	}
-	r := &rig{t: t, db: db, store: store, dir: dir}
+	r := &rig{t: t, db: db, store: store, dir: dir, register: register}
 	r.start(cfg)
 	t.Cleanup(func() {
 		r.stop()
@@ -93,8 +103,11 @@ func newRig(t *testing.T, cfg engine.Config) *rig {
 
 func (r *rig) start(cfg engine.Config) {
 	r.t.Helper()
-	reg := engine.NewRegistry()
+	reg := stage.NewRegistry()
 	builtin.Register(reg, builtin.FindXZ())
+	if r.register != nil {
+		r.register(reg)
+	}
 	if cfg.Backoff == 0 {
 		cfg.Backoff = 10 * time.Millisecond
 	}

@@ -7,6 +7,7 @@ import (
 	"strings"
 
 	"github.com/plumb-dev/plumb/pipeline"
+	"github.com/plumb-dev/plumb/stage"
 	"github.com/plumb-dev/plumb/state"
 )
 
@@ -435,7 +436,7 @@ func (e *Engine) apply(g *pipeline.Graph) error {
 		close(e.graphChanged)
 	}
 	e.graphChanged = make(chan struct{})
-	next := map[string]*stage{}
+	next := map[string]*graphStage{}
 	policies, err := e.db.Policies()
 	if err != nil {
 		return err
@@ -483,7 +484,7 @@ func (e *Engine) apply(g *pipeline.Graph) error {
 				return fmt.Errorf("stage %s: subscribe to %s: %w", n.Name, q, err)
 			}
 		}
-		st := &stage{node: n, group: groupOf(n), steps: steps, trusted: trusted, metrics: e.metrics.stage(n.Name)}
+		st := &graphStage{node: n, group: groupOf(n), steps: steps, trusted: trusted, metrics: e.metrics.graphStage(n.Name)}
 		st.sequential = isSequential(n, steps)
 		st.edged = isEdged(st.sequential, steps)
 		switch n.Abstraction {
@@ -538,11 +539,11 @@ func isSequential(n *pipeline.Node, steps []step) bool {
 		return false
 	}
 	for _, st := range steps[:len(steps)-1] {
-		if _, ok := st.builtin.(Sequential); ok {
+		if _, ok := st.builtin.(stage.Sequential); ok {
 			return false // only the last step can carry state
 		}
 	}
-	_, ok := steps[len(steps)-1].builtin.(Sequential)
+	_, ok := steps[len(steps)-1].builtin.(stage.Sequential)
 	return ok
 }
 
@@ -552,7 +553,7 @@ func isEdged(sequential bool, steps []step) bool {
 	if !sequential || len(steps) != 1 {
 		return false // a chain runs whole, in sequence
 	}
-	_, ok := steps[0].builtin.(Edged)
+	_, ok := steps[0].builtin.(stage.Edged)
 	return ok
 }
 
@@ -565,7 +566,7 @@ func checkOutputs(steps []step, outputs []string) error {
 		if st.builtin == nil {
 			continue
 		}
-		sp, ok := st.builtin.(Splitter)
+		sp, ok := st.builtin.(stage.Splitter)
 		if !ok || len(steps) > 1 {
 			return fmt.Errorf("%s writes one output; %d are listed", stepName(st), len(outputs))
 		}

@@ -11,6 +11,7 @@ import (
 
 	"github.com/plumb-dev/plumb/block"
 	"github.com/plumb-dev/plumb/internal/countio"
+	"github.com/plumb-dev/plumb/stage"
 	"github.com/plumb-dev/plumb/state"
 )
 
@@ -25,7 +26,7 @@ import (
 
 // heldPart is the first half of a run, waiting for the block's turn.
 type heldPart struct {
-	part    Part
+	part    stage.Part
 	scratch string
 	files   []*HashFile
 	name    block.Name
@@ -96,10 +97,8 @@ func (p *parts) drop(group string, s *scratchSet) {
 
 // discard ends a part unfinished and removes its scratch space.
 func (hp *heldPart) discard(s *scratchSet) {
-	hp.part.Discard()
-	for _, f := range hp.files {
-		f.F.Close()
-	}
+	stage.Discard(hp.part)
+	hp.closeFiles()
 	if s != nil {
 		s.done(hp.scratch)
 	} else {
@@ -115,7 +114,7 @@ func (e *Engine) partName(serial uint64) string {
 // runPart runs the first half of an edged stage's run on a reserved
 // block and holds it for the block's turn. Like runBlock, it returns an
 // error only for trouble with the engine itself.
-func (e *Engine) runPart(ctx context.Context, st *stage, spec runSpec, res state.Reservation, reserver string) error {
+func (e *Engine) runPart(ctx context.Context, st *graphStage, spec runSpec, res state.Reservation, reserver string) error {
 	inputs := res.Blocks
 	run := state.Run{Group: st.group, Reserver: reserver, Inputs: inputs}
 	start := e.cfg.Now()
@@ -136,7 +135,11 @@ func (e *Engine) runPart(ctx context.Context, st *stage, spec runSpec, res state
 	}
 	k := partKey{st.group, inputs[0].Serial}
 	e.parts.put(k, hp) // before the commit: the block's turn may come at once
-	if err := e.db.CommitPart(run, e.partName(inputs[0].Serial)); err != nil {
+	err = e.inject(StepFirstHalf, inputs[0].Name)
+	if err == nil {
+		err = e.db.CommitPart(run, e.partName(inputs[0].Serial))
+	}
+	if err != nil {
 		if hp := e.parts.take(k); hp != nil {
 			hp.discard(&e.scratch)
 		}
@@ -144,14 +147,17 @@ func (e *Engine) runPart(ctx context.Context, st *stage, spec runSpec, res state
 			st.count(&m, "lost")
 			return nil
 		}
-		return fmt.Errorf("stage %s: record the first half of the run on block %s: %w", spec.node.Name, inputs[0].Name, err)
+		// An attempt like any other: a block whose first half can never
+		// be recorded ends FAULTY instead of holding its site.
+		return e.failRun(st, spec, run, res, fmt.Errorf("record the first half of the run: %w", err), outcome{}, &m)
 	}
 	return nil
 }
 
 // startPart opens a block and its outputs and starts the stage's
-// built-in on it.
-func (e *Engine) startPart(ctx context.Context, spec runSpec, b state.Block, m *runMeasure) (hp *heldPart, err error) {
+// built-in on it. Whatever it fails at, it leaves nothing open and no
+// scratch behind.
+func (e *Engine) startPart(ctx context.Context, spec runSpec, b state.Block, m *runMeasure) (*heldPart, error) {
 	if t := e.timeout(spec.node); t > 0 {
 		var cancel context.CancelFunc
 		ctx, cancel = context.WithTimeoutCause(ctx, t, errTimeout)
@@ -161,18 +167,16 @@ func (e *Engine) startPart(ctx context.Context, spec runSpec, b state.Block, m *
 	if err != nil {
 		return nil, fmt.Errorf("input block name %s: %w", b.Name, err)
 	}
-	scratch, err := e.scratch.make(e.cfg.Scratch, "run-")
+	scratch, err := e.makeScratch(b.Name)
 	if err != nil {
-		return nil, fmt.Errorf("scratch space for a run: %w (is %s writable?)", err, e.cfg.Scratch)
+		return nil, err
 	}
-	hp = &heldPart{scratch: scratch, name: name}
+	hp := &heldPart{scratch: scratch, name: name}
+	ok := false
 	defer func() {
-		if err != nil {
-			for _, f := range hp.files {
-				f.F.Close()
-			}
+		if !ok {
+			hp.closeFiles()
 			e.scratch.done(scratch)
-			hp = nil
 		}
 	}()
 	rc, err := e.openInput(ctx, b)
@@ -182,19 +186,22 @@ func (e *Engine) startPart(ctx context.Context, spec runSpec, b state.Block, m *
 	defer rc.Close()
 	f, err := os.CreateTemp(scratch, "out-")
 	if err != nil {
-		return nil, err
+		return nil, fmt.Errorf("an output file for block %s: %w (is %s writable?)", b.Name, err, e.cfg.Scratch)
 	}
 	hf := NewHashFile(f)
 	hf.Limit = OutputLimit(b.Size, e.cfg.MaxExpansion, e.cfg.MaxOutput)
 	hp.files = []*HashFile{hf}
+	if err := e.inject(StepStart, b.Name); err != nil {
+		return nil, err
+	}
 	began := time.Now()
-	part, err := spec.steps[0].builtin.(Edged).Start(WithBlock(ctx, name), &countio.Reader{R: rc, N: &m.in}, hf)
+	part, err := stage.Start(ctx, spec.steps[0].builtin.(stage.Edged), stage.Input{Block: name}, &countio.Reader{R: rc, N: &m.in}, hf)
 	hp.cpu = time.Since(began)
 	m.cpu = hp.cpu
 	hp.in = m.in.Load()
 	if lerr := overLimit(hp.files); lerr != nil {
 		if part != nil {
-			part.Discard()
+			stage.Discard(part)
 		}
 		return nil, lerr
 	}
@@ -205,16 +212,22 @@ func (e *Engine) startPart(ctx context.Context, spec runSpec, b state.Block, m *
 		return nil, err
 	}
 	hp.part = part
+	ok = true
 	return hp, nil
 }
 
+// closeFiles closes a part's output files.
+func (hp *heldPart) closeFiles() {
+	for _, f := range hp.files {
+		f.F.Close()
+	}
+}
+
 // finishPart finishes a held part from the site's carry and stores its
-// output: the second half of the run.
-func (e *Engine) finishPart(ctx context.Context, spec runSpec, hp *heldPart, carry *Carry, m *runMeasure) ([]state.Block, error) {
+// output: the second half of the run. Its scratch goes whatever happens.
+func (e *Engine) finishPart(ctx context.Context, spec runSpec, hp *heldPart, in stage.Input, m *runMeasure) ([]state.Block, error) {
 	defer func() {
-		for _, f := range hp.files {
-			f.F.Close()
-		}
+		hp.closeFiles()
 		e.scratch.done(hp.scratch)
 	}()
 	if t := e.timeout(spec.node); t > 0 {
@@ -222,15 +235,19 @@ func (e *Engine) finishPart(ctx context.Context, spec runSpec, hp *heldPart, car
 		ctx, cancel = context.WithTimeoutCause(ctx, t, errTimeout)
 		defer cancel()
 	}
-	began := time.Now()
-	err := hp.part.Finish(ctx, carry)
-	m.cpu = hp.cpu + time.Since(began)
 	m.in.Store(hp.in)
+	if err := e.inject(StepJoin, hp.name.String()); err != nil {
+		stage.Discard(hp.part)
+		return nil, err
+	}
+	in.Block = hp.name
+	began := time.Now()
+	err := stage.Finish(ctx, hp.part, in)
+	m.cpu = hp.cpu + time.Since(began)
 	if lerr := overLimit(hp.files); lerr != nil {
 		err = lerr
 	}
 	if err != nil {
-		hp.part.Discard()
 		return nil, err
 	}
 	blocks, out, err := e.storeOutputs(ctx, hp.name, spec.node.Outputs, hp.files)

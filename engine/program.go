@@ -20,13 +20,14 @@ import (
 
 	"github.com/plumb-dev/plumb/pipeline"
 	"github.com/plumb-dev/plumb/sandbox"
+	"github.com/plumb-dev/plumb/stage"
 	"github.com/plumb-dev/plumb/state"
 )
 
 // step is one resolved step of a program.
 type step struct {
 	name    string // builtin:NAME or the executable, for messages
-	builtin Builtin
+	builtin stage.Builtin
 	argv    []string
 	// network says the step may have the host's network when its stage
 	// asks: its program was registered so, or an admin's job names it.
@@ -43,7 +44,7 @@ type lookupProgram func(name string) (p state.Program, ok bool, err error)
 // executables from the program registry by name, or, for a trusted job
 // (an admin's, or any on a server without users), found on PATH or
 // relative to the server's directory.
-func resolve(reg *Registry, lookup lookupProgram, p pipeline.Program, trusted bool) ([]step, error) {
+func resolve(reg *stage.Registry, lookup lookupProgram, p pipeline.Program, trusted bool) ([]step, error) {
 	out := make([]step, len(p.Steps))
 	for i, st := range p.Steps {
 		if st.Builtin != "" {
@@ -100,11 +101,12 @@ type outcome struct {
 
 const stderrKeep = 4 << 10
 
-// execute runs a program over one set of inputs. A program with one input
+// execute runs a program over one set of inputs, its built-ins given in.
+// A program with one input
 // and at most one output gets them as stdin and stdout, a chain of steps
 // connected by pipes; an executable with several gets named FIFOs as
 // --in QUEUE=PATH and --out QUEUE=PATH arguments.
-func execute(ctx context.Context, x *confinement, steps []step, ins, outs []port, scratch string) (outcome, error) {
+func execute(ctx context.Context, in stage.Input, x *confinement, steps []step, ins, outs []port, scratch string) (outcome, error) {
 	// Executables start in a directory of their own inside the run's
 	// scratch space, removed with it.
 	work := filepath.Join(scratch, "work")
@@ -114,20 +116,20 @@ func execute(ctx context.Context, x *confinement, steps []step, ins, outs []port
 	tail := &tailBuffer{max: stderrKeep}
 	var cpu cpuCounter
 	var err error
-	if sp, ok := steps[0].builtin.(Splitter); ok && len(steps) == 1 && len(outs) > 1 {
+	if sp, ok := steps[0].builtin.(stage.Splitter); ok && len(steps) == 1 && len(outs) > 1 {
 		m := make(map[string]io.Writer, len(outs))
 		for _, o := range outs {
 			m[o.queue] = o.w
 		}
 		start := time.Now()
-		err = atNice(x.nice, func() error { return sp.Split(ctx, ins[0].r, m) })
+		err = atNice(x.nice, func() error { return stage.Split(ctx, sp, in, ins[0].r, m) })
 		cpu.add(time.Since(start))
 	} else if len(ins) == 1 && len(outs) <= 1 {
 		var out io.Writer = io.Discard
 		if len(outs) == 1 {
 			out = outs[0].w
 		}
-		err = chain(ctx, x, steps, ins[0].r, out, tail, &cpu, work)
+		err = chain(ctx, in, x, steps, ins[0].r, out, tail, &cpu, work)
 	} else {
 		err = withFIFOs(ctx, x, steps[0], ins, outs, scratch, tail, &cpu, work)
 	}
@@ -140,7 +142,7 @@ func execute(ctx context.Context, x *confinement, steps []step, ins, outs []port
 var errTimeout = errors.New("stage timeout")
 
 // chain runs steps connected by OS pipes: in → step 1 → ... → out.
-func chain(ctx context.Context, x *confinement, steps []step, in io.Reader, out io.Writer, tail io.Writer, cpu *cpuCounter, dir string) error {
+func chain(ctx context.Context, sin stage.Input, x *confinement, steps []step, in io.Reader, out io.Writer, tail io.Writer, cpu *cpuCounter, dir string) error {
 	g, gctx := errgroup.WithContext(ctx)
 	errs := make([]error, len(steps))
 	src := in
@@ -156,7 +158,7 @@ func chain(ctx context.Context, x *confinement, steps []step, in io.Reader, out 
 		}
 		stepIn := src
 		g.Go(func() error {
-			errs[i] = runStep(gctx, x, st, stepIn, dst, tail, cpu, dir)
+			errs[i] = runStep(gctx, sin, x, st, stepIn, dst, tail, cpu, dir)
 			// Close our ends so neighbours see EOF or EPIPE.
 			if pw != nil {
 				pw.Close()
@@ -201,10 +203,10 @@ func isPipeErr(err error) bool {
 	return errors.Is(err, syscall.EPIPE) || errors.Is(err, os.ErrClosed) || errors.Is(err, io.ErrClosedPipe)
 }
 
-func runStep(ctx context.Context, x *confinement, st step, in io.Reader, out io.Writer, tail io.Writer, cpu *cpuCounter, dir string) error {
+func runStep(ctx context.Context, sin stage.Input, x *confinement, st step, in io.Reader, out io.Writer, tail io.Writer, cpu *cpuCounter, dir string) error {
 	if st.builtin != nil {
 		start := time.Now()
-		err := atNice(x.nice, func() error { return st.builtin.Run(ctx, in, out) })
+		err := atNice(x.nice, func() error { return stage.Run(ctx, st.builtin, sin, in, out) })
 		cpu.add(time.Since(start))
 		return err
 	}

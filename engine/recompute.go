@@ -9,6 +9,7 @@ import (
 	"github.com/plumb-dev/plumb/blob"
 	"github.com/plumb-dev/plumb/block"
 	"github.com/plumb-dev/plumb/pipeline"
+	"github.com/plumb-dev/plumb/stage"
 	"github.com/plumb-dev/plumb/state"
 )
 
@@ -58,7 +59,7 @@ func (e *Engine) recompute(ctx context.Context, b state.Block) error {
 		inputs = append(inputs, in)
 	}
 	var m runMeasure
-	outputs, out, err := e.process(ctx, runSpec{node: node, steps: steps}, inputs, &m)
+	outputs, out, err := e.process(ctx, runSpec{node: node, steps: steps}, stage.Input{}, inputs, &m)
 	if err != nil {
 		return fmt.Errorf("recompute %s with stage %s: %w (stderr: %s)", b.Name, node.Name, err, lastLine(out.stderr))
 	}

@@ -24,6 +24,7 @@ import (
 	"github.com/plumb-dev/plumb/flight"
 	"github.com/plumb-dev/plumb/pipeline"
 	"github.com/plumb-dev/plumb/sandbox"
+	"github.com/plumb-dev/plumb/stage"
 	"github.com/plumb-dev/plumb/state"
 )
 
@@ -67,8 +68,8 @@ type Lease struct {
 	// OutputLimit is the most the run may write to each output.
 	OutputLimit int64 `json:"output_limit,omitempty"`
 	// Sequential: the stage carries state from block to block of a site.
-	// With Carry the run goes on from it (give it to the run with
-	// WithCarry and send back what the run left in commit-lease); without
+	// With Carry the run goes on from it (give it to the run as
+	// stage.Input.Carry and send back what the run left in commit-lease); without
 	// it the block runs on its own.
 	Sequential bool        `json:"sequential,omitempty"`
 	Carry      *LeaseCarry `json:"carry,omitempty"`
@@ -112,7 +113,7 @@ type remoteRun struct {
 	cin      *state.CarryIn // a sequential stage's
 	attempt  int
 	lease    Lease
-	st       *stage
+	st       *graphStage
 	worker   string
 	group    string
 	deadline time.Time
@@ -215,7 +216,7 @@ func (e *Engine) Lease(ctx context.Context, h Hello) (Lease, bool, error) {
 	if held >= h.Slots {
 		return Lease{}, false, nil
 	}
-	var cands []*stage
+	var cands []*graphStage
 	for _, st := range e.stages {
 		if st.win != nil || st.stream != nil || st.node.Abstraction != pipeline.Block && st.node.Abstraction != "" || st.suspended != "" {
 			continue
@@ -538,7 +539,7 @@ func leasePrograms(steps []step) map[string]LeaseProgram {
 // Runner runs leased stage programs on a worker with the same code and
 // the same confinement as the server's own runs.
 type Runner struct {
-	Registry *Registry
+	Registry *stage.Registry
 	// Sandbox confines executables; without one they run only when
 	// Unconfined says so.
 	Sandbox    *sandbox.Sandbox
@@ -600,10 +601,11 @@ func (r *Runner) program(name string, p LeaseProgram) (state.Program, bool, erro
 	return state.Program{Name: name, Path: path, SHA256: p.SHA256, Network: p.Network}, true, nil
 }
 
-// Run runs a leased stage program over inputs into outputs, executables
-// in a directory of their own under scratch. It returns the tail of the
-// programs' stderr and the CPU they used (busy time for built-ins).
-func (r *Runner) Run(ctx context.Context, l Lease, name block.Name, ins, outs []Port, scratch string) (stderr string, cpu time.Duration, err error) {
+// Run runs a leased stage program over inputs into outputs, its
+// built-ins given in, executables in a directory of their own under
+// scratch. It returns the tail of the programs' stderr and the CPU they
+// used (busy time for built-ins).
+func (r *Runner) Run(ctx context.Context, l Lease, in stage.Input, ins, outs []Port, scratch string) (stderr string, cpu time.Duration, err error) {
 	steps, err := r.steps(l)
 	if err != nil {
 		return "", 0, err
@@ -616,7 +618,7 @@ func (r *Runner) Run(ctx context.Context, l Lease, name block.Name, ins, outs []
 		pout = append(pout, port{queue: o.Queue, w: o.W})
 	}
 	x := &confinement{sb: r.Sandbox, unconfined: r.Unconfined, network: l.Network}
-	res, err := execute(WithBlock(ctx, name), x, steps, pin, pout, scratch)
+	res, err := execute(ctx, in, x, steps, pin, pout, scratch)
 	return res.stderr, res.cpu, err
 }
 
@@ -636,25 +638,22 @@ func (r *Runner) steps(l Lease) ([]step, error) {
 // stage's edged built-in reads the block on its own. The worker holds
 // the Part, with out, for the block's turn (Lease.Held), when Finish
 // writes the rest; it returns the CPU (busy time) the half took.
-func (r *Runner) Start(ctx context.Context, l Lease, name block.Name, in io.Reader, out io.Writer) (Part, time.Duration, error) {
+func (r *Runner) Start(ctx context.Context, l Lease, in stage.Input, rd io.Reader, out io.Writer) (stage.Part, time.Duration, error) {
 	steps, err := r.steps(l)
 	if err != nil {
 		return nil, 0, err
 	}
-	var ed Edged
+	var ed stage.Edged
 	if len(steps) == 1 {
-		ed, _ = steps[0].builtin.(Edged)
+		ed, _ = steps[0].builtin.(stage.Edged)
 	}
 	if ed == nil {
 		return nil, 0, fmt.Errorf("lease %s: stage %s does not run in parts (%s)", l.ID, l.Stage, l.Program)
 	}
 	began := time.Now()
-	p, err := ed.Start(WithBlock(ctx, name), in, out)
+	p, err := stage.Start(ctx, ed, in, rd, out)
 	return p, time.Since(began), err
 }
-
-// IsMalformed reports whether a run failed on input no retry can fix.
-func IsMalformed(err error) bool { return errors.Is(err, ErrMalformed) }
 
 // ReleaseLease gives a lease's run back at once without counting an
 // attempt: the worker cannot run the stage (it lacks a program).

@@ -17,6 +17,7 @@ import (
 	"github.com/plumb-dev/plumb/block"
 	"github.com/plumb-dev/plumb/internal/countio"
 	"github.com/plumb-dev/plumb/pipeline"
+	"github.com/plumb-dev/plumb/stage"
 	"github.com/plumb-dev/plumb/state"
 )
 
@@ -24,10 +25,10 @@ import (
 // publishes the result. It returns an error only for trouble with the
 // engine itself (metadata, store); a failing program is recorded on the
 // block.
-func (e *Engine) runBlock(ctx context.Context, st *stage, spec runSpec, res state.Reservation, reserver string, cin *state.CarryIn) error {
+func (e *Engine) runBlock(ctx context.Context, st *graphStage, spec runSpec, res state.Reservation, reserver string, cin *state.CarryIn) error {
 	inputs := res.Blocks
 	run := state.Run{Group: st.group, Reserver: reserver, Inputs: inputs}
-	var carry *Carry
+	in := stage.Input{Drops: &stage.Drops{}, Tally: &stage.Tally{}}
 	if cin != nil {
 		// A sequential stage: the run goes on from the site's carry, and
 		// the carry moves with its commit; a late block runs on its own.
@@ -36,12 +37,9 @@ func (e *Engine) runBlock(ctx context.Context, st *stage, spec runSpec, res stat
 			return err // the server's own state: not the block's fault
 		}
 		if cin.Carried {
-			carry = &Carry{In: cin.State, Gap: cin.Gap, Final: inputs[0].Final}
-			ctx = WithCarry(ctx, carry)
+			in.Carry = &stage.Carry{In: cin.State, Gap: cin.Gap, Final: inputs[0].Final}
 		}
 	}
-	drops, tally := &Drops{}, &Tally{}
-	ctx = WithTally(WithDrops(ctx, drops), tally)
 	start := e.cfg.Now()
 	m := runMeasure{wait: start.Sub(inputs[0].Arrived)}
 	var (
@@ -52,13 +50,13 @@ func (e *Engine) runBlock(ctx context.Context, st *stage, spec runSpec, res stat
 	if hp := e.parts.take(partKey{st.group, inputs[0].Serial}); hp != nil && cin != nil {
 		// Its first half ran apart from its neighbours: only the rows
 		// its edges complete are left.
-		outputs, err = e.finishPart(ctx, spec, hp, carry, &m)
+		outputs, err = e.finishPart(ctx, spec, hp, in, &m)
 		m.parted = true
 	} else {
 		if hp != nil {
 			hp.discard(&e.scratch)
 		}
-		outputs, out, err = e.process(ctx, spec, inputs, &m)
+		outputs, out, err = e.process(ctx, spec, in, inputs, &m)
 	}
 	m.took = e.cfg.Now().Sub(start)
 	if ctx.Err() != nil && e.ctx.Err() != nil {
@@ -71,12 +69,16 @@ func (e *Engine) runBlock(ctx context.Context, st *stage, spec runSpec, res stat
 	}
 	if err == nil {
 		run.Outputs = passFinal(inputs, outputs)
-		if carry != nil {
-			run.Carry.State = carry.Out
-			err = e.storeCarry(ctx, st.group, run.Carry)
+		if in.Carry != nil {
+			run.Carry.State = in.Carry.Out
+			if err = e.inject(StepEdgeStore, inputs[0].Name); err == nil {
+				err = e.storeCarry(ctx, st.group, run.Carry)
+			}
 		}
 		if err == nil {
-			_, err = e.db.CommitRun(run)
+			if err = e.inject(StepCommit, inputs[0].Name); err == nil {
+				_, err = e.db.CommitRun(run)
+			}
 			e.carryCommitted(ctx, cin, run.Carry, err == nil)
 		}
 		if errors.Is(err, state.ErrLostReservation) {
@@ -91,9 +93,9 @@ func (e *Engine) runBlock(ctx context.Context, st *stage, spec runSpec, res stat
 			return e.failRun(st, spec, run, res, fmt.Errorf("commit the run's result: %w", err), out, &m)
 		}
 		m.inputEdges(inputs, outputs)
-		m.drops = drops.Counts()
+		m.drops = in.Drops.Counts()
 		st.count(&m, "ok")
-		e.tallied(tally.Counts())
+		e.tallied(in.Tally.Counts())
 		e.outputLatency(spec.node.Name, inputs)
 		e.afterCommit(ctx, inputs)
 		return nil
@@ -104,14 +106,18 @@ func (e *Engine) runBlock(ctx context.Context, st *stage, spec runSpec, res stat
 // failRun records a failed run: an attempt, retried after a backoff, or
 // the block set aside as FAULTY once attempts are spent (at once for
 // malformed input).
-func (e *Engine) failRun(st *stage, spec runSpec, run state.Run, res state.Reservation, err error, out outcome, m *runMeasure) error {
+func (e *Engine) failRun(st *graphStage, spec runSpec, run state.Run, res state.Reservation, err error, out outcome, m *runMeasure) error {
 	inputs := run.Inputs
+	if pe := (*stage.PanicError)(nil); errors.As(err, &pe) {
+		e.log.Error("a built-in panicked: the run fails as an attempt and the server goes on; please report this with the block",
+			"stage", spec.node.Name, "block", inputs[0].Name, "panic", pe.Value, "stack", string(pe.Stack))
+	}
 	why := err.Error()
 	if out.stderr != "" {
 		why += "; stderr: " + out.stderr
 	}
 	maxAttempts := e.cfg.MaxAttempts
-	if errors.Is(err, ErrMalformed) {
+	if isMalformed(err) {
 		maxAttempts = 0 // retrying cannot help
 	}
 	attempt := res.Attempt
@@ -241,16 +247,17 @@ func (m *runMeasure) inputEdges(inputs, outputs []state.Block) {
 }
 
 // process streams the inputs through the program into durable output
-// blobs, and returns the output blocks to commit.
-func (e *Engine) process(ctx context.Context, spec runSpec, inputs []state.Block, m *runMeasure) ([]state.Block, outcome, error) {
+// blobs, and returns the output blocks to commit. in is the run's input
+// but for its block, which process names from inputs.
+func (e *Engine) process(ctx context.Context, spec runSpec, in stage.Input, inputs []state.Block, m *runMeasure) ([]state.Block, outcome, error) {
 	if t := e.timeout(spec.node); t > 0 {
 		var cancel context.CancelFunc
 		ctx, cancel = context.WithTimeoutCause(ctx, t, errTimeout)
 		defer cancel()
 	}
-	scratch, err := e.scratch.make(e.cfg.Scratch, "run-")
+	scratch, err := e.makeScratch(inputs[0].Name)
 	if err != nil {
-		return nil, outcome{}, fmt.Errorf("scratch space for a run: %w (is %s writable?)", err, e.cfg.Scratch)
+		return nil, outcome{}, err
 	}
 	defer e.scratch.done(scratch)
 
@@ -284,7 +291,11 @@ func (e *Engine) process(ctx context.Context, spec runSpec, inputs []state.Block
 	if err != nil {
 		return nil, outcome{}, fmt.Errorf("input block name %s: %w", inputs[0].Name, err)
 	}
-	res, err := execute(WithBlock(ctx, name), e.confine(spec.node), spec.steps, ins, outs, scratch)
+	in.Block = name
+	if err := e.inject(StepStart, inputs[0].Name); err != nil {
+		return nil, outcome{}, err
+	}
+	res, err := execute(ctx, in, e.confine(spec.node), spec.steps, ins, outs, scratch)
 	m.cpu = res.cpu
 	if lerr := overLimit(files); lerr != nil {
 		err = lerr
@@ -303,6 +314,9 @@ func (e *Engine) process(ctx context.Context, spec runSpec, inputs []state.Block
 // openInput opens an input block's bytes, making them again first when
 // they were lost and the block is derived.
 func (e *Engine) openInput(ctx context.Context, b state.Block) (io.ReadCloser, error) {
+	if err := e.inject(StepOpen, b.Name); err != nil {
+		return nil, fmt.Errorf("open input block %s: %w", b.Name, err)
+	}
 	rc, err := e.store.Open(ctx, b.Key)
 	if errors.Is(err, blob.ErrNotFound) {
 		if rerr := e.Recompute(ctx, b); rerr == nil {
@@ -332,7 +346,11 @@ func (e *Engine) storeOutputs(ctx context.Context, name block.Name, queues []str
 		if _, err := hf.F.Seek(0, io.SeekStart); err != nil {
 			return nil, bytes, err
 		}
-		if err := e.store.Put(ctx, key, hf.F, hf.N, sum); err != nil {
+		err := e.inject(StepStore, on.String())
+		if err == nil {
+			err = e.store.Put(ctx, key, hf.F, hf.N, sum)
+		}
+		if err != nil {
 			return nil, bytes, fmt.Errorf("store output block %s: %w", on, err)
 		}
 		blocks = append(blocks, state.Block{Name: on.String(), Queue: q, Instance: on.Instance, Seq: on.Seq, Time: on.Time,
@@ -368,7 +386,7 @@ func overLimit(files []*HashFile) error {
 
 // ErrOutputLimit marks a run whose output grew past OutputLimit: its
 // input is set aside as malformed, since running it again writes as much.
-var ErrOutputLimit = fmt.Errorf("%w: output over its limit", ErrMalformed)
+var ErrOutputLimit = fmt.Errorf("%w: output over its limit", stage.ErrMalformed)
 
 // Output limits of one run, unless configured: Expansion times its
 // input, at least MinOutputLimit and at most MaxOutputLimit.

@@ -7,6 +7,7 @@ import (
 	"strings"
 
 	"github.com/plumb-dev/plumb/pipeline"
+	"github.com/plumb-dev/plumb/stage"
 
 	"github.com/prometheus/client_golang/prometheus"
 )
@@ -76,7 +77,7 @@ func addEdges(to *map[string]EdgeCount, from map[string]EdgeCount) {
 }
 
 // count adds one finished run to the stage's measurements.
-func (st *stage) count(m *runMeasure, result string) {
+func (st *graphStage) count(m *runMeasure, result string) {
 	in := m.in.Load()
 	st.mu.Lock()
 	switch result {
@@ -242,24 +243,24 @@ type stageMetrics struct {
 }
 
 func newMetrics(reg prometheus.Registerer) *metrics {
-	stage := []string{"stage"}
+	graphStage := []string{"stage"}
 	m := &metrics{
 		backlog: prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "plumb_stage_backlog_blocks",
-			Help: "Blocks a run of the stage could take now (what more workers would speed up); a window stage's blocks held for windows not yet due are in plumb_stage_window_waiting_blocks."}, stage),
+			Help: "Blocks a run of the stage could take now (what more workers would speed up); a window stage's blocks held for windows not yet due are in plumb_stage_window_waiting_blocks."}, graphStage),
 		waiting: prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "plumb_stage_window_waiting_blocks",
-			Help: "Blocks a window stage holds for windows that are not due yet: waiting by design, not congestion."}, stage),
-		workers: prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "plumb_stage_runs_in_progress", Help: "Runs of the stage in progress (local)."}, stage),
+			Help: "Blocks a window stage holds for windows that are not due yet: waiting by design, not congestion."}, graphStage),
+		workers: prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "plumb_stage_runs_in_progress", Help: "Runs of the stage in progress (local)."}, graphStage),
 		runs:    prometheus.NewCounterVec(prometheus.CounterOpts{Name: "plumb_stage_runs_total", Help: "Finished runs by result (ok, failed, faulty, lost)."}, []string{"stage", "result"}),
 		dropped: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "plumb_stage_dropped_total",
 			Help: "What the stage's runs let go of to stay within their bounds, by reason (builtin:dns: edge_budget frames, tcp_evicted streams, tcp_skipped holes, defrag_dropped datagrams; builtin:dnspairs also pairing_inexact decisions)."}, []string{"stage", "reason"}),
-		bytesIn:    prometheus.NewCounterVec(prometheus.CounterOpts{Name: "plumb_stage_bytes_in_total", Help: "Bytes read by successful runs (I)."}, stage),
-		bytesOut:   prometheus.NewCounterVec(prometheus.CounterOpts{Name: "plumb_stage_bytes_out_total", Help: "Bytes written by successful runs (O)."}, stage),
-		processing: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "plumb_stage_processing_seconds_total", Help: "Wall time of successful runs (P)."}, stage),
-		cpu:        prometheus.NewCounterVec(prometheus.CounterOpts{Name: "plumb_stage_cpu_seconds_total", Help: "CPU seconds of stage programs (busy seconds for built-ins)."}, stage),
+		bytesIn:    prometheus.NewCounterVec(prometheus.CounterOpts{Name: "plumb_stage_bytes_in_total", Help: "Bytes read by successful runs (I)."}, graphStage),
+		bytesOut:   prometheus.NewCounterVec(prometheus.CounterOpts{Name: "plumb_stage_bytes_out_total", Help: "Bytes written by successful runs (O)."}, graphStage),
+		processing: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "plumb_stage_processing_seconds_total", Help: "Wall time of successful runs (P)."}, graphStage),
+		cpu:        prometheus.NewCounterVec(prometheus.CounterOpts{Name: "plumb_stage_cpu_seconds_total", Help: "CPU seconds of stage programs (busy seconds for built-ins)."}, graphStage),
 		info: prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "plumb_stage_info", Help: "1 per stage, with its program and how it runs (e.g. which xz encoder) as labels."},
 			[]string{"stage", "program", "detail"}),
 		wait: prometheus.NewHistogramVec(prometheus.HistogramOpts{Name: "plumb_stage_queue_wait_seconds", Help: "Time from an input block's arrival to the start of its run.",
-			Buckets: prometheus.ExponentialBuckets(0.01, 4, 10)}, stage),
+			Buckets: prometheus.ExponentialBuckets(0.01, 4, 10)}, graphStage),
 		remoteWorkers: prometheus.NewGauge(prometheus.GaugeOpts{Name: "plumb_remote_workers", Help: "Remote workers seen lately."}),
 		remoteSlots:   prometheus.NewGauge(prometheus.GaugeOpts{Name: "plumb_remote_slots", Help: "Slots of the remote workers seen lately."}),
 		remoteLeases:  prometheus.NewGauge(prometheus.GaugeOpts{Name: "plumb_remote_leases", Help: "Stage runs leased to remote workers now."}),
@@ -270,7 +271,7 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 	return m
 }
 
-func (m *metrics) stage(name string) *stageMetrics {
+func (m *metrics) graphStage(name string) *stageMetrics {
 	return &stageMetrics{
 		runs:    m.runs.MustCurryWith(prometheus.Labels{"stage": name}),
 		dropped: m.dropped.MustCurryWith(prometheus.Labels{"stage": name}),
@@ -284,7 +285,7 @@ func (m *metrics) stage(name string) *stageMetrics {
 func detail(steps []step) string {
 	var parts []string
 	for _, st := range steps {
-		if d, ok := st.builtin.(Describer); ok && d.Describe() != "" {
+		if d, ok := st.builtin.(stage.Describer); ok && d.Describe() != "" {
 			parts = append(parts, d.Describe())
 		}
 	}

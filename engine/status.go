@@ -56,7 +56,7 @@ func newLatencyMetrics(reg prometheus.Registerer) *latencyMetrics {
 }
 
 // The latency samples of a status row are kept under its key.
-func stageKey(stage string) string        { return "stage\x00" + stage }
+func stageKey(graphStage string) string   { return "stage\x00" + graphStage }
 func groupKey(queue, group string) string { return "group\x00" + queue + "\x00" + group }
 func streamKey(queue, name string) string { return "stream\x00" + queue + "\x00" + name }
 
@@ -75,12 +75,12 @@ func (e *Engine) percentiles(key string) (arrival, event Percentiles) {
 }
 
 // outputLatency records a run's inputs reaching their outputs.
-func (e *Engine) outputLatency(stage string, inputs []state.Block) {
+func (e *Engine) outputLatency(graphStage string, inputs []state.Block) {
 	now := e.cfg.Now()
 	for _, b := range inputs {
-		a := e.sample(stageKey(stage), b, now)
-		e.latm.arrivalToOutput.WithLabelValues(stage).Observe(a.Seconds())
-		e.latm.eventToOutput.WithLabelValues(stage).Observe(now.Sub(b.Time).Seconds())
+		a := e.sample(stageKey(graphStage), b, now)
+		e.latm.arrivalToOutput.WithLabelValues(graphStage).Observe(a.Seconds())
+		e.latm.eventToOutput.WithLabelValues(graphStage).Observe(now.Sub(b.Time).Seconds())
 	}
 }
 
@@ -105,9 +105,9 @@ func (e *Engine) StreamDelivered(b state.Block, consumer string) {
 // streamFed records a stream stage's program being fed a block. It counts
 // on the stage's row: the program's output has no one input, so its
 // latency is to the block being fed.
-func (e *Engine) streamFed(stage string, b state.Block) {
-	a := e.sample(stageKey(stage), b, e.cfg.Now())
-	e.latm.streamArrivalToDelivery.WithLabelValues(b.Queue, stage).Observe(a.Seconds())
+func (e *Engine) streamFed(graphStage string, b state.Block) {
+	a := e.sample(stageKey(graphStage), b, e.cfg.Now())
+	e.latm.streamArrivalToDelivery.WithLabelValues(b.Queue, graphStage).Observe(a.Seconds())
 }
 
 // Status reports, per stage and per consumer group, the backlog, the age

@@ -54,7 +54,7 @@ type streamState struct {
 
 // stopStreams ends a stream stage's runners (each checkpointed where its
 // program last said). Called with e.mu held.
-func (st *stage) stopStreams() {
+func (st *graphStage) stopStreams() {
 	if st.stream != nil && st.stream.stop != nil {
 		st.stream.stop()
 		st.stream.ctx, st.stream.stop = nil, nil
@@ -66,7 +66,7 @@ func streamConsumer(group string) string { return group }
 
 // startStreams starts a runner for every site of a stream stage's input
 // that has none. Called with e.mu held.
-func (e *Engine) startStreams(ctx context.Context, runs *sync.WaitGroup, st *stage) error {
+func (e *Engine) startStreams(ctx context.Context, runs *sync.WaitGroup, st *graphStage) error {
 	insts, err := e.db.Instances(st.stream.queue)
 	if err != nil {
 		return err
@@ -94,7 +94,7 @@ func (e *Engine) startStreams(ctx context.Context, runs *sync.WaitGroup, st *sta
 
 // runStream keeps a site's program running until ctx ends or the stage
 // leaves the graph.
-func (e *Engine) runStream(ctx context.Context, st *stage, spec runSpec, inst string) {
+func (e *Engine) runStream(ctx context.Context, st *graphStage, spec runSpec, inst string) {
 	log := e.log.With("stage", spec.node.Name, "instance", inst)
 	for attempt := 0; ctx.Err() == nil; attempt++ {
 		e.mu.Lock()
@@ -123,7 +123,7 @@ func (e *Engine) runStream(ctx context.Context, st *stage, spec runSpec, inst st
 
 // streamOnce runs the program once, from the last checkpoint, until it
 // exits.
-func (e *Engine) streamOnce(ctx context.Context, st *stage, spec runSpec, inst string) error {
+func (e *Engine) streamOnce(ctx context.Context, st *graphStage, spec runSpec, inst string) error {
 	queue, consumer := st.stream.queue, streamConsumer(st.group)
 	// A site's stream starts at its first block, seq 1, even when later
 	// ones came first (a stage upstream finishes blocks in any order);
@@ -258,7 +258,7 @@ func (e *Engine) streamOnce(ctx context.Context, st *stage, spec runSpec, inst s
 // feedStream writes a site's blocks from the cursor on as one capture.
 // At a missing block it waits; with the stage's stream.gap_wait and
 // gap_then: skip, it skips the block (recorded) after that wait.
-func (e *Engine) feedStream(ctx context.Context, stage string, gap *pipeline.StreamSpec, queue, inst, consumer string, stdin io.Writer, blocks io.Writer) error {
+func (e *Engine) feedStream(ctx context.Context, graphStage string, gap *pipeline.StreamSpec, queue, inst, consumer string, stdin io.Writer, blocks io.Writer) error {
 	out := bufio.NewWriterSize(stdin, 1<<20)
 	stream := pcap.NewConcat(out)
 	var (
@@ -316,7 +316,7 @@ func (e *Engine) feedStream(ctx context.Context, stage string, gap *pipeline.Str
 		if _, err := e.db.Commit(queue, inst, consumer, b.Seq); err != nil {
 			return err
 		}
-		e.streamFed(stage, b)
+		e.streamFed(graphStage, b)
 	}
 }
 

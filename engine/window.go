@@ -19,50 +19,10 @@ import (
 	"github.com/plumb-dev/plumb/blob"
 	"github.com/plumb-dev/plumb/block"
 	"github.com/plumb-dev/plumb/pipeline"
+	"github.com/plumb-dev/plumb/stage"
 	"github.com/plumb-dev/plumb/state"
 	"github.com/plumb-dev/plumb/windowing"
 )
-
-// WindowInput is what a window stage's program reads on stdin: the window,
-// its blocks as files, and what is missing or late. Built-ins read it with
-// ParseWindowInput.
-type WindowInput struct {
-	Window struct {
-		Stage    string    `yaml:"stage"`
-		ID       string    `yaml:"id"`
-		Instance string    `yaml:"instance"` // "all" for windows across sites
-		From     time.Time `yaml:"from,omitempty"`
-		To       time.Time `yaml:"to,omitempty"`
-		FirstSeq uint64    `yaml:"first_seq,omitempty"`
-		LastSeq  uint64    `yaml:"last_seq,omitempty"`
-		Revision int       `yaml:"revision"`
-		Reason   string    `yaml:"reason"`
-	} `yaml:"window"`
-	Blocks []struct {
-		Name     string    `yaml:"name"`
-		Instance string    `yaml:"instance"`
-		Seq      uint64    `yaml:"seq"`
-		Time     time.Time `yaml:"time"`
-		Path     string    `yaml:"path"`
-	} `yaml:"blocks"`
-	Missing []string `yaml:"missing"` // INSTANCE:SEQ
-	Late    []string `yaml:"late"`
-}
-
-// windowInputPrefix starts every WindowInput document, so a built-in can
-// tell one from a block.
-const windowInputPrefix = "window:\n"
-
-// ParseWindowInput reads a window stage's input document; ok is false
-// when the input is not one (a built-in run as a block stage).
-func ParseWindowInput(data []byte) (WindowInput, bool, error) {
-	var in WindowInput
-	if !bytes.HasPrefix(data, []byte(windowInputPrefix)) {
-		return in, false, nil
-	}
-	err := yaml.Unmarshal(data, &in)
-	return in, true, err
-}
 
 // WindowSpec turns a job's window spec into the tracker's.
 func WindowSpec(w *pipeline.WindowSpec) (windowing.Spec, error) {
@@ -257,7 +217,7 @@ func (e *Engine) feed(ws *windowState) error {
 }
 
 // dueWindows feeds a window stage and returns the windows to run now.
-func (e *Engine) dueWindows(st *stage, now time.Time) ([]pendingWindow, error) {
+func (e *Engine) dueWindows(st *graphStage, now time.Time) ([]pendingWindow, error) {
 	ws := st.win
 	if err := e.feed(ws); err != nil {
 		return nil, err
@@ -282,7 +242,7 @@ func (e *Engine) dueWindows(st *stage, now time.Time) ([]pendingWindow, error) {
 // them is recorded as one, so a window stage costs what its data holds,
 // not the time its data spans (one hourly job over 55 years of sparse
 // backfill made 48,300 runs of nothing).
-func (e *Engine) runWindows(ctx context.Context, st *stage, spec runSpec, ws []pendingWindow) {
+func (e *Engine) runWindows(ctx context.Context, st *graphStage, spec runSpec, ws []pendingWindow) {
 	var stretch []windowing.Firing
 	flush := func() {
 		if len(stretch) > 0 {
@@ -327,7 +287,7 @@ func (e *Engine) runWindows(ctx context.Context, st *stage, spec runSpec, ws []p
 
 // skipEmpty records a stretch of consecutive empty windows of one site as
 // one fired record, and runs nothing.
-func (e *Engine) skipEmpty(st *stage, spec runSpec, fs []windowing.Firing) {
+func (e *Engine) skipEmpty(st *graphStage, spec runSpec, fs []windowing.Firing) {
 	first, last := fs[0], fs[len(fs)-1]
 	rec := e.windowRecord(st, first)
 	rec.Reason, rec.To, rec.Empty = "empty", last.To, int64(len(fs))
@@ -338,7 +298,7 @@ func (e *Engine) skipEmpty(st *stage, spec runSpec, fs []windowing.Firing) {
 	e.log.Debug("empty windows skipped", "stage", spec.node.Name, "from", rec.ID, "windows", len(fs), "from_time", rec.From, "to_time", rec.To)
 }
 
-func (e *Engine) windowRecord(st *stage, f windowing.Firing) state.WindowRecord {
+func (e *Engine) windowRecord(st *graphStage, f windowing.Firing) state.WindowRecord {
 	rec := state.WindowRecord{Stage: st.group, ID: idText(f.ID), Revision: f.Revision, Reason: string(f.Reason),
 		From: f.From, To: f.To, Fired: f.At.UTC()}
 	for _, b := range f.Blocks {
@@ -362,7 +322,7 @@ func idText(id windowing.WindowID) string {
 
 // runWindow runs one window: its blocks as files, the listing on stdin,
 // outputs stored, then outputs, record and release committed at once.
-func (e *Engine) runWindow(ctx context.Context, st *stage, spec runSpec, f windowing.Firing) error {
+func (e *Engine) runWindow(ctx context.Context, st *graphStage, spec runSpec, f windowing.Firing) error {
 	if t := e.timeout(spec.node); t > 0 {
 		var cancel context.CancelFunc
 		ctx, cancel = context.WithTimeoutCause(ctx, t, errTimeout)
@@ -373,7 +333,7 @@ func (e *Engine) runWindow(ctx context.Context, st *stage, spec runSpec, f windo
 		return err
 	}
 	defer e.scratch.done(scratch)
-	var in WindowInput
+	var in stage.WindowInput
 	in.Window.Stage, in.Window.ID, in.Window.Instance = spec.node.Name, idText(f.ID), f.ID.Instance
 	if in.Window.Instance == "" {
 		in.Window.Instance = "all"
@@ -424,7 +384,7 @@ func (e *Engine) runWindow(ctx context.Context, st *stage, spec runSpec, f windo
 		}
 		x.readOnly = []string{scratch}
 	}
-	res, err := execute(ctx, x, spec.steps, []port{{queue: st.win.queue, r: bytes.NewReader(doc)}}, outs, scratch)
+	res, err := execute(ctx, stage.Input{}, x, spec.steps, []port{{queue: st.win.queue, r: bytes.NewReader(doc)}}, outs, scratch)
 	m.took, m.cpu = e.cfg.Now().Sub(start), res.cpu
 	if err != nil {
 		st.count(&m, "failed")
@@ -565,8 +525,8 @@ type WindowView struct {
 
 // Windows lists the windows of every window stage (or of one, by name or
 // ID): those waiting, with what they wait for, then those fired.
-func (e *Engine) Windows(stage string) ([]WindowView, error) {
-	return e.WindowsMatching(WindowFilter{Stage: stage}, nil)
+func (e *Engine) Windows(graphStage string) ([]WindowView, error) {
+	return e.WindowsMatching(WindowFilter{Stage: graphStage}, nil)
 }
 
 // WindowsMatching lists the windows f picks, as Windows orders them, of
@@ -575,7 +535,7 @@ func (e *Engine) Windows(stage string) ([]WindowView, error) {
 // memory; fired ones are read from the metadata after, and no further
 // than the limit, so a listing of a long history neither reads all of
 // it nor holds the engine meanwhile.
-func (e *Engine) WindowsMatching(f WindowFilter, readable func(stage string) bool) ([]WindowView, error) {
+func (e *Engine) WindowsMatching(f WindowFilter, readable func(graphStage string) bool) ([]WindowView, error) {
 	if e.cfg.Shared && !e.scheduling.Load() {
 		return nil, ErrNotScheduling // the open windows are the scheduler's
 	}
@@ -650,8 +610,8 @@ func (e *Engine) WindowsMatching(f WindowFilter, readable func(stage string) boo
 }
 
 // firedView is a fired window's record as a listing shows it.
-func firedView(stage string, r *state.WindowRecord) WindowView {
-	v := WindowView{Stage: stage, ID: r.ID, State: "fired", From: r.From, To: r.To, Revision: r.Revision,
+func firedView(graphStage string, r *state.WindowRecord) WindowView {
+	v := WindowView{Stage: graphStage, ID: r.ID, State: "fired", From: r.From, To: r.To, Revision: r.Revision,
 		Reason: r.Reason, Blocks: len(r.Blocks), Missing: r.Missing, Late: r.Late, Error: r.Error, Fired: r.Fired, Empty: r.Empty}
 	if r.Error != "" {
 		v.State = "faulty"
@@ -659,7 +619,7 @@ func firedView(stage string, r *state.WindowRecord) WindowView {
 	return v
 }
 
-func (e *Engine) stageNamed(name string) (*stage, bool) {
+func (e *Engine) stageNamed(name string) (*graphStage, bool) {
 	for _, st := range e.stages {
 		if st.node.Name == name || st.group == name {
 			return st, st.win != nil
@@ -670,15 +630,15 @@ func (e *Engine) stageNamed(name string) (*stage, bool) {
 
 // FireWindow fires a waiting window now, with whatever it holds, as an
 // operator decides; it runs at the stage's next turn.
-func (e *Engine) FireWindow(stage, id string) error {
+func (e *Engine) FireWindow(graphStage, id string) error {
 	if e.cfg.Shared && !e.scheduling.Load() {
 		return ErrNotScheduling
 	}
 	e.mu.Lock()
 	defer e.mu.Unlock()
-	st, ok := e.stageNamed(stage)
+	st, ok := e.stageNamed(graphStage)
 	if !ok {
-		return fmt.Errorf("no window stage %q; `plumb windows` lists them", stage)
+		return fmt.Errorf("no window stage %q; `plumb windows` lists them", graphStage)
 	}
 	wid, ok := parseWindowID(id)
 	if !ok {

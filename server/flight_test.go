@@ -22,10 +22,11 @@ import (
 	"github.com/plumb-dev/plumb/client"
 
 	aflight "github.com/apache/arrow-go/v18/arrow/flight"
-	"github.com/plumb-dev/plumb/flight"
 	"go.uber.org/goleak"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
+
+	"github.com/plumb-dev/plumb/flight"
 )
 
 func TestMain(m *testing.M) {

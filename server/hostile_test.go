@@ -11,12 +11,12 @@ import (
 	"time"
 
 	"github.com/plumb-dev/plumb/client"
+	"github.com/plumb-dev/plumb/stage"
 
 	aflight "github.com/apache/arrow-go/v18/arrow/flight"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
-	"github.com/plumb-dev/plumb/engine"
 	"github.com/plumb-dev/plumb/flight"
 	"github.com/plumb-dev/plumb/internal/hostile"
 	"github.com/plumb-dev/plumb/pcap/dnsrec"
@@ -336,14 +336,14 @@ func emptyRecords(t *testing.T) []byte {
 // the reason named, before anything is committed, so a hostile worker
 // cannot grow the metrics without bound.
 func TestCommitLeaseDropsAreBounded(t *testing.T) {
-	ts := startServer(t, Config{Registry: engine.NewRegistry()})
+	ts := startServer(t, Config{Registry: stage.NewRegistry()})
 	ctx := context.Background()
 	for _, c := range []struct {
 		dropped map[string]int64
 		says    string
 	}{
 		{map[string]int64{"made_up_reason": 1}, `"made_up_reason" is not a reason runs count drops under`},
-		{map[string]int64{engine.DropEdgeBudget: -1}, "edge_budget is -1, below 0"},
+		{map[string]int64{stage.DropEdgeBudget: -1}, "edge_budget is -1, below 0"},
 	} {
 		err := ts.c.Do(ctx, "commit-lease", flight.LeaseRequest{Lease: "lease-none", Dropped: c.dropped}, nil)
 		wantCode(t, err, codes.InvalidArgument, c.says)

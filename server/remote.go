@@ -11,6 +11,7 @@ import (
 	"github.com/plumb-dev/plumb/auth"
 	"github.com/plumb-dev/plumb/engine"
 	"github.com/plumb-dev/plumb/flight"
+	"github.com/plumb-dev/plumb/stage"
 )
 
 func (s *Service) workerEngine(ctx context.Context, action string) (*engine.Engine, error) {
@@ -105,7 +106,7 @@ func (s *Service) commitLease(ctx context.Context, body []byte) (any, error) {
 		if r.Part {
 			return e.CommitLeasePart(r.Lease, cpu)
 		}
-		if err := engine.CheckDrops(r.Dropped); err != nil {
+		if err := stage.CheckDrops(r.Dropped); err != nil {
 			return badBody("commit-lease", body, err)
 		}
 		if err := e.CheckTally(r.Tally); err != nil {

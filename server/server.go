@@ -25,6 +25,8 @@ import (
 	"google.golang.org/grpc/keepalive"
 	"google.golang.org/grpc/status"
 
+	"github.com/prometheus/client_golang/prometheus"
+
 	"github.com/plumb-dev/plumb/admission"
 	"github.com/plumb-dev/plumb/auth"
 	"github.com/plumb-dev/plumb/blob"
@@ -36,9 +38,9 @@ import (
 	"github.com/plumb-dev/plumb/pcap/dnsmetrics"
 	"github.com/plumb-dev/plumb/retention"
 	"github.com/plumb-dev/plumb/sandbox"
+	"github.com/plumb-dev/plumb/stage"
 	"github.com/plumb-dev/plumb/state"
 	"github.com/plumb-dev/plumb/web"
-	"github.com/prometheus/client_golang/prometheus"
 )
 
 // Config configures a server.
@@ -104,7 +106,7 @@ type Config struct {
 	Now func() time.Time
 	// Registry holds the built-in stages; with nil the server runs no
 	// pipelines.
-	Registry *engine.Registry
+	Registry *stage.Registry
 	// Sandbox is how stage executables are confined: "bwrap" (the
 	// default) or "off", which runs them as the server's user and is
 	// refused with Users.

@@ -15,12 +15,12 @@ import (
 	"time"
 
 	"github.com/plumb-dev/plumb/client"
+	"github.com/plumb-dev/plumb/stage"
 
 	aflight "github.com/apache/arrow-go/v18/arrow/flight"
 	"google.golang.org/grpc/codes"
 
 	"github.com/plumb-dev/plumb/auth"
-	"github.com/plumb-dev/plumb/engine"
 	"github.com/plumb-dev/plumb/flight"
 	"github.com/plumb-dev/plumb/internal/testenv"
 	"github.com/plumb-dev/plumb/state"
@@ -194,7 +194,7 @@ func TestRevocation(t *testing.T) {
 // and a name that could reach a path is refused.
 func TestProgramsAreAdmins(t *testing.T) {
 	file, secrets := usersFile(t)
-	addr := runServer(t, Config{Users: file, Registry: engine.NewRegistry()})
+	addr := runServer(t, Config{Users: file, Registry: stage.NewRegistry()})
 	ctx := context.Background()
 	ana := dialAs(t, addr, client.Security{User: "ana", Secret: secrets["ana"]})
 	ops := dialAs(t, addr, client.Security{User: "ops", Secret: secrets["ops"]})
@@ -258,7 +258,7 @@ func TestProgramsAreAdmins(t *testing.T) {
 // copyBuiltin copies a block through.
 type copyBuiltin struct{}
 
-func (copyBuiltin) Run(_ context.Context, in io.Reader, out io.Writer) error {
+func (copyBuiltin) Run(_ context.Context, _ stage.Input, in io.Reader, out io.Writer) error {
 	_, err := io.Copy(out, in)
 	return err
 }
@@ -273,8 +273,8 @@ func TestRemovedOwnerSuspends(t *testing.T) {
 	edit(func(f *auth.File) {
 		f.Rules = append(f.Rules, auth.Rule{Queues: "ana.*", Groups: []string{"analysts"}, Allow: []auth.Perm{auth.Read, auth.Write}})
 	})
-	reg := engine.NewRegistry()
-	reg.Add(engine.Factory{Name: "copy", New: func(url.Values) (engine.Builtin, error) { return copyBuiltin{}, nil }})
+	reg := stage.NewRegistry()
+	reg.Add(stage.Factory{Name: "copy", New: func(url.Values) (stage.Builtin, error) { return copyBuiltin{}, nil }})
 	addr := runServer(t, Config{Users: file, Registry: reg})
 	ctx := context.Background()
 	agent := dialAgent(t, addr, secrets)
@@ -437,7 +437,7 @@ func TestStreamConsumersHaveOwners(t *testing.T) {
 // left them, and no program gets registered or removed.
 func FuzzOthersGroups(f *testing.F) {
 	file, secrets := twoAnalysts(f)
-	addr := runServer(f, Config{Users: file, Registry: engine.NewRegistry(), MaxVisibility: time.Minute})
+	addr := runServer(f, Config{Users: file, Registry: stage.NewRegistry(), MaxVisibility: time.Minute})
 	ctx := context.Background()
 	agent := dialAgent(f, addr, secrets)
 	var names []string
@@ -532,8 +532,8 @@ func TestGroupLifecycle(t *testing.T) {
 	now := time.Date(2025, 5, 5, 12, 0, 0, 0, time.UTC)
 	clock := func() time.Time { mu.Lock(); defer mu.Unlock(); return now }
 	advance := func(d time.Duration) { mu.Lock(); now = now.Add(d); mu.Unlock() }
-	reg := engine.NewRegistry()
-	reg.Add(engine.Factory{Name: "copy", New: func(url.Values) (engine.Builtin, error) { return copyBuiltin{}, nil }})
+	reg := stage.NewRegistry()
+	reg.Add(stage.Factory{Name: "copy", New: func(url.Values) (stage.Builtin, error) { return copyBuiltin{}, nil }})
 	addr := runServer(t, Config{Users: file, Registry: reg, Now: clock, TokenTTL: 1000 * time.Hour, SweepEvery: 20 * time.Millisecond, GroupIdle: 24 * time.Hour})
 	ctx := context.Background()
 	agent := dialAgent(t, addr, secrets)

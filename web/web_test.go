@@ -25,9 +25,10 @@ import (
 	"github.com/plumb-dev/plumb/blob"
 	"github.com/plumb-dev/plumb/block"
 	"github.com/plumb-dev/plumb/engine"
-	"github.com/plumb-dev/plumb/engine/builtin"
 	"github.com/plumb-dev/plumb/internal/testenv"
 	"github.com/plumb-dev/plumb/sandbox"
+	"github.com/plumb-dev/plumb/stage"
+	"github.com/plumb-dev/plumb/stage/builtin"
 	"github.com/plumb-dev/plumb/state"
 	"github.com/plumb-dev/plumb/web"
 )
@@ -56,7 +57,7 @@ func newRig(t *testing.T) *rig {
 		t.Fatal(err)
 	}
 	reg := prometheus.NewRegistry()
-	builtins := engine.NewRegistry()
+	builtins := stage.NewRegistry()
 	builtin.Register(builtins, builtin.FindXZ())
 	sb, err := sandbox.New(context.Background(), sandbox.Config{Limits: sandbox.DefaultLimits()})
 	if err != nil {

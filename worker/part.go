@@ -13,10 +13,11 @@ import (
 	"github.com/plumb-dev/plumb/block"
 	"github.com/plumb-dev/plumb/engine"
 	"github.com/plumb-dev/plumb/flight"
+	"github.com/plumb-dev/plumb/stage"
 )
 
 // A worker reads a site's blocks apart from their neighbours as the
-// server does (engine.Edged): a part lease runs the first half and the
+// server does (stage.Edged): a part lease runs the first half and the
 // worker holds it; the server leases the block's turn back to this
 // worker, which finishes it from the site's carry. A part lost with the
 // worker, or pushed out by newer ones, is no loss: the turn then runs
@@ -24,14 +25,15 @@ import (
 
 // heldPart is the first half of a run, waiting for its block's turn.
 type heldPart struct {
-	part engine.Part
+	part stage.Part
+	name block.Name // the block it reads
 	outs []*output
 	cpu  time.Duration
 }
 
 // discard lets the part go unfinished and removes its output files.
 func (hp *heldPart) discard() {
-	hp.part.Discard()
+	stage.Discard(hp.part)
 	closeOutputs(hp.outs)
 }
 
@@ -108,19 +110,21 @@ func (w *Worker) runPart(ctx context.Context, l engine.Lease) string {
 	hb.Go(func() { w.heartbeat(rctx, cancel, l) })
 	defer cancel(nil) // stops the heartbeat before hb.Wait
 	var (
-		part engine.Part
+		part stage.Part
+		read block.Name
 		cpu  time.Duration
 	)
 	outs, err := w.withPorts(rctx, l, func(ctx context.Context, name block.Name, ins, outs []engine.Port, _ string) (err error) {
 		if len(ins) != 1 || len(outs) != 1 {
 			return errors.New("a stage run in parts reads one input and writes one output")
 		}
-		part, cpu, err = w.cfg.Runner.Start(ctx, l, name, ins[0].R, outs[0].W)
+		read = name
+		part, cpu, err = w.cfg.Runner.Start(ctx, l, stage.Input{Block: name}, ins[0].R, outs[0].W)
 		return err
 	})
 	if err != nil || rctx.Err() != nil {
 		if part != nil {
-			part.Discard()
+			stage.Discard(part)
 		}
 		closeOutputs(outs)
 	}
@@ -139,7 +143,7 @@ func (w *Worker) runPart(ctx context.Context, l engine.Lease) string {
 		return "failed"
 	}
 	// Held before the commit: the block's turn may come at once.
-	w.parts.hold(l.Part, &heldPart{part: part, outs: outs, cpu: cpu}, max(2*w.cfg.Slots, 2))
+	w.parts.hold(l.Part, &heldPart{part: part, name: read, outs: outs, cpu: cpu}, max(2*w.cfg.Slots, 2))
 	err = w.client().Do(ctx, "commit-lease", flight.LeaseRequest{Lease: l.ID, Part: true, CPUSeconds: cpu.Seconds()}, nil)
 	if err != nil {
 		if hp := w.parts.take(l.Part); hp != nil {
@@ -157,17 +161,15 @@ func (w *Worker) runPart(ctx context.Context, l engine.Lease) string {
 }
 
 // finish finishes a held part from the carry: the rest of the run.
-func (w *Worker) finish(ctx context.Context, l engine.Lease, hp *heldPart, carry *engine.Carry) ([]*output, time.Duration, error) {
+func (w *Worker) finish(ctx context.Context, l engine.Lease, hp *heldPart, in stage.Input) ([]*output, time.Duration, error) {
 	if l.Timeout > 0 {
 		var cancel context.CancelFunc
 		ctx, cancel = context.WithTimeout(ctx, l.Timeout)
 		defer cancel()
 	}
 	began := time.Now()
-	err := hp.part.Finish(ctx, carry)
+	in.Block = hp.name
+	err := stage.Finish(ctx, hp.part, in) // a part that fails is discarded
 	cpu := hp.cpu + time.Since(began)
-	if err != nil {
-		hp.part.Discard()
-	}
 	return hp.outs, cpu, err
 }

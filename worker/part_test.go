@@ -21,10 +21,11 @@ import (
 	"github.com/plumb-dev/plumb/block"
 	"github.com/plumb-dev/plumb/client"
 	"github.com/plumb-dev/plumb/engine"
-	"github.com/plumb-dev/plumb/engine/builtin"
 	"github.com/plumb-dev/plumb/pcap"
 	"github.com/plumb-dev/plumb/pcap/dnsrec"
 	"github.com/plumb-dev/plumb/server"
+	"github.com/plumb-dev/plumb/stage"
+	"github.com/plumb-dev/plumb/stage/builtin"
 	"github.com/plumb-dev/plumb/worker"
 )
 
@@ -36,7 +37,7 @@ import (
 // read in parts.
 func TestWorkersReadASiteInParts(t *testing.T) {
 	log := slog.New(slog.NewTextHandler(io.Discard, nil))
-	reg := engine.NewRegistry()
+	reg := stage.NewRegistry()
 	builtin.Register(reg, builtin.FindXZ())
 	ready := make(chan string, 1)
 	ctx, cancel := context.WithCancel(context.Background())

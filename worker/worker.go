@@ -27,6 +27,7 @@ import (
 	"github.com/plumb-dev/plumb/client"
 	"github.com/plumb-dev/plumb/engine"
 	"github.com/plumb-dev/plumb/flight"
+	"github.com/plumb-dev/plumb/stage"
 )
 
 // Config configures a worker.
@@ -231,12 +232,9 @@ func (w *Worker) run(ctx context.Context, l engine.Lease) string {
 	defer hb.Wait()
 	hb.Go(func() { w.heartbeat(rctx, cancel, l) })
 	defer cancel(nil) // stops the heartbeat before hb.Wait
-	drops, tally := &engine.Drops{}, &engine.Tally{}
-	runCtx := engine.WithTally(engine.WithDrops(rctx, drops), tally)
-	var carry *engine.Carry
+	in := stage.Input{Drops: &stage.Drops{}, Tally: &stage.Tally{}}
 	if l.Carry != nil {
-		carry = &engine.Carry{In: l.Carry.In, Gap: l.Carry.Gap, Final: l.Carry.Final}
-		runCtx = engine.WithCarry(runCtx, carry)
+		in.Carry = &stage.Carry{In: l.Carry.In, Gap: l.Carry.Gap, Final: l.Carry.Final}
 	}
 	var (
 		outs   []*output
@@ -248,10 +246,10 @@ func (w *Worker) run(ctx context.Context, l engine.Lease) string {
 	if hp := w.takePart(l); hp != nil {
 		// Its first half ran here apart from its neighbours: only the
 		// rows its edges complete are left.
-		outs, cpu, err = w.finish(runCtx, l, hp, carry)
+		outs, cpu, err = w.finish(rctx, l, hp, in)
 		parted = true
 	} else {
-		outs, stderr, cpu, err = w.execute(runCtx, l)
+		outs, stderr, cpu, err = w.execute(rctx, l, in)
 	}
 	defer closeOutputs(outs)
 	if cause := context.Cause(rctx); errors.Is(cause, engine.ErrLeaseGone) {
@@ -294,9 +292,9 @@ func (w *Worker) run(ctx context.Context, l engine.Lease) string {
 		}
 		report = append(report, flight.LeaseOutput{Queue: o.queue, Size: o.N, SHA256: src.SHA256})
 	}
-	req := flight.LeaseRequest{Lease: l.ID, Outputs: report, CPUSeconds: cpu.Seconds(), Parted: parted, Dropped: drops.Counts(), Tally: tally.Counts()}
-	if carry != nil {
-		req.Carry = carry.Out
+	req := flight.LeaseRequest{Lease: l.ID, Outputs: report, CPUSeconds: cpu.Seconds(), Parted: parted, Dropped: in.Drops.Counts(), Tally: in.Tally.Counts()}
+	if in.Carry != nil {
+		req.Carry = in.Carry.Out
 	}
 	err = c.Do(ctx, "commit-lease", req, nil)
 	if status.Code(err) == codes.FailedPrecondition {
@@ -349,13 +347,14 @@ type output struct {
 
 // execute streams the inputs from the server through the program into
 // scratch files.
-func (w *Worker) execute(ctx context.Context, l engine.Lease) ([]*output, string, time.Duration, error) {
+func (w *Worker) execute(ctx context.Context, l engine.Lease, in stage.Input) ([]*output, string, time.Duration, error) {
 	var (
 		stderr string
 		cpu    time.Duration
 	)
 	outs, err := w.withPorts(ctx, l, func(ctx context.Context, name block.Name, ins, outs []engine.Port, scratch string) (err error) {
-		stderr, cpu, err = w.cfg.Runner.Run(ctx, l, name, ins, outs, scratch)
+		in.Block = name
+		stderr, cpu, err = w.cfg.Runner.Run(ctx, l, in, ins, outs, scratch)
 		return err
 	})
 	return outs, stderr, cpu, err

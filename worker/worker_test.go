@@ -19,11 +19,12 @@ import (
 	"github.com/plumb-dev/plumb/blob"
 	"github.com/plumb-dev/plumb/client"
 	"github.com/plumb-dev/plumb/engine"
-	"github.com/plumb-dev/plumb/engine/builtin"
 	"github.com/plumb-dev/plumb/flight"
 	"github.com/plumb-dev/plumb/internal/testenv"
 	"github.com/plumb-dev/plumb/sandbox"
 	"github.com/plumb-dev/plumb/server"
+	"github.com/plumb-dev/plumb/stage"
+	"github.com/plumb-dev/plumb/stage/builtin"
 	"github.com/plumb-dev/plumb/worker"
 )
 
@@ -37,7 +38,7 @@ func TestWorkerReadsAndWritesS3Directly(t *testing.T) {
 	t.Setenv("AWS_SECRET_ACCESS_KEY", m.SecretKey)
 	url := "s3://plumb?endpoint=" + m.Endpoint
 	log := slog.New(slog.NewTextHandler(io.Discard, nil))
-	reg := engine.NewRegistry()
+	reg := stage.NewRegistry()
 	builtin.Register(reg, builtin.FindXZ())
 	ready := make(chan string, 1)
 	ctx, cancel := context.WithCancel(context.Background())
@@ -139,7 +140,7 @@ func TestWorkerRunsConfined(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() {
-		done <- server.Run(ctx, server.Config{Data: data, Users: usersFile, Listen: "127.0.0.1:0", Logger: log, Registry: engine.NewRegistry(),
+		done <- server.Run(ctx, server.Config{Data: data, Users: usersFile, Listen: "127.0.0.1:0", Logger: log, Registry: stage.NewRegistry(),
 			Engine:    engine.Config{RemoteOnly: true, Tick: 50 * time.Millisecond, MaxAttempts: 2, Backoff: 10 * time.Millisecond},
 			RunShared: []string{os.Args[0]}, Ready: func(a net.Addr) { ready <- a.String() }})
 	}()
@@ -212,7 +213,7 @@ echo "input: $(cat)"
 	wdone := make(chan error, 1)
 	go func() {
 		wdone <- worker.New(worker.Config{Client: ops, ID: "w", Host: "h", Slots: 2, Scratch: scratch, Log: log,
-			Runner: &engine.Runner{Registry: engine.NewRegistry(), Sandbox: sb, Programs: progDir}}).Run(wctx)
+			Runner: &engine.Runner{Registry: stage.NewRegistry(), Sandbox: sb, Programs: progDir}}).Run(wctx)
 	}()
 	defer func() { stop(); <-wdone }()
 	deadline := time.Now().Add(60 * time.Second)

@@ -20,8 +20,8 @@ import (
 	"time"
 
 	"github.com/plumb-dev/plumb/codecs"
-	"github.com/plumb-dev/plumb/engine"
-	"github.com/plumb-dev/plumb/engine/builtin"
+	"github.com/plumb-dev/plumb/stage"
+	"github.com/plumb-dev/plumb/stage/builtin"
 )
 
 func main() {
@@ -40,10 +40,10 @@ func main() {
 	}
 	raw := pcapBytes(capture)
 	os.WriteFile(filepath.Join(dir, "k"), []byte(strings.Repeat("a7", 32)), 0o600)
-	reg := engine.NewRegistry()
+	reg := stage.NewRegistry()
 	builtin.Register(reg, builtin.FindXZ())
 	builtin.RegisterAnonymize(reg, dir)
-	stage := func(name, query string) engine.Builtin {
+	stage := func(name, query string) stage.Builtin {
 		args, _ := url.ParseQuery(query)
 		b, err := reg.New(name, args)
 		if err != nil {
@@ -82,7 +82,7 @@ func main() {
 
 // measure runs b over the file once: wall seconds and CPU seconds (user
 // and system) of this process.
-func measure(b engine.Builtin, path string) (float64, float64) {
+func measure(b stage.Builtin, path string) (float64, float64) {
 	f, err := os.Open(path)
 	if err != nil {
 		log.Fatal(err)
@@ -90,7 +90,7 @@ func measure(b engine.Builtin, path string) (float64, float64) {
 	defer f.Close()
 	before := cpuSeconds()
 	start := time.Now()
-	if err := b.Run(context.Background(), f, io.Discard); err != nil {
+	if err := b.Run(context.Background(), stage.Input{}, f, io.Discard); err != nil {
 		log.Fatal(err)
 	}
 	return time.Since(start).Seconds(), cpuSeconds() - before

@@ -38,7 +38,8 @@ import (
 	"github.com/apache/arrow-go/v18/arrow/ipc"
 
 	"github.com/plumb-dev/plumb/bench/internal/benchkit"
-	"github.com/plumb-dev/plumb/engine/builtin"
+	"github.com/plumb-dev/plumb/stage"
+	"github.com/plumb-dev/plumb/stage/builtin"
 )
 
 func main() {
@@ -282,7 +283,7 @@ func parquetSize(records string) float64 {
 	defer f.Close()
 	var out countWriter
 	p := &builtin.Parquet{RowGroupRows: builtin.DefaultRowGroupRows}
-	if err := p.Run(context.Background(), f, &out); err != nil {
+	if err := p.Run(context.Background(), stage.Input{}, f, &out); err != nil {
 		log.Fatalf("builtin:parquet on %s: %v", records, err)
 	}
 	return float64(out)

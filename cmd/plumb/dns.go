@@ -15,13 +15,14 @@ import (
 	"github.com/apache/arrow-go/v18/arrow/array"
 	"github.com/apache/arrow-go/v18/arrow/ipc"
 
-	"github.com/plumb-dev/plumb/engine/builtin"
 	"github.com/plumb-dev/plumb/pcap"
 	"github.com/plumb-dev/plumb/pcap/dnsmsg"
 	"github.com/plumb-dev/plumb/pcap/dnspair"
 	"github.com/plumb-dev/plumb/pcap/dnsrec"
 	"github.com/plumb-dev/plumb/pcap/dnstap"
 	"github.com/plumb-dev/plumb/pcap/filter"
+	"github.com/plumb-dev/plumb/stage"
+	"github.com/plumb-dev/plumb/stage/builtin"
 )
 
 func dnsCommand() command {
@@ -251,7 +252,7 @@ func convertRecords(ctx context.Context, path, out, form string) error {
 	bw := bufio.NewWriterSize(w, 1<<20)
 	switch form {
 	case "parquet":
-		err = (&builtin.Parquet{RowGroupRows: builtin.DefaultRowGroupRows}).Run(ctx, src, bw)
+		err = (&builtin.Parquet{RowGroupRows: builtin.DefaultRowGroupRows}).Run(ctx, stage.Input{}, src, bw)
 	case "jsonl":
 		err = recordsToJSON(src, bw)
 	default:

@@ -20,6 +20,7 @@ import (
 	"time"
 
 	"github.com/gopacket/gopacket/layers"
+
 	"github.com/plumb-dev/plumb/internal/testenv"
 	"github.com/plumb-dev/plumb/pcap"
 )

@@ -11,10 +11,11 @@ import (
 	"testing"
 	"time"
 
-	"github.com/plumb-dev/plumb/internal/testenv"
 	dto "github.com/prometheus/client_model/go"
 	"github.com/prometheus/common/expfmt"
 	"github.com/prometheus/common/model"
+
+	"github.com/plumb-dev/plumb/internal/testenv"
 )
 
 // TestMetricNames scrapes a server with a running pipeline and a capture

@@ -21,8 +21,9 @@ import (
 	"github.com/plumb-dev/plumb/client"
 	"github.com/plumb-dev/plumb/codecs"
 	"github.com/plumb-dev/plumb/engine"
-	"github.com/plumb-dev/plumb/engine/builtin"
 	"github.com/plumb-dev/plumb/server"
+	"github.com/plumb-dev/plumb/stage"
+	"github.com/plumb-dev/plumb/stage/builtin"
 	"github.com/plumb-dev/plumb/worker"
 )
 
@@ -154,7 +155,7 @@ func TestMetricsReference(t *testing.T) {
 	// The server, registered as plumb serve registers it.
 	srvReg := newRecorder()
 	srvReg.MustRegister(append(processMetrics(), server.Panics)...)
-	reg := engine.NewRegistry()
+	reg := stage.NewRegistry()
 	builtin.Register(reg, builtin.FindXZ())
 	ready := make(chan string, 1)
 	sctx, stop := context.WithCancel(ctx)

@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"github.com/gopacket/gopacket/layers"
+
 	"github.com/plumb-dev/plumb/block"
 	"github.com/plumb-dev/plumb/client"
 	"github.com/plumb-dev/plumb/codecs"

@@ -11,16 +11,18 @@ import (
 	"runtime/debug"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+
 	"github.com/plumb-dev/plumb/admission"
 	"github.com/plumb-dev/plumb/engine"
-	"github.com/plumb-dev/plumb/engine/builtin"
 	"github.com/plumb-dev/plumb/internal/memlimit"
 	"github.com/plumb-dev/plumb/pcap/enrich"
 	"github.com/plumb-dev/plumb/pipeline"
 	"github.com/plumb-dev/plumb/sandbox"
 	"github.com/plumb-dev/plumb/server"
-	"github.com/prometheus/client_golang/prometheus"
-	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/plumb-dev/plumb/stage"
+	"github.com/plumb-dev/plumb/stage/builtin"
 )
 
 func serveCommand() command {
@@ -141,7 +143,7 @@ func serveCommand() command {
 			default:
 				return fmt.Errorf("--read-policy %q: want llf or fifo", *readPolicy)
 			}
-			cfg.Registry = engine.NewRegistry()
+			cfg.Registry = stage.NewRegistry()
 			builtin.Register(cfg.Registry, builtin.FindXZ())
 			if anonKeys == "" {
 				anonKeys = filepath.Join(cfg.Data, "keys")

@@ -14,9 +14,10 @@ import (
 	"github.com/plumb-dev/plumb/blob"
 	"github.com/plumb-dev/plumb/client"
 	"github.com/plumb-dev/plumb/engine"
-	"github.com/plumb-dev/plumb/engine/builtin"
 	"github.com/plumb-dev/plumb/pcap/enrich"
 	"github.com/plumb-dev/plumb/sandbox"
+	"github.com/plumb-dev/plumb/stage"
+	"github.com/plumb-dev/plumb/stage/builtin"
 	"github.com/plumb-dev/plumb/worker"
 )
 
@@ -49,7 +50,7 @@ func workerCommand() command {
 				return fmt.Errorf("--slots %d: want at least 1 (0: one per CPU)", *slots)
 			}
 			host, _ := os.Hostname()
-			reg := engine.NewRegistry()
+			reg := stage.NewRegistry()
 			builtin.Register(reg, builtin.FindXZ())
 			builtin.RegisterAnonymize(reg, *anonKeys)
 			refs := enrich.NewDatabases(*geoip)

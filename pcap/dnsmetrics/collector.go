@@ -25,7 +25,7 @@ const (
 )
 
 // Collector sums the tallies of committed runs and exports them. It is
-// an engine.Tallier and a prometheus.Collector.
+// an stage.Tallier and a prometheus.Collector.
 type Collector struct {
 	mu    sync.Mutex
 	sites map[string]*siteCounts
@@ -45,10 +45,10 @@ type siteCounts struct {
 // NewCollector returns an empty Collector.
 func NewCollector() *Collector { return &Collector{sites: map[string]*siteCounts{}} }
 
-// Check implements engine.Tallier.
+// Check implements stage.Tallier.
 func (c *Collector) Check(t map[string]int64) error { return Check(t) }
 
-// Add implements engine.Tallier: it counts a committed run's tally. Keys
+// Add implements stage.Tallier: it counts a committed run's tally. Keys
 // that do not read (Check refuses them from workers) are skipped.
 func (c *Collector) Add(t map[string]int64) {
 	c.mu.Lock()

@@ -15,11 +15,11 @@ import (
 	dto "github.com/prometheus/client_model/go"
 
 	"github.com/plumb-dev/plumb/block"
-	"github.com/plumb-dev/plumb/engine"
-	"github.com/plumb-dev/plumb/engine/builtin"
 	"github.com/plumb-dev/plumb/pcap"
 	"github.com/plumb-dev/plumb/pcap/dnsmetrics"
 	"github.com/plumb-dev/plumb/pcap/dnsmsg"
+	"github.com/plumb-dev/plumb/stage"
+	"github.com/plumb-dev/plumb/stage/builtin"
 	"github.com/plumb-dev/plumb/synth"
 )
 
@@ -33,7 +33,7 @@ func rows(t *testing.T, program string) []arrow.RecordBatch {
 		t.Fatal(err)
 	}
 	w.Flush()
-	reg := engine.NewRegistry()
+	reg := stage.NewRegistry()
 	builtin.Register(reg, builtin.FindXZ())
 	b, err := reg.New(program, nil)
 	if err != nil {
@@ -41,7 +41,7 @@ func rows(t *testing.T, program string) []arrow.RecordBatch {
 	}
 	name, _ := block.Parse("20261201-100000-00000001.lax.pcap")
 	var out bytes.Buffer
-	if err := b.Run(engine.WithBlock(context.Background(), name), &capture, &out); err != nil {
+	if err := b.Run(context.Background(), stage.Input{Block: name}, &capture, &out); err != nil {
 		t.Fatal(err)
 	}
 	f, err := ipc.NewFileReader(bytes.NewReader(out.Bytes()))

@@ -21,7 +21,6 @@ import (
 	"github.com/gopacket/gopacket"
 	"github.com/gopacket/gopacket/layers"
 
-	"github.com/plumb-dev/plumb/engine"
 	"github.com/plumb-dev/plumb/internal/hostile"
 	"github.com/plumb-dev/plumb/internal/testenv"
 	"github.com/plumb-dev/plumb/pcap"
@@ -29,6 +28,7 @@ import (
 	"github.com/plumb-dev/plumb/pcap/dnspair"
 	"github.com/plumb-dev/plumb/pcap/dnsrec"
 	"github.com/plumb-dev/plumb/pcap/netpkt"
+	"github.com/plumb-dev/plumb/stage"
 )
 
 // anonKeys writes a key named "k" and returns its directory.
@@ -49,7 +49,7 @@ func runAnonymize(t *testing.T, keys, query string, in []byte) []byte {
 		t.Fatal(err)
 	}
 	var out bytes.Buffer
-	if err := s.Run(context.Background(), bytes.NewReader(in), &out); err != nil {
+	if err := s.Run(context.Background(), stage.Input{}, bytes.NewReader(in), &out); err != nil {
 		t.Fatal(err)
 	}
 	return out.Bytes()
@@ -490,10 +490,10 @@ func TestAnonymizeHostileBlocks(t *testing.T) {
 		var before runtime.MemStats
 		runtime.GC()
 		runtime.ReadMemStats(&before)
-		err := s.Run(context.Background(), bytes.NewReader(c.in), io.Discard)
+		err := s.Run(context.Background(), stage.Input{}, bytes.NewReader(c.in), io.Discard)
 		var after runtime.MemStats
 		runtime.ReadMemStats(&after)
-		if !errors.Is(err, engine.ErrMalformed) || !strings.Contains(err.Error(), c.says) {
+		if !errors.Is(err, stage.ErrMalformed) || !strings.Contains(err.Error(), c.says) {
 			t.Errorf("%s: %v, want malformed naming %q", name, err, c.says)
 		}
 		if grew := int64(after.HeapSys) - int64(before.HeapSys); grew > 512<<20 {

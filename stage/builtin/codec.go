@@ -12,12 +12,12 @@ import (
 	"net/url"
 
 	"github.com/plumb-dev/plumb/codecs"
-	"github.com/plumb-dev/plumb/engine"
+	"github.com/plumb-dev/plumb/stage"
 )
 
 // Register adds every built-in to reg. xz says how to make xz streams
 // (the system xz when found, else the Go encoder).
-func Register(reg *engine.Registry, xz XZ) {
+func Register(reg *stage.Registry, xz XZ) {
 	registerPcapInfo(reg)
 	registerCPUWork(reg)
 	registerDNS(reg)
@@ -25,20 +25,20 @@ func Register(reg *engine.Registry, xz XZ) {
 	registerFlowHash(reg)
 	registerRSSAC(reg)
 	registerDNSMetrics(reg)
-	reg.Add(engine.Factory{
+	reg.Add(stage.Factory{
 		Name: "decode",
 		Doc:  "Decompresses a block (snappy, xz, gzip or zstd, told from its first bytes); an uncompressed block passes through.",
-		New: func(args url.Values) (engine.Builtin, error) {
-			if err := engine.StrictArgs(args); err != nil {
+		New: func(args url.Values) (stage.Builtin, error) {
+			if err := stage.StrictArgs(args); err != nil {
 				return nil, err
 			}
 			return &Transcode{To: codecs.None}, nil
 		},
 	})
-	reg.Add(engine.Factory{
+	reg.Add(stage.Factory{
 		Name: "encode",
 		Doc:  "Compresses a block with ?codec=snappy|xz|gzip|zstd (default snappy).",
-		New: func(args url.Values) (engine.Builtin, error) {
+		New: func(args url.Values) (stage.Builtin, error) {
 			to, err := codecArg(args, "codec")
 			if err != nil {
 				return nil, err
@@ -46,10 +46,10 @@ func Register(reg *engine.Registry, xz XZ) {
 			return &Transcode{To: to, Raw: true, XZ: xz}, nil
 		},
 	})
-	reg.Add(engine.Factory{
+	reg.Add(stage.Factory{
 		Name: "transcode",
 		Doc:  "Decompresses a block and compresses it again with ?to=snappy|xz|gzip|zstd|none in one pass, with no block stored between.",
-		New: func(args url.Values) (engine.Builtin, error) {
+		New: func(args url.Values) (stage.Builtin, error) {
 			to, err := codecArg(args, "to")
 			if err != nil {
 				return nil, err
@@ -60,7 +60,7 @@ func Register(reg *engine.Registry, xz XZ) {
 }
 
 func codecArg(args url.Values, key string) (codecs.Codec, error) {
-	if err := engine.StrictArgs(args, key); err != nil {
+	if err := stage.StrictArgs(args, key); err != nil {
 		return "", err
 	}
 	name := args.Get(key)
@@ -77,8 +77,8 @@ type Transcode struct {
 	XZ  XZ
 }
 
-// Run implements engine.Builtin.
-func (t *Transcode) Run(ctx context.Context, in io.Reader, out io.Writer) error {
+// Run implements stage.Builtin.
+func (t *Transcode) Run(ctx context.Context, _ stage.Input, in io.Reader, out io.Writer) error {
 	src := in
 	if !t.Raw {
 		br := bufio.NewReaderSize(in, 1<<20)
@@ -103,7 +103,7 @@ func (t *Transcode) Run(ctx context.Context, in io.Reader, out io.Writer) error 
 	return enc.Close()
 }
 
-// Describe implements engine.Describer.
+// Describe implements stage.Describer.
 func (t *Transcode) Describe() string {
 	if t.To == codecs.XZ {
 		return "xz encoder: " + t.XZ.Name()
@@ -116,7 +116,7 @@ func (t *Transcode) Describe() string {
 func malformed(err error) error {
 	var ce *codecs.CorruptError
 	if errors.As(err, &ce) || errors.Is(err, codecs.ErrLimit) {
-		return fmt.Errorf("%w: %v", engine.ErrMalformed, err)
+		return fmt.Errorf("%w: %v", stage.ErrMalformed, err)
 	}
 	return err
 }
@@ -135,6 +135,6 @@ func (r readerCtx) Read(p []byte) (int, error) {
 }
 
 var (
-	_ engine.Builtin   = (*Transcode)(nil)
-	_ engine.Describer = (*Transcode)(nil)
+	_ stage.Builtin   = (*Transcode)(nil)
+	_ stage.Describer = (*Transcode)(nil)
 )

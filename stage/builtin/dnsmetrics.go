@@ -8,19 +8,19 @@ import (
 
 	"github.com/apache/arrow-go/v18/arrow"
 
-	"github.com/plumb-dev/plumb/engine"
 	"github.com/plumb-dev/plumb/pcap/dnsmetrics"
+	"github.com/plumb-dev/plumb/stage"
 )
 
-func registerDNSMetrics(reg *engine.Registry) {
-	reg.Add(engine.Factory{
+func registerDNSMetrics(reg *stage.Registry) {
+	reg.Add(stage.Factory{
 		Name: "dnsmetrics",
 		Doc: "Counts DNS records (builtin:dns) or transactions (builtin:dnspairs, which add latency) into the server's " +
 			"Prometheus metrics per site: plumb_dns_queries_total{transport,qtype}, plumb_dns_responses_total{rcode}, " +
 			"plumb_dns_response_size_bytes, plumb_dns_latency_seconds, plumb_dns_malformed_total and " +
 			"plumb_dns_top_domain_queries. A block is counted when its run is committed, so once. Writes no output.",
-		New: func(args url.Values) (engine.Builtin, error) {
-			if err := engine.StrictArgs(args); err != nil {
+		New: func(args url.Values) (stage.Builtin, error) {
+			if err := stage.StrictArgs(args); err != nil {
 				return nil, err
 			}
 			return DNSMetrics{}, nil
@@ -31,10 +31,10 @@ func registerDNSMetrics(reg *engine.Registry) {
 // DNSMetrics counts a block of DNS rows into its run's tally.
 type DNSMetrics struct{}
 
-// Run implements engine.Builtin.
-func (DNSMetrics) Run(ctx context.Context, in io.Reader, _ io.Writer) error {
-	name, ok := engine.BlockOf(ctx)
-	if !ok {
+// Run implements stage.Builtin.
+func (DNSMetrics) Run(ctx context.Context, sin stage.Input, in io.Reader, _ io.Writer) error {
+	name := sin.Block
+	if name.Instance == "" {
 		return fmt.Errorf("builtin:dnsmetrics counts per site: it runs on blocks")
 	}
 	var recs []arrow.RecordBatch
@@ -54,12 +54,10 @@ func (DNSMetrics) Run(ctx context.Context, in io.Reader, _ io.Writer) error {
 	// Counted whole or not at all: a run that fails part way adds nothing.
 	t := map[string]int64{}
 	if err := dnsmetrics.Count(name.Instance, recs, func(k string, n int64) { t[k] += n }); err != nil {
-		return fmt.Errorf("%w: %v", engine.ErrMalformed, err)
+		return fmt.Errorf("%w: %v", stage.ErrMalformed, err)
 	}
-	if tally := engine.TallyOf(ctx); tally != nil {
-		for k, n := range t {
-			tally.Add(k, n)
-		}
+	for k, n := range t {
+		sin.Tally.Add(k, n)
 	}
 	return nil
 }

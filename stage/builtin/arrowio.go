@@ -8,8 +8,8 @@ import (
 	"github.com/apache/arrow-go/v18/arrow"
 	"github.com/apache/arrow-go/v18/arrow/ipc"
 
-	"github.com/plumb-dev/plumb/engine"
 	"github.com/plumb-dev/plumb/ipcguard"
+	"github.com/plumb-dev/plumb/stage"
 )
 
 // The stages that read Arrow tables (anonymize, enrich, filter,
@@ -28,7 +28,7 @@ func rewriteArrow(ctx context.Context, in io.Reader, out io.Writer,
 	err := eachBatch(ctx, in, func(in *arrow.Schema) error {
 		schema, fn, err := plan(in)
 		if err != nil {
-			return fmt.Errorf("%w: %v", engine.ErrMalformed, err)
+			return fmt.Errorf("%w: %v", stage.ErrMalformed, err)
 		}
 		batch = fn
 		w, err = ipc.NewFileWriter(out, append(opts, ipc.WithSchema(schema))...)
@@ -36,7 +36,7 @@ func rewriteArrow(ctx context.Context, in io.Reader, out io.Writer,
 	}, func(i int, rec arrow.RecordBatch) error {
 		nrec, err := batch(rec)
 		if err != nil {
-			return fmt.Errorf("%w: batch %d: %v", engine.ErrMalformed, i, err)
+			return fmt.Errorf("%w: batch %d: %v", stage.ErrMalformed, i, err)
 		}
 		defer nrec.Release()
 		return w.Write(nrec)
@@ -57,11 +57,11 @@ func eachBatch(ctx context.Context, in io.Reader, schema func(*arrow.Schema) err
 		return err
 	}
 	if len(data) > maxRewriteArrow {
-		return fmt.Errorf("%w: an Arrow block over %d bytes", engine.ErrMalformed, maxRewriteArrow)
+		return fmt.Errorf("%w: an Arrow block over %d bytes", stage.ErrMalformed, maxRewriteArrow)
 	}
 	f, err := ipcguard.OpenFile(data, 256<<20)
 	if err != nil {
-		return fmt.Errorf("%w: %v", engine.ErrMalformed, err)
+		return fmt.Errorf("%w: %v", stage.ErrMalformed, err)
 	}
 	defer f.Close()
 	if err := schema(f.Schema()); err != nil {
@@ -73,7 +73,7 @@ func eachBatch(ctx context.Context, in io.Reader, schema func(*arrow.Schema) err
 		}
 		var rec arrow.RecordBatch
 		if err := ipcguard.Under(func() (err error) { rec, err = f.RecordBatchAt(i); return err }); err != nil {
-			return fmt.Errorf("%w: batch %d: %v", engine.ErrMalformed, i, err)
+			return fmt.Errorf("%w: batch %d: %v", stage.ErrMalformed, i, err)
 		}
 		err := batch(i, rec)
 		rec.Release()

@@ -14,24 +14,24 @@ import (
 	"github.com/apache/arrow-go/v18/arrow/array"
 	"github.com/apache/arrow-go/v18/arrow/ipc"
 
-	"github.com/plumb-dev/plumb/engine"
 	"github.com/plumb-dev/plumb/flight"
 	"github.com/plumb-dev/plumb/pcap/dnsrec"
 	"github.com/plumb-dev/plumb/pcap/enrich"
 	"github.com/plumb-dev/plumb/rowfilter"
+	"github.com/plumb-dev/plumb/stage"
 )
 
 // RegisterFilter adds filter, whose name lists are files of dbs's
 // directory (the --geoip directory, where an operator keeps reference
 // data).
-func RegisterFilter(reg *engine.Registry, dbs *enrich.Databases) {
-	reg.Add(engine.Factory{
+func RegisterFilter(reg *stage.Registry, dbs *enrich.Databases) {
+	reg.Add(stage.Factory{
 		Name: "filter",
 		Doc: "Keeps the rows of an Arrow table (DNS records, transactions, any) where conditions hold: ?where= a JSON list " +
 			"of conditions as the records ticket takes them ({\"column\": \"qname\", \"op\": \"suffix\", \"value\": \"example.com\"}; ops " +
 			"= != < <= > >= in like suffix regex is_null not_null), and ?names=FILE, a list in the --geoip directory of names " +
 			"(one a line, # comments) whose qname or any name under them matches; ?exclude=true keeps the other rows instead.",
-		New: func(args url.Values) (engine.Builtin, error) {
+		New: func(args url.Values) (stage.Builtin, error) {
 			return newFilter(args, dbs)
 		},
 	})
@@ -41,7 +41,7 @@ func RegisterFilter(reg *engine.Registry, dbs *enrich.Databases) {
 const maxNames = 1 << 20
 
 func newFilter(args url.Values, dbs *enrich.Databases) (*Filter, error) {
-	if err := engine.StrictArgs(args, "where", "names", "exclude"); err != nil {
+	if err := stage.StrictArgs(args, "where", "names", "exclude"); err != nil {
 		return nil, err
 	}
 	f := &Filter{}
@@ -102,8 +102,8 @@ type Filter struct {
 	exclude bool
 }
 
-// Run implements engine.Builtin.
-func (f *Filter) Run(ctx context.Context, in io.Reader, out io.Writer) error {
+// Run implements stage.Builtin.
+func (f *Filter) Run(ctx context.Context, _ stage.Input, in io.Reader, out io.Writer) error {
 	return rewriteArrow(ctx, in, out, func(schema *arrow.Schema) (*arrow.Schema, func(arrow.RecordBatch) (arrow.RecordBatch, error), error) {
 		var qname int
 		if f.names != nil {

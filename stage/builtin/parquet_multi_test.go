@@ -61,7 +61,7 @@ func TestParquetOfSeveralBatches(t *testing.T) {
 		what  string
 		arrow []byte
 	}{{"records", records.Bytes()}, {"transactions", pairs.Bytes()}} {
-		out := stage(t, "parquet", url.Values{}, name, c.arrow)
+		out := runAs(t, "parquet", url.Values{}, name, c.arrow)
 		tbl, _ := readParquet(t, out)
 		if want := arrowRows(t, c.arrow); tbl.NumRows() != want || want == 0 {
 			t.Errorf("%s: %d rows in Parquet, %d in Arrow", c.what, tbl.NumRows(), want)

@@ -9,18 +9,18 @@ import (
 	"net/url"
 	"strconv"
 
-	"github.com/plumb-dev/plumb/engine"
+	"github.com/plumb-dev/plumb/stage"
 )
 
 // registerCPUWork adds cpuwork, a stage of known CPU cost for load tests
 // and benchmarks of the scheduler.
-func registerCPUWork(reg *engine.Registry) {
-	reg.Add(engine.Factory{
+func registerCPUWork(reg *stage.Registry) {
+	reg.Add(stage.Factory{
 		Name: "cpuwork",
 		Doc: "Copies a block through while hashing it ?rounds=N times (default 1); a block whose first byte is 'H' " +
 			"is hashed ?heavy=M times as often (default 1). A stage of real, known CPU cost for load tests.",
-		New: func(args url.Values) (engine.Builtin, error) {
-			if err := engine.StrictArgs(args, "rounds", "heavy"); err != nil {
+		New: func(args url.Values) (stage.Builtin, error) {
+			if err := stage.StrictArgs(args, "rounds", "heavy"); err != nil {
 				return nil, err
 			}
 			w := CPUWork{Rounds: 1, Heavy: 1}
@@ -44,8 +44,8 @@ type CPUWork struct {
 	Rounds, Heavy int
 }
 
-// Run implements engine.Builtin.
-func (w CPUWork) Run(ctx context.Context, in io.Reader, out io.Writer) error {
+// Run implements stage.Builtin.
+func (w CPUWork) Run(ctx context.Context, _ stage.Input, in io.Reader, out io.Writer) error {
 	br := bufio.NewReaderSize(in, 1<<20)
 	rounds := w.Rounds
 	if head, _ := br.Peek(1); len(head) == 1 && head[0] == 'H' {

@@ -14,18 +14,18 @@ import (
 
 	"github.com/gopacket/gopacket"
 
-	"github.com/plumb-dev/plumb/engine"
 	"github.com/plumb-dev/plumb/pcap"
 	"github.com/plumb-dev/plumb/pcap/netpkt"
+	"github.com/plumb-dev/plumb/stage"
 )
 
-func registerFlowHash(reg *engine.Registry) {
-	reg.Add(engine.Factory{
+func registerFlowHash(reg *stage.Registry) {
+	reg.Add(stage.Factory{
 		Name: "flowhash",
 		Doc: "Splits a capture block into ?n=N captures by a symmetric hash of the 5-tuple, so both directions of a " +
 			"connection (and every fragment of a datagram) land in the same one; outputs are named QUEUE.h0 … QUEUE.h{N-1}.",
-		New: func(args url.Values) (engine.Builtin, error) {
-			if err := engine.StrictArgs(args, "n"); err != nil {
+		New: func(args url.Values) (stage.Builtin, error) {
+			if err := stage.StrictArgs(args, "n"); err != nil {
 				return nil, err
 			}
 			n, err := strconv.Atoi(args.Get("n"))
@@ -40,9 +40,9 @@ func registerFlowHash(reg *engine.Registry) {
 // FlowHash splits captures by flow.
 type FlowHash struct{ N int }
 
-// Run implements engine.Builtin; a flow hash needs its outputs by name,
+// Run implements stage.Builtin; a flow hash needs its outputs by name,
 // so only Split is used.
-func (f *FlowHash) Run(ctx context.Context, in io.Reader, out io.Writer) error {
+func (f *FlowHash) Run(ctx context.Context, _ stage.Input, in io.Reader, out io.Writer) error {
 	return errors.New("builtin:flowhash writes several outputs; list them as outputs: [Q.h0, Q.h1, …]")
 }
 
@@ -56,7 +56,7 @@ func outputIndex(q string) (int, bool) {
 	return n, err == nil && n >= 0 && strconv.Itoa(n) == q[i+2:]
 }
 
-// CheckOutputs implements engine.Splitter.
+// CheckOutputs implements stage.Splitter.
 func (f *FlowHash) CheckOutputs(queues []string) error {
 	seen := make([]bool, f.N)
 	for _, q := range queues {
@@ -79,11 +79,11 @@ type fragKey struct {
 	proto    uint8
 }
 
-// Split implements engine.Splitter.
-func (f *FlowHash) Split(ctx context.Context, in io.Reader, outs map[string]io.Writer) error {
+// Split implements stage.Splitter.
+func (f *FlowHash) Split(ctx context.Context, _ stage.Input, in io.Reader, outs map[string]io.Writer) error {
 	r, closer, err := pcap.NewReader(in)
 	if err != nil {
-		return fmt.Errorf("%w: %v", engine.ErrMalformed, err)
+		return fmt.Errorf("%w: %v", stage.ErrMalformed, err)
 	}
 	defer closer.Close()
 	ws := make([]*pcap.Writer, f.N)
@@ -107,7 +107,7 @@ func (f *FlowHash) Split(ctx context.Context, in io.Reader, outs map[string]io.W
 			break
 		}
 		if err != nil {
-			return fmt.Errorf("%w: %v", engine.ErrMalformed, err)
+			return fmt.Errorf("%w: %v", stage.ErrMalformed, err)
 		}
 		out := 0
 		if netpkt.Decode(r.LinkType, data, &p) == nil {
@@ -184,4 +184,4 @@ func endpoint(a netip.Addr, port uint16) (e [18]byte) {
 	return e
 }
 
-var _ engine.Splitter = (*FlowHash)(nil)
+var _ stage.Splitter = (*FlowHash)(nil)

@@ -8,17 +8,17 @@ import (
 	"net/url"
 	"time"
 
-	"github.com/plumb-dev/plumb/engine"
 	"github.com/plumb-dev/plumb/pcap"
+	"github.com/plumb-dev/plumb/stage"
 )
 
 // registerPcapInfo adds pcapinfo, a small summary stage.
-func registerPcapInfo(reg *engine.Registry) {
-	reg.Add(engine.Factory{
+func registerPcapInfo(reg *stage.Registry) {
+	reg.Add(stage.Factory{
 		Name: "pcapinfo",
 		Doc:  "Summarises a capture block (any codec) as YAML: link type, packets, bytes, first and last packet time.",
-		New: func(args url.Values) (engine.Builtin, error) {
-			if err := engine.StrictArgs(args); err != nil {
+		New: func(args url.Values) (stage.Builtin, error) {
+			if err := stage.StrictArgs(args); err != nil {
 				return nil, err
 			}
 			return PcapInfo{}, nil
@@ -29,11 +29,11 @@ func registerPcapInfo(reg *engine.Registry) {
 // PcapInfo summarises a capture.
 type PcapInfo struct{}
 
-// Run implements engine.Builtin.
-func (PcapInfo) Run(ctx context.Context, in io.Reader, out io.Writer) error {
+// Run implements stage.Builtin.
+func (PcapInfo) Run(ctx context.Context, _ stage.Input, in io.Reader, out io.Writer) error {
 	r, closer, err := pcap.NewReader(in)
 	if err != nil {
-		return fmt.Errorf("%w: %v", engine.ErrMalformed, err)
+		return fmt.Errorf("%w: %v", stage.ErrMalformed, err)
 	}
 	defer closer.Close()
 	var (

@@ -19,11 +19,11 @@ import (
 
 	"github.com/plumb-dev/plumb/block"
 	"github.com/plumb-dev/plumb/codecs"
-	"github.com/plumb-dev/plumb/engine"
 	"github.com/plumb-dev/plumb/internal/testenv"
 	"github.com/plumb-dev/plumb/pcap"
 	"github.com/plumb-dev/plumb/pcap/dnsrec"
 	"github.com/plumb-dev/plumb/pcap/netpkt"
+	"github.com/plumb-dev/plumb/stage"
 	"github.com/plumb-dev/plumb/synth"
 )
 
@@ -43,15 +43,15 @@ func dnsCapture(t *testing.T, size int64) []byte {
 	return b.Bytes()
 }
 
-func registry() *engine.Registry {
-	reg := engine.NewRegistry()
+func registry() *stage.Registry {
+	reg := stage.NewRegistry()
 	Register(reg, FindXZ())
 	return reg
 }
 
-func run(t *testing.T, b engine.Builtin, in []byte) ([]byte, error) {
+func run(t *testing.T, b stage.Builtin, in []byte) ([]byte, error) {
 	var out bytes.Buffer
-	err := b.Run(context.Background(), bytes.NewReader(in), &out)
+	err := b.Run(context.Background(), stage.Input{}, bytes.NewReader(in), &out)
 	return out.Bytes(), err
 }
 
@@ -68,7 +68,7 @@ func TestArchiveMatchesXZ6(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if d := b.(engine.Describer).Describe(); !strings.Contains(d, "XZ Utils") {
+	if d := b.(stage.Describer).Describe(); !strings.Contains(d, "XZ Utils") {
 		t.Errorf("describe = %q; want the system xz named", d)
 	}
 	got, err := run(t, b, sz)
@@ -113,7 +113,7 @@ func TestBuiltinsSetCorruptBlocksAside(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if _, err := run(t, b, bad); !errors.Is(err, engine.ErrMalformed) {
+		if _, err := run(t, b, bad); !errors.Is(err, stage.ErrMalformed) {
 			t.Errorf("%s over a corrupt block: %v; want ErrMalformed", name, err)
 		}
 		if _, err := run(t, b, sz); err != nil {
@@ -165,8 +165,8 @@ func TestDNSZstd(t *testing.T) {
 	capture := dnsCapture(t, 4<<20)
 	const name = "20250505-151105-00000007.lax.pcap"
 	for _, program := range []string{"dns", "dnspairs"} {
-		def := stage(t, program, nil, name, capture)
-		small := stage(t, program, url.Values{"zstd": {"small"}}, name, capture)
+		def := runAs(t, program, nil, name, capture)
+		small := runAs(t, program, url.Values{"zstd": {"small"}}, name, capture)
 		if len(small) >= len(def) {
 			t.Errorf("builtin:%s?zstd=small wrote %d bytes, the default %d: want fewer", program, len(small), len(def))
 		}
@@ -193,7 +193,7 @@ func TestDNSWritesArrow(t *testing.T) {
 	}
 	n, _ := block.Parse("20161020-151621-00000042.lax.pcap.sz")
 	var out bytes.Buffer
-	if err := b.Run(engine.WithBlock(context.Background(), n), bytes.NewReader(sz), &out); err != nil {
+	if err := b.Run(context.Background(), stage.Input{Block: n}, bytes.NewReader(sz), &out); err != nil {
 		t.Fatal(err)
 	}
 	f, err := ipc.NewFileReader(bytes.NewReader(out.Bytes()))
@@ -234,11 +234,11 @@ func TestDNSWritesArrow(t *testing.T) {
 	}
 	// Garbage is set aside, not crashed on; an empty capture gives an
 	// empty table.
-	if err := b.Run(context.Background(), strings.NewReader("not a capture at all"), io.Discard); !errors.Is(err, engine.ErrMalformed) {
+	if err := b.Run(context.Background(), stage.Input{}, strings.NewReader("not a capture at all"), io.Discard); !errors.Is(err, stage.ErrMalformed) {
 		t.Errorf("garbage: %v", err)
 	}
 	out.Reset()
-	if err := b.Run(context.Background(), bytes.NewReader(raw[:24]), &out); err != nil {
+	if err := b.Run(context.Background(), stage.Input{}, bytes.NewReader(raw[:24]), &out); err != nil {
 		t.Fatalf("header-only capture: %v", err)
 	}
 	if f, err := ipc.NewFileReader(bytes.NewReader(out.Bytes())); err != nil || f.NumRecords() != 0 {
@@ -254,7 +254,7 @@ func TestFlowHashKeepsFlowsTogether(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	sp := b.(engine.Splitter)
+	sp := b.(stage.Splitter)
 	queues := []string{"pcap.h0", "pcap.h1", "pcap.h2", "pcap.h3"}
 	if err := sp.CheckOutputs(queues); err != nil {
 		t.Fatal(err)
@@ -272,7 +272,7 @@ func TestFlowHashKeepsFlowsTogether(t *testing.T) {
 		for i, q := range queues {
 			outs[q] = &bufs[i]
 		}
-		if err := sp.Split(context.Background(), bytes.NewReader(raw), outs); err != nil {
+		if err := sp.Split(context.Background(), stage.Input{}, bytes.NewReader(raw), outs); err != nil {
 			t.Fatal(err)
 		}
 		total := 0

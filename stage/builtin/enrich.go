@@ -11,30 +11,30 @@ import (
 	"github.com/apache/arrow-go/v18/arrow"
 	"github.com/apache/arrow-go/v18/arrow/ipc"
 
-	"github.com/plumb-dev/plumb/engine"
 	"github.com/plumb-dev/plumb/pcap/dnsrec"
 	"github.com/plumb-dev/plumb/pcap/enrich"
+	"github.com/plumb-dev/plumb/stage"
 )
 
 // RegisterEnrich adds enrich, whose databases are files of dbs's
 // directory (the server's or worker's --geoip): a job names a database,
 // it cannot point the stage at any other file.
-func RegisterEnrich(reg *engine.Registry, dbs *enrich.Databases) {
-	reg.Add(engine.Factory{
+func RegisterEnrich(reg *stage.Registry, dbs *enrich.Databases) {
+	reg.Add(stage.Factory{
 		Name: "enrich",
 		Doc: "Adds who an address belongs to, to Arrow DNS records (src, dst) or transactions (client, server): X_country, " +
 			"X_asn and X_as_org from the MaxMind-format databases ?db=NAME[,NAME] of the --geoip directory (the first that " +
 			"knows a field gives it; a database renamed over its file is used from the next block on, no restart), X_resolver " +
 			"from ?resolvers=shipped (public resolvers' service addresses, dated), none, or a FILE of \"PREFIX NAME\" lines " +
 			"there added to them; and enriched_by, the database versions each row was enriched with.",
-		New: func(args url.Values) (engine.Builtin, error) {
+		New: func(args url.Values) (stage.Builtin, error) {
 			return newEnrich(args, dbs)
 		},
 	})
 }
 
 func newEnrich(args url.Values, dbs *enrich.Databases) (*Enrich, error) {
-	if err := engine.StrictArgs(args, "db", "resolvers"); err != nil {
+	if err := stage.StrictArgs(args, "db", "resolvers"); err != nil {
 		return nil, err
 	}
 	e := &Enrich{dbs: dbs, resolvers: args.Get("resolvers")}
@@ -106,8 +106,8 @@ func (e *Enrich) open() ([]*enrich.DB, *enrich.Resolvers, error) {
 	return dbs, res, nil
 }
 
-// Run implements engine.Builtin.
-func (e *Enrich) Run(ctx context.Context, in io.Reader, out io.Writer) error {
+// Run implements stage.Builtin.
+func (e *Enrich) Run(ctx context.Context, _ stage.Input, in io.Reader, out io.Writer) error {
 	dbs, res, err := e.open()
 	if err != nil {
 		return err

@@ -14,9 +14,9 @@ import (
 	"github.com/apache/arrow-go/v18/arrow/array"
 	"github.com/apache/arrow-go/v18/arrow/ipc"
 
-	"github.com/plumb-dev/plumb/engine"
 	"github.com/plumb-dev/plumb/internal/testenv"
 	"github.com/plumb-dev/plumb/pcap/enrich"
+	"github.com/plumb-dev/plumb/stage"
 )
 
 // geoVersion writes the test databases of one version: the generated
@@ -33,7 +33,7 @@ func geoVersion(t *testing.T, dir string, built time.Time, country string) {
 	})
 }
 
-func enrichRegistry(dir string) *engine.Registry {
+func enrichRegistry(dir string) *stage.Registry {
 	reg := registry()
 	RegisterEnrich(reg, enrich.NewDatabases(dir))
 	return reg
@@ -168,7 +168,7 @@ func TestEnrichDatabaseSwappedUnderLoad(t *testing.T) {
 			defer runs.Done()
 			for range 12 {
 				var out bytes.Buffer
-				if err := e.Run(context.Background(), bytes.NewReader(rows), &out); err != nil {
+				if err := e.Run(context.Background(), stage.Input{}, bytes.NewReader(rows), &out); err != nil {
 					t.Error(err)
 					return
 				}

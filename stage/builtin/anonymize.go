@@ -15,29 +15,29 @@ import (
 	"github.com/apache/arrow-go/v18/arrow/ipc"
 
 	"github.com/plumb-dev/plumb/codecs"
-	"github.com/plumb-dev/plumb/engine"
 	"github.com/plumb-dev/plumb/pcap"
 	"github.com/plumb-dev/plumb/pcap/anon"
+	"github.com/plumb-dev/plumb/stage"
 )
 
 // RegisterAnonymize adds anonymize, whose keys are files in keys (the
 // server's or worker's --anon-keys): a job names a key, it never holds
 // one, and it cannot point the stage at any other file.
-func RegisterAnonymize(reg *engine.Registry, keys string) {
-	reg.Add(engine.Factory{
+func RegisterAnonymize(reg *stage.Registry, keys string) {
+	reg.Add(stage.Factory{
 		Name: "anonymize",
 		Doc: "Rewrites addresses so a capture or DNS records can be shared: ?key=NAME (a 32-byte key in the --anon-keys directory) " +
 			"&method=cryptopan|truncate (prefix-preserving, or &v4=24&v6=48 bits kept) &what=all|clients (clients: not the end on port 53/853) " +
 			"&rdata=true (A/AAAA answers too) &codec=same|none|snappy|xz|gzip|zstd. Captures keep every other byte, " +
 			"packet count and time; checksums are updated. Arrow DNS records get src, dst, ecs_address and the client subnet option rewritten, transactions client and server.",
-		New: func(args url.Values) (engine.Builtin, error) {
+		New: func(args url.Values) (stage.Builtin, error) {
 			return newAnonymize(args, keys)
 		},
 	})
 }
 
 func newAnonymize(args url.Values, keys string) (*Anonymize, error) {
-	if err := engine.StrictArgs(args, "key", "method", "v4", "v6", "what", "rdata", "codec"); err != nil {
+	if err := stage.StrictArgs(args, "key", "method", "v4", "v6", "what", "rdata", "codec"); err != nil {
 		return nil, err
 	}
 	cfg := anon.Config{Method: args.Get("method")}
@@ -129,8 +129,8 @@ func (s *Anonymize) put(a *anon.Anonymizer) {
 // arrowMagic starts an Arrow IPC file.
 var arrowMagic = []byte("ARROW1")
 
-// Run implements engine.Builtin.
-func (s *Anonymize) Run(ctx context.Context, in io.Reader, out io.Writer) error {
+// Run implements stage.Builtin.
+func (s *Anonymize) Run(ctx context.Context, _ stage.Input, in io.Reader, out io.Writer) error {
 	a, err := s.get()
 	if err != nil {
 		return err
@@ -147,7 +147,7 @@ func (s *Anonymize) Run(ctx context.Context, in io.Reader, out io.Writer) error 
 	}
 	r, closer, err := pcap.NewReader(br)
 	if err != nil {
-		return fmt.Errorf("%w: %v", engine.ErrMalformed, err)
+		return fmt.Errorf("%w: %v", stage.ErrMalformed, err)
 	}
 	defer closer.Close()
 	enc, err := codec.NewWriter(out)
@@ -180,7 +180,7 @@ func (s *Anonymize) Run(ctx context.Context, in io.Reader, out io.Writer) error 
 			break
 		}
 		if err != nil {
-			return malformed(fmt.Errorf("%w: %v", engine.ErrMalformed, err))
+			return malformed(fmt.Errorf("%w: %v", stage.ErrMalformed, err))
 		}
 		a.Packet(r.LinkType, data)
 		if err := w.WritePacket(ci, data); err != nil {
@@ -204,4 +204,4 @@ func (s *Anonymize) records(ctx context.Context, a *anon.Anonymizer, in io.Reade
 	}, ipc.WithZstd())
 }
 
-var _ engine.Builtin = (*Anonymize)(nil)
+var _ stage.Builtin = (*Anonymize)(nil)

@@ -8,18 +8,18 @@ import (
 	"net/url"
 	"os"
 
-	"github.com/plumb-dev/plumb/engine"
 	"github.com/plumb-dev/plumb/rssac"
+	"github.com/plumb-dev/plumb/stage"
 )
 
-func registerRSSAC(reg *engine.Registry) {
-	reg.Add(engine.Factory{
+func registerRSSAC(reg *stage.Registry) {
+	reg.Add(stage.Factory{
 		Name: "rssac",
 		Doc: "Computes the RSSAC002 daily metrics (traffic-volume, traffic-sizes, rcode-volume, unique-sources) as YAML " +
 			"from DNS records (dns.arrow) or a capture, for ?service=NAME and the UTC day of the block's event time. " +
 			"As a block stage it counts one block; a window stage over a day's blocks gives the day.",
-		New: func(args url.Values) (engine.Builtin, error) {
-			if err := engine.StrictArgs(args, "service"); err != nil {
+		New: func(args url.Values) (stage.Builtin, error) {
+			if err := stage.StrictArgs(args, "service"); err != nil {
 				return nil, err
 			}
 			if args.Get("service") == "" {
@@ -33,18 +33,18 @@ func registerRSSAC(reg *engine.Registry) {
 // RSSAC computes RSSAC002 metrics.
 type RSSAC struct{ Service string }
 
-// Run implements engine.Builtin. As a window stage it reads the window's
+// Run implements stage.Builtin. As a window stage it reads the window's
 // blocks and counts the window's span; as a block stage, its block's UTC
 // day.
-func (r *RSSAC) Run(ctx context.Context, in io.Reader, out io.Writer) error {
+func (r *RSSAC) Run(ctx context.Context, sin stage.Input, in io.Reader, out io.Writer) error {
 	data, err := io.ReadAll(in)
 	if err != nil {
 		return err
 	}
 	d := rssac.NewDay()
-	win, isWindow, err := engine.ParseWindowInput(data)
+	win, isWindow, err := stage.ParseWindowInput(data)
 	if err != nil {
-		return fmt.Errorf("%w: window input: %v", engine.ErrMalformed, err)
+		return fmt.Errorf("%w: window input: %v", stage.ErrMalformed, err)
 	}
 	if isWindow {
 		span := rssac.Window{From: win.Window.From, To: win.Window.To}
@@ -60,18 +60,18 @@ func (r *RSSAC) Run(ctx context.Context, in io.Reader, out io.Writer) error {
 				return err
 			}
 			if err := d.AddFile(block, span); err != nil {
-				return fmt.Errorf("%w: block %s: %v", engine.ErrMalformed, b.Name, err)
+				return fmt.Errorf("%w: block %s: %v", stage.ErrMalformed, b.Name, err)
 			}
 		}
 		return d.Write(out, r.Service, span.From)
 	}
-	name, ok := engine.BlockOf(ctx)
-	if !ok {
+	name := sin.Block
+	if name.Time.IsZero() {
 		return errors.New("builtin:rssac needs its block's event time to choose the day")
 	}
 	day := rssac.UTCDay(name.Time)
 	if err := d.AddFile(data, day); err != nil {
-		return fmt.Errorf("%w: %v", engine.ErrMalformed, err)
+		return fmt.Errorf("%w: %v", stage.ErrMalformed, err)
 	}
 	return d.Write(out, r.Service, day.From)
 }

@@ -16,8 +16,8 @@ import (
 	"github.com/apache/arrow-go/v18/parquet/compress"
 	"github.com/apache/arrow-go/v18/parquet/pqarrow"
 
-	"github.com/plumb-dev/plumb/engine"
 	"github.com/plumb-dev/plumb/ipcguard"
+	"github.com/plumb-dev/plumb/stage"
 )
 
 // Bounds of one builtin:parquet run: the Arrow block it reads, and the
@@ -31,15 +31,15 @@ const (
 	DefaultRowGroupRows = 1 << 20
 )
 
-func registerParquet(reg *engine.Registry) {
-	reg.Add(engine.Factory{
+func registerParquet(reg *stage.Registry) {
+	reg.Add(stage.Factory{
 		Name: "parquet",
 		Doc: "Writes an Arrow IPC block (DNS records, transactions, any table) as one Parquet file: ZSTD, statistics on, " +
 			"rows sorted by their time column, row groups of ?row_group_rows=1048576. An output queue named *.parquet is " +
 			"stored as a lake under Hive partitions QUEUE/date=YYYY-MM-DD/site=SITE/ that pyarrow, DuckDB, Spark and " +
 			"Trino read in place.",
-		New: func(args url.Values) (engine.Builtin, error) {
-			if err := engine.StrictArgs(args, "row_group_rows"); err != nil {
+		New: func(args url.Values) (stage.Builtin, error) {
+			if err := stage.StrictArgs(args, "row_group_rows"); err != nil {
 				return nil, err
 			}
 			p := &Parquet{RowGroupRows: DefaultRowGroupRows}
@@ -63,14 +63,14 @@ type Parquet struct {
 	MaxMemory int64
 }
 
-// Run implements engine.Builtin.
-func (p *Parquet) Run(ctx context.Context, in io.Reader, out io.Writer) error {
+// Run implements stage.Builtin.
+func (p *Parquet) Run(ctx context.Context, _ stage.Input, in io.Reader, out io.Writer) error {
 	data, err := io.ReadAll(io.LimitReader(in, maxParquetInput+1))
 	if err != nil {
 		return err
 	}
 	if len(data) > maxParquetInput {
-		return fmt.Errorf("%w: an Arrow block over %d bytes; cut the capture into smaller blocks", engine.ErrMalformed, maxParquetInput)
+		return fmt.Errorf("%w: an Arrow block over %d bytes; cut the capture into smaller blocks", stage.ErrMalformed, maxParquetInput)
 	}
 	most := p.MaxMemory
 	if most <= 0 {
@@ -79,7 +79,7 @@ func (p *Parquet) Run(ctx context.Context, in io.Reader, out io.Writer) error {
 	mem := ipcguard.NewBudget(most)
 	f, err := ipcguard.OpenFile(data, most)
 	if err != nil {
-		return fmt.Errorf("%w: %v", engine.ErrMalformed, err)
+		return fmt.Errorf("%w: %v", stage.ErrMalformed, err)
 	}
 	defer f.Close()
 	// The Parquet writer allocates from the same budget, and panics
@@ -87,7 +87,7 @@ func (p *Parquet) Run(ctx context.Context, in io.Reader, out io.Writer) error {
 	err = ipcguard.Under(func() error { return p.write(ctx, f, out, mem) })
 	if errors.Is(err, ipcguard.ErrOverBudget) {
 		return fmt.Errorf("%w: its rows need more than %d bytes of memory to write (%v); cut the capture into smaller blocks",
-			engine.ErrMalformed, most, err)
+			stage.ErrMalformed, most, err)
 	}
 	return err
 }
@@ -114,7 +114,7 @@ func (p *Parquet) write(ctx context.Context, f *ipc.FileReader, out io.Writer, m
 	pqSchema := parquetSchema(schema)
 	w, err := pqarrow.NewFileWriter(pqSchema, out, props, arrowProps)
 	if err != nil {
-		return fmt.Errorf("%w: a Parquet file of schema %s: %v", engine.ErrMalformed, schema, err)
+		return fmt.Errorf("%w: a Parquet file of schema %s: %v", stage.ErrMalformed, schema, err)
 	}
 	defer w.Close()
 
@@ -123,7 +123,7 @@ func (p *Parquet) write(ctx context.Context, f *ipc.FileReader, out io.Writer, m
 			return nil, err
 		}
 		if err := ipcguard.Under(func() (err error) { rec, err = f.RecordBatchAt(i); return err }); err != nil { // ours to release
-			return nil, fmt.Errorf("%w: batch %d: %v", engine.ErrMalformed, i, err)
+			return nil, fmt.Errorf("%w: batch %d: %v", stage.ErrMalformed, i, err)
 		}
 		return rec, nil
 	}
@@ -248,7 +248,7 @@ func sortByTime(ctx context.Context, batches []arrow.RecordBatch, schema *arrow.
 		return nil
 	})
 	if err != nil {
-		return nil, fmt.Errorf("%w: sorting the rows by time: %v", engine.ErrMalformed, err)
+		return nil, fmt.Errorf("%w: sorting the rows by time: %v", stage.ErrMalformed, err)
 	}
 	return rec, nil
 }

@@ -16,11 +16,11 @@ import (
 	"github.com/apache/arrow-go/v18/parquet/pqarrow"
 
 	"github.com/plumb-dev/plumb/block"
-	"github.com/plumb-dev/plumb/engine"
+	"github.com/plumb-dev/plumb/stage"
 )
 
-// stage runs a built-in on in as a run for block name does.
-func stage(t *testing.T, program string, args url.Values, name string, in []byte) []byte {
+// runAs runs a built-in on in as a run for block name does.
+func runAs(t *testing.T, program string, args url.Values, name string, in []byte) []byte {
 	t.Helper()
 	b, err := registry().New(program, args)
 	if err != nil {
@@ -31,7 +31,7 @@ func stage(t *testing.T, program string, args url.Values, name string, in []byte
 		t.Fatal(err)
 	}
 	var out bytes.Buffer
-	if err := b.Run(engine.WithBlock(context.Background(), n), bytes.NewReader(in), &out); err != nil {
+	if err := b.Run(context.Background(), stage.Input{Block: n}, bytes.NewReader(in), &out); err != nil {
 		t.Fatalf("builtin:%s: %v", program, err)
 	}
 	return out.Bytes()
@@ -82,16 +82,16 @@ func arrowRows(t *testing.T, data []byte) int64 {
 func TestParquetKeepsEveryRowInTimeOrder(t *testing.T) {
 	capture := dnsCapture(t, 8<<20)
 	const name = "20250505-151105-00000007.lax.pcap"
-	records := stage(t, "dns", nil, name, capture)
-	pairs := stage(t, "dnspairs", nil, name, capture)
+	records := runAs(t, "dns", nil, name, capture)
+	pairs := runAs(t, "dnspairs", nil, name, capture)
 	// Header and question only: the sections are null lists.
-	lean := stage(t, "dns", url.Values{"sections": {"question"}}, name, capture)
+	lean := runAs(t, "dns", url.Values{"sections": {"question"}}, name, capture)
 	for _, c := range []struct {
 		what  string
 		arrow []byte
 	}{{"records", records}, {"transactions", pairs}, {"records, question only", lean}} {
 		t.Run(c.what, func(t *testing.T) {
-			out := stage(t, "parquet", url.Values{"row_group_rows": {"4096"}}, name, c.arrow)
+			out := runAs(t, "parquet", url.Values{"row_group_rows": {"4096"}}, name, c.arrow)
 			tbl, groups := readParquet(t, out)
 			defer tbl.Release()
 			if want := arrowRows(t, c.arrow); tbl.NumRows() != want || want < 10000 {
@@ -151,18 +151,18 @@ func TestParquetSetsAsideHostileBlocks(t *testing.T) {
 		"not Arrow": []byte(strings.Repeat("garbage ", 100)),
 		"a pcap":    dnsCapture(t, 1<<16),
 		"cut in two": func() []byte {
-			r := stage(t, "dns", nil, "20250505-151105-00000007.lax.pcap", dnsCapture(t, 1<<20))
+			r := runAs(t, "dns", nil, "20250505-151105-00000007.lax.pcap", dnsCapture(t, 1<<20))
 			return r[:len(r)/2]
 		}(),
 	} {
-		if _, err := run(t, b, in); !errors.Is(err, engine.ErrMalformed) {
+		if _, err := run(t, b, in); !errors.Is(err, stage.ErrMalformed) {
 			t.Errorf("%s: %v; want it set aside as malformed", what, err)
 		}
 	}
 	// Rows that take more memory than a run may: set aside, with why.
-	records := stage(t, "dns", nil, "20250505-151105-00000007.lax.pcap", dnsCapture(t, 4<<20))
+	records := runAs(t, "dns", nil, "20250505-151105-00000007.lax.pcap", dnsCapture(t, 4<<20))
 	_, err := run(t, &Parquet{RowGroupRows: DefaultRowGroupRows, MaxMemory: 1 << 20}, records)
-	if !errors.Is(err, engine.ErrMalformed) || !strings.Contains(err.Error(), "more than") {
+	if !errors.Is(err, stage.ErrMalformed) || !strings.Contains(err.Error(), "more than") {
 		t.Errorf("over its memory: %v; want it set aside, saying why", err)
 	}
 }

@@ -12,15 +12,15 @@ import (
 	"strings"
 	"time"
 
-	"github.com/plumb-dev/plumb/engine"
 	"github.com/plumb-dev/plumb/pcap"
 	"github.com/plumb-dev/plumb/pcap/dnsmsg"
 	"github.com/plumb-dev/plumb/pcap/dnspair"
 	"github.com/plumb-dev/plumb/pcap/dnsrec"
+	"github.com/plumb-dev/plumb/stage"
 )
 
-func registerDNS(reg *engine.Registry) {
-	reg.Add(engine.Factory{
+func registerDNS(reg *stage.Registry) {
+	reg.Add(stage.Factory{
 		Name: "dns",
 		Doc: "Finds every DNS message of a capture block (UDP, IP fragments, TCP reassembled) and writes one row each " +
 			"as an Arrow IPC file (ZSTD). ?ports=53,853 chooses the ports (default 53). A site's blocks are read in " +
@@ -29,8 +29,8 @@ func registerDNS(reg *engine.Registry) {
 			"chooses the record sections read: the others are null, and a team that reads header and question pays for no more. " +
 			"?names=all (or none, or qname_raw,labels,tld,registered_domain) chooses the columns derived from qname, the others null. " +
 			"?zstd=fast (or balanced, or small: files 8-31% smaller for 18-93% more CPU, bench/dns) chooses the compression.",
-		New: func(args url.Values) (engine.Builtin, error) {
-			if err := engine.StrictArgs(args, "ports", "budget", "sections", "names", "zstd"); err != nil {
+		New: func(args url.Values) (stage.Builtin, error) {
+			if err := stage.StrictArgs(args, "ports", "budget", "sections", "names", "zstd"); err != nil {
 				return nil, err
 			}
 			ports, err := ParsePorts(args.Get("ports"))
@@ -58,7 +58,7 @@ func registerDNS(reg *engine.Registry) {
 			return d, nil
 		},
 	})
-	reg.Add(engine.Factory{
+	reg.Add(stage.Factory{
 		Name: "dnspairs",
 		Doc: "Pairs each DNS response of a capture with its query (transport, both addresses and ports, id and question) " +
 			"and writes one row per query, answered or not, and one per orphan response, as an Arrow IPC file (ZSTD): " +
@@ -66,8 +66,8 @@ func registerDNS(reg *engine.Registry) {
 			"for its response, across the blocks of its site; at most ?max_pending=262144 wait at once (the oldest is " +
 			"then given up and marked evicted). ?ports=, ?budget= and ?zstd= as builtin:dns: a site's blocks are paired in parallel and " +
 			"what straddles their cuts is joined in sequence.",
-		New: func(args url.Values) (engine.Builtin, error) {
-			if err := engine.StrictArgs(args, "ports", "window", "max_pending", "budget", "zstd"); err != nil {
+		New: func(args url.Values) (stage.Builtin, error) {
+			if err := stage.StrictArgs(args, "ports", "window", "max_pending", "budget", "zstd"); err != nil {
 				return nil, err
 			}
 			ports, err := ParsePorts(args.Get("ports"))
@@ -154,20 +154,20 @@ type DNS struct {
 	Zstd int
 }
 
-// Run implements engine.Builtin: Start and Finish at once.
-func (d *DNS) Run(ctx context.Context, in io.Reader, out io.Writer) error {
-	p, err := d.Start(ctx, in, out)
+// Run implements stage.Builtin: Start and Finish at once.
+func (d *DNS) Run(ctx context.Context, sin stage.Input, in io.Reader, out io.Writer) error {
+	p, err := d.Start(ctx, sin, in, out)
 	if err != nil {
 		return err
 	}
 	defer p.Discard()
-	return p.Finish(ctx, engine.CarryOf(ctx))
+	return p.Finish(ctx, sin)
 }
 
-// Start implements engine.Edged: it reads the block on its own, writes
+// Start implements stage.Edged: it reads the block on its own, writes
 // the rows the block completes alone and keeps its edge for Finish.
-func (d *DNS) Start(ctx context.Context, in io.Reader, out io.Writer) (engine.Part, error) {
-	name, _ := engine.BlockOf(ctx)
+func (d *DNS) Start(ctx context.Context, sin stage.Input, in io.Reader, out io.Writer) (stage.Part, error) {
+	name := sin.Block
 	w, err := dnsrec.NewWriterLevel(out, name.Instance, name.Seq, d.Zstd)
 	if err != nil {
 		return nil, err
@@ -185,7 +185,7 @@ func (d *DNS) Start(ctx context.Context, in io.Reader, out io.Writer) (engine.Pa
 	r, closer, err := pcap.NewReader(in)
 	if err != nil {
 		p.Discard()
-		return nil, fmt.Errorf("%w: %v", engine.ErrMalformed, err)
+		return nil, fmt.Errorf("%w: %v", stage.ErrMalformed, err)
 	}
 	defer closer.Close()
 	x := dnsrec.NewExtractor(r.LinkType, d.Ports, p.emit)
@@ -215,7 +215,7 @@ func readPackets(ctx context.Context, r *pcap.Reader, x *dnsrec.Extractor, faile
 			return nil // a truncated last record is dropped, as everywhere
 		}
 		if err != nil {
-			return fmt.Errorf("%w: %v", engine.ErrMalformed, err)
+			return fmt.Errorf("%w: %v", stage.ErrMalformed, err)
 		}
 		x.Packet(ci.Timestamp, data)
 		if err := failed(); err != nil {
@@ -237,9 +237,10 @@ type dnsPart struct {
 	sections dnsmsg.Sections
 }
 
-// Finish implements engine.Part: the joiner goes on from the carried
+// Finish implements stage.Part: the joiner goes on from the carried
 // state, takes the block's edge, and its rows end the block's file.
-func (p *dnsPart) Finish(ctx context.Context, carry *engine.Carry) error {
+func (p *dnsPart) Finish(ctx context.Context, sin stage.Input) error {
+	carry := sin.Carry
 	if err := ctx.Err(); err != nil {
 		return err
 	}
@@ -259,7 +260,7 @@ func (p *dnsPart) Finish(ctx context.Context, carry *engine.Carry) error {
 	if carry == nil || carry.Final {
 		j.Flush()
 	}
-	countDrops(engine.DropsOf(ctx), p.stats, j.Stats())
+	countDrops(sin.Drops, p.stats, j.Stats())
 	if carry != nil && !carry.Final {
 		out, err := j.SaveState()
 		if err != nil {
@@ -273,21 +274,21 @@ func (p *dnsPart) Finish(ctx context.Context, carry *engine.Carry) error {
 	return p.w.Close()
 }
 
-// Discard implements engine.Part.
+// Discard implements stage.Part.
 func (p *dnsPart) Discard() { p.w.Close() }
 
 // countDrops counts what reading a block and joining its edges let go
 // of to stay within the budget, or gave up on.
-func countDrops(d *engine.Drops, block, join dnsrec.Stats) {
+func countDrops(d *stage.Drops, block, join dnsrec.Stats) {
 	for _, s := range []dnsrec.Stats{block, join} {
-		d.Add(engine.DropEdgeBudget, s.EdgeDropped)
-		d.Add(engine.DropTCPEvicted, int64(s.TCPEvicted))
-		d.Add(engine.DropTCPHoles, int64(s.TCPSkipped))
-		d.Add(engine.DropDefrag, int64(s.DefragDropped))
+		d.Add(stage.DropEdgeBudget, s.EdgeDropped)
+		d.Add(stage.DropTCPEvicted, int64(s.TCPEvicted))
+		d.Add(stage.DropTCPHoles, int64(s.TCPSkipped))
+		d.Add(stage.DropDefrag, int64(s.DefragDropped))
 	}
 }
 
-var _ engine.Edged = (*DNS)(nil)
+var _ stage.Edged = (*DNS)(nil)
 
 // Sequential marks the stage as run per site in sequence order.
 func (d *DNS) Sequential() {}
@@ -317,21 +318,21 @@ func (d *DNSPairs) pairer(emit func(*dnspair.Txn)) *dnspair.Pairer {
 	return p
 }
 
-// Run implements engine.Builtin: Start and Finish at once.
-func (d *DNSPairs) Run(ctx context.Context, in io.Reader, out io.Writer) error {
-	p, err := d.Start(ctx, in, out)
+// Run implements stage.Builtin: Start and Finish at once.
+func (d *DNSPairs) Run(ctx context.Context, sin stage.Input, in io.Reader, out io.Writer) error {
+	p, err := d.Start(ctx, sin, in, out)
 	if err != nil {
 		return err
 	}
 	defer p.Discard()
-	return p.Finish(ctx, engine.CarryOf(ctx))
+	return p.Finish(ctx, sin)
 }
 
-// Start implements engine.Edged: it reads and pairs the block on its
+// Start implements stage.Edged: it reads and pairs the block on its
 // own, writes what the block decides alone and keeps the rest for
 // Finish (see dnspair.Edge).
-func (d *DNSPairs) Start(ctx context.Context, in io.Reader, out io.Writer) (engine.Part, error) {
-	name, _ := engine.BlockOf(ctx)
+func (d *DNSPairs) Start(ctx context.Context, sin stage.Input, in io.Reader, out io.Writer) (stage.Part, error) {
+	name := sin.Block
 	w, err := dnspair.NewWriterLevel(out, name.Instance, name.Seq, d.Zstd)
 	if err != nil {
 		return nil, err
@@ -345,7 +346,7 @@ func (d *DNSPairs) Start(ctx context.Context, in io.Reader, out io.Writer) (engi
 	r, closer, err := pcap.NewReader(in)
 	if err != nil {
 		p.Discard()
-		return nil, fmt.Errorf("%w: %v", engine.ErrMalformed, err)
+		return nil, fmt.Errorf("%w: %v", stage.ErrMalformed, err)
 	}
 	defer closer.Close()
 	pr := d.pairer(p.emit)
@@ -384,10 +385,11 @@ type carried struct {
 	Extractor, Stage []byte
 }
 
-// Finish implements engine.Part: the joiner and the pairer go on from
+// Finish implements stage.Part: the joiner and the pairer go on from
 // the carried state, take the block's edges in packet order, and their
 // transactions end the block's file.
-func (p *pairsPart) Finish(ctx context.Context, carry *engine.Carry) error {
+func (p *pairsPart) Finish(ctx context.Context, sin stage.Input) error {
+	carry := sin.Carry
 	if err := ctx.Err(); err != nil {
 		return err
 	}
@@ -424,8 +426,8 @@ func (p *pairsPart) Finish(ctx context.Context, carry *engine.Carry) error {
 		j.Flush()
 		pr.Flush()
 	}
-	countDrops(engine.DropsOf(ctx), p.stats, j.Stats())
-	engine.DropsOf(ctx).Add(engine.DropPairingInexact, jn.Inexact)
+	countDrops(sin.Drops, p.stats, j.Stats())
+	sin.Drops.Add(stage.DropPairingInexact, jn.Inexact)
 	if carry != nil && !carry.Final {
 		var c carried
 		var err error
@@ -447,13 +449,13 @@ func (p *pairsPart) Finish(ctx context.Context, carry *engine.Carry) error {
 	return p.w.Close()
 }
 
-// Discard implements engine.Part.
+// Discard implements stage.Part.
 func (p *pairsPart) Discard() { p.w.Close() }
 
 // Sequential marks the stage as run per site in sequence order.
 func (d *DNSPairs) Sequential() {}
 
 var (
-	_ engine.Sequential = (*DNSPairs)(nil)
-	_ engine.Edged      = (*DNSPairs)(nil)
+	_ stage.Sequential = (*DNSPairs)(nil)
+	_ stage.Edged      = (*DNSPairs)(nil)
 )

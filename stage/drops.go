@@ -1,0 +1,94 @@
+package stage
+
+import (
+	"fmt"
+	"maps"
+	"sync"
+)
+
+// Drops counts, by reason, what a run let go of to stay within its
+// bounds (a budget, a cap): the stage's stats and metrics add them up,
+// so an operator sees what a bound cost. A nil *Drops counts nothing.
+type Drops struct {
+	mu sync.Mutex
+	m  map[string]int64
+}
+
+// Add counts n more let go of for reason.
+func (d *Drops) Add(reason string, n int64) {
+	if d == nil || n == 0 {
+		return
+	}
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if d.m == nil {
+		d.m = map[string]int64{}
+	}
+	d.m[reason] += n
+}
+
+// Counts returns the counts so far, nil when none.
+func (d *Drops) Counts() map[string]int64 {
+	if d == nil {
+		return nil
+	}
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return maps.Clone(d.m)
+}
+
+// The reasons runs count drops under. Each is a metric label, so a
+// worker's commit naming another is refused (CheckDrops).
+const (
+	DropEdgeBudget     = "edge_budget"     // frames a block's edge let go for the budget
+	DropTCPEvicted     = "tcp_evicted"     // TCP streams let go for room
+	DropTCPHoles       = "tcp_holes"       // holes in TCP streams given up on
+	DropDefrag         = "defrag_dropped"  // datagrams never made whole
+	DropPairingInexact = "pairing_inexact" // pairing decided past the budget
+)
+
+// CheckDrops refuses drop counts a worker sends that no run counts: an
+// unknown reason, or a count below 0.
+func CheckDrops(d map[string]int64) error {
+	for reason, n := range d {
+		switch reason {
+		case DropEdgeBudget, DropTCPEvicted, DropTCPHoles, DropDefrag, DropPairingInexact:
+		default:
+			return fmt.Errorf("dropped: %q is not a reason runs count drops under", reason)
+		}
+		if n < 0 {
+			return fmt.Errorf("dropped: %s is %d, below 0", reason, n)
+		}
+	}
+	return nil
+}
+
+// A Tally counts what a run saw, for metrics exported once the run is
+// committed, so a run retried or lost is counted once or not at all
+// (builtin:dnsmetrics counts DNS messages by site, type and rcode). Its
+// keys are the Tallier's to define and check. A nil *Tally counts
+// nothing.
+type Tally struct{ Drops }
+
+// Add counts n more under key.
+func (t *Tally) Add(key string, n int64) {
+	if t != nil {
+		t.Drops.Add(key, n)
+	}
+}
+
+// Counts returns the counts so far, nil when none.
+func (t *Tally) Counts() map[string]int64 {
+	if t == nil {
+		return nil
+	}
+	return t.Drops.Counts()
+}
+
+// A Tallier takes the tallies of committed runs.
+type Tallier interface {
+	// Check refuses a tally a worker sends that no run makes.
+	Check(map[string]int64) error
+	// Add counts a committed run's tally.
+	Add(map[string]int64)
+}
