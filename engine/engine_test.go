@@ -45,11 +45,11 @@ type rig struct {
 	t *testing.T
 	// register adds a test's own built-ins to the real ones.
 	register func(*stage.Registry)
-	db    *state.DB
-	store blob.Store
-	eng   *engine.Engine
-	dir   string
-	stop  func()
+	db       *state.DB
+	store    blob.Store
+	eng      *engine.Engine
+	dir      string
+	stop     func()
 }
 
 // testSandbox confines the tests' executables as a server does; it fails
