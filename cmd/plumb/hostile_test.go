@@ -13,6 +13,7 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -406,5 +407,54 @@ func TestActionBodiesBounded(t *testing.T) {
 		t.Errorf("the server's peak memory grew by %d MiB from %d MiB; want at most 256\n%s", grew>>20, base>>20, log)
 	} else {
 		t.Logf("the server's peak memory grew by %d MiB from %d MiB", grew>>20, base>>20)
+	}
+}
+
+// TestDamagedBlockOutOfOrder is issue 61's crash: a 22-byte garbage
+// block put as seq 2 before seq 1, through builtin:dns, killed the
+// server within a second, six times before the block went FAULTY as
+// "the server stopped during this run". Now the server stays up, the
+// block is set aside at once with its parse error, and its neighbours
+// get their rows.
+func TestDamagedBlockOutOfOrder(t *testing.T) {
+	capture, err := os.ReadFile("../../testdata/pcaps/dnscap__dns.pcap")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := testenv.FreeAddr(t)
+	p := startPlumb(t, "serve", "--data", t.TempDir(), "--listen", addr, "--log-level", "warn", "--slots", "2")
+	waitListening(t, addr)
+	c := dialPlumb(t, addr)
+	ctx := context.Background()
+	if res, err := c.SubmitJob(ctx, "j.yaml", []byte("job: j\nqueues: [pcap]\nstages:\n  - {name: dns, inputs: [pcap], program: builtin:dns, outputs: [dns.arrow], retention: forever, timeout: 1s}\n")); err != nil || res.State != "accepted" {
+		t.Fatalf("%+v %v", res, err)
+	}
+	garbage := []byte("\x00garbage, not a pcap\xff")
+	for _, b := range []struct {
+		name string
+		data []byte
+	}{
+		{"20161020-151621-00000002.lax.pcap", garbage},
+		{"20161020-151621-00000003.lax.pcap", capture},
+		{"20161020-151621-00000001.lax.pcap", capture},
+	} {
+		if _, err := c.Put(ctx, source(b.name, b.data)); err != nil {
+			t.Fatalf("put %s: %v\n%s", b.name, err, p.log)
+		}
+	}
+	waitFor(t, "the rows of seq 1 and 3, and seq 2 set aside", func() bool {
+		bs, err := c.Blocks(ctx, "dns.arrow")
+		fb, ferr := c.Faulty(ctx, "pcap")
+		return err == nil && ferr == nil && len(bs) == 2 && len(fb) == 1
+	})
+	if p.cmd.ProcessState != nil || p.cmd.Process.Signal(syscall.Signal(0)) != nil {
+		t.Fatalf("the server is gone:\n%s", p.log)
+	}
+	fb, _ := c.Faulty(ctx, "pcap")
+	if !strings.Contains(fb[0].Block, "00000002") || fb[0].Attempts != 1 || !strings.Contains(fb[0].Error, "malformed") || strings.Contains(fb[0].Error, "server stopped") {
+		t.Errorf("faulty: %+v; want seq 2, one attempt, its parse error", fb[0])
+	}
+	if strings.Contains(p.log.String(), "panic") {
+		t.Errorf("the server's log has a panic:\n%s", p.log)
 	}
 }
