@@ -33,7 +33,8 @@ FUZZ_TARGETS := \
 	./pcap/filter:FuzzCompile:100000x \
 	./pcap/enrich:FuzzDatabase:30000x \
 	./pcap/dnstap:FuzzDecode:200000x \
-	./state:FuzzBlockRecord:100000x
+	./state:FuzzBlockRecord:100000x \
+	./engine:FuzzStageArrivals:300x
 
 .PHONY: build test test-go test-state-postgres chaos test-python fuzz-short bench bench-scale bench-windows demo lint clean image kube
 

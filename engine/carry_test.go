@@ -43,7 +43,7 @@ func eachBatch(t *testing.T, data []byte, fn func(rec arrow.RecordBatch, col fun
 }
 
 // captureFrames reads the frames of captures in testdata/pcaps, in order.
-func captureFrames(t *testing.T, names ...string) (link layers.LinkType, cis []gopacket.CaptureInfo, frames [][]byte) {
+func captureFrames(t testing.TB, names ...string) (link layers.LinkType, cis []gopacket.CaptureInfo, frames [][]byte) {
 	t.Helper()
 	for _, name := range names {
 		f, err := os.Open("../testdata/pcaps/" + name)

@@ -24,7 +24,7 @@ import (
 // siteBlocks cuts real captures (TCP split across the cuts, IP
 // fragments) into n blocks of one site, and returns them with the rows
 // the uncut capture gives, sorted.
-func siteBlocks(t *testing.T, n int) (blocks [][]byte, want []string) {
+func siteBlocks(t testing.TB, n int) (blocks [][]byte, want []string) {
 	t.Helper()
 	link, cis, frames := captureFrames(t, "dnscap__dnsotcp-manyopkts.pcap", "dnscap__frags.pcap", "dnscap__dns.pcap")
 	x := dnsrec.NewExtractor(link, nil, func(r *dnsrec.Record) {
