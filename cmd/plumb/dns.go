@@ -3,7 +3,6 @@ package main
 import (
 	"bufio"
 	"context"
-	"errors"
 	"flag"
 	"fmt"
 	"io"
@@ -15,12 +14,11 @@ import (
 	"github.com/apache/arrow-go/v18/arrow/array"
 	"github.com/apache/arrow-go/v18/arrow/ipc"
 
-	"github.com/plumb-dev/plumb/pcap"
+	"github.com/plumb-dev/plumb/block"
 	"github.com/plumb-dev/plumb/pcap/dnsmsg"
 	"github.com/plumb-dev/plumb/pcap/dnspair"
 	"github.com/plumb-dev/plumb/pcap/dnsrec"
 	"github.com/plumb-dev/plumb/pcap/dnstap"
-	"github.com/plumb-dev/plumb/pcap/filter"
 	"github.com/plumb-dev/plumb/stage"
 	"github.com/plumb-dev/plumb/stage/builtin"
 )
@@ -84,14 +82,9 @@ func dnsCommand() command {
 			// A Frame Streams file of dnstap reads as its capture.
 			in = dnstap.OpenCapture(in)
 			defer in.Close()
-			r, closer, err := pcap.NewReader(in)
-			if err != nil {
-				return fmt.Errorf("%s: %w", files[0], err)
-			}
-			defer closer.Close()
-			// Without -o only the counts are wanted: no Arrow file is built
-			// (it used to be built and compressed into io.Discard). Parquet
-			// and JSON lines are made from the Arrow file once it is whole.
+			// Parquet and JSON lines are made from the Arrow file once it
+			// is whole.
+			var w io.Writer = io.Discard
 			var of *os.File
 			if *out != "" {
 				if form == "arrow" && *out != "-" {
@@ -106,85 +99,37 @@ func dnsCommand() command {
 					return err
 				}
 				defer of.Close()
+				w = of
 			}
-			var (
-				werr   error
-				emit   func(*dnsrec.Record)
-				closeW = func() error { return nil }
-				pairer *dnspair.Pairer
-			)
+			// The very built-in a pipeline runs, on one block of its own.
+			var b stage.Edged = &builtin.DNS{Ports: ports, Skip: dnsmsg.AllSections &^ sections, SkipNames: dnsrec.AllNames &^ names, Zstd: level, Filter: *filterExpr}
 			if *pairs {
-				var w *dnspair.Writer
-				if *out != "" {
-					if w, err = dnspair.NewWriterLevel(of, *instance, *seq, level); err != nil {
-						return err
-					}
-					defer w.Close()
-					closeW = w.Close
-				}
-				pairer = dnspair.New(func(t *dnspair.Txn) {
-					if w != nil && werr == nil {
-						werr = w.Add(t)
-					}
-				})
-				emit = pairer.Add
-			} else {
-				var w *dnsrec.Writer
-				if *out != "" {
-					if w, err = dnsrec.NewWriterLevel(of, *instance, *seq, level); err != nil {
-						return err
-					}
-					w.SetSections(sections)
-					w.SetNames(names)
-					defer w.Close() // ends its writer on early returns
-					closeW = w.Close
-				}
-				emit = func(rec *dnsrec.Record) {
-					if w != nil && werr == nil {
-						werr = w.Add(rec)
-					}
-				}
+				b = &builtin.DNSPairs{Ports: ports, Window: dnspair.DefaultWindow, MaxPending: dnspair.DefaultMaxPending, Zstd: level, Filter: *filterExpr}
 			}
-			var match *filter.Filter
-			if *filterExpr != "" {
-				if match, err = filter.Compile(*filterExpr, r.LinkType); err != nil {
-					return fmt.Errorf("--filter: %w", err)
-				}
-			}
-			x := dnsrec.NewExtractor(r.LinkType, ports, emit)
-			if !*pairs {
-				x.ReadSections(sections) // pairing keeps the answers
-			}
+			bw := bufio.NewWriterSize(w, 1<<20)
+			run := stage.Input{Block: block.Name{Instance: *instance, Seq: *seq}}
 			start := time.Now()
-			for n := 0; ; n++ {
-				if n%65536 == 0 && ctx.Err() != nil {
-					return ctx.Err()
+			// A capture that fails leaves no half-written -o behind.
+			failed := func(err error) error {
+				if of != nil && form == "arrow" && *out != "-" {
+					of.Close()
+					os.Remove(*out)
 				}
-				data, ci, err := r.Next()
-				if err == io.EOF || errors.Is(err, pcap.ErrTruncated) {
-					if err != io.EOF {
-						fmt.Fprintf(os.Stderr, "warning: %s: %v; the last record was dropped\n", files[0], err)
-					}
-					break
-				}
-				if err != nil {
-					return fmt.Errorf("%s: %w", files[0], err)
-				}
-				if match != nil && !match.Match(data) {
-					continue
-				}
-				x.Packet(ci.Timestamp, data)
-				if werr != nil {
-					return werr
-				}
+				return fmt.Errorf("%s: %w", files[0], err)
 			}
-			x.Flush()
-			if pairer != nil {
-				pairer.Flush()
+			part, err := stage.Start(ctx, b, run, in, bw)
+			if err != nil {
+				return failed(err)
 			}
-			werr = errors.Join(werr, closeW())
-			if werr != nil {
-				return werr
+			if err := stage.Finish(ctx, part, run); err != nil {
+				return failed(err)
+			}
+			if err := bw.Flush(); err != nil {
+				return err
+			}
+			read := part.(interface{ Read() builtin.Read }).Read()
+			if read.Truncated != nil {
+				fmt.Fprintf(os.Stderr, "warning: %s: %v; the last record was dropped\n", files[0], read.Truncated)
 			}
 			if of != nil {
 				if err := of.Close(); err != nil {
@@ -196,12 +141,11 @@ func dnsCommand() command {
 					}
 				}
 			}
-			st := x.Stats()
+			st := read.Messages
 			secs := time.Since(start).Seconds()
 			fmt.Fprintf(os.Stderr, "%d packets, %d DNS messages (%d UDP, %d TCP, %d malformed) in %.2fs: %.0f packets/s\n",
 				st.Packets, st.Messages, st.UDP, st.TCP, st.Malformed, secs, float64(st.Packets)/secs)
-			if pairer != nil {
-				ps := pairer.Stats()
+			if ps := read.Pairs; ps != nil {
 				fmt.Fprintf(os.Stderr, "%d transactions: %s\n", ps.Answered+ps.Unanswered+ps.Orphans+ps.Evicted, ps)
 			}
 			return nil

@@ -16,7 +16,11 @@ import (
 	"github.com/apache/arrow-go/v18/parquet/file"
 	"github.com/apache/arrow-go/v18/parquet/pqarrow"
 
+	"github.com/plumb-dev/plumb/block"
 	"github.com/plumb-dev/plumb/internal/testenv"
+	"github.com/plumb-dev/plumb/pcap/dnstap"
+	"github.com/plumb-dev/plumb/stage"
+	"github.com/plumb-dev/plumb/stage/builtin"
 )
 
 // TestDNSCommandOutputs: plumb dns reads a capture from stdin as from a
@@ -135,4 +139,58 @@ func sizeOf(t *testing.T, path string) int64 {
 		t.Fatal(err)
 	}
 	return fi.Size()
+}
+
+// TestDNSCommandIsTheBuiltin: plumb dns and plumb dns --pairs write, on
+// every capture in testdata, the very bytes builtin:dns and
+// builtin:dnspairs write for the same capture as one block of a
+// pipeline, and fail where they fail: the command runs the built-in,
+// not a second extraction loop that could drift from it.
+func TestDNSCommandIsTheBuiltin(t *testing.T) {
+	captures, _ := filepath.Glob("../../testdata/pcaps/*.pcap*")
+	if len(captures) < 50 {
+		t.Fatalf("%d captures in testdata", len(captures))
+	}
+	reg := stage.NewRegistry()
+	builtin.Register(reg, builtin.FindXZ())
+	dir := t.TempDir()
+	for _, capture := range captures {
+		for _, mode := range []string{"dns", "dnspairs"} {
+			b, err := reg.New(mode, nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			f, err := os.Open(capture)
+			if err != nil {
+				t.Fatal(err)
+			}
+			var want bytes.Buffer
+			in := stage.Input{Block: block.Name{Instance: "lax", Seq: 7}}
+			berr := stage.Run(context.Background(), b, in, dnstap.OpenCapture(f), &want)
+			f.Close()
+			out := filepath.Join(dir, mode+".arrow")
+			args := []string{"dns", "--instance", "lax", "--seq", "7", "-o", out, capture}
+			if mode == "dnspairs" {
+				args = slices.Insert(args, 1, "--pairs")
+			}
+			_, errOut, code := plumbExec(t, args...)
+			if berr != nil {
+				if code == 0 {
+					t.Errorf("%s: builtin:%s fails (%v), plumb %v does not", filepath.Base(capture), mode, berr, args)
+				}
+				continue
+			}
+			if code != 0 {
+				t.Errorf("%s: plumb %v: exit %d: %s", filepath.Base(capture), args, code, errOut)
+				continue
+			}
+			got, err := os.ReadFile(out)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !bytes.Equal(got, want.Bytes()) {
+				t.Errorf("%s: plumb %v wrote %d bytes, builtin:%s %d: not the same records", filepath.Base(capture), args[:len(args)-1], len(got), mode, want.Len())
+			}
+		}
+	}
 }

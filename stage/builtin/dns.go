@@ -12,10 +12,13 @@ import (
 	"strings"
 	"time"
 
+	"github.com/gopacket/gopacket/layers"
+
 	"github.com/plumb-dev/plumb/pcap"
 	"github.com/plumb-dev/plumb/pcap/dnsmsg"
 	"github.com/plumb-dev/plumb/pcap/dnspair"
 	"github.com/plumb-dev/plumb/pcap/dnsrec"
+	"github.com/plumb-dev/plumb/pcap/filter"
 	"github.com/plumb-dev/plumb/stage"
 )
 
@@ -152,6 +155,9 @@ type DNS struct {
 	// Zstd is the ZSTD level of the records (dnsrec.RecordsZstdLevel
 	// when zero).
 	Zstd int
+	// Filter, when set, is a capture filter (tcpdump's syntax, as plumb
+	// agent --filter) choosing the frames read: plumb dns --filter.
+	Filter string
 }
 
 // Run implements stage.Builtin: Start and Finish at once.
@@ -188,10 +194,15 @@ func (d *DNS) Start(ctx context.Context, sin stage.Input, in io.Reader, out io.W
 		return nil, fmt.Errorf("%w: %v", stage.ErrMalformed, err)
 	}
 	defer closer.Close()
+	match, err := compileFilter(d.Filter, r.LinkType)
+	if err != nil {
+		p.Discard()
+		return nil, err
+	}
 	x := dnsrec.NewExtractor(r.LinkType, d.Ports, p.emit)
 	x.ReadSections(sections)
 	x.SplitEdges(d.Budget)
-	if err := readPackets(ctx, r, x, func() error { return werr }); err != nil {
+	if p.truncated, err = readPackets(ctx, r, x, match, func() error { return werr }); err != nil {
 		p.Discard()
 		return nil, err
 	}
@@ -204,24 +215,77 @@ func (d *DNS) Start(ctx context.Context, sin stage.Input, in io.Reader, out io.W
 	return p, nil
 }
 
-// readPackets feeds a capture's packets to an extractor.
-func readPackets(ctx context.Context, r *pcap.Reader, x *dnsrec.Extractor, failed func() error) error {
+// compileFilter compiles a capture filter for a capture's link type;
+// nil when there is none.
+func compileFilter(expr string, link layers.LinkType) (*filter.Filter, error) {
+	if expr == "" {
+		return nil, nil
+	}
+	f, err := filter.Compile(expr, link)
+	if err != nil {
+		return nil, fmt.Errorf("filter %q: %w", expr, err)
+	}
+	return f, nil
+}
+
+// readPackets feeds a capture's packets, those match takes when there
+// is one, to an extractor. A truncated last record is dropped, as
+// everywhere, and returned as truncated.
+func readPackets(ctx context.Context, r *pcap.Reader, x *dnsrec.Extractor, match *filter.Filter, failed func() error) (truncated error, err error) {
 	for n := 0; ; n++ {
 		if n%8192 == 0 && ctx.Err() != nil {
-			return ctx.Err()
+			return nil, ctx.Err()
 		}
 		data, ci, err := r.Next()
-		if err == io.EOF || errors.Is(err, pcap.ErrTruncated) {
-			return nil // a truncated last record is dropped, as everywhere
+		if err == io.EOF {
+			return nil, nil
+		}
+		if errors.Is(err, pcap.ErrTruncated) {
+			return err, nil
 		}
 		if err != nil {
-			return fmt.Errorf("%w: %v", stage.ErrMalformed, err)
+			return nil, fmt.Errorf("%w: %v", stage.ErrMalformed, err)
+		}
+		if match != nil && !match.Match(data) {
+			continue
 		}
 		x.Packet(ci.Timestamp, data)
 		if err := failed(); err != nil {
-			return err
+			return nil, err
 		}
 	}
+}
+
+// Read is what a run of builtin:dns or builtin:dnspairs read, for a
+// command's summary (plumb dns): its part says once it has finished.
+type Read struct {
+	// Messages counts the frames and DNS messages of the block and of
+	// its edges' join.
+	Messages dnsrec.Stats
+	// Pairs is how builtin:dnspairs paired them; nil for builtin:dns.
+	Pairs *dnspair.Stats
+	// Truncated is the error of a truncated last record, which was
+	// dropped; nil when the capture ended whole.
+	Truncated error
+}
+
+// joinedStats adds up what a block read on its own and what its edges'
+// join read: frames once (the join reads the edge's frames again), the
+// messages of both.
+func joinedStats(block, join dnsrec.Stats) dnsrec.Stats {
+	s := block
+	s.Messages += join.Messages
+	s.UDP += join.UDP
+	s.TCP += join.TCP
+	s.Malformed += join.Malformed
+	s.Reassembled += join.Reassembled
+	s.Partial += join.Partial
+	s.EdgeDropped += join.EdgeDropped
+	s.TCPSkipped += join.TCPSkipped
+	s.TCPEvicted += join.TCPEvicted
+	s.TCPLost += join.TCPLost
+	s.DefragDropped += join.DefragDropped
+	return s
 }
 
 // dnsPart is a block of builtin:dns read on its own: its rows so far in
@@ -232,10 +296,16 @@ type dnsPart struct {
 	werr     *error
 	edge     *dnsrec.Edge
 	stats    dnsrec.Stats // the block's own reading
+	joined   dnsrec.Stats // and its edges', once finished
 	ports    []uint16
 	budget   int
 	sections dnsmsg.Sections
+	// truncated is why the capture's last record was dropped, if it was.
+	truncated error
 }
+
+// Read says what the finished run read.
+func (p *dnsPart) Read() Read { return Read{Messages: p.joined, Truncated: p.truncated} }
 
 // Finish implements stage.Part: the joiner goes on from the carried
 // state, takes the block's edge, and its rows end the block's file.
@@ -261,6 +331,7 @@ func (p *dnsPart) Finish(ctx context.Context, sin stage.Input) error {
 		j.Flush()
 	}
 	countDrops(sin.Drops, p.stats, j.Stats())
+	p.joined = joinedStats(p.stats, j.Stats())
 	if carry != nil && !carry.Final {
 		out, err := j.SaveState()
 		if err != nil {
@@ -303,6 +374,8 @@ type DNSPairs struct {
 	Budget int
 	// Zstd is the ZSTD level of the transactions, as DNS.Zstd.
 	Zstd int
+	// Filter chooses the frames read, as DNS.Filter.
+	Filter string
 }
 
 func (d *DNSPairs) budget() int {
@@ -349,17 +422,22 @@ func (d *DNSPairs) Start(ctx context.Context, sin stage.Input, in io.Reader, out
 		return nil, fmt.Errorf("%w: %v", stage.ErrMalformed, err)
 	}
 	defer closer.Close()
+	match, err := compileFilter(d.Filter, r.LinkType)
+	if err != nil {
+		p.Discard()
+		return nil, err
+	}
 	pr := d.pairer(p.emit)
 	pr.Split(d.budget())
 	var x *dnsrec.Extractor
 	x = dnsrec.NewExtractor(r.LinkType, d.Ports, func(rec *dnsrec.Record) { pr.AddAt(rec, int(x.Packets()-1)) })
 	x.SplitEdges(d.budget())
 	x.OnEdge(pr.Taint)
-	if err := readPackets(ctx, r, x, func() error { return p.werr }); err != nil {
+	if p.truncated, err = readPackets(ctx, r, x, match, func() error { return p.werr }); err != nil {
 		p.Discard()
 		return nil, err
 	}
-	p.edge, p.pairs, p.stats = x.Edge(), pr.Edge(), x.Stats()
+	p.edge, p.pairs, p.stats, p.paired = x.Edge(), pr.Edge(), x.Stats(), pr.Stats()
 	if err := errors.Join(p.werr, w.Suspend()); err != nil {
 		p.Discard()
 		return nil, err
@@ -377,6 +455,17 @@ type pairsPart struct {
 	edge  *dnsrec.Edge
 	pairs *dnspair.Edge
 	stats dnsrec.Stats // the block's own reading
+	// paired is how the block paired on its own, and once finished with
+	// its edges' join; joined its messages with the join's.
+	paired    dnspair.Stats
+	joined    dnsrec.Stats
+	truncated error
+}
+
+// Read says what the finished run read and how it paired.
+func (p *pairsPart) Read() Read {
+	paired := p.paired
+	return Read{Messages: p.joined, Pairs: &paired, Truncated: p.truncated}
 }
 
 // carried is the state of builtin:dnspairs between blocks: the joiner's
@@ -428,6 +517,8 @@ func (p *pairsPart) Finish(ctx context.Context, sin stage.Input) error {
 	}
 	countDrops(sin.Drops, p.stats, j.Stats())
 	sin.Drops.Add(stage.DropPairingInexact, jn.Inexact)
+	p.joined = joinedStats(p.stats, j.Stats())
+	p.paired = addPairStats(p.paired, pr.Stats())
 	if carry != nil && !carry.Final {
 		var c carried
 		var err error
@@ -459,3 +550,15 @@ var (
 	_ stage.Sequential = (*DNSPairs)(nil)
 	_ stage.Edged      = (*DNSPairs)(nil)
 )
+
+// addPairStats adds up how a block paired on its own and how its edges'
+// join did.
+func addPairStats(a, b dnspair.Stats) dnspair.Stats {
+	a.Answered += b.Answered
+	a.Unanswered += b.Unanswered
+	a.Orphans += b.Orphans
+	a.Evicted += b.Evicted
+	a.Retransmissions += b.Retransmissions
+	a.Unpairable += b.Unpairable
+	return a
+}
