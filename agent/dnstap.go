@@ -1,13 +1,16 @@
 package agent
 
 import (
+	"bufio"
 	"context"
+	"encoding/binary"
 	"errors"
 	"io"
 	"log/slog"
 	"net"
 	"os"
 	"sync"
+	"syscall"
 	"time"
 
 	framestream "github.com/farsightsec/golang-framestream"
@@ -16,36 +19,97 @@ import (
 	"github.com/plumb-dev/plumb/pcap/dnstap"
 )
 
+// DnstapConfig says where dnstap comes from and how much of the agent
+// its senders may hold. Anyone who can reach the socket is a sender, so
+// each bound is checked before a descriptor or a byte is spent.
+type DnstapConfig struct {
+	// Network is "unix" (Addr a path) or "tcp" (Addr host:port).
+	Network, Addr string
+	// Settle finishes the block being cut when no frame came for this
+	// long (as a growing file's).
+	Settle time.Duration
+	// MaxConns bounds the senders connected at once; one more is
+	// disconnected at once and counted (DefaultDnstapConns when 0). It
+	// is lowered to a quarter of the open-files limit, which the spool,
+	// the server connection and live capture need too.
+	MaxConns int
+	// IdleTimeout disconnects a sender silent this long after its
+	// handshake (DefaultDnstapIdle when 0); a DNS server reconnects.
+	IdleTimeout time.Duration
+	Log         *slog.Logger
+}
+
+// Defaults of DnstapConfig.
+const (
+	DefaultDnstapConns = 256
+	DefaultDnstapIdle  = 10 * time.Minute
+)
+
+// Timeouts of a dnstap sender: to finish its handshake, and to send a
+// frame's bytes once it has sent their length.
+const (
+	tapHandshakeTimeout = 10 * time.Second
+	tapFrameTimeout     = 30 * time.Second
+)
+
 // DnstapSource takes dnstap from DNS servers that connect to a unix
-// socket (network "unix", addr a path) or a TCP address, as Unbound,
-// BIND, Knot and PowerDNS speak it: Frame Streams with the bidirectional
-// handshake. Its frames become a capture of dnstap.LinkType (each frame
-// a packet at its message's time), cut into blocks like any capture.
-// It listens at once, so a wrong address fails at start and servers can
-// connect before the first block; it runs until stopped. When no frame
-// came for idle, the block being cut is finished (as a growing file's).
-func DnstapSource(network, addr string, idle time.Duration, log *slog.Logger) (Source, error) {
-	if network == "unix" {
-		if fi, err := os.Lstat(addr); err == nil && fi.Mode()&os.ModeSocket != 0 {
-			os.Remove(addr) // a socket a previous run left
+// socket or a TCP address, as Unbound, BIND, Knot and PowerDNS speak it:
+// Frame Streams with the bidirectional handshake. Its frames become a
+// capture of dnstap.LinkType (each frame a packet at its message's
+// time), cut into blocks like any capture. It listens at once, so a
+// wrong address fails at start and servers can connect before the first
+// block; it runs until stopped.
+func DnstapSource(cfg DnstapConfig) (Source, error) {
+	if cfg.Log == nil {
+		cfg.Log = slog.Default()
+	}
+	if cfg.MaxConns <= 0 {
+		cfg.MaxConns = DefaultDnstapConns
+	}
+	if cfg.IdleTimeout <= 0 {
+		cfg.IdleTimeout = DefaultDnstapIdle
+	}
+	cfg.MaxConns = fitOpenFiles(cfg.MaxConns, cfg.Log)
+	if cfg.Network == "unix" {
+		if fi, err := os.Lstat(cfg.Addr); err == nil && fi.Mode()&os.ModeSocket != 0 {
+			os.Remove(cfg.Addr) // a socket a previous run left
 		}
 	}
-	ln, err := net.Listen(network, addr)
+	ln, err := net.Listen(cfg.Network, cfg.Addr)
 	if err != nil {
 		return Source{}, err
 	}
-	if log == nil {
-		log = slog.Default()
-	}
-	return Source{Name: "dnstap:" + addr, Live: true, Open: func() (io.ReadCloser, error) {
-		t := &tapListener{ln: ln, log: log, frames: make(chan []byte, 4096), conns: map[net.Conn]bool{},
-			out: make(chan []byte, 16), stop: make(chan struct{}), held: semaphore.NewWeighted(maxTapHeld)}
+	return Source{Name: "dnstap:" + cfg.Addr, Live: true, Open: func() (io.ReadCloser, error) {
+		ctx, cancel := context.WithCancel(context.Background())
+		t := &tapListener{ln: ln, log: cfg.Log, frames: make(chan []byte, 4096), conns: map[net.Conn]bool{},
+			out: make(chan []byte, 16), stop: make(chan struct{}), held: semaphore.NewWeighted(maxTapHeld),
+			slots: semaphore.NewWeighted(int64(cfg.MaxConns)), maxConns: cfg.MaxConns, idle: cfg.IdleTimeout, ctx: ctx, cancel: cancel}
 		t.wg.Add(1)
 		go t.accept()
 		t.done.Add(1)
 		go t.write()
-		return &tapReader{t: t, idle: idle}, nil
+		return &tapReader{t: t, idle: cfg.Settle}, nil
 	}}, nil
+}
+
+// fitOpenFiles lowers the senders' cap to a quarter of the open-files
+// limit, saying so, and warns when the limit itself is low: a flood of
+// senders must never leave the spool unable to create a block. (Go
+// raises the soft limit to the hard one at start; systemd's default
+// hard limit is 512 Ki, a shell's often 1 Ki or 4 Ki.)
+func fitOpenFiles(maxConns int, log *slog.Logger) int {
+	var lim syscall.Rlimit
+	if err := syscall.Getrlimit(syscall.RLIMIT_NOFILE, &lim); err != nil {
+		return maxConns
+	}
+	if lim.Cur < 4096 {
+		log.Warn("the open-files limit is low for a dnstap listener; raise it (LimitNOFILE= in the unit, ulimit -n)", "limit", lim.Cur)
+	}
+	if budget := int(min(lim.Cur/4, 1<<20)); maxConns > budget {
+		log.Warn("dnstap senders capped at a quarter of the open-files limit", "max_conns", max(budget, 1), "asked", maxConns, "limit", lim.Cur)
+		return max(budget, 1)
+	}
+	return maxConns
 }
 
 // maxTapHeld bounds the frames' bytes between the sockets and the
@@ -62,20 +126,74 @@ type tapListener struct {
 	// held bounds the bytes of frames read and not yet written: a sender
 	// faster than the spool waits (its socket fills, and the server
 	// counts what it drops), rather than the agent's memory growing.
-	held   *semaphore.Weighted
-	wg     sync.WaitGroup // the accept loop and the connections' readers
-	done   sync.WaitGroup // the writer
-	mu     sync.Mutex
-	conns  map[net.Conn]bool
-	closed bool
+	held *semaphore.Weighted
+	// slots bounds the senders connected at once.
+	slots    *semaphore.Weighted
+	maxConns int
+	idle     time.Duration // a connected sender's silence before it is let go
+	ctx      context.Context
+	cancel   context.CancelFunc // ends waits for held bytes, and the accept loop's backoff
+	wg       sync.WaitGroup     // the accept loop and the connections' readers
+	done     sync.WaitGroup     // the writer
+	mu       sync.Mutex
+	conns    map[net.Conn]bool
+	closed   bool
+	// refused counts senders disconnected for the cap, and acceptErrs
+	// failed accepts, since each was last logged at lastLog.
+	refused, acceptErrs int
+	lastLog             time.Time
 }
 
+// noted counts one more refused sender or failed accept and logs the
+// counts at most every 10 seconds, so a flood is seen without flooding
+// the log.
+func (t *tapListener) noted(refused bool, err error) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if refused {
+		t.refused++
+	} else {
+		t.acceptErrs++
+	}
+	if time.Since(t.lastLog) < 10*time.Second {
+		return
+	}
+	t.lastLog = time.Now()
+	if t.refused > 0 {
+		t.log.Warn("dnstap senders disconnected: the listener is at its cap of connections (--dnstap-max-conns)", "refused", t.refused, "max_conns", t.maxConns)
+	}
+	if t.acceptErrs > 0 {
+		t.log.Warn("dnstap: accepting connections failed; the listener retries (out of descriptors? raise the open-files limit)", "failures", t.acceptErrs, "err", err)
+	}
+	t.refused, t.acceptErrs = 0, 0
+}
+
+// accept takes senders until the listener closes. A failed accept
+// (EMFILE when descriptors run out, ECONNABORTED) is waited out with a
+// growing pause, as net/http's Serve does, instead of ending the loop.
 func (t *tapListener) accept() {
 	defer t.wg.Done()
+	var pause time.Duration
 	for {
 		c, err := t.ln.Accept()
 		if err != nil {
-			return // closed
+			if errors.Is(err, net.ErrClosed) || t.ctx.Err() != nil {
+				return
+			}
+			t.noted(false, err)
+			pause = min(max(2*pause, 5*time.Millisecond), time.Second)
+			select {
+			case <-time.After(pause):
+			case <-t.ctx.Done():
+				return
+			}
+			continue
+		}
+		pause = 0
+		if !t.slots.TryAcquire(1) {
+			c.Close()
+			t.noted(true, nil)
+			continue
 		}
 		t.mu.Lock()
 		if t.closed {
@@ -90,36 +208,104 @@ func (t *tapListener) accept() {
 	}
 }
 
-// read reads one server's frames until it stops or the source closes.
+// read reads one server's frames until it stops, goes quiet past the
+// idle timeout, or the source closes. The handshake uses framestream's
+// control frames; the data frames are read here, because framestream's
+// Reader reads each into a buffer sized for the largest frame, which
+// every connection would hold for its life (4,000 idle senders held
+// 1 GB). Here a frame's length is read first, its bytes are taken from
+// the bound on held bytes, and only then allocated.
 func (t *tapListener) read(c net.Conn) {
 	defer t.wg.Done()
+	defer t.slots.Release(1)
 	defer func() {
 		t.mu.Lock()
 		delete(t.conns, c)
 		t.mu.Unlock()
 		c.Close()
 	}()
-	r, err := framestream.NewReader(c, &framestream.ReaderOptions{
-		ContentTypes: [][]byte{[]byte(dnstap.ContentType)}, Bidirectional: true, Timeout: 10 * time.Second})
-	if err != nil {
-		t.log.Warn("a dnstap connection did not complete its handshake", "from", c.RemoteAddr(), "err", err)
+	from := c.RemoteAddr().String()
+	br := bufio.NewReaderSize(c, 4<<10)
+	bw := bufio.NewWriterSize(c, 512)
+	if err := tapHandshake(c, br, bw); err != nil {
+		t.log.Warn("a dnstap connection did not complete its handshake", "from", from, "err", err)
 		return
 	}
-	t.log.Info("dnstap sender connected", "from", c.RemoteAddr().String())
-	buf := make([]byte, dnstap.MaxFrame)
+	t.log.Info("dnstap sender connected", "from", from)
+	var head [4]byte
 	for {
-		n, err := r.ReadFrame(buf)
-		if err != nil {
-			if !errors.Is(err, io.EOF) && !errors.Is(err, net.ErrClosed) {
-				t.log.Warn("dnstap connection ended", "from", c.RemoteAddr(), "err", err)
+		c.SetReadDeadline(time.Now().Add(t.idle))
+		if _, err := io.ReadFull(br, head[:]); err != nil {
+			var ne net.Error
+			switch {
+			case errors.As(err, &ne) && ne.Timeout():
+				t.log.Info("dnstap sender disconnected after its idle timeout; it reconnects when it has frames", "from", from, "idle", t.idle)
+			case !errors.Is(err, io.EOF) && !errors.Is(err, net.ErrClosed):
+				t.log.Warn("dnstap connection ended", "from", from, "err", err)
 			}
 			return
 		}
-		if err := t.held.Acquire(context.Background(), int64(n)); err != nil {
+		n := binary.BigEndian.Uint32(head[:])
+		if n == 0 { // a control frame: STOP ends the stream
+			var cf framestream.ControlFrame
+			c.SetReadDeadline(time.Now().Add(tapFrameTimeout))
+			if err := cf.Decode(br); err != nil {
+				t.log.Warn("dnstap connection sent a bad control frame", "from", from, "err", err)
+				return
+			}
+			if cf.ControlType == framestream.CONTROL_STOP {
+				c.SetWriteDeadline(time.Now().Add(tapHandshakeTimeout))
+				finish := framestream.ControlFinish
+				finish.EncodeFlush(bw)
+				return
+			}
+			continue
+		}
+		if n > dnstap.MaxFrame {
+			t.log.Warn("dnstap connection sent a frame over the bound; disconnected", "from", from, "bytes", n, "max", dnstap.MaxFrame)
 			return
 		}
-		t.frames <- append([]byte(nil), buf[:n]...)
+		if err := t.held.Acquire(t.ctx, int64(n)); err != nil {
+			return
+		}
+		c.SetReadDeadline(time.Now().Add(tapFrameTimeout))
+		frame := make([]byte, n)
+		if _, err := io.ReadFull(br, frame); err != nil {
+			t.held.Release(int64(n))
+			t.log.Warn("dnstap connection ended inside a frame", "from", from, "err", err)
+			return
+		}
+		t.frames <- frame
 	}
+}
+
+// tapHandshake is Frame Streams' bidirectional handshake for dnstap:
+// READY with the content type, ACCEPT, then START.
+func tapHandshake(c net.Conn, br *bufio.Reader, bw *bufio.Writer) error {
+	c.SetDeadline(time.Now().Add(tapHandshakeTimeout))
+	defer c.SetDeadline(time.Time{})
+	types := [][]byte{[]byte(dnstap.ContentType)}
+	var ready framestream.ControlFrame
+	if err := ready.DecodeTypeEscape(br, framestream.CONTROL_READY); err != nil {
+		return err
+	}
+	ct, ok := ready.ChooseContentType(types)
+	if !ok {
+		return framestream.ErrContentTypeMismatch
+	}
+	accept := framestream.ControlAccept
+	accept.SetContentType(ct)
+	if err := accept.EncodeFlush(bw); err != nil {
+		return err
+	}
+	var start framestream.ControlFrame
+	if err := start.DecodeTypeEscape(br, framestream.CONTROL_START); err != nil {
+		return err
+	}
+	if !start.MatchContentType(ct) {
+		return framestream.ErrContentTypeMismatch
+	}
+	return nil
 }
 
 // write writes the frames as a capture, flushed when no frame waits, so
@@ -170,6 +356,7 @@ func (t *tapListener) close() {
 		return
 	}
 	t.closed = true
+	t.cancel()
 	t.ln.Close()
 	for c := range t.conns {
 		c.Close()

@@ -249,6 +249,8 @@ func agentCommand() command {
 			follow := fs.String("follow", "", "a capture `FILE` still being written (tcpdump -w FILE): read it as it grows, like tail -f; runs until stopped")
 			tapSocket := fs.String("dnstap-socket", "", "take dnstap from DNS servers (Unbound, BIND, Knot, PowerDNS) on the unix socket `PATH` (Frame Streams, bidirectional); the blocks are captures of dnstap frames, which builtin:dns reads; runs until stopped")
 			tapListen := fs.String("dnstap-listen", "", "take dnstap from DNS servers that connect to TCP `ADDR` (host:port), as --dnstap-socket")
+			tapConns := fs.Int("dnstap-max-conns", agent.DefaultDnstapConns, "with --dnstap-socket or --dnstap-listen, at most `N` senders connected at once; more are disconnected and counted (lowered to a quarter of the open-files limit)")
+			tapIdle := fs.Duration("dnstap-idle-timeout", agent.DefaultDnstapIdle, "with --dnstap-socket or --dnstap-listen, disconnect a sender silent this long after its handshake (it reconnects)")
 			cfg, srcs, err := a.parse(fs, args, func() bool {
 				return *watch != "" || len(live.Interfaces) > 0 || *follow != "" || *tapSocket != "" || *tapListen != ""
 			})
@@ -278,7 +280,11 @@ func agentCommand() command {
 				if tap[1] == "" {
 					continue
 				}
-				src, err := agent.DnstapSource(tap[0], tap[1], *settle, cfg.Logger)
+				if *tapConns < 1 || *tapIdle <= 0 {
+					return fmt.Errorf("--dnstap-max-conns and --dnstap-idle-timeout: want at least 1 and a positive duration")
+				}
+				src, err := agent.DnstapSource(agent.DnstapConfig{Network: tap[0], Addr: tap[1], Settle: *settle,
+					MaxConns: *tapConns, IdleTimeout: *tapIdle, Log: cfg.Logger})
 				if err != nil {
 					return fmt.Errorf("dnstap: %w", err)
 				}

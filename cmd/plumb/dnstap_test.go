@@ -1,19 +1,26 @@
 package main
 
 import (
+	"bytes"
 	"context"
 	"fmt"
+	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"slices"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
 
+	framestream "github.com/farsightsec/golang-framestream"
+
 	"github.com/plumb-dev/plumb/client"
+	"github.com/plumb-dev/plumb/internal/proc"
 	"github.com/plumb-dev/plumb/internal/testenv"
+	"github.com/plumb-dev/plumb/pcap/dnstap"
 )
 
 // TestDnstapFromKnot: a real DNS server from Debian (Knot, its dnstap
@@ -22,7 +29,7 @@ import (
 // through the server, with dnstap's type and identity, and the blocks'
 // sequence numbers run on without a gap across an agent restart.
 func TestDnstapFromKnot(t *testing.T) {
-	knotd, kdig := testenv.Tool(t, "knotd"), testenv.Tool(t, "kdig")
+	kdig := testenv.Tool(t, "kdig")
 	dir := t.TempDir()
 	data := filepath.Join(dir, "data")
 	addr := servePlumb(t, data)
@@ -41,43 +48,7 @@ func TestDnstapFromKnot(t *testing.T) {
 		"--dnstap-socket", sock, "--settle", "300ms"}
 	agent := startPlumb(t, append(agentArgs, "--new-instance")...)
 
-	// Knot: one zone, dnstap of every query and response to the socket.
-	port := testenv.FreeAddr(t)
-	_, p, _ := strings.Cut(port, ":")
-	os.WriteFile(filepath.Join(dir, "example.com.zone"), []byte("$ORIGIN example.com.\n$TTL 300\n@ SOA ns1 hostmaster 1 3600 600 86400 300\n@ NS ns1\nns1 A 192.0.2.53\n*.q A 192.0.2.80\n"), 0o644)
-	conf := fmt.Sprintf(`server:
-    rundir: %[1]s
-    listen: 127.0.0.1@%[2]s
-database:
-    storage: %[1]s
-log:
-  - target: stderr
-    any: info
-mod-dnstap:
-  - id: tap
-    sink: unix:%[3]s
-    identity: knot-test
-    log-queries: on
-    log-responses: on
-template:
-  - id: default
-    storage: %[1]s
-    global-module: mod-dnstap/tap
-zone:
-  - domain: example.com
-    file: %[1]s/example.com.zone
-`, dir, p, sock)
-	if os.Geteuid() == 0 {
-		conf = strings.Replace(conf, "server:\n", "server:\n    user: root\n", 1)
-	}
-	os.WriteFile(filepath.Join(dir, "knot.conf"), []byte(conf), 0o644)
-	knot := exec.Command(knotd, "-c", filepath.Join(dir, "knot.conf"))
-	knotLog := &procLog{}
-	knot.Stdout, knot.Stderr = knotLog, knotLog
-	if err := knot.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { knot.Process.Kill(); knot.Wait() })
+	p, knotLog := startKnot(t, dir, sock)
 
 	ask := func(name string, tcp bool) error {
 		args := []string{"@127.0.0.1", "-p", p, "+short", "+retry=0", name + ".q.example.com", "A"}
@@ -326,5 +297,160 @@ dnstap:
 	}
 	if len(seen) != want {
 		t.Errorf("%d distinct query and response rows, want %d", len(seen), want)
+	}
+}
+
+// startKnot starts Debian's Knot on a free port with one zone,
+// example.com (*.q answers 192.0.2.80), logging every query and response
+// by dnstap to the unix socket sock, identity knot-test. It returns the
+// port and Knot's log.
+func startKnot(t *testing.T, dir, sock string) (string, *procLog) {
+	t.Helper()
+	knotd := testenv.Tool(t, "knotd")
+	port := testenv.FreeAddr(t)
+	_, p, _ := strings.Cut(port, ":")
+	os.WriteFile(filepath.Join(dir, "example.com.zone"), []byte("$ORIGIN example.com.\n$TTL 300\n@ SOA ns1 hostmaster 1 3600 600 86400 300\n@ NS ns1\nns1 A 192.0.2.53\n*.q A 192.0.2.80\n"), 0o644)
+	conf := fmt.Sprintf(`server:
+    rundir: %[1]s
+    listen: 127.0.0.1@%[2]s
+database:
+    storage: %[1]s
+log:
+  - target: stderr
+    any: info
+mod-dnstap:
+  - id: tap
+    sink: unix:%[3]s
+    identity: knot-test
+    log-queries: on
+    log-responses: on
+template:
+  - id: default
+    storage: %[1]s
+    global-module: mod-dnstap/tap
+zone:
+  - domain: example.com
+    file: %[1]s/example.com.zone
+`, dir, p, sock)
+	if os.Geteuid() == 0 {
+		conf = strings.Replace(conf, "server:\n", "server:\n    user: root\n", 1)
+	}
+	os.WriteFile(filepath.Join(dir, "knot.conf"), []byte(conf), 0o644)
+	knot := exec.Command(knotd, "-c", filepath.Join(dir, "knot.conf"))
+	knotLog := &procLog{}
+	knot.Stdout, knot.Stderr = knotLog, knotLog
+	if err := knot.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { knot.Process.Kill(); knot.Wait() })
+
+	return p, knotLog
+}
+
+// TestDnstapFlood is issue 61's attack on the agent's dnstap socket:
+// 3,000 connections, each sending one 200 KiB frame and staying open,
+// against an agent whose open-files limit is 2,048. It used to hold a
+// 256 KiB buffer per connection for ever (1.69 GB at 4,000), lose its
+// listener to EMFILE, and die when the spool could not create a block.
+// Now the agent stays up within 256 MiB of its resting memory, and a
+// real Knot connecting after the flood has its frames shipped.
+func TestDnstapFlood(t *testing.T) {
+	prlimit, kdig := testenv.Tool(t, "prlimit"), testenv.Tool(t, "kdig")
+	dir := t.TempDir()
+	addr := servePlumb(t, filepath.Join(dir, "data"))
+	c := dialPlumb(t, addr)
+	sock := filepath.Join(dir, "tap.sock")
+	cmd := exec.Command(prlimit, "--nofile=2048:2048", "--", os.Args[0], "agent", "--server", addr, "--site", "ns1", "--queue", "dnstap.sz",
+		"--spool", filepath.Join(dir, "spool"), "--dnstap-socket", sock, "--settle", "300ms", "--new-instance", "--log-level", "warn")
+	cmd.Env = append(os.Environ(), "PLUMB_TEST_AS_PLUMB=1")
+	agentLog := &procLog{}
+	cmd.Stdout, cmd.Stderr = agentLog, agentLog
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { cmd.Process.Kill(); cmd.Wait() })
+	waitFor(t, "the agent's socket", func() bool { _, err := os.Stat(sock); return err == nil })
+	time.Sleep(500 * time.Millisecond)
+	base, err := proc.Status(cmd.Process.Pid, "VmRSS:")
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	frame := bytes.Repeat([]byte{0xAB}, 200<<10)
+	var wg sync.WaitGroup
+	var mu sync.Mutex
+	sent, refused := 0, 0
+	hold := make(chan struct{})
+	for i := range 3000 {
+		wg.Go(func() {
+			conn, err := net.DialTimeout("unix", sock, 30*time.Second)
+			if err != nil {
+				mu.Lock()
+				refused++
+				mu.Unlock()
+				return
+			}
+			defer conn.Close()
+			w, err := framestream.NewWriter(conn, &framestream.WriterOptions{ContentTypes: [][]byte{[]byte(dnstap.ContentType)}, Bidirectional: true, Timeout: 30 * time.Second})
+			if err == nil {
+				conn.SetWriteDeadline(time.Now().Add(30 * time.Second))
+				_, err = w.WriteFrame(frame)
+				if err == nil {
+					err = w.Flush()
+				}
+			}
+			mu.Lock()
+			if err == nil {
+				sent++
+			} else {
+				refused++
+			}
+			mu.Unlock()
+			if err == nil && i%2 == 0 {
+				<-hold // half the senders stay connected through the flood
+			}
+		})
+	}
+	waitFor(t, "the flood's senders", func() bool { mu.Lock(); defer mu.Unlock(); return sent+refused >= 3000-1500 })
+	time.Sleep(2 * time.Second)
+	if cmd.ProcessState != nil || cmd.Process.Signal(syscall.Signal(0)) != nil {
+		t.Fatalf("the agent died in the flood:\n%s", agentLog)
+	}
+	close(hold)
+	wg.Wait()
+	peak, err := proc.Status(cmd.Process.Pid, "VmHWM:")
+	if err != nil {
+		t.Fatalf("the agent is gone: %v\n%s", err, agentLog)
+	}
+	t.Logf("flood: %d senders' frames taken, %d refused or cut; agent RSS %d MiB at rest, peak %d MiB", sent, refused, base>>20, peak>>20)
+	if peak-base > 256<<20 {
+		t.Errorf("the agent's memory rose from %d MiB to %d MiB in the flood, more than 256 MiB", base>>20, peak>>20)
+	}
+	if sent == 0 {
+		t.Error("no sender's frame was taken in the flood")
+	}
+	if !strings.Contains(agentLog.String(), "at its cap of connections") {
+		t.Errorf("the agent's log does not say it refused senders:\n%.2000s", agentLog)
+	}
+
+	// A real server after the flood: its frames are shipped.
+	p, knotLog := startKnot(t, dir, sock)
+	found := func() bool {
+		testenv.Command(t, 30*time.Second, kdig, "@127.0.0.1", "-p", p, "+short", "+retry=0", "after.q.example.com", "A").Run()
+		pkts, _ := fetchInstance(t, c, "dnstap.sz", "ns1")
+		for _, pk := range pkts {
+			if m, err := dnstap.Decode(pk.data); err == nil && m.Identity == "knot-test" {
+				return true
+			}
+		}
+		return false
+	}
+	for deadline := time.Now().Add(2 * time.Minute); !found(); time.Sleep(500 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("Knot's frames did not arrive after the flood; knot: %s\nagent: %.3000s", knotLog, agentLog)
+		}
+	}
+	if cmd.ProcessState != nil || cmd.Process.Signal(syscall.Signal(0)) != nil {
+		t.Fatalf("the agent died:\n%s", agentLog)
 	}
 }
