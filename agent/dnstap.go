@@ -10,12 +10,12 @@ import (
 	"net"
 	"os"
 	"sync"
-	"syscall"
 	"time"
 
 	framestream "github.com/farsightsec/golang-framestream"
 	"golang.org/x/sync/semaphore"
 
+	"github.com/plumb-dev/plumb/internal/fdlimit"
 	"github.com/plumb-dev/plumb/pcap/dnstap"
 )
 
@@ -69,7 +69,7 @@ func DnstapSource(cfg DnstapConfig) (Source, error) {
 	if cfg.IdleTimeout <= 0 {
 		cfg.IdleTimeout = DefaultDnstapIdle
 	}
-	cfg.MaxConns = fitOpenFiles(cfg.MaxConns, cfg.Log)
+	cfg.MaxConns = fdlimit.Fit(cfg.MaxConns, "a dnstap listener", "dnstap_max_conns", cfg.Log)
 	if cfg.Network == "unix" {
 		if fi, err := os.Lstat(cfg.Addr); err == nil && fi.Mode()&os.ModeSocket != 0 {
 			os.Remove(cfg.Addr) // a socket a previous run left
@@ -90,26 +90,6 @@ func DnstapSource(cfg DnstapConfig) (Source, error) {
 		go t.write()
 		return &tapReader{t: t, idle: cfg.Settle}, nil
 	}}, nil
-}
-
-// fitOpenFiles lowers the senders' cap to a quarter of the open-files
-// limit, saying so, and warns when the limit itself is low: a flood of
-// senders must never leave the spool unable to create a block. (Go
-// raises the soft limit to the hard one at start; systemd's default
-// hard limit is 512 Ki, a shell's often 1 Ki or 4 Ki.)
-func fitOpenFiles(maxConns int, log *slog.Logger) int {
-	var lim syscall.Rlimit
-	if err := syscall.Getrlimit(syscall.RLIMIT_NOFILE, &lim); err != nil {
-		return maxConns
-	}
-	if lim.Cur < 4096 {
-		log.Warn("the open-files limit is low for a dnstap listener; raise it (LimitNOFILE= in the unit, ulimit -n)", "limit", lim.Cur)
-	}
-	if budget := int(min(lim.Cur/4, 1<<20)); maxConns > budget {
-		log.Warn("dnstap senders capped at a quarter of the open-files limit", "max_conns", max(budget, 1), "asked", maxConns, "limit", lim.Cur)
-		return max(budget, 1)
-	}
-	return maxConns
 }
 
 // maxTapHeld bounds the frames' bytes between the sockets and the

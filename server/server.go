@@ -18,6 +18,7 @@ import (
 	"time"
 
 	aflight "github.com/apache/arrow-go/v18/arrow/flight"
+	"golang.org/x/net/netutil"
 	"golang.org/x/time/rate"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
@@ -33,6 +34,7 @@ import (
 	"github.com/plumb-dev/plumb/engine"
 	"github.com/plumb-dev/plumb/flight"
 	"github.com/plumb-dev/plumb/fsck"
+	"github.com/plumb-dev/plumb/internal/fdlimit"
 	"github.com/plumb-dev/plumb/laketable"
 	"github.com/plumb-dev/plumb/metakv"
 	"github.com/plumb-dev/plumb/pcap/dnsmetrics"
@@ -55,6 +57,12 @@ type Config struct {
 	Meta string
 	// Listen is the address to serve on; 127.0.0.1:8815 when empty.
 	Listen string
+	// MaxConns bounds the Flight connections served at once
+	// (DefaultMaxConns when 0), lowered to a quarter of the open-files
+	// limit; more wait in the kernel's queue. A connection that sends no
+	// HTTP/2 preface within ten seconds is closed, so idle sockets cannot
+	// hold the slots.
+	MaxConns int
 	// Visibility is how long a block handed to a consumer group stays
 	// reserved without an ack; 60 s when zero.
 	Visibility time.Duration
@@ -372,6 +380,7 @@ func Run(ctx context.Context, cfg Config) (err error) {
 	if err != nil {
 		return fmt.Errorf("listen on %s: %w (is another server running? choose another with --listen)", cfg.Listen, err)
 	}
+	lis = netutil.LimitListener(lis, fdlimit.Fit(cmp.Or(cfg.MaxConns, DefaultMaxConns), "the Flight listener", "max_conns", cfg.Logger))
 	srvCtx, stop := context.WithCancel(ctx)
 	defer stop()
 	// builtin:dnsmetrics's counts, added as runs commit.
@@ -651,6 +660,12 @@ func panicSite() string {
 	}
 }
 
+// DefaultMaxConns is Config.MaxConns when zero.
+const DefaultMaxConns = 1024
+
+// NewGRPCServer makes the Flight service's gRPC server: message and
+// window sizes for blocks, keepalive, a preface deadline, and panic
+// recovery around every call.
 func NewGRPCServer(log *slog.Logger, extra ...grpc.ServerOption) *grpc.Server {
 	recoverErr := func(method string, p any) error {
 		// The last net: each panic is a bug to fix, so one short line says
@@ -670,6 +685,11 @@ func NewGRPCServer(log *slog.Logger, extra ...grpc.ServerOption) *grpc.Server {
 		grpc.InitialConnWindowSize(flight.ConnWindow),
 		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: 10 * time.Second, PermitWithoutStream: true}),
 		grpc.KeepaliveParams(keepalive.ServerParameters{Time: 30 * time.Second, Timeout: 20 * time.Second}),
+		// A socket that never speaks HTTP/2 is let go in 10 s, not the
+		// default 120 s, so idle sockets cannot hold MaxConns; an idle
+		// connection gives its 1 MiB write buffer back.
+		grpc.ConnectionTimeout(10 * time.Second),
+		grpc.SharedWriteBuffer(true),
 		grpc.ChainUnaryInterceptor(func(ctx context.Context, req any, info *grpc.UnaryServerInfo, h grpc.UnaryHandler) (resp any, err error) {
 			defer func() {
 				if p := recover(); p != nil {

@@ -21,9 +21,11 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"golang.org/x/net/netutil"
 
 	"github.com/plumb-dev/plumb/auth"
 	"github.com/plumb-dev/plumb/engine"
+	"github.com/plumb-dev/plumb/internal/fdlimit"
 	"github.com/plumb-dev/plumb/pipeline"
 	"github.com/plumb-dev/plumb/state"
 )
@@ -113,6 +115,11 @@ func (s *Server) Handler() http.Handler {
 	return s.checkHost(open)
 }
 
+// MaxConns bounds the dashboard's and /metrics' connections at once
+// (lowered to a quarter of the open-files limit): browsers and scrapers
+// need a few each; more wait in the kernel's queue.
+const MaxConns = 256
+
 // Serve serves on lis until ctx ends, sampling latency every interval (a
 // minute when zero) for the chart. The samples are kept in the metadata,
 // so the chart goes on across restarts.
@@ -121,7 +128,8 @@ func (s *Server) Serve(ctx context.Context, lis net.Listener, every time.Duratio
 		every = time.Minute
 	}
 	s.load(time.Now().Add(-historyKeep * every))
-	srv := &http.Server{Handler: s.Handler(), ReadHeaderTimeout: 10 * time.Second}
+	srv := &http.Server{Handler: s.Handler(), ReadHeaderTimeout: 10 * time.Second, IdleTimeout: 2 * time.Minute, MaxHeaderBytes: 64 << 10}
+	lis = netutil.LimitListener(lis, fdlimit.Fit(MaxConns, "the dashboard", "max_conns", s.log))
 	var wg sync.WaitGroup
 	defer wg.Wait()
 	wg.Go(func() { s.sample(ctx, every) })

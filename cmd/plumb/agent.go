@@ -19,6 +19,7 @@ import (
 	"github.com/gopacket/gopacket/layers"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"golang.org/x/net/netutil"
 	"gopkg.in/yaml.v3"
 
 	"github.com/plumb-dev/plumb/agent"
@@ -26,6 +27,7 @@ import (
 	"github.com/plumb-dev/plumb/codecs"
 	"github.com/plumb-dev/plumb/pcap/filter"
 	"github.com/plumb-dev/plumb/pipeline"
+	"github.com/plumb-dev/plumb/web"
 )
 
 // agentFlags are shared by agent and import.
@@ -390,7 +392,8 @@ func serveMetrics(ctx context.Context, addr string, reg prometheus.Gatherer, rea
 		}
 		fmt.Fprintln(w, "ready")
 	})
-	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
+	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second, IdleTimeout: 2 * time.Minute, MaxHeaderBytes: 64 << 10}
+	lis = netutil.LimitListener(lis, web.MaxConns)
 	done := make(chan struct{})
 	go func() {
 		defer close(done)

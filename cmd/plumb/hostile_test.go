@@ -7,7 +7,9 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"io"
+	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -456,5 +458,63 @@ func TestDamagedBlockOutOfOrder(t *testing.T) {
 	}
 	if strings.Contains(p.log.String(), "panic") {
 		t.Errorf("the server's log has a panic:\n%s", p.log)
+	}
+}
+
+// TestFlightConnectionsBounded: the Flight listener serves at most
+// --max-conns connections at once, and a socket that never speaks
+// HTTP/2 is closed after 10 s, so sockets opened and left silent hold
+// neither the server's descriptors nor, for long, its slots: a client
+// coming behind them is served.
+func TestFlightConnectionsBounded(t *testing.T) {
+	addr := testenv.FreeAddr(t)
+	p := startPlumb(t, "serve", "--data", t.TempDir(), "--listen", addr, "--log-level", "warn", "--max-conns", "4")
+	waitListening(t, addr)
+	fds := func() int {
+		ents, _ := os.ReadDir(fmt.Sprintf("/proc/%d/fd", p.cmd.Process.Pid))
+		return len(ents)
+	}
+	base := fds()
+	var silent []net.Conn
+	for range 6 {
+		c, err := net.Dial("tcp", addr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer c.Close()
+		silent = append(silent, c)
+	}
+	time.Sleep(500 * time.Millisecond)
+	if n := fds(); n > base+4 {
+		t.Errorf("the server holds %d descriptors with 6 silent sockets open, %d before: more than --max-conns 4 more", n, base)
+	}
+	began := time.Now()
+	c := dialPlumb(t, addr)
+	ctx, cancel := context.WithTimeout(context.Background(), 40*time.Second)
+	defer cancel()
+	// Until the silent sockets are let go, the client's connection waits
+	// in the kernel's queue and its calls fail as unavailable; it retries
+	// as agents and consumers do.
+	for {
+		_, err := c.Blocks(ctx, "pcap")
+		if err == nil || status.Code(err) == codes.NotFound {
+			break
+		}
+		if ctx.Err() != nil || status.Code(err) != codes.Unavailable {
+			t.Fatalf("a client behind the silent sockets: %v after %s\n%s", err, time.Since(began), p.log)
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+	t.Logf("a client behind 6 silent sockets served after %s", time.Since(began).Round(100*time.Millisecond))
+	closed := 0
+	for _, s := range silent[:4] {
+		s.SetReadDeadline(time.Now().Add(15 * time.Second))
+		_, err := io.Copy(io.Discard, s) // the server's SETTINGS, then its close
+		if ne, ok := err.(net.Error); !ok || !ne.Timeout() {
+			closed++
+		}
+	}
+	if closed != 4 {
+		t.Errorf("%d of the 4 silent sockets served were closed by the server; want all, after 10 s", closed)
 	}
 }

@@ -39,6 +39,7 @@ func serveCommand() command {
 			fs.StringVar(&geoip, "geoip", "", "`DIR` of the MaxMind-format databases (and resolver lists) builtin:enrich names (default DATA/geoip); a file renamed over one is used from the next block on")
 			fs.StringVar(&cfg.Store, "store", "", "blob store `URL`: file:///DIR or s3://BUCKET?endpoint=HOST:PORT (credentials from AWS_ACCESS_KEY_ID/AWS_SECRET_ACCESS_KEY); default DATA/blobs")
 			fs.StringVar(&cfg.Listen, "listen", "127.0.0.1:8815", "`ADDR` to serve Arrow Flight on")
+			fs.IntVar(&cfg.MaxConns, "max-conns", server.DefaultMaxConns, "serve at most `N` Flight connections at once (lowered to a quarter of the open-files limit); more wait, and a socket silent for 10 s is closed")
 			fs.DurationVar(&cfg.Visibility, "visibility", 60*time.Second, "how long a block handed to a consumer group stays reserved without an ack")
 			fs.IntVar(&cfg.Engine.Slots, "slots", 0, "stage runs at once (worker slots); 0 means one per CPU")
 			fs.IntVar(&cfg.Engine.Nice, "stage-nice", engine.StageNice, "CPU priority (nice value, up to 19) of stage runs in this server, below serving reads and puts; 0: the server's own")
