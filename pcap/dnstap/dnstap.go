@@ -142,13 +142,27 @@ func Decode(frame []byte) (Message, error) {
 	if m.Type == 0 {
 		return m, fmt.Errorf("%w: a message without a type", ErrMalformed)
 	}
-	if qSec != 0 {
-		m.QueryTime = time.Unix(int64(min(qSec, 1<<40)), int64(min(qNsec, 999999999))).UTC()
+	if m.QueryTime, err = stamp("query", qSec, qNsec); err != nil {
+		return m, err
 	}
-	if rSec != 0 {
-		m.ResponseTime = time.Unix(int64(min(rSec, 1<<40)), int64(min(rNsec, 999999999))).UTC()
+	if m.ResponseTime, err = stamp("response", rSec, rNsec); err != nil {
+		return m, err
 	}
 	return m, nil
+}
+
+// stamp is a message's time from its seconds and nanoseconds, zero when
+// absent. A time a capture cannot hold (pcap keeps 32-bit seconds: 1970
+// to 2106), or nanoseconds past a second, is refused: clamped or
+// wrapped, it dated rows 1738, 1816 or 2106.
+func stamp(what string, sec, nsec uint64) (time.Time, error) {
+	if sec == 0 && nsec == 0 {
+		return time.Time{}, nil
+	}
+	if sec == 0 || sec >= 1<<32 || nsec > 999_999_999 {
+		return time.Time{}, fmt.Errorf("%w: %s time %d s %d ns is outside what a capture holds (1970 to 2106, under a second of nanoseconds)", ErrMalformed, what, sec, nsec)
+	}
+	return time.Unix(int64(sec), int64(nsec)).UTC(), nil
 }
 
 // fields calls fn with each field of a protobuf message: its number,

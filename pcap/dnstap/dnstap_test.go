@@ -63,6 +63,55 @@ func TestDecode(t *testing.T) {
 	}
 }
 
+// TestTimesOutOfRangeRefused: a message time a capture cannot hold
+// (past 2106 in 32-bit seconds, or a second or more of nanoseconds) is
+// refused as malformed instead of wrapped into rows dated 1738 or 2106;
+// a frame so refused goes into a capture at the time it was seen.
+func TestTimesOutOfRangeRefused(t *testing.T) {
+	withTime := func(sec uint64, nsec uint32) []byte {
+		var msg []byte
+		msg = protowire.AppendVarint(protowire.AppendTag(msg, 1, protowire.VarintType), 5)
+		msg = protowire.AppendVarint(protowire.AppendTag(msg, 8, protowire.VarintType), sec)
+		msg = protowire.AppendFixed32(protowire.AppendTag(msg, 9, protowire.Fixed32Type), nsec)
+		msg = protowire.AppendBytes(protowire.AppendTag(msg, 10, protowire.BytesType), []byte("query"))
+		b := protowire.AppendBytes(protowire.AppendTag(nil, 14, protowire.BytesType), msg)
+		return protowire.AppendVarint(protowire.AppendTag(b, 15, protowire.VarintType), 1)
+	}
+	if m, err := Decode(withTime(uint64(at.Unix()), 5)); err != nil || !m.Time().Equal(time.Unix(at.Unix(), 5)) {
+		t.Fatalf("a good time: %v %v", m.Time(), err)
+	}
+	if m, err := Decode(withTime(1<<32-1, 999_999_999)); err != nil || m.Time().Year() != 2106 {
+		t.Fatalf("the last second a capture holds: %v %v", m.Time(), err)
+	}
+	for _, c := range []struct {
+		sec  uint64
+		nsec uint32
+	}{{1 << 32, 0}, {1 << 40, 0}, {1<<64 - 1, 0}, {uint64(at.Unix()), 1_000_000_000}, {0, 7}} {
+		_, err := Decode(withTime(c.sec, c.nsec))
+		if !errors.Is(err, ErrMalformed) || !bytes.Contains([]byte(err.Error()), []byte("outside what a capture holds")) {
+			t.Errorf("time %d s %d ns: %v; want it refused as malformed", c.sec, c.nsec, err)
+		}
+	}
+	var b bytes.Buffer
+	c, err := NewCapture(&b)
+	if err != nil {
+		t.Fatal(err)
+	}
+	seen := time.Date(2026, 12, 7, 3, 0, 0, 0, time.UTC)
+	if err := c.Frame(withTime(1<<40, 0), seen); err != nil {
+		t.Fatal(err)
+	}
+	c.Flush()
+	r, closer, err := pcap.NewReader(&b)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer closer.Close()
+	if _, ci, err := r.Next(); err != nil || !ci.Timestamp.Equal(seen) {
+		t.Errorf("the refused frame is at %v (%v); want the time it was seen, %v", ci.Timestamp, err, seen)
+	}
+}
+
 // TestFrameStreamFileAsCapture: a Frame Streams file of dnstap, as a
 // server's file sink writes it, reads as a capture of LinkType whose
 // packets are its frames at their messages' times; a capture passes
