@@ -24,6 +24,7 @@ import (
 	"github.com/apache/iceberg-go/table"
 
 	"github.com/plumb-dev/plumb/blob"
+	"github.com/plumb-dev/plumb/pcap/anon"
 )
 
 // A lake holds a file per block: with 5-minute blocks, 288 files a site
@@ -257,6 +258,33 @@ func (t *Tables) SetMemory(bytes int64) { t.memory = bytes }
 // SetKeys sets the directory of the keys a table's plumb.privacy-key
 // names: the server's --anon-keys, where builtin:anonymize finds them.
 func (t *Tables) SetKeys(dir string) { t.keys = dir }
+
+// KeyCheck says whether the owners of a lake queue's table may have its
+// rows anonymized under an anonymization key, as builtin:anonymize's
+// users must be granted theirs: the property can be set by anyone who
+// reaches the catalog, and a key used without a grant maps addresses
+// its owner chose to keep apart (a key oracle).
+type KeyCheck func(queue, key string) error
+
+// SetKeyCheck sets the check of each key a table's plumb.privacy-key
+// names, before it is set through Plumb and before every purge; without
+// one (a server without users) any key of the directory is used.
+func (t *Tables) SetKeyCheck(c KeyCheck) { t.keyCheck = c }
+
+// checkKey reads the key a table's policy names, and checks its owners
+// may use it.
+func (t *Tables) checkKey(queue, key string) error {
+	if key == "" {
+		return nil
+	}
+	if t.keyCheck != nil {
+		if err := t.keyCheck(queue, key); err != nil {
+			return err
+		}
+	}
+	_, err := anon.ReadKey(t.keys, key)
+	return err
+}
 
 // rewrite writes the rows of the Parquet files at locs, sorted, as one
 // file at out, the columns named in nulled all null and each batch

@@ -74,6 +74,7 @@ type Tables struct {
 	unkeptAfter   time.Duration       // age from which a compacted file no snapshot holds is deleted
 	memory        int64               // a compaction's or purge's decoded rows at once
 	keys          string              // the directory of the keys a privacy purge may name
+	keyCheck      KeyCheck            // whether a table's owners may name a key; nil: any
 }
 
 // Open opens (creating if needed) the catalog in dir: dir/catalog.db.

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"crypto/sha256"
+	"errors"
 	"net/netip"
 	"os"
 	"path/filepath"
@@ -343,9 +344,30 @@ func TestPrivacyKey(t *testing.T) {
 	if err := os.WriteFile(filepath.Join(keys, "lake"), key, 0o600); err != nil {
 		t.Fatal(err)
 	}
+	// A key the table's owners were not granted is refused when set, and
+	// a table that names it from outside purges nothing with it.
+	granted := false
+	tb.SetKeyCheck(func(queue, key string) error {
+		if queue != "dns.parquet" || key != "lake" {
+			t.Errorf("checked %s %s", queue, key)
+		}
+		if !granted {
+			return errors.New("user bob may not use anonymization key lake")
+		}
+		return nil
+	})
+	if err := tb.SetProperties(ctx, "dns.parquet", set); err == nil || !strings.Contains(err.Error(), "may not use anonymization key lake") {
+		t.Fatalf("a key the owners were not granted: %v; want refused", err)
+	}
+	granted = true
 	if err := tb.SetProperties(ctx, "dns.parquet", set); err != nil {
 		t.Fatal(err)
 	}
+	granted = false // the grant is taken back after the property was set
+	if res, err := tb.Retire(ctx, "dns.parquet", now); err == nil || !strings.Contains(err.Error(), "may not use anonymization key lake") || res.Purged != 0 {
+		t.Fatalf("retirement with a key no longer granted: %+v %v; want nothing purged, the grant named", res, err)
+	}
+	granted = true
 	res, err := tb.Retire(ctx, "dns.parquet", now)
 	if err != nil || res.Purged != 2 || res.Written != 1 {
 		t.Fatalf("retirement: %+v %v", res, err)

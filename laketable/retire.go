@@ -70,10 +70,8 @@ func (t *Tables) SetProperties(ctx context.Context, queue string, props map[stri
 	if err != nil {
 		return fmt.Errorf("table %s: %w", name, err)
 	}
-	if pol.key != "" {
-		if _, err := anon.ReadKey(t.keys, pol.key); err != nil {
-			return fmt.Errorf("table %s: %s: %w", name, PropPrivacyKey, err)
-		}
+	if err := t.checkKey(queue, pol.key); err != nil {
+		return fmt.Errorf("table %s: %s: %w", name, PropPrivacyKey, err)
 	}
 	tbl, err := t.cat.LoadTable(ctx, table.Identifier{Namespace, TableName(queue)})
 	if err != nil {
@@ -169,7 +167,9 @@ func (t *Tables) Retire(ctx context.Context, queue string, now time.Time) (Retir
 	}
 	var purgeErr error
 	if pol.privacyAfter > 0 {
-		if tbl, err = t.purge(ctx, tbl, name, cutoff(now, pol.privacyAfter), pol.key, &res); err != nil {
+		if err := t.checkKey(queue, pol.key); err != nil {
+			purgeErr = fmt.Errorf("table %s: %s %s: %w; nothing is purged until it may be used", res.Table, PropPrivacyKey, pol.key, err)
+		} else if tbl, err = t.purge(ctx, tbl, name, cutoff(now, pol.privacyAfter), pol.key, &res); err != nil {
 			purgeErr = fmt.Errorf("table %s: purging the addresses past its %s: %w", res.Table, PropPrivacyAfter, err)
 		}
 	}

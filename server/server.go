@@ -552,6 +552,7 @@ func Run(ctx context.Context, cfg Config) (err error) {
 				tables.SetMemory(cfg.IcebergMemory)
 			}
 			tables.SetKeys(cfg.AnonKeys)
+			tables.SetKeyCheck(func(queue, key string) error { return ownersMayUseKey(svc.eng.Graph(), authz, queue, key) })
 			icebergDone := make(chan struct{})
 			go func() {
 				defer close(icebergDone)

@@ -5,9 +5,12 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
 	"time"
 
+	"github.com/plumb-dev/plumb/auth"
 	"github.com/plumb-dev/plumb/laketable"
+	"github.com/plumb-dev/plumb/pipeline"
 )
 
 // syncTables keeps the lake queues' Iceberg tables in step with them
@@ -48,4 +51,36 @@ func syncTables(ctx context.Context, tables *laketable.Tables, every, compactEve
 		case <-t.C:
 		}
 	}
+}
+
+// ownersMayUseKey is the lake's check of a table's plumb.privacy-key:
+// every owner of the stage that writes the table's queue must hold a
+// grant of the key under anon_keys, as a job naming it in
+// builtin:anonymize must. Without users (authz nil) any key is used.
+func ownersMayUseKey(g *pipeline.Graph, authz *auth.Authority, queue, key string) error {
+	if authz == nil {
+		return nil
+	}
+	if g == nil {
+		g = &pipeline.Graph{}
+	}
+	var owners []pipeline.Owner
+	for _, n := range g.Stages {
+		if slices.Contains(n.Outputs, queue) {
+			owners = n.Owners
+		}
+	}
+	if len(owners) == 0 {
+		return fmt.Errorf("no stage writes %s, so no owner of the table holds key %s; the table's addresses are purged with a key only while its stage runs", queue, key)
+	}
+	for _, o := range owners {
+		id, err := authz.Identify(o.User, "lake")
+		if err != nil {
+			return fmt.Errorf("the owner of job %s, which writes %s: %w", o.Job, queue, err)
+		}
+		if !authz.MayUseKey(id, key) {
+			return fmt.Errorf("user %s, who owns job %s writing %s, may not use anonymization key %s; an admin grants it under anon_keys in the users file", o.User, o.Job, queue, key)
+		}
+	}
+	return nil
 }
