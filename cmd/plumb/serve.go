@@ -154,7 +154,7 @@ func serveCommand() command {
 			if geoip == "" {
 				geoip = filepath.Join(cfg.Data, "geoip")
 			}
-			refs := enrich.NewDatabases(geoip)
+			refs := enrich.NewDatabases(geoip, cfg.Logger)
 			builtin.RegisterEnrich(cfg.Registry, refs)
 			builtin.RegisterFilter(cfg.Registry, refs)
 			if *metricsAddr != "" || cfg.HTTP != "" {

@@ -53,7 +53,7 @@ func workerCommand() command {
 			reg := stage.NewRegistry()
 			builtin.Register(reg, builtin.FindXZ())
 			builtin.RegisterAnonymize(reg, *anonKeys)
-			refs := enrich.NewDatabases(*geoip)
+			refs := enrich.NewDatabases(*geoip, slog.Default())
 			builtin.RegisterEnrich(reg, refs)
 			builtin.RegisterFilter(reg, refs)
 			runner := &engine.Runner{Registry: reg, Programs: *programs}

@@ -1,6 +1,7 @@
 package enrich
 
 import (
+	"errors"
 	"fmt"
 	"slices"
 
@@ -55,13 +56,36 @@ func Schema(in *arrow.Schema) (*arrow.Schema, []int, error) {
 	return arrow.NewSchema(fields, &md), cols, nil
 }
 
+// MaxBatchAdded bounds the bytes of strings enrichment adds to one
+// batch, checked before each is copied: with each string capped
+// (MaxString) a batch of rows of DNS records adds a few MiB, while a
+// batch of millions of tiny rows from outside could add gigabytes. A
+// block's whole output is bounded on disk by the run's output limit.
+const MaxBatchAdded = 256 << 20
+
+// ErrTooMuch is the error of a batch whose enrichment would pass
+// MaxBatchAdded.
+var ErrTooMuch = errors.New("enrichment would add too much")
+
 // Batch returns rec with the columns Schema adds, for schema and cols as
 // Schema returned them for rec's schema. Unknown fields are null.
-func (e *Enricher) Batch(schema *arrow.Schema, cols []int, rec arrow.RecordBatch) arrow.RecordBatch {
+func (e *Enricher) Batch(schema *arrow.Schema, cols []int, rec arrow.RecordBatch) (arrow.RecordBatch, error) {
 	mem := memory.DefaultAllocator
 	n := int(rec.NumRows())
-	out := slices.Clone(rec.Columns())
+	added := int64(n) * int64(len(e.by))
+	over := func() error {
+		return fmt.Errorf("%w: a batch of %d rows would gain more than %d MiB of names (%s); split the batches or enrich fewer columns", ErrTooMuch, n, MaxBatchAdded>>20, e.by)
+	}
+	if added > MaxBatchAdded {
+		return nil, over()
+	}
 	var release []arrow.Array
+	defer func() {
+		for _, a := range release {
+			a.Release()
+		}
+	}()
+	out := slices.Clone(rec.Columns())
 	for _, c := range cols {
 		addrs := rec.Column(c).(*array.String)
 		country, org, res := array.NewStringBuilder(mem), array.NewStringBuilder(mem), array.NewStringBuilder(mem)
@@ -80,6 +104,12 @@ func (e *Enricher) Batch(schema *arrow.Schema, cols []int, rec arrow.RecordBatch
 			var info Info
 			if addrs.IsValid(i) {
 				info = e.Lookup(addrs.Value(i))
+			}
+			if added += int64(len(info.Country) + len(info.ASOrg) + len(info.Resolver)); added > MaxBatchAdded {
+				for _, b := range []array.Builder{country, org, res, asn} {
+					b.Release()
+				}
+				return nil, over()
 			}
 			str(country, info.Country)
 			if info.ASN != 0 {
@@ -107,9 +137,5 @@ func (e *Enricher) Batch(schema *arrow.Schema, cols []int, rec arrow.RecordBatch
 	by.Release()
 	out = append(out, byArr)
 	release = append(release, byArr)
-	nrec := array.NewRecordBatch(schema, out, int64(n))
-	for _, a := range release {
-		a.Release()
-	}
-	return nrec
+	return array.NewRecordBatch(schema, out, int64(n)), nil
 }

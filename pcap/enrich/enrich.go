@@ -13,11 +13,13 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"net/netip"
 	"os"
 	"strings"
 	"sync"
 	"time"
+	"unicode/utf8"
 
 	"github.com/oschwald/maxminddb-golang/v2"
 	"golang.org/x/sync/singleflight"
@@ -64,7 +66,38 @@ func openBytes(data []byte) (*DB, error) {
 	if err := r.Verify(); err != nil {
 		return nil, fmt.Errorf("a damaged MaxMind database: %w", err)
 	}
-	return &DB{r: r, Type: r.Metadata.DatabaseType, Built: r.Metadata.BuildTime().UTC()}, nil
+	return &DB{r: r, Type: capString(r.Metadata.DatabaseType, maxType), Built: r.Metadata.BuildTime().UTC()}, nil
+}
+
+// Bounds of what a database may add to a row: a row carries each string
+// looked up, and enriched_by names the databases in every row, so a
+// database whose strings run to megabytes (under the decoder's record
+// bound, past every check) made a 400-row block take 2.2 GB.
+const (
+	// MaxString bounds an organisation's or resolver's name: longer ones
+	// are cut at a character's end (real AS names are under 100 bytes).
+	MaxString = 256
+	// maxType bounds a database's type as enriched_by names it.
+	maxType = 64
+)
+
+// capString cuts s to at most max bytes, at the end of a character, in
+// a copy of its own: a slice would keep the whole string alive.
+func capString(s string, max int) string {
+	if len(s) <= max {
+		return s
+	}
+	s = s[:max]
+	for len(s) > 0 && !utf8.ValidString(s) {
+		s = s[:len(s)-1]
+	}
+	return strings.Clone(s)
+}
+
+// isCountry says whether s is an ISO 3166-1 alpha-2 code: a database's
+// country of any other form is not one.
+func isCountry(s string) bool {
+	return len(s) == 2 && 'A' <= s[0] && s[0] <= 'Z' && 'A' <= s[1] && s[1] <= 'Z'
 }
 
 // Version is how rows name the database: its type and build time.
@@ -99,21 +132,34 @@ type Info struct {
 // current when it starts and keeps them to its end.
 type Databases struct {
 	dir     string
+	log     *slog.Logger
 	mu      sync.Mutex
 	m       map[string]*loaded
+	bad     map[string]loaded // a changed file that did not open, and why
 	loading singleflight.Group
 }
 
 type loaded struct {
 	db      *DB
+	err     error // why a version did not open (Databases.bad)
 	size    int64
 	modTime time.Time
 	ino     uint64
 }
 
-// NewDatabases serves the databases in dir.
-func NewDatabases(dir string) *Databases {
-	return &Databases{dir: dir, m: map[string]*loaded{}}
+// same says whether l is the version of a file fi and ino describe.
+func (l loaded) same(fi os.FileInfo, ino uint64) bool {
+	return l.size == fi.Size() && l.modTime.Equal(fi.ModTime()) && l.ino == ino
+}
+
+// NewDatabases serves the databases in dir. A changed database that does
+// not open is logged on log, once per version of its file, and the one
+// before stays in use.
+func NewDatabases(dir string, log *slog.Logger) *Databases {
+	if log == nil {
+		log = slog.Default()
+	}
+	return &Databases{dir: dir, log: log, m: map[string]*loaded{}, bad: map[string]loaded{}}
 }
 
 // Path is where the file name of the directory is, for the reference
@@ -156,10 +202,17 @@ func (d *Databases) Get(name string) (*DB, error) {
 	}
 	ino := inode(fi)
 	d.mu.Lock()
-	old := d.m[name]
+	old, bad := d.m[name], d.bad[name]
 	d.mu.Unlock()
-	if old != nil && old.size == fi.Size() && old.modTime.Equal(fi.ModTime()) && old.ino == ino {
+	if old != nil && old.same(fi, ino) {
 		return old.db, nil
+	}
+	if bad.err != nil && bad.same(fi, ino) {
+		// This version failed before: not read again for every block.
+		if old != nil {
+			return old.db, bad.err
+		}
+		return nil, bad.err
 	}
 	// Read outside the lock (a large database takes seconds, and runs
 	// using the others go on), once however many runs ask at a time.
@@ -175,9 +228,14 @@ func (d *Databases) Get(name string) (*DB, error) {
 	})
 	if err != nil {
 		err = fmt.Errorf("database %s: %v", name, err)
+		d.mu.Lock()
+		d.bad[name] = loaded{err: err, size: fi.Size(), modTime: fi.ModTime(), ino: ino}
+		d.mu.Unlock()
 		if old != nil {
+			d.log.Warn("a changed enrichment database does not open; the version before stays in use until it does", "db", name, "in_use", old.db.Version(), "err", err)
 			return old.db, err
 		}
+		d.log.Warn("an enrichment database does not open", "db", name, "err", err)
 		return nil, err
 	}
 	return v.(*DB), nil
@@ -314,15 +372,16 @@ func (e *Enricher) lookup(a netip.Addr) Info {
 			continue // a damaged record: the fields stay unknown
 		}
 		if info.Country == "" {
-			info.Country = rec.Country.ISOCode
-			if info.Country == "" {
+			if isCountry(rec.Country.ISOCode) {
+				info.Country = rec.Country.ISOCode
+			} else if isCountry(rec.RegisteredCountry.ISOCode) {
 				info.Country = rec.RegisteredCountry.ISOCode
 			}
 		}
 		if info.ASN == 0 && rec.ASN != 0 {
-			info.ASN, info.ASOrg = rec.ASN, rec.ASOrg
+			info.ASN, info.ASOrg = rec.ASN, capString(rec.ASOrg, MaxString)
 		}
 	}
-	info.Resolver = e.resolvers.Lookup(a)
+	info.Resolver = capString(e.resolvers.Lookup(a), MaxString)
 	return info
 }

@@ -1,8 +1,10 @@
 package enrich_test
 
 import (
+	"bytes"
 	"errors"
 	"fmt"
+	"log/slog"
 	"os"
 	"path/filepath"
 	"strings"
@@ -36,7 +38,7 @@ func ExampleEnricher() {
 	testenv.WriteGeoDB(&testing.T{}, filepath.Join(dir, "City.mmdb"), "GeoLite2-City", v1, cityNets)
 	testenv.WriteGeoDB(&testing.T{}, filepath.Join(dir, "ASN.mmdb"), "GeoLite2-ASN", v1, asnNets)
 
-	dbs := enrich.NewDatabases(dir)
+	dbs := enrich.NewDatabases(dir, nil)
 	city, _ := dbs.Get("City.mmdb")
 	asn, _ := dbs.Get("ASN.mmdb")
 	e := enrich.NewEnricher([]*enrich.DB{city, asn}, enrich.ShippedResolvers())
@@ -58,7 +60,7 @@ func TestLookup(t *testing.T) {
 	dir := t.TempDir()
 	testenv.WriteGeoDB(t, filepath.Join(dir, "a.mmdb"), "GeoLite2-City", v1, cityNets)
 	testenv.WriteGeoDB(t, filepath.Join(dir, "b.mmdb"), "GeoIP2-ISP", v1, append([]testenv.GeoNet{{CIDR: "192.0.2.0/24", Country: "FI"}}, asnNets...))
-	dbs := enrich.NewDatabases(dir)
+	dbs := enrich.NewDatabases(dir, nil)
 	a, err := dbs.Get("a.mmdb")
 	if err != nil {
 		t.Fatal(err)
@@ -86,13 +88,15 @@ func TestLookup(t *testing.T) {
 }
 
 // TestReplacedDatabase: a database renamed over its file is read again;
-// one that does not open leaves the version before in use, saying why;
-// a name outside the directory or missing is refused naming it.
+// one that does not open leaves the version before in use, saying why,
+// in the log once for that version of the file; a name outside the
+// directory or missing is refused naming it.
 func TestReplacedDatabase(t *testing.T) {
 	dir := t.TempDir()
 	path := filepath.Join(dir, "City.mmdb")
 	testenv.WriteGeoDB(t, path, "GeoLite2-City", v1, cityNets)
-	dbs := enrich.NewDatabases(dir)
+	var logs bytes.Buffer
+	dbs := enrich.NewDatabases(dir, slog.New(slog.NewTextHandler(&logs, nil)))
 	first, err := dbs.Get("City.mmdb")
 	if err != nil || !first.Built.Equal(v1) {
 		t.Fatalf("%v %v", first, err)
@@ -116,6 +120,12 @@ func TestReplacedDatabase(t *testing.T) {
 	if kept != second || err == nil || !strings.Contains(err.Error(), "database City.mmdb") {
 		t.Fatalf("a damaged replacement: %v, %v; want the version before and an error", kept, err)
 	}
+	if kept, err := dbs.Get("City.mmdb"); kept != second || err == nil {
+		t.Fatalf("the damaged replacement asked again: %v, %v", kept, err)
+	}
+	if n := strings.Count(logs.String(), "does not open"); n != 1 || !strings.Contains(logs.String(), "db=City.mmdb") || !strings.Contains(logs.String(), "in_use=\"GeoLite2-City 2026-12-02") {
+		t.Errorf("the log says %d times that the replacement does not open, want once with the version in use:\n%s", n, logs.String())
+	}
 	for _, name := range []string{"../City.mmdb", ".hidden", ""} {
 		if _, err := dbs.Get(name); err == nil || !strings.Contains(err.Error(), "plain file") {
 			t.Errorf("%q: %v", name, err)
@@ -124,7 +134,7 @@ func TestReplacedDatabase(t *testing.T) {
 	if _, err := dbs.Get("Missing.mmdb"); !errors.Is(err, enrich.ErrNoDatabase) || !strings.Contains(err.Error(), "Missing.mmdb") {
 		t.Errorf("a missing database: %v", err)
 	}
-	if _, err := enrich.NewDatabases(dir).Get("nothing"); !errors.Is(err, enrich.ErrNoDatabase) {
+	if _, err := enrich.NewDatabases(dir, nil).Get("nothing"); !errors.Is(err, enrich.ErrNoDatabase) {
 		t.Errorf("a missing database in a fresh table: %v", err)
 	}
 }

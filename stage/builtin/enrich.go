@@ -119,7 +119,11 @@ func (e *Enrich) Run(ctx context.Context, _ stage.Input, in io.Reader, out io.Wr
 		}
 		en := enrich.NewEnricher(dbs, res)
 		return schema, func(rec arrow.RecordBatch) (arrow.RecordBatch, error) {
-			return en.Batch(schema, cols, rec), nil
+			out, err := en.Batch(schema, cols, rec)
+			if err != nil {
+				return nil, fmt.Errorf("%w: %v", stage.ErrMalformed, err)
+			}
+			return out, nil
 		}, nil
 	}, ipc.WithZstdLevel(dnsrec.RecordsZstdLevel))
 }

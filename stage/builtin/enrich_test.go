@@ -35,7 +35,7 @@ func geoVersion(t *testing.T, dir string, built time.Time, country string) {
 
 func enrichRegistry(dir string) *stage.Registry {
 	reg := registry()
-	RegisterEnrich(reg, enrich.NewDatabases(dir))
+	RegisterEnrich(reg, enrich.NewDatabases(dir, nil))
 	return reg
 }
 

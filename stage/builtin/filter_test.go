@@ -18,7 +18,7 @@ import (
 func TestFilterKeepsTheRowsAsked(t *testing.T) {
 	dir := t.TempDir()
 	reg := registry()
-	RegisterFilter(reg, enrich.NewDatabases(dir))
+	RegisterFilter(reg, enrich.NewDatabases(dir, nil))
 	b, _ := reg.New("dns", nil)
 	rows, err := run(t, b, dnsCapture(t, 1<<20))
 	if err != nil {
