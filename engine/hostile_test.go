@@ -4,12 +4,14 @@ import (
 	"os"
 	"path/filepath"
 	"runtime"
+	"strconv"
 	"strings"
 	"testing"
 
 	"github.com/plumb-dev/plumb/engine"
 	"github.com/plumb-dev/plumb/internal/hostile"
 	"github.com/plumb-dev/plumb/pcap/dnsrec"
+	"golang.org/x/sys/unix"
 )
 
 // dirSize is the bytes of the files under dir.
@@ -139,10 +141,17 @@ func TestAllProblemsAtOnce(t *testing.T) {
 // the nice value the engine is given (plumb serve's --stage-nice, 10 by
 // default), and at the server's own priority when given 0.
 func TestStagesRunBelowServing(t *testing.T) {
+	// Never above the server's own priority: a test run under nice 5
+	// sees its programs at 5 where the engine is given 0.
+	own, err := unix.Getpriority(unix.PRIO_PROCESS, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	own = 20 - own // the raw system call answers 20 - nice
 	for _, c := range []struct {
 		nice int
 		want string
-	}{{engine.StageNice, "10"}, {0, "0"}, {15, "15"}} {
+	}{{engine.StageNice, strconv.Itoa(max(own, engine.StageNice))}, {0, strconv.Itoa(own)}, {15, strconv.Itoa(max(own, 15))}} {
 		r := newRig(t, engine.Config{Slots: 1, Nice: c.nice})
 		r.put("raw", 1, []byte("x"))
 		r.mustAccept("job: n\nfrom: earliest\nstages:\n  - {name: nice, inputs: [raw], program: [nice], outputs: [raw.nice]}\n")
