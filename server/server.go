@@ -314,7 +314,10 @@ func Run(ctx context.Context, cfg Config) (err error) {
 	if cfg.Data, err = filepath.Abs(cfg.Data); err != nil {
 		return fmt.Errorf("data directory %s: %w", cfg.Data, err)
 	}
-	var authz *auth.Authority
+	var (
+		authz   *auth.Authority
+		signKey []byte // this server's own token signing key
+	)
 	if cfg.Users == "" {
 		for flag, addr := range map[string]string{"--listen": cfg.Listen, "--http": cfg.HTTP} {
 			if addr != "" && !IsLoopback(addr) && !cfg.InsecureNoAuth {
@@ -324,11 +327,10 @@ func Run(ctx context.Context, cfg Config) (err error) {
 		}
 		cfg.Logger.Warn("authentication is off (no --users): every caller may do everything; serving on loopback only unless --insecure-no-auth", "listen", cfg.Listen)
 	} else {
-		key, err := auth.SignKey(filepath.Join(cfg.Data, "auth.key"))
-		if err != nil {
+		if signKey, err = auth.SignKey(filepath.Join(cfg.Data, "auth.key")); err != nil {
 			return fmt.Errorf("token signing key: %w", err)
 		}
-		if authz, err = auth.NewAuthority(cfg.Users, key, cfg.TokenTTL, cfg.Now); err != nil {
+		if authz, err = auth.NewAuthority(cfg.Users, signKey, cfg.TokenTTL, cfg.Now); err != nil {
 			return err
 		}
 		cfg.Logger.Info("authentication is on", "users", cfg.Users, "count", authz.Users(), "tls", cfg.TLSCert != "", "mtls", cfg.ClientCA != "")
@@ -349,6 +351,19 @@ func Run(ctx context.Context, cfg Config) (err error) {
 		return err
 	}
 	defer db.Close()
+	if authz != nil && cfg.Meta != "" {
+		// Servers sharing the metadata sign tokens with one key, kept
+		// there: a login made on one is good on all.
+		shared, err := db.TokenKey(signKey)
+		if err != nil {
+			primary.Close()
+			return fmt.Errorf("the token signing key shared through the metadata: %w", err)
+		}
+		if authz, err = auth.NewAuthority(cfg.Users, shared, cfg.TokenTTL, cfg.Now); err != nil {
+			primary.Close()
+			return err
+		}
+	}
 	if err := blob.Claim(ctx, primary, db.ID(), cfg.ClaimStore); err != nil {
 		primary.Close()
 		return err
