@@ -23,6 +23,8 @@ import (
 	"github.com/gopacket/gopacket"
 	"github.com/gopacket/gopacket/afpacket"
 	"github.com/gopacket/gopacket/layers"
+	"golang.org/x/net/bpf"
+	"golang.org/x/sys/unix"
 
 	"github.com/plumb-dev/plumb/pcap"
 	"github.com/plumb-dev/plumb/pcap/filter"
@@ -137,6 +139,45 @@ func lookup(name string) (iface, error) {
 	return ifc, nil
 }
 
+// arphrdLoopback is the ARPHRD type of a loopback interface.
+const arphrdLoopback = 772
+
+// loopbackGuard drops a packet's outgoing copy. Linux shows each packet
+// sent on a loopback interface to a packet socket twice, going out and
+// coming in; libpcap keeps only the incoming one (tcpdump -i lo counts
+// 500 datagrams where the agent counted 1,000), and so does the agent.
+var loopbackGuard = func() []bpf.RawInstruction {
+	prog, err := bpf.Assemble([]bpf.Instruction{
+		bpf.LoadExtension{Num: bpf.ExtType},
+		bpf.JumpIf{Cond: bpf.JumpEqual, Val: unix.PACKET_OUTGOING, SkipFalse: 1},
+		bpf.RetConstant{Val: 0},
+	})
+	if err != nil {
+		panic(err) // a constant program
+	}
+	return prog
+}()
+
+// keepAll is the end of a program without a filter: keep the whole frame.
+var keepAll = []bpf.RawInstruction{{Op: 0x06, K: 0xffffffff}} // ret #-1
+
+// socketProgram is what an interface's sockets run: on loopback first the
+// guard, then the capture filter; nil when there is neither.
+func socketProgram(ifc iface) []bpf.RawInstruction {
+	var rest []bpf.RawInstruction
+	if ifc.program != nil {
+		rest = ifc.program.Program()
+	}
+	if ifc.arphrd != arphrdLoopback {
+		return rest
+	}
+	if rest == nil {
+		rest = keepAll
+	}
+	// The filter's jumps are relative, so it runs unchanged after the guard.
+	return append(slices.Clip(loopbackGuard), rest...)
+}
+
 // live turns AF_PACKET rings into one pcap stream for the cutter. Each
 // reader goroutine owns its handle and closes it when it stops, since a
 // handle must not be closed while it is being read.
@@ -202,8 +243,8 @@ func openLive(cfg LiveConfig, ifs []iface, link layers.LinkType, cooked bool, st
 				return nil, fmt.Errorf("capture on %s: %w (the agent needs root or CAP_NET_RAW)", ifc.name, err)
 			}
 			readers = append(readers, reader{h, ifc, n, st})
-			if ifc.program != nil {
-				if err := h.SetBPF(ifc.program.Program()); err != nil {
+			if prog := socketProgram(ifc); prog != nil {
+				if err := h.SetBPF(prog); err != nil {
 					closeAll()
 					return nil, fmt.Errorf("capture on %s: attach the filter %q: %w", ifc.name, cfg.Filter, err)
 				}
