@@ -63,6 +63,9 @@ var (
 		"When the block with a site's highest sequence number arrived (Unix time); a site whose value stops moving is silent.", []string{"queue", "site"}, nil)
 	siteTimeDesc = prometheus.NewDesc("plumb_site_last_event_timestamp_seconds",
 		"The event time of a site's block with the highest sequence number (Unix time).", []string{"queue", "site"}, nil)
+	siteEndedDesc = prometheus.NewDesc("plumb_site_ended",
+		"1 when a site's capture in a queue has ended: its block with the highest sequence number is final (an import's last, or the server's end of a silent site); the silent-site alert leaves it alone.",
+		[]string{"queue", "site"}, nil)
 	siteMissingDesc = prometheus.NewDesc("plumb_site_missing_blocks",
 		"Sequence numbers missing among a site's latest 1024 in a queue (between the lowest stored there and the highest): a gap that stays is lost data.",
 		[]string{"queue", "site"}, nil)
@@ -73,7 +76,7 @@ var (
 const missingSpan = 1024
 
 func (c queueCollector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{queueBlocksDesc, queueBytesDesc, siteSeqDesc, siteArrivalDesc, siteTimeDesc, siteMissingDesc, faultyDesc, backlogDesc} {
+	for _, d := range []*prometheus.Desc{queueBlocksDesc, queueBytesDesc, siteSeqDesc, siteArrivalDesc, siteTimeDesc, siteEndedDesc, siteMissingDesc, faultyDesc, backlogDesc} {
 		ch <- d
 	}
 }
@@ -125,6 +128,11 @@ func (c queueCollector) Collect(ch chan<- prometheus.Metric) {
 			if b, err := c.db.Lookup(block.ID{Queue: q.Name, Instance: site, Seq: seq}); err == nil {
 				ch <- prometheus.MustNewConstMetric(siteArrivalDesc, prometheus.GaugeValue, float64(b.Arrived.UnixNano())/1e9, q.Name, site)
 				ch <- prometheus.MustNewConstMetric(siteTimeDesc, prometheus.GaugeValue, float64(b.Time.UnixNano())/1e9, q.Name, site)
+				ended := 0.0
+				if b.Final {
+					ended = 1
+				}
+				ch <- prometheus.MustNewConstMetric(siteEndedDesc, prometheus.GaugeValue, ended, q.Name, site)
 			}
 		}
 	}

@@ -161,7 +161,8 @@ func TestDashboardActions(t *testing.T) {
 }
 
 // TestDashboardSites: the Sites page's numbers for a site that went
-// silent with a gap and kernel drops, and one shipping now, from blocks
+// silent with a gap and kernel drops, one shipping now, and a finished
+// import (its last block final), which is ended, not silent, from blocks
 // whose arrival times a clock sets.
 func TestDashboardSites(t *testing.T) {
 	var mu sync.Mutex
@@ -178,11 +179,15 @@ func TestDashboardSites(t *testing.T) {
 		n := fmt.Sprintf("20250505-150000-%08d.%s.pcap.sz", seq, site)
 		sum := blob.Sum(sha256.Sum256([]byte(n)))
 		if _, _, err := db.CommitBlock(state.Block{Name: n, Queue: "pcap.sz", Instance: site, Seq: seq, Time: time.Date(2025, 5, 5, 15, 0, 0, 0, time.UTC),
-			Size: size, SHA256: sum.String(), Key: "k/" + n, KernelDropped: dropped}); err != nil {
+			Size: size, SHA256: sum.String(), Key: "k/" + n, KernelDropped: dropped, Final: site == "imp" && seq == 2}); err != nil {
 			t.Fatal(err)
 		}
 	}
 	start := clock()
+	for seq := uint64(1); seq <= 2; seq++ { // imp: an import that ended two hours ago
+		set(start)
+		put("imp", seq, 500, 0)
+	}
 	for i, seq := range []uint64{1, 2, 4} { // lax: 3 never came, and it stopped two hours ago
 		set(start.Add(time.Duration(i) * 5 * time.Minute))
 		put("lax", seq, 3000, int64(i))
@@ -199,10 +204,16 @@ func TestDashboardSites(t *testing.T) {
 	go srv.Serve(lis)
 	defer srv.Shutdown(context.Background())
 	sites := getJSON[[]web.SiteRow](t, "http://"+lis.Addr().String()+"/api/sites")
-	if len(sites) != 2 || sites[0].Site.Site != "lax" || sites[1].Site.Site != "nrt" {
+	if len(sites) != 3 || sites[0].Site.Site != "imp" || sites[1].Site.Site != "lax" || sites[2].Site.Site != "nrt" {
 		t.Fatalf("sites: %+v", sites)
 	}
-	lax, nrt := sites[0], sites[1]
+	if imp := sites[0]; imp.Silent || !imp.Ended {
+		t.Errorf("imp = %+v; want a finished import ended, not silent", imp)
+	}
+	lax, nrt := sites[1], sites[2]
+	if lax.Ended || nrt.Ended {
+		t.Errorf("lax or nrt ended: %+v %+v", lax, nrt)
+	}
 	if !lax.Silent || lax.Missing != 1 || lax.LastSeq != 4 || lax.Last == nil || lax.Last.Seq != 4 || lax.KernelDropped != 0+1+2 ||
 		lax.Blocks != 3 || lax.BytesPerSecond != 0 || time.Duration(lax.IntervalNS) != 5*time.Minute || time.Duration(lax.AgeNS) < 100*time.Minute {
 		t.Errorf("lax = %+v; want silent for 1h50m (so 0 B/s now), seq 3 missing, 3 kernel drops, a block every 5m", lax)

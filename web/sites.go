@@ -40,8 +40,11 @@ type SiteRow struct {
 	// 33 MiB/s).
 	BytesPerSecond float64 `json:"bytes_per_second"`
 	// Silent says no block came for three intervals, and at least for
-	// the server's --site-silent-after (15 minutes).
+	// the server's --site-silent-after (15 minutes); Ended that the
+	// site's capture ended (its last block is final: a finished import),
+	// which is never silent.
 	Silent bool `json:"silent"`
+	Ended  bool `json:"ended"`
 }
 
 // sites lists the sites shipping to each source queue (one no stage
@@ -96,7 +99,8 @@ func siteRow(site state.Site, now time.Time, silentAfter time.Duration) SiteRow 
 	if site.Blocks > 1 && span > 0 {
 		row.IntervalNS = int64(span) / int64(site.Blocks-1)
 	}
-	row.Silent = time.Duration(row.AgeNS) > max(3*time.Duration(row.IntervalNS), silentAfter)
+	row.Ended = site.Last.Final
+	row.Silent = !row.Ended && time.Duration(row.AgeNS) > max(3*time.Duration(row.IntervalNS), silentAfter)
 	if since := now.Sub(site.FirstArrived); site.Blocks > 1 && since > 0 && !row.Silent {
 		row.BytesPerSecond = float64(site.Bytes) / since.Seconds()
 	}

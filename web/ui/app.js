@@ -447,7 +447,7 @@ async function sitesPage() {
           h('th', { class: 'num' }, 'age'), h('th', { class: 'num' }, 'missing'), h('th', { class: 'num' }, 'bytes/s'), h('th', { class: 'num' }, 'kernel drops')),
         sites.map(x => h('tr', { 'data-site': `${x.queue} ${x.site}`, 'data-missing': x.missing, 'data-silent': String(x.silent) },
           h('td', {}, x.queue), h('td', {}, x.site),
-          h('td', { class: x.silent ? 'bad' : 'ok' }, x.silent ? 'silent' : 'shipping'),
+          h('td', { class: x.silent ? 'bad' : 'ok' }, x.silent ? 'silent' : x.ended ? 'ended' : 'shipping'),
           h('td', { class: 'num' }, x.last_seq), h('td', { class: 'name' }, x.last ? x.last.name : '–'),
           h('td', { class: 'num' + (x.silent ? ' bad' : '') }, x.last ? dur(x.age_ns) : '–'),
           h('td', { class: 'num' + (x.missing ? ' bad' : '') }, x.missing),
