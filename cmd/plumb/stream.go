@@ -26,7 +26,7 @@ func streamCommand() command {
 		func(fs *flag.FlagSet) {
 			instance = fs.String("instance", "", "the site whose stream to read (required)")
 			consumer = fs.String("consumer", "", "the stream `CONSUMER` whose cursor the server keeps (default: a temporary one, deleted at the end)")
-			from = fs.String("from", "earliest", "where to start: earliest, checkpoint, or a sequence number")
+			from = fs.String("from", "", "where to start: earliest, checkpoint (the last one saved), or a sequence number (default: where the consumer's cursor is, the earliest block for a new or temporary one)")
 			follow = fs.Bool("follow", false, "keep waiting for new blocks")
 			gapWait = fs.Duration("gap-wait", 0, "at a missing block, wait this long (0: forever)")
 			gapThen = fs.String("gap-then", "skip", "after --gap-wait: skip the missing block, or stop")
@@ -57,7 +57,8 @@ func streamCommand() command {
 			case !site:
 				fmt.Fprintf(os.Stderr, "plumb stream: queue %q has no block of site %q yet; waiting for its first\n", args[0], *instance)
 			}
-			if *consumer == "" {
+			named := *consumer != ""
+			if !named {
 				// A read that names no consumer must not leave one behind:
 				// a cursor holds every block after it from retention.
 				*consumer = fmt.Sprintf("tmp-%d-%d", os.Getpid(), time.Now().UnixNano()%1e9)
@@ -70,6 +71,9 @@ func streamCommand() command {
 					}
 				}()
 			}
+			// An empty from goes on where the cursor is: the server moves
+			// it past each block it sends, so a named consumer run again
+			// writes only what came since (a new one starts earliest).
 			t := flight.StreamTicket{Stream: args[0], Instance: *instance, Consumer: *consumer, Follow: *follow}
 			t.From, _ = json.Marshal(*from)
 			if *gapWait > 0 {
@@ -105,6 +109,17 @@ func streamCommand() command {
 			if err := stream.Flush(); err != nil {
 				return err
 			}
-			return out.Flush()
+			if err := out.Flush(); err != nil {
+				return err
+			}
+			if named {
+				// Caught up and written whole: --from checkpoint now goes
+				// on from here too.
+				req := flight.StreamRequest{Queue: args[0], Instance: *instance, Consumer: *consumer}
+				if err := c.StreamAction(ctx, "checkpoint", req, nil); err != nil {
+					return fmt.Errorf("everything was written, but the consumer's checkpoint was not saved: %w", err)
+				}
+			}
+			return nil
 		})
 }

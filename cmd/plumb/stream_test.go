@@ -50,6 +50,57 @@ func cutBlocks(t *testing.T, pkts []packet, per int, site string) []client.Sourc
 	return out
 }
 
+// TestStreamConsumerKeepsItsCursor is issue 62's first-day stream: a
+// named consumer re-read the whole site at every run, also with --from
+// checkpoint, where docs/streams.md promises it keeps its cursor. Now a
+// second run writes nothing, a run after more blocks came writes only
+// those, --from checkpoint goes on from the last clean end, and --from
+// earliest reads everything again.
+func TestStreamConsumerKeepsItsCursor(t *testing.T) {
+	addr := servePlumb(t, t.TempDir())
+	c := dialPlumb(t, addr)
+	dir := t.TempDir()
+	capture := filepath.Join(dir, "capture.pcap")
+	pkts := makeCapture(t, capture, 120, 62)
+	blocks := cutBlocks(t, pkts, 40, "lax")
+	ctx := context.Background()
+	for _, b := range blocks[:2] {
+		if _, err := c.Put(ctx, b); err != nil {
+			t.Fatal(err)
+		}
+	}
+	stream := func(args ...string) []packet {
+		t.Helper()
+		out, errOut, code := plumbExec(t, append([]string{"stream", "pcap.sz", "--server", addr, "--instance", "lax", "--consumer", "ids"}, args...)...)
+		if code != 0 {
+			t.Fatalf("plumb stream %v: exit %d: %s", args, code, errOut)
+		}
+		if out == "" {
+			return nil
+		}
+		return readPackets(t, strings.NewReader(out))
+	}
+	if got := stream(); len(got) != 80 {
+		t.Fatalf("the first run: %d packets, want the 80 of two blocks", len(got))
+	}
+	if got := stream(); len(got) != 0 {
+		t.Fatalf("run again: %d packets, want none: the cursor is past them", len(got))
+	}
+	if _, err := c.Put(ctx, blocks[2]); err != nil {
+		t.Fatal(err)
+	}
+	got := stream()
+	if len(got) != 40 || !got[0].ci.Timestamp.Equal(pkts[80].ci.Timestamp) {
+		t.Fatalf("after a third block: %d packets, want its 40", len(got))
+	}
+	if got := stream("--from", "checkpoint"); len(got) != 0 {
+		t.Fatalf("--from checkpoint after a clean end: %d packets, want none", len(got))
+	}
+	if got := stream("--from", "earliest"); len(got) != 120 {
+		t.Fatalf("--from earliest: %d packets, want all 120", len(got))
+	}
+}
+
 // TestStreamToTcpdump: a site's blocks uploaded out of order and one twice
 // come out of `plumb stream | tcpdump -r - -w out.pcap` as the original
 // capture: every packet once, in time order; the read leaves no consumer.
