@@ -17,6 +17,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"os"
 	"path"
 	"path/filepath"
@@ -396,7 +397,17 @@ type Authority struct {
 	mu      sync.RWMutex
 	file    *File
 	seen    fileStamp // of the users file as last loaded
+	bad     fileStamp // of a version of it that did not load
 	version uint64    // counts loads
+	log     *slog.Logger
+}
+
+// SetLogger says where a users file changed on disk that does not load
+// is reported, once per version of the file (nowhere when unset).
+func (a *Authority) SetLogger(log *slog.Logger) {
+	a.mu.Lock()
+	a.log = log
+	a.mu.Unlock()
 }
 
 // fileStamp tells whether the users file changed since it was read.
@@ -486,17 +497,27 @@ func (a *Authority) Refresh() uint64 {
 // revocation (`plumb user revoke`, a new secret, a removed user or key)
 // takes effect on the next call, without waiting for SIGHUP. A stat per
 // call is cheap next to the call; a file that no longer loads keeps the
-// old one in force (Reload reports why on SIGHUP).
+// old one in force, and is reported once (SetLogger).
 func (a *Authority) fresh() {
 	fi, err := os.Stat(a.path)
 	if err != nil {
 		return
 	}
+	st := stampOf(fi)
 	a.mu.RLock()
-	same := a.seen == stampOf(fi)
+	same, known := a.seen == st, a.bad == st
 	a.mu.RUnlock()
-	if !same {
-		a.Reload()
+	if same || known {
+		return // loaded, or known not to load: not parsed again per call
+	}
+	if err := a.Reload(); err != nil {
+		a.mu.Lock()
+		a.bad = st
+		log := a.log
+		a.mu.Unlock()
+		if log != nil {
+			log.Error("the users file changed on disk but does not load; the users and rules before stay in force until it is fixed", "file", a.path, "err", err)
+		}
 	}
 }
 

@@ -1,7 +1,9 @@
 package auth
 
 import (
+	"bytes"
 	"errors"
+	"log/slog"
 	"os"
 	"path/filepath"
 	"strings"
@@ -280,5 +282,44 @@ func TestSaveKeepsTheFilesOwner(t *testing.T) {
 	}
 	if st := fi.Sys().(*syscall.Stat_t); st.Uid != 65534 || st.Gid != 65534 || fi.Mode().Perm() != 0o600 {
 		t.Fatalf("after a save by root: owner %d:%d mode %v; want 65534:65534 600", st.Uid, st.Gid, fi.Mode().Perm())
+	}
+}
+
+// TestBrokenUsersFileIsReported is issue 62's silent users file: one
+// changed on disk that does not load was ignored without a word until
+// SIGHUP (and parsed again at every call). Now the users before stay in
+// force, the log says once why the new file does not load, and a fixed
+// file is taken at the next call.
+func TestBrokenUsersFileIsReported(t *testing.T) {
+	a, _, file, secrets := setup(t)
+	var logs bytes.Buffer
+	a.SetLogger(slog.New(slog.NewTextHandler(&logs, nil)))
+	fixed, err := Load(file)
+	if err != nil {
+		t.Fatal(err)
+	}
+	delete(fixed.Users, "ops") // the fix also removes a user
+	good, _ := os.ReadFile(file)
+	if err := os.WriteFile(file, append(good, "\nrules: [oops\n"...), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	for range 3 {
+		if _, _, err := a.Login("ops", secrets["ops"]); err != nil {
+			t.Fatalf("with a broken users file, the users before stay in force: %v", err)
+		}
+	}
+	if n := strings.Count(logs.String(), "does not load"); n != 1 || !strings.Contains(logs.String(), file) {
+		t.Errorf("the log says %d times that the users file does not load, want once naming it:\n%s", n, logs.String())
+	}
+	if err := fixed.Save(file); err != nil {
+		t.Fatal(err)
+	}
+	later := time.Now().Add(time.Minute)
+	os.Chtimes(file, later, later) // a new version, whatever the clock's grain
+	if _, _, err := a.Login("ops", secrets["ops"]); err == nil {
+		t.Error("the fixed file removes ops, who still logs in: it was not taken")
+	}
+	if _, _, err := a.Login("ana", secrets["ana"]); err != nil {
+		t.Errorf("after the fix: %v", err)
 	}
 }

@@ -364,6 +364,9 @@ func Run(ctx context.Context, cfg Config) (err error) {
 			return err
 		}
 	}
+	if authz != nil {
+		authz.SetLogger(cfg.Logger)
+	}
 	if err := blob.Claim(ctx, primary, db.ID(), cfg.ClaimStore); err != nil {
 		primary.Close()
 		return err
