@@ -323,3 +323,38 @@ func TestFlowHashKeepsFlowsTogether(t *testing.T) {
 		}
 	}
 }
+
+// TestDecodeChecksTheQueuesCodec is issue 62's random block: bytes put
+// as a .pcap.sz block passed builtin:decode as uncompressed, were
+// archived, and failed every stage after. A block whose queue names a
+// codec must now be in it, or it is set aside as malformed, naming the
+// block and the bytes it starts with; a queue that names none still
+// passes anything through.
+func TestDecodeChecksTheQueuesCodec(t *testing.T) {
+	b, err := registry().New("decode", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	decode := func(name string, data []byte) ([]byte, error) {
+		n, err := block.Parse(name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var out bytes.Buffer
+		err = stage.Run(context.Background(), b, stage.Input{Block: n}, bytes.NewReader(data), &out)
+		return out.Bytes(), err
+	}
+	random := []byte("\x17\x9a random bytes, no codec at all \x00\x01")
+	_, err = decode("20250505-151105-00000001.lax.pcap.sz", random)
+	if !errors.Is(err, stage.ErrMalformed) || !strings.Contains(err.Error(), "20250505-151105-00000001.lax.pcap.sz") || !strings.Contains(err.Error(), "snappy") {
+		t.Errorf("random bytes as a .sz block: %v; want malformed, naming the block and snappy", err)
+	}
+	raw, _ := os.ReadFile("../../testdata/pcaps/dnscap__dns.pcap")
+	sz, _ := run(t, &Transcode{To: codecs.Snappy, Raw: true}, raw)
+	if got, err := decode("20250505-151105-00000002.lax.pcap.sz", sz); err != nil || !bytes.Equal(got, raw) {
+		t.Errorf("a snappy block: %d bytes, %v; want the capture", len(got), err)
+	}
+	if got, err := decode("20250505-151105-00000003.lax.raw", random); err != nil || !bytes.Equal(got, random) {
+		t.Errorf("a queue naming no codec: %v; want its bytes passed through", err)
+	}
+}

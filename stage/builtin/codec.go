@@ -77,13 +77,20 @@ type Transcode struct {
 	XZ  XZ
 }
 
-// Run implements stage.Builtin.
-func (t *Transcode) Run(ctx context.Context, _ stage.Input, in io.Reader, out io.Writer) error {
+// Run implements stage.Builtin. A block whose queue names a codec
+// (pcap.sz) must be in it: random bytes put as a .sz block used to pass
+// as uncompressed, be archived, and fail every stage after.
+func (t *Transcode) Run(ctx context.Context, sin stage.Input, in io.Reader, out io.Writer) error {
 	src := in
 	if !t.Raw {
 		br := bufio.NewReaderSize(in, 1<<20)
 		head, _ := br.Peek(codecs.SniffLen)
-		dec, err := codecs.Sniff(head).NewReader(br)
+		got := codecs.Sniff(head)
+		if want := codecs.FromExt(sin.Block.Queue); want != codecs.None && got != want && len(head) > 0 {
+			return fmt.Errorf("%w: block %s is in queue %s, of %s blocks, but does not start as %s does (its first bytes: %q)",
+				stage.ErrMalformed, sin.Block, sin.Block.Queue, want, want, head)
+		}
+		dec, err := got.NewReader(br)
 		if err != nil {
 			return malformed(err)
 		}
