@@ -27,7 +27,7 @@ func Register(reg *stage.Registry, xz XZ) {
 	registerDNSMetrics(reg)
 	reg.Add(stage.Factory{
 		Name: "decode",
-		Doc:  "Decompresses a block (snappy, xz, gzip or zstd, told from its first bytes); an uncompressed block passes through.",
+		Doc:  "Decompresses a block (snappy, xz, gzip or zstd, told from its first bytes); an uncompressed block passes through, unless its queue names a codec (a pcap.sz block that is not snappy is set aside as malformed).",
 		New: func(args url.Values) (stage.Builtin, error) {
 			if err := stage.StrictArgs(args); err != nil {
 				return nil, err
