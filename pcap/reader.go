@@ -76,6 +76,17 @@ var magics = []struct {
 	{[]byte{0x0a, 0x0d, 0x0d, 0x0a}, FormatPcapNG, true},
 }
 
+// IsCapture reports whether head, a file's first bytes, starts an
+// uncompressed pcap or pcapng capture.
+func IsCapture(head []byte) bool {
+	for _, m := range magics {
+		if bytes.HasPrefix(head, m.magic) {
+			return true
+		}
+	}
+	return false
+}
+
 // NewReader reads a capture from r, which may be compressed with gzip, xz,
 // zstd or snappy: the format and the compression are told from the first
 // bytes, never from a file name. Close the returned closer when done (it

@@ -327,9 +327,9 @@ func TestFlowHashKeepsFlowsTogether(t *testing.T) {
 // TestDecodeChecksTheQueuesCodec is issue 62's random block: bytes put
 // as a .pcap.sz block passed builtin:decode as uncompressed, were
 // archived, and failed every stage after. A block whose queue names a
-// codec must now be in it, or it is set aside as malformed, naming the
-// block and the bytes it starts with; a queue that names none still
-// passes anything through.
+// codec must now be in it or be an uncompressed capture, or it is set
+// aside as malformed, naming the block and the bytes it starts with; a
+// queue that names none still passes anything through.
 func TestDecodeChecksTheQueuesCodec(t *testing.T) {
 	b, err := registry().New("decode", nil)
 	if err != nil {
@@ -356,5 +356,8 @@ func TestDecodeChecksTheQueuesCodec(t *testing.T) {
 	}
 	if got, err := decode("20250505-151105-00000003.lax.raw", random); err != nil || !bytes.Equal(got, random) {
 		t.Errorf("a queue naming no codec: %v; want its bytes passed through", err)
+	}
+	if got, err := decode("20250505-151105-00000004.lax.pcap.sz", raw); err != nil || !bytes.Equal(got, raw) {
+		t.Errorf("an uncompressed capture in a .sz queue: %v; want it passed through", err)
 	}
 }

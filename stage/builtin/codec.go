@@ -12,6 +12,7 @@ import (
 	"net/url"
 
 	"github.com/plumb-dev/plumb/codecs"
+	"github.com/plumb-dev/plumb/pcap"
 	"github.com/plumb-dev/plumb/stage"
 )
 
@@ -27,7 +28,7 @@ func Register(reg *stage.Registry, xz XZ) {
 	registerDNSMetrics(reg)
 	reg.Add(stage.Factory{
 		Name: "decode",
-		Doc:  "Decompresses a block (snappy, xz, gzip or zstd, told from its first bytes); an uncompressed block passes through, unless its queue names a codec (a pcap.sz block that is not snappy is set aside as malformed).",
+		Doc:  "Decompresses a block (snappy, xz, gzip or zstd, told from its first bytes); an uncompressed block passes through, unless its queue names a codec and it is no capture (a pcap.sz block neither snappy nor a pcap is set aside as malformed).",
 		New: func(args url.Values) (stage.Builtin, error) {
 			if err := stage.StrictArgs(args); err != nil {
 				return nil, err
@@ -78,15 +79,16 @@ type Transcode struct {
 }
 
 // Run implements stage.Builtin. A block whose queue names a codec
-// (pcap.sz) must be in it: random bytes put as a .sz block used to pass
-// as uncompressed, be archived, and fail every stage after.
+// (pcap.sz) must be in it, or be an uncompressed capture: random bytes
+// put as a .sz block used to pass as uncompressed, be archived, and fail
+// every stage after.
 func (t *Transcode) Run(ctx context.Context, sin stage.Input, in io.Reader, out io.Writer) error {
 	src := in
 	if !t.Raw {
 		br := bufio.NewReaderSize(in, 1<<20)
 		head, _ := br.Peek(codecs.SniffLen)
 		got := codecs.Sniff(head)
-		if want := codecs.FromExt(sin.Block.Queue); want != codecs.None && got != want && len(head) > 0 {
+		if want := codecs.FromExt(sin.Block.Queue); want != codecs.None && got != want && len(head) > 0 && !(got == codecs.None && pcap.IsCapture(head)) {
 			return fmt.Errorf("%w: block %s is in queue %s, of %s blocks, but does not start as %s does (its first bytes: %q)",
 				stage.ErrMalformed, sin.Block, sin.Block.Queue, want, want, head)
 		}

@@ -286,6 +286,11 @@ def test_records_windows_and_streams(plumb, server):
     ws = list(c.windows("pcap.sz", group="pairs", spec={"size": "2", "max_missing": "1", "max_wait": "1ms"}))
     assert [(w.id, w.present, w.missing, [b.name for b in w.blocks]) for w in ws][0] == (
         "lax/0", [1, 2], [], [name(1), name(2)])
+    # A followed read of a finished capture ends once no window comes for
+    # idle_timeout, with the windows it gave.
+    started = time.monotonic()
+    ws = list(c.windows("pcap.sz", group="idle", spec={"size": "2"}, start="earliest", follow=True, idle_timeout=1.0))
+    assert [w.id for w in ws] == ["lax/0"] and time.monotonic() - started < 30
 
     with c.stream("pcap.sz", "lax", consumer="ids") as s:
         for b in s:
@@ -310,8 +315,9 @@ def test_pipelines(plumb, server):
     res = c.submit_job(job, file="raw.yaml")
     assert res["state"] == "accepted", res
     assert [j["name"] for j in c.jobs()] == ["raw"]
-    bad = c.submit_job("job: x\nstages: []\n", file="x.yaml")
-    assert bad["state"] == "rejected" and "x.yaml" in bad["reason"]
+    with pytest.raises(plumb.JobRejected, match="x.yaml") as rejected:
+        c.submit_job("job: x\nstages: []\n", file="x.yaml")
+    assert rejected.value.result["state"] == "rejected" and isinstance(rejected.value, plumb.InvalidArgument)
     c.put(name(1), CAPTURES[0].read_bytes())
     deadline = time.time() + 30
     while not any(q["queue"] == "pcap" and q["blocks"] == 1 for q in c.queues()):
@@ -329,6 +335,16 @@ def test_errors_name_what_is_wrong(plumb, server):
         c.get(name(42))
     with pytest.raises(plumb.NotFound, match="no queue nope"):
         c.blocks("nope")
+    # A misspelt queue or site reads as an error, not as an empty one.
+    with pytest.raises(plumb.NotFound, match="no queue nope"):
+        list(c.consume("nope", "g"))
+    with pytest.raises(plumb.NotFound, match="no queue nope"):
+        list(c.windows("nope", "g", spec={"size": "2"}))
+    with pytest.raises(plumb.NotFound, match="no queue nope"):
+        c.stream("nope", "lax", consumer="ids")
+    c.put(name(1), b"lax 1")
+    with pytest.raises(plumb.NotFound, match="queue pcap.sz has no site nrt"):
+        c.stream("pcap.sz", "nrt", consumer="ids")
     with pytest.raises(plumb.InvalidArgument, match="not a block name"):
         c.put("x.pcap", b"1")
     with pytest.raises(plumb.InvalidArgument, match="unknown field"):

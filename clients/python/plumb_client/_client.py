@@ -18,7 +18,7 @@ from typing import Any, AsyncIterator, Callable, Dict, Iterable, Iterator, List,
 import pyarrow as pa
 import pyarrow.flight as fl
 
-from ._errors import Cancelled, InvalidArgument, PlumbError, translated
+from ._errors import Cancelled, InvalidArgument, JobRejected, NotFound, PermissionDenied, PlumbError, translated
 
 BLOCK_SCHEMA = pa.schema([("offset", pa.int64()), ("data", pa.binary())])
 CHUNK = 1 << 20  # block bytes per record batch, as the server sends them
@@ -360,6 +360,11 @@ class Client:
                 return out
             after = page[-1]["serial"]
 
+    def _queue_known(self, queue: str) -> None:
+        """Raise NotFound for a queue the server does not have: a read of a
+        misspelt queue must not look like an empty one."""
+        self.action("list-blocks", {"queue": queue, "limit": 1})
+
     def ack(self, queue: str, group: str, *names: str) -> int:
         """Acknowledge blocks for a consumer group (any number in one call);
         how many were owed."""
@@ -399,6 +404,8 @@ class Client:
                 raise InvalidArgument(f"spool={spool!r}: not a directory")
         if idle_timeout is not None and idle_timeout <= 0:
             raise InvalidArgument(f"idle_timeout={idle_timeout!r}: want seconds above 0")
+        if not follow:
+            self._queue_known(queue)
         t: Dict[str, Any] = {"queue": queue, "group": group, "follow": follow}
         if start is not None:
             t["from"] = start
@@ -536,22 +543,31 @@ class Client:
         return pa.RecordBatchReader.from_batches(schema, batches())
 
     def windows(self, queue: str, group: str, spec: Mapping[str, Any], follow: bool = False,
-                start: Optional[str] = None) -> Iterator[Window]:
+                start: Optional[str] = None, idle_timeout: Optional[float] = None) -> Iterator[Window]:
         """A queue's complete windows, each once for the group, with its blocks.
 
         spec is a window as a job declares it ({"size": "24h"}, {"size": "12",
         "max_wait": "1h"}, ...). A window's blocks are acknowledged when the
-        loop asks for the next window.
+        loop asks for the next window. idle_timeout (seconds) ends the loop
+        once no window came for that long: a finished capture's last
+        window may wait for blocks that never come, and follow=True never
+        ends by itself.
         """
+        if idle_timeout is not None and idle_timeout <= 0:
+            raise InvalidArgument(f"idle_timeout={idle_timeout!r}: want seconds above 0")
+        if not follow:
+            self._queue_known(queue)
         t: Dict[str, Any] = {"window": queue, "spec": dict(spec), "group": group, "follow": follow}
         if start:
             t["from"] = start
         started = time.monotonic()
         reader = self._do_get(t)
+        idle = _Idle(reader, idle_timeout)
         try:
-            with translated(self._timeout, started):
+            with idle.ends(), translated(self._timeout, started):
                 frames = _frames(reader)
                 for frame in frames:
+                    idle.stop()
                     if isinstance(frame, Block) or "window" not in frame:
                         raise PlumbError(f"protocol error: window stream sent {frame!r} before a window header")
                     w, blocks = frame["window"], []
@@ -566,7 +582,9 @@ class Client:
                                  start=w.get("from"), end=w.get("to"), blocks=blocks, empty=frame.get("empty", 0))
                     if blocks:
                         self.ack(queue, group, *(b.name for b in blocks))
+                    idle.start()
         finally:
+            idle.stop()
             reader.cancel()
 
     def stream(self, queue: str, instance: str, consumer: str, start: str = "checkpoint", follow: bool = False,
@@ -581,8 +599,14 @@ class Client:
     # Pipelines.
 
     def submit_job(self, yaml_text: str, file: str = "") -> Dict[str, Any]:
-        """Submit a job; the answer says accepted or rejected, and why."""
-        return self.action("submit-job", {"file": file, "yaml": yaml_text})[0]
+        """Submit a job; the answer says it was accepted, the stages it owns
+        and any warnings. A job the server rejects raises JobRejected, whose
+        str() is why (every problem, with file:line:column) and whose
+        result is the whole answer."""
+        res = self.action("submit-job", {"file": file, "yaml": yaml_text})[0]
+        if res.get("state") == "rejected":
+            raise JobRejected(res.get("reason") or "the job was rejected", res)
+        return res
 
     def jobs(self) -> List[Dict[str, Any]]:
         return self.action("list-jobs")
@@ -611,6 +635,14 @@ class Stream:
                              "from": start}
         if gap_wait:
             t["gap"] = {"wait": gap_wait, "then": gap_then}
+        if not follow:
+            c._queue_known(queue)
+            try:
+                found = c.action("last-seq", {"queue": queue, "instance": instance})[0].get("found", True)
+            except PermissionDenied:
+                found = True  # last-seq is an agent's call: the site is not checked
+            if not found:
+                raise NotFound(f"queue {queue} has no site {instance}")
         self._started = time.monotonic()
         self._reader = c._do_get(t)
         self.events: List[Event] = []

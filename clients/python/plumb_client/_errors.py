@@ -37,6 +37,16 @@ class InvalidArgument(PlumbError, ValueError):
     code = "invalid argument"
 
 
+class JobRejected(InvalidArgument):
+    """submit_job's job was rejected; str() says why, result is the answer."""
+
+    code = "rejected"
+
+    def __init__(self, message: str, result: dict):
+        super().__init__(message)
+        self.result = result
+
+
 class PermissionDenied(PlumbError):
     """The user may not do this to this queue or group."""
 
