@@ -47,9 +47,23 @@ type Shipper struct {
 	// contact is when the server last answered (a bind or an ack).
 	contact time.Time
 	// bindErr and bindSaid are the last error of bind, and when it was
-	// logged.
-	bindErr  string
-	bindSaid time.Time
+	// logged; bindRefused is it when the server refused the agent.
+	bindErr     string
+	bindSaid    time.Time
+	bindRefused error
+	// finished: the finite sources are done (drain closed), so a refusal
+	// ends the agent instead of holding it for ever.
+	finished atomic.Bool
+}
+
+// refusal says whether the server refused the caller rather than failed
+// to answer: a credential it does not accept, or a right it lacks.
+func refusal(err error) bool {
+	switch status.Code(err) {
+	case codes.Unauthenticated, codes.PermissionDenied:
+		return true
+	}
+	return false
 }
 
 // bind asks the server who it is, once, before the first upload; a spool
@@ -66,13 +80,24 @@ func (sh *Shipper) bind(ctx context.Context) (bool, error) {
 		if sh.FailFast && !client.Transient(err) {
 			return false, fmt.Errorf("asking the server for the last block of %s/%s: %w", q, inst, err)
 		}
-		// Not reachable yet: the caller waits. Said at once and then
-		// each minute, so a wrong address or a missing --tls-ca does not
-		// look like a quiet wait.
+		// The caller waits. Said at once and then each minute, so a
+		// wrong address, a missing --tls-ca or a refused credential
+		// does not look like a quiet wait.
 		if msg := err.Error(); msg != sh.bindErr || time.Since(sh.bindSaid) > time.Minute {
-			sh.Log.Warn("server not reachable yet; retrying (check --server, and --tls-ca or --tls if it serves TLS)", "err", err)
+			if refusal(err) {
+				sh.Log.Error("the server refuses this agent; retrying, but nothing ships until it is let in", "queue", q, "site", inst, "err", err,
+					"check", "its credentials (--token-file, or --user with PLUMB_SECRET), and that its user may write the queue and owns the site (plumb site owners)")
+			} else {
+				sh.Log.Warn("server not reachable yet; retrying (check --server, and --tls-ca or --tls if it serves TLS)", "err", err)
+			}
 			sh.bindErr, sh.bindSaid = msg, time.Now()
 		}
+		sh.mu.Lock()
+		sh.bindRefused = nil
+		if refusal(err) {
+			sh.bindRefused = fmt.Errorf("the server refuses this agent for %s/%s: %w", q, inst, err)
+		}
+		sh.mu.Unlock()
 		return false, nil
 	}
 	if err := sh.Spool.BindServer(res.Server); err != nil {
@@ -148,9 +173,24 @@ func (sh *Shipper) Run(ctx context.Context, drain <-chan struct{}) error {
 			sh.bound = false
 		}
 		sh.mu.Unlock()
+		if drain != nil && !sh.finished.Load() {
+			select {
+			case <-drain:
+				sh.finished.Store(true)
+			default:
+			}
+		}
 		if ok, err := sh.bind(ctx); err != nil {
 			return err
 		} else if !ok {
+			sh.mu.Lock()
+			refused := sh.bindRefused
+			sh.mu.Unlock()
+			if refused != nil && sh.finished.Load() {
+				// Finite sources, all cut: waiting for the server to let
+				// the agent in would never end. The blocks stay spooled.
+				return fmt.Errorf("%w; the blocks stay in the spool and ship when the agent runs again with what the server accepts", refused)
+			}
 			select {
 			case <-ctx.Done():
 				return ctx.Err()
@@ -265,7 +305,7 @@ func (sh *Shipper) ship(ctx context.Context, b ReadyBlock) {
 				err = fmt.Errorf("%w; the spool copy no longer matches the checksum taken as it was cut (a disk fault, or the file was changed): cut it again from its source, e.g. import the source again with a fresh --spool (blocks the server already holds are answered duplicate)", err)
 			}
 			sh.Log.Error("server refused block; it stays in the spool until an operator moves it", "block", src.Name, "path", b.Path, "err", err)
-			if sh.FailFast {
+			if sh.FailFast || sh.finished.Load() {
 				sh.mu.Lock()
 				sh.refused = fmt.Errorf("server refused block %s (kept in %s): %w", src.Name, b.Path, err)
 				sh.mu.Unlock()

@@ -897,3 +897,37 @@ sources: [../../testdata/pcaps/dnscap__dns.pcap]
 		t.Errorf("an unknown key: %d %s", code, errOut)
 	}
 }
+
+// TestAgentRefusedExits is issue 62's refused agent: with a key the
+// server does not accept, an agent on finite files logged "server not
+// reachable yet" and never exited. Now the log says the server refuses
+// it and what to check, and once its files are cut it exits 1, the
+// blocks kept in the spool.
+func TestAgentRefusedExits(t *testing.T) {
+	dir := t.TempDir()
+	users := filepath.Join(dir, "users.yaml")
+	if _, errOut, code := plumbExec(t, "user", "add", "lax-agent", "--group", "capture", "--users", users); code != 0 {
+		t.Fatalf("user add: %s", errOut)
+	}
+	addr := servePlumb(t, filepath.Join(dir, "data"), "--users", users)
+	bad := filepath.Join(dir, "bad.key")
+	os.WriteFile(bad, []byte("pk.nosuchkey.0123456789abcdef\n"), 0o600)
+	capture := filepath.Join(dir, "capture.pcap")
+	makeCapture(t, capture, 50, 62)
+	spool := filepath.Join(dir, "spool")
+	cmd := testenv.Command(t, 2*time.Minute, os.Args[0], "agent", "--server", addr, "--token-file", bad, "--site", "lax",
+		"--queue", "pcap.sz", "--spool", spool, "--new-instance", capture)
+	cmd.Env = append(os.Environ(), "PLUMB_TEST_AS_PLUMB=1")
+	out, err := cmd.CombinedOutput()
+	if code := cmd.ProcessState.ExitCode(); err == nil || code != 1 {
+		t.Fatalf("agent with a refused key: %v (exit %d); want exit 1\n%s", err, code, out)
+	}
+	if !strings.Contains(string(out), "the server refuses this agent") || strings.Contains(string(out), "not reachable") {
+		t.Errorf("the agent's log does not say it was refused:\n%s", out)
+	}
+	if left, _ := filepath.Glob(filepath.Join(spool, "*", "*.sz")); len(left) == 0 {
+		if left, _ = filepath.Glob(filepath.Join(spool, "*.sz")); len(left) == 0 {
+			t.Errorf("no block kept in the spool %s", spool)
+		}
+	}
+}
