@@ -699,3 +699,45 @@ func TestDerivedRetention(t *testing.T) {
 		t.Errorf("after the sweep raw.a, raw.b, raw.c hold %d, %d, %d blocks; want 0 (unread, past 1ms), 1 (forever), 1 (the operator's)", a, b, c)
 	}
 }
+
+// TestResubmittedJobKeepsItsPlace is issue 62's renamed stage: a shared
+// stage is named for its first owner, and submitting a job again merged
+// it last, so resubmitting the example jobs renamed carol-dns/decode to
+// alice-archive/decode, and with it the metrics' stage label. A job
+// submitted again now keeps its place: the names stay.
+func TestResubmittedJobKeepsItsPlace(t *testing.T) {
+	r := newRig(t, engine.Config{Slots: 1})
+	jobs := map[string]string{
+		"carol-dns":     "job: carol-dns\nqueues: [pcap.sz]\nstages:\n  - {name: decode, inputs: [pcap.sz], program: builtin:decode, outputs: [pcap]}\n  - {name: dns, inputs: [pcap], program: builtin:dns, outputs: [dns.arrow]}\n",
+		"alice-archive": "job: alice-archive\nqueues: [pcap.sz]\nstages:\n  - {name: decode, inputs: [pcap.sz], program: builtin:decode, outputs: [pcap]}\n  - {name: xz, inputs: [pcap], program: \"builtin:encode?codec=xz\", outputs: [pcap.xz], retention: forever}\n",
+	}
+	names := func() []string {
+		var out []string
+		for _, st := range r.eng.Stats() {
+			out = append(out, st.Stage)
+		}
+		slices.Sort(out)
+		return out
+	}
+	r.mustAccept(jobs["carol-dns"])
+	r.mustAccept(jobs["alice-archive"])
+	want := []string{"alice-archive/xz", "carol-dns/decode", "carol-dns/dns"}
+	if got := names(); !slices.Equal(got, want) {
+		t.Fatalf("stages %v, want %v", got, want)
+	}
+	for _, job := range []string{"alice-archive", "carol-dns", "alice-archive"} {
+		res := r.mustAccept(jobs[job])
+		if got := names(); !slices.Equal(got, want) {
+			t.Fatalf("after submitting %s again: stages %v, want %v", job, got, want)
+		}
+		if job == "alice-archive" && !slices.Contains(res.Stages, "carol-dns/decode") {
+			t.Errorf("%s's answer names its stages %v; want the shared carol-dns/decode among them", job, res.Stages)
+		}
+	}
+	// Across a restart too: the order is the metadata's.
+	r.stop()
+	r.start(engine.Config{Slots: 1})
+	if got := names(); !slices.Equal(got, want) {
+		t.Fatalf("after a restart: stages %v, want %v", got, want)
+	}
+}

@@ -77,14 +77,17 @@ func (e *Engine) SubmitChecked(file string, src []byte, owner string, trusted bo
 	}
 	e.mu.Lock()
 	defer e.mu.Unlock()
-	jobs, err := e.acceptedJobs(job.Name)
+	jobs, at, err := e.acceptedJobsWithout(job.Name)
 	if err != nil {
 		return SubmitResult{}, err
 	}
 	if mine := countOwned(jobs, job.Owner); job.Owner != "" && mine >= e.cfg.MaxJobsPerOwner {
 		refused = append(refused, fmt.Errorf("user %s has %d accepted jobs, the most one user may have; retract one (plumb job retract NAME) or replace one by submitting under its name", job.Owner, mine))
 	}
-	g, warns, err := pipeline.Merge(append(jobs, job), e.mergeOptions())
+	// A job submitted again keeps its place in the merge (state.PutJob
+	// keeps its order), so the stages it shares keep their names and
+	// their metrics' labels; a new one merges last.
+	g, warns, err := pipeline.Merge(slices.Insert(jobs, at, job), e.mergeOptions())
 	if err != nil {
 		refused = append(refused, err)
 	}
@@ -263,23 +266,37 @@ func (e *Engine) Jobs() ([]state.Job, error) { return e.db.Jobs() }
 // acceptedJobs parses the accepted jobs in merge order, leaving out one
 // by name (being replaced or retracted).
 func (e *Engine) acceptedJobs(except string) ([]*pipeline.Job, error) {
+	jobs, _, err := e.acceptedJobsWithout(except)
+	return jobs, err
+}
+
+// acceptedJobsWithout is acceptedJobs, and where except stood among them
+// (the end when it is not an accepted job).
+func (e *Engine) acceptedJobsWithout(except string) ([]*pipeline.Job, int, error) {
 	all, err := e.db.Jobs()
 	if err != nil {
-		return nil, err
+		return nil, 0, err
 	}
 	var out []*pipeline.Job
+	at := -1
 	for _, sj := range all {
+		if sj.State == state.JobAccepted && sj.Name == except {
+			at = len(out)
+		}
 		if sj.State != state.JobAccepted || sj.Name == except {
 			continue
 		}
 		j, err := pipeline.ParseJobBytes("job "+sj.Name, []byte(sj.Source))
 		if err != nil {
-			return nil, fmt.Errorf("stored job %q no longer parses: %w", sj.Name, err)
+			return nil, 0, fmt.Errorf("stored job %q no longer parses: %w", sj.Name, err)
 		}
 		j.Owner, j.OwnerID = sj.Owner, sj.OwnerID // the authenticated submitter, not what the file says
 		out = append(out, j)
 	}
-	return out, nil
+	if at < 0 {
+		at = len(out)
+	}
+	return out, at, nil
 }
 
 func (e *Engine) mergeOptions() pipeline.Options {
