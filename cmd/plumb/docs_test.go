@@ -231,7 +231,7 @@ func TestDocsRun(t *testing.T) {
 	work := t.TempDir()
 	root, _ := filepath.Abs("../..")
 	env := append(os.Environ(), "PATH="+bin+":"+os.Getenv("PATH"), "PLUMB_TEST_AS_PLUMB=1",
-		"PYTHONPATH="+filepath.Join(root, "clients", "python"))
+		"PYTHONPATH="+filepath.Join(root, "clients", "python"), "PLUMB_SRC="+root)
 	t.Cleanup(func() {
 		pids, _ := filepath.Glob(filepath.Join(work, "server-*.pid"))
 		for _, f := range pids {
@@ -256,7 +256,9 @@ func TestDocsRun(t *testing.T) {
 			// process id kept for the end.
 			var script []string
 			for _, l := range strings.Split(code, "\n") {
-				l = strings.ReplaceAll(l, "examples/", root+"/examples/")
+				if !strings.Contains(l, "$PLUMB_SRC") {
+					l = strings.ReplaceAll(l, "examples/", root+"/examples/")
+				}
 				if strings.HasPrefix(l, "plumb serve") {
 					servers++
 					l, _, _ = strings.Cut(l, " #")
