@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"slices"
 	"time"
 
 	aflight "github.com/apache/arrow-go/v18/arrow/flight"
@@ -196,6 +197,18 @@ func (s *Service) serveGroup(ctx context.Context, w *flight.BlockWriter, t fligh
 		return err
 	}
 	reader := uuid.NewString()
+	// sent are the blocks this reader sent lately: when the client goes
+	// away (a break out of its loop, a close) those it did not ack go back
+	// to the group at once, as a Kafka consumer's do on close, instead of
+	// after the visibility timeout. Acked ones are done and stay so.
+	var sent []uint64
+	defer func() {
+		if ctx.Err() != nil && len(sent) > 0 {
+			if err := s.db.Release(t.Queue, t.Group, reader, sent...); err != nil {
+				s.log.Warn("a reader went away; its unacked blocks go back to the group after the visibility timeout", "queue", t.Queue, "group", t.Group, "err", err)
+			}
+		}
+	}()
 	// after is the last serial this reader reserved: the next reserve
 	// looks past it, not again over the blocks it holds, except every
 	// 64th and when nothing is past it (then from the floor, for blocks
@@ -228,6 +241,9 @@ func (s *Service) serveGroup(ctx context.Context, w *flight.BlockWriter, t fligh
 				s.db.Unreserve(t.Queue, t.Group, reader, serials(ahead[i+1:])...)
 				return err
 			}
+			if sent = append(sent, b.Serial); len(sent) > maxSentKept {
+				sent = slices.Delete(sent, 0, len(sent)-maxSentKept) // long acked or expired
+			}
 		}
 		if len(ahead) > 0 {
 			continue
@@ -252,6 +268,10 @@ func (s *Service) serveGroup(ctx context.Context, w *flight.BlockWriter, t fligh
 		timer.Stop()
 	}
 }
+
+// maxSentKept bounds the blocks a group reader remembers sending, to give
+// back those not acked when its client goes away.
+const maxSentKept = 4096
 
 // A group reader reserves up to reserveAhead blocks at once, holding at
 // most reserveAheadBytes together (a larger block goes alone).

@@ -151,6 +151,21 @@ print(len(blocks), blocks[0].path, blocks[0].sha256, before, peak())
 """
 
 
+def test_break_gives_blocks_back(plumb, server):
+    """A loop that breaks gives the block it was on, and those read ahead,
+    back to the group at once: another reader has them now, not after the
+    visibility timeout (60 s)."""
+    c = plumb.connect(server.addr)
+    c.put_many([(name(i), f"lax {i}".encode()) for i in range(1, 6)])
+    for b in c.consume("pcap.sz", group="brk", start="earliest"):
+        first = b.name
+        break
+    started = time.monotonic()
+    again = sorted(b.name for b in c.consume("pcap.sz", group="brk"))
+    assert again == sorted(name(i) for i in range(1, 6)) and first in again, again
+    assert time.monotonic() - started < 30
+
+
 def test_consume_spools_a_large_block(plumb, server, tmp_path):
     """A 256 MiB block (agents' default size) read with spool=DIR goes to
     a file as it comes: the reader's peak memory grows by less than 64 MiB,

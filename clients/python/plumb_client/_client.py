@@ -385,8 +385,10 @@ class Client:
         together, every ack_every blocks or ack_interval seconds (one round
         trip each was most of the time of a loop over small blocks) and
         when the loop ends; a block the caller did not finish (an exception,
-        a break) stays owed and is handed out again after the visibility
-        timeout (seconds; the server's default when None). With
+        a break) stays owed, and it and the blocks read ahead go back to the
+        group when the loop ends, as a Kafka consumer's do on close (a
+        reader that dies instead gives them back after the visibility
+        timeout: seconds, the server's default when None). With
         ack="manual" nothing is acknowledged here: call ack() with the
         names, one or many at a time.
 
@@ -436,12 +438,17 @@ class Client:
                         last = time.monotonic()
         finally:
             idle.stop()
-            reader.cancel()
-            if done:
-                # Those the loop finished before it ended (normally, by a
-                # break or by an exception in a later block).
-                with translated(self._timeout):
-                    self.ack(queue, group, *done)
+            try:
+                if done:
+                    # Those the loop finished before it ended (normally,
+                    # by a break or by an exception in a later block),
+                    # acked before the read ends: the server gives every
+                    # block the reader holds unacked back to the group
+                    # when it goes away.
+                    with translated(self._timeout):
+                        self.ack(queue, group, *done)
+            finally:
+                reader.cancel()
 
     async def consume_async(self, queue: str, group: str, **kw: Any) -> AsyncIterator[Block]:
         """consume() for asyncio: `async for block in c.consume_async(...)`,
