@@ -233,7 +233,7 @@ type StreamRequest struct {
 	Queue    string            `json:"queue"`
 	Instance string            `json:"instance"`
 	Consumer string            `json:"consumer"`
-	Seq      uint64            `json:"seq,omitempty"`   // commit
+	Seq      uint64            `json:"seq,omitempty"`   // commit; checkpoint: the next to read (the cursor when 0)
 	State    map[string]string `json:"state,omitempty"` // put-state, checkpoint
 	From     string            `json:"from,omitempty"`  // open: earliest, checkpoint or a sequence number
 }

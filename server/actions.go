@@ -151,7 +151,7 @@ var actions = map[string]action{
 		run:  (*Service).listState,
 	},
 	"checkpoint": {
-		desc:    `Save a stream consumer's cursor and state together (with "state" given, that state); a stream from "checkpoint" resumes there. Body {"queue","instance","consumer","state"}.`,
+		desc:    `Save a stream consumer's cursor and state together (with "state" given, that state; with "seq", at that next block instead of the cursor, never past it); a stream from "checkpoint" resumes there. Body {"queue","instance","consumer","state","seq"}.`,
 		run:     (*Service).checkpoint,
 		maxBody: stateMaxBody,
 	},

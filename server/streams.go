@@ -176,7 +176,7 @@ func (s *Service) listState(ctx context.Context, body []byte) (any, error) {
 
 func (s *Service) checkpoint(ctx context.Context, body []byte) (any, error) {
 	return s.streamAction(ctx, "checkpoint", body, func(r flight.StreamRequest) (any, error) {
-		return s.db.SaveCheckpoint(r.Queue, r.Instance, r.Consumer, r.State)
+		return s.db.SaveCheckpointAt(r.Queue, r.Instance, r.Consumer, r.Seq, r.State)
 	})
 }
 

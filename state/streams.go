@@ -323,12 +323,26 @@ func (d *DB) GetCursor(queue, instance, consumer string) (Cursor, error) {
 // restarting from its checkpoint resumes exactly there. With state nil
 // the current state is saved.
 func (d *DB) SaveCheckpoint(queue, instance, consumer string, state map[string]string) (Cursor, error) {
+	return d.SaveCheckpointAt(queue, instance, consumer, 0, state)
+}
+
+// SaveCheckpointAt is SaveCheckpoint at next instead of the cursor (0:
+// the cursor): a reader that is sent blocks ahead of what it has written
+// (the stream ticket moves the cursor as it sends) checkpoints what it
+// wrote. next may not pass the cursor.
+func (d *DB) SaveCheckpointAt(queue, instance, consumer string, next uint64, state map[string]string) (Cursor, error) {
 	now := d.now().UTC()
 	return d.updateCursor(queue, instance, consumer, func(tx metakv.Tx, c *Cursor) error {
+		if next == 0 {
+			next = c.Next
+		}
+		if next > c.Next {
+			return fmt.Errorf("checkpoint at %d: past the cursor of stream consumer %s of %s/%s, at %d: nothing after it was read", next, consumer, queue, instance, c.Next)
+		}
 		if state != nil {
 			c.State = maps.Clone(state)
 		}
-		c.Checkpoint = &Checkpoint{Next: c.Next, State: maps.Clone(c.State), At: now}
+		c.Checkpoint = &Checkpoint{Next: next, State: maps.Clone(c.State), At: now}
 		return nil
 	})
 }

@@ -3,6 +3,7 @@ package state
 import (
 	"errors"
 	"fmt"
+	"strings"
 	"testing"
 	"time"
 
@@ -40,6 +41,14 @@ func TestStreamCursor(t *testing.T) {
 	}
 	if _, err := db.PutState("pcap.sz", "lax", "ids", map[string]string{"packets": "42"}); err != nil {
 		t.Fatal(err)
+	}
+	// A checkpoint at a block before the cursor (what a reader wrote of
+	// what it was sent) is kept; one past the cursor is refused.
+	if cur, err := db.SaveCheckpointAt("pcap.sz", "lax", "ids", 2, nil); err != nil || cur.Checkpoint.Next != 2 {
+		t.Fatalf("checkpoint at 2 = %+v, %v", cur.Checkpoint, err)
+	}
+	if _, err := db.SaveCheckpointAt("pcap.sz", "lax", "ids", 4, nil); err == nil || !strings.Contains(err.Error(), "past the cursor") {
+		t.Fatalf("checkpoint past the cursor: %v", err)
 	}
 	if _, err := db.SaveCheckpoint("pcap.sz", "lax", "ids", nil); err != nil {
 		t.Fatal(err)

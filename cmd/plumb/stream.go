@@ -11,6 +11,9 @@ import (
 	"os"
 	"time"
 
+	"github.com/gopacket/gopacket/layers"
+
+	"github.com/plumb-dev/plumb/block"
 	"github.com/plumb-dev/plumb/client"
 	"github.com/plumb-dev/plumb/flight"
 	"github.com/plumb-dev/plumb/pcap"
@@ -26,7 +29,7 @@ func streamCommand() command {
 		func(fs *flag.FlagSet) {
 			instance = fs.String("instance", "", "the site whose stream to read (required)")
 			consumer = fs.String("consumer", "", "the stream `CONSUMER` whose cursor the server keeps (default: a temporary one, deleted at the end)")
-			from = fs.String("from", "", "where to start: earliest, checkpoint (the last one saved), or a sequence number (default: where the consumer's cursor is, the earliest block for a new or temporary one)")
+			from = fs.String("from", "", "where to start: earliest, checkpoint, or a sequence number (default: checkpoint for a named consumer, which goes on after what it last wrote; earliest for a temporary one)")
 			follow = fs.Bool("follow", false, "keep waiting for new blocks")
 			gapWait = fs.Duration("gap-wait", 0, "at a missing block, wait this long (0: forever)")
 			gapThen = fs.String("gap-then", "skip", "after --gap-wait: skip the missing block, or stop")
@@ -71,9 +74,14 @@ func streamCommand() command {
 					}
 				}()
 			}
-			// An empty from goes on where the cursor is: the server moves
-			// it past each block it sends, so a named consumer run again
-			// writes only what came since (a new one starts earliest).
+			if *from == "" {
+				// A named consumer checkpoints each block once written
+				// (below), so it goes on from what it last wrote.
+				*from = "checkpoint"
+				if !named {
+					*from = "earliest"
+				}
+			}
 			t := flight.StreamTicket{Stream: args[0], Instance: *instance, Consumer: *consumer, Follow: *follow}
 			t.From, _ = json.Marshal(*from)
 			if *gapWait > 0 {
@@ -102,6 +110,22 @@ func streamCommand() command {
 				if err := stream.Flush(); err != nil {
 					return err
 				}
+				if named {
+					// Written: the consumer's checkpoint moves past it. The
+					// server's cursor runs ahead, past blocks sent and not
+					// yet written, which a crash here would lose.
+					if err := out.Flush(); err != nil {
+						return err
+					}
+					n, err := block.Parse(s.Header().Name)
+					if err != nil {
+						return fmt.Errorf("the server sent block %q: %w", s.Header().Name, err)
+					}
+					req := flight.StreamRequest{Queue: args[0], Instance: *instance, Consumer: *consumer, Seq: n.Seq + 1}
+					if err := c.StreamAction(ctx, "checkpoint", req, nil); err != nil {
+						return fmt.Errorf("block %s written, but the consumer's checkpoint was not saved: %w", n, err)
+					}
+				}
 			}
 			if err := s.Err(); err != nil {
 				return err
@@ -109,17 +133,17 @@ func streamCommand() command {
 			if err := stream.Flush(); err != nil {
 				return err
 			}
-			if err := out.Flush(); err != nil {
-				return err
-			}
-			if named {
-				// Caught up and written whole: --from checkpoint now goes
-				// on from here too.
-				req := flight.StreamRequest{Queue: args[0], Instance: *instance, Consumer: *consumer}
-				if err := c.StreamAction(ctx, "checkpoint", req, nil); err != nil {
-					return fmt.Errorf("everything was written, but the consumer's checkpoint was not saved: %w", err)
+			if !stream.Started() {
+				// Caught up: still a capture, empty, for the tool it is
+				// piped into (no block says the link type: Ethernet).
+				w, err := pcap.NewWriter(out, layers.LinkTypeEthernet, 262144, false)
+				if err == nil {
+					err = w.Flush()
+				}
+				if err != nil {
+					return err
 				}
 			}
-			return nil
+			return out.Flush()
 		})
 }

@@ -52,10 +52,10 @@ func cutBlocks(t *testing.T, pkts []packet, per int, site string) []client.Sourc
 
 // TestStreamConsumerKeepsItsCursor is issue 62's first-day stream: a
 // named consumer re-read the whole site at every run, also with --from
-// checkpoint, where docs/streams.md promises it keeps its cursor. Now a
-// second run writes nothing, a run after more blocks came writes only
-// those, --from checkpoint goes on from the last clean end, and --from
-// earliest reads everything again.
+// checkpoint, where docs/streams.md promises it keeps its cursor, and a
+// caught-up read wrote 0 bytes. Now a second run writes an empty capture
+// (a header, no packets), a run after more blocks came writes only
+// those, and --from earliest reads everything again.
 func TestStreamConsumerKeepsItsCursor(t *testing.T) {
 	addr := servePlumb(t, t.TempDir())
 	c := dialPlumb(t, addr)
@@ -75,8 +75,8 @@ func TestStreamConsumerKeepsItsCursor(t *testing.T) {
 		if code != 0 {
 			t.Fatalf("plumb stream %v: exit %d: %s", args, code, errOut)
 		}
-		if out == "" {
-			return nil
+		if len(out) < pcap.HeaderSize {
+			t.Fatalf("plumb stream %v wrote %d bytes: not a capture, not even an empty one", args, len(out))
 		}
 		return readPackets(t, strings.NewReader(out))
 	}
@@ -94,7 +94,7 @@ func TestStreamConsumerKeepsItsCursor(t *testing.T) {
 		t.Fatalf("after a third block: %d packets, want its 40", len(got))
 	}
 	if got := stream("--from", "checkpoint"); len(got) != 0 {
-		t.Fatalf("--from checkpoint after a clean end: %d packets, want none", len(got))
+		t.Fatalf("--from checkpoint, the default, named: %d packets, want none", len(got))
 	}
 	if got := stream("--from", "earliest"); len(got) != 120 {
 		t.Fatalf("--from earliest: %d packets, want all 120", len(got))
