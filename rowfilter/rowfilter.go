@@ -324,7 +324,7 @@ func comparer(col arrow.Array, c flight.Condition) (func(i int) int, error) {
 	switch c.Op {
 	case "=", "==", "!=", "<", "<=", ">", ">=":
 	default:
-		return nil, fmt.Errorf("filter on %s: op %q: want = != < <= > >= in like suffix is_null not_null", c.Column, c.Op)
+		return nil, fmt.Errorf("filter on %s: op %q: want = != < <= > >= in like suffix regex is_null not_null", c.Column, c.Op)
 	}
 	bad := func(want string) error {
 		return fmt.Errorf("filter on %s: value %v: want %s", c.Column, c.Value, want)
