@@ -593,3 +593,29 @@ func TestContainerfile(t *testing.T) {
 		t.Error("make image does not build and tag the image with the Makefile's VERSION")
 	}
 }
+
+// TestNoBinaryTracked: no built program is committed (a 29 MB scale
+// binary sat at the repository's root): every file git tracks is checked
+// for the magic numbers of ELF and Mach-O executables.
+func TestNoBinaryTracked(t *testing.T) {
+	gitBin := testenv.Tool(t, "git")
+	out, err := exec.Command(gitBin, "-C", "../..", "ls-files", "-z").Output()
+	if err != nil {
+		t.Fatalf("git ls-files: %v", err)
+	}
+	magics := [][]byte{[]byte("\x7fELF"), {0xfe, 0xed, 0xfa, 0xce}, {0xfe, 0xed, 0xfa, 0xcf}, {0xcf, 0xfa, 0xed, 0xfe}, {0xce, 0xfa, 0xed, 0xfe}}
+	for _, name := range strings.Split(strings.TrimRight(string(out), "\x00"), "\x00") {
+		f, err := os.Open(filepath.Join("../..", name))
+		if err != nil {
+			continue // deleted in the work tree
+		}
+		head := make([]byte, 4)
+		n, _ := io.ReadFull(f, head)
+		f.Close()
+		for _, m := range magics {
+			if n == len(head) && bytes.HasPrefix(head, m) {
+				t.Errorf("%s is a built program tracked by git: remove it (git rm --cached) and ignore it", name)
+			}
+		}
+	}
+}
