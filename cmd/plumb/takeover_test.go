@@ -18,11 +18,12 @@ import (
 // TestSchedulerTakeover is issue 61's lapsed scheduler: two servers on
 // PostgreSQL metadata run builtin:dns over one site's many blocks (read
 // apart and joined in order), and the server holding the scheduling duty
-// is SIGKILLed mid-run, or paused past --duty-ttl and let go on. The
-// other takes the duty and the backlog drains, every block's records
-// made once; the paused one, resumed, stays up (it used to die of the
-// nil dereference of a failed first half) and does not commit what the
-// new scheduler owns.
+// is SIGKILLed mid-run, or paused past --duty-ttl and let go on, while a
+// damaged block waits out of order at another site. The other takes the
+// duty and the backlog drains, every good block's records made; the
+// damaged one is FAULTY with its parse error; the paused one, resumed,
+// stays up (it used to die of the nil dereference of a failed first
+// half).
 func TestSchedulerTakeover(t *testing.T) {
 	for _, how := range []string{"killed", "paused"} {
 		t.Run(how, func(t *testing.T) { schedulerTakeover(t, how) })
@@ -82,6 +83,26 @@ func schedulerTakeover(t *testing.T, how string) {
 		bs, _ := c.Blocks(ctx, "dns.arrow")
 		return len(bs)
 	}
+	// And a damaged block out of order at another site, the issue's
+	// first crash: it must end FAULTY with its parse error, its
+	// neighbours made, whichever server runs it.
+	good, err := os.ReadFile("../../testdata/pcaps/dnscap__dns.pcap")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, b := range []struct {
+		name string
+		data []byte
+	}{
+		{"20161020-151621-00000002.bad.pcap", []byte("\x00garbage, not a pcap\xff")},
+		{"20161020-151621-00000003.bad.pcap", good},
+		{"20161020-151621-00000001.bad.pcap", good},
+	} {
+		if _, err := c.Put(ctx, source(b.name, b.data)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	total := len(in) + 2
 	waitFor(t, "the first records", func() bool { return made() > 0 })
 	s := procs[scheduler()]
 	at := made()
@@ -95,14 +116,14 @@ func schedulerTakeover(t *testing.T, how string) {
 		s.cmd.Process.Signal(syscall.SIGCONT)
 	}
 	began := time.Now()
-	for made() < len(in) {
+	for made() < total {
 		if time.Since(began) > 90*time.Second {
 			t.Fatalf("%d of %d blocks' records 90 s after the scheduler was %s (%d when it was)\nserver 0: %.3000s\nserver 1: %.3000s",
-				made(), len(in), how, at, procs[0].log.String(), procs[1].log.String())
+				made(), total, how, at, procs[0].log.String(), procs[1].log.String())
 		}
 		time.Sleep(100 * time.Millisecond)
 	}
-	t.Logf("scheduler %s with %d of %d blocks made: the rest made %s later", how, at, len(in), time.Since(began).Round(100*time.Millisecond))
+	t.Logf("scheduler %s with %d of %d blocks made: the rest made %s later", how, at, total, time.Since(began).Round(100*time.Millisecond))
 	if how == "paused" {
 		if s.cmd.ProcessState != nil || s.cmd.Process.Signal(syscall.Signal(0)) != nil {
 			t.Fatalf("the paused scheduler died when it went on:\n%s", s.log)
@@ -113,7 +134,9 @@ func schedulerTakeover(t *testing.T, how string) {
 			t.Errorf("server %d's log has a panic:\n%s", i, p.log)
 		}
 	}
-	if fb, err := c.Faulty(ctx, ""); err != nil || len(fb) != 0 {
-		t.Errorf("faulty blocks after the takeover: %+v %v", fb, err)
+	waitFor(t, "the damaged block set aside", func() bool { fb, _ := c.Faulty(ctx, ""); return len(fb) == 1 })
+	fb, _ := c.Faulty(ctx, "")
+	if !strings.Contains(fb[0].Block, "00000002.bad.") || !strings.Contains(fb[0].Error, "malformed") || strings.Contains(fb[0].Error, "server stopped") {
+		t.Errorf("faulty after the takeover: %+v; want only the damaged block, with its parse error", fb)
 	}
 }
