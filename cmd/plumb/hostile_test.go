@@ -485,7 +485,9 @@ func TestFlightConnectionsBounded(t *testing.T) {
 		silent = append(silent, c)
 	}
 	time.Sleep(500 * time.Millisecond)
-	if n := fds(); n > base+4 {
+	// At most 4 more, and one for whatever else the server opened
+	// meanwhile; without the cap it holds all 6.
+	if n := fds(); n > base+5 {
 		t.Errorf("the server holds %d descriptors with 6 silent sockets open, %d before: more than --max-conns 4 more", n, base)
 	}
 	began := time.Now()
