@@ -112,7 +112,7 @@ type (
 	//	Queue    string
 	//	Instance string
 	//	Consumer string
-	//	Seq      uint64            // commit
+	//	Seq      uint64            // commit; checkpoint: the next to read (the cursor when 0)
 	//	State    map[string]string // put-state, checkpoint
 	//	From     string            // open: earliest, checkpoint or a sequence number
 	StreamRequest = flight.StreamRequest
