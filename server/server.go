@@ -11,8 +11,6 @@ import (
 	"os"
 	"os/signal"
 	"path/filepath"
-	"runtime"
-	"strings"
 	"sync"
 	"syscall"
 	"time"
@@ -660,25 +658,6 @@ func Run(ctx context.Context, cfg Config) (err error) {
 // bug to report.
 var Panics = prometheus.NewCounter(prometheus.CounterOpts{Name: "plumb_flight_panics_total", Help: "Panics recovered in Flight calls (each a bug; the log says where)."})
 
-// panicSite is the file and line the panic came from: the first frame
-// below the runtime's panic machinery.
-func panicSite() string {
-	pcs := make([]uintptr, 32)
-	frames := runtime.CallersFrames(pcs[:runtime.Callers(3, pcs)])
-	past := false
-	for {
-		f, more := frames.Next()
-		if strings.HasPrefix(f.Function, "runtime.") {
-			past = true
-		} else if past {
-			return fmt.Sprintf("%s (%s:%d)", f.Function, f.File, f.Line)
-		}
-		if !more {
-			return "unknown"
-		}
-	}
-}
-
 // DefaultMaxConns is Config.MaxConns when zero.
 const DefaultMaxConns = 1024
 
@@ -690,7 +669,7 @@ func NewGRPCServer(log *slog.Logger, extra ...grpc.ServerOption) *grpc.Server {
 		// The last net: each panic is a bug to fix, so one short line says
 		// where, and a counter says how often.
 		Panics.Inc()
-		log.Error("panic in Flight call", "method", method, "panic", fmt.Sprint(p), "at", panicSite())
+		log.Error("panic in Flight call", "method", method, "panic", fmt.Sprint(p), "at", stage.PanicSite())
 		return status.Errorf(codes.Internal, "internal error in %s; the server logged the details", method)
 	}
 	return grpc.NewServer(append([]grpc.ServerOption{

@@ -28,7 +28,7 @@ var ErrPanicked = errors.New("built-in panicked")
 type PanicError struct {
 	Op    string // what was called: "run", "split", "start", "finish", "discard"
 	Value any
-	Where string // the innermost frame outside the runtime, FILE:LINE
+	Where string // the frame that panicked, FUNCTION (FILE:LINE)
 	Stack []byte
 }
 
@@ -51,19 +51,23 @@ func recovered(op string, err *error) {
 	if v == nil {
 		return
 	}
-	*err = &PanicError{Op: op, Value: v, Where: panicSite(), Stack: debug.Stack()}
+	*err = &PanicError{Op: op, Value: v, Where: PanicSite(), Stack: debug.Stack()}
 }
 
-// panicSite finds the frame that panicked: the first below the runtime's
-// own frames under the deferred recover.
-func panicSite() string {
+// PanicSite is where a panic being recovered came from, as
+// "FUNCTION (FILE:LINE)": the first frame past the runtime's own (the
+// panicking one), whatever the depth of the deferred function calling
+// it. The Flight service's recovery reports with it too.
+func PanicSite() string {
 	pcs := make([]uintptr, 32)
-	n := runtime.Callers(3, pcs)
-	frames := runtime.CallersFrames(pcs[:n])
+	frames := runtime.CallersFrames(pcs[:runtime.Callers(2, pcs)])
+	past := false
 	for {
 		f, more := frames.Next()
-		if !strings.HasPrefix(f.Function, "runtime.") && !strings.HasSuffix(f.Function, "stage.recovered") {
-			return fmt.Sprintf("%s:%d", f.File, f.Line)
+		if strings.HasPrefix(f.Function, "runtime.") {
+			past = true
+		} else if past {
+			return fmt.Sprintf("%s (%s:%d)", f.Function, f.File, f.Line)
 		}
 		if !more {
 			return "unknown"
