@@ -34,15 +34,11 @@ func TestDnstapSocketRefusesOversizeFrames(t *testing.T) {
 	}
 	defer rc.Close()
 	send := func(frames ...[]byte) error {
-		c, err := net.Dial("unix", sock)
+		c, w, err := tapSender(t, sock)
 		if err != nil {
 			return err
 		}
 		defer c.Close()
-		w, err := framestream.NewWriter(c, &framestream.WriterOptions{ContentTypes: [][]byte{[]byte(dnstap.ContentType)}, Bidirectional: true})
-		if err != nil {
-			return err
-		}
 		for _, f := range frames {
 			if _, err := w.WriteFrame(f); err != nil {
 				return err
