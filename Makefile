@@ -36,7 +36,7 @@ FUZZ_TARGETS := \
 	./state:FuzzBlockRecord:100000x \
 	./engine:FuzzStageArrivals:300x
 
-.PHONY: build test test-go test-state-postgres chaos test-python fuzz-short bench bench-scale bench-windows demo lint clean image kube
+.PHONY: build build-agent test test-go test-state-postgres chaos test-python fuzz-short bench bench-scale bench-windows demo lint clean image kube
 
 # The build says what it is (plumb version, plumb_build_info) even where
 # Go does not stamp version control information (-buildvcs=false).
@@ -46,6 +46,11 @@ LDFLAGS := -X main.version=$(VERSION) -X main.commit=$(COMMIT)
 
 build:
 	$(GO) build -ldflags "$(LDFLAGS)" -o $(BIN) ./cmd/plumb
+
+# build-agent builds bin/plumb-agent, what a capture site runs: the
+# agent, import and dns verbs without the server's packages (docs/agent.md).
+build-agent:
+	$(GO) build -tags agent -ldflags "-s -w $(LDFLAGS)" -o bin/plumb-agent ./cmd/plumb
 
 # image builds the container image ghcr.io/plumb-dev/plumb:$(VERSION) from
 # Containerfile with podman, or docker when there is no podman.
@@ -69,6 +74,7 @@ kube:
 lint:
 	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
 	$(GO) vet ./...
+	$(GO) vet -tags agent ./cmd/plumb
 
 test: lint build test-go test-state-postgres test-python fuzz-short
 

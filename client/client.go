@@ -404,6 +404,21 @@ func (c *Client) Ack(ctx context.Context, queue, group string, names ...string) 
 	return res.Acked, err
 }
 
+// Nack gives blocks this group's reader holds but could not finish back
+// to the group at once, for any of its readers to take next (the
+// attempt stays counted), rather than after the visibility timeout. It
+// returns how many were held. Closing a Stream of a group read gives
+// back what it handed out and was not acked without a nack.
+func (c *Client) Nack(ctx context.Context, queue, group string, names ...string) (int, error) {
+	var res struct {
+		Released int `json:"released"`
+	}
+	err := c.action(ctx, "nack", flight.AckRequest{Queue: queue, Group: group, Blocks: names}, func(raw []byte) error {
+		return json.Unmarshal(raw, &res)
+	})
+	return res.Released, err
+}
+
 // LastSeq returns the highest sequence number the server holds for an
 // instance of a queue.
 func (c *Client) LastSeq(ctx context.Context, queue, instance string) (flight.LastSeqResult, error) {

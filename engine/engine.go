@@ -13,6 +13,8 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/plumb-dev/plumb/stage/program"
+
 	"github.com/google/uuid"
 	"github.com/prometheus/client_golang/prometheus"
 	"golang.org/x/sync/singleflight"
@@ -227,7 +229,7 @@ type Engine struct {
 // runSpec is what a run runs, fixed when it starts.
 type runSpec struct {
 	node  *pipeline.Node
-	steps []step
+	steps []program.Step
 }
 
 // graphStage is a node of the graph as the engine runs it. Its node, steps and
@@ -235,7 +237,7 @@ type runSpec struct {
 type graphStage struct {
 	node    *pipeline.Node
 	group   string // the consumer group it reads its inputs as
-	steps   []step
+	steps   []program.Step
 	trusted bool // its program's job may name unregistered executables
 	// suspended says why the stage starts no runs: every job owning it is
 	// suspended. Its groups keep their place.

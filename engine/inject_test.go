@@ -18,7 +18,7 @@ import (
 	"github.com/plumb-dev/plumb/pcap"
 	"github.com/plumb-dev/plumb/pcap/dnsrec"
 	"github.com/plumb-dev/plumb/stage"
-	"github.com/plumb-dev/plumb/stage/builtin"
+	"github.com/plumb-dev/plumb/stage/builtin/dns"
 )
 
 // siteBlocks cuts real captures (TCP split across the cuts, IP
@@ -90,7 +90,7 @@ func (k *knob) inject(step engine.Step, name string) error {
 
 // panicky is builtin:dns whose Start or Finish panics when its knob says.
 type panicky struct {
-	*builtin.DNS
+	*dns.Messages
 	k *knob
 }
 
@@ -108,7 +108,7 @@ func (p panicky) Start(ctx context.Context, in stage.Input, r io.Reader, w io.Wr
 		var m map[string]int
 		m["a nil map"]++ // a real runtime panic, as a bug on hostile bytes makes
 	}
-	part, err := p.DNS.Start(ctx, in, r, w)
+	part, err := p.Messages.Start(ctx, in, r, w)
 	if err != nil {
 		return nil, err
 	}
@@ -175,7 +175,7 @@ func TestFailureAtEachStep(t *testing.T) {
 
 func failAtStep(t *testing.T, blocks [][]byte, want []string, parted bool, k *knob) {
 	r := newRigWith(t, engine.Config{Slots: 3, Inject: k.inject, GapWait: time.Hour}, func(reg *stage.Registry) {
-		reg.Add(stage.Factory{Name: "panicky", New: func(url.Values) (stage.Builtin, error) { return panicky{&builtin.DNS{}, k}, nil }})
+		reg.Add(stage.Factory{Name: "panicky", New: func(url.Values) (stage.Builtin, error) { return panicky{&dns.Messages{}, k}, nil }})
 	})
 	r.mustAccept("job: dns\nfrom: earliest\nqueues: [pcap]\nstages:\n  - {name: d, inputs: [pcap], program: builtin:panicky, outputs: [dns.arrow], retention: forever}\n")
 	put := func(seq int) { r.put("pcap", uint64(seq), blocks[seq-1]) }

@@ -6,6 +6,8 @@ import (
 	"slices"
 	"strings"
 
+	"github.com/plumb-dev/plumb/stage/program"
+
 	"github.com/plumb-dev/plumb/pipeline"
 	"github.com/plumb-dev/plumb/stage"
 	"github.com/plumb-dev/plumb/state"
@@ -202,7 +204,7 @@ func (e *Engine) checkPrograms(file string, job *pipeline.Job, trusted bool) err
 			continue // its program did not parse; that problem is told already
 		}
 		field := "program"
-		steps, err := resolve(e.reg, e.lookup, s.Program, trusted)
+		steps, err := program.Resolve(e.reg, e.lookup, s.Program, trusted)
 		if err == nil {
 			err = e.checkExecutables(s, steps)
 		}
@@ -217,7 +219,7 @@ func (e *Engine) checkPrograms(file string, job *pipeline.Job, trusted bool) err
 				field, err = "inputs", errors.New("a window stage reads one input queue")
 			}
 		}
-		if err == nil && s.Abstraction == pipeline.Stream && (len(s.Inputs) != 1 || len(steps) != 1 || steps[0].argv == nil) {
+		if err == nil && s.Abstraction == pipeline.Stream && (len(s.Inputs) != 1 || len(steps) != 1 || steps[0].Argv == nil) {
 			err = errors.New("a stream stage runs one executable over one input queue")
 		}
 		if err != nil {
@@ -548,7 +550,7 @@ func (e *Engine) apply(g *pipeline.Graph) error {
 // built-in over one input, run per site in sequence order: alone, or
 // after steps that turn the block into what it reads (a chain such as
 // [builtin:decode, builtin:dns] gets the same guarantee).
-func isSequential(n *pipeline.Node, steps []step) bool {
+func isSequential(n *pipeline.Node, steps []program.Step) bool {
 	if len(steps) == 0 || len(n.Inputs) != 1 {
 		return false
 	}
@@ -556,36 +558,36 @@ func isSequential(n *pipeline.Node, steps []step) bool {
 		return false
 	}
 	for _, st := range steps[:len(steps)-1] {
-		if _, ok := st.builtin.(stage.Sequential); ok {
+		if _, ok := st.Builtin.(stage.Sequential); ok {
 			return false // only the last step can carry state
 		}
 	}
-	_, ok := steps[len(steps)-1].builtin.(stage.Sequential)
+	_, ok := steps[len(steps)-1].Builtin.(stage.Sequential)
 	return ok
 }
 
 // isEdged reports whether a sequential stage's runs split in two (see
 // Edged).
-func isEdged(sequential bool, steps []step) bool {
+func isEdged(sequential bool, steps []program.Step) bool {
 	if !sequential || len(steps) != 1 {
 		return false // a chain runs whole, in sequence
 	}
-	_, ok := steps[0].builtin.(stage.Edged)
+	_, ok := steps[0].Builtin.(stage.Edged)
 	return ok
 }
 
 // checkOutputs refuses built-ins asked for outputs they cannot write.
-func checkOutputs(steps []step, outputs []string) error {
+func checkOutputs(steps []program.Step, outputs []string) error {
 	if len(outputs) <= 1 {
 		return nil
 	}
 	for _, st := range steps {
-		if st.builtin == nil {
+		if st.Builtin == nil {
 			continue
 		}
-		sp, ok := st.builtin.(stage.Splitter)
+		sp, ok := st.Builtin.(stage.Splitter)
 		if !ok || len(steps) > 1 {
-			return fmt.Errorf("%s writes one output; %d are listed", stepName(st), len(outputs))
+			return fmt.Errorf("%s writes one output; %d are listed", st.Name, len(outputs))
 		}
 		return sp.CheckOutputs(outputs)
 	}

@@ -9,6 +9,8 @@ import (
 	"sync"
 	"time"
 
+	"github.com/plumb-dev/plumb/stage/program"
+
 	"github.com/plumb-dev/plumb/block"
 	"github.com/plumb-dev/plumb/internal/countio"
 	"github.com/plumb-dev/plumb/stage"
@@ -28,7 +30,7 @@ import (
 type heldPart struct {
 	part    stage.Part
 	scratch string
-	files   []*HashFile
+	files   []*program.HashFile
 	name    block.Name
 	cpu     time.Duration
 	in      int64
@@ -131,7 +133,7 @@ func (e *Engine) runPart(ctx context.Context, st *graphStage, spec runSpec, res 
 		return nil
 	}
 	if err != nil {
-		return e.failRun(st, spec, run, res, err, outcome{}, &m)
+		return e.failRun(st, spec, run, res, err, program.Outcome{}, &m)
 	}
 	k := partKey{st.group, inputs[0].Serial}
 	e.parts.put(k, hp) // before the commit: the block's turn may come at once
@@ -149,7 +151,7 @@ func (e *Engine) runPart(ctx context.Context, st *graphStage, spec runSpec, res 
 		}
 		// An attempt like any other: a block whose first half can never
 		// be recorded ends FAULTY instead of holding its site.
-		return e.failRun(st, spec, run, res, fmt.Errorf("record the first half of the run: %w", err), outcome{}, &m)
+		return e.failRun(st, spec, run, res, fmt.Errorf("record the first half of the run: %w", err), program.Outcome{}, &m)
 	}
 	return nil
 }
@@ -160,7 +162,7 @@ func (e *Engine) runPart(ctx context.Context, st *graphStage, spec runSpec, res 
 func (e *Engine) startPart(ctx context.Context, spec runSpec, b state.Block, m *runMeasure) (*heldPart, error) {
 	if t := e.timeout(spec.node); t > 0 {
 		var cancel context.CancelFunc
-		ctx, cancel = context.WithTimeoutCause(ctx, t, errTimeout)
+		ctx, cancel = context.WithTimeoutCause(ctx, t, program.ErrTimeout)
 		defer cancel()
 	}
 	name, err := block.Parse(b.Name)
@@ -188,14 +190,14 @@ func (e *Engine) startPart(ctx context.Context, spec runSpec, b state.Block, m *
 	if err != nil {
 		return nil, fmt.Errorf("an output file for block %s: %w (is %s writable?)", b.Name, err, e.cfg.Scratch)
 	}
-	hf := NewHashFile(f)
+	hf := program.NewHashFile(f)
 	hf.Limit = OutputLimit(b.Size, e.cfg.MaxExpansion, e.cfg.MaxOutput)
-	hp.files = []*HashFile{hf}
+	hp.files = []*program.HashFile{hf}
 	if err := e.inject(StepStart, b.Name); err != nil {
 		return nil, err
 	}
 	began := time.Now()
-	part, err := stage.Start(ctx, spec.steps[0].builtin.(stage.Edged), stage.Input{Block: name}, &countio.Reader{R: rc, N: &m.in}, hf)
+	part, err := stage.Start(ctx, spec.steps[0].Builtin.(stage.Edged), stage.Input{Block: name}, &countio.Reader{R: rc, N: &m.in}, hf)
 	hp.cpu = time.Since(began)
 	m.cpu = hp.cpu
 	hp.in = m.in.Load()
@@ -206,8 +208,8 @@ func (e *Engine) startPart(ctx context.Context, spec runSpec, b state.Block, m *
 		return nil, lerr
 	}
 	if err != nil {
-		if ctx.Err() != nil && errors.Is(context.Cause(ctx), errTimeout) {
-			err = fmt.Errorf("killed after its timeout: %w", errTimeout)
+		if ctx.Err() != nil && errors.Is(context.Cause(ctx), program.ErrTimeout) {
+			err = fmt.Errorf("killed after its timeout: %w", program.ErrTimeout)
 		}
 		return nil, err
 	}
@@ -232,7 +234,7 @@ func (e *Engine) finishPart(ctx context.Context, spec runSpec, hp *heldPart, in 
 	}()
 	if t := e.timeout(spec.node); t > 0 {
 		var cancel context.CancelFunc
-		ctx, cancel = context.WithTimeoutCause(ctx, t, errTimeout)
+		ctx, cancel = context.WithTimeoutCause(ctx, t, program.ErrTimeout)
 		defer cancel()
 	}
 	m.in.Store(hp.in)

@@ -10,6 +10,8 @@ import (
 	"slices"
 	"strings"
 
+	"github.com/plumb-dev/plumb/stage/program"
+
 	"github.com/plumb-dev/plumb/blob"
 	"github.com/plumb-dev/plumb/pipeline"
 	"github.com/plumb-dev/plumb/state"
@@ -59,7 +61,7 @@ func (e *Engine) AddProgram(name, path, wantSHA256 string, network bool, by stri
 		return state.Program{}, err
 	}
 	defer os.Remove(tmp.Name())
-	hf := NewHashFile(tmp)
+	hf := program.NewHashFile(tmp)
 	if _, err := io.Copy(hf, io.LimitReader(src, MaxProgramSize)); err != nil {
 		tmp.Close()
 		return state.Program{}, err
@@ -124,13 +126,13 @@ func (e *Engine) RemoveProgram(name string) error {
 // Programs lists the registered programs.
 func (e *Engine) Programs() ([]state.Program, error) { return e.db.Programs() }
 
-// lookup finds a registered program for resolve.
-func (e *Engine) lookup(name string) (state.Program, bool, error) {
+// lookup finds a registered program for program.Resolve.
+func (e *Engine) lookup(name string) (program.Registered, bool, error) {
 	p, err := e.db.GetProgram(name)
 	if errors.Is(err, state.ErrNotFound) {
-		return p, false, nil
+		return program.Registered{}, false, nil
 	}
-	return p, err == nil, err
+	return program.Registered{Path: p.Path, SHA256: p.SHA256, Network: p.Network}, err == nil, err
 }
 
 // trusted reports whether a stored job may name unregistered executables.
@@ -142,22 +144,22 @@ func (e *Engine) trusted(job string) bool {
 // resolveNode resolves a graph node's program with the trust of the job
 // whose program it runs (the first owner's), once, when the graph is
 // applied; runs and leases use what it found.
-func (e *Engine) resolveNode(n *pipeline.Node) (steps []step, trusted bool, err error) {
+func (e *Engine) resolveNode(n *pipeline.Node) (steps []program.Step, trusted bool, err error) {
 	trusted = len(n.Owners) > 0 && e.trusted(n.Owners[0].Job)
-	steps, err = resolve(e.reg, e.lookup, n.Program, trusted)
+	steps, err = program.Resolve(e.reg, e.lookup, n.Program, trusted)
 	return steps, trusted, err
 }
 
 // confine is how a stage's executables run.
-func (e *Engine) confine(n *pipeline.Node) *confinement {
-	return &confinement{sb: e.cfg.Sandbox, unconfined: e.cfg.Unconfined, network: n.Network, nice: e.cfg.Nice}
+func (e *Engine) confine(n *pipeline.Node) *program.Confinement {
+	return &program.Confinement{Sandbox: e.cfg.Sandbox, Unconfined: e.cfg.Unconfined, Network: n.Network, Nice: e.cfg.Nice}
 }
 
 // checkExecutables says whether the stage's executables may run here at
 // all, and with the network it asks for.
-func (e *Engine) checkExecutables(s *pipeline.Stage, steps []step) error {
+func (e *Engine) checkExecutables(s *pipeline.Stage, steps []program.Step) error {
 	for _, st := range steps {
-		if st.builtin != nil {
+		if st.Builtin != nil {
 			continue
 		}
 		if e.cfg.Sandbox == nil && !e.cfg.Unconfined {
@@ -167,8 +169,8 @@ func (e *Engine) checkExecutables(s *pipeline.Stage, steps []step) error {
 			}
 			return fmt.Errorf("executables are refused on this server, which cannot confine them (%s); use a built-in", why)
 		}
-		if s.Network && !st.network {
-			return fmt.Errorf("program %s is not allowed the network; an admin registers it with `plumb program add --network`", st.name)
+		if s.Network && !st.Network {
+			return fmt.Errorf("program %s is not allowed the network; an admin registers it with `plumb program add --network`", st.Name)
 		}
 	}
 	return nil

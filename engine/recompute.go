@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"slices"
 
+	"github.com/plumb-dev/plumb/stage/program"
+
 	"github.com/plumb-dev/plumb/blob"
 	"github.com/plumb-dev/plumb/block"
 	"github.com/plumb-dev/plumb/pipeline"
@@ -31,7 +33,7 @@ func (e *Engine) Recompute(ctx context.Context, b state.Block) error {
 func (e *Engine) recompute(ctx context.Context, b state.Block) error {
 	e.mu.Lock()
 	var node *pipeline.Node
-	var steps []step
+	var steps []program.Step
 	for _, st := range e.stages {
 		if slices.Contains(st.node.Outputs, b.Queue) {
 			node, steps = st.node, st.steps
@@ -61,7 +63,7 @@ func (e *Engine) recompute(ctx context.Context, b state.Block) error {
 	var m runMeasure
 	outputs, out, err := e.process(ctx, runSpec{node: node, steps: steps}, stage.Input{}, inputs, &m)
 	if err != nil {
-		return fmt.Errorf("recompute %s with stage %s: %w (stderr: %s)", b.Name, node.Name, err, lastLine(out.stderr))
+		return fmt.Errorf("recompute %s with stage %s: %w (stderr: %s)", b.Name, node.Name, err, lastLine(out.Stderr))
 	}
 	for _, o := range outputs {
 		if o.Queue != b.Queue || o.SHA256 == b.SHA256 {

@@ -2,20 +2,15 @@ package engine
 
 import (
 	"context"
-	"crypto/sha256"
-	"encoding/hex"
 	"errors"
 	"fmt"
-	"io"
-	"os"
-	"os/exec"
 	"path"
-	"path/filepath"
 	"slices"
 	"sort"
 	"strings"
-	"sync"
 	"time"
+
+	"github.com/plumb-dev/plumb/stage/program"
 
 	"github.com/google/uuid"
 
@@ -23,8 +18,6 @@ import (
 	"github.com/plumb-dev/plumb/block"
 	"github.com/plumb-dev/plumb/flight"
 	"github.com/plumb-dev/plumb/pipeline"
-	"github.com/plumb-dev/plumb/sandbox"
-	"github.com/plumb-dev/plumb/stage"
 	"github.com/plumb-dev/plumb/state"
 )
 
@@ -40,70 +33,8 @@ const LeaseTTL = 15 * time.Second
 // workerGone is how long a worker that asks for nothing is still counted.
 const workerGone = 30 * time.Second
 
-// Hello is what a worker says when it asks for work.
-type Hello struct {
-	Worker string `json:"worker"` // a stable ID, such as host-pid
-	Host   string `json:"host"`
-	Slots  int    `json:"slots"`
-	// Stages is a path.Match pattern of stage names it runs ("" for all).
-	Stages string `json:"stages,omitempty"`
-	// Missing lists executables it found it does not have: stages that
-	// need them are not leased to it.
-	Missing []string `json:"missing,omitempty"`
-}
-
-// Lease is one stage run given to a worker.
-type Lease struct {
-	ID      string           `json:"lease"`
-	Stage   string           `json:"stage"`
-	Program pipeline.Program `json:"program"`
-	Inputs  []state.Block    `json:"inputs"`
-	Outputs []string         `json:"outputs"`
-	Timeout time.Duration    `json:"timeout_ns,omitempty"`
-	TTL     time.Duration    `json:"ttl_ns"`
-	// Network is the stage's wish for the host's network.
-	Network bool `json:"network,omitempty"`
-	// Trusted says the stage's job may name unregistered executables.
-	Trusted bool `json:"trusted,omitempty"`
-	// OutputLimit is the most the run may write to each output.
-	OutputLimit int64 `json:"output_limit,omitempty"`
-	// Sequential: the stage carries state from block to block of a site.
-	// With Carry the run goes on from it (give it to the run as
-	// stage.Input.Carry and send back what the run left in commit-lease); without
-	// it the block runs on its own.
-	Sequential bool        `json:"sequential,omitempty"`
-	Carry      *LeaseCarry `json:"carry,omitempty"`
-	// Programs are the registered programs the stage names, by name: a
-	// worker runs the copy it holds with that checksum.
-	Programs map[string]LeaseProgram `json:"programs,omitempty"`
-	// Part: run only the first half of an edged stage's run (Edged.Start)
-	// and hold it under this name; commit-lease with part set says it is
-	// done. Held: this is the turn of a block whose first half the worker
-	// may hold under this name: finish it (Part.Finish), or run the block
-	// whole if it is not held.
-	Part string `json:"part,omitempty"`
-	Held string `json:"held,omitempty"`
-}
-
-// LeaseProgram is a registered program as a worker needs it.
-type LeaseProgram struct {
-	SHA256  string `json:"sha256"`
-	Network bool   `json:"network,omitempty"`
-}
-
-// WorkerInfo describes a worker for `plumb workers`.
-type WorkerInfo struct {
-	Worker   string    `json:"worker"`
-	Host     string    `json:"host"`
-	Slots    int       `json:"slots"`
-	Runs     []string  `json:"runs"` // stage: block of each lease held
-	LastSeen time.Time `json:"last_seen"`
-	Done     int64     `json:"done"`
-	Lost     int64     `json:"lost"` // leases that expired or were refused
-}
-
 type worker struct {
-	hello    Hello
+	hello    flight.Hello
 	lastSeen time.Time
 	done     int64
 	lost     int64
@@ -112,7 +43,8 @@ type worker struct {
 type remoteRun struct {
 	cin      *state.CarryIn // a sequential stage's
 	attempt  int
-	lease    Lease
+	lease    flight.Lease
+	inputs   []state.Block // the lease's, as the metadata keeps them
 	st       *graphStage
 	worker   string
 	group    string
@@ -151,23 +83,15 @@ func (e *Engine) expireLeases(now time.Time) {
 				w.lost++
 			}
 			e.log.Warn("lease expired without a heartbeat; its block goes to another run", "lease", id, "stage", r.st.node.Name,
-				"block", r.lease.Inputs[0].Name, "worker", r.worker)
+				"block", r.inputs[0].Name, "worker", r.worker)
 			// It counts as an attempt: a block that kills every worker
 			// that takes it ends FAULTY instead of killing them all.
 			why := fmt.Sprintf("worker %s stopped answering during this run (lease expired): it crashed, hung or lost the network", r.worker)
-			if faulty, err := e.db.FailRun(state.Run{Group: r.group, Reserver: id, Inputs: r.lease.Inputs, Carry: r.carryUpdate(nil)}, why, e.cfg.MaxAttempts, now); err == nil && faulty {
-				e.log.Error("block set aside as faulty: every attempt's worker stopped answering", "stage", r.st.node.Name, "block", r.lease.Inputs[0].Name)
+			if faulty, err := e.db.FailRun(state.Run{Group: r.group, Reserver: id, Inputs: r.inputs, Carry: r.carryUpdate(nil)}, why, e.cfg.MaxAttempts, now); err == nil && faulty {
+				e.log.Error("block set aside as faulty: every attempt's worker stopped answering", "stage", r.st.node.Name, "block", r.inputs[0].Name)
 			}
 		}
 	}
-}
-
-// LeaseCarry is the state a leased run of a sequential stage goes on
-// from.
-type LeaseCarry struct {
-	In    []byte `json:"in,omitempty"`
-	Gap   bool   `json:"gap,omitempty"`
-	Final bool   `json:"final,omitempty"`
 }
 
 // carryUpdate is how a remote run's commit or failure moves its site's
@@ -176,7 +100,16 @@ func (r *remoteRun) carryUpdate(out []byte) *state.CarryUpdate {
 	if r.cin == nil {
 		return nil
 	}
-	return &state.CarryUpdate{Instance: r.cin.Instance, Seq: r.lease.Inputs[0].Seq, State: out, Late: !r.cin.Carried}
+	return &state.CarryUpdate{Instance: r.cin.Instance, Seq: r.inputs[0].Seq, State: out, Late: !r.cin.Carried}
+}
+
+// wireBlocks are blocks as a lease carries them.
+func wireBlocks(bs []state.Block) []flight.Block {
+	out := make([]flight.Block, len(bs))
+	for i, b := range bs {
+		out[i] = flight.Block(b)
+	}
+	return out
 }
 
 // leasePrefix starts the reserver of a remote run.
@@ -195,7 +128,7 @@ func needsMissing(n *pipeline.Node, missing []string) bool {
 // Lease gives a worker a stage run: of the block stages it can run, the
 // one furthest below its backlog-proportional share of all slots, local
 // and remote. It returns false when there is nothing to do.
-func (e *Engine) Lease(ctx context.Context, h Hello) (Lease, bool, error) {
+func (e *Engine) Lease(ctx context.Context, h flight.Hello) (flight.Lease, bool, error) {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	now := e.cfg.Now()
@@ -214,7 +147,7 @@ func (e *Engine) Lease(ctx context.Context, h Hello) (Lease, bool, error) {
 		}
 	}
 	if held >= h.Slots {
-		return Lease{}, false, nil
+		return flight.Lease{}, false, nil
 	}
 	var cands []*graphStage
 	for _, st := range e.stages {
@@ -255,14 +188,14 @@ func (e *Engine) Lease(ctx context.Context, h Hello) (Lease, bool, error) {
 			}
 		}
 		if err != nil {
-			return Lease{}, false, err
+			return flight.Lease{}, false, err
 		}
 		if !ok {
 			continue
 		}
 		st.running++
 		st.backlog = max(st.backlog-1, 0)
-		l := Lease{ID: id, Stage: st.node.Name, Program: st.node.Program, Inputs: res.Blocks, Outputs: st.node.Outputs,
+		l := flight.Lease{ID: id, Stage: st.node.Name, Program: st.node.Program, Inputs: wireBlocks(res.Blocks), Outputs: st.node.Outputs,
 			Timeout: e.timeout(st.node), TTL: e.cfg.LeaseTTL, Network: st.node.Network}
 		l.Trusted, l.Programs = st.trusted, leasePrograms(st.steps)
 		var in int64
@@ -281,16 +214,16 @@ func (e *Engine) Lease(ctx context.Context, h Hello) (Lease, bool, error) {
 			l.Sequential = true
 			if err := e.loadCarry(ctx, cin); err != nil {
 				e.db.ReleaseRun(state.Run{Group: st.group, Reserver: id, Inputs: res.Blocks})
-				return Lease{}, false, err
+				return flight.Lease{}, false, err
 			}
 			if cin.Carried {
-				l.Carry = &LeaseCarry{In: cin.State, Gap: cin.Gap, Final: res.Blocks[0].Final}
+				l.Carry = &flight.LeaseCarry{In: cin.State, Gap: cin.Gap, Final: res.Blocks[0].Final}
 			}
 		}
-		e.leases[id] = &remoteRun{cin: cin, attempt: res.Attempt, lease: l, st: st, worker: h.Worker, group: st.group, deadline: now.Add(e.cfg.LeaseTTL), start: now}
+		e.leases[id] = &remoteRun{cin: cin, attempt: res.Attempt, lease: l, inputs: res.Blocks, st: st, worker: h.Worker, group: st.group, deadline: now.Add(e.cfg.LeaseTTL), start: now}
 		return l, true, nil
 	}
-	return Lease{}, false, nil
+	return flight.Lease{}, false, nil
 }
 
 // ErrNotScheduling: what was asked lives in the memory of the server
@@ -322,7 +255,7 @@ func (e *Engine) Heartbeat(id string) error {
 	if r == nil {
 		return ErrLeaseGone
 	}
-	if err := e.db.Extend(r.lease.Inputs, r.group, id, e.cfg.LeaseTTL); err != nil {
+	if err := e.db.Extend(r.inputs, r.group, id, e.cfg.LeaseTTL); err != nil {
 		return ErrLeaseGone
 	}
 	r.deadline = now.Add(e.cfg.LeaseTTL)
@@ -342,27 +275,20 @@ func (e *Engine) Staged(id string, n block.Name) error {
 	if r == nil || e.cfg.Now().After(r.deadline) {
 		return ErrLeaseGone
 	}
-	in, err := block.Parse(r.lease.Inputs[0].Name)
+	in, err := block.Parse(r.inputs[0].Name)
 	if err != nil {
 		return err
 	}
 	in.Queue = n.Queue
 	if !slices.Contains(r.lease.Outputs, n.Queue) || in.String() != n.String() {
-		return fmt.Errorf("lease %s (stage %s on %s) makes no block %s", id, r.lease.Stage, r.lease.Inputs[0].Name, n)
+		return fmt.Errorf("lease %s (stage %s on %s) makes no block %s", id, r.lease.Stage, r.inputs[0].Name, n)
 	}
 	return nil
 }
 
-// Output is one output a worker made, as it reports it at commit.
-type Output struct {
-	Queue  string `json:"queue"`
-	Size   int64  `json:"size"`
-	SHA256 string `json:"sha256"`
-}
-
 // LeaseResult is what a worker reports when it commits a lease.
 type LeaseResult struct {
-	Outputs []Output
+	Outputs []flight.LeaseOutput
 	CPU     time.Duration // what the run's programs used
 	Carry   []byte        // a sequential stage's state for the site's next block
 	// Parted: the run finished the first half the worker held
@@ -386,8 +312,8 @@ func (e *Engine) CommitLeasePart(id string, cpu time.Duration) error {
 	delete(e.leases, id)
 	r.st.running--
 	defer e.poke()
-	b := r.lease.Inputs[0]
-	if err := e.db.CommitPart(state.Run{Group: r.group, Reserver: id, Inputs: r.lease.Inputs}, "worker:"+r.lease.Part); err != nil {
+	b := r.inputs[0]
+	if err := e.db.CommitPart(state.Run{Group: r.group, Reserver: id, Inputs: r.inputs}, "worker:"+r.lease.Part); err != nil {
 		if errors.Is(err, state.ErrLostReservation) {
 			return ErrLeaseGone
 		}
@@ -411,13 +337,13 @@ func (e *Engine) CommitLease(ctx context.Context, id string, res LeaseResult) er
 	if r == nil {
 		return ErrLeaseGone
 	}
-	name, err := block.Parse(r.lease.Inputs[0].Name)
+	name, err := block.Parse(r.inputs[0].Name)
 	if err != nil {
 		return err
 	}
 	var blocks []state.Block
 	for _, q := range r.lease.Outputs {
-		i := slices.IndexFunc(outs, func(o Output) bool { return o.Queue == q })
+		i := slices.IndexFunc(outs, func(o flight.LeaseOutput) bool { return o.Queue == q })
 		if i < 0 {
 			return fmt.Errorf("lease %s: no output for queue %s", id, q)
 		}
@@ -439,7 +365,7 @@ func (e *Engine) CommitLease(ctx context.Context, id string, res LeaseResult) er
 	if err := e.storeCarry(ctx, r.group, cu); err != nil {
 		return err
 	}
-	_, err = e.db.CommitRun(state.Run{Group: r.group, Reserver: id, Inputs: r.lease.Inputs, Outputs: passFinal(r.lease.Inputs, blocks), Carry: cu})
+	_, err = e.db.CommitRun(state.Run{Group: r.group, Reserver: id, Inputs: r.inputs, Outputs: passFinal(r.inputs, blocks), Carry: cu})
 	e.carryCommitted(ctx, r.cin, cu, err == nil)
 	e.mu.Lock()
 	if e.leases[id] == r {
@@ -464,17 +390,17 @@ func (e *Engine) CommitLease(ctx context.Context, id string, res LeaseResult) er
 	var m runMeasure
 	m.took, m.cpu, m.parted = e.cfg.Now().Sub(r.start), cpu, res.Parted && r.lease.Held != ""
 	m.drops = res.Dropped
-	for _, b := range r.lease.Inputs {
+	for _, b := range r.inputs {
 		m.in.Add(b.Size)
 	}
 	for _, b := range blocks {
 		m.out += b.Size
 	}
-	m.inputEdges(r.lease.Inputs, blocks)
+	m.inputEdges(r.inputs, blocks)
 	r.st.count(&m, "ok")
 	e.tallied(res.Tally)
-	e.outputLatency(r.st.node.Name, r.lease.Inputs)
-	e.afterCommit(ctx, r.lease.Inputs)
+	e.outputLatency(r.st.node.Name, r.inputs)
+	e.afterCommit(ctx, r.inputs)
 	return nil
 }
 
@@ -485,7 +411,7 @@ func (e *Engine) FailLease(id, why string) error {
 	if r == nil {
 		return ErrLeaseGone
 	}
-	_, err := e.db.FailRun(state.Run{Group: r.group, Reserver: id, Inputs: r.lease.Inputs, Carry: r.carryUpdate(nil)}, why, e.cfg.MaxAttempts, e.cfg.Now().Add(e.backoff(r.attempt)))
+	_, err := e.db.FailRun(state.Run{Group: r.group, Reserver: id, Inputs: r.inputs, Carry: r.carryUpdate(nil)}, why, e.cfg.MaxAttempts, e.cfg.Now().Add(e.backoff(r.attempt)))
 	if errors.Is(err, state.ErrLostReservation) {
 		return ErrLeaseGone
 	}
@@ -493,166 +419,40 @@ func (e *Engine) FailLease(id, why string) error {
 }
 
 // Workers lists the workers seen lately.
-func (e *Engine) Workers() []WorkerInfo {
+func (e *Engine) Workers() []flight.WorkerInfo {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	now := e.cfg.Now()
 	e.remoteSlots(now)
-	var out []WorkerInfo
+	var out []flight.WorkerInfo
 	for id, w := range e.workers {
-		wi := WorkerInfo{Worker: id, Host: w.hello.Host, Slots: w.hello.Slots, LastSeen: w.lastSeen, Done: w.done, Lost: w.lost, Runs: []string{}}
+		wi := flight.WorkerInfo{Worker: id, Host: w.hello.Host, Slots: w.hello.Slots, LastSeen: w.lastSeen, Done: w.done, Lost: w.lost, Runs: []string{}}
 		for _, r := range e.leases {
 			if r.worker == id {
-				wi.Runs = append(wi.Runs, r.lease.Stage+": "+r.lease.Inputs[0].Name)
+				wi.Runs = append(wi.Runs, r.lease.Stage+": "+r.inputs[0].Name)
 			}
 		}
 		slices.Sort(wi.Runs)
 		out = append(out, wi)
 	}
-	slices.SortFunc(out, func(a, b WorkerInfo) int { return strings.Compare(a.Worker, b.Worker) })
+	slices.SortFunc(out, func(a, b flight.WorkerInfo) int { return strings.Compare(a.Worker, b.Worker) })
 	return out
-}
-
-// Port is one named input or output of a program run on a worker.
-type Port struct {
-	Queue string
-	R     io.Reader // inputs
-	W     io.Writer // outputs
 }
 
 // leasePrograms are the registered programs among a stage's steps, as a
 // worker needs them to resolve the program as the server did.
-func leasePrograms(steps []step) map[string]LeaseProgram {
-	var progs map[string]LeaseProgram
+func leasePrograms(steps []program.Step) map[string]flight.LeaseProgram {
+	var progs map[string]flight.LeaseProgram
 	for _, st := range steps {
-		if st.sha256 == "" {
+		if st.SHA256 == "" {
 			continue
 		}
 		if progs == nil {
-			progs = map[string]LeaseProgram{}
+			progs = map[string]flight.LeaseProgram{}
 		}
-		progs[st.name] = LeaseProgram{SHA256: st.sha256, Network: st.network}
+		progs[st.Name] = flight.LeaseProgram{SHA256: st.SHA256, Network: st.Network}
 	}
 	return progs
-}
-
-// Runner runs leased stage programs on a worker with the same code and
-// the same confinement as the server's own runs.
-type Runner struct {
-	Registry *stage.Registry
-	// Sandbox confines executables; without one they run only when
-	// Unconfined says so.
-	Sandbox    *sandbox.Sandbox
-	Unconfined bool
-	// Programs is the directory holding registered programs, each in a
-	// file named by its SHA-256 (as the server keeps them), which an
-	// admin puts there when installing the worker.
-	Programs string
-
-	verified sync.Map // SHA-256 → true, once a file was checked
-}
-
-// Lacks names the first executable of a lease this machine cannot run,
-// or "" when it can run them all.
-func (r *Runner) Lacks(l Lease) string {
-	for _, st := range l.Program.Steps {
-		if len(st.Argv) == 0 {
-			continue
-		}
-		if r.Sandbox == nil && !r.Unconfined {
-			return st.Argv[0] // it could not run confined here
-		}
-		if p, ok := l.Programs[st.Argv[0]]; ok {
-			if _, _, err := r.program(st.Argv[0], p); err != nil {
-				return st.Argv[0]
-			}
-			continue
-		}
-		if _, err := exec.LookPath(st.Argv[0]); err != nil {
-			return st.Argv[0]
-		}
-	}
-	return ""
-}
-
-// program finds a registered program's copy and checks its checksum (once
-// per file).
-func (r *Runner) program(name string, p LeaseProgram) (state.Program, bool, error) {
-	if r.Programs == "" {
-		return state.Program{}, false, fmt.Errorf("program %s is registered on the server; this worker has no --programs directory", name)
-	}
-	path := filepath.Join(r.Programs, strings.ToLower(p.SHA256))
-	if _, ok := r.verified.Load(p.SHA256); !ok {
-		f, err := os.Open(path)
-		if err != nil {
-			return state.Program{}, false, fmt.Errorf("program %s: %w; copy the server's program with SHA-256 %s there", name, err, p.SHA256)
-		}
-		h := sha256.New()
-		_, err = io.Copy(h, f)
-		f.Close()
-		if err != nil {
-			return state.Program{}, false, err
-		}
-		if got := hex.EncodeToString(h.Sum(nil)); !strings.EqualFold(got, p.SHA256) {
-			return state.Program{}, false, fmt.Errorf("program %s: %s has SHA-256 %s, not the registered %s", name, path, got, p.SHA256)
-		}
-		r.verified.Store(p.SHA256, true)
-	}
-	return state.Program{Name: name, Path: path, SHA256: p.SHA256, Network: p.Network}, true, nil
-}
-
-// Run runs a leased stage program over inputs into outputs, its
-// built-ins given in, executables in a directory of their own under
-// scratch. It returns the tail of the programs' stderr and the CPU they
-// used (busy time for built-ins).
-func (r *Runner) Run(ctx context.Context, l Lease, in stage.Input, ins, outs []Port, scratch string) (stderr string, cpu time.Duration, err error) {
-	steps, err := r.steps(l)
-	if err != nil {
-		return "", 0, err
-	}
-	var pin, pout []port
-	for _, i := range ins {
-		pin = append(pin, port{queue: i.Queue, r: i.R})
-	}
-	for _, o := range outs {
-		pout = append(pout, port{queue: o.Queue, w: o.W})
-	}
-	x := &confinement{sb: r.Sandbox, unconfined: r.Unconfined, network: l.Network}
-	res, err := execute(ctx, in, x, steps, pin, pout, scratch)
-	return res.stderr, res.cpu, err
-}
-
-// steps resolves a lease's program as the server did.
-func (r *Runner) steps(l Lease) ([]step, error) {
-	lookup := func(n string) (state.Program, bool, error) {
-		p, ok := l.Programs[n]
-		if !ok {
-			return state.Program{}, false, nil
-		}
-		return r.program(n, p)
-	}
-	return resolve(r.Registry, lookup, l.Program, l.Trusted)
-}
-
-// Start runs the first half of a part lease's run (Lease.Part): the
-// stage's edged built-in reads the block on its own. The worker holds
-// the Part, with out, for the block's turn (Lease.Held), when Finish
-// writes the rest; it returns the CPU (busy time) the half took.
-func (r *Runner) Start(ctx context.Context, l Lease, in stage.Input, rd io.Reader, out io.Writer) (stage.Part, time.Duration, error) {
-	steps, err := r.steps(l)
-	if err != nil {
-		return nil, 0, err
-	}
-	var ed stage.Edged
-	if len(steps) == 1 {
-		ed, _ = steps[0].builtin.(stage.Edged)
-	}
-	if ed == nil {
-		return nil, 0, fmt.Errorf("lease %s: stage %s does not run in parts (%s)", l.ID, l.Stage, l.Program)
-	}
-	began := time.Now()
-	p, err := stage.Start(ctx, ed, in, rd, out)
-	return p, time.Since(began), err
 }
 
 // ReleaseLease gives a lease's run back at once without counting an
@@ -662,7 +462,7 @@ func (e *Engine) ReleaseLease(id string) error {
 	if r == nil {
 		return ErrLeaseGone
 	}
-	for _, b := range r.lease.Inputs {
+	for _, b := range r.inputs {
 		if err := e.db.Unreserve(b.Queue, r.group, id, b.Serial); err != nil {
 			return err
 		}

@@ -12,6 +12,7 @@ import (
 	"github.com/plumb-dev/plumb/blob"
 	"github.com/plumb-dev/plumb/block"
 	"github.com/plumb-dev/plumb/engine"
+	"github.com/plumb-dev/plumb/flight"
 )
 
 // TestLeaseExpiresAndLateCommitIsRefused: a worker that stops
@@ -28,8 +29,8 @@ stages:
   - {name: up, inputs: [raw], program: [tr, a-z, A-Z], outputs: [raw.upper], retention: forever}
 `)
 	ctx := context.Background()
-	hello := func(id string) engine.Hello { return engine.Hello{Worker: id, Host: "h", Slots: 1} }
-	var l1 engine.Lease
+	hello := func(id string) flight.Hello { return flight.Hello{Worker: id, Host: "h", Slots: 1} }
+	var l1 flight.Lease
 	r.wait("a lease for worker 1", func() bool {
 		var ok bool
 		l1, ok, _ = r.eng.Lease(ctx, hello("w1"))
@@ -54,14 +55,14 @@ stages:
 	if err != nil || !ok || l2.Inputs[0].Seq != 1 {
 		t.Fatalf("the expired block was not leased again: %+v %v %v", l2, ok, err)
 	}
-	stage := func(l engine.Lease, data []byte) []engine.Output {
+	stage := func(l flight.Lease, data []byte) []flight.LeaseOutput {
 		sum := sha256.Sum256(data)
 		n, _ := block.Parse(l.Inputs[0].Name)
 		n.Queue = "raw.upper"
 		if err := r.store.Put(ctx, blob.BlockKey(n, sum), bytes.NewReader(data), int64(len(data)), sum); err != nil {
 			t.Fatal(err)
 		}
-		return []engine.Output{{Queue: "raw.upper", Size: int64(len(data)), SHA256: hex.EncodeToString(sum[:])}}
+		return []flight.LeaseOutput{{Queue: "raw.upper", Size: int64(len(data)), SHA256: hex.EncodeToString(sum[:])}}
 	}
 	if err := r.eng.CommitLease(ctx, l2.ID, engine.LeaseResult{Outputs: stage(l2, []byte("WARM-UP")), CPU: time.Millisecond}); err != nil {
 		t.Fatalf("commit of the live lease: %v", err)

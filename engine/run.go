@@ -2,16 +2,16 @@ package engine
 
 import (
 	"context"
-	"crypto/sha256"
 	"errors"
 	"fmt"
-	"hash"
 	"io"
 	"os"
 	"slices"
 	"strings"
 	"sync/atomic"
 	"time"
+
+	"github.com/plumb-dev/plumb/stage/program"
 
 	"github.com/plumb-dev/plumb/blob"
 	"github.com/plumb-dev/plumb/block"
@@ -44,7 +44,7 @@ func (e *Engine) runBlock(ctx context.Context, st *graphStage, spec runSpec, res
 	m := runMeasure{wait: start.Sub(inputs[0].Arrived)}
 	var (
 		outputs []state.Block
-		out     outcome
+		out     program.Outcome
 		err     error
 	)
 	if hp := e.parts.take(partKey{st.group, inputs[0].Serial}); hp != nil && cin != nil {
@@ -106,15 +106,15 @@ func (e *Engine) runBlock(ctx context.Context, st *graphStage, spec runSpec, res
 // failRun records a failed run: an attempt, retried after a backoff, or
 // the block set aside as FAULTY once attempts are spent (at once for
 // malformed input).
-func (e *Engine) failRun(st *graphStage, spec runSpec, run state.Run, res state.Reservation, err error, out outcome, m *runMeasure) error {
+func (e *Engine) failRun(st *graphStage, spec runSpec, run state.Run, res state.Reservation, err error, out program.Outcome, m *runMeasure) error {
 	inputs := run.Inputs
 	if pe := (*stage.PanicError)(nil); errors.As(err, &pe) {
 		e.log.Error("a built-in panicked: the run fails as an attempt and the server goes on; please report this with the block",
 			"stage", spec.node.Name, "block", inputs[0].Name, "panic", pe.Value, "stack", string(pe.Stack))
 	}
 	why := err.Error()
-	if out.stderr != "" {
-		why += "; stderr: " + out.stderr
+	if out.Stderr != "" {
+		why += "; stderr: " + out.Stderr
 	}
 	maxAttempts := e.cfg.MaxAttempts
 	if isMalformed(err) {
@@ -131,11 +131,11 @@ func (e *Engine) failRun(st *graphStage, spec runSpec, run state.Run, res state.
 	case faulty:
 		st.count(m, "faulty")
 		e.log.Error("block set aside as faulty; list with `plumb faulty`, requeue with `plumb retry`",
-			"stage", spec.node.Name, "block", inputs[0].Name, "attempts", attempt, "err", err, "stderr", lastLine(out.stderr))
+			"stage", spec.node.Name, "block", inputs[0].Name, "attempts", attempt, "err", err, "stderr", lastLine(out.Stderr))
 	default:
 		st.count(m, "failed")
 		e.log.Warn("stage run failed; will retry", "stage", spec.node.Name, "block", inputs[0].Name,
-			"attempt", attempt, "retry_at", retryAt, "err", err, "stderr", lastLine(out.stderr))
+			"attempt", attempt, "retry_at", retryAt, "err", err, "stderr", lastLine(out.Stderr))
 	}
 	return nil
 }
@@ -249,29 +249,29 @@ func (m *runMeasure) inputEdges(inputs, outputs []state.Block) {
 // process streams the inputs through the program into durable output
 // blobs, and returns the output blocks to commit. in is the run's input
 // but for its block, which process names from inputs.
-func (e *Engine) process(ctx context.Context, spec runSpec, in stage.Input, inputs []state.Block, m *runMeasure) ([]state.Block, outcome, error) {
+func (e *Engine) process(ctx context.Context, spec runSpec, in stage.Input, inputs []state.Block, m *runMeasure) ([]state.Block, program.Outcome, error) {
 	if t := e.timeout(spec.node); t > 0 {
 		var cancel context.CancelFunc
-		ctx, cancel = context.WithTimeoutCause(ctx, t, errTimeout)
+		ctx, cancel = context.WithTimeoutCause(ctx, t, program.ErrTimeout)
 		defer cancel()
 	}
 	scratch, err := e.makeScratch(inputs[0].Name)
 	if err != nil {
-		return nil, outcome{}, err
+		return nil, program.Outcome{}, err
 	}
 	defer e.scratch.done(scratch)
 
-	var ins []port
+	var ins []program.Port
 	for _, b := range inputs {
 		rc, err := e.openInput(ctx, b)
 		if err != nil {
-			return nil, outcome{}, err
+			return nil, program.Outcome{}, err
 		}
 		defer rc.Close()
-		ins = append(ins, port{queue: b.Queue, r: &countio.Reader{R: rc, N: &m.in}})
+		ins = append(ins, program.Port{Queue: b.Queue, R: &countio.Reader{R: rc, N: &m.in}})
 	}
-	var outs []port
-	var files []*HashFile
+	var outs []program.Port
+	var files []*program.HashFile
 	var inBytes int64
 	for _, b := range inputs {
 		inBytes += b.Size
@@ -279,24 +279,24 @@ func (e *Engine) process(ctx context.Context, spec runSpec, in stage.Input, inpu
 	for _, q := range spec.node.Outputs {
 		f, err := os.CreateTemp(scratch, "out-")
 		if err != nil {
-			return nil, outcome{}, err
+			return nil, program.Outcome{}, err
 		}
-		hf := NewHashFile(f)
+		hf := program.NewHashFile(f)
 		hf.Limit = OutputLimit(inBytes, e.cfg.MaxExpansion, e.cfg.MaxOutput)
 		defer f.Close()
 		files = append(files, hf)
-		outs = append(outs, port{queue: q, w: hf})
+		outs = append(outs, program.Port{Queue: q, W: hf})
 	}
 	name, err := block.Parse(inputs[0].Name)
 	if err != nil {
-		return nil, outcome{}, fmt.Errorf("input block name %s: %w", inputs[0].Name, err)
+		return nil, program.Outcome{}, fmt.Errorf("input block name %s: %w", inputs[0].Name, err)
 	}
 	in.Block = name
 	if err := e.inject(StepStart, inputs[0].Name); err != nil {
-		return nil, outcome{}, err
+		return nil, program.Outcome{}, err
 	}
-	res, err := execute(ctx, in, e.confine(spec.node), spec.steps, ins, outs, scratch)
-	m.cpu = res.cpu
+	res, err := program.Execute(ctx, in, e.confine(spec.node), spec.steps, ins, outs, scratch)
+	m.cpu = res.CPU
 	if lerr := overLimit(files); lerr != nil {
 		err = lerr
 	}
@@ -331,7 +331,7 @@ func (e *Engine) openInput(ctx context.Context, b state.Block) (io.ReadCloser, e
 
 // storeOutputs stores each output of a run as a block named like name in
 // its queue, and returns the blocks to commit and the bytes written.
-func (e *Engine) storeOutputs(ctx context.Context, name block.Name, queues []string, files []*HashFile) ([]state.Block, int64, error) {
+func (e *Engine) storeOutputs(ctx context.Context, name block.Name, queues []string, files []*program.HashFile) ([]state.Block, int64, error) {
 	var (
 		blocks []state.Block
 		bytes  int64
@@ -359,34 +359,16 @@ func (e *Engine) storeOutputs(ctx context.Context, name block.Name, queues []str
 	return blocks, bytes, nil
 }
 
-// HashFile is a run's output being written: a scratch file, and the
-// SHA-256 and size of what was written to it. Workers on other machines
-// write their outputs the same way.
-type HashFile struct {
-	F *os.File
-	N int64 // bytes written
-	// Limit, when positive, fails a write that would pass it: the output
-	// of one run may not take the disk (a 99 KB zstd block decoded to
-	// 3 GiB).
-	Limit int64
-	Over  bool // a write was refused for the limit
-	h     hash.Hash
-}
-
 // overLimit returns the error of the first output that passed its limit:
 // whatever a program made of its failed write, that is why it failed.
-func overLimit(files []*HashFile) error {
+func overLimit(files []*program.HashFile) error {
 	for _, hf := range files {
 		if hf.Over {
-			return fmt.Errorf("%w: an output passed %d bytes, the most one run may write for its input; raise serve --max-expansion if the stage really expands this much", ErrOutputLimit, hf.Limit)
+			return fmt.Errorf("%w: an output passed %d bytes, the most one run may write for its input; raise serve --max-expansion if the stage really expands this much", program.ErrOutputLimit, hf.Limit)
 		}
 	}
 	return nil
 }
-
-// ErrOutputLimit marks a run whose output grew past OutputLimit: its
-// input is set aside as malformed, since running it again writes as much.
-var ErrOutputLimit = fmt.Errorf("%w: output over its limit", stage.ErrMalformed)
 
 // Output limits of one run, unless configured: Expansion times its
 // input, at least MinOutputLimit and at most MaxOutputLimit.
@@ -406,25 +388,4 @@ func OutputLimit(in int64, ratio float64, most int64) int64 {
 		most = MaxOutputLimit
 	}
 	return min(max(int64(float64(in)*ratio), MinOutputLimit), most)
-}
-
-// NewHashFile hashes what is written to f.
-func NewHashFile(f *os.File) *HashFile { return &HashFile{F: f, h: sha256.New()} }
-
-func (h *HashFile) Write(p []byte) (int, error) {
-	if h.Limit > 0 && h.N+int64(len(p)) > h.Limit {
-		h.Over = true
-		return 0, fmt.Errorf("%w: the run's output passed %d bytes", ErrOutputLimit, h.Limit)
-	}
-	n, err := h.F.Write(p)
-	h.h.Write(p[:n])
-	h.N += int64(n)
-	return n, err
-}
-
-// Sum is the SHA-256 of what was written.
-func (h *HashFile) Sum() blob.Sum {
-	var sum blob.Sum
-	copy(sum[:], h.h.Sum(nil))
-	return sum
 }

@@ -6,6 +6,8 @@ import (
 	"sort"
 	"strings"
 
+	"github.com/plumb-dev/plumb/stage/program"
+
 	"github.com/plumb-dev/plumb/pipeline"
 	"github.com/plumb-dev/plumb/stage"
 
@@ -282,10 +284,10 @@ func (m *metrics) graphStage(name string) *stageMetrics {
 }
 
 // detail joins what a program's built-ins say about how they run.
-func detail(steps []step) string {
+func detail(steps []program.Step) string {
 	var parts []string
 	for _, st := range steps {
-		if d, ok := st.builtin.(stage.Describer); ok && d.Describe() != "" {
+		if d, ok := st.Builtin.(stage.Describer); ok && d.Describe() != "" {
 			parts = append(parts, d.Describe())
 		}
 	}

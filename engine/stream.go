@@ -14,6 +14,8 @@ import (
 	"sync"
 	"time"
 
+	"github.com/plumb-dev/plumb/stage/program"
+
 	"github.com/plumb-dev/plumb/blob"
 	"github.com/plumb-dev/plumb/block"
 	"github.com/plumb-dev/plumb/pcap"
@@ -136,7 +138,7 @@ func (e *Engine) streamOnce(ctx context.Context, st *graphStage, spec runSpec, i
 	if err != nil {
 		return err
 	}
-	if len(spec.steps) != 1 || spec.steps[0].argv == nil {
+	if len(spec.steps) != 1 || spec.steps[0].Argv == nil {
 		return errors.New("a stream stage runs one executable")
 	}
 	keepBlocks, keepFor, err := spec.node.Stream.ReplayLimits()
@@ -166,10 +168,10 @@ func (e *Engine) streamOnce(ctx context.Context, st *graphStage, spec runSpec, i
 	}
 	// A stream program runs for as long as the stream: no CPU-time limit.
 	x := e.confine(spec.node)
-	if x.sb != nil {
+	if x.Sandbox != nil {
 		lim := e.cfg.Sandbox.Limits()
 		lim.CPU = 0
-		x.limits = &lim
+		x.Limits = &lim
 	}
 	// Its working directory is its own, inside the stream's scratch.
 	dir := filepath.Join(work, "work")
@@ -180,7 +182,7 @@ func (e *Engine) streamOnce(ctx context.Context, st *graphStage, spec runSpec, i
 		ckW.Close()
 		return err
 	}
-	cmd, proc, release, err := x.command(ctx, spec.steps[0], spec.steps[0].argv, dir, nil, []*os.File{blocksR, ckW}) // fd 3 and 4
+	cmd, proc, release, err := x.Command(ctx, spec.steps[0], spec.steps[0].Argv, dir, nil, []*os.File{blocksR, ckW}) // fd 3 and 4
 	if err != nil {
 		blocksR.Close()
 		blocksW.Close()
@@ -199,10 +201,10 @@ func (e *Engine) streamOnce(ctx context.Context, st *graphStage, spec runSpec, i
 	if err != nil {
 		return err
 	}
-	tail := &tailBuffer{max: stderrKeep}
+	tail := program.NewTail(program.StderrKeep)
 	cmd.Stderr = tail
 	if err := proc.Start(); err != nil {
-		return fmt.Errorf("start %s: %w", spec.steps[0].argv[0], err)
+		return fmt.Errorf("start %s: %w", spec.steps[0].Argv[0], err)
 	}
 	blocksR.Close()
 	ckW.Close()
@@ -250,7 +252,7 @@ func (e *Engine) streamOnce(ctx context.Context, st *graphStage, spec runSpec, i
 		err = ferr
 	}
 	if err != nil && tail.String() != "" {
-		err = fmt.Errorf("%v; stderr: %s", exitError(err), lastLine(tail.String()))
+		err = fmt.Errorf("%v; stderr: %s", program.ExitError(err), lastLine(tail.String()))
 	}
 	return err
 }

@@ -14,6 +14,8 @@ import (
 	"sync"
 	"time"
 
+	"github.com/plumb-dev/plumb/stage/program"
+
 	"gopkg.in/yaml.v3"
 
 	"github.com/plumb-dev/plumb/blob"
@@ -325,7 +327,7 @@ func idText(id windowing.WindowID) string {
 func (e *Engine) runWindow(ctx context.Context, st *graphStage, spec runSpec, f windowing.Firing) error {
 	if t := e.timeout(spec.node); t > 0 {
 		var cancel context.CancelFunc
-		ctx, cancel = context.WithTimeoutCause(ctx, t, errTimeout)
+		ctx, cancel = context.WithTimeoutCause(ctx, t, program.ErrTimeout)
 		defer cancel()
 	}
 	scratch, err := e.scratch.make(e.cfg.Scratch, "window-")
@@ -362,34 +364,34 @@ func (e *Engine) runWindow(ctx context.Context, st *graphStage, spec runSpec, f 
 	if err != nil {
 		return err
 	}
-	var outs []port
-	var files []*HashFile
+	var outs []program.Port
+	var files []*program.HashFile
 	for _, q := range spec.node.Outputs {
 		fh, err := os.CreateTemp(scratch, "out-")
 		if err != nil {
 			return err
 		}
 		defer fh.Close()
-		hf := NewHashFile(fh)
+		hf := program.NewHashFile(fh)
 		files = append(files, hf)
-		outs = append(outs, port{queue: q, w: hf})
+		outs = append(outs, program.Port{Queue: q, W: hf})
 	}
 	start := e.cfg.Now()
 	// A confined program reads the window's blocks by their paths in
 	// scratch, which it may pass through but not list or write.
 	x := e.confine(spec.node)
-	if x.sb != nil {
+	if x.Sandbox != nil {
 		if err := os.Chmod(scratch, 0o711); err != nil {
 			return err
 		}
-		x.readOnly = []string{scratch}
+		x.ReadOnly = []string{scratch}
 	}
-	res, err := execute(ctx, stage.Input{}, x, spec.steps, []port{{queue: st.win.queue, r: bytes.NewReader(doc)}}, outs, scratch)
-	m.took, m.cpu = e.cfg.Now().Sub(start), res.cpu
+	res, err := program.Execute(ctx, stage.Input{}, x, spec.steps, []program.Port{{Queue: st.win.queue, R: bytes.NewReader(doc)}}, outs, scratch)
+	m.took, m.cpu = e.cfg.Now().Sub(start), res.CPU
 	if err != nil {
 		st.count(&m, "failed")
-		if res.stderr != "" {
-			err = fmt.Errorf("%w; stderr: %s", err, lastLine(res.stderr))
+		if res.Stderr != "" {
+			err = fmt.Errorf("%w; stderr: %s", err, lastLine(res.Stderr))
 		}
 		return err
 	}

@@ -167,7 +167,7 @@ func (t *Ticket) UnmarshalJSON(b []byte) error {
 // a day.
 const maxVisibilitySeconds = 86400
 
-// AckRequest is the body of the "ack" action.
+// AckRequest is the body of the "ack" and "nack" actions.
 type AckRequest struct {
 	Queue  string   `json:"queue"`
 	Group  string   `json:"group"`

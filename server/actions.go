@@ -49,6 +49,11 @@ var actions = map[string]action{
 		run:     (*Service).ack,
 		maxBody: ackMaxBody,
 	},
+	"nack": {
+		desc:    `Give blocks a consumer group's reader holds but could not finish back to the group at once, for any of its readers to take next, instead of after the visibility timeout; the attempt stays counted. Body {"queue","group","blocks":[NAME,...]}; answers {"released": N}, the blocks that were held.`,
+		run:     (*Service).nack,
+		maxBody: ackMaxBody,
+	},
 	"group-list": {
 		desc: `A queue's consumer groups: owner, created, last used, and the deliveries unreserved, reserved, done and faulty; a non-admin sees their own. Body {"queue"}; one result each.`,
 		run:  (*Service).groupList,
@@ -330,32 +335,42 @@ func badBody(action string, body []byte, err error) error {
 	return status.Errorf(codes.InvalidArgument, "%s: body %q: %v (see ListActions)", action, truncate(body), err)
 }
 
-func (s *Service) ack(ctx context.Context, body []byte) (any, error) {
+// ackRequest reads and checks the body of ack and nack (named by
+// action) and whether the caller may use the group.
+func (s *Service) ackRequest(ctx context.Context, action string, body []byte) (flight.AckRequest, []block.ID, error) {
 	var req flight.AckRequest
 	if err := flight.DecodeStrict(body, &req); err != nil {
-		return nil, badBody("ack", body, err)
+		return req, nil, badBody(action, body, err)
 	}
 	if err := block.ValidateQueue(req.Queue); err != nil {
-		return nil, badBody("ack", body, err)
+		return req, nil, badBody(action, body, err)
 	}
 	if err := block.ValidateGroup(req.Group); err != nil {
-		return nil, badBody("ack", body, err)
+		return req, nil, badBody(action, body, err)
 	}
 	ids := make([]block.ID, 0, len(req.Blocks))
 	for _, name := range req.Blocks {
 		n, err := block.Parse(name)
 		if err != nil {
-			return nil, badBody("ack", body, err)
+			return req, nil, badBody(action, body, err)
 		}
 		if n.Queue != req.Queue {
-			return nil, badBody("ack", body, fmt.Errorf("block %s is not of queue %q", name, req.Queue))
+			return req, nil, badBody(action, body, fmt.Errorf("block %s is not of queue %q", name, req.Queue))
 		}
 		ids = append(ids, n.ID())
 	}
-	if err := s.allow(ctx, auth.Read, req.Queue, "ack"); err != nil {
-		return nil, err
+	if err := s.allow(ctx, auth.Read, req.Queue, action); err != nil {
+		return req, nil, err
 	}
-	if _, err := s.useGroup(ctx, req.Queue, req.Group, "", "ack", false); err != nil {
+	if _, err := s.useGroup(ctx, req.Queue, req.Group, "", action, false); err != nil {
+		return req, nil, err
+	}
+	return req, ids, nil
+}
+
+func (s *Service) ack(ctx context.Context, body []byte) (any, error) {
+	req, ids, err := s.ackRequest(ctx, "ack", body)
+	if err != nil {
 		return nil, err
 	}
 	n, err := s.db.Ack(req.Queue, req.Group, ids)
@@ -367,6 +382,18 @@ func (s *Service) ack(ctx context.Context, body []byte) (any, error) {
 		s.eng.Acked(ctx, ids)
 	}
 	return map[string]int{"acked": n}, nil
+}
+
+func (s *Service) nack(ctx context.Context, body []byte) (any, error) {
+	req, ids, err := s.ackRequest(ctx, "nack", body)
+	if err != nil {
+		return nil, err
+	}
+	n, err := s.db.Nack(req.Queue, req.Group, ids)
+	if err != nil {
+		return nil, err
+	}
+	return map[string]int{"released": n}, nil
 }
 
 func (s *Service) lastSeq(ctx context.Context, body []byte) (any, error) {

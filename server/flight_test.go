@@ -13,6 +13,7 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -527,5 +528,58 @@ func TestHopelessReadRefused(t *testing.T) {
 	s.Close()
 	if err != nil || n != int64(len(data)) {
 		t.Fatalf("read %d bytes: %v", n, err)
+	}
+}
+
+// TestNack: a block a reader nacks goes to the group's next reader at
+// once, its visibility (an hour) far off; what it acked stays done, what
+// it holds and did not nack stays its own, and a nack of a block no
+// reader holds releases nothing.
+func TestNack(t *testing.T) {
+	ts := startServer(t, Config{})
+	ctx := context.Background()
+	var srcs []client.Source
+	for i := 1; i <= 3; i++ {
+		srcs = append(srcs, bytesSource(name(i), randBytes(1000, uint64(i))))
+	}
+	if _, err := ts.c.Put(ctx, srcs...); err != nil {
+		t.Fatal(err)
+	}
+	first, err := ts.c.DoGet(ctx, flight.Ticket{Queue: "pcap.sz", Group: "g", From: "earliest", Visibility: time.Hour})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var held []string
+	for first.Next() {
+		held = append(held, first.Header().Name)
+	}
+	first.Close()
+	if len(held) != 3 {
+		t.Fatalf("the first reader got %v: %v", held, first.Err())
+	}
+	if n, err := ts.c.Ack(ctx, "pcap.sz", "g", held[0]); err != nil || n != 1 {
+		t.Fatalf("ack: %d, %v", n, err)
+	}
+	n, err := ts.c.Nack(ctx, "pcap.sz", "g", held[0], held[2])
+	if err != nil || n != 1 {
+		t.Fatalf("nack of an acked and a held block: released %d, %v; want 1", n, err)
+	}
+	second, err := ts.c.DoGet(ctx, flight.Ticket{Queue: "pcap.sz", Group: "g", Visibility: time.Hour})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got []string
+	for second.Next() {
+		got = append(got, second.Header().Name)
+	}
+	second.Close()
+	if !slices.Equal(got, held[2:]) {
+		t.Errorf("after the nack a second reader got %v, want only the nacked %v (the acked one is done, the other still held)", got, held[2:])
+	}
+	if _, err := ts.c.Nack(ctx, "pcap.sz", "g", "20250101-000000-00000009.x.pcap.sz"); status.Code(err) != codes.NotFound {
+		t.Errorf("nack of a block that is not there: %v, want NotFound", err)
+	}
+	if _, err := ts.c.Nack(ctx, "pcap.sz", "nosuch", held[1]); err == nil {
+		t.Errorf("nack for a group that does not exist succeeded")
 	}
 }

@@ -56,7 +56,7 @@ func (s *Service) lease(ctx context.Context, body []byte) (any, error) {
 	if err != nil {
 		return nil, err
 	}
-	var h engine.Hello
+	var h flight.Hello
 	if err := flight.DecodeStrict(body, &h); err != nil || h.Worker == "" || h.Slots <= 0 {
 		return nil, badBody("lease", body, errors.Join(err, errors.New(`want {"worker","host","slots">0,"stages","missing"}`)))
 	}
@@ -71,9 +71,9 @@ func (s *Service) lease(ctx context.Context, body []byte) (any, error) {
 		case <-ctx.Done():
 			return nil, ctx.Err()
 		case <-s.ctx.Done():
-			return engine.Lease{}, nil
+			return flight.Lease{}, nil
 		case <-deadline:
-			return engine.Lease{}, nil // nothing now; ask again
+			return flight.Lease{}, nil // nothing now; ask again
 		case <-changed:
 		case <-staged:
 		case <-time.After(500 * time.Millisecond):
@@ -112,7 +112,7 @@ func (s *Service) commitLease(ctx context.Context, body []byte) (any, error) {
 		if err := e.CheckTally(r.Tally); err != nil {
 			return badBody("commit-lease", body, err)
 		}
-		return e.CommitLease(ctx, r.Lease, engine.LeaseResult{Outputs: wireAll[engine.Output](r.Outputs), CPU: cpu, Carry: r.Carry, Parted: r.Parted, Dropped: r.Dropped, Tally: r.Tally})
+		return e.CommitLease(ctx, r.Lease, engine.LeaseResult{Outputs: wireAll[flight.LeaseOutput](r.Outputs), CPU: cpu, Carry: r.Carry, Parted: r.Parted, Dropped: r.Dropped, Tally: r.Tally})
 	})
 }
 

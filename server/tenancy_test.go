@@ -484,7 +484,7 @@ func FuzzOthersGroups(f *testing.F) {
 	}
 	want := snapshot()
 	actions := []string{"ack", "lost", "queue-stats", "peek-next", "process-next", "commit", "skip", "put-state", "checkpoint",
-		"get-state", "delete-state", "group-delete", "list-state", "program-add", "program-remove", "submit-job", "retract-job"}
+		"get-state", "delete-state", "group-delete", "list-state", "program-add", "program-remove", "submit-job", "retract-job", "nack"}
 	for _, seed := range []string{
 		`{"queue":"dns.arrow","group":"team","blocks":["20250505-151102-00000002.lax.dns.arrow"]}`,
 		`{"queue":"dns.arrow","instance":"lax","consumer":"ids","seq":1}`,

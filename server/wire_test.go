@@ -33,8 +33,6 @@ func TestWireTypes(t *testing.T) {
 		{&state.Program{}, &flight.Program{}},
 		{&state.Policy{}, &flight.Policy{}},
 		{&state.LostBlock{}, &flight.LostBlock{}},
-		{&engine.WorkerInfo{}, &flight.WorkerInfo{}},
-		{&flight.LeaseOutput{}, &engine.Output{}}, // this one the worker sends
 		{&pipeline.WindowSpec{}, &flight.WindowSpec{}},
 	}
 	for _, p := range pairs {

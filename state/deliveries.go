@@ -368,6 +368,49 @@ func (d *DB) Ack(queue, group string, ids []block.ID) (int, error) {
 	return n, err
 }
 
+// Nack gives blocks a group's reader holds back to the group at once,
+// for any reader of it to take next, rather than after their visibility
+// timeout: the consumer could not finish them (a nack, as Kafka and SQS
+// clients have). The attempt stays counted. It returns how many were
+// held; a block done, or not held by any reader, is left as it is.
+func (d *DB) Nack(queue, group string, ids []block.ID) (int, error) {
+	n := 0
+	err := d.kv.Update(context.Background(), func(tx metakv.Tx) error {
+		n = 0
+		if _, _, err := loadGroup(tx, queue, group); err != nil {
+			return err
+		}
+		blocks, _ := sub(tx, bucketBlocks, queue)
+		dels := mustSub(tx, bucketDeliveries, queue, group)
+		for _, id := range ids {
+			b, ok, err := getRecord[Block](blocks, blockKey(id.Instance, id.Seq))
+			if err != nil {
+				return err
+			}
+			if !ok || id.Queue != queue {
+				return fmt.Errorf("nack of block %s for group %q: %w in queue %q", id, group, ErrNotFound, queue)
+			}
+			del, ok, err := getRecord[Delivery](dels, u64(b.Serial))
+			if err != nil {
+				return err
+			}
+			if !ok || del.State != Reserved {
+				continue
+			}
+			del.State, del.Until, del.Reserver = Unreserved, time.Time{}, ""
+			if err := putRecord(dels, u64(b.Serial), del); err != nil {
+				return err
+			}
+			n++
+		}
+		return nil
+	})
+	if err == nil && n > 0 {
+		d.notify(queue)
+	}
+	return n, err
+}
+
 // markDone records a group's delivery of a block as done: its record
 // goes, and the group counts it. It reports whether the block was owed
 // to the group at all, and whether this changed its state.

@@ -25,6 +25,7 @@ import (
 
 	"github.com/plumb-dev/plumb/auth"
 	"github.com/plumb-dev/plumb/engine"
+	"github.com/plumb-dev/plumb/flight"
 	"github.com/plumb-dev/plumb/internal/fdlimit"
 	"github.com/plumb-dev/plumb/pipeline"
 	"github.com/plumb-dev/plumb/state"
@@ -115,11 +116,6 @@ func (s *Server) Handler() http.Handler {
 	return s.checkHost(open)
 }
 
-// MaxConns bounds the dashboard's and /metrics' connections at once
-// (lowered to a quarter of the open-files limit): browsers and scrapers
-// need a few each; more wait in the kernel's queue.
-const MaxConns = 256
-
 // Serve serves on lis until ctx ends, sampling latency every interval (a
 // minute when zero) for the chart. The samples are kept in the metadata,
 // so the chart goes on across restarts.
@@ -129,7 +125,7 @@ func (s *Server) Serve(ctx context.Context, lis net.Listener, every time.Duratio
 	}
 	s.load(time.Now().Add(-historyKeep * every))
 	srv := &http.Server{Handler: s.Handler(), ReadHeaderTimeout: 10 * time.Second, IdleTimeout: 2 * time.Minute, MaxHeaderBytes: 64 << 10}
-	lis = netutil.LimitListener(lis, fdlimit.Fit(MaxConns, "the dashboard", "max_conns", s.log))
+	lis = netutil.LimitListener(lis, fdlimit.Fit(fdlimit.HTTPConns, "the dashboard", "max_conns", s.log))
 	var wg sync.WaitGroup
 	defer wg.Wait()
 	wg.Go(func() { s.sample(ctx, every) })
@@ -448,12 +444,12 @@ func (s *Server) latency(w http.ResponseWriter, r *http.Request) {
 
 func (s *Server) workers(w http.ResponseWriter, r *http.Request) {
 	if s.eng == nil || !s.may(r, auth.Admin, "") {
-		reply(w, []engine.WorkerInfo{}, nil) // workers run every team's stages: admins see them
+		reply(w, []flight.WorkerInfo{}, nil) // workers run every team's stages: admins see them
 		return
 	}
 	ws := s.eng.Workers()
 	if ws == nil {
-		ws = []engine.WorkerInfo{}
+		ws = []flight.WorkerInfo{}
 	}
 	reply(w, ws, nil)
 }

@@ -25,6 +25,7 @@ import (
 	"github.com/plumb-dev/plumb/blob"
 	"github.com/plumb-dev/plumb/block"
 	"github.com/plumb-dev/plumb/engine"
+	"github.com/plumb-dev/plumb/flight"
 	"github.com/plumb-dev/plumb/internal/testenv"
 	"github.com/plumb-dev/plumb/sandbox"
 	"github.com/plumb-dev/plumb/stage"
@@ -212,12 +213,12 @@ func TestDashboardAPI(t *testing.T) {
 	if _, ct, _ := getText(t, srv.URL+"/app.js"); !strings.Contains(ct, "javascript") {
 		t.Errorf("app.js served as %q", ct)
 	}
-	if ws := getJSON[[]engine.WorkerInfo](t, srv.URL+"/api/workers"); len(ws) != 0 {
+	if ws := getJSON[[]flight.WorkerInfo](t, srv.URL+"/api/workers"); len(ws) != 0 {
 		t.Errorf("workers without any: %+v", ws)
 	}
-	if l, ok, err := r.eng.Lease(context.Background(), engine.Hello{Worker: "w1", Host: "far", Slots: 2}); err != nil {
+	if l, ok, err := r.eng.Lease(context.Background(), flight.Hello{Worker: "w1", Host: "far", Slots: 2}); err != nil {
 		t.Fatal(err)
-	} else if ws := getJSON[[]engine.WorkerInfo](t, srv.URL+"/api/workers"); len(ws) != 1 || ws[0].Host != "far" || ws[0].Slots != 2 || ok != (len(ws[0].Runs) == 1) {
+	} else if ws := getJSON[[]flight.WorkerInfo](t, srv.URL+"/api/workers"); len(ws) != 1 || ws[0].Host != "far" || ws[0].Slots != 2 || ok != (len(ws[0].Runs) == 1) {
 		t.Errorf("workers: %+v (leased %v: %+v)", ws, ok, l)
 	}
 	if st := getJSON[[]engine.StatusRow](t, srv.URL+"/api/status"); len(st) != 3 {

@@ -11,9 +11,9 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/plumb-dev/plumb/block"
-	"github.com/plumb-dev/plumb/engine"
 	"github.com/plumb-dev/plumb/flight"
 	"github.com/plumb-dev/plumb/stage"
+	"github.com/plumb-dev/plumb/stage/program"
 )
 
 // A worker reads a site's blocks apart from their neighbours as the
@@ -101,7 +101,7 @@ func (p *parts) drop() {
 }
 
 // runPart runs a part lease's first half and holds it.
-func (w *Worker) runPart(ctx context.Context, l engine.Lease) string {
+func (w *Worker) runPart(ctx context.Context, l flight.Lease) string {
 	log := w.cfg.Log.With("lease", l.ID, "stage", l.Stage, "block", l.Inputs[0].Name)
 	rctx, cancel := context.WithCancelCause(ctx)
 	defer cancel(nil)
@@ -114,7 +114,7 @@ func (w *Worker) runPart(ctx context.Context, l engine.Lease) string {
 		read block.Name
 		cpu  time.Duration
 	)
-	outs, err := w.withPorts(rctx, l, func(ctx context.Context, name block.Name, ins, outs []engine.Port, _ string) (err error) {
+	outs, err := w.withPorts(rctx, l, func(ctx context.Context, name block.Name, ins, outs []program.Port, _ string) (err error) {
 		if len(ins) != 1 || len(outs) != 1 {
 			return errors.New("a stage run in parts reads one input and writes one output")
 		}
@@ -128,7 +128,7 @@ func (w *Worker) runPart(ctx context.Context, l engine.Lease) string {
 		}
 		closeOutputs(outs)
 	}
-	if cause := context.Cause(rctx); errors.Is(cause, engine.ErrLeaseGone) {
+	if cause := context.Cause(rctx); errors.Is(cause, errLeaseGone) {
 		log.Warn("lease lost while reading a block apart; the run was given to another worker", "err", err)
 		return "lost"
 	}
@@ -161,7 +161,7 @@ func (w *Worker) runPart(ctx context.Context, l engine.Lease) string {
 }
 
 // finish finishes a held part from the carry: the rest of the run.
-func (w *Worker) finish(ctx context.Context, l engine.Lease, hp *heldPart, in stage.Input) ([]*output, time.Duration, error) {
+func (w *Worker) finish(ctx context.Context, l flight.Lease, hp *heldPart, in stage.Input) ([]*output, time.Duration, error) {
 	if l.Timeout > 0 {
 		var cancel context.CancelFunc
 		ctx, cancel = context.WithTimeout(ctx, l.Timeout)

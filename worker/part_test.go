@@ -124,7 +124,7 @@ func TestWorkersReadASiteInParts(t *testing.T) {
 	wdone := make(chan error, 2)
 	for i := range 2 {
 		go func() {
-			wdone <- worker.New(worker.Config{Client: c, ID: fmt.Sprint("w", i), Host: "h", Slots: 1, Runner: &engine.Runner{Registry: reg},
+			wdone <- worker.New(worker.Config{Client: c, ID: fmt.Sprint("w", i), Host: "h", Slots: 1, Runner: &worker.Runner{Registry: reg},
 				Scratch: t.TempDir(), Log: log}).Run(wctx)
 		}()
 	}

@@ -25,9 +25,9 @@ import (
 	"github.com/plumb-dev/plumb/blob"
 	"github.com/plumb-dev/plumb/block"
 	"github.com/plumb-dev/plumb/client"
-	"github.com/plumb-dev/plumb/engine"
 	"github.com/plumb-dev/plumb/flight"
 	"github.com/plumb-dev/plumb/stage"
+	"github.com/plumb-dev/plumb/stage/program"
 )
 
 // Config configures a worker.
@@ -41,7 +41,7 @@ type Config struct {
 	Slots    int    // runs at once
 	Stages   string // path.Match pattern of stage names to run; "" for all
 	// Runner runs the programs, confined as the server confines its own.
-	Runner  *engine.Runner
+	Runner  *Runner
 	Scratch string // where runs write their outputs before upload; the worker's own
 	// Store, when set, is the server's primary blob store (S3) reached
 	// directly: inputs are read from it and outputs written to it, and
@@ -146,7 +146,7 @@ func (w *Worker) Run(ctx context.Context) error {
 	}
 	// The scratch directory is this worker's: what runs left there died
 	// with a previous process.
-	if n, bytes, err := engine.DeadScratch(w.cfg.Scratch, nil, true); err != nil {
+	if n, bytes, err := program.DeadScratch(w.cfg.Scratch, nil, true); err != nil {
 		w.cfg.Log.Warn("removing what dead runs left in scratch", "dir", w.cfg.Scratch, "err", err)
 	} else if n > 0 {
 		w.cfg.Log.Info("removed what runs killed with a previous worker left in scratch", "dir", w.cfg.Scratch, "entries", n, "bytes", bytes)
@@ -161,10 +161,10 @@ func (w *Worker) Run(ctx context.Context) error {
 	return nil
 }
 
-func (w *Worker) hello() engine.Hello {
+func (w *Worker) hello() flight.Hello {
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	return engine.Hello{Worker: w.cfg.ID, Host: w.cfg.Host, Slots: w.cfg.Slots, Stages: w.cfg.Stages, Missing: slices.Clone(w.missing)}
+	return flight.Hello{Worker: w.cfg.ID, Host: w.cfg.Host, Slots: w.cfg.Slots, Stages: w.cfg.Stages, Missing: slices.Clone(w.missing)}
 }
 
 func (w *Worker) loop(ctx context.Context) {
@@ -211,7 +211,7 @@ func (w *Worker) loop(ctx context.Context) {
 // run does one leased run and says how it ended: committed, failed,
 // given_back (this machine lacks the program), lost (the lease went
 // elsewhere) or stopped (the worker is stopping).
-func (w *Worker) run(ctx context.Context, l engine.Lease) string {
+func (w *Worker) run(ctx context.Context, l flight.Lease) string {
 	log := w.cfg.Log.With("lease", l.ID, "stage", l.Stage, "block", l.Inputs[0].Name)
 	log.Debug("run leased")
 	c := w.client()
@@ -252,7 +252,7 @@ func (w *Worker) run(ctx context.Context, l engine.Lease) string {
 		outs, stderr, cpu, err = w.execute(rctx, l, in)
 	}
 	defer closeOutputs(outs)
-	if cause := context.Cause(rctx); errors.Is(cause, engine.ErrLeaseGone) {
+	if cause := context.Cause(rctx); errors.Is(cause, errLeaseGone) {
 		log.Warn("lease lost while running; the run was given to another worker", "err", err)
 		return "lost"
 	}
@@ -283,7 +283,7 @@ func (w *Worker) run(ctx context.Context, l engine.Lease) string {
 			continue
 		}
 		if _, err := c.PutStaged(rctx, l.ID, src); err != nil {
-			if status.Code(err) == codes.FailedPrecondition || errors.Is(context.Cause(rctx), engine.ErrLeaseGone) {
+			if status.Code(err) == codes.FailedPrecondition || errors.Is(context.Cause(rctx), errLeaseGone) {
 				log.Warn("lease lost before the output was uploaded; the run was given to another worker and this one is dropped", "err", err)
 				return "lost"
 			}
@@ -311,7 +311,7 @@ func (w *Worker) run(ctx context.Context, l engine.Lease) string {
 
 // takePart returns the first half held for a lease's turn, if the
 // worker holds it.
-func (w *Worker) takePart(l engine.Lease) *heldPart {
+func (w *Worker) takePart(l flight.Lease) *heldPart {
 	if l.Held == "" {
 		return nil
 	}
@@ -319,7 +319,7 @@ func (w *Worker) takePart(l engine.Lease) *heldPart {
 }
 
 // heartbeat keeps the lease alive, cancelling the run when it is lost.
-func (w *Worker) heartbeat(ctx context.Context, cancel context.CancelCauseFunc, l engine.Lease) {
+func (w *Worker) heartbeat(ctx context.Context, cancel context.CancelCauseFunc, l flight.Lease) {
 	t := time.NewTicker(max(l.TTL/3, 100*time.Millisecond))
 	defer t.Stop()
 	for {
@@ -330,7 +330,7 @@ func (w *Worker) heartbeat(ctx context.Context, cancel context.CancelCauseFunc, 
 		}
 		err := w.client().Do(ctx, "heartbeat", flight.LeaseRequest{Lease: l.ID}, nil)
 		if status.Code(err) == codes.FailedPrecondition {
-			cancel(engine.ErrLeaseGone)
+			cancel(errLeaseGone)
 			return
 		}
 		if err != nil && ctx.Err() == nil {
@@ -342,17 +342,17 @@ func (w *Worker) heartbeat(ctx context.Context, cancel context.CancelCauseFunc, 
 // output is one output of a run, written to a scratch file while hashed.
 type output struct {
 	queue, name string
-	*engine.HashFile
+	*program.HashFile
 }
 
 // execute streams the inputs from the server through the program into
 // scratch files.
-func (w *Worker) execute(ctx context.Context, l engine.Lease, in stage.Input) ([]*output, string, time.Duration, error) {
+func (w *Worker) execute(ctx context.Context, l flight.Lease, in stage.Input) ([]*output, string, time.Duration, error) {
 	var (
 		stderr string
 		cpu    time.Duration
 	)
-	outs, err := w.withPorts(ctx, l, func(ctx context.Context, name block.Name, ins, outs []engine.Port, scratch string) (err error) {
+	outs, err := w.withPorts(ctx, l, func(ctx context.Context, name block.Name, ins, outs []program.Port, scratch string) (err error) {
 		in.Block = name
 		stderr, cpu, err = w.cfg.Runner.Run(ctx, l, in, ins, outs, scratch)
 		return err
@@ -363,7 +363,7 @@ func (w *Worker) execute(ctx context.Context, l engine.Lease, in stage.Input) ([
 // withPorts opens a lease's inputs (from the store or through the
 // server) and its outputs (scratch files) and runs fn over them, within
 // the lease's timeout. The outputs are the caller's to close and remove.
-func (w *Worker) withPorts(ctx context.Context, l engine.Lease, fn func(ctx context.Context, name block.Name, ins, outs []engine.Port, scratch string) error) ([]*output, error) {
+func (w *Worker) withPorts(ctx context.Context, l flight.Lease, fn func(ctx context.Context, name block.Name, ins, outs []program.Port, scratch string) error) ([]*output, error) {
 	if l.Timeout > 0 {
 		var cancel context.CancelFunc
 		ctx, cancel = context.WithTimeout(ctx, l.Timeout)
@@ -378,12 +378,12 @@ func (w *Worker) withPorts(ctx context.Context, l engine.Lease, fn func(ctx cont
 		return nil, err
 	}
 	defer os.RemoveAll(scratch)
-	var ins []engine.Port
+	var ins []program.Port
 	for _, b := range l.Inputs {
 		if w.cfg.Store != nil {
 			if rc, err := w.cfg.Store.Open(ctx, b.Key); err == nil {
 				defer rc.Close()
-				ins = append(ins, engine.Port{Queue: b.Queue, R: rc})
+				ins = append(ins, program.Port{Queue: b.Queue, R: rc})
 				continue
 			} // elsewhere (another store, or lost): through the server
 		}
@@ -395,10 +395,10 @@ func (w *Worker) withPorts(ctx context.Context, l engine.Lease, fn func(ctx cont
 		if !s.Next() {
 			return nil, fmt.Errorf("read input %s: %w", b.Name, s.Err())
 		}
-		ins = append(ins, engine.Port{Queue: b.Queue, R: s})
+		ins = append(ins, program.Port{Queue: b.Queue, R: s})
 	}
 	var outs []*output
-	var ports []engine.Port
+	var ports []program.Port
 	for _, q := range l.Outputs {
 		f, err := os.CreateTemp(w.cfg.Scratch, "out-")
 		if err != nil {
@@ -406,10 +406,10 @@ func (w *Worker) withPorts(ctx context.Context, l engine.Lease, fn func(ctx cont
 		}
 		on := name
 		on.Queue = q
-		o := &output{queue: q, name: on.String(), HashFile: engine.NewHashFile(f)}
+		o := &output{queue: q, name: on.String(), HashFile: program.NewHashFile(f)}
 		o.Limit = l.OutputLimit
 		outs = append(outs, o)
-		ports = append(ports, engine.Port{Queue: q, W: o})
+		ports = append(ports, program.Port{Queue: q, W: o})
 	}
 	return outs, fn(ctx, name, ins, ports, scratch)
 }
@@ -433,7 +433,7 @@ func (w *Worker) putDirect(ctx context.Context, o *output) error {
 // lease asks the server for a stage run; ok is false when none came
 // within flight.LeaseWait. Leases carry the engine's own types: a worker
 // runs stages as the server's engine does.
-func lease(ctx context.Context, c *client.Client, h engine.Hello) (l engine.Lease, ok bool, err error) {
+func lease(ctx context.Context, c *client.Client, h flight.Hello) (l flight.Lease, ok bool, err error) {
 	err = c.Do(ctx, "lease", h, &l)
 	return l, err == nil && l.ID != "", err
 }

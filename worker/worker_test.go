@@ -80,7 +80,7 @@ func TestWorkerReadsAndWritesS3Directly(t *testing.T) {
 	wctx, stop := context.WithCancel(ctx)
 	wdone := make(chan error, 1)
 	go func() {
-		wdone <- worker.New(worker.Config{Client: c, ID: "w", Host: "h", Slots: 2, Runner: &engine.Runner{Registry: reg, Sandbox: sb}, Scratch: t.TempDir(), Store: store, Log: log}).Run(wctx)
+		wdone <- worker.New(worker.Config{Client: c, ID: "w", Host: "h", Slots: 2, Runner: &worker.Runner{Registry: reg, Sandbox: sb}, Scratch: t.TempDir(), Store: store, Log: log}).Run(wctx)
 	}()
 	defer func() { stop(); <-wdone }()
 	deadline := time.Now().Add(60 * time.Second)
@@ -213,7 +213,7 @@ echo "input: $(cat)"
 	wdone := make(chan error, 1)
 	go func() {
 		wdone <- worker.New(worker.Config{Client: ops, ID: "w", Host: "h", Slots: 2, Scratch: scratch, Log: log,
-			Runner: &engine.Runner{Registry: stage.NewRegistry(), Sandbox: sb, Programs: progDir}}).Run(wctx)
+			Runner: &worker.Runner{Registry: stage.NewRegistry(), Sandbox: sb, Programs: progDir}}).Run(wctx)
 	}()
 	defer func() { stop(); <-wdone }()
 	deadline := time.Now().Add(60 * time.Second)

@@ -25,9 +25,9 @@ import (
 	"github.com/plumb-dev/plumb/agent"
 	"github.com/plumb-dev/plumb/client"
 	"github.com/plumb-dev/plumb/codecs"
+	"github.com/plumb-dev/plumb/internal/fdlimit"
 	"github.com/plumb-dev/plumb/pcap/filter"
 	"github.com/plumb-dev/plumb/pipeline"
-	"github.com/plumb-dev/plumb/web"
 )
 
 // agentFlags are shared by agent and import.
@@ -393,7 +393,7 @@ func serveMetrics(ctx context.Context, addr string, reg prometheus.Gatherer, rea
 		fmt.Fprintln(w, "ready")
 	})
 	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second, IdleTimeout: 2 * time.Minute, MaxHeaderBytes: 64 << 10}
-	lis = netutil.LimitListener(lis, web.MaxConns)
+	lis = netutil.LimitListener(lis, fdlimit.HTTPConns)
 	done := make(chan struct{})
 	go func() {
 		defer close(done)

@@ -20,7 +20,7 @@ import (
 	"github.com/plumb-dev/plumb/pcap/dnsrec"
 	"github.com/plumb-dev/plumb/pcap/dnstap"
 	"github.com/plumb-dev/plumb/stage"
-	"github.com/plumb-dev/plumb/stage/builtin"
+	"github.com/plumb-dev/plumb/stage/builtin/dns"
 )
 
 func dnsCommand() command {
@@ -39,7 +39,7 @@ func dnsCommand() command {
 			filterExpr := fs.String("filter", "", "read only the frames this capture filter `EXPR` (tcpdump's syntax, as plumb agent --filter) matches, e.g. \"host 192.0.2.53\"")
 			var ports []uint16
 			fs.Func("ports", "`PORTS` DNS is read on, separated by commas (default 53), as builtin:dns?ports=", func(v string) (err error) {
-				ports, err = builtin.ParsePorts(v)
+				ports, err = dns.ParsePorts(v)
 				return err
 			})
 			instance := fs.String("instance", "local", "instance (site) written in each row")
@@ -102,9 +102,9 @@ func dnsCommand() command {
 				w = of
 			}
 			// The very built-in a pipeline runs, on one block of its own.
-			var b stage.Edged = &builtin.DNS{Ports: ports, Skip: dnsmsg.AllSections &^ sections, SkipNames: dnsrec.AllNames &^ names, Zstd: level, Filter: *filterExpr}
+			var b stage.Edged = &dns.Messages{Ports: ports, Skip: dnsmsg.AllSections &^ sections, SkipNames: dnsrec.AllNames &^ names, Zstd: level, Filter: *filterExpr}
 			if *pairs {
-				b = &builtin.DNSPairs{Ports: ports, Window: dnspair.DefaultWindow, MaxPending: dnspair.DefaultMaxPending, Zstd: level, Filter: *filterExpr}
+				b = &dns.Pairs{Ports: ports, Window: dnspair.DefaultWindow, MaxPending: dnspair.DefaultMaxPending, Zstd: level, Filter: *filterExpr}
 			}
 			bw := bufio.NewWriterSize(w, 1<<20)
 			run := stage.Input{Block: block.Name{Instance: *instance, Seq: *seq}}
@@ -127,7 +127,7 @@ func dnsCommand() command {
 			if err := bw.Flush(); err != nil {
 				return err
 			}
-			read := part.(interface{ Read() builtin.Read }).Read()
+			read := part.(interface{ Read() dns.Read }).Read()
 			if read.Truncated != nil {
 				fmt.Fprintf(os.Stderr, "warning: %s: %v; the last record was dropped\n", files[0], read.Truncated)
 			}
@@ -156,7 +156,12 @@ func dnsCommand() command {
 // outputFormat is the format plumb dns writes -o in: --format, else the
 // name's extension (.parquet, .jsonl/.ndjson/.json), else Arrow; "-"
 // (stdout) is JSON lines unless --format says otherwise.
-func outputFormat(out, format string) (string, error) {
+func outputFormat(out, format string) (form string, err error) {
+	defer func() {
+		if form == "parquet" && writeParquet == nil {
+			form, err = "", errNoParquet
+		}
+	}()
 	switch format {
 	case "arrow", "parquet", "jsonl":
 		return format, nil
@@ -196,7 +201,7 @@ func convertRecords(ctx context.Context, path, out, form string) error {
 	bw := bufio.NewWriterSize(w, 1<<20)
 	switch form {
 	case "parquet":
-		err = (&builtin.Parquet{RowGroupRows: builtin.DefaultRowGroupRows}).Run(ctx, stage.Input{}, src, bw)
+		err = writeParquet(ctx, src, bw)
 	case "jsonl":
 		err = recordsToJSON(src, bw)
 	default:

@@ -167,6 +167,9 @@ func TestInternalsNamesEveryPackage(t *testing.T) {
 type docBlock struct {
 	page, lang, code string
 	prints           string // what its output must contain, if the marker says
+	// output is the whole output the page shows for it, when the block
+	// is followed by one marked `<!-- output -->`: see sameOutput.
+	output []string
 }
 
 // runnableBlocks reads the blocks of a page marked `<!-- runnable -->`
@@ -192,6 +195,19 @@ func runnableBlocks(t *testing.T, page string) []docBlock {
 			code = append(code, lines[i])
 		}
 		b.code = strings.Join(code, "\n")
+		// The page may show what the block prints: the next fenced block
+		// after an `<!-- output -->` line, with only blank lines between.
+		j := i + 1
+		for j < len(lines) && strings.TrimSpace(lines[j]) == "" {
+			j++
+		}
+		if j+1 < len(lines) && strings.HasPrefix(lines[j], "<!-- output") && strings.HasPrefix(lines[j+1], "```") {
+			b.output = []string{}
+			for j += 2; j < len(lines) && lines[j] != "```"; j++ {
+				b.output = append(b.output, lines[j])
+			}
+			i = j
+		}
 		blocks = append(blocks, b)
 	}
 	return blocks
@@ -296,7 +312,96 @@ func TestDocsRun(t *testing.T) {
 		if !strings.Contains(string(out), b.prints) {
 			t.Fatalf("runnable %s block of docs/%s printed no %q:\n%s\n%s", b.lang, b.page, b.prints, code, out)
 		}
+		if b.output != nil {
+			if why := sameOutput(b.output, strings.Split(strings.TrimRight(string(out), "\n"), "\n")); why != "" {
+				t.Fatalf("runnable %s block of docs/%s does not print what the page shows: %s\n%s\n--- printed:\n%s", b.lang, b.page, why, code, out)
+			}
+		}
 		t.Logf("docs/%s: a %s block ran", b.page, b.lang)
+		if os.Getenv("PLUMB_DOCS_SHOW") != "" {
+			t.Logf("it printed:\n%s", out)
+		}
+	}
+}
+
+// sameOutput compares what a block printed with what its page shows,
+// line by line and whole, as Python's doctest does with ELLIPSIS: "..."
+// in a shown line stands for any text within the line, and a line that
+// is only "..." for any number of lines. It says where they part, or "".
+func sameOutput(want, got []string) string {
+	var match func(w, g int) bool
+	match = func(w, g int) bool {
+		if w == len(want) {
+			return g == len(got)
+		}
+		if strings.TrimSpace(want[w]) == "..." {
+			for k := g; k <= len(got); k++ {
+				if match(w+1, k) {
+					return true
+				}
+			}
+			return false
+		}
+		return g < len(got) && lineMatches(want[w], got[g]) && match(w+1, g+1)
+	}
+	if match(0, 0) {
+		return ""
+	}
+	for i := range want {
+		if i >= len(got) {
+			return fmt.Sprintf("it printed %d lines, the page shows more (from %q)", len(got), want[i])
+		}
+		if strings.TrimSpace(want[i]) == "..." || !lineMatches(want[i], got[i]) {
+			return fmt.Sprintf("line %d is %q, the page shows %q", i+1, got[i], want[i])
+		}
+	}
+	return fmt.Sprintf("it printed %d lines, the page shows %d", len(got), len(want))
+}
+
+// lineMatches matches a printed line to a shown one, "..." standing for
+// any text.
+func lineMatches(want, got string) bool {
+	parts := strings.Split(want, "...")
+	if len(parts) == 1 {
+		return strings.TrimRight(want, " ") == strings.TrimRight(got, " ")
+	}
+	if !strings.HasPrefix(got, parts[0]) {
+		return false
+	}
+	got = got[len(parts[0]):]
+	for _, p := range parts[1 : len(parts)-1] {
+		i := strings.Index(got, p)
+		if i < 0 {
+			return false
+		}
+		got = got[i+len(p):]
+	}
+	last := strings.TrimRight(parts[len(parts)-1], " ")
+	return strings.HasSuffix(strings.TrimRight(got, " "), last) && len(strings.TrimRight(got, " ")) >= len(last)
+}
+
+// TestSameOutput: the comparison of shown and printed output finds a
+// missing, an extra and a changed line, and lets "..." stand for text.
+func TestSameOutput(t *testing.T) {
+	for _, c := range []struct {
+		want, got string
+		ok        bool
+	}{
+		{"a\nb", "a\nb", true},
+		{"a\nb", "a", false},
+		{"a", "a\nb", false},
+		{"a\nb", "a\nc", false},
+		{"stream at ...", "stream at 7", true},
+		{"... packets", "12 packets", true},
+		{"... packets", "12 bytes", false},
+		{"a\n...\nz", "a\nb\nc\nz", true},
+		{"a\n...\nz", "a\nz", true},
+		{"a\n...\nz", "a\nb", false},
+		{"24", "0", false},
+	} {
+		if got := sameOutput(strings.Split(c.want, "\n"), strings.Split(c.got, "\n")) == ""; got != c.ok {
+			t.Errorf("shown %q, printed %q: same %v, want %v", c.want, c.got, got, c.ok)
+		}
 	}
 }
 

@@ -30,43 +30,6 @@ type command struct {
 	run func(ctx context.Context, fs *flag.FlagSet, args []string) error
 }
 
-func commands() []command {
-	return []command{
-		serveCommand(),
-		putCommand(),
-		getCommand(),
-		queuesCommand(),
-		blocksCommand(),
-		followCommand(),
-		agentCommand(),
-		importCommand(),
-		synthCommand(),
-		jobCommand(),
-		groupCommand(),
-		siteCommand(),
-		programCommand(),
-		graphCommand(),
-		statsCommand(),
-		faultyCommand(),
-		retryCommand(),
-		rssacCommand(),
-		dnsCommand(),
-		windowsCommand(),
-		streamCommand(),
-		statusCommand(),
-		userCommand(),
-		retentionCommand(),
-		lostCommand(),
-		fsckCommand(),
-		storeCommand(),
-		workerCommand(),
-		workersCommand(),
-		loginCommand(),
-		anonKeyCommand(),
-		metaCopyCommand(),
-	}
-}
-
 func main() {
 	os.Exit(run(os.Args[1:], os.Stdout, os.Stderr))
 }

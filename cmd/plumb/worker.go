@@ -1,3 +1,5 @@
+//go:build !agent
+
 package main
 
 import (
@@ -13,7 +15,6 @@ import (
 
 	"github.com/plumb-dev/plumb/blob"
 	"github.com/plumb-dev/plumb/client"
-	"github.com/plumb-dev/plumb/engine"
 	"github.com/plumb-dev/plumb/pcap/enrich"
 	"github.com/plumb-dev/plumb/sandbox"
 	"github.com/plumb-dev/plumb/stage"
@@ -56,7 +57,7 @@ func workerCommand() command {
 			refs := enrich.NewDatabases(*geoip, slog.Default())
 			builtin.RegisterEnrich(reg, refs)
 			builtin.RegisterFilter(reg, refs)
-			runner := &engine.Runner{Registry: reg, Programs: *programs}
+			runner := &worker.Runner{Registry: reg, Programs: *programs}
 			switch sbOpts.mode {
 			case "off":
 				runner.Unconfined = true

@@ -9,6 +9,11 @@ import (
 	"syscall"
 )
 
+// HTTPConns bounds a process's dashboard and /metrics connections at
+// once (then fitted by Fit): browsers and scrapers need a few each; more
+// wait in the kernel's queue.
+const HTTPConns = 256
+
 // Low is the open-files limit under which a listening process warns.
 const Low = 4096
 

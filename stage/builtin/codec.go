@@ -14,6 +14,7 @@ import (
 	"github.com/plumb-dev/plumb/codecs"
 	"github.com/plumb-dev/plumb/pcap"
 	"github.com/plumb-dev/plumb/stage"
+	"github.com/plumb-dev/plumb/stage/builtin/dns"
 )
 
 // Register adds every built-in to reg. xz says how to make xz streams
@@ -21,7 +22,7 @@ import (
 func Register(reg *stage.Registry, xz XZ) {
 	registerPcapInfo(reg)
 	registerCPUWork(reg)
-	registerDNS(reg)
+	dns.Register(reg)
 	registerParquet(reg)
 	registerFlowHash(reg)
 	registerRSSAC(reg)

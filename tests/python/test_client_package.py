@@ -160,10 +160,28 @@ def test_break_gives_blocks_back(plumb, server):
     for b in c.consume("pcap.sz", group="brk", start="earliest"):
         first = b.name
         break
+    # The block the loop was on is nacked before the break returns; those
+    # read ahead the server gives back as the read ends.
     started = time.monotonic()
-    again = sorted(b.name for b in c.consume("pcap.sz", group="brk"))
-    assert again == sorted(name(i) for i in range(1, 6)) and first in again, again
+    again = sorted(b.name for b in c.consume("pcap.sz", group="brk", follow=True, idle_timeout=3))
+    assert again == sorted(name(i) for i in range(1, 6)), again
     assert time.monotonic() - started < 30
+
+
+def test_nack(plumb, server):
+    """A block a manual-ack loop nacks goes to the group's next reader at
+    once, not after the visibility timeout (an hour here); what it acked
+    stays done, and nack() answers how many were held."""
+    c = plumb.connect(server.addr)
+    c.put_many([(name(i), f"sea {i}".encode()) for i in range(1, 4)])
+    held = [b.name for b in c.consume("pcap.sz", "nk", start="earliest", ack="manual", visibility=3600)]
+    assert held == [name(i) for i in range(1, 4)], held
+    assert c.ack("pcap.sz", "nk", held[0]) == 1
+    assert c.nack("pcap.sz", "nk", held[0], held[2]) == 1
+    assert [b.name for b in c.consume("pcap.sz", "nk", ack="manual")] == [held[2]]
+    assert c.nack("pcap.sz", "nk") == 0
+    with pytest.raises(plumb.NotFound):
+        c.nack("pcap.sz", "nk", name(9))
 
 
 def test_consume_spools_a_large_block(plumb, server, tmp_path):

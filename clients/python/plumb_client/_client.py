@@ -372,6 +372,15 @@ class Client:
             return 0
         return self.action("ack", {"queue": queue, "group": group, "blocks": list(names)})[0]["acked"]
 
+    def nack(self, queue: str, group: str, *names: str) -> int:
+        """Give blocks a reader of the group holds but could not finish back
+        to the group at once, for any of its readers to take next (the
+        attempt stays counted), instead of after the visibility timeout;
+        how many were held."""
+        if not names:
+            return 0
+        return self.action("nack", {"queue": queue, "group": group, "blocks": list(names)})[0]["released"]
+
     def consume(self, queue: str, group: str, start: Optional[str] = None, follow: bool = False,
                 visibility: Optional[float] = None, ack: str = "auto", ack_every: int = 100,
                 ack_interval: float = 1.0, spool: Optional[Union[str, "os.PathLike[str]"]] = None,
@@ -418,6 +427,7 @@ class Client:
         if _on_reader is not None:
             _on_reader(reader)
         done: List[str] = []
+        current: Optional[str] = None  # handed to the loop, not finished
         last = time.monotonic()
         idle = _Idle(reader, idle_timeout)
         try:
@@ -427,7 +437,9 @@ class Client:
                     if not isinstance(frame, Block):
                         idle.start()
                         continue
+                    current = frame.name if ack == "auto" else None
                     yield frame
+                    current = None
                     idle.start()
                     if ack == "manual":
                         continue
@@ -449,6 +461,18 @@ class Client:
                         self.ack(queue, group, *done)
             finally:
                 reader.cancel()
+            if current is not None:
+                # The block the loop left (a break, an exception) is given
+                # back before this returns, so the next read has it; those
+                # read ahead the server gives back as the read ends. A nack
+                # that fails changes nothing the caller must know: the
+                # server gives the block back as the read ends, at worst
+                # after the visibility timeout.
+                try:
+                    with translated(self._timeout):
+                        self.nack(queue, group, current)
+                except (PlumbError, fl.FlightError):
+                    pass
 
     async def consume_async(self, queue: str, group: str, **kw: Any) -> AsyncIterator[Block]:
         """consume() for asyncio: `async for block in c.consume_async(...)`,

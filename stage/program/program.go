@@ -1,4 +1,4 @@
-package engine
+package program
 
 import (
 	"cmp"
@@ -21,38 +21,43 @@ import (
 	"github.com/plumb-dev/plumb/pipeline"
 	"github.com/plumb-dev/plumb/sandbox"
 	"github.com/plumb-dev/plumb/stage"
-	"github.com/plumb-dev/plumb/state"
 )
 
-// step is one resolved step of a program.
-type step struct {
-	name    string // builtin:NAME or the executable, for messages
-	builtin stage.Builtin
-	argv    []string
-	// network says the step may have the host's network when its stage
+// Step is one resolved step of a program: a built-in or an executable.
+type Step struct {
+	Name    string // builtin:NAME or the executable, for messages
+	Builtin stage.Builtin
+	Argv    []string
+	// Network says the step may have the host's network when its stage
 	// asks: its program was registered so, or an admin's job names it.
-	network bool
-	// sha256 is a registered program's checksum, for workers.
-	sha256 string
+	Network bool
+	// SHA256 is a registered program's checksum, for workers.
+	SHA256 string
 }
 
-// lookupProgram finds a registered program by name; ok false when none
-// has it.
-type lookupProgram func(name string) (p state.Program, ok bool, err error)
+// Registered is a program an admin registered, as a run needs it.
+type Registered struct {
+	Path    string // the copy to run, named by its checksum
+	SHA256  string
+	Network bool
+}
 
-// resolve makes a program's steps runnable: built-ins from the registry,
+// Lookup finds a registered program by name; ok false when none has it.
+type Lookup func(name string) (p Registered, ok bool, err error)
+
+// Resolve makes a program's steps runnable: built-ins from the registry,
 // executables from the program registry by name, or, for a trusted job
 // (an admin's, or any on a server without users), found on PATH or
 // relative to the server's directory.
-func resolve(reg *stage.Registry, lookup lookupProgram, p pipeline.Program, trusted bool) ([]step, error) {
-	out := make([]step, len(p.Steps))
+func Resolve(reg *stage.Registry, lookup Lookup, p pipeline.Program, trusted bool) ([]Step, error) {
+	out := make([]Step, len(p.Steps))
 	for i, st := range p.Steps {
 		if st.Builtin != "" {
 			b, err := reg.New(st.Builtin, st.Args)
 			if err != nil {
 				return nil, err
 			}
-			out[i] = step{name: pipeline.BuiltinPrefix + st.Builtin, builtin: b}
+			out[i] = Step{Name: pipeline.BuiltinPrefix + st.Builtin, Builtin: b}
 			continue
 		}
 		name := st.Argv[0]
@@ -64,7 +69,7 @@ func resolve(reg *stage.Registry, lookup lookupProgram, p pipeline.Program, trus
 			if ok {
 				argv := slices.Clone(st.Argv)
 				argv[0] = prog.Path
-				out[i] = step{name: name, argv: argv, network: prog.Network, sha256: prog.SHA256}
+				out[i] = Step{Name: name, Argv: argv, Network: prog.Network, SHA256: prog.SHA256}
 				continue
 			}
 		}
@@ -81,68 +86,72 @@ func resolve(reg *stage.Registry, lookup lookupProgram, p pipeline.Program, trus
 		if abs, err := filepath.Abs(found); err == nil {
 			argv[0] = abs
 		}
-		out[i] = step{name: name, argv: argv, network: true}
+		out[i] = Step{Name: name, Argv: argv, Network: true}
 	}
 	return out, nil
 }
 
-// port is one named input or output of a run.
-type port struct {
-	queue string
-	r     io.Reader // inputs
-	w     io.Writer // outputs
+// Port is one named input or output of a run.
+type Port struct {
+	Queue string
+	R     io.Reader // inputs
+	W     io.Writer // outputs
 }
 
-// outcome is what running a program cost and said.
-type outcome struct {
-	cpu    time.Duration // CPU of executables; busy time of built-ins
-	stderr string        // the last stderrKeep bytes of every executable's stderr
+// Outcome is what running a program cost and said.
+type Outcome struct {
+	CPU    time.Duration // CPU of executables; busy time of built-ins
+	Stderr string        // the last StderrKeep bytes of every executable's stderr
 }
 
-const stderrKeep = 4 << 10
+// StderrKeep is how much of a run's stderr is kept for its error.
+const StderrKeep = 4 << 10
 
-// execute runs a program over one set of inputs, its built-ins given in.
+// Execute runs a program over one set of inputs, its built-ins given in.
 // A program with one input
 // and at most one output gets them as stdin and stdout, a chain of steps
 // connected by pipes; an executable with several gets named FIFOs as
 // --in QUEUE=PATH and --out QUEUE=PATH arguments.
-func execute(ctx context.Context, in stage.Input, x *confinement, steps []step, ins, outs []port, scratch string) (outcome, error) {
+func Execute(ctx context.Context, in stage.Input, x *Confinement, steps []Step, ins, outs []Port, scratch string) (Outcome, error) {
 	// Executables start in a directory of their own inside the run's
 	// scratch space, removed with it.
 	work := filepath.Join(scratch, "work")
 	if err := os.Mkdir(work, 0o700); err != nil {
-		return outcome{}, err
+		return Outcome{}, err
 	}
-	tail := &tailBuffer{max: stderrKeep}
+	tail := NewTail(StderrKeep)
 	var cpu cpuCounter
 	var err error
-	if sp, ok := steps[0].builtin.(stage.Splitter); ok && len(steps) == 1 && len(outs) > 1 {
+	if sp, ok := steps[0].Builtin.(stage.Splitter); ok && len(steps) == 1 && len(outs) > 1 {
 		m := make(map[string]io.Writer, len(outs))
 		for _, o := range outs {
-			m[o.queue] = o.w
+			m[o.Queue] = o.W
 		}
 		start := time.Now()
-		err = atNice(x.nice, func() error { return stage.Split(ctx, sp, in, ins[0].r, m) })
+		err = AtNice(x.Nice, func() error { return stage.Split(ctx, sp, in, ins[0].R, m) })
 		cpu.add(time.Since(start))
 	} else if len(ins) == 1 && len(outs) <= 1 {
 		var out io.Writer = io.Discard
 		if len(outs) == 1 {
-			out = outs[0].w
+			out = outs[0].W
 		}
-		err = chain(ctx, in, x, steps, ins[0].r, out, tail, &cpu, work)
+		err = chain(ctx, in, x, steps, ins[0].R, out, tail, &cpu, work)
 	} else {
 		err = withFIFOs(ctx, x, steps[0], ins, outs, scratch, tail, &cpu, work)
 	}
-	if ctx.Err() != nil && errors.Is(context.Cause(ctx), errTimeout) {
-		err = fmt.Errorf("killed after its timeout: %w", errTimeout)
+	if ctx.Err() != nil && errors.Is(context.Cause(ctx), ErrTimeout) {
+		err = fmt.Errorf("killed after its timeout: %w", ErrTimeout)
 	}
-	return outcome{cpu: cpu.total(), stderr: tail.String()}, err
+	return Outcome{CPU: cpu.total(), Stderr: tail.String()}, err
 }
 
-var errTimeout = errors.New("stage timeout")
+// ErrTimeout is the cause a caller gives the context of a run it times
+// out (context.WithTimeoutCause): Execute then says the run was killed
+// for it.
+var ErrTimeout = errors.New("stage timeout")
 
 // chain runs steps connected by OS pipes: in → step 1 → ... → out.
-func chain(ctx context.Context, sin stage.Input, x *confinement, steps []step, in io.Reader, out io.Writer, tail io.Writer, cpu *cpuCounter, dir string) error {
+func chain(ctx context.Context, sin stage.Input, x *Confinement, steps []Step, in io.Reader, out io.Writer, tail io.Writer, cpu *cpuCounter, dir string) error {
 	g, gctx := errgroup.WithContext(ctx)
 	errs := make([]error, len(steps))
 	src := in
@@ -197,20 +206,20 @@ func chain(ctx context.Context, sin stage.Input, x *confinement, steps []step, i
 	return nil
 }
 
-func stepName(st step) string { return st.name }
+func stepName(st Step) string { return st.Name }
 
 func isPipeErr(err error) bool {
 	return errors.Is(err, syscall.EPIPE) || errors.Is(err, os.ErrClosed) || errors.Is(err, io.ErrClosedPipe)
 }
 
-func runStep(ctx context.Context, sin stage.Input, x *confinement, st step, in io.Reader, out io.Writer, tail io.Writer, cpu *cpuCounter, dir string) error {
-	if st.builtin != nil {
+func runStep(ctx context.Context, sin stage.Input, x *Confinement, st Step, in io.Reader, out io.Writer, tail io.Writer, cpu *cpuCounter, dir string) error {
+	if st.Builtin != nil {
 		start := time.Now()
-		err := atNice(x.nice, func() error { return stage.Run(ctx, st.builtin, sin, in, out) })
+		err := AtNice(x.Nice, func() error { return stage.Run(ctx, st.Builtin, sin, in, out) })
 		cpu.add(time.Since(start))
 		return err
 	}
-	cmd, run, release, err := x.command(ctx, st, st.argv, dir, nil, nil)
+	cmd, run, release, err := x.Command(ctx, st, st.Argv, dir, nil, nil)
 	if err != nil {
 		return err
 	}
@@ -219,30 +228,30 @@ func runStep(ctx context.Context, sin stage.Input, x *confinement, st step, in i
 	if out != io.Discard {
 		cmd.Stdout = out
 	}
-	err = atNice(x.nice, run.Run)
+	err = AtNice(x.Nice, run.Run)
 	if cmd.ProcessState != nil {
 		cpu.add(cmd.ProcessState.UserTime() + cmd.ProcessState.SystemTime())
 	}
-	return exitError(err)
+	return ExitError(err)
 }
 
-// confinement is how a stage's executables start.
-type confinement struct {
-	// sb confines them. Without it they run as the server's user if
-	// unconfined says so (--sandbox off), and are refused otherwise.
-	sb         *sandbox.Sandbox
-	unconfined bool
-	// network is the stage's wish for the host's network.
-	network bool
-	// readOnly are more paths the programs may read (a window's blocks).
-	readOnly []string
-	// limits replace the sandbox's own (none for a long-running stream).
-	limits *sandbox.Limits
-	// nice is the CPU priority runs get (see Config.Nice); none when 0.
-	nice int
+// Confinement is how a stage's executables start.
+type Confinement struct {
+	// Sandbox confines them. Without it they run as the server's user if
+	// Unconfined says so (--sandbox off), and are refused otherwise.
+	Sandbox    *sandbox.Sandbox
+	Unconfined bool
+	// Network is the stage's wish for the host's network.
+	Network bool
+	// ReadOnly are more paths the programs may read (a window's blocks).
+	ReadOnly []string
+	// Limits replace the sandbox's own (none for a long-running stream).
+	Limits *sandbox.Limits
+	// Nice is the CPU priority runs get (see AtNice); none when 0.
+	Nice int
 }
 
-// command prepares an executable in its own process group, so that a
+// Command prepares an executable in its own process group, so that a
 // timeout kills the program and anything it started, in dir and with a
 // clean environment: the server's secrets and settings are not the
 // program's business. In the sandbox it sees only dir, the writable
@@ -250,11 +259,11 @@ type confinement struct {
 // through cmd and started and waited for through p (in the sandbox, p
 // stops it at a per-run limit); release frees what the sandbox holds for
 // the run once it has been waited for.
-func (x *confinement) command(ctx context.Context, st step, argv []string, dir string, writable []string, extra []*os.File) (cmd *exec.Cmd, p process, release func(), err error) {
+func (x *Confinement) Command(ctx context.Context, st Step, argv []string, dir string, writable []string, extra []*os.File) (cmd *exec.Cmd, p Process, release func(), err error) {
 	env := cleanEnv(dir)
-	if x.sb == nil {
-		if !x.unconfined {
-			return nil, nil, nil, fmt.Errorf("%s: executables are refused here, which cannot confine them (install bubblewrap)", st.name)
+	if x.Sandbox == nil {
+		if !x.Unconfined {
+			return nil, nil, nil, fmt.Errorf("%s: executables are refused here, which cannot confine them (install bubblewrap)", st.Name)
 		}
 		cmd := exec.CommandContext(ctx, argv[0], argv[1:]...)
 		cmd.Dir = dir
@@ -265,22 +274,24 @@ func (x *confinement) command(ctx context.Context, st step, argv []string, dir s
 		cmd.WaitDelay = 5 * time.Second
 		return cmd, cmd, func() {}, nil
 	}
-	env[0] = "PATH=" + x.sb.Path(strings.TrimPrefix(env[0], "PATH="))
-	return x.sb.Command(ctx, sandbox.Run{
-		Argv: argv, Dir: dir, ReadOnly: x.readOnly, Writable: writable,
-		Network: x.network && st.network, Env: env, ExtraFiles: extra, Limits: x.limits,
+	env[0] = "PATH=" + x.Sandbox.Path(strings.TrimPrefix(env[0], "PATH="))
+	return x.Sandbox.Command(ctx, sandbox.Run{
+		Argv: argv, Dir: dir, ReadOnly: x.ReadOnly, Writable: writable,
+		Network: x.Network && st.Network, Env: env, ExtraFiles: extra, Limits: x.Limits,
 	})
 }
 
-// process starts and waits for a command: the exec.Cmd itself, or the
+// Process starts and waits for a command: the exec.Cmd itself, or the
 // sandbox's watch over it.
-type process interface {
+type Process interface {
 	Start() error
 	Wait() error
 	Run() error
 }
 
-func exitError(err error) error {
+// ExitError says how a program ended: its exit status or the signal
+// that killed it.
+func ExitError(err error) error {
 	var ee *exec.ExitError
 	if errors.As(err, &ee) {
 		if ws, ok := ee.Sys().(syscall.WaitStatus); ok && ws.Signaled() {
@@ -293,16 +304,16 @@ func exitError(err error) error {
 
 // withFIFOs runs one executable over several inputs or outputs, each a
 // named FIFO in scratch.
-func withFIFOs(ctx context.Context, x *confinement, st step, ins, outs []port, scratch string, tail io.Writer, cpu *cpuCounter, dir string) error {
-	args := append([]string(nil), st.argv...)
+func withFIFOs(ctx context.Context, x *Confinement, st Step, ins, outs []Port, scratch string, tail io.Writer, cpu *cpuCounter, dir string) error {
+	args := append([]string(nil), st.Argv...)
 	var fifos []string
-	mk := func(flag string, p port) (string, error) {
-		path := filepath.Join(scratch, flag+"-"+p.queue)
+	mk := func(flag string, p Port) (string, error) {
+		path := filepath.Join(scratch, flag+"-"+p.Queue)
 		if err := syscall.Mkfifo(path, 0o600); err != nil {
-			return "", fmt.Errorf("make FIFO for %s: %w", p.queue, err)
+			return "", fmt.Errorf("make FIFO for %s: %w", p.Queue, err)
 		}
 		fifos = append(fifos, path)
-		args = append(args, "--"+flag, p.queue+"="+path)
+		args = append(args, "--"+flag, p.Queue+"="+path)
 		return path, nil
 	}
 	var copiers sync.WaitGroup
@@ -315,7 +326,7 @@ func withFIFOs(ctx context.Context, x *confinement, st step, ins, outs []port, s
 		copiers.Go(func() {
 			f, err := os.OpenFile(path, os.O_WRONLY, 0)
 			if err == nil {
-				_, err = io.Copy(f, p.r)
+				_, err = io.Copy(f, p.R)
 				f.Close()
 			}
 			copyErrs[i] = err
@@ -329,19 +340,19 @@ func withFIFOs(ctx context.Context, x *confinement, st step, ins, outs []port, s
 		copiers.Go(func() {
 			f, err := os.OpenFile(path, os.O_RDONLY, 0)
 			if err == nil {
-				_, err = io.Copy(p.w, f)
+				_, err = io.Copy(p.W, f)
 				f.Close()
 			}
 			copyErrs[len(ins)+i] = err
 		})
 	}
-	cmd, run, release, err := x.command(ctx, st, args, dir, fifos, nil)
+	cmd, run, release, err := x.Command(ctx, st, args, dir, fifos, nil)
 	if err != nil {
 		return err
 	}
 	defer release()
 	cmd.Stderr = tail
-	err = exitError(atNice(x.nice, run.Run))
+	err = ExitError(AtNice(x.Nice, run.Run))
 	if cmd.ProcessState != nil {
 		cpu.add(cmd.ProcessState.UserTime() + cmd.ProcessState.SystemTime())
 	}
@@ -368,14 +379,18 @@ func withFIFOs(ctx context.Context, x *confinement, st step, ins, outs []port, s
 	return nil
 }
 
-// tailBuffer keeps the last max bytes written to it.
-type tailBuffer struct {
+// Tail keeps the last bytes written to it: the end of a program's
+// stderr, which says why it failed.
+type Tail struct {
 	mu  sync.Mutex
 	max int
 	buf []byte
 }
 
-func (t *tailBuffer) Write(p []byte) (int, error) {
+// NewTail keeps the last max bytes.
+func NewTail(max int) *Tail { return &Tail{max: max} }
+
+func (t *Tail) Write(p []byte) (int, error) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	t.buf = append(t.buf, p...)
@@ -385,7 +400,8 @@ func (t *tailBuffer) Write(p []byte) (int, error) {
 	return len(p), nil
 }
 
-func (t *tailBuffer) String() string {
+// String is what is kept.
+func (t *Tail) String() string {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	return string(t.buf)

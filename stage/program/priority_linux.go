@@ -1,6 +1,6 @@
 //go:build linux
 
-package engine
+package program
 
 import (
 	"runtime"
@@ -8,14 +8,14 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// atNice runs fn on an OS thread of its own at nice value nice (never
+// AtNice runs fn on an OS thread of its own at nice value nice (never
 // above the server's own priority), and ends the thread with fn. Linux
 // keeps a nice value per thread and a child process inherits its
 // forking thread's, so an in-process builtin and an executable started
 // from fn both run below the goroutines that serve reads and puts. The
 // thread is not handed back to the Go runtime: with its lowered priority
 // it would slow whatever ran on it next.
-func atNice(nice int, fn func() error) error {
+func AtNice(nice int, fn func() error) error {
 	if nice <= 0 {
 		return fn()
 	}

@@ -1,4 +1,4 @@
-package builtin
+package dns
 
 import (
 	"bytes"
@@ -22,7 +22,8 @@ import (
 	"github.com/plumb-dev/plumb/stage"
 )
 
-func registerDNS(reg *stage.Registry) {
+// Register adds builtin:dns and builtin:dnspairs to reg.
+func Register(reg *stage.Registry) {
 	reg.Add(stage.Factory{
 		Name: "dns",
 		Doc: "Finds every DNS message of a capture block (UDP, IP fragments, TCP reassembled) and writes one row each " +
@@ -52,7 +53,7 @@ func registerDNS(reg *stage.Registry) {
 			if err != nil {
 				return nil, err
 			}
-			d := &DNS{Ports: ports, Skip: dnsmsg.AllSections &^ sections, SkipNames: dnsrec.AllNames &^ names, Zstd: level}
+			d := &Messages{Ports: ports, Skip: dnsmsg.AllSections &^ sections, SkipNames: dnsrec.AllNames &^ names, Zstd: level}
 			if v := args.Get("budget"); v != "" {
 				if d.Budget, err = parseBytes(v); err != nil || d.Budget < 64<<10 || d.Budget > 1<<30 {
 					return nil, fmt.Errorf("budget=%q: want a size between 64KiB and 1GiB, e.g. 16MiB", v)
@@ -81,7 +82,7 @@ func registerDNS(reg *stage.Registry) {
 			if err != nil {
 				return nil, err
 			}
-			p := &DNSPairs{Ports: ports, Window: dnspair.DefaultWindow, MaxPending: dnspair.DefaultMaxPending, Zstd: level}
+			p := &Pairs{Ports: ports, Window: dnspair.DefaultWindow, MaxPending: dnspair.DefaultMaxPending, Zstd: level}
 			if v := args.Get("budget"); v != "" {
 				if p.Budget, err = parseBytes(v); err != nil || p.Budget < 64<<10 || p.Budget > 1<<30 {
 					return nil, fmt.Errorf("budget=%q: want a size between 64KiB and 1GiB, e.g. 16MiB", v)
@@ -141,8 +142,8 @@ func ParsePorts(v string) ([]uint16, error) {
 	return ports, nil
 }
 
-// DNS extracts DNS messages into Arrow rows.
-type DNS struct {
+// Messages extracts DNS messages into Arrow rows.
+type Messages struct {
 	Ports []uint16 // dnsrec.DefaultPorts when empty
 	// Budget bounds the bytes a block's edge and a site's carried state
 	// may each hold (dnsrec.DefaultEdgeBudget when zero).
@@ -161,7 +162,7 @@ type DNS struct {
 }
 
 // Run implements stage.Builtin: Start and Finish at once.
-func (d *DNS) Run(ctx context.Context, sin stage.Input, in io.Reader, out io.Writer) error {
+func (d *Messages) Run(ctx context.Context, sin stage.Input, in io.Reader, out io.Writer) error {
 	p, err := d.Start(ctx, sin, in, out)
 	if err != nil {
 		return err
@@ -172,7 +173,7 @@ func (d *DNS) Run(ctx context.Context, sin stage.Input, in io.Reader, out io.Wri
 
 // Start implements stage.Edged: it reads the block on its own, writes
 // the rows the block completes alone and keeps its edge for Finish.
-func (d *DNS) Start(ctx context.Context, sin stage.Input, in io.Reader, out io.Writer) (stage.Part, error) {
+func (d *Messages) Start(ctx context.Context, sin stage.Input, in io.Reader, out io.Writer) (stage.Part, error) {
 	name := sin.Block
 	w, err := dnsrec.NewWriterLevel(out, name.Instance, name.Seq, d.Zstd)
 	if err != nil {
@@ -359,40 +360,40 @@ func countDrops(d *stage.Drops, block, join dnsrec.Stats) {
 	}
 }
 
-var _ stage.Edged = (*DNS)(nil)
+var _ stage.Edged = (*Messages)(nil)
 
 // Sequential marks the stage as run per site in sequence order.
-func (d *DNS) Sequential() {}
+func (d *Messages) Sequential() {}
 
-// DNSPairs pairs queries and responses into transactions.
-type DNSPairs struct {
+// Pairs pairs queries and responses into transactions.
+type Pairs struct {
 	Ports      []uint16
 	Window     time.Duration
 	MaxPending int
 	// Budget bounds the bytes a block leaves to the join and a site
-	// carries, as DNS.Budget (dnsrec.DefaultEdgeBudget when zero).
+	// carries, as Messages.Budget (dnsrec.DefaultEdgeBudget when zero).
 	Budget int
-	// Zstd is the ZSTD level of the transactions, as DNS.Zstd.
+	// Zstd is the ZSTD level of the transactions, as Messages.Zstd.
 	Zstd int
-	// Filter chooses the frames read, as DNS.Filter.
+	// Filter chooses the frames read, as Messages.Filter.
 	Filter string
 }
 
-func (d *DNSPairs) budget() int {
+func (d *Pairs) budget() int {
 	if d.Budget > 0 {
 		return d.Budget
 	}
 	return dnsrec.DefaultEdgeBudget
 }
 
-func (d *DNSPairs) pairer(emit func(*dnspair.Txn)) *dnspair.Pairer {
+func (d *Pairs) pairer(emit func(*dnspair.Txn)) *dnspair.Pairer {
 	p := dnspair.New(emit)
 	p.Window, p.MaxPending = d.Window, d.MaxPending
 	return p
 }
 
 // Run implements stage.Builtin: Start and Finish at once.
-func (d *DNSPairs) Run(ctx context.Context, sin stage.Input, in io.Reader, out io.Writer) error {
+func (d *Pairs) Run(ctx context.Context, sin stage.Input, in io.Reader, out io.Writer) error {
 	p, err := d.Start(ctx, sin, in, out)
 	if err != nil {
 		return err
@@ -404,7 +405,7 @@ func (d *DNSPairs) Run(ctx context.Context, sin stage.Input, in io.Reader, out i
 // Start implements stage.Edged: it reads and pairs the block on its
 // own, writes what the block decides alone and keeps the rest for
 // Finish (see dnspair.Edge).
-func (d *DNSPairs) Start(ctx context.Context, sin stage.Input, in io.Reader, out io.Writer) (stage.Part, error) {
+func (d *Pairs) Start(ctx context.Context, sin stage.Input, in io.Reader, out io.Writer) (stage.Part, error) {
 	name := sin.Block
 	w, err := dnspair.NewWriterLevel(out, name.Instance, name.Seq, d.Zstd)
 	if err != nil {
@@ -448,7 +449,7 @@ func (d *DNSPairs) Start(ctx context.Context, sin stage.Input, in io.Reader, out
 // pairsPart is a block of builtin:dnspairs paired on its own: its
 // transactions so far in the writer, and its edges.
 type pairsPart struct {
-	d     *DNSPairs
+	d     *Pairs
 	w     *dnspair.Writer
 	emit  func(*dnspair.Txn)
 	werr  error
@@ -544,11 +545,11 @@ func (p *pairsPart) Finish(ctx context.Context, sin stage.Input) error {
 func (p *pairsPart) Discard() { p.w.Close() }
 
 // Sequential marks the stage as run per site in sequence order.
-func (d *DNSPairs) Sequential() {}
+func (d *Pairs) Sequential() {}
 
 var (
-	_ stage.Sequential = (*DNSPairs)(nil)
-	_ stage.Edged      = (*DNSPairs)(nil)
+	_ stage.Sequential = (*Pairs)(nil)
+	_ stage.Edged      = (*Pairs)(nil)
 )
 
 // addPairStats adds up how a block paired on its own and how its edges'

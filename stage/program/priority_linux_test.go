@@ -1,6 +1,6 @@
 //go:build linux
 
-package engine
+package program
 
 import (
 	"runtime"
@@ -24,7 +24,7 @@ func TestBuiltinsRunBelowServing(t *testing.T) {
 	defer runtime.UnlockOSThread()
 	before := threadNice(t)
 	var inside int
-	if err := atNice(10, func() error { inside = threadNice(t); return nil }); err != nil {
+	if err := AtNice(10, func() error { inside = threadNice(t); return nil }); err != nil {
 		t.Fatal(err)
 	}
 	if inside != max(10, before) {
