@@ -390,16 +390,18 @@ var ErrDenied = errors.New("authentication failed")
 // questions, against a users file it can reload.
 type Authority struct {
 	path string
-	sign []byte
 	ttl  time.Duration
 	now  func() time.Time
 
-	mu      sync.RWMutex
-	file    *File
-	seen    fileStamp // of the users file as last loaded
-	bad     fileStamp // of a version of it that did not load
-	version uint64    // counts loads
-	log     *slog.Logger
+	mu sync.RWMutex
+	// sign signs new tokens and verifies them; previous, when set, still
+	// verifies the tokens signed before a rotation (see SetKeys).
+	sign, previous []byte
+	file           *File
+	seen           fileStamp // of the users file as last loaded
+	bad            fileStamp // of a version of it that did not load
+	version        uint64    // counts loads
+	log            *slog.Logger
 }
 
 // SetLogger says where a users file changed on disk that does not load
@@ -443,6 +445,39 @@ func NewAuthority(usersFile string, signKey []byte, ttl time.Duration, now func(
 	}
 	a := &Authority{path: usersFile, sign: signKey, ttl: ttl, now: now}
 	return a, a.Reload()
+}
+
+// SetKeys changes the token signing key: sign signs from now on, and
+// tokens signed with previous (nil: none) are still good until they
+// expire, so a rotation that keeps the old key logs no one out, and one
+// that drops it ends every token signed before.
+func (a *Authority) SetKeys(sign, previous []byte) error {
+	if len(sign) < 32 {
+		return errors.New("token signing key must be at least 32 bytes")
+	}
+	a.mu.Lock()
+	a.sign, a.previous = bytes.Clone(sign), bytes.Clone(previous)
+	a.mu.Unlock()
+	return nil
+}
+
+// signed reports whether mac is body's HMAC under the signing key or the
+// previous one.
+func (a *Authority) signed(body, mac []byte) bool {
+	a.mu.RLock()
+	sign, previous := a.sign, a.previous
+	a.mu.RUnlock()
+	for _, k := range [][]byte{sign, previous} {
+		if k == nil {
+			continue
+		}
+		m := hmac.New(sha256.New, k)
+		m.Write(body)
+		if hmac.Equal(mac, m.Sum(nil)) {
+			return true
+		}
+	}
+	return false
 }
 
 // SignKey reads the token signing key from file, creating a random one
@@ -588,7 +623,9 @@ func (a *Authority) token(user, stamp string) string {
 	body = append(body, stamp...)
 	body = append(body, 0)
 	body = append(body, user...)
+	a.mu.RLock()
 	m := hmac.New(sha256.New, a.sign)
+	a.mu.RUnlock()
 	m.Write(body)
 	return base64.RawURLEncoding.EncodeToString(body) + "." + base64.RawURLEncoding.EncodeToString(m.Sum(nil))
 }
@@ -617,9 +654,7 @@ func (a *Authority) Verify(cred string) (Identity, error) {
 	if err1 != nil || err2 != nil || len(body) < 9 {
 		return Identity{}, ErrDenied
 	}
-	m := hmac.New(sha256.New, a.sign)
-	m.Write(body)
-	if !hmac.Equal(mac, m.Sum(nil)) {
+	if !a.signed(body, mac) {
 		return Identity{}, ErrDenied
 	}
 	if exp := int64(binary.BigEndian.Uint64(body)); a.now().Unix() >= exp {

@@ -341,3 +341,9 @@ type SiteOwner struct {
 	// By is "first put", or the admin who assigned it.
 	By string `json:"by"`
 }
+
+// RotateTokenKeyRequest is the body of rotate-token-key.
+type RotateTokenKeyRequest struct {
+	// Keep: tokens signed with the old key stay good until they expire.
+	Keep bool `json:"keep,omitempty"`
+}

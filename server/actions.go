@@ -173,6 +173,11 @@ var actions = map[string]action{
 		run:   (*Service).fsck,
 		admin: true,
 	},
+	"rotate-token-key": {
+		desc:  `Make a new key for signing login tokens (admin on "*"), on every server sharing the metadata within seconds. Body {"keep":bool}: keep, the old key still verifies the tokens it signed until they expire (a routine rotation); without it every token signed before is refused at once (a key that leaked). API keys are not tokens and stay good.`,
+		run:   (*Service).rotateTokenKey,
+		admin: true,
+	},
 	"store-list": {
 		desc:  `The blob stores (admin on "*"): name, URL, primary, draining, free and total bytes when the store can tell; one result each.`,
 		run:   (*Service).storeList,
@@ -587,4 +592,27 @@ func (s *Service) GetSchema(ctx context.Context, desc *aflight.FlightDescriptor)
 		return nil, err
 	}
 	return &aflight.SchemaResult{Schema: aflight.SerializeSchema(flight.BlockSchema, memory.DefaultAllocator)}, nil
+}
+
+func (s *Service) rotateTokenKey(ctx context.Context, body []byte) (any, error) {
+	var req flight.RotateTokenKeyRequest
+	if len(body) > 0 {
+		if err := flight.DecodeStrict(body, &req); err != nil {
+			return nil, badBody("rotate-token-key", body, err)
+		}
+	}
+	if err := s.allow(ctx, auth.Admin, "", "rotate-token-key"); err != nil {
+		return nil, err
+	}
+	if s.authz == nil {
+		return nil, status.Error(codes.FailedPrecondition, "rotate-token-key: this server has no users (--users), so it signs no tokens")
+	}
+	if _, err := s.db.RotateTokenKey(req.Keep); err != nil {
+		return nil, err
+	}
+	if err := refreshTokenKeys(s.db, s.authz); err != nil {
+		return nil, err
+	}
+	s.log.Warn("the token signing key was rotated", "by", caller(ctx), "old_tokens", map[bool]string{true: "good until they expire", false: "refused"}[req.Keep])
+	return map[string]bool{"rotated": true}, nil
 }

@@ -349,17 +349,18 @@ func Run(ctx context.Context, cfg Config) (err error) {
 		return err
 	}
 	defer db.Close()
-	if authz != nil && cfg.Meta != "" {
+	if authz != nil {
 		// Servers sharing the metadata sign tokens with one key, kept
-		// there: a login made on one is good on all.
-		shared, err := db.TokenKey(signKey)
-		if err != nil {
+		// there: a login made on one is good on all, and a rotation
+		// (rotate-token-key) reaches all. The first server's own key
+		// seeds it, so the tokens it gave out go on working.
+		if _, err := db.TokenKey(signKey); err != nil {
 			primary.Close()
 			return fmt.Errorf("the token signing key shared through the metadata: %w", err)
 		}
-		if authz, err = auth.NewAuthority(cfg.Users, shared, cfg.TokenTTL, cfg.Now); err != nil {
+		if err := refreshTokenKeys(db, authz); err != nil {
 			primary.Close()
-			return err
+			return fmt.Errorf("the token signing key shared through the metadata: %w", err)
 		}
 	}
 	if authz != nil {
@@ -457,6 +458,7 @@ func Run(ctx context.Context, cfg Config) (err error) {
 		var wg sync.WaitGroup
 		defer func() { stop(); wg.Wait() }()
 		wg.Go(func() { reloadOnHUP(srvCtx, authz, cfg.Logger) })
+		wg.Go(func() { followTokenKeys(srvCtx, db, authz, cfg.Logger) })
 	}
 	grpcOpts = append(grpcOpts, grpc.ChainStreamInterceptor(new(receivers).stream)) // after authentication, which names the caller
 	engDone := make(chan struct{})
@@ -805,5 +807,40 @@ func followJobs(ctx context.Context, eng *engine.Engine, log *slog.Logger) {
 		if err := eng.Follow(); err != nil {
 			log.Warn("reading the jobs other servers took", "err", err)
 		}
+	}
+}
+
+// TokenKeysEvery is how often a server reads the token signing keys
+// from the metadata: a rotation made on another server sharing it takes
+// effect here within this.
+const TokenKeysEvery = 5 * time.Second
+
+// refreshTokenKeys gives authz the signing keys the metadata holds now.
+func refreshTokenKeys(db *state.DB, authz *auth.Authority) error {
+	cur, prev, err := db.TokenKeys()
+	if err != nil {
+		return err
+	}
+	return authz.SetKeys(cur, prev)
+}
+
+// followTokenKeys keeps authz's signing keys those of the metadata until
+// ctx ends, so a rotation (rotate-token-key) on any server sharing it
+// reaches this one.
+func followTokenKeys(ctx context.Context, db *state.DB, authz *auth.Authority, log *slog.Logger) {
+	t := time.NewTicker(TokenKeysEvery)
+	defer t.Stop()
+	failing := false
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		err := refreshTokenKeys(db, authz)
+		if err != nil && !failing {
+			log.Warn("the token signing keys could not be read from the metadata; the ones read before stay in force", "err", err)
+		}
+		failing = err != nil
 	}
 }

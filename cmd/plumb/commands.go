@@ -37,6 +37,7 @@ func commands() []command {
 		workerCommand(),
 		workersCommand(),
 		loginCommand(),
+		rotateTokenKeyCommand(),
 		anonKeyCommand(),
 		metaCopyCommand(),
 	}
