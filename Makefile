@@ -26,13 +26,13 @@ FUZZ_TARGETS := \
 	./pcap:FuzzReader:100000x \
 	./agent:FuzzCut:3000x \
 	./pipeline:FuzzParseJob:200000x \
-	./pcap/dnsmsg:FuzzParse:200000x \
+	./dns/dnsmsg:FuzzParse:200000x \
 	./pcap/netpkt:FuzzDecode:200000x \
-	./pcap/dnstcp:FuzzReassemble:150000x \
+	./dns/dnstcp:FuzzReassemble:150000x \
 	./pcap/anon:FuzzPacket:200000x \
 	./pcap/filter:FuzzCompile:100000x \
-	./pcap/enrich:FuzzDatabase:30000x \
-	./pcap/dnstap:FuzzDecode:200000x \
+	./dns/enrich:FuzzDatabase:30000x \
+	./dns/dnstap:FuzzDecode:200000x \
 	./state:FuzzBlockRecord:100000x \
 	./engine:FuzzStageArrivals:300x
 

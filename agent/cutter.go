@@ -21,9 +21,9 @@ import (
 
 	"github.com/plumb-dev/plumb/block"
 	"github.com/plumb-dev/plumb/codecs"
+	"github.com/plumb-dev/plumb/dns/dnstap"
 	"github.com/plumb-dev/plumb/internal/countio"
 	"github.com/plumb-dev/plumb/pcap"
-	"github.com/plumb-dev/plumb/pcap/dnstap"
 	"github.com/plumb-dev/plumb/pcap/filter"
 )
 

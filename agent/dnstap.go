@@ -15,8 +15,8 @@ import (
 	framestream "github.com/farsightsec/golang-framestream"
 	"golang.org/x/sync/semaphore"
 
+	"github.com/plumb-dev/plumb/dns/dnstap"
 	"github.com/plumb-dev/plumb/internal/fdlimit"
-	"github.com/plumb-dev/plumb/pcap/dnstap"
 )
 
 // DnstapConfig says where dnstap comes from and how much of the agent

@@ -14,8 +14,8 @@ import (
 
 	framestream "github.com/farsightsec/golang-framestream"
 
+	"github.com/plumb-dev/plumb/dns/dnstap"
 	"github.com/plumb-dev/plumb/pcap"
-	"github.com/plumb-dev/plumb/pcap/dnstap"
 )
 
 // TestDnstapSocketRefusesOversizeFrames: a sender on the dnstap socket

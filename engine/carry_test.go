@@ -18,10 +18,10 @@ import (
 	"github.com/gopacket/gopacket/layers"
 
 	"github.com/plumb-dev/plumb/block"
+	"github.com/plumb-dev/plumb/dns/dnspair"
+	"github.com/plumb-dev/plumb/dns/dnsrec"
 	"github.com/plumb-dev/plumb/engine"
 	"github.com/plumb-dev/plumb/pcap"
-	"github.com/plumb-dev/plumb/pcap/dnspair"
-	"github.com/plumb-dev/plumb/pcap/dnsrec"
 )
 
 // eachBatch calls fn with each record batch of an Arrow IPC file, and

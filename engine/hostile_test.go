@@ -8,9 +8,9 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/plumb-dev/plumb/dns/dnsrec"
 	"github.com/plumb-dev/plumb/engine"
 	"github.com/plumb-dev/plumb/internal/hostile"
-	"github.com/plumb-dev/plumb/pcap/dnsrec"
 	"golang.org/x/sys/unix"
 )
 

@@ -13,10 +13,10 @@ import (
 	"time"
 
 	"github.com/plumb-dev/plumb/block"
+	"github.com/plumb-dev/plumb/dns/dnsrec"
 	"github.com/plumb-dev/plumb/engine"
 	"github.com/plumb-dev/plumb/fsck"
 	"github.com/plumb-dev/plumb/pcap"
-	"github.com/plumb-dev/plumb/pcap/dnsrec"
 	"github.com/plumb-dev/plumb/stage"
 	"github.com/plumb-dev/plumb/stage/builtin/dns"
 )

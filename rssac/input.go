@@ -11,10 +11,10 @@ import (
 	"github.com/apache/arrow-go/v18/arrow"
 	"github.com/apache/arrow-go/v18/arrow/array"
 
+	"github.com/plumb-dev/plumb/dns/dnsmsg"
+	"github.com/plumb-dev/plumb/dns/dnsrec"
 	"github.com/plumb-dev/plumb/ipcguard"
 	"github.com/plumb-dev/plumb/pcap"
-	"github.com/plumb-dev/plumb/pcap/dnsmsg"
-	"github.com/plumb-dev/plumb/pcap/dnsrec"
 )
 
 // Window limits what a Day counts: messages in [From, To).

@@ -10,8 +10,8 @@ import (
 
 	"github.com/gopacket/gopacket/layers"
 
+	"github.com/plumb-dev/plumb/dns/dnsrec"
 	"github.com/plumb-dev/plumb/pcap"
-	"github.com/plumb-dev/plumb/pcap/dnsrec"
 	"github.com/plumb-dev/plumb/synth"
 )
 

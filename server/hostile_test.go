@@ -17,9 +17,9 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
+	"github.com/plumb-dev/plumb/dns/dnsrec"
 	"github.com/plumb-dev/plumb/flight"
 	"github.com/plumb-dev/plumb/internal/hostile"
-	"github.com/plumb-dev/plumb/pcap/dnsrec"
 	"github.com/plumb-dev/plumb/rowfilter"
 )
 

@@ -23,10 +23,10 @@ import (
 
 	"github.com/plumb-dev/plumb/auth"
 	"github.com/plumb-dev/plumb/block"
+	"github.com/plumb-dev/plumb/dns/dnspair"
+	"github.com/plumb-dev/plumb/dns/dnsrec"
 	"github.com/plumb-dev/plumb/flight"
 	"github.com/plumb-dev/plumb/ipcguard"
-	"github.com/plumb-dev/plumb/pcap/dnspair"
-	"github.com/plumb-dev/plumb/pcap/dnsrec"
 	"github.com/plumb-dev/plumb/pipeline"
 	"github.com/plumb-dev/plumb/rowfilter"
 	"github.com/plumb-dev/plumb/state"

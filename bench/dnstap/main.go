@@ -33,8 +33,8 @@ import (
 	"github.com/gopacket/gopacket/layers"
 
 	"github.com/plumb-dev/plumb/client"
+	"github.com/plumb-dev/plumb/dns/dnstap"
 	"github.com/plumb-dev/plumb/pcap"
-	"github.com/plumb-dev/plumb/pcap/dnstap"
 )
 
 func main() {

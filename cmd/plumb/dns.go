@@ -15,10 +15,10 @@ import (
 	"github.com/apache/arrow-go/v18/arrow/ipc"
 
 	"github.com/plumb-dev/plumb/block"
-	"github.com/plumb-dev/plumb/pcap/dnsmsg"
-	"github.com/plumb-dev/plumb/pcap/dnspair"
-	"github.com/plumb-dev/plumb/pcap/dnsrec"
-	"github.com/plumb-dev/plumb/pcap/dnstap"
+	"github.com/plumb-dev/plumb/dns/dnsmsg"
+	"github.com/plumb-dev/plumb/dns/dnspair"
+	"github.com/plumb-dev/plumb/dns/dnsrec"
+	"github.com/plumb-dev/plumb/dns/dnstap"
 	"github.com/plumb-dev/plumb/stage"
 	"github.com/plumb-dev/plumb/stage/builtin/dns"
 )

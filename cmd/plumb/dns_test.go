@@ -17,8 +17,8 @@ import (
 	"github.com/apache/arrow-go/v18/parquet/pqarrow"
 
 	"github.com/plumb-dev/plumb/block"
+	"github.com/plumb-dev/plumb/dns/dnstap"
 	"github.com/plumb-dev/plumb/internal/testenv"
-	"github.com/plumb-dev/plumb/pcap/dnstap"
 	"github.com/plumb-dev/plumb/stage"
 	"github.com/plumb-dev/plumb/stage/builtin"
 )

@@ -9,9 +9,9 @@ import (
 	dto "github.com/prometheus/client_model/go"
 
 	"github.com/plumb-dev/plumb/client"
+	"github.com/plumb-dev/plumb/dns/dnsmetrics"
+	"github.com/plumb-dev/plumb/dns/dnsmsg"
 	"github.com/plumb-dev/plumb/internal/testenv"
-	"github.com/plumb-dev/plumb/pcap/dnsmetrics"
-	"github.com/plumb-dev/plumb/pcap/dnsmsg"
 )
 
 // TestDNSMetricsEqualTheRecords: through a real server, a job counts a

@@ -18,9 +18,9 @@ import (
 	framestream "github.com/farsightsec/golang-framestream"
 
 	"github.com/plumb-dev/plumb/client"
+	"github.com/plumb-dev/plumb/dns/dnstap"
 	"github.com/plumb-dev/plumb/internal/proc"
 	"github.com/plumb-dev/plumb/internal/testenv"
-	"github.com/plumb-dev/plumb/pcap/dnstap"
 )
 
 // TestDnstapFromKnot: a real DNS server from Debian (Knot, its dnstap

@@ -22,9 +22,9 @@ import (
 
 	"github.com/apache/arrow-go/v18/arrow"
 
+	"github.com/plumb-dev/plumb/dns/dnspair"
+	"github.com/plumb-dev/plumb/dns/dnsrec"
 	"github.com/plumb-dev/plumb/internal/testenv"
-	"github.com/plumb-dev/plumb/pcap/dnspair"
-	"github.com/plumb-dev/plumb/pcap/dnsrec"
 )
 
 var updateDocs = flag.Bool("update", false, "rewrite the generated references in docs/reference")

@@ -16,9 +16,9 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/plumb-dev/plumb/admission"
+	"github.com/plumb-dev/plumb/dns/enrich"
 	"github.com/plumb-dev/plumb/engine"
 	"github.com/plumb-dev/plumb/internal/memlimit"
-	"github.com/plumb-dev/plumb/pcap/enrich"
 	"github.com/plumb-dev/plumb/pipeline"
 	"github.com/plumb-dev/plumb/sandbox"
 	"github.com/plumb-dev/plumb/server"

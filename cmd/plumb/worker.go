@@ -15,7 +15,7 @@ import (
 
 	"github.com/plumb-dev/plumb/blob"
 	"github.com/plumb-dev/plumb/client"
-	"github.com/plumb-dev/plumb/pcap/enrich"
+	"github.com/plumb-dev/plumb/dns/enrich"
 	"github.com/plumb-dev/plumb/sandbox"
 	"github.com/plumb-dev/plumb/stage"
 	"github.com/plumb-dev/plumb/stage/builtin"

@@ -17,7 +17,7 @@ import (
 )
 
 // Records rewrites the addresses of a batch of Arrow DNS records or
-// transactions (pcap/dnsrec's and pcap/dnspair's schemas): src, dst,
+// transactions (dns/dnsrec's and dns/dnspair's schemas): src, dst,
 // client and server (with Clients, only the end not on port 53 or 853,
 // and never server), the client subnet in ecs_address (to its source
 // prefix, as in packets) and in edns_options, and with RData the A and

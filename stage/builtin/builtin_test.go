@@ -19,9 +19,9 @@ import (
 
 	"github.com/plumb-dev/plumb/block"
 	"github.com/plumb-dev/plumb/codecs"
+	"github.com/plumb-dev/plumb/dns/dnsrec"
 	"github.com/plumb-dev/plumb/internal/testenv"
 	"github.com/plumb-dev/plumb/pcap"
-	"github.com/plumb-dev/plumb/pcap/dnsrec"
 	"github.com/plumb-dev/plumb/pcap/netpkt"
 	"github.com/plumb-dev/plumb/stage"
 	"github.com/plumb-dev/plumb/synth"

@@ -8,7 +8,7 @@ import (
 
 	"github.com/apache/arrow-go/v18/arrow"
 
-	"github.com/plumb-dev/plumb/pcap/dnsmetrics"
+	"github.com/plumb-dev/plumb/dns/dnsmetrics"
 	"github.com/plumb-dev/plumb/stage"
 )
 

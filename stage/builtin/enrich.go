@@ -11,8 +11,8 @@ import (
 	"github.com/apache/arrow-go/v18/arrow"
 	"github.com/apache/arrow-go/v18/arrow/ipc"
 
-	"github.com/plumb-dev/plumb/pcap/dnsrec"
-	"github.com/plumb-dev/plumb/pcap/enrich"
+	"github.com/plumb-dev/plumb/dns/dnsrec"
+	"github.com/plumb-dev/plumb/dns/enrich"
 	"github.com/plumb-dev/plumb/stage"
 )
 

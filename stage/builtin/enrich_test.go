@@ -14,8 +14,8 @@ import (
 	"github.com/apache/arrow-go/v18/arrow/array"
 	"github.com/apache/arrow-go/v18/arrow/ipc"
 
+	"github.com/plumb-dev/plumb/dns/enrich"
 	"github.com/plumb-dev/plumb/internal/testenv"
-	"github.com/plumb-dev/plumb/pcap/enrich"
 	"github.com/plumb-dev/plumb/stage"
 )
 

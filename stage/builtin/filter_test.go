@@ -7,8 +7,8 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/plumb-dev/plumb/dns/enrich"
 	"github.com/plumb-dev/plumb/internal/testenv"
-	"github.com/plumb-dev/plumb/pcap/enrich"
 )
 
 // TestFilterKeepsTheRowsAsked: a filter stage keeps the records whose

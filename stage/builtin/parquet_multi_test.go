@@ -5,9 +5,9 @@ import (
 	"net/url"
 	"testing"
 
+	"github.com/plumb-dev/plumb/dns/dnspair"
+	"github.com/plumb-dev/plumb/dns/dnsrec"
 	"github.com/plumb-dev/plumb/pcap"
-	"github.com/plumb-dev/plumb/pcap/dnspair"
-	"github.com/plumb-dev/plumb/pcap/dnsrec"
 )
 
 // TestParquetOfSeveralBatches: a records or transactions block of more

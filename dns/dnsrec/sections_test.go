@@ -8,8 +8,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/plumb-dev/plumb/dns/dnsmsg"
 	"github.com/plumb-dev/plumb/internal/testenv"
-	"github.com/plumb-dev/plumb/pcap/dnsmsg"
 )
 
 // sectionFields are what TestSectionsAgreeWithTshark compares, frame by

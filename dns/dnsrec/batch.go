@@ -5,8 +5,8 @@ import (
 
 	"github.com/apache/arrow-go/v18/arrow"
 
+	"github.com/plumb-dev/plumb/dns/dnsmsg"
 	"github.com/plumb-dev/plumb/internal/arrowcol"
-	"github.com/plumb-dev/plumb/pcap/dnsmsg"
 )
 
 // batch holds the columns of one record batch of Schema while it is

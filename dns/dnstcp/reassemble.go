@@ -20,7 +20,7 @@ import (
 	"slices"
 	"time"
 
-	"github.com/plumb-dev/plumb/pcap/dnsmsg"
+	"github.com/plumb-dev/plumb/dns/dnsmsg"
 	"github.com/plumb-dev/plumb/pcap/netpkt"
 )
 

@@ -10,9 +10,9 @@ import (
 
 	"github.com/apache/arrow-go/v18/arrow"
 	"github.com/apache/arrow-go/v18/arrow/ipc"
+	"github.com/plumb-dev/plumb/dns/dnsmsg"
 	"github.com/plumb-dev/plumb/internal/addrtext"
 	"github.com/plumb-dev/plumb/internal/arrowcol"
-	"github.com/plumb-dev/plumb/pcap/dnsmsg"
 	"golang.org/x/net/publicsuffix"
 )
 

@@ -12,9 +12,9 @@ import (
 
 	"github.com/gopacket/gopacket/layers"
 
-	"github.com/plumb-dev/plumb/pcap/dnsmsg"
-	"github.com/plumb-dev/plumb/pcap/dnstap"
-	"github.com/plumb-dev/plumb/pcap/dnstcp"
+	"github.com/plumb-dev/plumb/dns/dnsmsg"
+	"github.com/plumb-dev/plumb/dns/dnstap"
+	"github.com/plumb-dev/plumb/dns/dnstcp"
 	"github.com/plumb-dev/plumb/pcap/netpkt"
 )
 

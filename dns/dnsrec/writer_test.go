@@ -17,8 +17,8 @@ import (
 	"github.com/gopacket/gopacket/layers"
 	"golang.org/x/net/publicsuffix"
 
+	"github.com/plumb-dev/plumb/dns/dnsmsg"
 	"github.com/plumb-dev/plumb/pcap"
-	"github.com/plumb-dev/plumb/pcap/dnsmsg"
 	"github.com/plumb-dev/plumb/synth"
 )
 

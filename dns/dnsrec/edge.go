@@ -10,8 +10,8 @@ import (
 
 	"github.com/gopacket/gopacket/layers"
 
-	"github.com/plumb-dev/plumb/pcap/dnsmsg"
-	"github.com/plumb-dev/plumb/pcap/dnstcp"
+	"github.com/plumb-dev/plumb/dns/dnsmsg"
+	"github.com/plumb-dev/plumb/dns/dnstcp"
 	"github.com/plumb-dev/plumb/pcap/netpkt"
 )
 

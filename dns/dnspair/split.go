@@ -7,7 +7,7 @@ import (
 	"slices"
 	"time"
 
-	"github.com/plumb-dev/plumb/pcap/dnsrec"
+	"github.com/plumb-dev/plumb/dns/dnsrec"
 )
 
 // Blocks of one site are paired in parallel, each on its own, as dnsrec

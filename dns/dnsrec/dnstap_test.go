@@ -9,7 +9,7 @@ import (
 	"github.com/gopacket/gopacket"
 	"github.com/gopacket/gopacket/layers"
 
-	"github.com/plumb-dev/plumb/pcap/dnstap"
+	"github.com/plumb-dev/plumb/dns/dnstap"
 )
 
 // TestDnstapRows: frames of a dnstap capture become rows like packets':

@@ -12,8 +12,8 @@ import (
 	"github.com/gopacket/gopacket"
 	"github.com/gopacket/gopacket/layers"
 
+	"github.com/plumb-dev/plumb/dns/dnsmsg"
 	"github.com/plumb-dev/plumb/pcap"
-	"github.com/plumb-dev/plumb/pcap/dnsmsg"
 	"github.com/plumb-dev/plumb/synth"
 )
 

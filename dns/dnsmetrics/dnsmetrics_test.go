@@ -15,9 +15,9 @@ import (
 	dto "github.com/prometheus/client_model/go"
 
 	"github.com/plumb-dev/plumb/block"
+	"github.com/plumb-dev/plumb/dns/dnsmetrics"
+	"github.com/plumb-dev/plumb/dns/dnsmsg"
 	"github.com/plumb-dev/plumb/pcap"
-	"github.com/plumb-dev/plumb/pcap/dnsmetrics"
-	"github.com/plumb-dev/plumb/pcap/dnsmsg"
 	"github.com/plumb-dev/plumb/stage"
 	"github.com/plumb-dev/plumb/stage/builtin"
 	"github.com/plumb-dev/plumb/synth"

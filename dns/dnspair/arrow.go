@@ -8,9 +8,9 @@ import (
 	"github.com/apache/arrow-go/v18/arrow"
 	"github.com/apache/arrow-go/v18/arrow/ipc"
 
+	"github.com/plumb-dev/plumb/dns/dnsmsg"
+	"github.com/plumb-dev/plumb/dns/dnsrec"
 	"github.com/plumb-dev/plumb/internal/arrowcol"
-	"github.com/plumb-dev/plumb/pcap/dnsmsg"
-	"github.com/plumb-dev/plumb/pcap/dnsrec"
 )
 
 // Schema is the table of transactions: one row per query, answered or

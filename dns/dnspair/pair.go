@@ -17,7 +17,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/plumb-dev/plumb/pcap/dnsrec"
+	"github.com/plumb-dev/plumb/dns/dnsrec"
 )
 
 // Defaults of a Pairer.

@@ -21,7 +21,7 @@ import (
 	"github.com/apache/arrow-go/v18/arrow/array"
 
 	"github.com/plumb-dev/plumb/block"
-	"github.com/plumb-dev/plumb/pcap/dnsmsg"
+	"github.com/plumb-dev/plumb/dns/dnsmsg"
 )
 
 // Tally keys are KIND|SITE[|LABEL]. The kinds:

@@ -11,8 +11,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/plumb-dev/plumb/dns/enrich"
 	"github.com/plumb-dev/plumb/internal/testenv"
-	"github.com/plumb-dev/plumb/pcap/enrich"
 )
 
 var (

@@ -5,7 +5,7 @@ import (
 	"encoding/gob"
 	"fmt"
 
-	"github.com/plumb-dev/plumb/pcap/dnstcp"
+	"github.com/plumb-dev/plumb/dns/dnstcp"
 	"github.com/plumb-dev/plumb/pcap/netpkt"
 )
 

@@ -9,8 +9,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/plumb-dev/plumb/pcap/dnsmsg"
-	"github.com/plumb-dev/plumb/pcap/dnsrec"
+	"github.com/plumb-dev/plumb/dns/dnsmsg"
+	"github.com/plumb-dev/plumb/dns/dnsrec"
 )
 
 var (

@@ -1,6 +1,6 @@
 package dnspair
 
-import "github.com/plumb-dev/plumb/pcap/dnsrec"
+import "github.com/plumb-dev/plumb/dns/dnsrec"
 
 // ColumnDocs are the docs of Schema's columns, by name (see
 // dnsrec.ColumnDocs).
