@@ -6,6 +6,7 @@ import (
 	"slices"
 	"strings"
 
+	"github.com/plumb-dev/plumb/flight"
 	"github.com/plumb-dev/plumb/stage/program"
 
 	"github.com/plumb-dev/plumb/pipeline"
@@ -13,15 +14,8 @@ import (
 	"github.com/plumb-dev/plumb/state"
 )
 
-// SubmitResult is the verdict on a submitted job.
-type SubmitResult struct {
-	Job      string   `json:"job"`
-	State    string   `json:"state"`
-	Reason   string   `json:"reason,omitempty"`
-	Warnings []string `json:"warnings,omitempty"`
-	// Stages are the graph's stages the job now owns, merged or new.
-	Stages []string `json:"stages,omitempty"`
-}
+// SubmitResult is what submitting a job answers, as the protocol defines it.
+type SubmitResult = flight.SubmitResult
 
 // Submit parses, validates and merges a job. An accepted job takes
 // effect at once (between block runs); a job of the same name replaces

@@ -4,6 +4,8 @@ import (
 	"slices"
 	"sync"
 	"time"
+
+	"github.com/plumb-dev/plumb/flight"
 )
 
 // latencies keeps recent latency samples per key (a stage, or a queue and
@@ -42,13 +44,8 @@ func (l *latencies) add(key string, d time.Duration) {
 	l.samples[key] = s
 }
 
-// Percentiles are a key's p50 and p99 over the last hour, and how many
-// samples they come from.
-type Percentiles struct {
-	P50     time.Duration `json:"p50_ns"`
-	P99     time.Duration `json:"p99_ns"`
-	Samples int           `json:"samples"`
-}
+// Percentiles summarise a latency over the last hour, as the protocol defines them.
+type Percentiles = flight.Percentiles
 
 func (l *latencies) percentiles(key string) Percentiles {
 	l.mu.Lock()

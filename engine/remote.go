@@ -103,15 +103,6 @@ func (r *remoteRun) carryUpdate(out []byte) *state.CarryUpdate {
 	return &state.CarryUpdate{Instance: r.cin.Instance, Seq: r.inputs[0].Seq, State: out, Late: !r.cin.Carried}
 }
 
-// wireBlocks are blocks as a lease carries them.
-func wireBlocks(bs []state.Block) []flight.Block {
-	out := make([]flight.Block, len(bs))
-	for i, b := range bs {
-		out[i] = flight.Block(b)
-	}
-	return out
-}
-
 // leasePrefix starts the reserver of a remote run.
 const leasePrefix = "lease-"
 
@@ -195,7 +186,7 @@ func (e *Engine) Lease(ctx context.Context, h flight.Hello) (flight.Lease, bool,
 		}
 		st.running++
 		st.backlog = max(st.backlog-1, 0)
-		l := flight.Lease{ID: id, Stage: st.node.Name, Program: st.node.Program, Inputs: wireBlocks(res.Blocks), Outputs: st.node.Outputs,
+		l := flight.Lease{ID: id, Stage: st.node.Name, Program: st.node.Program, Inputs: res.Blocks, Outputs: st.node.Outputs,
 			Timeout: e.timeout(st.node), TTL: e.cfg.LeaseTTL, Network: st.node.Network}
 		l.Trusted, l.Programs = st.trusted, leasePrograms(st.steps)
 		var in int64

@@ -6,6 +6,7 @@ import (
 	"sort"
 	"strings"
 
+	"github.com/plumb-dev/plumb/flight"
 	"github.com/plumb-dev/plumb/stage/program"
 
 	"github.com/plumb-dev/plumb/pipeline"
@@ -14,57 +15,11 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 )
 
-// StageStats is what a stage has done since the server started.
-type StageStats struct {
-	Stage   string   `json:"stage"`
-	ID      string   `json:"id"`
-	Inputs  []string `json:"inputs"`
-	Outputs []string `json:"outputs"`
-	Owners  []string `json:"owners"`
-	Program string   `json:"program"`
-	Detail  string   `json:"detail,omitempty"` // e.g. which xz encoder
-	// Suspended says why the stage starts no runs: every job owning it
-	// lost a right it needs.
-	Suspended string `json:"suspended,omitempty"`
-	// Backlog counts the blocks a run could take now; Waiting the blocks
-	// a window stage holds for windows that are not due yet, which no
-	// worker can speed up.
-	Backlog int64 `json:"backlog"`
-	Waiting int64 `json:"waiting_for_window"`
-	Workers int   `json:"workers"`
-	Target  int   `json:"target"`
-	Runs    int64 `json:"runs"`
-	Failed  int64 `json:"failed"`
-	Faulty  int64 `json:"faulty"`
-	// Parted counts the runs of an edged stage (builtin:dns) whose
-	// block was read apart from its site's sequence, in parallel with
-	// its neighbours, leaving only its edges to its turn.
-	Parted int64 `json:"parted,omitempty"`
-	// Dropped counts what the stage's runs let go of to stay within
-	// their bounds, by reason (e.g. builtin:dns's edge_budget).
-	Dropped  map[string]int64 `json:"dropped,omitempty"`
-	BytesIn  int64            `json:"bytes_in"`
-	BytesOut int64            `json:"bytes_out"`
-	// In and Out count the blocks and bytes of successful runs per input
-	// and output queue: the graph's edges.
-	In  map[string]EdgeCount `json:"in,omitempty"`
-	Out map[string]EdgeCount `json:"out,omitempty"`
-	// ProcessingSeconds is the wall time of runs (P), CPUSeconds the CPU
-	// of their programs, QueueWaitSeconds the time inputs waited.
-	ProcessingSeconds float64 `json:"processing_seconds"`
-	CPUSeconds        float64 `json:"cpu_seconds"`
-	QueueWaitSeconds  float64 `json:"queue_wait_seconds"`
-	// Intensity is (I + R·O)/P in MB/s; ChainCandidate says it passed the
-	// threshold, so chaining the stage with a neighbour would save I/O.
-	Intensity      float64 `json:"intensity_mb_s"`
-	ChainCandidate bool    `json:"chain_candidate,omitempty"`
-}
+// StageStats is one stage of plumb stats, as the protocol defines it.
+type StageStats = flight.StageStats
 
-// EdgeCount is what went along one edge of the graph.
-type EdgeCount struct {
-	Blocks int64 `json:"blocks"`
-	Bytes  int64 `json:"bytes"`
-}
+// EdgeCount counts a parted stage's joined edges, as the protocol defines it.
+type EdgeCount = flight.EdgeCount
 
 func addEdges(to *map[string]EdgeCount, from map[string]EdgeCount) {
 	if len(from) > 0 && *to == nil {

@@ -7,27 +7,12 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/plumb-dev/plumb/block"
+	"github.com/plumb-dev/plumb/flight"
 	"github.com/plumb-dev/plumb/state"
 )
 
-// StatusRow is how far behind one stage, or one consumer group of a
-// queue, is.
-type StatusRow struct {
-	Kind    string `json:"kind"` // "stage", "group" or "stream"
-	Stage   string `json:"stage,omitempty"`
-	Queue   string `json:"queue"`
-	Group   string `json:"group,omitempty"` // the consumer group, or stream consumer
-	Backlog int64  `json:"backlog"`
-	Workers int    `json:"workers,omitempty"`
-	// OldestAge is how long the oldest block still owed has waited since
-	// it arrived (0 when none is).
-	OldestAge time.Duration `json:"oldest_age_ns"`
-	// ArrivalTo is from a block's arrival to its output (stages), its
-	// acknowledgement (groups) or the consumer moving past it (streams and
-	// stream stages); EventTo from its event time; over the last hour.
-	ArrivalTo Percentiles `json:"arrival_to"`
-	EventTo   Percentiles `json:"event_to"`
-}
+// StatusRow is one stage and group of plumb status, as the protocol defines it.
+type StatusRow = flight.StatusRow
 
 type latencyMetrics struct {
 	arrivalToOutput, eventToOutput *prometheus.HistogramVec

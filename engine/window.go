@@ -14,6 +14,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/plumb-dev/plumb/flight"
 	"github.com/plumb-dev/plumb/stage/program"
 
 	"gopkg.in/yaml.v3"
@@ -501,29 +502,8 @@ func (e *Engine) releasable(ws *windowState, f windowing.Firing) ([]state.Block,
 	return out, nil
 }
 
-// WindowView is a window stage's window, open or fired, for operators.
-type WindowView struct {
-	Stage    string    `json:"stage"`
-	ID       string    `json:"id"`
-	State    string    `json:"state"` // waiting, fired, faulty
-	From     time.Time `json:"from,omitzero"`
-	To       time.Time `json:"to,omitzero"`
-	Revision int       `json:"revision,omitempty"`
-	Reason   string    `json:"reason,omitempty"`
-	Blocks   int       `json:"blocks"`
-	Missing  []string  `json:"missing,omitempty"`
-	Late     []string  `json:"late,omitempty"`
-	// For waiting windows: whether a block beyond the end came, when
-	// max_wait lets it fire, and which window a strict order waits for.
-	Bracketed bool      `json:"bracketed,omitempty"`
-	WaitUntil time.Time `json:"wait_until,omitzero"`
-	BlockedBy string    `json:"blocked_by,omitempty"`
-	Error     string    `json:"error,omitempty"`
-	Fired     time.Time `json:"fired,omitzero"`
-	// Empty, for a stretch of skipped empty windows, is how many it
-	// stands for, from ID on, over From to To.
-	Empty int64 `json:"empty,omitempty"`
-}
+// WindowView is one window of plumb windows, as the protocol defines it.
+type WindowView = flight.WindowView
 
 // Windows lists the windows of every window stage (or of one, by name or
 // ID): those waiting, with what they wait for, then those fired.

@@ -1,6 +1,10 @@
 package flight
 
-import "time"
+import (
+	"time"
+
+	"github.com/plumb-dev/plumb/block"
+)
 
 // The types below are what the actions answer, as JSON. The server
 // encodes its own records into the same JSON; a server test checks each
@@ -29,6 +33,9 @@ type Block struct {
 	// to end the capture of a site whose agent went silent (site-end).
 	Ended bool `json:"ended,omitempty"`
 }
+
+// ID returns the block's identity.
+func (b Block) ID() block.ID { return block.ID{Queue: b.Queue, Instance: b.Instance, Seq: b.Seq} }
 
 // GroupStats counts a consumer group's deliveries by state.
 type GroupStats struct {

@@ -447,7 +447,7 @@ func (s *Service) stats(queue string) (flight.QueueStats, error) {
 			groups[i].Stage, _ = s.eng.StageOf(groups[i].Group)
 		}
 	}
-	qs := flight.QueueStats{Queue: q.Name, Blocks: q.Blocks, Bytes: q.Bytes, Groups: wireAll[flight.GroupStats](groups)}
+	qs := flight.QueueStats{Queue: q.Name, Blocks: q.Blocks, Bytes: q.Bytes, Groups: groups}
 	if s.eng != nil {
 		qs.Warning = s.eng.QueueWarning(queue, len(groups) > 0)
 	}

@@ -112,7 +112,7 @@ func (s *Service) commitLease(ctx context.Context, body []byte) (any, error) {
 		if err := e.CheckTally(r.Tally); err != nil {
 			return badBody("commit-lease", body, err)
 		}
-		return e.CommitLease(ctx, r.Lease, engine.LeaseResult{Outputs: wireAll[flight.LeaseOutput](r.Outputs), CPU: cpu, Carry: r.Carry, Parted: r.Parted, Dropped: r.Dropped, Tally: r.Tally})
+		return e.CommitLease(ctx, r.Lease, engine.LeaseResult{Outputs: r.Outputs, CPU: cpu, Carry: r.Carry, Parted: r.Parted, Dropped: r.Dropped, Tally: r.Tally})
 	})
 }
 

@@ -64,7 +64,7 @@ func (s *Service) retentions(ctx context.Context, _ []byte) (any, error) {
 	var out []flight.QueuePolicy
 	for q, p := range ps {
 		if s.may(ctx, auth.Read, q) {
-			out = append(out, flight.QueuePolicy{Queue: q, Policy: wire[flight.Policy](p)})
+			out = append(out, flight.QueuePolicy{Queue: q, Policy: p})
 		}
 	}
 	slices.SortFunc(out, func(a, b flight.QueuePolicy) int { return strings.Compare(a.Queue, b.Queue) })

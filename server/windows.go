@@ -32,8 +32,8 @@ func (s *Service) serveWindows(ctx context.Context, raw []byte, stream aflight.F
 	}
 	var ps *pipeline.WindowSpec
 	if t.Spec != nil {
-		ps = new(pipeline.WindowSpec)
-		if err := recode(t.Spec, ps); err != nil {
+		var err error
+		if ps, err = windowSpec(*t.Spec); err != nil {
 			return status.Errorf(codes.InvalidArgument, "window ticket spec: %v", err)
 		}
 	}
@@ -233,4 +233,25 @@ func (s *Service) sendWindow(ctx context.Context, w *flight.BlockWriter, t fligh
 	// stream that broke before this point gets the window again.
 	_, err = s.db.CommitWindow(rec, t.Window, nil, nil)
 	return err
+}
+
+// windowSpec is a window ticket's spec as a job's window stage declares
+// it: the same fields, its durations parsed as a job's are.
+func windowSpec(w flight.WindowSpec) (*pipeline.WindowSpec, error) {
+	ps := &pipeline.WindowSpec{Size: w.Size, Start: w.Start, End: w.End, MaxMissing: w.MaxMissing, Ordering: w.Ordering,
+		LateHorizon: w.LateHorizon, Cutoff: w.Cutoff, Late: w.Late, PerInstance: w.PerInstance, Instances: w.Instances, Empty: w.Empty}
+	for _, d := range []struct {
+		text string
+		into *pipeline.Duration
+	}{{w.MaxWait, &ps.MaxWait}, {w.IdleTimeout, &ps.IdleTimeout}} {
+		if d.text == "" {
+			continue
+		}
+		v, err := pipeline.ParseDuration(d.text)
+		if err != nil {
+			return nil, err
+		}
+		*d.into = v
+	}
+	return ps, nil
 }

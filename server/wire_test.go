@@ -7,32 +7,22 @@ import (
 	"time"
 
 	"github.com/plumb-dev/plumb/admission"
-	"github.com/plumb-dev/plumb/engine"
 	"github.com/plumb-dev/plumb/flight"
 	"github.com/plumb-dev/plumb/pipeline"
 	"github.com/plumb-dev/plumb/state"
 )
 
-// TestWireTypes holds each record the server answers with to the
-// protocol type a client decodes it into: every field of a fully set
+// TestWireTypes holds each record the server answers with that is not
+// the protocol's own type (those that can be are aliases of package
+// flight's) to the protocol type a client decodes it into: every field of a fully set
 // record arrives, under the same name, and nothing is left over. A field
 // added on one side only fails here instead of vanishing on the wire.
 func TestWireTypes(t *testing.T) {
 	pairs := []struct {
 		record, wire any
 	}{
-		{&state.Block{}, &flight.Block{}},
-		{&state.GroupStats{}, &flight.GroupStats{}},
-		{&engine.StatusRow{}, &flight.StatusRow{}},
-		{&engine.WindowView{}, &flight.WindowView{}},
-		{&engine.SubmitResult{}, &flight.SubmitResult{}},
 		{&state.Job{}, &flight.Job{}},
-		{&engine.StageStats{}, &flight.StageStats{}},
 		{&admission.Stats{}, &flight.ReadAdmission{}},
-		{&state.FaultyBlock{}, &flight.FaultyBlock{}},
-		{&state.Program{}, &flight.Program{}},
-		{&state.Policy{}, &flight.Policy{}},
-		{&state.LostBlock{}, &flight.LostBlock{}},
 		{&pipeline.WindowSpec{}, &flight.WindowSpec{}},
 	}
 	for _, p := range pairs {
@@ -97,5 +87,28 @@ func fill(v reflect.Value) {
 				fill(v.Field(i))
 			}
 		}
+	}
+}
+
+// TestWindowSpecFromTicket: a window ticket's spec becomes the spec a
+// job declares field for field, none left behind.
+func TestWindowSpecFromTicket(t *testing.T) {
+	var w flight.WindowSpec
+	fill(reflect.ValueOf(&w).Elem())
+	w.MaxWait, w.IdleTimeout = "1h0m0s", "1h0m0s" // as a parsed duration prints
+	ps, err := windowSpec(w)
+	if err != nil {
+		t.Fatal(err)
+	}
+	a, _ := json.Marshal(w)
+	b, _ := json.Marshal(ps)
+	var ma, mb map[string]any
+	json.Unmarshal(a, &ma)
+	json.Unmarshal(b, &mb)
+	if !reflect.DeepEqual(ma, mb) {
+		t.Errorf("ticket spec %s became %s", a, b)
+	}
+	if _, err := windowSpec(flight.WindowSpec{Size: "1h", MaxWait: "soon"}); err == nil {
+		t.Error("max_wait soon was taken")
 	}
 }

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/plumb-dev/plumb/block"
+	"github.com/plumb-dev/plumb/flight"
 	"github.com/plumb-dev/plumb/metakv"
 )
 
@@ -85,20 +86,8 @@ type Group struct {
 	Used time.Time `json:"used,omitzero"`
 }
 
-// GroupStats counts a group's deliveries by state.
-type GroupStats struct {
-	Group      string    `json:"group"`
-	Owner      string    `json:"owner,omitempty"`
-	Unreserved int       `json:"unreserved"`
-	Reserved   int       `json:"reserved"`
-	Done       int       `json:"done"`
-	Faulty     int       `json:"faulty"`
-	Lost       int       `json:"lost,omitempty"` // dropped unconsumed by the queue's retention
-	Created    time.Time `json:"created,omitzero"`
-	Used       time.Time `json:"used,omitzero"`
-	// Stage names the pipeline stage the group is, when it is one.
-	Stage string `json:"stage,omitempty"`
-}
+// GroupStats counts a consumer group's deliveries by state, as the protocol defines it.
+type GroupStats = flight.GroupStats
 
 // addDeliveries records one UNRESERVED delivery of a new block for every
 // group of its queue.

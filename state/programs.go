@@ -3,25 +3,13 @@ package state
 import (
 	"context"
 	"fmt"
-	"time"
 
+	"github.com/plumb-dev/plumb/flight"
 	"github.com/plumb-dev/plumb/metakv"
 )
 
-// Program is an executable an admin registered for jobs to name.
-type Program struct {
-	Name string `json:"name"`
-	// Path is the server's own copy, named by its checksum, so what runs
-	// is what was approved whatever happens to the original.
-	Path   string `json:"path,omitempty"`
-	Source string `json:"source,omitempty"` // the path it was registered from
-	SHA256 string `json:"sha256"`
-	// Network lets stages that ask for it (network: true) reach the
-	// host's network.
-	Network bool      `json:"network,omitempty"`
-	AddedBy string    `json:"added_by,omitempty"`
-	Added   time.Time `json:"added"`
-}
+// Program is a registered program, as the protocol defines it.
+type Program = flight.Program
 
 var bucketPrograms = []byte("programs")
 

@@ -9,23 +9,12 @@ import (
 	"time"
 
 	"github.com/plumb-dev/plumb/block"
+	"github.com/plumb-dev/plumb/flight"
 	"github.com/plumb-dev/plumb/metakv"
 )
 
-// Policy is how long a queue keeps its blocks, as its retention says.
-type Policy struct {
-	// Retention is the text the job or operator gave ("30d", "500GiB").
-	Retention string `json:"retention"`
-	// MaxAge and MaxBytes are its limits: a block older than MaxAge since
-	// it arrived, or beyond the newest MaxBytes, may go (0: no limit).
-	MaxAge   time.Duration `json:"max_age_ns,omitempty"`
-	MaxBytes int64         `json:"max_bytes,omitempty"`
-	// DropUnconsumed lets a block go even while a subscriber still owes
-	// it; the subscriber's delivery becomes LOST, naming the block.
-	DropUnconsumed bool `json:"drop_unconsumed,omitempty"`
-	// By says who set it: "job NAME" or the operator.
-	By string `json:"by,omitempty"`
-}
+// Policy is a queue's retention, as the protocol defines it.
+type Policy = flight.Policy
 
 // Lost is the state of a delivery whose block the queue's retention
 // dropped before the subscriber was done with it.
@@ -123,13 +112,8 @@ type ExpireResult struct {
 	Kept    int         `json:"kept"`    // past the limits but still owed
 }
 
-// LostBlock is a block a subscriber lost to its queue's retention.
-type LostBlock struct {
-	Queue string `json:"queue"`
-	Group string `json:"group"`
-	Block string `json:"block"`
-	Why   string `json:"why"`
-}
+// LostBlock is a delivery whose block retention dropped unconsumed, as the protocol defines it.
+type LostBlock = flight.LostBlock
 
 // Expire deletes up to limit of a queue's oldest blocks that its policy
 // lets go: older than MaxAge, or beyond the newest MaxBytes. A block a

@@ -9,6 +9,7 @@ import (
 	"slices"
 	"time"
 
+	"github.com/plumb-dev/plumb/flight"
 	"github.com/plumb-dev/plumb/metakv"
 )
 
@@ -342,17 +343,8 @@ func clearLegacy(dels metakv.Bucket, g *Group) error {
 	return nil
 }
 
-// FaultyBlock is a block set aside for a group after its last attempt.
-type FaultyBlock struct {
-	Queue    string    `json:"queue"`
-	Group    string    `json:"group"`
-	Stage    string    `json:"stage,omitempty"` // the stage the group is, by name
-	Block    string    `json:"block"`
-	Serial   uint64    `json:"serial"`
-	Attempts int       `json:"attempts"`
-	Error    string    `json:"error"`
-	Time     time.Time `json:"time"`
-}
+// FaultyBlock is a delivery set aside after its attempts, as the protocol defines it.
+type FaultyBlock = flight.FaultyBlock
 
 // Faulty lists the FAULTY deliveries of a queue, or of every queue when
 // queue is empty.

@@ -22,6 +22,7 @@ import (
 	bolt "go.etcd.io/bbolt"
 
 	"github.com/plumb-dev/plumb/block"
+	"github.com/plumb-dev/plumb/flight"
 	"github.com/plumb-dev/plumb/metakv"
 )
 
@@ -35,31 +36,8 @@ var (
 	ErrConflict = errors.New("block identity already stored with a different checksum")
 )
 
-// Block is the metadata of one stored block.
-type Block struct {
-	Name     string    `json:"name"`
-	Queue    string    `json:"queue"`
-	Instance string    `json:"instance"`
-	Seq      uint64    `json:"seq"`
-	Time     time.Time `json:"time"` // event time, from the name
-	Size     int64     `json:"size"`
-	SHA256   string    `json:"sha256"`
-	Key      string    `json:"key"` // blob key
-	Arrived  time.Time `json:"arrived"`
-	Serial   uint64    `json:"serial"` // arrival order within the queue, from 1
-	// KernelDropped is what the capturing kernel dropped while the block
-	// was cut, as its agent said.
-	KernelDropped int64 `json:"kernel_dropped,omitempty"`
-	// Final: the block is the last of a finite source (its agent said),
-	// or a stage's output from such a block.
-	Final bool `json:"final,omitempty"`
-	// Ended: the server made the block, empty and final, to end the
-	// capture of a site that went silent without its agent saying so.
-	Ended bool `json:"ended,omitempty"`
-}
-
-// ID returns the block's identity.
-func (b Block) ID() block.ID { return block.ID{Queue: b.Queue, Instance: b.Instance, Seq: b.Seq} }
+// Block is a stored block, as the protocol defines it.
+type Block = flight.Block
 
 // Queue summarises a queue.
 type Queue struct {
