@@ -18,6 +18,7 @@ import (
 
 	"github.com/plumb-dev/plumb/blob"
 	"github.com/plumb-dev/plumb/block"
+	"github.com/plumb-dev/plumb/internal/every"
 	"github.com/plumb-dev/plumb/state"
 )
 
@@ -261,15 +262,8 @@ func named(db *state.DB, key string) bool {
 
 // Run checks every interval until ctx ends, repairing orphans and lost
 // blocks (but not reading every blob), and logs what it found.
-func Run(ctx context.Context, db *state.DB, store blob.Store, every time.Duration, recompute func(context.Context, state.Block) error, log *slog.Logger) {
-	t := time.NewTicker(every)
-	defer t.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-		}
+func Run(ctx context.Context, db *state.DB, store blob.Store, period time.Duration, recompute func(context.Context, state.Block) error, log *slog.Logger) {
+	every.Run(ctx, period, func() {
 		rep, err := Check(ctx, db, store, Options{Repair: true, Recompute: recompute})
 		switch {
 		case err != nil && ctx.Err() == nil:
@@ -277,5 +271,5 @@ func Run(ctx context.Context, db *state.DB, store blob.Store, every time.Duratio
 		case err == nil && !rep.Clean():
 			log.Warn("fsck found problems", "report", rep.String(), "missing", rep.Missing, "corrupt", rep.Corrupt)
 		}
-	}
+	})
 }

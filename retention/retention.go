@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/plumb-dev/plumb/blob"
+	"github.com/plumb-dev/plumb/internal/every"
 	"github.com/plumb-dev/plumb/state"
 )
 
@@ -63,15 +64,8 @@ func Sweep(ctx context.Context, db *state.DB, store blob.Store, log *slog.Logger
 }
 
 // Run sweeps every interval until ctx ends.
-func Run(ctx context.Context, db *state.DB, store blob.Store, every time.Duration, log *slog.Logger) {
-	t := time.NewTicker(every)
-	defer t.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-		}
+func Run(ctx context.Context, db *state.DB, store blob.Store, period time.Duration, log *slog.Logger) {
+	every.Run(ctx, period, func() {
 		rep, err := Sweep(ctx, db, store, log)
 		switch {
 		case err != nil && ctx.Err() == nil:
@@ -79,5 +73,5 @@ func Run(ctx context.Context, db *state.DB, store blob.Store, every time.Duratio
 		case rep.Deleted > 0 || rep.Lost > 0:
 			log.Info("retention sweep", "deleted", rep.Deleted, "bytes", rep.Bytes, "lost", rep.Lost, "kept_owed", rep.Kept)
 		}
-	}
+	})
 }

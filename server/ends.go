@@ -14,6 +14,7 @@ import (
 	"github.com/plumb-dev/plumb/blob"
 	"github.com/plumb-dev/plumb/block"
 	"github.com/plumb-dev/plumb/codecs"
+	"github.com/plumb-dev/plumb/internal/every"
 	"github.com/plumb-dev/plumb/pcap"
 	"github.com/plumb-dev/plumb/state"
 )
@@ -107,18 +108,11 @@ func (s *Service) emptyCaptureLike(ctx context.Context, last state.Block) (*byte
 // not final and arrived more than after ago, in the queues stages read
 // and none writes (what agents ship into; a queue no stage reads has
 // nothing held for it). It checks every period until ctx ends.
-func (s *Service) endSilentCaptures(ctx context.Context, after time.Duration, every time.Duration) {
-	t := time.NewTicker(every)
-	defer t.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-		}
+func (s *Service) endSilentCaptures(ctx context.Context, after, period time.Duration) {
+	every.Run(ctx, period, func() {
 		qs, err := s.db.Queues()
 		if err != nil {
-			continue
+			return
 		}
 		read, written := s.stageQueues()
 		for _, q := range qs {
@@ -143,7 +137,7 @@ func (s *Service) endSilentCaptures(ctx context.Context, after time.Duration, ev
 				}
 			}
 		}
-	}
+	})
 }
 
 // stageQueues are the queues the current stages read and write.

@@ -12,6 +12,7 @@ import (
 	"github.com/plumb-dev/plumb/auth"
 	"github.com/plumb-dev/plumb/block"
 	"github.com/plumb-dev/plumb/flight"
+	"github.com/plumb-dev/plumb/internal/every"
 	"github.com/plumb-dev/plumb/state"
 )
 
@@ -68,23 +69,16 @@ func (s *Service) groupDelete(ctx context.Context, body []byte) (any, error) {
 
 // expireGroups deletes idle consumer groups every interval until ctx
 // ends; stages' groups never expire.
-func (s *Service) expireGroups(ctx context.Context, idle, every time.Duration) {
-	t := time.NewTicker(every)
-	defer t.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-		}
+func (s *Service) expireGroups(ctx context.Context, idle, period time.Duration) {
+	every.Run(ctx, period, func() {
 		gone, err := s.db.ExpireGroups(idle, func(g string) bool { return strings.HasPrefix(g, stageGroupPrefix) })
 		if err != nil {
 			s.log.Error("expiring idle consumer groups", "err", err)
-			continue
+			return
 		}
 		for _, g := range gone {
 			s.log.Info("consumer group expired: not read for --group-idle; the blocks it was owed are released",
 				"queue", g.Queue, "group", g.Group, "owner", g.Owner, "idle", g.Idle.Round(time.Minute))
 		}
-	}
+	})
 }

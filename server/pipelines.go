@@ -14,6 +14,7 @@ import (
 	"github.com/plumb-dev/plumb/block"
 	"github.com/plumb-dev/plumb/engine"
 	"github.com/plumb-dev/plumb/flight"
+	"github.com/plumb-dev/plumb/internal/every"
 	"github.com/plumb-dev/plumb/pipeline"
 	"github.com/plumb-dev/plumb/state"
 )
@@ -125,11 +126,9 @@ func (s *Service) jobRights(owner string, job *pipeline.Job) (trusted bool, err 
 // watchRights rechecks the accepted jobs whenever the users file changes
 // (a SIGHUP reload, or a change noticed on disk), so that a removed owner's
 // jobs stop and resume when the rights return.
-func (s *Service) watchRights(ctx context.Context, every time.Duration) {
+func (s *Service) watchRights(ctx context.Context, period time.Duration) {
 	var seen uint64
-	t := time.NewTicker(every)
-	defer t.Stop()
-	for {
+	every.RunNow(ctx, period, func() {
 		if v := s.authz.Refresh(); v != seen {
 			if err := s.eng.Recheck(s.jobRights); err != nil {
 				s.log.Error("rechecking the jobs' rights after the users file changed", "err", err)
@@ -137,12 +136,7 @@ func (s *Service) watchRights(ctx context.Context, every time.Duration) {
 				seen = v
 			}
 		}
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-		}
-	}
+	})
 }
 
 func (s *Service) retractJob(ctx context.Context, body []byte) (any, error) {

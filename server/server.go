@@ -33,6 +33,7 @@ import (
 	"github.com/plumb-dev/plumb/engine"
 	"github.com/plumb-dev/plumb/flight"
 	"github.com/plumb-dev/plumb/fsck"
+	"github.com/plumb-dev/plumb/internal/every"
 	"github.com/plumb-dev/plumb/internal/fdlimit"
 	"github.com/plumb-dev/plumb/laketable"
 	"github.com/plumb-dev/plumb/metakv"
@@ -796,18 +797,11 @@ func openMeta(ctx context.Context, cfg Config) (*state.DB, error) {
 // followJobs keeps the engine's graph that of the jobs in the metadata,
 // which other servers sharing it change.
 func followJobs(ctx context.Context, eng *engine.Engine, log *slog.Logger) {
-	t := time.NewTicker(2 * time.Second)
-	defer t.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-		}
+	every.Run(ctx, 2*time.Second, func() {
 		if err := eng.Follow(); err != nil {
 			log.Warn("reading the jobs other servers took", "err", err)
 		}
-	}
+	})
 }
 
 // TokenKeysEvery is how often a server reads the token signing keys
@@ -828,19 +822,12 @@ func refreshTokenKeys(db *state.DB, authz *auth.Authority) error {
 // ctx ends, so a rotation (rotate-token-key) on any server sharing it
 // reaches this one.
 func followTokenKeys(ctx context.Context, db *state.DB, authz *auth.Authority, log *slog.Logger) {
-	t := time.NewTicker(TokenKeysEvery)
-	defer t.Stop()
 	failing := false
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-		}
+	every.Run(ctx, TokenKeysEvery, func() {
 		err := refreshTokenKeys(db, authz)
 		if err != nil && !failing {
 			log.Warn("the token signing keys could not be read from the metadata; the ones read before stay in force", "err", err)
 		}
 		failing = err != nil
-	}
+	})
 }

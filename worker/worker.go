@@ -26,6 +26,7 @@ import (
 	"github.com/plumb-dev/plumb/block"
 	"github.com/plumb-dev/plumb/client"
 	"github.com/plumb-dev/plumb/flight"
+	"github.com/plumb-dev/plumb/internal/every"
 	"github.com/plumb-dev/plumb/stage"
 	"github.com/plumb-dev/plumb/stage/program"
 )
@@ -320,14 +321,8 @@ func (w *Worker) takePart(l flight.Lease) *heldPart {
 
 // heartbeat keeps the lease alive, cancelling the run when it is lost.
 func (w *Worker) heartbeat(ctx context.Context, cancel context.CancelCauseFunc, l flight.Lease) {
-	t := time.NewTicker(max(l.TTL/3, 100*time.Millisecond))
-	defer t.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-		}
+	// ctx is the run's: cancelling it for a lost lease ends the beats.
+	every.Run(ctx, max(l.TTL/3, 100*time.Millisecond), func() {
 		err := w.client().Do(ctx, "heartbeat", flight.LeaseRequest{Lease: l.ID}, nil)
 		if status.Code(err) == codes.FailedPrecondition {
 			cancel(errLeaseGone)
@@ -336,7 +331,7 @@ func (w *Worker) heartbeat(ctx context.Context, cancel context.CancelCauseFunc, 
 		if err != nil && ctx.Err() == nil {
 			w.cfg.Log.Warn("heartbeat failed; retrying", "lease", l.ID, "err", err)
 		}
-	}
+	})
 }
 
 // output is one output of a run, written to a scratch file while hashed.
