@@ -12,6 +12,7 @@ import (
 	"strings"
 
 	aflight "github.com/apache/arrow-go/v18/arrow/flight"
+	"github.com/prometheus/client_golang/prometheus"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials"
@@ -45,8 +46,9 @@ const howToAuthenticate = "log in with a Basic handshake (pyarrow: client.authen
 // token; every other call needs that token, an API key, or a client
 // certificate whose common name is a user.
 type authenticator struct {
-	authz *auth.Authority
-	audit *slog.Logger
+	authz    *auth.Authority
+	audit    *slog.Logger
+	failures prometheus.Counter
 }
 
 func (a *authenticator) fail(ctx context.Context, method, why string, err error) error {
@@ -55,7 +57,7 @@ func (a *authenticator) fail(ctx context.Context, method, why string, err error)
 		addr = p.Addr.String()
 	}
 	a.audit.Warn("authentication failed", "audit", true, "method", method, "peer", addr, "why", why)
-	AuthFailures.Inc()
+	a.failures.Inc()
 	if err != nil && strings.Contains(err.Error(), "expired") {
 		why = "the token expired"
 	}

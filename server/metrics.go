@@ -7,22 +7,35 @@ import (
 	"github.com/plumb-dev/plumb/state"
 )
 
-// Counters of the Flight service, registered with the server's metrics.
-var (
-	// Uploads counts uploaded blocks by result: stored, duplicate, staged
+// counters are the Flight service's own, one set per service, registered
+// on the registry its configuration names (none: counted, not exported).
+type counters struct {
+	// uploads counts uploaded blocks by result: stored, duplicate, staged
 	// (a worker's output) or refused.
-	Uploads = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "plumb_uploads_total",
-		Help: "Blocks uploaded, by result: stored, duplicate, staged (a worker's output) or refused."}, []string{"result"})
-	// ReadEstimate is each block read's actual duration over the admission
-	// estimate it was granted with: above 1, reads take longer than the
-	// deadline scheduler thinks.
-	ReadEstimate = prometheus.NewHistogram(prometheus.HistogramOpts{Name: "plumb_read_estimate_ratio",
-		Help:    "A block read's actual transfer time divided by the admission estimate (safety factor included); above 1 the estimate was too low.",
-		Buckets: []float64{0.125, 0.25, 0.5, 0.75, 1, 1.5, 2, 4, 8, 16}})
-	// AuthFailures counts failed logins and refused credentials.
-	AuthFailures = prometheus.NewCounter(prometheus.CounterOpts{Name: "plumb_auth_failures_total",
-		Help: "Calls refused for a failed login or a bad, expired or revoked credential."})
-)
+	uploads *prometheus.CounterVec
+	// readEstimate is each block read's actual duration over the
+	// admission estimate it was granted with: above 1, reads take longer
+	// than the deadline scheduler thinks.
+	readEstimate prometheus.Histogram
+	// authFailures counts failed logins and refused credentials.
+	authFailures prometheus.Counter
+}
+
+func newCounters() *counters {
+	return &counters{
+		uploads: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "plumb_uploads_total",
+			Help: "Blocks uploaded, by result: stored, duplicate, staged (a worker's output) or refused."}, []string{"result"}),
+		readEstimate: prometheus.NewHistogram(prometheus.HistogramOpts{Name: "plumb_read_estimate_ratio",
+			Help:    "A block read's actual transfer time divided by the admission estimate (safety factor included); above 1 the estimate was too low.",
+			Buckets: []float64{0.125, 0.25, 0.5, 0.75, 1, 1.5, 2, 4, 8, 16}}),
+		authFailures: prometheus.NewCounter(prometheus.CounterOpts{Name: "plumb_auth_failures_total",
+			Help: "Calls refused for a failed login or a bad, expired or revoked credential."}),
+	}
+}
+
+func (c *counters) collectors() []prometheus.Collector {
+	return []prometheus.Collector{c.uploads, c.readEstimate, c.authFailures}
+}
 
 var (
 	faultyDesc  = prometheus.NewDesc("plumb_queue_faulty_blocks", "Blocks of a queue set aside as FAULTY for a consumer (stage or group).", []string{"queue", "consumer"}, nil)

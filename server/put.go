@@ -155,7 +155,7 @@ func (s *Service) DoPut(stream aflight.FlightService_DoPutServer) (err error) {
 		}
 		u, err := s.begin(ctx, cmd, raw)
 		if err != nil {
-			Uploads.WithLabelValues("refused").Inc()
+			s.ctr.uploads.WithLabelValues("refused").Inc()
 			return err
 		}
 		cur = u
@@ -379,7 +379,7 @@ func (s *Service) finish(ctx context.Context, stream aflight.FlightService_DoPut
 			return err
 		}
 		if u.staged {
-			Uploads.WithLabelValues("staged").Inc()
+			s.ctr.uploads.WithLabelValues("staged").Inc()
 			res, _ := json.Marshal(flight.PutResult{Name: u.hdr.Name, Status: "staged"})
 			return stream.Send(&aflight.PutResult{AppMetadata: res})
 		}
@@ -401,7 +401,7 @@ func (s *Service) finish(ctx context.Context, stream aflight.FlightService_DoPut
 			s.log.Debug("block stored", "block", u.hdr.Name, "size", u.hdr.Size)
 		}
 	}
-	Uploads.WithLabelValues(string(st)).Inc()
+	s.ctr.uploads.WithLabelValues(string(st)).Inc()
 	res, _ := json.Marshal(flight.PutResult{Name: u.hdr.Name, Status: string(st)})
 	return stream.Send(&aflight.PutResult{AppMetadata: res})
 }

@@ -258,6 +258,7 @@ type Service struct {
 	// schedule.
 	shared bool
 	adm    *admission.Controller
+	ctr    *counters
 	log    *slog.Logger
 
 	// ctx ends when the server shuts down, so that follow streams end
@@ -268,8 +269,9 @@ type Service struct {
 // NewService returns a service over an open database and store.
 func NewService(ctx context.Context, cfg Config, db *state.DB, store blob.Store) *Service {
 	cfg.defaults()
+	ctr := newCounters()
 	ac := admission.Config{Policy: cfg.ReadPolicy, Slots: cfg.ReadSlots, PerUser: cfg.ReadSlotsPerUser, Now: cfg.Now,
-		Observe: func(est, actual time.Duration) { ReadEstimate.Observe(actual.Seconds() / est.Seconds()) }}
+		Observe: func(est, actual time.Duration) { ctr.readEstimate.Observe(actual.Seconds() / est.Seconds()) }}
 	if cfg.ReadMargin >= 0 {
 		// Reads keep slack for the way in and out, and for this process's
 		// own waits to run, which delay a request and its answer unseen.
@@ -277,7 +279,7 @@ func NewService(ctx context.Context, cfg Config, db *state.DB, store blob.Store)
 		ac.Margin = func() time.Duration { return cfg.ReadMargin + sched.Margin() }
 	}
 	adm := admission.New(ac)
-	return &Service{cfg: cfg, db: db, store: store, adm: adm, log: cfg.Logger, audit: cfg.Logger.With("log", "audit"), ctx: ctx}
+	return &Service{cfg: cfg, db: db, store: store, adm: adm, ctr: ctr, log: cfg.Logger, audit: cfg.Logger.With("log", "audit"), ctx: ctx}
 }
 
 // reloadOnHUP rereads the users file on each SIGHUP until ctx ends.
@@ -437,7 +439,7 @@ func Run(ctx context.Context, cfg Config) (err error) {
 			_, written := svc.stageQueues()
 			return written
 		}
-		for _, c := range []prometheus.Collector{qc, metaCollector{db}, storeCollector{svc.space}, Uploads, AuthFailures, ReadEstimate} {
+		for _, c := range append([]prometheus.Collector{qc, metaCollector{db}, storeCollector{svc.space}}, svc.ctr.collectors()...) {
 			if err := r.Register(c); err != nil {
 				cfg.Logger.Warn("Flight metrics not registered", "err", err)
 			}
@@ -454,7 +456,7 @@ func Run(ctx context.Context, cfg Config) (err error) {
 		grpcOpts = append(grpcOpts, grpc.Creds(credentials.NewTLS(tcfg)))
 	}
 	if authz != nil {
-		a := &authenticator{authz: authz, audit: svc.audit}
+		a := &authenticator{authz: authz, audit: svc.audit, failures: svc.ctr.authFailures}
 		grpcOpts = append(grpcOpts, grpc.ChainUnaryInterceptor(a.unary), grpc.ChainStreamInterceptor(a.stream))
 		var wg sync.WaitGroup
 		defer func() { stop(); wg.Wait() }()
