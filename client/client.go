@@ -398,7 +398,7 @@ func (c *Client) Ack(ctx context.Context, queue, group string, names ...string) 
 	var res struct {
 		Acked int `json:"acked"`
 	}
-	err := c.action(ctx, "ack", flight.AckRequest{Queue: queue, Group: group, Blocks: names}, func(raw []byte) error {
+	err := c.action(ctx, flight.ActAck, flight.AckRequest{Queue: queue, Group: group, Blocks: names}, func(raw []byte) error {
 		return json.Unmarshal(raw, &res)
 	})
 	return res.Acked, err
@@ -413,7 +413,7 @@ func (c *Client) Nack(ctx context.Context, queue, group string, names ...string)
 	var res struct {
 		Released int `json:"released"`
 	}
-	err := c.action(ctx, "nack", flight.AckRequest{Queue: queue, Group: group, Blocks: names}, func(raw []byte) error {
+	err := c.action(ctx, flight.ActNack, flight.AckRequest{Queue: queue, Group: group, Blocks: names}, func(raw []byte) error {
 		return json.Unmarshal(raw, &res)
 	})
 	return res.Released, err
@@ -423,7 +423,7 @@ func (c *Client) Nack(ctx context.Context, queue, group string, names ...string)
 // instance of a queue.
 func (c *Client) LastSeq(ctx context.Context, queue, instance string) (flight.LastSeqResult, error) {
 	var res flight.LastSeqResult
-	err := c.action(ctx, "last-seq", flight.PutCommand{Queue: queue, Instance: instance}, func(raw []byte) error {
+	err := c.action(ctx, flight.ActLastSeq, flight.PutCommand{Queue: queue, Instance: instance}, func(raw []byte) error {
 		return json.Unmarshal(raw, &res)
 	})
 	return res, err
@@ -432,7 +432,7 @@ func (c *Client) LastSeq(ctx context.Context, queue, instance string) (flight.La
 // QueueStats returns one queue's counts.
 func (c *Client) QueueStats(ctx context.Context, queue string) (flight.QueueStats, error) {
 	var st flight.QueueStats
-	err := c.action(ctx, "queue-stats", map[string]string{"queue": queue}, func(raw []byte) error {
+	err := c.action(ctx, flight.ActQueueStats, map[string]string{"queue": queue}, func(raw []byte) error {
 		return json.Unmarshal(raw, &st)
 	})
 	return st, err
@@ -444,7 +444,7 @@ func (c *Client) Blocks(ctx context.Context, queue string) ([]Block, error) {
 	var after uint64
 	for {
 		n := len(out)
-		err := c.action(ctx, "list-blocks", flight.ListBlocksRequest{Queue: queue, After: after, Limit: 1000}, func(raw []byte) error {
+		err := c.action(ctx, flight.ActListBlocks, flight.ListBlocksRequest{Queue: queue, After: after, Limit: 1000}, func(raw []byte) error {
 			var b Block
 			if err := json.Unmarshal(raw, &b); err != nil {
 				return err
@@ -482,8 +482,8 @@ func (c *Client) Queues(ctx context.Context) ([]flight.QueueStats, error) {
 	}
 }
 
-func (c *Client) action(ctx context.Context, typ string, body any, each func([]byte) error) error {
-	err := c.actionOnce(ctx, typ, body, each)
+func (c *Client) action(ctx context.Context, a flight.Action, body any, each func([]byte) error) error {
+	err := c.actionOnce(ctx, a, body, each)
 	if err == nil || status.Code(err) != codes.Unavailable || !strings.Contains(err.Error(), flight.NotScheduling) || !strings.Contains(c.addr, ",") {
 		return err
 	}
@@ -499,16 +499,16 @@ func (c *Client) action(ctx context.Context, typ string, body any, each func([]b
 		}
 	}()
 	for _, s := range servers {
-		if err = s.actionOnce(ctx, typ, body, each); err == nil || !strings.Contains(err.Error(), flight.NotScheduling) {
+		if err = s.actionOnce(ctx, a, body, each); err == nil || !strings.Contains(err.Error(), flight.NotScheduling) {
 			return err
 		}
 	}
 	return err
 }
 
-func (c *Client) actionOnce(ctx context.Context, typ string, body any, each func([]byte) error) error {
+func (c *Client) actionOnce(ctx context.Context, a flight.Action, body any, each func([]byte) error) error {
 	raw, _ := json.Marshal(body)
-	stream, err := c.fc.DoAction(ctx, &aflight.Action{Type: typ, Body: raw})
+	stream, err := c.fc.DoAction(ctx, &aflight.Action{Type: a.Name, Body: raw})
 	if err != nil {
 		return err
 	}

@@ -15,6 +15,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/plumb-dev/plumb/client"
+	"github.com/plumb-dev/plumb/flight"
 )
 
 // The examples run against real servers that TestMain starts: addr
@@ -228,7 +229,7 @@ func ExampleClient_Stream() {
 		total += n
 		req := client.StreamRequest{Queue: "pcap.sz", Instance: "lax", Consumer: "ids",
 			State: map[string]string{"bytes": fmt.Sprint(total)}}
-		if err := c.StreamAction(ctx, "checkpoint", req, nil); err != nil {
+		if err := c.StreamAction(ctx, flight.ActCheckpoint, req, nil); err != nil {
 			log.Fatal(err)
 		}
 		fmt.Println(s.Header().Name, "checkpointed at", total, "bytes")

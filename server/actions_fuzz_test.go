@@ -5,7 +5,6 @@ import (
 	"context"
 	"encoding/json"
 	"runtime"
-	"slices"
 	"testing"
 	"time"
 
@@ -41,25 +40,25 @@ func FuzzActions(f *testing.F) {
 	if _, err := ops.Put(ctx, bytesSource(name(1), []byte("a block"))); err != nil {
 		f.Fatal(err)
 	}
-	if err := ops.Do(ctx, "set-retention", map[string]string{"queue": "pcap.sz", "retention": "30d"}, nil); err != nil {
+	if err := ops.Do(ctx, flight.ActSetRetention, map[string]string{"queue": "pcap.sz", "retention": "30d"}, nil); err != nil {
 		f.Fatal(err)
 	}
-	if err := ops.StreamAction(ctx, "put-state", flight.StreamRequest{Queue: "pcap.sz", Instance: "lax", Consumer: "ops-c", State: map[string]string{"k": "v"}}, nil); err != nil {
+	if err := ops.StreamAction(ctx, flight.ActPutState, flight.StreamRequest{Queue: "pcap.sz", Instance: "lax", Consumer: "ops-c", State: map[string]string{"k": "v"}}, nil); err != nil {
 		f.Fatal(err)
 	}
 	mallory := dialAs(f, addr, client.Security{User: "mallory", Secret: secrets["mallory"]})
 	snapshot := func(t testing.TB) string {
 		var b bytes.Buffer
 		for _, a := range []struct {
-			name string
+			act  flight.Action
 			body any
 		}{
-			{"list-blocks", map[string]any{"queue": "pcap.sz"}}, {"group-list", map[string]string{"queue": "pcap.sz"}},
-			{"list-state", map[string]string{"queue": "pcap.sz"}}, {"site-owners", struct{}{}}, {"retention", struct{}{}},
-			{"store-list", struct{}{}}, {"faulty", struct{}{}},
+			{flight.ActListBlocks, map[string]any{"queue": "pcap.sz"}}, {flight.ActGroupList, map[string]string{"queue": "pcap.sz"}},
+			{flight.ActListState, map[string]string{"queue": "pcap.sz"}}, {flight.ActSiteOwners, struct{}{}}, {flight.ActRetention, struct{}{}},
+			{flight.ActStoreList, struct{}{}}, {flight.ActFaulty, struct{}{}},
 		} {
-			b.WriteString(a.name + ":")
-			err := ops.Do(ctx, a.name, a.body, func(raw []byte) error {
+			b.WriteString(a.act.Name + ":")
+			err := ops.Do(ctx, a.act, a.body, func(raw []byte) error {
 				var v map[string]any
 				json.Unmarshal(raw, &v)
 				delete(v, "free") // a store's free space moves with the machine
@@ -69,7 +68,7 @@ func FuzzActions(f *testing.F) {
 				return nil
 			})
 			if err != nil {
-				t.Fatalf("snapshot %s: %v", a.name, err)
+				t.Fatalf("snapshot %s: %v", a.act.Name, err)
 			}
 		}
 		qs, err := ops.Queues(ctx)
@@ -83,11 +82,10 @@ func FuzzActions(f *testing.F) {
 		return b.String()
 	}
 	before := snapshot(f)
-	var names []string
-	for n := range actions {
-		names = append(names, n)
+	names := make([]string, 0, len(flight.Actions))
+	for _, a := range flight.Actions {
+		names = append(names, a.Name)
 	}
-	slices.Sort(names)
 	for i := range names {
 		for _, body := range []string{`{}`, `{"queue":"pcap.sz","group":"g","instance":"lax","consumer":"ops-c","blocks":["` + name(1) + `"]}`,
 			`{"queue":"pcap.sz","retention":"1s","drop_unconsumed":true}`, `{"name":"b","url":"file:///tmp/x"}`, `{"job":"j","yaml":"job: j\n"}`, `[]`, `null`} {

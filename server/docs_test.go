@@ -9,10 +9,10 @@ import (
 	"go/printer"
 	"go/token"
 	"reflect"
-	"slices"
 	"strings"
 	"testing"
 
+	"github.com/plumb-dev/plumb/flight"
 	"github.com/plumb-dev/plumb/internal/testenv"
 )
 
@@ -81,21 +81,12 @@ func TestProtocolReference(t *testing.T) {
 		}
 	}
 	b.WriteString("\n## Actions (DoAction), bodies as JSON\n\n| action | who | body cap | what |\n|---|---|---|---|\n")
-	var names []string
-	for n := range actions {
-		names = append(names, n)
-	}
-	slices.Sort(names)
-	for _, n := range names {
-		a := actions[n]
-		who, limit := "anyone allowed on the queue", a.maxBody
-		if a.admin {
+	for _, a := range flight.Actions {
+		who := "anyone allowed on the queue"
+		if a.Admin {
 			who = "admin of `*`"
 		}
-		if limit == 0 {
-			limit = defaultMaxBody
-		}
-		fmt.Fprintf(&b, "| `%s` | %s | %d KiB | %s |\n", n, who, limit>>10, strings.ReplaceAll(a.desc, "|", `\|`))
+		fmt.Fprintf(&b, "| `%s` | %s | %d KiB | %s |\n", a.Name, who, a.Limit()>>10, strings.ReplaceAll(a.Doc, "|", `\|`))
 	}
 	testenv.CheckGenerated(t, "../docs/reference/protocol.md", b.String(), *updateDocs, "go test ./server -run TestProtocolReference -update")
 }

@@ -30,10 +30,10 @@ func TestDrainBetweenTwoMinIO(t *testing.T) {
 	c := dialAs(t, addr, client.Security{})
 	ctx := context.Background()
 	var added map[string]string
-	if err := c.Do(ctx, "store-add", flight.StoreRequest{Name: "b", URL: "s3://plumb?endpoint=" + b.Endpoint}, &added); err != nil {
+	if err := c.Do(ctx, flight.ActStoreAdd, flight.StoreRequest{Name: "b", URL: "s3://plumb?endpoint=" + b.Endpoint}, &added); err != nil {
 		t.Fatal(err)
 	}
-	if err := c.Do(ctx, "store-add", flight.StoreRequest{Name: "b", URL: "s3://plumb?endpoint=" + b.Endpoint}, &added); err == nil {
+	if err := c.Do(ctx, flight.ActStoreAdd, flight.StoreRequest{Name: "b", URL: "s3://plumb?endpoint=" + b.Endpoint}, &added); err == nil {
 		t.Error("a second store named b was added")
 	}
 	const n = 40
@@ -45,7 +45,7 @@ func TestDrainBetweenTwoMinIO(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	ms, err := client.List[blob.MemberInfo](ctx, c, "store-list", struct{}{})
+	ms, err := client.List[blob.MemberInfo](ctx, c, flight.ActStoreList, struct{}{})
 	if err != nil || len(ms) != 2 || ms[0].Name != "b" || ms[1].Name != flight.PrimaryStore || ms[1].URL != "s3://plumb?endpoint="+a.Endpoint {
 		t.Fatalf("stores: %+v %v", ms, err)
 	}
@@ -76,7 +76,7 @@ func TestDrainBetweenTwoMinIO(t *testing.T) {
 		})
 	}
 	var rep blob.DrainReport
-	if err := c.Do(ctx, "store-drain", flight.StoreRequest{Name: "b", DeadlineSeconds: 60}, &rep); err != nil {
+	if err := c.Do(ctx, flight.ActStoreDrain, flight.StoreRequest{Name: "b", DeadlineSeconds: 60}, &rep); err != nil {
 		t.Fatal(err)
 	}
 	stopReaders()
@@ -89,7 +89,7 @@ func TestDrainBetweenTwoMinIO(t *testing.T) {
 	}
 	t.Logf("drained %d blobs (%d bytes) in %.2fs while %d reads ran", rep.Moved, rep.Bytes, rep.Seconds, reads.Load())
 	// Store b is empty; every block reads back from the primary.
-	if err := c.Do(ctx, "store-remove", flight.StoreRequest{Name: "b"}, &added); err != nil {
+	if err := c.Do(ctx, flight.ActStoreRemove, flight.StoreRequest{Name: "b"}, &added); err != nil {
 		t.Fatalf("remove the drained store: %v", err)
 	}
 	for nm, data := range want {
@@ -100,7 +100,7 @@ func TestDrainBetweenTwoMinIO(t *testing.T) {
 
 	// Again with a deadline too short: what was not moved is listed, stays
 	// readable, and a second drain finishes the job.
-	if err := c.Do(ctx, "store-add", flight.StoreRequest{Name: "b2", URL: "s3://plumb2?endpoint=" + b.Endpoint}, &added); err != nil {
+	if err := c.Do(ctx, flight.ActStoreAdd, flight.StoreRequest{Name: "b2", URL: "s3://plumb2?endpoint=" + b.Endpoint}, &added); err != nil {
 		t.Fatal(err)
 	}
 	for i := n + 1; i <= 2*n; i++ {
@@ -110,7 +110,7 @@ func TestDrainBetweenTwoMinIO(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	err = c.Do(ctx, "store-drain", flight.StoreRequest{Name: "b2", DeadlineSeconds: 0.001, Workers: 1}, &rep)
+	err = c.Do(ctx, flight.ActStoreDrain, flight.StoreRequest{Name: "b2", DeadlineSeconds: 0.001, Workers: 1}, &rep)
 	if err != nil || len(rep.Left) == 0 || !strings.Contains(rep.Left[0], ".lax.pcap.sz.sha256-") {
 		t.Fatalf("short drain: %+v %v; want blobs left", rep, err)
 	}
@@ -120,10 +120,10 @@ func TestDrainBetweenTwoMinIO(t *testing.T) {
 			t.Fatalf("a block left on the draining store is unreadable: %s %v", nm, err)
 		}
 	}
-	if err := c.Do(ctx, "store-drain", flight.StoreRequest{Name: "b2", DeadlineSeconds: 60}, &rep); err != nil || len(rep.Left) != 0 {
+	if err := c.Do(ctx, flight.ActStoreDrain, flight.StoreRequest{Name: "b2", DeadlineSeconds: 60}, &rep); err != nil || len(rep.Left) != 0 {
 		t.Fatalf("second drain: %+v %v", rep, err)
 	}
-	if err := c.Do(ctx, "store-remove", flight.StoreRequest{Name: "b2"}, &added); err != nil {
+	if err := c.Do(ctx, flight.ActStoreRemove, flight.StoreRequest{Name: "b2"}, &added); err != nil {
 		t.Fatalf("remove b2: %v", err)
 	}
 }

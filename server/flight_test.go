@@ -267,7 +267,7 @@ func TestBadInput(t *testing.T) {
 	}
 	_, err := ts.c.Ack(context.Background(), "pcap.sz", "g", "../x")
 	wantCode(t, err, codes.InvalidArgument, "invalid name")
-	err = ts.c.Do(context.Background(), "frobnicate", nil, nil)
+	err = ts.c.Do(context.Background(), flight.Action{Name: "frobnicate"}, nil, nil)
 	wantCode(t, err, codes.InvalidArgument, "not known")
 }
 

@@ -23,12 +23,12 @@ const GroupIdle = 7 * 24 * time.Hour
 func (s *Service) groupList(ctx context.Context, body []byte) (any, error) {
 	var req flight.GroupRequest
 	if err := flight.DecodeStrict(body, &req); err != nil {
-		return nil, badBody("group-list", body, err)
+		return nil, badBody(flight.ActGroupList.Name, body, err)
 	}
 	if err := block.ValidateQueue(req.Queue); err != nil {
-		return nil, badBody("group-list", body, err)
+		return nil, badBody(flight.ActGroupList.Name, body, err)
 	}
-	if err := s.allow(ctx, auth.Read, req.Queue, "group-list"); err != nil {
+	if err := s.allow(ctx, auth.Read, req.Queue, flight.ActGroupList.Name); err != nil {
 		return nil, err
 	}
 	if err := s.knownQueue(req.Queue); err != nil {
@@ -49,15 +49,15 @@ func (s *Service) groupList(ctx context.Context, body []byte) (any, error) {
 func (s *Service) groupDelete(ctx context.Context, body []byte) (any, error) {
 	var req flight.GroupRequest
 	if err := flight.DecodeStrict(body, &req); err != nil {
-		return nil, badBody("group-delete", body, err)
+		return nil, badBody(flight.ActGroupDelete.Name, body, err)
 	}
 	if err := errors.Join(block.ValidateQueue(req.Queue), block.ValidateGroup(req.Group)); err != nil {
-		return nil, badBody("group-delete", body, err)
+		return nil, badBody(flight.ActGroupDelete.Name, body, err)
 	}
-	if err := s.allow(ctx, auth.Read, req.Queue, "group-delete"); err != nil {
+	if err := s.allow(ctx, auth.Read, req.Queue, flight.ActGroupDelete.Name); err != nil {
 		return nil, err
 	}
-	if _, err := s.useGroup(ctx, req.Queue, req.Group, "", "group-delete", false); err != nil {
+	if _, err := s.useGroup(ctx, req.Queue, req.Group, "", flight.ActGroupDelete.Name, false); err != nil {
 		return nil, err
 	}
 	if err := s.db.DeleteGroup(req.Queue, req.Group); err != nil {

@@ -345,7 +345,7 @@ func TestCommitLeaseDropsAreBounded(t *testing.T) {
 		{map[string]int64{"made_up_reason": 1}, `"made_up_reason" is not a reason runs count drops under`},
 		{map[string]int64{stage.DropEdgeBudget: -1}, "edge_budget is -1, below 0"},
 	} {
-		err := ts.c.Do(ctx, "commit-lease", flight.LeaseRequest{Lease: "lease-none", Dropped: c.dropped}, nil)
+		err := ts.c.Do(ctx, flight.ActCommitLease, flight.LeaseRequest{Lease: "lease-none", Dropped: c.dropped}, nil)
 		wantCode(t, err, codes.InvalidArgument, c.says)
 	}
 }

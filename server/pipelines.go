@@ -33,7 +33,7 @@ func (s *Service) submitJob(ctx context.Context, body []byte) (any, error) {
 	}
 	var req flight.SubmitJobRequest
 	if err := flight.DecodeStrict(body, &req); err != nil {
-		return nil, badBody("submit-job", body, err)
+		return nil, badBody(flight.ActSubmitJob.Name, body, err)
 	}
 	if req.File == "" {
 		req.File = "job.yaml"
@@ -56,7 +56,7 @@ func (s *Service) submitJob(ctx context.Context, body []byte) (any, error) {
 		}
 		ps = append(ps, s.queueRights(req.File, id, job)...)
 		if len(ps) > 0 {
-			s.audit.Warn("denied", "audit", true, "user", owner, "action", "submit-job", "job", job.Name, "why", ps.Error())
+			s.audit.Warn("denied", "audit", true, "user", owner, "action", flight.ActSubmitJob.Name, "job", job.Name, "why", ps.Error())
 			return ps
 		}
 		return nil
@@ -148,7 +148,7 @@ func (s *Service) retractJob(ctx context.Context, body []byte) (any, error) {
 		Job string `json:"job"`
 	}
 	if err := flight.DecodeStrict(body, &req); err != nil {
-		return nil, badBody("retract-job", body, err)
+		return nil, badBody(flight.ActRetractJob.Name, body, err)
 	}
 	if s.authz != nil {
 		id, _ := AuthFromContext(ctx)
@@ -214,7 +214,7 @@ func (s *Service) graph(ctx context.Context, body []byte) (any, error) {
 	var req flight.GraphRequest
 	if len(body) > 0 {
 		if err := flight.DecodeStrict(body, &req); err != nil {
-			return nil, badBody("graph", body, err)
+			return nil, badBody(flight.ActGraph.Name, body, err)
 		}
 	}
 	g := s.visibleGraph(ctx, eng.Graph())
@@ -228,7 +228,7 @@ func (s *Service) graph(ctx context.Context, body []byte) (any, error) {
 		}
 		return flight.GraphResult{DOT: string(g.DOT(notes))}, nil
 	}
-	return nil, badBody("graph", body, fmt.Errorf("format %q: want yaml or dot", req.Format))
+	return nil, badBody(flight.ActGraph.Name, body, fmt.Errorf("format %q: want yaml or dot", req.Format))
 }
 
 func (s *Service) stageStats(ctx context.Context, _ []byte) (any, error) {
@@ -246,7 +246,7 @@ func (s *Service) faulty(ctx context.Context, body []byte) (any, error) {
 	}
 	if len(body) > 0 {
 		if err := flight.DecodeStrict(body, &req); err != nil {
-			return nil, badBody("faulty", body, err)
+			return nil, badBody(flight.ActFaulty.Name, body, err)
 		}
 	}
 	if err := s.knownQueue(req.Queue); err != nil {
@@ -266,17 +266,17 @@ func (s *Service) retry(ctx context.Context, body []byte) (any, error) {
 	var req flight.RetryRequest
 	if len(body) > 0 {
 		if err := flight.DecodeStrict(body, &req); err != nil {
-			return nil, badBody("retry", body, err)
+			return nil, badBody(flight.ActRetry.Name, body, err)
 		}
 	}
 	if req.Block != "" {
 		n, err := block.Parse(req.Block)
 		if err != nil {
-			return nil, badBody("retry", body, err)
+			return nil, badBody(flight.ActRetry.Name, body, err)
 		}
 		req.Queue = n.Queue
 	}
-	if err := s.allow(ctx, auth.Admin, req.Queue, "retry"); err != nil {
+	if err := s.allow(ctx, auth.Admin, req.Queue, flight.ActRetry.Name); err != nil {
 		return nil, err
 	}
 	if err := s.knownQueue(req.Queue); err != nil {
@@ -305,17 +305,17 @@ func (s *Service) windows(ctx context.Context, body []byte) (any, error) {
 	var req flight.WindowsRequest
 	if len(body) > 0 {
 		if err := flight.DecodeStrict(body, &req); err != nil {
-			return nil, badBody("windows", body, err)
+			return nil, badBody(flight.ActWindows.Name, body, err)
 		}
 	}
 	f, err := windowFilter(req)
 	if err != nil {
-		return nil, badBody("windows", body, err)
+		return nil, badBody(flight.ActWindows.Name, body, err)
 	}
 	in := s.stageInputs()
 	ws, err := eng.WindowsMatching(f, func(stage string) bool { return s.readable(ctx, in[stage]) })
 	if errors.Is(err, engine.ErrNotScheduling) {
-		return nil, s.notScheduling("windows", "ask that server")
+		return nil, s.notScheduling(flight.ActWindows.Name, "ask that server")
 	}
 	if err != nil {
 		return nil, status.Error(codes.NotFound, err.Error())
@@ -358,7 +358,7 @@ func (s *Service) fireWindow(ctx context.Context, body []byte) (any, error) {
 		Window string `json:"window"`
 	}
 	if err := flight.DecodeStrict(body, &req); err != nil {
-		return nil, badBody("fire-window", body, err)
+		return nil, badBody(flight.ActFireWindow.Name, body, err)
 	}
 	in, ok := s.stageInputs()[req.Stage]
 	if !ok {
@@ -372,7 +372,7 @@ func (s *Service) fireWindow(ctx context.Context, body []byte) (any, error) {
 		}
 	}
 	if err := eng.FireWindow(req.Stage, req.Window); errors.Is(err, engine.ErrNotScheduling) {
-		return nil, s.notScheduling("fire-window", "ask that server")
+		return nil, s.notScheduling(flight.ActFireWindow.Name, "ask that server")
 	} else if err != nil {
 		return nil, status.Error(codes.FailedPrecondition, err.Error())
 	}

@@ -19,7 +19,7 @@ func (s *Service) addProgram(ctx context.Context, body []byte) (any, error) {
 	}
 	var req flight.AddProgramRequest
 	if err := flight.DecodeStrict(body, &req); err != nil {
-		return nil, badBody("program-add", body, err)
+		return nil, badBody(flight.ActProgramAdd.Name, body, err)
 	}
 	if err := s.allow(ctx, auth.Admin, "", "program-add "+req.Name); err != nil {
 		return nil, err
@@ -56,7 +56,7 @@ func (s *Service) removeProgram(ctx context.Context, body []byte) (any, error) {
 		Name string `json:"name"`
 	}
 	if err := flight.DecodeStrict(body, &req); err != nil {
-		return nil, badBody("program-remove", body, err)
+		return nil, badBody(flight.ActProgramRemove.Name, body, err)
 	}
 	if err := s.allow(ctx, auth.Admin, "", "program-remove "+req.Name); err != nil {
 		return nil, err

@@ -52,13 +52,13 @@ func leaseErr(err error) error {
 }
 
 func (s *Service) lease(ctx context.Context, body []byte) (any, error) {
-	eng, err := s.workerEngine(ctx, "lease")
+	eng, err := s.workerEngine(ctx, flight.ActLease.Name)
 	if err != nil {
 		return nil, err
 	}
 	var h flight.Hello
 	if err := flight.DecodeStrict(body, &h); err != nil || h.Worker == "" || h.Slots <= 0 {
-		return nil, badBody("lease", body, errors.Join(err, errors.New(`want {"worker","host","slots">0,"stages","missing"}`)))
+		return nil, badBody(flight.ActLease.Name, body, errors.Join(err, errors.New(`want {"worker","host","slots">0,"stages","missing"}`)))
 	}
 	deadline := time.After(flight.LeaseWait)
 	for {
@@ -97,27 +97,27 @@ func (s *Service) leaseAction(ctx context.Context, name string, body []byte, fn 
 }
 
 func (s *Service) heartbeat(ctx context.Context, body []byte) (any, error) {
-	return s.leaseAction(ctx, "heartbeat", body, func(e *engine.Engine, r flight.LeaseRequest) error { return e.Heartbeat(r.Lease) })
+	return s.leaseAction(ctx, flight.ActHeartbeat.Name, body, func(e *engine.Engine, r flight.LeaseRequest) error { return e.Heartbeat(r.Lease) })
 }
 
 func (s *Service) commitLease(ctx context.Context, body []byte) (any, error) {
-	return s.leaseAction(ctx, "commit-lease", body, func(e *engine.Engine, r flight.LeaseRequest) error {
+	return s.leaseAction(ctx, flight.ActCommitLease.Name, body, func(e *engine.Engine, r flight.LeaseRequest) error {
 		cpu := time.Duration(r.CPUSeconds * float64(time.Second))
 		if r.Part {
 			return e.CommitLeasePart(r.Lease, cpu)
 		}
 		if err := stage.CheckDrops(r.Dropped); err != nil {
-			return badBody("commit-lease", body, err)
+			return badBody(flight.ActCommitLease.Name, body, err)
 		}
 		if err := e.CheckTally(r.Tally); err != nil {
-			return badBody("commit-lease", body, err)
+			return badBody(flight.ActCommitLease.Name, body, err)
 		}
 		return e.CommitLease(ctx, r.Lease, engine.LeaseResult{Outputs: r.Outputs, CPU: cpu, Carry: r.Carry, Parted: r.Parted, Dropped: r.Dropped, Tally: r.Tally})
 	})
 }
 
 func (s *Service) failLease(ctx context.Context, body []byte) (any, error) {
-	return s.leaseAction(ctx, "fail-lease", body, func(e *engine.Engine, r flight.LeaseRequest) error {
+	return s.leaseAction(ctx, flight.ActFailLease.Name, body, func(e *engine.Engine, r flight.LeaseRequest) error {
 		if r.Release {
 			return e.ReleaseLease(r.Lease)
 		}
@@ -126,7 +126,7 @@ func (s *Service) failLease(ctx context.Context, body []byte) (any, error) {
 }
 
 func (s *Service) workers(ctx context.Context, _ []byte) (any, error) {
-	eng, err := s.workerEngine(ctx, "workers")
+	eng, err := s.workerEngine(ctx, flight.ActWorkers.Name)
 	if err != nil {
 		return nil, err
 	}

@@ -23,16 +23,16 @@ import (
 func (s *Service) setRetention(ctx context.Context, body []byte) (any, error) {
 	var req flight.RetentionRequest
 	if err := flight.DecodeStrict(body, &req); err != nil {
-		return nil, badBody("set-retention", body, err)
+		return nil, badBody(flight.ActSetRetention.Name, body, err)
 	}
 	if err := block.ValidateQueue(req.Queue); err != nil {
-		return nil, badBody("set-retention", body, err)
+		return nil, badBody(flight.ActSetRetention.Name, body, err)
 	}
 	l, err := pipeline.Retention(req.Retention).Limits()
 	if err != nil {
-		return nil, badBody("set-retention", body, err)
+		return nil, badBody(flight.ActSetRetention.Name, body, err)
 	}
-	if err := s.allow(ctx, auth.Admin, req.Queue, "set-retention"); err != nil {
+	if err := s.allow(ctx, auth.Admin, req.Queue, flight.ActSetRetention.Name); err != nil {
 		return nil, err
 	}
 	if s.eng != nil && s.eng.Graph() != nil {
@@ -77,19 +77,19 @@ func (s *Service) lost(ctx context.Context, body []byte) (any, error) {
 		Group string `json:"group,omitempty"`
 	}
 	if err := flight.DecodeStrict(body, &req); err != nil {
-		return nil, badBody("lost", body, err)
+		return nil, badBody(flight.ActLost.Name, body, err)
 	}
 	if err := block.ValidateQueue(req.Queue); err != nil {
-		return nil, badBody("lost", body, err)
+		return nil, badBody(flight.ActLost.Name, body, err)
 	}
-	if err := s.allow(ctx, auth.Read, req.Queue, "lost"); err != nil {
+	if err := s.allow(ctx, auth.Read, req.Queue, flight.ActLost.Name); err != nil {
 		return nil, err
 	}
 	if err := s.knownQueue(req.Queue); err != nil {
 		return nil, err
 	}
 	if req.Group != "" && !strings.HasPrefix(req.Group, stageGroupPrefix) {
-		if _, err := s.useGroup(ctx, req.Queue, req.Group, "", "lost", false); err != nil {
+		if _, err := s.useGroup(ctx, req.Queue, req.Group, "", flight.ActLost.Name, false); err != nil {
 			return nil, err
 		}
 	}
@@ -101,10 +101,10 @@ func (s *Service) fsck(ctx context.Context, body []byte) (any, error) {
 	var req flight.FsckRequest
 	if len(body) > 0 {
 		if err := flight.DecodeStrict(body, &req); err != nil {
-			return nil, badBody("fsck", body, err)
+			return nil, badBody(flight.ActFsck.Name, body, err)
 		}
 	}
-	if err := s.allow(ctx, auth.Admin, "", "fsck"); err != nil {
+	if err := s.allow(ctx, auth.Admin, "", flight.ActFsck.Name); err != nil {
 		return nil, err
 	}
 	opt := fsck.Options{Repair: req.Repair, Verify: req.Verify, Grace: time.Duration(req.GraceSeconds * float64(time.Second)), Now: s.cfg.Now}
@@ -131,7 +131,7 @@ func (s *Service) storeAction(ctx context.Context, action string, body []byte) (
 	if err := flight.DecodeStrict(body, &req); err != nil {
 		return nil, req, badBody(action, body, err)
 	}
-	if err := auth.ValidName("store", req.Name); err != nil && action != "store-list" {
+	if err := auth.ValidName("store", req.Name); err != nil && action != flight.ActStoreList.Name {
 		return nil, req, badBody(action, body, err)
 	}
 	if err := s.allow(ctx, auth.Admin, "", action); err != nil {
@@ -142,7 +142,7 @@ func (s *Service) storeAction(ctx context.Context, action string, body []byte) (
 }
 
 func (s *Service) storeList(ctx context.Context, _ []byte) (any, error) {
-	if err := s.allow(ctx, auth.Admin, "", "store-list"); err != nil {
+	if err := s.allow(ctx, auth.Admin, "", flight.ActStoreList.Name); err != nil {
 		return nil, err
 	}
 	m, err := s.multi()
@@ -153,7 +153,7 @@ func (s *Service) storeList(ctx context.Context, _ []byte) (any, error) {
 }
 
 func (s *Service) storeAdd(ctx context.Context, body []byte) (any, error) {
-	m, req, err := s.storeAction(ctx, "store-add", body)
+	m, req, err := s.storeAction(ctx, flight.ActStoreAdd.Name, body)
 	if err != nil {
 		return nil, err
 	}
@@ -177,7 +177,7 @@ func (s *Service) storeAdd(ctx context.Context, body []byte) (any, error) {
 }
 
 func (s *Service) storeRemove(ctx context.Context, body []byte) (any, error) {
-	m, req, err := s.storeAction(ctx, "store-remove", body)
+	m, req, err := s.storeAction(ctx, flight.ActStoreRemove.Name, body)
 	if err != nil {
 		return nil, err
 	}
@@ -194,7 +194,7 @@ func (s *Service) storeRemove(ctx context.Context, body []byte) (any, error) {
 }
 
 func (s *Service) storeDrain(ctx context.Context, body []byte) (any, error) {
-	m, req, err := s.storeAction(ctx, "store-drain", body)
+	m, req, err := s.storeAction(ctx, flight.ActStoreDrain.Name, body)
 	if err != nil {
 		return nil, err
 	}

@@ -43,11 +43,11 @@ func (s *Service) claimSite(ctx context.Context, n block.Name) error {
 func (s *Service) siteOwners(ctx context.Context, body []byte) (any, error) {
 	var req flight.SiteRequest
 	if err := flight.DecodeStrict(body, &req); err != nil {
-		return nil, badBody("site-owners", body, err)
+		return nil, badBody(flight.ActSiteOwners.Name, body, err)
 	}
 	if req.Queue != "" {
 		if err := block.ValidateQueue(req.Queue); err != nil {
-			return nil, badBody("site-owners", body, err)
+			return nil, badBody(flight.ActSiteOwners.Name, body, err)
 		}
 	}
 	if err := s.knownQueue(req.Queue); err != nil {
@@ -71,13 +71,13 @@ func (s *Service) siteOwners(ctx context.Context, body []byte) (any, error) {
 func (s *Service) siteAssign(ctx context.Context, body []byte) (any, error) {
 	var req flight.SiteRequest
 	if err := flight.DecodeStrict(body, &req); err != nil {
-		return nil, badBody("site-assign", body, err)
+		return nil, badBody(flight.ActSiteAssign.Name, body, err)
 	}
 	if err := block.ValidateQueue(req.Queue); err != nil {
-		return nil, badBody("site-assign", body, err)
+		return nil, badBody(flight.ActSiteAssign.Name, body, err)
 	}
 	if err := block.ValidateInstance(req.Instance); err != nil {
-		return nil, badBody("site-assign", body, err)
+		return nil, badBody(flight.ActSiteAssign.Name, body, err)
 	}
 	if err := s.allow(ctx, auth.Admin, req.Queue, "site-assign "+req.Queue+" "+req.Instance); err != nil {
 		return nil, err
@@ -100,16 +100,16 @@ func (s *Service) siteAssign(ctx context.Context, body []byte) (any, error) {
 func (s *Service) siteEnd(ctx context.Context, body []byte) (any, error) {
 	var req flight.SiteRequest
 	if err := flight.DecodeStrict(body, &req); err != nil {
-		return nil, badBody("site-end", body, err)
+		return nil, badBody(flight.ActSiteEnd.Name, body, err)
 	}
 	if err := block.ValidateQueue(req.Queue); err != nil {
-		return nil, badBody("site-end", body, err)
+		return nil, badBody(flight.ActSiteEnd.Name, body, err)
 	}
 	if err := block.ValidateInstance(req.Instance); err != nil {
-		return nil, badBody("site-end", body, err)
+		return nil, badBody(flight.ActSiteEnd.Name, body, err)
 	}
 	if req.User != "" {
-		return nil, badBody("site-end", body, errors.New(`"user" is not a field of site-end`))
+		return nil, badBody(flight.ActSiteEnd.Name, body, errors.New(`"user" is not a field of site-end`))
 	}
 	if err := s.allow(ctx, auth.Admin, req.Queue, "site-end "+req.Queue+" "+req.Instance); err != nil {
 		return nil, err

@@ -55,20 +55,20 @@ func (s *Service) streamAction(ctx context.Context, name string, body []byte, fn
 }
 
 func (s *Service) peekNext(ctx context.Context, body []byte) (any, error) {
-	return s.streamAction(ctx, "peek-next", body, func(r flight.StreamRequest) (any, error) {
+	return s.streamAction(ctx, flight.ActPeekNext.Name, body, func(r flight.StreamRequest) (any, error) {
 		return s.db.PeekNext(r.Queue, r.Instance, r.Consumer)
 	})
 }
 
 func (s *Service) processNext(ctx context.Context, body []byte) (any, error) {
-	return s.streamAction(ctx, "process-next", body, func(r flight.StreamRequest) (any, error) {
+	return s.streamAction(ctx, flight.ActProcessNext.Name, body, func(r flight.StreamRequest) (any, error) {
 		b, err := s.db.ProcessNext(r.Queue, r.Instance, r.Consumer)
 		return flight.ProcessResult{Seq: b.Seq, Block: b.Name, Ticket: flight.Ticket{Block: b.Name}}, err
 	})
 }
 
 func (s *Service) commitStream(ctx context.Context, body []byte) (any, error) {
-	return s.streamAction(ctx, "commit", body, func(r flight.StreamRequest) (any, error) {
+	return s.streamAction(ctx, flight.ActCommit.Name, body, func(r flight.StreamRequest) (any, error) {
 		c, err := s.db.Commit(r.Queue, r.Instance, r.Consumer, r.Seq)
 		if err == nil {
 			s.streamDelivered(block.ID{Queue: r.Queue, Instance: r.Instance, Seq: r.Seq}, r.Consumer)
@@ -89,13 +89,13 @@ func (s *Service) streamDelivered(id block.ID, consumer string) {
 }
 
 func (s *Service) skipStream(ctx context.Context, body []byte) (any, error) {
-	return s.streamAction(ctx, "skip", body, func(r flight.StreamRequest) (any, error) {
+	return s.streamAction(ctx, flight.ActSkip.Name, body, func(r flight.StreamRequest) (any, error) {
 		return s.db.Skip(r.Queue, r.Instance, r.Consumer)
 	})
 }
 
 func (s *Service) putState(ctx context.Context, body []byte) (any, error) {
-	return s.streamAction(ctx, "put-state", body, func(r flight.StreamRequest) (any, error) {
+	return s.streamAction(ctx, flight.ActPutState.Name, body, func(r flight.StreamRequest) (any, error) {
 		c, err := s.db.PutState(r.Queue, r.Instance, r.Consumer, r.State)
 		return c.State, err
 	})
@@ -105,10 +105,10 @@ func (s *Service) putState(ctx context.Context, body []byte) (any, error) {
 // read too (it shows how far the stage is), by whoever may read the queue.
 func (s *Service) getState(ctx context.Context, body []byte) (any, error) {
 	var r flight.StreamRequest
-	if err := decodeStreamRequest(&r, "get-state", body); err != nil {
+	if err := decodeStreamRequest(&r, flight.ActGetState.Name, body); err != nil {
 		return nil, err
 	}
-	if err := s.allow(ctx, auth.Read, r.Queue, "get-state"); err != nil {
+	if err := s.allow(ctx, auth.Read, r.Queue, flight.ActGetState.Name); err != nil {
 		return nil, err
 	}
 	c, err := s.db.GetCursor(r.Queue, r.Instance, r.Consumer)
@@ -119,7 +119,7 @@ func (s *Service) getState(ctx context.Context, body []byte) (any, error) {
 		return nil, statusOf(err, codes.InvalidArgument)
 	}
 	if s.authz != nil && c.Others(caller(ctx), callerID(ctx), s.may(ctx, auth.Admin, r.Queue)) {
-		s.audit.Warn("denied", "audit", true, "user", caller(ctx), "action", "get-state", "queue", r.Queue, "consumer", r.Consumer)
+		s.audit.Warn("denied", "audit", true, "user", caller(ctx), "action", flight.ActGetState.Name, "queue", r.Queue, "consumer", r.Consumer)
 		return nil, status.Errorf(codes.PermissionDenied, "get-state: stream consumer %s of %s/%s %v, %s; use a consumer name of your own", r.Consumer, r.Queue, r.Instance, state.ErrOwned, c.Owner)
 	}
 	return c, nil
@@ -129,10 +129,10 @@ func (s *Service) getState(ctx context.Context, body []byte) (any, error) {
 // stage's consumer is the engine's.
 func (s *Service) deleteState(ctx context.Context, body []byte) (any, error) {
 	var r flight.StreamRequest
-	if err := decodeStreamRequest(&r, "delete-state", body); err != nil {
+	if err := decodeStreamRequest(&r, flight.ActDeleteState.Name, body); err != nil {
 		return nil, err
 	}
-	if err := s.allow(ctx, auth.Read, r.Queue, "delete-state"); err != nil {
+	if err := s.allow(ctx, auth.Read, r.Queue, flight.ActDeleteState.Name); err != nil {
 		return nil, err
 	}
 	if strings.HasPrefix(r.Consumer, stageGroupPrefix) {
@@ -146,7 +146,7 @@ func (s *Service) deleteState(ctx context.Context, body []byte) (any, error) {
 		return nil, statusOf(err, codes.InvalidArgument)
 	}
 	if s.authz != nil && c.Others(caller(ctx), callerID(ctx), s.may(ctx, auth.Admin, r.Queue)) {
-		s.audit.Warn("denied", "audit", true, "user", caller(ctx), "action", "delete-state", "queue", r.Queue, "consumer", r.Consumer)
+		s.audit.Warn("denied", "audit", true, "user", caller(ctx), "action", flight.ActDeleteState.Name, "queue", r.Queue, "consumer", r.Consumer)
 		return nil, status.Errorf(codes.PermissionDenied, "delete-state: stream consumer %s of %s/%s %v, %s", r.Consumer, r.Queue, r.Instance, state.ErrOwned, c.Owner)
 	}
 	if err := s.db.DeleteCursor(r.Queue, r.Instance, r.Consumer); err != nil {
@@ -161,9 +161,9 @@ func (s *Service) listState(ctx context.Context, body []byte) (any, error) {
 		Queue string `json:"queue"`
 	}
 	if err := flight.DecodeStrict(body, &r); err != nil {
-		return nil, badBody("list-state", body, err)
+		return nil, badBody(flight.ActListState.Name, body, err)
 	}
-	if err := s.allow(ctx, auth.Read, r.Queue, "list-state"); err != nil {
+	if err := s.allow(ctx, auth.Read, r.Queue, flight.ActListState.Name); err != nil {
 		return nil, err
 	}
 	cs, err := s.db.Cursors(r.Queue)
@@ -175,7 +175,7 @@ func (s *Service) listState(ctx context.Context, body []byte) (any, error) {
 }
 
 func (s *Service) checkpoint(ctx context.Context, body []byte) (any, error) {
-	return s.streamAction(ctx, "checkpoint", body, func(r flight.StreamRequest) (any, error) {
+	return s.streamAction(ctx, flight.ActCheckpoint.Name, body, func(r flight.StreamRequest) (any, error) {
 		return s.db.SaveCheckpointAt(r.Queue, r.Instance, r.Consumer, r.Seq, r.State)
 	})
 }

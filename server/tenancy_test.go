@@ -379,14 +379,14 @@ func TestStreamConsumersHaveOwners(t *testing.T) {
 	ops := dialAs(t, addr, client.Security{User: "ops", Secret: secrets["ops"]})
 	req := flight.StreamRequest{Queue: "dns.arrow", Instance: "lax", Consumer: "ana-ids"}
 	var pr flight.ProcessResult
-	if err := ana.StreamAction(ctx, "process-next", req, &pr); err != nil || pr.Seq != 1 {
+	if err := ana.StreamAction(ctx, flight.ActProcessNext, req, &pr); err != nil || pr.Seq != 1 {
 		t.Fatalf("ana's own consumer: %+v %v", pr, err)
 	}
-	for _, action := range []string{"process-next", "peek-next", "commit", "skip", "put-state", "checkpoint", "get-state", "delete-state"} {
+	for _, action := range []flight.Action{flight.ActProcessNext, flight.ActPeekNext, flight.ActCommit, flight.ActSkip, flight.ActPutState, flight.ActCheckpoint, flight.ActGetState, flight.ActDeleteState} {
 		r := req
 		r.Seq = 1
 		if err := carol.StreamAction(ctx, action, r, nil); codeOf(err) != codes.PermissionDenied || !strings.Contains(err.Error(), "belongs to another user, ana") {
-			t.Errorf("carol %s on ana's consumer: %v", action, err)
+			t.Errorf("carol %s on ana's consumer: %v", action.Name, err)
 		}
 	}
 	st, err := carol.Stream(ctx, flight.StreamTicket{Stream: "dns.arrow", Instance: "lax", Consumer: "ana-ids", From: json.RawMessage(`"earliest"`)})
@@ -400,10 +400,10 @@ func TestStreamConsumersHaveOwners(t *testing.T) {
 		t.Errorf("carol streams ana's consumer: %v", err)
 	}
 	var cs []state.Cursor
-	if err := carol.StreamAction(ctx, "process-next", flight.StreamRequest{Queue: "dns.arrow", Instance: "lax", Consumer: "stage-0123456789ab"}, nil); codeOf(err) != codes.PermissionDenied {
+	if err := carol.StreamAction(ctx, flight.ActProcessNext, flight.StreamRequest{Queue: "dns.arrow", Instance: "lax", Consumer: "stage-0123456789ab"}, nil); codeOf(err) != codes.PermissionDenied {
 		t.Errorf("carol on a stage's consumer: %v", err)
 	}
-	err = carol.Do(ctx, "list-state", map[string]string{"queue": "dns.arrow"}, func(raw []byte) error {
+	err = carol.Do(ctx, flight.ActListState, map[string]string{"queue": "dns.arrow"}, func(raw []byte) error {
 		var c state.Cursor
 		json.Unmarshal(raw, &c)
 		cs = append(cs, c)
@@ -413,21 +413,21 @@ func TestStreamConsumersHaveOwners(t *testing.T) {
 		t.Errorf("carol lists others' consumers: %+v %v", cs, err)
 	}
 	// Ana's cursor did not move: her commit of seq 1 still works.
-	if err := ana.StreamAction(ctx, "commit", flight.StreamRequest{Queue: "dns.arrow", Instance: "lax", Consumer: "ana-ids", Seq: 1}, nil); err != nil {
+	if err := ana.StreamAction(ctx, flight.ActCommit, flight.StreamRequest{Queue: "dns.arrow", Instance: "lax", Consumer: "ana-ids", Seq: 1}, nil); err != nil {
 		t.Errorf("ana's commit after carol's tries: %v", err)
 	}
-	if err := ops.StreamAction(ctx, "get-state", req, nil); err != nil {
+	if err := ops.StreamAction(ctx, flight.ActGetState, req, nil); err != nil {
 		t.Errorf("an admin reads ana's consumer: %v", err)
 	}
 	// Ana deletes her consumer; then it is gone, and a stage's is not hers
 	// to delete.
-	if err := ana.StreamAction(ctx, "delete-state", req, nil); err != nil {
+	if err := ana.StreamAction(ctx, flight.ActDeleteState, req, nil); err != nil {
 		t.Errorf("ana deletes her consumer: %v", err)
 	}
-	if err := ana.StreamAction(ctx, "get-state", req, nil); codeOf(err) != codes.NotFound {
+	if err := ana.StreamAction(ctx, flight.ActGetState, req, nil); codeOf(err) != codes.NotFound {
 		t.Errorf("ana's consumer after delete-state: %v", err)
 	}
-	if err := ana.StreamAction(ctx, "delete-state", flight.StreamRequest{Queue: "dns.arrow", Instance: "lax", Consumer: "stage-0123456789ab"}, nil); codeOf(err) != codes.PermissionDenied {
+	if err := ana.StreamAction(ctx, flight.ActDeleteState, flight.StreamRequest{Queue: "dns.arrow", Instance: "lax", Consumer: "stage-0123456789ab"}, nil); codeOf(err) != codes.PermissionDenied {
 		t.Errorf("ana deletes a stage's consumer: %v", err)
 	}
 }
@@ -469,7 +469,7 @@ func FuzzOthersGroups(f *testing.F) {
 		f.Fatalf("ana acks: %d %v", n, err)
 	}
 	cur := flight.StreamRequest{Queue: "dns.arrow", Instance: "lax", Consumer: "ids"}
-	if err := ana.StreamAction(ctx, "process-next", cur, nil); err != nil {
+	if err := ana.StreamAction(ctx, flight.ActProcessNext, cur, nil); err != nil {
 		f.Fatal(err)
 	}
 	snapshot := func() string {
@@ -478,13 +478,12 @@ func FuzzOthersGroups(f *testing.F) {
 			return err.Error()
 		}
 		var c state.Cursor
-		err = ops.StreamAction(ctx, "get-state", cur, &c)
+		err = ops.StreamAction(ctx, flight.ActGetState, cur, &c)
 		ps, _ := ops.Programs(ctx)
 		return fmt.Sprintf("%+v next=%d pending=%v state=%v %v programs=%d", qs.Groups, c.Next, c.Pending, c.State, err, len(ps))
 	}
 	want := snapshot()
-	actions := []string{"ack", "lost", "queue-stats", "peek-next", "process-next", "commit", "skip", "put-state", "checkpoint",
-		"get-state", "delete-state", "group-delete", "list-state", "program-add", "program-remove", "submit-job", "retract-job", "nack"}
+	actions := []flight.Action{flight.ActAck, flight.ActLost, flight.ActQueueStats, flight.ActPeekNext, flight.ActProcessNext, flight.ActCommit, flight.ActSkip, flight.ActPutState, flight.ActCheckpoint, flight.ActGetState, flight.ActDeleteState, flight.ActGroupDelete, flight.ActListState, flight.ActProgramAdd, flight.ActProgramRemove, flight.ActSubmitJob, flight.ActRetractJob, flight.ActNack}
 	for _, seed := range []string{
 		`{"queue":"dns.arrow","group":"team","blocks":["20250505-151102-00000002.lax.dns.arrow"]}`,
 		`{"queue":"dns.arrow","instance":"lax","consumer":"ids","seq":1}`,

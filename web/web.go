@@ -110,8 +110,8 @@ func (s *Server) Handler() http.Handler {
 	// Actions change things: see actions.go for why these three hold
 	// against cross-site requests.
 	guard := http.NewCrossOriginProtection()
-	mux.Handle("POST /api/retry", guard.Handler(action(s, "retry", s.retry)))
-	mux.Handle("POST /api/fire-window", guard.Handler(action(s, "fire-window", s.fireWindow)))
+	mux.Handle("POST /api/retry", guard.Handler(action(s, flight.ActRetry.Name, s.retry)))
+	mux.Handle("POST /api/fire-window", guard.Handler(action(s, flight.ActFireWindow.Name, s.fireWindow)))
 	mux.Handle("POST /api/retract", guard.Handler(action(s, "retract", s.retract)))
 	return s.checkHost(open)
 }

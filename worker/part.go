@@ -137,14 +137,14 @@ func (w *Worker) runPart(ctx context.Context, l flight.Lease) string {
 	}
 	if err != nil {
 		log.Warn("stage run (first half) failed", "err", err)
-		if ferr := w.client().Do(ctx, "fail-lease", flight.LeaseRequest{Lease: l.ID, Error: err.Error()}, nil); ferr != nil {
+		if ferr := w.client().Do(ctx, flight.ActFailLease, flight.LeaseRequest{Lease: l.ID, Error: err.Error()}, nil); ferr != nil {
 			log.Warn("could not report the failure; the lease will expire", "err", ferr)
 		}
 		return "failed"
 	}
 	// Held before the commit: the block's turn may come at once.
 	w.parts.hold(l.Part, &heldPart{part: part, name: read, outs: outs, cpu: cpu}, max(2*w.cfg.Slots, 2))
-	err = w.client().Do(ctx, "commit-lease", flight.LeaseRequest{Lease: l.ID, Part: true, CPUSeconds: cpu.Seconds()}, nil)
+	err = w.client().Do(ctx, flight.ActCommitLease, flight.LeaseRequest{Lease: l.ID, Part: true, CPUSeconds: cpu.Seconds()}, nil)
 	if err != nil {
 		if hp := w.parts.take(l.Part); hp != nil {
 			hp.discard()

@@ -221,7 +221,7 @@ func (w *Worker) run(ctx context.Context, l flight.Lease) string {
 		w.missing = append(w.missing, prog)
 		w.mu.Unlock()
 		log.Warn("this machine lacks the stage's program; giving the run back", "program", prog)
-		c.Do(ctx, "fail-lease", flight.LeaseRequest{Lease: l.ID, Release: true}, nil)
+		c.Do(ctx, flight.ActFailLease, flight.LeaseRequest{Lease: l.ID, Release: true}, nil)
 		return "given_back"
 	}
 	if l.Part != "" {
@@ -266,7 +266,7 @@ func (w *Worker) run(ctx context.Context, l flight.Lease) string {
 			why += "; stderr: " + stderr
 		}
 		log.Warn("stage run failed", "err", why)
-		if ferr := c.Do(ctx, "fail-lease", flight.LeaseRequest{Lease: l.ID, Error: why}, nil); ferr != nil {
+		if ferr := c.Do(ctx, flight.ActFailLease, flight.LeaseRequest{Lease: l.ID, Error: why}, nil); ferr != nil {
 			log.Warn("could not report the failure; the lease will expire", "err", ferr)
 		}
 		return "failed"
@@ -297,7 +297,7 @@ func (w *Worker) run(ctx context.Context, l flight.Lease) string {
 	if in.Carry != nil {
 		req.Carry = in.Carry.Out
 	}
-	err = c.Do(ctx, "commit-lease", req, nil)
+	err = c.Do(ctx, flight.ActCommitLease, req, nil)
 	if status.Code(err) == codes.FailedPrecondition {
 		log.Warn("commit refused: the lease expired and the run went to another worker", "err", err)
 		return "lost"
@@ -323,7 +323,7 @@ func (w *Worker) takePart(l flight.Lease) *heldPart {
 func (w *Worker) heartbeat(ctx context.Context, cancel context.CancelCauseFunc, l flight.Lease) {
 	// ctx is the run's: cancelling it for a lost lease ends the beats.
 	every.Run(ctx, max(l.TTL/3, 100*time.Millisecond), func() {
-		err := w.client().Do(ctx, "heartbeat", flight.LeaseRequest{Lease: l.ID}, nil)
+		err := w.client().Do(ctx, flight.ActHeartbeat, flight.LeaseRequest{Lease: l.ID}, nil)
 		if status.Code(err) == codes.FailedPrecondition {
 			cancel(errLeaseGone)
 			return
@@ -429,6 +429,6 @@ func (w *Worker) putDirect(ctx context.Context, o *output) error {
 // within flight.LeaseWait. Leases carry the engine's own types: a worker
 // runs stages as the server's engine does.
 func lease(ctx context.Context, c *client.Client, h flight.Hello) (l flight.Lease, ok bool, err error) {
-	err = c.Do(ctx, "lease", h, &l)
+	err = c.Do(ctx, flight.ActLease, h, &l)
 	return l, err == nil && l.ID != "", err
 }

@@ -126,7 +126,7 @@ func run(plumb, minioPath string, total, size int64, workers, readers int) error
 	defer c.Close()
 	ctx := context.Background()
 	var added map[string]string
-	if err := c.Do(ctx, "store-add", flight.StoreRequest{Name: "spot", URL: "s3://spot?endpoint=" + b}, &added); err != nil {
+	if err := c.Do(ctx, flight.ActStoreAdd, flight.StoreRequest{Name: "spot", URL: "s3://spot?endpoint=" + b}, &added); err != nil {
 		return err
 	}
 	// Fill: new blocks go to both stores in turn; keep uploading until
@@ -226,7 +226,7 @@ func run(plumb, minioPath string, total, size int64, workers, readers int) error
 		})
 	}
 	var rep blob.DrainReport
-	err = c.Do(ctx, "store-drain", flight.StoreRequest{Name: "spot", DeadlineSeconds: 3600, Workers: workers}, &rep)
+	err = c.Do(ctx, flight.ActStoreDrain, flight.StoreRequest{Name: "spot", DeadlineSeconds: 3600, Workers: workers}, &rep)
 	stop()
 	wg.Wait()
 	if err != nil {

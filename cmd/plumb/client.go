@@ -74,7 +74,7 @@ func securityFlags(fs *flag.FlagSet) *client.Security {
 // a stage reads or writes it) among those the caller may read: a typo
 // in a queue's name should not read as a queue with nothing in it.
 func queueKnown(ctx context.Context, c *client.Client, queue string) (bool, error) {
-	_, err := client.List[flight.Block](ctx, c, "list-blocks", flight.ListBlocksRequest{Queue: queue, Limit: 1})
+	_, err := client.List[flight.Block](ctx, c, flight.ActListBlocks, flight.ListBlocksRequest{Queue: queue, Limit: 1})
 	if errors.Is(err, client.ErrNotFound) {
 		return false, nil
 	}

@@ -243,7 +243,7 @@ func TestAgentGarbageFails(t *testing.T) {
 
 func fsckVia(ctx context.Context, c *client.Client, req flight.FsckRequest) (fsck.Report, error) {
 	var rep fsck.Report
-	err := c.Do(ctx, "fsck", req, &rep)
+	err := c.Do(ctx, flight.ActFsck, req, &rep)
 	return rep, err
 }
 
@@ -379,14 +379,14 @@ func TestActionBodiesBounded(t *testing.T) {
 	}
 	// One body of 60 MiB, and 30 at once of just under what one message
 	// may hold: the most a body can make the server read.
-	if err := mallory.Do(ctx, "list-blocks", body(60<<20), nil); status.Code(err) != codes.ResourceExhausted || !strings.Contains(err.Error(), "larger than max") {
+	if err := mallory.Do(ctx, flight.ActListBlocks, body(60<<20), nil); status.Code(err) != codes.ResourceExhausted || !strings.Contains(err.Error(), "larger than max") {
 		t.Fatalf("a 60 MiB body: %v", err)
 	}
 	var wg sync.WaitGroup
 	errs := make(chan error, 30)
 	for range 30 {
 		wg.Go(func() {
-			errs <- mallory.Do(ctx, "list-blocks", body(flight.MaxMessage-1024), nil)
+			errs <- mallory.Do(ctx, flight.ActListBlocks, body(flight.MaxMessage-1024), nil)
 		})
 	}
 	// Another user is answered meanwhile (it waited 254 s).

@@ -77,7 +77,7 @@ func fsckCommand() command {
 		},
 		func(ctx context.Context, c *client.Client, _ []string) error {
 			var rep fsck.Report
-			err := c.Do(ctx, "fsck", flight.FsckRequest{Repair: *repair, Verify: *verify, GraceSeconds: grace.Seconds()}, &rep)
+			err := c.Do(ctx, flight.ActFsck, flight.FsckRequest{Repair: *repair, Verify: *verify, GraceSeconds: grace.Seconds()}, &rep)
 			if err != nil {
 				return err
 			}
@@ -106,7 +106,7 @@ func storeCommand() command {
 		func(ctx context.Context, c *client.Client, pos []string) error {
 			switch {
 			case len(pos) == 1 && pos[0] == "list":
-				ms, err := client.List[blob.MemberInfo](ctx, c, "store-list", struct{}{})
+				ms, err := client.List[blob.MemberInfo](ctx, c, flight.ActStoreList, struct{}{})
 				if err != nil {
 					return err
 				}
@@ -129,13 +129,13 @@ func storeCommand() command {
 				return tw.Flush()
 			case len(pos) == 3 && pos[0] == "add":
 				var out map[string]string
-				return c.Do(ctx, "store-add", flight.StoreRequest{Name: pos[1], URL: pos[2]}, &out)
+				return c.Do(ctx, flight.ActStoreAdd, flight.StoreRequest{Name: pos[1], URL: pos[2]}, &out)
 			case len(pos) == 2 && pos[0] == "remove":
 				var out map[string]string
-				return c.Do(ctx, "store-remove", flight.StoreRequest{Name: pos[1]}, &out)
+				return c.Do(ctx, flight.ActStoreRemove, flight.StoreRequest{Name: pos[1]}, &out)
 			case len(pos) == 2 && pos[0] == "drain":
 				var rep blob.DrainReport
-				err := c.Do(ctx, "store-drain", flight.StoreRequest{Name: pos[1], DeadlineSeconds: deadline.Seconds(), Workers: *workers}, &rep)
+				err := c.Do(ctx, flight.ActStoreDrain, flight.StoreRequest{Name: pos[1], DeadlineSeconds: deadline.Seconds(), Workers: *workers}, &rep)
 				if err != nil {
 					return err
 				}

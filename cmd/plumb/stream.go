@@ -69,7 +69,7 @@ func streamCommand() command {
 					dctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
 					defer cancel()
 					req := flight.StreamRequest{Queue: args[0], Instance: *instance, Consumer: *consumer}
-					if err := c.StreamAction(dctx, "delete-state", req, nil); err != nil {
+					if err := c.StreamAction(dctx, flight.ActDeleteState, req, nil); err != nil {
 						fmt.Fprintf(os.Stderr, "plumb stream: the temporary consumer %s was not deleted (%v); delete it with the delete-state action\n", *consumer, plainError(err))
 					}
 				}()
@@ -122,7 +122,7 @@ func streamCommand() command {
 						return fmt.Errorf("the server sent block %q: %w", s.Header().Name, err)
 					}
 					req := flight.StreamRequest{Queue: args[0], Instance: *instance, Consumer: *consumer, Seq: n.Seq + 1}
-					if err := c.StreamAction(ctx, "checkpoint", req, nil); err != nil {
+					if err := c.StreamAction(ctx, flight.ActCheckpoint, req, nil); err != nil {
 						return fmt.Errorf("block %s written, but the consumer's checkpoint was not saved: %w", n, err)
 					}
 				}

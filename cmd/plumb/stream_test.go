@@ -142,7 +142,7 @@ func TestStreamToTcpdump(t *testing.T) {
 	// Without --consumer the stream read as a temporary consumer, deleted
 	// at the end: no cursor is left holding the site's blocks.
 	left := 0
-	if err := c.Do(context.Background(), "list-state", map[string]string{"queue": "pcap.sz"}, func([]byte) error { left++; return nil }); err != nil || left != 0 {
+	if err := c.Do(context.Background(), flight.ActListState, map[string]string{"queue": "pcap.sz"}, func([]byte) error { left++; return nil }); err != nil || left != 0 {
 		t.Errorf("stream consumers left after plumb stream: %d (%v)", left, err)
 	}
 }
@@ -170,16 +170,16 @@ func TestStreamGaps(t *testing.T) {
 	}
 	for seq := uint64(1); seq <= 2; seq++ {
 		var pr flight.ProcessResult
-		if err := c.StreamAction(ctx, "process-next", req, &pr); err != nil || pr.Seq != seq {
+		if err := c.StreamAction(ctx, flight.ActProcessNext, req, &pr); err != nil || pr.Seq != seq {
 			t.Fatalf("process-next = %+v, %v", pr, err)
 		}
 		r := req
 		r.Seq = seq
-		if err := c.StreamAction(ctx, "commit", r, nil); err != nil {
+		if err := c.StreamAction(ctx, flight.ActCommit, r, nil); err != nil {
 			t.Fatal(err)
 		}
 	}
-	if err := c.StreamAction(ctx, "peek-next", req, &p); err != nil || p.Next != 3 || p.Present || p.Gap != 2 {
+	if err := c.StreamAction(ctx, flight.ActPeekNext, req, &p); err != nil || p.Next != 3 || p.Present || p.Gap != 2 {
 		t.Fatalf("peek at the withheld block = %+v, %v", p, err)
 	}
 	// The stream ticket, from this consumer's cursor, waits 300 ms at the
@@ -208,21 +208,21 @@ func TestStreamGaps(t *testing.T) {
 		t.Fatalf("events = %v", events)
 	}
 	c.Put(ctx, blocks[2]) // the withheld block, late
-	if err := c.StreamAction(ctx, "peek-next", req, &p); err != nil || p.Gap != -3 || len(p.Late) != 1 || p.Late[0] != 3 {
+	if err := c.StreamAction(ctx, flight.ActPeekNext, req, &p); err != nil || p.Gap != -3 || len(p.Late) != 1 || p.Late[0] != 3 {
 		t.Fatalf("peek after the late block = %+v, %v", p, err)
 	}
 	var cur struct {
 		Next    uint64   `json:"next"`
 		Skipped []uint64 `json:"skipped"`
 	}
-	if err := c.StreamAction(ctx, "get-state", req, &cur); err != nil || cur.Next != 6 || len(cur.Skipped) != 1 || cur.Skipped[0] != 3 {
+	if err := c.StreamAction(ctx, flight.ActGetState, req, &cur); err != nil || cur.Next != 6 || len(cur.Skipped) != 1 || cur.Skipped[0] != 3 {
 		t.Fatalf("cursor = %+v, %v", cur, err)
 	}
 
 	// Status counts stream consumers like groups: "ids" moved past four
 	// blocks (two commits, two streamed) and owes none; "slow", which
 	// only looked, owes all five.
-	if err := c.StreamAction(ctx, "peek-next", flight.StreamRequest{Queue: "pcap.sz", Instance: "ams", Consumer: "slow"}, &p); err != nil {
+	if err := c.StreamAction(ctx, flight.ActPeekNext, flight.StreamRequest{Queue: "pcap.sz", Instance: "ams", Consumer: "slow"}, &p); err != nil {
 		t.Fatal(err)
 	}
 	rows, err := c.Status(ctx)
@@ -300,7 +300,7 @@ func TestStreamStageSurvivesServerKill(t *testing.T) {
 				State map[string]string `json:"state"`
 			} `json:"checkpoint"`
 		}
-		err := c.StreamAction(ctx, "get-state", flight.StreamRequest{Queue: "pcap.sz", Instance: "lax", Consumer: consumer}, &cur)
+		err := c.StreamAction(ctx, flight.ActGetState, flight.StreamRequest{Queue: "pcap.sz", Instance: "lax", Consumer: consumer}, &cur)
 		if err == nil && cur.Checkpoint != nil {
 			var s struct{ Packets, Blocks int }
 			json.Unmarshal([]byte(cur.Checkpoint.State["state"]), &s)

@@ -20,7 +20,7 @@ func rotateTokenKeyCommand() command {
 			keep = fs.Bool("keep", false, "tokens signed with the old key stay good until they expire (a routine rotation); without it they are refused at once (a key that leaked)")
 		},
 		func(ctx context.Context, c *client.Client, _ []string) error {
-			if err := c.Do(ctx, "rotate-token-key", flight.RotateTokenKeyRequest{Keep: *keep}, nil); err != nil {
+			if err := c.Do(ctx, flight.ActRotateTokenKey, flight.RotateTokenKeyRequest{Keep: *keep}, nil); err != nil {
 				return err
 			}
 			if *keep {
