@@ -1,7 +1,8 @@
-// Package state holds Plumb's metadata in bbolt: queues, blocks, consumer
-// groups and one delivery record per block and group. Every change is one
-// bbolt transaction, so a crash leaves either the whole change or none of
-// it. Block bytes live in a blob store; state only names their keys.
+// Package state holds Plumb's metadata: queues, blocks, consumer groups and
+// one delivery record per block and group, in a metakv store (bbolt in one
+// file, or PostgreSQL that several servers share). Every change is one
+// transaction of that store, so a crash leaves either the whole change or
+// none of it. Block bytes live in a blob store; state only names their keys.
 package state
 
 import (

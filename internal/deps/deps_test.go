@@ -27,7 +27,7 @@ var rules = []struct {
 	never []string
 	why   string
 }{
-	{[]string{"client", "examples/consumer", "flight"},
+	{[]string{"client", "examples/...", "flight"},
 		append([]string{"agent", "worker", "stage", "pcap", "blob", "sandbox", "auth", "go.etcd.io/bbolt", "github.com/minio/", "github.com/prometheus/", "github.com/gopacket/"}, serverSide...),
 		"a Go consumer links Flight and grpc only: the protocol sits below client and server, defined once"},
 	{[]string{"worker"}, serverSide,
@@ -44,6 +44,10 @@ var rules = []struct {
 		"the scheduler is composed by the server; it does not call back into it"},
 	{[]string{"web"}, []string{"server", "client"},
 		"the dashboard is given the engine and the metadata by the server"},
+	{[]string{"fsck", "retention", "laketable"}, []string{"server", "engine", "web", "stage", "worker", "client"},
+		"the server's sweeps are given the metadata and the stores; they never call up into the server or the scheduler"},
+	{[]string{"rowfilter", "sandbox", "internal/..."}, append([]string{"worker", "stage", "client"}, serverSide...),
+		"small tools below everything: what uses them may be anything, so they use none of it"},
 }
 
 // TestImportRules checks every rule on what `go list -deps` says each
