@@ -35,6 +35,7 @@ import (
 	"github.com/plumb-dev/plumb/fsck"
 	"github.com/plumb-dev/plumb/internal/every"
 	"github.com/plumb-dev/plumb/internal/fdlimit"
+	"github.com/plumb-dev/plumb/internal/lifecycle"
 	"github.com/plumb-dev/plumb/laketable"
 	"github.com/plumb-dev/plumb/metakv"
 	"github.com/plumb-dev/plumb/retention"
@@ -403,6 +404,12 @@ func Run(ctx context.Context, cfg Config) (err error) {
 	lis = netutil.LimitListener(lis, fdlimit.Fit(cmp.Or(cfg.MaxConns, DefaultMaxConns), "the Flight listener", "max_conns", cfg.Logger))
 	srvCtx, stop := context.WithCancel(ctx)
 	defer stop()
+	// The server's long-running parts (the scheduler, sweeps, rereads, the
+	// dashboard) run in one group: at return every part stops and is
+	// waited for, and then what they use is closed, before the metadata
+	// and the stores closed by the defers above.
+	parts := lifecycle.New(srvCtx)
+	defer parts.Stop()
 	// builtin:dnsmetrics's counts, added as runs commit.
 	dnsCounts := dnsmetrics.NewCollector()
 	cfg.Engine.Tallier = dnsCounts
@@ -458,13 +465,10 @@ func Run(ctx context.Context, cfg Config) (err error) {
 	if authz != nil {
 		a := &authenticator{authz: authz, audit: svc.audit, failures: svc.ctr.authFailures}
 		grpcOpts = append(grpcOpts, grpc.ChainUnaryInterceptor(a.unary), grpc.ChainStreamInterceptor(a.stream))
-		var wg sync.WaitGroup
-		defer func() { stop(); wg.Wait() }()
-		wg.Go(func() { reloadOnHUP(srvCtx, authz, cfg.Logger) })
-		wg.Go(func() { followTokenKeys(srvCtx, db, authz, cfg.Logger) })
+		parts.Go(func(ctx context.Context) error { reloadOnHUP(ctx, authz, cfg.Logger); return nil })
+		parts.Go(func(ctx context.Context) error { followTokenKeys(ctx, db, authz, cfg.Logger); return nil })
 	}
 	grpcOpts = append(grpcOpts, grpc.ChainStreamInterceptor(new(receivers).stream)) // after authentication, which names the caller
-	engDone := make(chan struct{})
 	if cfg.Registry != nil {
 		ecfg := cfg.Engine
 		if ecfg.Scratch == "" {
@@ -492,59 +496,42 @@ func Run(ctx context.Context, cfg Config) (err error) {
 		}
 		svc.eng = eng
 		if authz != nil {
-			rightsDone := make(chan struct{})
-			go func() { defer close(rightsDone); svc.watchRights(srvCtx, 2*time.Second) }()
-			defer func() { stop(); <-rightsDone }()
+			parts.Go(func(ctx context.Context) error { svc.watchRights(ctx, 2*time.Second); return nil })
 		}
-		go func() {
-			defer close(engDone)
-			duty.run(srvCtx, "scheduling", func(ctx context.Context) {
+		parts.Go(func(ctx context.Context) error {
+			duty.run(ctx, "scheduling", func(ctx context.Context) {
 				if err := eng.Run(ctx); err != nil {
 					cfg.Logger.Error("scheduling stage runs stopped", "err", err)
 				}
 			})
-		}()
+			return nil
+		})
 		if duty.shared {
 			// The graph follows the jobs taken through other servers, for
 			// what this one answers while another schedules.
-			followDone := make(chan struct{})
-			go func() { defer close(followDone); followJobs(srvCtx, eng, cfg.Logger) }()
-			defer func() { stop(); <-followDone }()
+			parts.Go(func(ctx context.Context) error { followJobs(ctx, eng, cfg.Logger); return nil })
 		}
-	} else {
-		close(engDone)
 	}
-	// Stage runs stop before the metadata closes.
-	defer func() { stop(); <-engDone }()
 	if cfg.GroupIdle > 0 {
-		groupsDone := make(chan struct{})
-		go func() {
-			defer close(groupsDone)
-			duty.run(srvCtx, "idle groups", func(ctx context.Context) {
+		parts.Go(func(ctx context.Context) error {
+			duty.run(ctx, "idle groups", func(ctx context.Context) {
 				svc.expireGroups(ctx, cfg.GroupIdle, cmp.Or(cfg.SweepEvery, min(cfg.GroupIdle/10, time.Minute)))
 			})
-		}()
-		defer func() { stop(); <-groupsDone }()
+			return nil
+		})
 	}
-	sweepDone := make(chan struct{})
-	go func() {
-		defer close(sweepDone)
-		duty.run(srvCtx, "retention", func(ctx context.Context) {
+	parts.Go(func(ctx context.Context) error {
+		duty.run(ctx, "retention", func(ctx context.Context) {
 			retention.Run(ctx, db, store, cmp.Or(cfg.SweepEvery, time.Minute), cfg.Logger)
 		})
-	}()
-	defer func() { stop(); <-sweepDone }()
+		return nil
+	})
 	// Waiting reads are checked against their deadlines as time passes,
 	// not only when a transfer ends. Every 5 ms: checked every 20 ms, a
 	// read due in 20 ms that became hopeless was refused too late for the
 	// refusal to reach its reader before its deadline, and on a busy
 	// machine most reads the bench's readers saw late were such refusals.
-	recheckDone := make(chan struct{})
-	go func() {
-		defer close(recheckDone)
-		svc.adm.Run(srvCtx, 5*time.Millisecond)
-	}()
-	defer func() { stop(); <-recheckDone }()
+	parts.Go(func(ctx context.Context) error { svc.adm.Run(ctx, 5*time.Millisecond); return nil })
 	if cfg.IcebergEvery > 0 {
 		// Beside shared metadata the catalog is shared too, so the tables
 		// move with the duty.
@@ -555,11 +542,17 @@ func Run(ctx context.Context, cfg Config) (err error) {
 			where = "the --meta database"
 			// Servers started together race to make the catalog's
 			// tables, and PostgreSQL refuses the loser: it tries again.
-			for try := 0; try < 3; try++ {
+			for try := 0; try < 3 && srvCtx.Err() == nil; try++ {
 				if tables, err = laketable.OpenShared(srvCtx, filepath.Join(cfg.Data, "iceberg"), cfg.Meta, db, store); err == nil {
 					break
 				}
-				time.Sleep(time.Second)
+				select { // a server stopped while it waits stops at once
+				case <-srvCtx.Done():
+				case <-time.After(time.Second):
+				}
+			}
+			if tables == nil && err == nil {
+				err = srvCtx.Err()
 			}
 		} else {
 			tables, err = laketable.Open(srvCtx, filepath.Join(cfg.Data, "iceberg"), db, store)
@@ -567,48 +560,42 @@ func Run(ctx context.Context, cfg Config) (err error) {
 		if err != nil {
 			cfg.Logger.Warn("no Iceberg tables of the lake queues", "err", err)
 		} else {
-			defer tables.Close()
+			parts.OnStop(func() { tables.Close() })
 			cfg.Logger.Info("Iceberg tables of the lake queues", "catalog", where, "warehouse", tables.Warehouse())
 			if cfg.IcebergMemory > 0 {
 				tables.SetMemory(cfg.IcebergMemory)
 			}
 			tables.SetKeys(cfg.AnonKeys)
 			tables.SetKeyCheck(func(queue, key string) error { return ownersMayUseKey(svc.eng.Graph(), authz, queue, key) })
-			icebergDone := make(chan struct{})
-			go func() {
-				defer close(icebergDone)
-				duty.run(srvCtx, "iceberg", func(ctx context.Context) {
+			parts.Go(func(ctx context.Context) error {
+				duty.run(ctx, "iceberg", func(ctx context.Context) {
 					syncTables(ctx, tables, cfg.IcebergEvery, cfg.IcebergCompactEvery, cfg.Logger)
 				})
-			}()
-			defer func() { stop(); <-icebergDone }()
+				return nil
+			})
 		}
 	}
 	if cfg.EndCaptureAfter > 0 {
-		endDone := make(chan struct{})
-		go func() {
-			defer close(endDone)
-			// Looked for a few times within the wait, at most each minute.
-			every := cmp.Or(cfg.EndCaptureEvery, min(time.Minute, max(cfg.EndCaptureAfter/4, 100*time.Millisecond)))
-			duty.run(srvCtx, "silent captures", func(ctx context.Context) {
+		// Looked for a few times within the wait, at most each minute.
+		every := cmp.Or(cfg.EndCaptureEvery, min(time.Minute, max(cfg.EndCaptureAfter/4, 100*time.Millisecond)))
+		parts.Go(func(ctx context.Context) error {
+			duty.run(ctx, "silent captures", func(ctx context.Context) {
 				svc.endSilentCaptures(ctx, cfg.EndCaptureAfter, every)
 			})
-		}()
-		defer func() { stop(); <-endDone }()
+			return nil
+		})
 	}
 	if cfg.FsckEvery >= 0 {
-		fsckDone := make(chan struct{})
-		go func() {
-			defer close(fsckDone)
-			var recompute func(context.Context, state.Block) error
-			if svc.eng != nil {
-				recompute = svc.eng.Recompute
-			}
-			duty.run(srvCtx, "fsck", func(ctx context.Context) {
+		var recompute func(context.Context, state.Block) error
+		if svc.eng != nil {
+			recompute = svc.eng.Recompute
+		}
+		parts.Go(func(ctx context.Context) error {
+			duty.run(ctx, "fsck", func(ctx context.Context) {
 				fsck.Run(ctx, db, store, cmp.Or(cfg.FsckEvery, time.Hour), recompute, cfg.Logger)
 			})
-		}()
-		defer func() { stop(); <-fsckDone }()
+			return nil
+		})
 	}
 	if cfg.HTTP != "" {
 		dash := web.New(svc.eng, db, cfg.Gatherer, cfg.Logger).WithSilentAfter(cfg.SiteSilentAfter).WithHosts(cfg.HTTPHosts...)
@@ -620,9 +607,7 @@ func Run(ctx context.Context, cfg Config) (err error) {
 			lis.Close()
 			return fmt.Errorf("listen on %s: %w (choose another with --http)", cfg.HTTP, err)
 		}
-		httpDone := make(chan struct{})
-		go func() { defer close(httpDone); dash.Serve(srvCtx, hlis, cfg.LatencyEvery) }()
-		defer func() { stop(); <-httpDone }()
+		parts.Go(func(ctx context.Context) error { dash.Serve(ctx, hlis, cfg.LatencyEvery); return nil })
 		cfg.Logger.Info("plumb serving the dashboard", "url", "http://"+hlis.Addr().String()+"/")
 		if cfg.HTTPReady != nil {
 			cfg.HTTPReady(hlis.Addr())
