@@ -334,6 +334,13 @@ func (e *Engine) streamOutputs(ctx context.Context, spec runSpec, inst string, s
 		return err
 	}
 	lines := make(chan []byte, 64)
+	// The reader is this function's: on a failed cut it is drained until
+	// the program's output ends, so it never blocks on a send no one
+	// takes and the program never blocks on a pipe no one reads.
+	defer func() {
+		for range lines {
+		}
+	}()
 	go func() {
 		defer close(lines)
 		br := bufio.NewReaderSize(stdout, 64<<10)
