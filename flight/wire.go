@@ -45,6 +45,12 @@ type SiteEnd struct {
 	Ended bool `json:"ended"`
 }
 
+// QueueRequest is the body of the actions that name one queue and
+// nothing else (queue-stats).
+type QueueRequest struct {
+	Queue string `json:"queue"`
+}
+
 // GroupRequest names a consumer group (group-delete) or a queue's groups
 // (group-list).
 type GroupRequest struct {

@@ -155,41 +155,75 @@ func badBody(action string, body []byte, err error) error {
 	return status.Errorf(codes.InvalidArgument, "%s: body %q: %v (see ListActions)", action, truncate(body), err)
 }
 
+// decode reads an action's body strictly into a T and checks it: a body
+// that does not decode, or that check (when not nil) refuses, is
+// INVALID_ARGUMENT naming the action and the body.
+func decode[T any](a flight.Action, body []byte, check func(T) error) (T, error) {
+	var req T
+	if err := flight.DecodeStrict(body, &req); err != nil {
+		return req, badBody(a.Name, body, err)
+	}
+	if check != nil {
+		if err := check(req); err != nil {
+			return req, badBody(a.Name, body, err)
+		}
+	}
+	return req, nil
+}
+
+// decodeOptional is decode for the actions whose body may be left out: an
+// empty body is T's zero value.
+func decodeOptional[T any](a flight.Action, body []byte, check func(T) error) (T, error) {
+	if len(body) == 0 {
+		var req T
+		return req, nil
+	}
+	return decode(a, body, check)
+}
+
+// readQueue is what an action that reads a queue checks once its body is
+// good: the caller may read the queue and the server has it.
+func (s *Service) readQueue(ctx context.Context, a flight.Action, queue string) error {
+	if err := s.allow(ctx, auth.Read, queue, a.Name); err != nil {
+		return err
+	}
+	return s.knownQueue(queue)
+}
+
 // ackRequest reads and checks the body of ack and nack (named by
 // action) and whether the caller may use the group.
-func (s *Service) ackRequest(ctx context.Context, action string, body []byte) (flight.AckRequest, []block.ID, error) {
-	var req flight.AckRequest
-	if err := flight.DecodeStrict(body, &req); err != nil {
-		return req, nil, badBody(action, body, err)
-	}
-	if err := block.ValidateQueue(req.Queue); err != nil {
-		return req, nil, badBody(action, body, err)
-	}
-	if err := block.ValidateGroup(req.Group); err != nil {
-		return req, nil, badBody(action, body, err)
-	}
-	ids := make([]block.ID, 0, len(req.Blocks))
-	for _, name := range req.Blocks {
-		n, err := block.Parse(name)
-		if err != nil {
-			return req, nil, badBody(action, body, err)
+func (s *Service) ackRequest(ctx context.Context, a flight.Action, body []byte) (flight.AckRequest, []block.ID, error) {
+	ids := make([]block.ID, 0, 16)
+	req, err := decode(a, body, func(r flight.AckRequest) error {
+		if err := errors.Join(block.ValidateQueue(r.Queue), block.ValidateGroup(r.Group)); err != nil {
+			return err
 		}
-		if n.Queue != req.Queue {
-			return req, nil, badBody(action, body, fmt.Errorf("block %s is not of queue %q", name, req.Queue))
+		for _, name := range r.Blocks {
+			n, err := block.Parse(name)
+			if err != nil {
+				return err
+			}
+			if n.Queue != r.Queue {
+				return fmt.Errorf("block %s is not of queue %q", name, r.Queue)
+			}
+			ids = append(ids, n.ID())
 		}
-		ids = append(ids, n.ID())
-	}
-	if err := s.allow(ctx, auth.Read, req.Queue, action); err != nil {
+		return nil
+	})
+	if err != nil {
 		return req, nil, err
 	}
-	if _, err := s.useGroup(ctx, req.Queue, req.Group, "", action, false); err != nil {
+	if err := s.allow(ctx, auth.Read, req.Queue, a.Name); err != nil {
+		return req, nil, err
+	}
+	if _, err := s.useGroup(ctx, req.Queue, req.Group, "", a.Name, false); err != nil {
 		return req, nil, err
 	}
 	return req, ids, nil
 }
 
 func (s *Service) ack(ctx context.Context, body []byte) (any, error) {
-	req, ids, err := s.ackRequest(ctx, flight.ActAck.Name, body)
+	req, ids, err := s.ackRequest(ctx, flight.ActAck, body)
 	if err != nil {
 		return nil, err
 	}
@@ -205,7 +239,7 @@ func (s *Service) ack(ctx context.Context, body []byte) (any, error) {
 }
 
 func (s *Service) nack(ctx context.Context, body []byte) (any, error) {
-	req, ids, err := s.ackRequest(ctx, flight.ActNack.Name, body)
+	req, ids, err := s.ackRequest(ctx, flight.ActNack, body)
 	if err != nil {
 		return nil, err
 	}
@@ -217,15 +251,11 @@ func (s *Service) nack(ctx context.Context, body []byte) (any, error) {
 }
 
 func (s *Service) lastSeq(ctx context.Context, body []byte) (any, error) {
-	var req flight.PutCommand
-	if err := flight.DecodeStrict(body, &req); err != nil {
-		return nil, badBody(flight.ActLastSeq.Name, body, err)
-	}
-	if err := block.ValidateQueue(req.Queue); err != nil {
-		return nil, badBody(flight.ActLastSeq.Name, body, err)
-	}
-	if err := block.ValidateInstance(req.Instance); err != nil {
-		return nil, badBody(flight.ActLastSeq.Name, body, err)
+	req, err := decode(flight.ActLastSeq, body, func(r flight.PutCommand) error {
+		return errors.Join(block.ValidateQueue(r.Queue), block.ValidateInstance(r.Instance))
+	})
+	if err != nil {
+		return nil, err
 	}
 	if !s.may(ctx, auth.Write, req.Queue) { // an agent asks where to go on
 		if err := s.allow(ctx, auth.Read, req.Queue, flight.ActLastSeq.Name); err != nil {
@@ -270,14 +300,9 @@ func (s *Service) stats(queue string) (flight.QueueStats, error) {
 }
 
 func (s *Service) queueStats(ctx context.Context, body []byte) (any, error) {
-	var req struct {
-		Queue string `json:"queue"`
-	}
-	if err := flight.DecodeStrict(body, &req); err != nil {
-		return nil, badBody(flight.ActQueueStats.Name, body, err)
-	}
-	if err := block.ValidateQueue(req.Queue); err != nil {
-		return nil, badBody(flight.ActQueueStats.Name, body, err)
+	req, err := decode(flight.ActQueueStats, body, func(r flight.QueueRequest) error { return block.ValidateQueue(r.Queue) })
+	if err != nil {
+		return nil, err
 	}
 	if err := s.allow(ctx, auth.Read, req.Queue, flight.ActQueueStats.Name); err != nil {
 		return nil, err
@@ -293,21 +318,15 @@ func (s *Service) queueStats(ctx context.Context, body []byte) (any, error) {
 }
 
 func (s *Service) listBlocks(ctx context.Context, body []byte) (any, error) {
-	var req flight.ListBlocksRequest
-	if err := flight.DecodeStrict(body, &req); err != nil {
-		return nil, badBody(flight.ActListBlocks.Name, body, err)
+	req, err := decode(flight.ActListBlocks, body, func(r flight.ListBlocksRequest) error { return block.ValidateQueue(r.Queue) })
+	if err != nil {
+		return nil, err
 	}
-	if err := block.ValidateQueue(req.Queue); err != nil {
-		return nil, badBody(flight.ActListBlocks.Name, body, err)
-	}
-	if err := s.allow(ctx, auth.Read, req.Queue, flight.ActListBlocks.Name); err != nil {
+	if err := s.readQueue(ctx, flight.ActListBlocks, req.Queue); err != nil {
 		return nil, err
 	}
 	if req.Limit <= 0 || req.Limit > 100000 {
 		req.Limit = 1000
-	}
-	if err := s.knownQueue(req.Queue); err != nil {
-		return nil, err
 	}
 	blocks, err := s.db.Blocks(req.Queue, req.After, req.Limit)
 	if err != nil {
@@ -410,17 +429,15 @@ func (s *Service) GetSchema(ctx context.Context, desc *aflight.FlightDescriptor)
 }
 
 func (s *Service) rotateTokenKey(ctx context.Context, body []byte) (any, error) {
-	var req flight.RotateTokenKeyRequest
-	if len(body) > 0 {
-		if err := flight.DecodeStrict(body, &req); err != nil {
-			return nil, badBody(flight.ActRotateTokenKey.Name, body, err)
-		}
+	req, err := decodeOptional[flight.RotateTokenKeyRequest](flight.ActRotateTokenKey, body, nil)
+	if err != nil {
+		return nil, err
 	}
 	if err := s.allow(ctx, auth.Admin, "", flight.ActRotateTokenKey.Name); err != nil {
 		return nil, err
 	}
 	if s.authz == nil {
-		return nil, status.Error(codes.FailedPrecondition, "rotate-token-key: this server has no users (--users), so it signs no tokens")
+		return nil, status.Error(codes.FailedPrecondition, flight.ActRotateTokenKey.Name+": this server has no users (--users), so it signs no tokens")
 	}
 	if _, err := s.db.RotateTokenKey(req.Keep); err != nil {
 		return nil, err

@@ -21,17 +21,11 @@ import (
 const GroupIdle = 7 * 24 * time.Hour
 
 func (s *Service) groupList(ctx context.Context, body []byte) (any, error) {
-	var req flight.GroupRequest
-	if err := flight.DecodeStrict(body, &req); err != nil {
-		return nil, badBody(flight.ActGroupList.Name, body, err)
-	}
-	if err := block.ValidateQueue(req.Queue); err != nil {
-		return nil, badBody(flight.ActGroupList.Name, body, err)
-	}
-	if err := s.allow(ctx, auth.Read, req.Queue, flight.ActGroupList.Name); err != nil {
+	req, err := decode(flight.ActGroupList, body, func(r flight.GroupRequest) error { return block.ValidateQueue(r.Queue) })
+	if err != nil {
 		return nil, err
 	}
-	if err := s.knownQueue(req.Queue); err != nil {
+	if err := s.readQueue(ctx, flight.ActGroupList, req.Queue); err != nil {
 		return nil, err
 	}
 	gs, err := s.db.Groups(req.Queue)
@@ -47,12 +41,11 @@ func (s *Service) groupList(ctx context.Context, body []byte) (any, error) {
 // groupDelete deletes a consumer group, releasing what it was owed: its
 // creator's or an admin's to do; stage groups go with their stage only.
 func (s *Service) groupDelete(ctx context.Context, body []byte) (any, error) {
-	var req flight.GroupRequest
-	if err := flight.DecodeStrict(body, &req); err != nil {
-		return nil, badBody(flight.ActGroupDelete.Name, body, err)
-	}
-	if err := errors.Join(block.ValidateQueue(req.Queue), block.ValidateGroup(req.Group)); err != nil {
-		return nil, badBody(flight.ActGroupDelete.Name, body, err)
+	req, err := decode(flight.ActGroupDelete, body, func(r flight.GroupRequest) error {
+		return errors.Join(block.ValidateQueue(r.Queue), block.ValidateGroup(r.Group))
+	})
+	if err != nil {
+		return nil, err
 	}
 	if err := s.allow(ctx, auth.Read, req.Queue, flight.ActGroupDelete.Name); err != nil {
 		return nil, err

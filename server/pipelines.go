@@ -31,9 +31,9 @@ func (s *Service) submitJob(ctx context.Context, body []byte) (any, error) {
 	if err != nil {
 		return nil, err
 	}
-	var req flight.SubmitJobRequest
-	if err := flight.DecodeStrict(body, &req); err != nil {
-		return nil, badBody(flight.ActSubmitJob.Name, body, err)
+	req, err := decode[flight.SubmitJobRequest](flight.ActSubmitJob, body, nil)
+	if err != nil {
+		return nil, err
 	}
 	if req.File == "" {
 		req.File = "job.yaml"
@@ -144,11 +144,11 @@ func (s *Service) retractJob(ctx context.Context, body []byte) (any, error) {
 	if err != nil {
 		return nil, err
 	}
-	var req struct {
+	req, err := decode[struct {
 		Job string `json:"job"`
-	}
-	if err := flight.DecodeStrict(body, &req); err != nil {
-		return nil, badBody(flight.ActRetractJob.Name, body, err)
+	}](flight.ActRetractJob, body, nil)
+	if err != nil {
+		return nil, err
 	}
 	if s.authz != nil {
 		id, _ := AuthFromContext(ctx)
@@ -211,11 +211,9 @@ func (s *Service) graph(ctx context.Context, body []byte) (any, error) {
 	if err != nil {
 		return nil, err
 	}
-	var req flight.GraphRequest
-	if len(body) > 0 {
-		if err := flight.DecodeStrict(body, &req); err != nil {
-			return nil, badBody(flight.ActGraph.Name, body, err)
-		}
+	req, err := decodeOptional[flight.GraphRequest](flight.ActGraph, body, nil)
+	if err != nil {
+		return nil, err
 	}
 	g := s.visibleGraph(ctx, eng.Graph())
 	switch req.Format {
@@ -241,13 +239,9 @@ func (s *Service) stageStats(ctx context.Context, _ []byte) (any, error) {
 }
 
 func (s *Service) faulty(ctx context.Context, body []byte) (any, error) {
-	var req struct {
-		Queue string `json:"queue,omitempty"`
-	}
-	if len(body) > 0 {
-		if err := flight.DecodeStrict(body, &req); err != nil {
-			return nil, badBody(flight.ActFaulty.Name, body, err)
-		}
+	req, err := decodeOptional[flight.QueueRequest](flight.ActFaulty, body, nil)
+	if err != nil {
+		return nil, err
 	}
 	if err := s.knownQueue(req.Queue); err != nil {
 		return nil, err
@@ -263,11 +257,9 @@ func (s *Service) faulty(ctx context.Context, body []byte) (any, error) {
 }
 
 func (s *Service) retry(ctx context.Context, body []byte) (any, error) {
-	var req flight.RetryRequest
-	if len(body) > 0 {
-		if err := flight.DecodeStrict(body, &req); err != nil {
-			return nil, badBody(flight.ActRetry.Name, body, err)
-		}
+	req, err := decodeOptional[flight.RetryRequest](flight.ActRetry, body, nil)
+	if err != nil {
+		return nil, err
 	}
 	if req.Block != "" {
 		n, err := block.Parse(req.Block)
@@ -302,11 +294,9 @@ func (s *Service) windows(ctx context.Context, body []byte) (any, error) {
 	if err != nil {
 		return nil, err
 	}
-	var req flight.WindowsRequest
-	if len(body) > 0 {
-		if err := flight.DecodeStrict(body, &req); err != nil {
-			return nil, badBody(flight.ActWindows.Name, body, err)
-		}
+	req, err := decodeOptional[flight.WindowsRequest](flight.ActWindows, body, nil)
+	if err != nil {
+		return nil, err
 	}
 	f, err := windowFilter(req)
 	if err != nil {
@@ -353,12 +343,12 @@ func (s *Service) fireWindow(ctx context.Context, body []byte) (any, error) {
 	if err != nil {
 		return nil, err
 	}
-	var req struct {
+	req, err := decode[struct {
 		Stage  string `json:"stage"`
 		Window string `json:"window"`
-	}
-	if err := flight.DecodeStrict(body, &req); err != nil {
-		return nil, badBody(flight.ActFireWindow.Name, body, err)
+	}](flight.ActFireWindow, body, nil)
+	if err != nil {
+		return nil, err
 	}
 	in, ok := s.stageInputs()[req.Stage]
 	if !ok {

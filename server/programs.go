@@ -17,11 +17,11 @@ func (s *Service) addProgram(ctx context.Context, body []byte) (any, error) {
 	if err != nil {
 		return nil, err
 	}
-	var req flight.AddProgramRequest
-	if err := flight.DecodeStrict(body, &req); err != nil {
-		return nil, badBody(flight.ActProgramAdd.Name, body, err)
+	req, err := decode[flight.AddProgramRequest](flight.ActProgramAdd, body, nil)
+	if err != nil {
+		return nil, err
 	}
-	if err := s.allow(ctx, auth.Admin, "", "program-add "+req.Name); err != nil {
+	if err := s.allow(ctx, auth.Admin, "", flight.ActProgramAdd.Name+" "+req.Name); err != nil {
 		return nil, err
 	}
 	p, err := eng.AddProgram(req.Name, req.Path, req.SHA256, req.Network, caller(ctx))
@@ -52,13 +52,13 @@ func (s *Service) removeProgram(ctx context.Context, body []byte) (any, error) {
 	if err != nil {
 		return nil, err
 	}
-	var req struct {
+	req, err := decode[struct {
 		Name string `json:"name"`
+	}](flight.ActProgramRemove, body, nil)
+	if err != nil {
+		return nil, err
 	}
-	if err := flight.DecodeStrict(body, &req); err != nil {
-		return nil, badBody(flight.ActProgramRemove.Name, body, err)
-	}
-	if err := s.allow(ctx, auth.Admin, "", "program-remove "+req.Name); err != nil {
+	if err := s.allow(ctx, auth.Admin, "", flight.ActProgramRemove.Name+" "+req.Name); err != nil {
 		return nil, err
 	}
 	if err := eng.RemoveProgram(req.Name); err != nil {

@@ -81,14 +81,14 @@ func (s *Service) lease(ctx context.Context, body []byte) (any, error) {
 	}
 }
 
-func (s *Service) leaseAction(ctx context.Context, name string, body []byte, fn func(*engine.Engine, flight.LeaseRequest) error) (any, error) {
-	eng, err := s.workerEngine(ctx, name)
+func (s *Service) leaseAction(ctx context.Context, a flight.Action, body []byte, fn func(*engine.Engine, flight.LeaseRequest) error) (any, error) {
+	eng, err := s.workerEngine(ctx, a.Name)
 	if err != nil {
 		return nil, err
 	}
-	var req flight.LeaseRequest
-	if err := flight.DecodeStrict(body, &req); err != nil {
-		return nil, badBody(name, body, err)
+	req, err := decode[flight.LeaseRequest](a, body, nil)
+	if err != nil {
+		return nil, err
 	}
 	if err := fn(eng, req); err != nil {
 		return nil, leaseErr(err)
@@ -97,11 +97,11 @@ func (s *Service) leaseAction(ctx context.Context, name string, body []byte, fn 
 }
 
 func (s *Service) heartbeat(ctx context.Context, body []byte) (any, error) {
-	return s.leaseAction(ctx, flight.ActHeartbeat.Name, body, func(e *engine.Engine, r flight.LeaseRequest) error { return e.Heartbeat(r.Lease) })
+	return s.leaseAction(ctx, flight.ActHeartbeat, body, func(e *engine.Engine, r flight.LeaseRequest) error { return e.Heartbeat(r.Lease) })
 }
 
 func (s *Service) commitLease(ctx context.Context, body []byte) (any, error) {
-	return s.leaseAction(ctx, flight.ActCommitLease.Name, body, func(e *engine.Engine, r flight.LeaseRequest) error {
+	return s.leaseAction(ctx, flight.ActCommitLease, body, func(e *engine.Engine, r flight.LeaseRequest) error {
 		cpu := time.Duration(r.CPUSeconds * float64(time.Second))
 		if r.Part {
 			return e.CommitLeasePart(r.Lease, cpu)
@@ -117,7 +117,7 @@ func (s *Service) commitLease(ctx context.Context, body []byte) (any, error) {
 }
 
 func (s *Service) failLease(ctx context.Context, body []byte) (any, error) {
-	return s.leaseAction(ctx, flight.ActFailLease.Name, body, func(e *engine.Engine, r flight.LeaseRequest) error {
+	return s.leaseAction(ctx, flight.ActFailLease, body, func(e *engine.Engine, r flight.LeaseRequest) error {
 		if r.Release {
 			return e.ReleaseLease(r.Lease)
 		}

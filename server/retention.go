@@ -21,16 +21,16 @@ import (
 )
 
 func (s *Service) setRetention(ctx context.Context, body []byte) (any, error) {
-	var req flight.RetentionRequest
-	if err := flight.DecodeStrict(body, &req); err != nil {
-		return nil, badBody(flight.ActSetRetention.Name, body, err)
-	}
-	if err := block.ValidateQueue(req.Queue); err != nil {
-		return nil, badBody(flight.ActSetRetention.Name, body, err)
-	}
-	l, err := pipeline.Retention(req.Retention).Limits()
+	var l pipeline.Limits
+	req, err := decode(flight.ActSetRetention, body, func(r flight.RetentionRequest) (err error) {
+		if err := block.ValidateQueue(r.Queue); err != nil {
+			return err
+		}
+		l, err = pipeline.Retention(r.Retention).Limits()
+		return err
+	})
 	if err != nil {
-		return nil, badBody(flight.ActSetRetention.Name, body, err)
+		return nil, err
 	}
 	if err := s.allow(ctx, auth.Admin, req.Queue, flight.ActSetRetention.Name); err != nil {
 		return nil, err
@@ -72,20 +72,11 @@ func (s *Service) retentions(ctx context.Context, _ []byte) (any, error) {
 }
 
 func (s *Service) lost(ctx context.Context, body []byte) (any, error) {
-	var req struct {
-		Queue string `json:"queue"`
-		Group string `json:"group,omitempty"`
-	}
-	if err := flight.DecodeStrict(body, &req); err != nil {
-		return nil, badBody(flight.ActLost.Name, body, err)
-	}
-	if err := block.ValidateQueue(req.Queue); err != nil {
-		return nil, badBody(flight.ActLost.Name, body, err)
-	}
-	if err := s.allow(ctx, auth.Read, req.Queue, flight.ActLost.Name); err != nil {
+	req, err := decode(flight.ActLost, body, func(r flight.GroupRequest) error { return block.ValidateQueue(r.Queue) })
+	if err != nil {
 		return nil, err
 	}
-	if err := s.knownQueue(req.Queue); err != nil {
+	if err := s.readQueue(ctx, flight.ActLost, req.Queue); err != nil {
 		return nil, err
 	}
 	if req.Group != "" && !strings.HasPrefix(req.Group, stageGroupPrefix) {
@@ -98,11 +89,9 @@ func (s *Service) lost(ctx context.Context, body []byte) (any, error) {
 }
 
 func (s *Service) fsck(ctx context.Context, body []byte) (any, error) {
-	var req flight.FsckRequest
-	if len(body) > 0 {
-		if err := flight.DecodeStrict(body, &req); err != nil {
-			return nil, badBody(flight.ActFsck.Name, body, err)
-		}
+	req, err := decodeOptional[flight.FsckRequest](flight.ActFsck, body, nil)
+	if err != nil {
+		return nil, err
 	}
 	if err := s.allow(ctx, auth.Admin, "", flight.ActFsck.Name); err != nil {
 		return nil, err
@@ -126,15 +115,12 @@ func (s *Service) multi() (*blob.Multi, error) {
 	return m, nil
 }
 
-func (s *Service) storeAction(ctx context.Context, action string, body []byte) (*blob.Multi, flight.StoreRequest, error) {
-	var req flight.StoreRequest
-	if err := flight.DecodeStrict(body, &req); err != nil {
-		return nil, req, badBody(action, body, err)
+func (s *Service) storeAction(ctx context.Context, a flight.Action, body []byte) (*blob.Multi, flight.StoreRequest, error) {
+	req, err := decode(a, body, func(r flight.StoreRequest) error { return auth.ValidName("store", r.Name) })
+	if err != nil {
+		return nil, req, err
 	}
-	if err := auth.ValidName("store", req.Name); err != nil && action != flight.ActStoreList.Name {
-		return nil, req, badBody(action, body, err)
-	}
-	if err := s.allow(ctx, auth.Admin, "", action); err != nil {
+	if err := s.allow(ctx, auth.Admin, "", a.Name); err != nil {
 		return nil, req, err
 	}
 	m, err := s.multi()
@@ -153,7 +139,7 @@ func (s *Service) storeList(ctx context.Context, _ []byte) (any, error) {
 }
 
 func (s *Service) storeAdd(ctx context.Context, body []byte) (any, error) {
-	m, req, err := s.storeAction(ctx, flight.ActStoreAdd.Name, body)
+	m, req, err := s.storeAction(ctx, flight.ActStoreAdd, body)
 	if err != nil {
 		return nil, err
 	}
@@ -177,7 +163,7 @@ func (s *Service) storeAdd(ctx context.Context, body []byte) (any, error) {
 }
 
 func (s *Service) storeRemove(ctx context.Context, body []byte) (any, error) {
-	m, req, err := s.storeAction(ctx, flight.ActStoreRemove.Name, body)
+	m, req, err := s.storeAction(ctx, flight.ActStoreRemove, body)
 	if err != nil {
 		return nil, err
 	}
@@ -194,7 +180,7 @@ func (s *Service) storeRemove(ctx context.Context, body []byte) (any, error) {
 }
 
 func (s *Service) storeDrain(ctx context.Context, body []byte) (any, error) {
-	m, req, err := s.storeAction(ctx, flight.ActStoreDrain.Name, body)
+	m, req, err := s.storeAction(ctx, flight.ActStoreDrain, body)
 	if err != nil {
 		return nil, err
 	}

@@ -41,14 +41,14 @@ func (s *Service) claimSite(ctx context.Context, n block.Name) error {
 }
 
 func (s *Service) siteOwners(ctx context.Context, body []byte) (any, error) {
-	var req flight.SiteRequest
-	if err := flight.DecodeStrict(body, &req); err != nil {
-		return nil, badBody(flight.ActSiteOwners.Name, body, err)
-	}
-	if req.Queue != "" {
-		if err := block.ValidateQueue(req.Queue); err != nil {
-			return nil, badBody(flight.ActSiteOwners.Name, body, err)
+	req, err := decode(flight.ActSiteOwners, body, func(r flight.SiteRequest) error {
+		if r.Queue == "" {
+			return nil
 		}
+		return block.ValidateQueue(r.Queue)
+	})
+	if err != nil {
+		return nil, err
 	}
 	if err := s.knownQueue(req.Queue); err != nil {
 		return nil, err
@@ -68,18 +68,17 @@ func (s *Service) siteOwners(ctx context.Context, body []byte) (any, error) {
 	return out, nil
 }
 
+// validSite checks the site a request names.
+func validSite(r flight.SiteRequest) error {
+	return errors.Join(block.ValidateQueue(r.Queue), block.ValidateInstance(r.Instance))
+}
+
 func (s *Service) siteAssign(ctx context.Context, body []byte) (any, error) {
-	var req flight.SiteRequest
-	if err := flight.DecodeStrict(body, &req); err != nil {
-		return nil, badBody(flight.ActSiteAssign.Name, body, err)
+	req, err := decode(flight.ActSiteAssign, body, validSite)
+	if err != nil {
+		return nil, err
 	}
-	if err := block.ValidateQueue(req.Queue); err != nil {
-		return nil, badBody(flight.ActSiteAssign.Name, body, err)
-	}
-	if err := block.ValidateInstance(req.Instance); err != nil {
-		return nil, badBody(flight.ActSiteAssign.Name, body, err)
-	}
-	if err := s.allow(ctx, auth.Admin, req.Queue, "site-assign "+req.Queue+" "+req.Instance); err != nil {
+	if err := s.allow(ctx, auth.Admin, req.Queue, flight.ActSiteAssign.Name+" "+req.Queue+" "+req.Instance); err != nil {
 		return nil, err
 	}
 	o := state.Owner{Queue: req.Queue, Instance: req.Instance, User: req.User, By: caller(ctx)}
@@ -98,20 +97,16 @@ func (s *Service) siteAssign(ctx context.Context, body []byte) (any, error) {
 }
 
 func (s *Service) siteEnd(ctx context.Context, body []byte) (any, error) {
-	var req flight.SiteRequest
-	if err := flight.DecodeStrict(body, &req); err != nil {
-		return nil, badBody(flight.ActSiteEnd.Name, body, err)
+	req, err := decode(flight.ActSiteEnd, body, func(r flight.SiteRequest) error {
+		if r.User != "" {
+			return errors.New(`"user" is not a field of site-end`)
+		}
+		return validSite(r)
+	})
+	if err != nil {
+		return nil, err
 	}
-	if err := block.ValidateQueue(req.Queue); err != nil {
-		return nil, badBody(flight.ActSiteEnd.Name, body, err)
-	}
-	if err := block.ValidateInstance(req.Instance); err != nil {
-		return nil, badBody(flight.ActSiteEnd.Name, body, err)
-	}
-	if req.User != "" {
-		return nil, badBody(flight.ActSiteEnd.Name, body, errors.New(`"user" is not a field of site-end`))
-	}
-	if err := s.allow(ctx, auth.Admin, req.Queue, "site-end "+req.Queue+" "+req.Instance); err != nil {
+	if err := s.allow(ctx, auth.Admin, req.Queue, flight.ActSiteEnd.Name+" "+req.Queue+" "+req.Instance); err != nil {
 		return nil, err
 	}
 	b, ended, err := s.endCapture(ctx, req.Queue, req.Instance)

@@ -19,29 +19,21 @@ import (
 	"github.com/plumb-dev/plumb/state"
 )
 
-// decodeStreamRequest decodes a stream action's body and checks its names.
-func decodeStreamRequest(r *flight.StreamRequest, action string, body []byte) error {
-	if err := flight.DecodeStrict(body, r); err != nil {
-		return badBody(action, body, err)
-	}
-	for _, err := range []error{block.ValidateQueue(r.Queue), block.ValidateInstance(r.Instance), block.ValidateGroup(r.Consumer)} {
-		if err != nil {
-			return badBody(action, body, err)
-		}
-	}
-	return nil
+// validStream checks the names a stream action's body gives.
+func validStream(r flight.StreamRequest) error {
+	return errors.Join(block.ValidateQueue(r.Queue), block.ValidateInstance(r.Instance), block.ValidateGroup(r.Consumer))
 }
 
 // streamAction runs one stream action on an opened cursor.
-func (s *Service) streamAction(ctx context.Context, name string, body []byte, fn func(r flight.StreamRequest) (any, error)) (any, error) {
-	var r flight.StreamRequest
-	if err := decodeStreamRequest(&r, name, body); err != nil {
+func (s *Service) streamAction(ctx context.Context, a flight.Action, body []byte, fn func(r flight.StreamRequest) (any, error)) (any, error) {
+	r, err := decode(a, body, validStream)
+	if err != nil {
 		return nil, err
 	}
-	if err := s.allow(ctx, auth.Read, r.Queue, name); err != nil {
+	if err := s.allow(ctx, auth.Read, r.Queue, a.Name); err != nil {
 		return nil, err
 	}
-	if _, err := s.useConsumer(ctx, r.Queue, r.Instance, r.Consumer, r.From, name); err != nil {
+	if _, err := s.useConsumer(ctx, r.Queue, r.Instance, r.Consumer, r.From, a.Name); err != nil {
 		return nil, err
 	}
 	res, err := fn(r)
@@ -55,20 +47,20 @@ func (s *Service) streamAction(ctx context.Context, name string, body []byte, fn
 }
 
 func (s *Service) peekNext(ctx context.Context, body []byte) (any, error) {
-	return s.streamAction(ctx, flight.ActPeekNext.Name, body, func(r flight.StreamRequest) (any, error) {
+	return s.streamAction(ctx, flight.ActPeekNext, body, func(r flight.StreamRequest) (any, error) {
 		return s.db.PeekNext(r.Queue, r.Instance, r.Consumer)
 	})
 }
 
 func (s *Service) processNext(ctx context.Context, body []byte) (any, error) {
-	return s.streamAction(ctx, flight.ActProcessNext.Name, body, func(r flight.StreamRequest) (any, error) {
+	return s.streamAction(ctx, flight.ActProcessNext, body, func(r flight.StreamRequest) (any, error) {
 		b, err := s.db.ProcessNext(r.Queue, r.Instance, r.Consumer)
 		return flight.ProcessResult{Seq: b.Seq, Block: b.Name, Ticket: flight.Ticket{Block: b.Name}}, err
 	})
 }
 
 func (s *Service) commitStream(ctx context.Context, body []byte) (any, error) {
-	return s.streamAction(ctx, flight.ActCommit.Name, body, func(r flight.StreamRequest) (any, error) {
+	return s.streamAction(ctx, flight.ActCommit, body, func(r flight.StreamRequest) (any, error) {
 		c, err := s.db.Commit(r.Queue, r.Instance, r.Consumer, r.Seq)
 		if err == nil {
 			s.streamDelivered(block.ID{Queue: r.Queue, Instance: r.Instance, Seq: r.Seq}, r.Consumer)
@@ -89,13 +81,13 @@ func (s *Service) streamDelivered(id block.ID, consumer string) {
 }
 
 func (s *Service) skipStream(ctx context.Context, body []byte) (any, error) {
-	return s.streamAction(ctx, flight.ActSkip.Name, body, func(r flight.StreamRequest) (any, error) {
+	return s.streamAction(ctx, flight.ActSkip, body, func(r flight.StreamRequest) (any, error) {
 		return s.db.Skip(r.Queue, r.Instance, r.Consumer)
 	})
 }
 
 func (s *Service) putState(ctx context.Context, body []byte) (any, error) {
-	return s.streamAction(ctx, flight.ActPutState.Name, body, func(r flight.StreamRequest) (any, error) {
+	return s.streamAction(ctx, flight.ActPutState, body, func(r flight.StreamRequest) (any, error) {
 		c, err := s.db.PutState(r.Queue, r.Instance, r.Consumer, r.State)
 		return c.State, err
 	})
@@ -104,8 +96,8 @@ func (s *Service) putState(ctx context.Context, body []byte) (any, error) {
 // getState reads a cursor without moving it; a stage's cursor may be
 // read too (it shows how far the stage is), by whoever may read the queue.
 func (s *Service) getState(ctx context.Context, body []byte) (any, error) {
-	var r flight.StreamRequest
-	if err := decodeStreamRequest(&r, flight.ActGetState.Name, body); err != nil {
+	r, err := decode(flight.ActGetState, body, validStream)
+	if err != nil {
 		return nil, err
 	}
 	if err := s.allow(ctx, auth.Read, r.Queue, flight.ActGetState.Name); err != nil {
@@ -128,8 +120,8 @@ func (s *Service) getState(ctx context.Context, body []byte) (any, error) {
 // deleteState deletes a stream consumer: its owner or an admin may; a
 // stage's consumer is the engine's.
 func (s *Service) deleteState(ctx context.Context, body []byte) (any, error) {
-	var r flight.StreamRequest
-	if err := decodeStreamRequest(&r, flight.ActDeleteState.Name, body); err != nil {
+	r, err := decode(flight.ActDeleteState, body, validStream)
+	if err != nil {
 		return nil, err
 	}
 	if err := s.allow(ctx, auth.Read, r.Queue, flight.ActDeleteState.Name); err != nil {
@@ -157,11 +149,9 @@ func (s *Service) deleteState(ctx context.Context, body []byte) (any, error) {
 }
 
 func (s *Service) listState(ctx context.Context, body []byte) (any, error) {
-	var r struct {
-		Queue string `json:"queue"`
-	}
-	if err := flight.DecodeStrict(body, &r); err != nil {
-		return nil, badBody(flight.ActListState.Name, body, err)
+	r, err := decode[flight.QueueRequest](flight.ActListState, body, nil)
+	if err != nil {
+		return nil, err
 	}
 	if err := s.allow(ctx, auth.Read, r.Queue, flight.ActListState.Name); err != nil {
 		return nil, err
@@ -175,7 +165,7 @@ func (s *Service) listState(ctx context.Context, body []byte) (any, error) {
 }
 
 func (s *Service) checkpoint(ctx context.Context, body []byte) (any, error) {
-	return s.streamAction(ctx, flight.ActCheckpoint.Name, body, func(r flight.StreamRequest) (any, error) {
+	return s.streamAction(ctx, flight.ActCheckpoint, body, func(r flight.StreamRequest) (any, error) {
 		return s.db.SaveCheckpointAt(r.Queue, r.Instance, r.Consumer, r.Seq, r.State)
 	})
 }
