@@ -17,6 +17,7 @@ import (
 	"github.com/gopacket/gopacket/layers"
 
 	"github.com/plumb-dev/plumb/codecs"
+	"github.com/plumb-dev/plumb/internal/testenv"
 	"github.com/plumb-dev/plumb/pcap"
 )
 
@@ -117,16 +118,7 @@ func startCut(t *testing.T, s *Spool, srcs Sources) (stop func()) {
 // waitSpooled waits until the spool's blocks hold n packets.
 func waitSpooled(t *testing.T, s *Spool, n int) {
 	t.Helper()
-	waitUntil(t, fmt.Sprintf("%d packets spooled", n), func() bool { return len(spooledIDs(t, s)) >= n })
-}
-
-func waitUntil(t *testing.T, what string, ok func() bool) {
-	t.Helper()
-	for deadline := time.Now().Add(20 * time.Second); !ok(); time.Sleep(10 * time.Millisecond) {
-		if time.Now().After(deadline) {
-			t.Fatalf("waited 20s for %s", what)
-		}
-	}
+	testenv.WaitFor(t, 20*time.Second, fmt.Sprintf("%d packets spooled", n), func() bool { return len(spooledIDs(t, s)) >= n })
 }
 
 // inOrder fails unless ids are 0, 1, 2, … n-1.
@@ -165,7 +157,7 @@ func TestWatchRingAndGrowth(t *testing.T) {
 	if err := os.Remove(r0); err != nil {
 		t.Fatal(err)
 	}
-	waitUntil(t, "cap0 to be forgotten", func() bool { return !slices.Contains(s.SourceNames(), r0) })
+	testenv.WaitFor(t, 20*time.Second, "cap0 to be forgotten", func() bool { return !slices.Contains(s.SourceNames(), r0) })
 
 	time.Sleep(300 * time.Millisecond) // nothing more may come
 	inOrder(t, spooledIDs(t, s), 450)

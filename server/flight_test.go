@@ -21,6 +21,7 @@ import (
 
 	"github.com/plumb-dev/plumb/blob"
 	"github.com/plumb-dev/plumb/client"
+	"github.com/plumb-dev/plumb/internal/testenv"
 
 	aflight "github.com/apache/arrow-go/v18/arrow/flight"
 	"go.uber.org/goleak"
@@ -381,7 +382,7 @@ func TestGroups(t *testing.T) {
 	if _, err := ts.c.Put(ctx, srcs[3:]...); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, func() bool {
+	testenv.WaitFor(t, 20*time.Second, "the group to finish all six blocks", func() bool {
 		st, _ := ts.c.QueueStats(ctx, "pcap.sz")
 		return len(st.Groups) == 1 && st.Groups[0].Done == 6
 	})
@@ -445,17 +446,6 @@ func TestGroups(t *testing.T) {
 	s.Close()
 	if n != 6 {
 		t.Fatalf("plain read got %d blocks, want 6", n)
-	}
-}
-
-func waitFor(t *testing.T, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(20 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatal("condition not met within 20s")
-		}
-		time.Sleep(20 * time.Millisecond)
 	}
 }
 

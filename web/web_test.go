@@ -468,14 +468,10 @@ func TestRatesOfAStageNewSinceTheLastSample(t *testing.T) {
 	if res, err := r.eng.Submit("j.yaml", []byte("job: j\nfrom: earliest\nstages:\n  - {name: c, inputs: [raw], program: [cat], outputs: [raw.c]}\n"), ""); err != nil || res.State != "accepted" {
 		t.Fatal(res, err)
 	}
-	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(10 * time.Millisecond) {
-		if st := r.eng.Stats(); len(st) == 1 && st[0].Runs == 1 {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatal("the run never finished")
-		}
-	}
+	testenv.WaitFor(t, 30*time.Second, "the run to finish", func() bool {
+		st := r.eng.Stats()
+		return len(st) == 1 && st[0].Runs == 1
+	})
 	time.Sleep(time.Until(started.Add(every + every/2)))
 	var blocks float64
 	for _, rs := range getJSON[[]web.RateSeries](t, base+"/api/rates?range=15m") {

@@ -235,7 +235,7 @@ func TestStagesByName(t *testing.T) {
 			t.Fatalf("%+v %v", res, err)
 		}
 	}
-	waitFor(t, "the poison block set aside", func() bool {
+	testenv.WaitFor(t, time.Minute, "the poison block set aside", func() bool {
 		fb, err := c.Faulty(ctx, "raw")
 		return err == nil && len(fb) == 1
 	})
@@ -243,7 +243,7 @@ func TestStagesByName(t *testing.T) {
 	if _, err := c.Put(ctx, source("20250505-151106-00000002.lax.raw", []byte("fine"))); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, "raw.0 and raw.1", func() bool {
+	testenv.WaitFor(t, time.Minute, "raw.0 and raw.1", func() bool {
 		qs, err := c.Queues(ctx)
 		n := 0
 		for _, q := range qs {

@@ -345,14 +345,10 @@ stages:
 	retract := chromedp.CSS(`#jobs tr[data-job="dave"] button`)
 	do("retract a job", chromedp.Click(chromedp.CSS(`nav a[data-nav="jobs"]`)), chromedp.WaitVisible(retract), chromedp.Click(retract),
 		chromedp.WaitVisible(chromedp.CSS(`#jobs tr[data-job="dave"] button.armed`)), chromedp.Click(retract), chromedp.WaitVisible(chromedp.CSS(`#flash.ok`)))
-	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(100 * time.Millisecond) {
-		if out, _, _ := plumbExec(t, "job", "list", "--server", addr); strings.Contains(out, "retracted") {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatal("dave's job was not retracted from the dashboard")
-		}
-	}
+	testenv.WaitFor(t, 30*time.Second, "dave's job to be retracted from the dashboard", func() bool {
+		out, _, _ := plumbExec(t, "job", "list", "--server", addr)
+		return strings.Contains(out, "retracted")
+	})
 	do("screenshot", shot("jobs"))
 
 	br.checkJS()
@@ -497,14 +493,10 @@ func TestDashboardButtonsForAdmins(t *testing.T) {
 	if res, err := ops.SubmitJob(ctx, "dave.yaml", []byte(job)); err != nil || res.State != "accepted" {
 		t.Fatalf("submit: %+v %v", res, err)
 	}
-	for deadline := time.Now().Add(60 * time.Second); ; time.Sleep(100 * time.Millisecond) {
-		if fb, err := ops.Faulty(ctx, ""); err == nil && len(fb) == 1 {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatal("the block was never set aside")
-		}
-	}
+	testenv.WaitFor(t, 60*time.Second, "the block to be set aside", func() bool {
+		fb, err := ops.Faulty(ctx, "")
+		return err == nil && len(fb) == 1
+	})
 
 	br := newBrowser(t)
 	buttons := func(page string) []string {

@@ -404,7 +404,7 @@ func TestDnstapFlood(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { cmd.Process.Kill(); cmd.Wait() })
-	waitFor(t, "the agent's socket", func() bool { _, err := os.Stat(sock); return err == nil })
+	testenv.WaitFor(t, time.Minute, "the agent's socket", func() bool { _, err := os.Stat(sock); return err == nil })
 	time.Sleep(500 * time.Millisecond)
 	base, err := proc.Status(cmd.Process.Pid, "VmRSS:")
 	if err != nil {
@@ -446,7 +446,7 @@ func TestDnstapFlood(t *testing.T) {
 			}
 		})
 	}
-	waitFor(t, "the flood's senders", func() bool { mu.Lock(); defer mu.Unlock(); return sent+refused >= 3000-1500 })
+	testenv.WaitFor(t, time.Minute, "the flood's senders", func() bool { mu.Lock(); defer mu.Unlock(); return sent+refused >= 3000-1500 })
 	time.Sleep(2 * time.Second)
 	if cmd.ProcessState != nil || cmd.Process.Signal(syscall.Signal(0)) != nil {
 		t.Fatalf("the agent died in the flood:\n%s", agentLog)

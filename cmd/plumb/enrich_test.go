@@ -134,7 +134,7 @@ func TestHostileGeoDatabase(t *testing.T) {
 	if _, err := c.Put(ctx, captureBlock(t, "lax", 1, time.Date(2026, 12, 1, 10, 0, 0, 0, time.UTC))); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, "the enriched block", func() bool {
+	testenv.WaitFor(t, time.Minute, "the enriched block", func() bool {
 		bs, _ := c.Blocks(ctx, "dns.geo.arrow")
 		return len(bs) == 1
 	})

@@ -37,16 +37,6 @@ func source(name string, data []byte) client.Source {
 		Open: func() (io.ReadCloser, error) { return io.NopCloser(bytes.NewReader(data)), nil }}
 }
 
-// waitFor polls ok for up to a minute.
-func waitFor(t *testing.T, what string, ok func() bool) {
-	t.Helper()
-	for deadline := time.Now().Add(time.Minute); !ok(); time.Sleep(50 * time.Millisecond) {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-	}
-}
-
 // TestPoisonBlockEndsFaulty: a block whose run the server dies in (here
 // SIGKILL, as the kernel's OOM killer would) used to be run again at
 // every start, for ever: a crash was not an attempt. Now each death
@@ -70,7 +60,7 @@ func TestPoisonBlockEndsFaulty(t *testing.T) {
 				t.Fatalf("%+v %v", res, err)
 			}
 		}
-		waitFor(t, "the run to start", func() bool {
+		testenv.WaitFor(t, time.Minute, "the run to start", func() bool {
 			st, err := c.Stats(ctx)
 			return err == nil && len(st) == 1 && st[0].Workers == 1
 		})
@@ -87,7 +77,7 @@ func TestPoisonBlockEndsFaulty(t *testing.T) {
 	startPlumb(t, "serve", "--data", data, "--listen", addr, "--log-level", "warn", "--run-ro", prog)
 	waitListening(t, addr)
 	c := dialPlumb(t, addr)
-	waitFor(t, "the block set aside", func() bool {
+	testenv.WaitFor(t, time.Minute, "the block set aside", func() bool {
 		fb, err := c.Faulty(ctx, "raw")
 		return err == nil && len(fb) == 1
 	})
@@ -113,7 +103,7 @@ func TestPoisonBlockEndsFaulty(t *testing.T) {
 	if _, err := c.Put(ctx, source("20250505-151106-00000002.lax.raw", []byte("good block"))); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, "the next block's output", func() bool {
+	testenv.WaitFor(t, time.Minute, "the next block's output", func() bool {
 		bs, err := c.Blocks(ctx, "raw.out")
 		return err == nil && len(bs) == 1
 	})
@@ -145,7 +135,7 @@ func TestHugeRecordUnderMemoryLimit(t *testing.T) {
 	if res, err := c.SubmitJob(ctx, "dns.yaml", []byte("job: dns\nfrom: earliest\nstages:\n  - {name: dns, inputs: [pcap.zst], program: builtin:dns, outputs: [dns.arrow], retention: forever}\n")); err != nil || res.State != "accepted" {
 		t.Fatalf("%+v %v", res, err)
 	}
-	waitFor(t, "the block set aside", func() bool {
+	testenv.WaitFor(t, time.Minute, "the block set aside", func() bool {
 		fb, err := c.Faulty(ctx, "pcap.zst")
 		return err == nil && len(fb) == 1
 	})
@@ -282,7 +272,7 @@ func TestHalfOpenStreamBlockIsBounded(t *testing.T) {
 	if _, err := c.Put(ctx, source("20250505-151105-00000001.lax.pcap.zst", attack)); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, "both blocks' records", func() bool {
+	testenv.WaitFor(t, time.Minute, "both blocks' records", func() bool {
 		bs, err := c.Blocks(ctx, "dns.arrow")
 		return err == nil && len(bs) == 2
 	})
@@ -444,7 +434,7 @@ func TestDamagedBlockOutOfOrder(t *testing.T) {
 			t.Fatalf("put %s: %v\n%s", b.name, err, p.log)
 		}
 	}
-	waitFor(t, "the rows of seq 1 and 3, and seq 2 set aside", func() bool {
+	testenv.WaitFor(t, time.Minute, "the rows of seq 1 and 3, and seq 2 set aside", func() bool {
 		bs, err := c.Blocks(ctx, "dns.arrow")
 		fb, ferr := c.Faulty(ctx, "pcap")
 		return err == nil && ferr == nil && len(bs) == 2 && len(fb) == 1

@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/plumb-dev/plumb/internal/proc"
+	"github.com/plumb-dev/plumb/internal/testenv"
 )
 
 // TestIdleServerCostsNothing: a server with a job and nothing to do
@@ -25,7 +26,7 @@ func TestIdleServerCostsNothing(t *testing.T) {
 	if res, err := c.SubmitJob(ctx, "dns.yaml", []byte("job: dns\nfrom: earliest\nstages:\n  - {name: dns, inputs: [pcap], program: builtin:dns, outputs: [dns.arrow]}\n")); err != nil || res.State != "accepted" {
 		t.Fatalf("%+v %v", res, err)
 	}
-	waitFor(t, "the block's run", func() bool {
+	testenv.WaitFor(t, time.Minute, "the block's run", func() bool {
 		st, err := c.Stats(ctx)
 		return err == nil && len(st) == 1 && st[0].Runs == 1
 	})

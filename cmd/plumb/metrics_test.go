@@ -50,14 +50,10 @@ func TestMetricNames(t *testing.T) {
 			t.Fatalf("the worker's /readyz: %v %v", resp, err)
 		}
 	}
-	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(50 * time.Millisecond) {
-		if st, _ := c.Stats(context.Background()); len(st) == 1 && st[0].Runs > 0 {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatal("the pipeline ran nothing in 30 s")
-		}
-	}
+	testenv.WaitFor(t, 30*time.Second, "the pipeline to run a block", func() bool {
+		st, _ := c.Stats(context.Background())
+		return len(st) == 1 && st[0].Runs > 0
+	})
 	want := map[string][]string{
 		srvMetrics: {"plumb_build_info", "plumb_queue_blocks", "plumb_queue_bytes", "plumb_site_last_seq", "plumb_site_missing_blocks",
 			"plumb_site_last_arrival_timestamp_seconds", "plumb_site_last_event_timestamp_seconds", "plumb_uploads_total",

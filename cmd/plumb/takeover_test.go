@@ -66,7 +66,7 @@ func schedulerTakeover(t *testing.T, how string) {
 		}
 		return -1
 	}
-	waitFor(t, "a server to take the scheduling duty", func() bool { return scheduler() >= 0 })
+	testenv.WaitFor(t, time.Minute, "a server to take the scheduling duty", func() bool { return scheduler() >= 0 })
 	cmd := testenv.Command(t, 5*time.Minute, os.Args[0], "import", "--quiet", "--server", all, "--site", "lax", "--new-instance", "--queue", "pcap",
 		"--spool", filepath.Join(dir, "spool"), "--block-size", "32KiB", capture)
 	cmd.Env = append(os.Environ(), "PLUMB_TEST_AS_PLUMB=1")
@@ -103,7 +103,7 @@ func schedulerTakeover(t *testing.T, how string) {
 		}
 	}
 	total := len(in) + 2
-	waitFor(t, "the first records", func() bool { return made() > 0 })
+	testenv.WaitFor(t, time.Minute, "the first records", func() bool { return made() > 0 })
 	s := procs[scheduler()]
 	at := made()
 	switch how {
@@ -134,7 +134,7 @@ func schedulerTakeover(t *testing.T, how string) {
 			t.Errorf("server %d's log has a panic:\n%s", i, p.log)
 		}
 	}
-	waitFor(t, "the damaged block set aside", func() bool { fb, _ := c.Faulty(ctx, ""); return len(fb) == 1 })
+	testenv.WaitFor(t, time.Minute, "the damaged block set aside", func() bool { fb, _ := c.Faulty(ctx, ""); return len(fb) == 1 })
 	fb, _ := c.Faulty(ctx, "")
 	if !strings.Contains(fb[0].Block, "00000002.bad.") || !strings.Contains(fb[0].Error, "malformed") || strings.Contains(fb[0].Error, "server stopped") {
 		t.Errorf("faulty after the takeover: %+v; want only the damaged block, with its parse error", fb)
