@@ -122,16 +122,11 @@ func attack(plumb string, streams int, good []byte) error {
 	}
 	defer os.RemoveAll(dir)
 	bomb := hostile.HalfOpenStreamsZstd(streams, 64000, 256000)
-	srv, err := benchkit.StartServer(plumb, dir, "--slots", "2", "--tick", "100ms")
+	srv, c, err := benchkit.Serve(plumb, dir, "--slots", "2", "--tick", "100ms")
 	if err != nil {
 		return err
 	}
 	defer srv.Stop()
-	c, err := client.Dial(srv.Addr)
-	if err != nil {
-		return err
-	}
-	defer c.Close()
 	ctx := context.Background()
 	o := &other{c: c}
 	for range 200 {
@@ -236,16 +231,11 @@ func metadata(plumb string) error {
 		return err
 	}
 	defer os.RemoveAll(dir)
-	srv, err := benchkit.StartServer(plumb, dir, "--slots", "2", "--tick", "100ms")
+	srv, c, err := benchkit.Serve(plumb, dir, "--slots", "2", "--tick", "100ms")
 	if err != nil {
 		return err
 	}
 	defer srv.Stop()
-	c, err := client.Dial(srv.Addr)
-	if err != nil {
-		return err
-	}
-	defer c.Close()
 	ctx := context.Background()
 	small := hostile.HalfOpenStreamsZstd(32, 64000, 256000)
 	for seq := 1; seq <= 12; seq++ {

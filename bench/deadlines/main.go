@@ -155,16 +155,11 @@ func run(plumb, cond, policy string, slots int, capacity float64, window time.Du
 	if policy != "" {
 		args = append(args, "--read-policy", policy, "--read-rate", fmt.Sprint(capacity))
 	}
-	srv, err := benchkit.StartServer(plumb, dir, append(args, extra...)...)
+	srv, c, err := benchkit.Serve(plumb, dir, append(args, extra...)...)
 	if err != nil {
 		log.Fatal(err)
 	}
 	defer srv.Stop()
-	c, err := client.Dial(srv.Addr)
-	if err != nil {
-		log.Fatal(err)
-	}
-	defer c.Close()
 	objs := upload(c)
 	ctx, stop := context.WithCancel(context.Background())
 	var bg sync.WaitGroup

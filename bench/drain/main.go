@@ -114,16 +114,11 @@ func run(plumb, minioPath string, total, size int64, workers, readers int) error
 	fmt.Printf("drain bench: %d blocks of %d MiB (%.1f GiB) between two MinIO servers, %d at once, %d readers during the drain\n",
 		n, size>>20, float64(int64(n)*size)/(1<<30), workers, readers)
 
-	srv, err := benchkit.StartServer(plumb, dir, "--store", "s3://primary?endpoint="+a)
+	srv, c, err := benchkit.Serve(plumb, dir, "--store", "s3://primary?endpoint="+a)
 	if err != nil {
 		return err
 	}
 	defer srv.Stop()
-	c, err := client.Dial(srv.Addr)
-	if err != nil {
-		return err
-	}
-	defer c.Close()
 	ctx := context.Background()
 	var added map[string]string
 	if err := c.Do(ctx, flight.ActStoreAdd, flight.StoreRequest{Name: "spot", URL: "s3://spot?endpoint=" + b}, &added); err != nil {

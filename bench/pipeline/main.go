@@ -100,16 +100,11 @@ func (b *bench) run(sc scenario) (outcome, error) {
 		return outcome{}, err
 	}
 	defer os.RemoveAll(dir)
-	srv, err := benchkit.StartServer(b.plumb, dir, append([]string{"--slots", fmt.Sprint(b.slots), "--tick", "200ms"}, sc.flags...)...)
+	srv, c, err := benchkit.Serve(b.plumb, dir, append([]string{"--slots", fmt.Sprint(b.slots), "--tick", "200ms"}, sc.flags...)...)
 	if err != nil {
 		return outcome{}, err
 	}
 	defer srv.Stop()
-	c, err := client.Dial(srv.Addr)
-	if err != nil {
-		return outcome{}, err
-	}
-	defer c.Close()
 	ctx := context.Background()
 
 	put := func(seq int) error {

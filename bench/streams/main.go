@@ -45,16 +45,11 @@ func main() {
 		log.Fatal(err)
 	}
 	defer os.RemoveAll(dir)
-	srv, err := benchkit.StartServer(*plumb, dir)
+	srv, c, err := benchkit.Serve(*plumb, dir)
 	if err != nil {
 		log.Fatal(err)
 	}
 	defer srv.Stop()
-	c, err := client.Dial(srv.Addr)
-	if err != nil {
-		log.Fatal(err)
-	}
-	defer c.Close()
 	ctx := context.Background()
 	r := rand.New(rand.NewPCG(1, 1))
 	data := make([]byte, *size)

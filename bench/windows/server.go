@@ -29,16 +29,11 @@ func serverMonth(plumb string, tr *trace) error {
 		return err
 	}
 	defer os.RemoveAll(dir)
-	srv, err := benchkit.StartServer(plumb, dir, "--tick", "100ms")
+	srv, c, err := benchkit.Serve(plumb, dir, "--tick", "100ms")
 	if err != nil {
 		return err
 	}
 	defer srv.Stop()
-	c, err := client.Dial(srv.Addr)
-	if err != nil {
-		return err
-	}
-	defer c.Close()
 	ctx := context.Background()
 	end := tr.start.Add((days + 1) * 24 * time.Hour)
 	var month []arrival

@@ -11,6 +11,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/plumb-dev/plumb/client"
 	"github.com/plumb-dev/plumb/internal/proc"
 )
 
@@ -28,6 +29,7 @@ func (r Result) MBps() float64 { return float64(r.Bytes) / 1e6 / r.Secs }
 type Server struct {
 	Addr string
 	cmd  *exec.Cmd
+	c    *client.Client // the client Serve dialled, closed by Stop
 }
 
 // FreeAddr returns a loopback address no one listens on, for a server
@@ -71,8 +73,26 @@ func StartServer(plumb, dir string, extra ...string) (*Server, error) {
 // Pid is the server's process id.
 func (s *Server) Pid() int { return s.cmd.Process.Pid }
 
-// Stop ends the server with SIGTERM and waits for it.
+// Serve is StartServer with a client dialled to it, which Stop closes:
+// what most benches start with.
+func Serve(plumb, dir string, extra ...string) (*Server, *client.Client, error) {
+	srv, err := StartServer(plumb, dir, extra...)
+	if err != nil {
+		return nil, nil, err
+	}
+	if srv.c, err = client.Dial(srv.Addr); err != nil {
+		srv.Stop()
+		return nil, nil, err
+	}
+	return srv, srv.c, nil
+}
+
+// Stop ends the server with SIGTERM and waits for it, after closing the
+// client Serve dialled.
 func (s *Server) Stop() {
+	if s.c != nil {
+		s.c.Close()
+	}
 	s.cmd.Process.Signal(syscall.SIGTERM)
 	s.cmd.Wait()
 }
