@@ -11,9 +11,10 @@ import (
 	"time"
 
 	"github.com/plumb-dev/plumb/client"
+	"github.com/plumb-dev/plumb/engine"
+	"github.com/prometheus/client_golang/prometheus"
 
 	aflight "github.com/apache/arrow-go/v18/arrow/flight"
-	"github.com/prometheus/client_golang/prometheus/testutil"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/protobuf/proto"
 
@@ -106,12 +107,27 @@ func (r *recordingPut) SendMsg(m any) error {
 // answers with an error or a result, never with a recovered panic (issue
 // 18 logged 134 of them from bit-flipped FlightData).
 func FuzzFlightData(f *testing.F) {
-	addr := runServer(f, Config{})
+	reg := prometheus.NewRegistry()
+	addr := runServer(f, Config{Engine: engine.Config{Registerer: reg}})
 	c, err := client.Dial(addr)
 	if err != nil {
 		f.Fatal(err)
 	}
 	f.Cleanup(func() { c.Close() })
+	// The server's own count of recovered panics, as /metrics shows it.
+	panics := func() float64 {
+		mfs, err := reg.Gather()
+		if err != nil {
+			f.Fatal(err)
+		}
+		for _, mf := range mfs {
+			if mf.GetName() == "plumb_flight_panics_total" {
+				return mf.GetMetric()[0].GetCounter().GetValue()
+			}
+		}
+		f.Fatal("the server registered no plumb_flight_panics_total")
+		return 0
+	}
 	data := bytes.Repeat([]byte("block bytes "), 100)
 	rec := &recordingPut{}
 	w, err := flight.NewBlockWriter(rec, &aflight.FlightDescriptor{Type: aflight.DescriptorCMD, Cmd: []byte(`{"queue":"raw","instance":"lax"}`)})
@@ -147,7 +163,7 @@ func FuzzFlightData(f *testing.F) {
 		}
 	}
 	f.Fuzz(func(t *testing.T, which, field uint8, b []byte) {
-		before := testutil.ToFloat64(Panics)
+		before := panics()
 		msgs := make([]*aflight.FlightData, len(rec.sent))
 		for i, m := range rec.sent {
 			msgs[i] = proto.Clone(m).(*aflight.FlightData)
@@ -190,7 +206,7 @@ func FuzzFlightData(f *testing.F) {
 				}
 			}
 		}
-		if after := testutil.ToFloat64(Panics); after != before {
+		if after := panics(); after != before {
 			t.Fatalf("message %d field %d = %x: the server recovered a panic", which, field, b)
 		}
 	})

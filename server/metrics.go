@@ -19,6 +19,8 @@ type counters struct {
 	readEstimate prometheus.Histogram
 	// authFailures counts failed logins and refused credentials.
 	authFailures prometheus.Counter
+	// panics counts panics recovered in Flight calls: each is a bug.
+	panics prometheus.Counter
 }
 
 func newCounters() *counters {
@@ -30,11 +32,13 @@ func newCounters() *counters {
 			Buckets: []float64{0.125, 0.25, 0.5, 0.75, 1, 1.5, 2, 4, 8, 16}}),
 		authFailures: prometheus.NewCounter(prometheus.CounterOpts{Name: "plumb_auth_failures_total",
 			Help: "Calls refused for a failed login or a bad, expired or revoked credential."}),
+		panics: prometheus.NewCounter(prometheus.CounterOpts{Name: "plumb_flight_panics_total",
+			Help: "Panics recovered in Flight calls (each a bug; the log says where)."}),
 	}
 }
 
 func (c *counters) collectors() []prometheus.Collector {
-	return []prometheus.Collector{c.uploads, c.readEstimate, c.authFailures}
+	return []prometheus.Collector{c.uploads, c.readEstimate, c.authFailures, c.panics}
 }
 
 var (

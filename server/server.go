@@ -613,7 +613,7 @@ func Run(ctx context.Context, cfg Config) (err error) {
 			cfg.HTTPReady(hlis.Addr())
 		}
 	}
-	gs := NewGRPCServer(cfg.Logger, grpcOpts...)
+	gs := NewGRPCServer(cfg.Logger, svc.ctr.panics, grpcOpts...)
 	aflight.RegisterFlightServiceServer(gs, svc)
 
 	errc := make(chan error, 1)
@@ -641,24 +641,20 @@ func Run(ctx context.Context, cfg Config) (err error) {
 	return nil
 }
 
-// NewGRPCServer returns a gRPC server with Plumb's options: the receive
-// limit flight.MaxMessage, keepalive that permits client pings every 10 s, and panic recovery
-// that turns a panic into an Internal error instead of a crash.
-// Panics counts panics recovered in Flight calls; a non-zero value is a
-// bug to report.
-var Panics = prometheus.NewCounter(prometheus.CounterOpts{Name: "plumb_flight_panics_total", Help: "Panics recovered in Flight calls (each a bug; the log says where)."})
-
 // DefaultMaxConns is Config.MaxConns when zero.
 const DefaultMaxConns = 1024
 
 // NewGRPCServer makes the Flight service's gRPC server: message and
 // window sizes for blocks, keepalive, a preface deadline, and panic
-// recovery around every call.
-func NewGRPCServer(log *slog.Logger, extra ...grpc.ServerOption) *grpc.Server {
+// recovery around every call, each recovered panic counted on panics
+// (when not nil).
+func NewGRPCServer(log *slog.Logger, panics prometheus.Counter, extra ...grpc.ServerOption) *grpc.Server {
 	recoverErr := func(method string, p any) error {
 		// The last net: each panic is a bug to fix, so one short line says
 		// where, and a counter says how often.
-		Panics.Inc()
+		if panics != nil {
+			panics.Inc()
+		}
 		log.Error("panic in Flight call", "method", method, "panic", fmt.Sprint(p), "at", stage.PanicSite())
 		return status.Errorf(codes.Internal, "internal error in %s; the server logged the details", method)
 	}

@@ -70,7 +70,7 @@ func TestClientTLSAndToken(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	tokens := make(chan string, 16)
-	gs := NewGRPCServer(slog.New(slog.NewTextHandler(io.Discard, nil)),
+	gs := NewGRPCServer(slog.New(slog.NewTextHandler(io.Discard, nil)), nil,
 		grpc.Creds(credentials.NewTLS(&tls.Config{Certificates: []tls.Certificate{cert}})),
 		grpc.ChainStreamInterceptor(func(srv any, ss grpc.ServerStream, info *grpc.StreamServerInfo, h grpc.StreamHandler) error {
 			md, _ := metadata.FromIncomingContext(ss.Context())

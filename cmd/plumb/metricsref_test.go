@@ -154,7 +154,7 @@ func TestMetricsReference(t *testing.T) {
 
 	// The server, registered as plumb serve registers it.
 	srvReg := newRecorder()
-	srvReg.MustRegister(append(processMetrics(), server.Panics)...)
+	srvReg.MustRegister(processMetrics()...)
 	reg := stage.NewRegistry()
 	builtin.Register(reg, builtin.FindXZ())
 	ready := make(chan string, 1)

@@ -160,7 +160,7 @@ func serveCommand() command {
 			builtin.RegisterFilter(cfg.Registry, refs)
 			if *metricsAddr != "" || cfg.HTTP != "" {
 				reg := prometheus.NewRegistry()
-				reg.MustRegister(append(processMetrics(), server.Panics)...)
+				reg.MustRegister(processMetrics()...)
 				cfg.Engine.Registerer, cfg.Gatherer = reg, reg
 			}
 			if *metricsAddr != "" {
