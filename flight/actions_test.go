@@ -5,7 +5,9 @@ import (
 	"go/parser"
 	"go/token"
 	"io/fs"
+	"os"
 	"path/filepath"
+	"regexp"
 	"strconv"
 	"strings"
 	"testing"
@@ -78,5 +80,23 @@ func TestActionsNamedOnce(t *testing.T) {
 	})
 	if err != nil {
 		t.Fatal(err)
+	}
+}
+
+// TestPythonClientActions: every action the Python client calls is in
+// the table, so a renamed action fails here, not in a user's notebook.
+func TestPythonClientActions(t *testing.T) {
+	raw, err := os.ReadFile("../clients/python/plumb_client/_client.py")
+	if err != nil {
+		t.Fatal(err)
+	}
+	calls := regexp.MustCompile(`action\("([a-z-]+)"`).FindAllStringSubmatch(string(raw), -1)
+	if len(calls) < 10 {
+		t.Fatalf("found %d action calls in the Python client; has the way it calls them changed?", len(calls))
+	}
+	for _, c := range calls {
+		if _, ok := flight.ActionNamed(c[1]); !ok {
+			t.Errorf("the Python client calls action %q, which flight.Actions does not have", c[1])
+		}
 	}
 }
