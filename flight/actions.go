@@ -154,7 +154,7 @@ var (
 	}
 	ActCheckpoint = Action{
 		Name:    "checkpoint",
-		Doc:     `Save a stream consumer's cursor and state together (with "state" given, that state; with "seq", at that next block instead of the cursor, never past it); a stream from "checkpoint" resumes there. Body {"queue","instance","consumer","state","seq"}.`,
+		Doc:     `Save a stream consumer's cursor and state together (with "state" given, that state; with "seq", at that next block instead of the cursor, never past it but for the block at the cursor a stream has sent and not yet committed); a stream from "checkpoint" resumes there. Body {"queue","instance","consumer","state","seq"}.`,
 		MaxBody: StateMaxBody,
 	}
 	ActSetRetention = Action{

@@ -329,14 +329,17 @@ func (d *DB) SaveCheckpoint(queue, instance, consumer string, state map[string]s
 // SaveCheckpointAt is SaveCheckpoint at next instead of the cursor (0:
 // the cursor): a reader that is sent blocks ahead of what it has written
 // (the stream ticket moves the cursor as it sends) checkpoints what it
-// wrote. next may not pass the cursor.
+// wrote. next may not pass the cursor, but for the block at the cursor
+// that was handed out (Pending): the stream ticket commits a block after
+// sending it, and its reader may have written it, and checkpointed past
+// it, before that commit.
 func (d *DB) SaveCheckpointAt(queue, instance, consumer string, next uint64, state map[string]string) (Cursor, error) {
 	now := d.now().UTC()
 	return d.updateCursor(queue, instance, consumer, func(tx metakv.Tx, c *Cursor) error {
 		if next == 0 {
 			next = c.Next
 		}
-		if next > c.Next {
+		if next > c.Next && (!c.Pending || next != c.Next+1) {
 			return fmt.Errorf("checkpoint at %d: past the cursor of stream consumer %s of %s/%s, at %d: nothing after it was read", next, consumer, queue, instance, c.Next)
 		}
 		if state != nil {

@@ -137,3 +137,37 @@ func TestReplayKeepsBlocksBehindTheCheckpoint(t *testing.T) {
 		t.Errorf("released up to %d, want 4", cur.Checkpoint.Released)
 	}
 }
+
+// TestCheckpointPastTheBlockHandedOut: a stream ticket commits a block
+// after sending it, so its reader may have written the block, and
+// checkpointed past it, first. That checkpoint, one past a block handed
+// out, is kept; one further is refused, and so is one past a block not
+// handed out.
+func TestCheckpointPastTheBlockHandedOut(t *testing.T) {
+	db, _ := open(t)
+	for _, seq := range []uint64{1, 2, 3} {
+		db.CommitBlock(mk(seq, "s"))
+	}
+	if _, err := db.OpenCursor("pcap.sz", "lax", "ids", ""); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := db.SaveCheckpointAt("pcap.sz", "lax", "ids", 2, nil); err == nil || !strings.Contains(err.Error(), "past the cursor") {
+		t.Fatalf("checkpoint past a block not handed out: %v", err)
+	}
+	if b, err := db.ProcessNext("pcap.sz", "lax", "ids"); err != nil || b.Seq != 1 {
+		t.Fatalf("process = %+v, %v", b, err)
+	}
+	if _, err := db.SaveCheckpointAt("pcap.sz", "lax", "ids", 3, nil); err == nil || !strings.Contains(err.Error(), "past the cursor") {
+		t.Fatalf("checkpoint two past the block handed out: %v", err)
+	}
+	cur, err := db.SaveCheckpointAt("pcap.sz", "lax", "ids", 2, nil)
+	if err != nil || cur.Checkpoint.Next != 2 {
+		t.Fatalf("checkpoint past the block handed out = %+v, %v", cur.Checkpoint, err)
+	}
+	if cur.Next != 1 || !cur.Pending {
+		t.Fatalf("the cursor moved with the checkpoint: %+v", cur)
+	}
+	if _, err := db.Commit("pcap.sz", "lax", "ids", 1); err != nil {
+		t.Fatalf("the stream's commit after its reader's checkpoint: %v", err)
+	}
+}
