@@ -211,7 +211,7 @@ func (s *Service) graph(ctx context.Context, body []byte) (any, error) {
 	if err != nil {
 		return nil, err
 	}
-	req, err := decodeOptional[flight.GraphRequest](flight.ActGraph, body, nil)
+	req, err := decodeOptional[flight.GraphRequest](flight.ActGraph, body)
 	if err != nil {
 		return nil, err
 	}
@@ -239,7 +239,7 @@ func (s *Service) stageStats(ctx context.Context, _ []byte) (any, error) {
 }
 
 func (s *Service) faulty(ctx context.Context, body []byte) (any, error) {
-	req, err := decodeOptional[flight.QueueRequest](flight.ActFaulty, body, nil)
+	req, err := decodeOptional[flight.QueueRequest](flight.ActFaulty, body)
 	if err != nil {
 		return nil, err
 	}
@@ -257,7 +257,7 @@ func (s *Service) faulty(ctx context.Context, body []byte) (any, error) {
 }
 
 func (s *Service) retry(ctx context.Context, body []byte) (any, error) {
-	req, err := decodeOptional[flight.RetryRequest](flight.ActRetry, body, nil)
+	req, err := decodeOptional[flight.RetryRequest](flight.ActRetry, body)
 	if err != nil {
 		return nil, err
 	}
@@ -294,7 +294,7 @@ func (s *Service) windows(ctx context.Context, body []byte) (any, error) {
 	if err != nil {
 		return nil, err
 	}
-	req, err := decodeOptional[flight.WindowsRequest](flight.ActWindows, body, nil)
+	req, err := decodeOptional[flight.WindowsRequest](flight.ActWindows, body)
 	if err != nil {
 		return nil, err
 	}

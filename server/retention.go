@@ -89,7 +89,7 @@ func (s *Service) lost(ctx context.Context, body []byte) (any, error) {
 }
 
 func (s *Service) fsck(ctx context.Context, body []byte) (any, error) {
-	req, err := decodeOptional[flight.FsckRequest](flight.ActFsck, body, nil)
+	req, err := decodeOptional[flight.FsckRequest](flight.ActFsck, body)
 	if err != nil {
 		return nil, err
 	}

@@ -17,6 +17,7 @@ import (
 
 	aflight "github.com/apache/arrow-go/v18/arrow/flight"
 	"golang.org/x/net/netutil"
+	"golang.org/x/sync/errgroup"
 	"golang.org/x/time/rate"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
@@ -35,7 +36,6 @@ import (
 	"github.com/plumb-dev/plumb/fsck"
 	"github.com/plumb-dev/plumb/internal/every"
 	"github.com/plumb-dev/plumb/internal/fdlimit"
-	"github.com/plumb-dev/plumb/internal/lifecycle"
 	"github.com/plumb-dev/plumb/laketable"
 	"github.com/plumb-dev/plumb/metakv"
 	"github.com/plumb-dev/plumb/retention"
@@ -406,10 +406,20 @@ func Run(ctx context.Context, cfg Config) (err error) {
 	defer stop()
 	// The server's long-running parts (the scheduler, sweeps, rereads, the
 	// dashboard) run in one group: at return every part stops and is
-	// waited for, and then what they use is closed, before the metadata
-	// and the stores closed by the defers above.
-	parts := lifecycle.New(srvCtx)
-	defer parts.Stop()
+	// waited for, and then the tables they use are closed, before the
+	// metadata and the stores closed by the defers above.
+	parts, partsCtx := errgroup.WithContext(srvCtx)
+	run := func(part func(ctx context.Context)) {
+		parts.Go(func() error { part(partsCtx); return nil })
+	}
+	var tables *laketable.Tables // the lake's, closed once the part syncing them returned
+	defer func() {
+		stop()
+		parts.Wait()
+		if tables != nil {
+			tables.Close()
+		}
+	}()
 	// builtin:dnsmetrics's counts, added as runs commit.
 	dnsCounts := dnsmetrics.NewCollector()
 	cfg.Engine.Tallier = dnsCounts
@@ -465,8 +475,8 @@ func Run(ctx context.Context, cfg Config) (err error) {
 	if authz != nil {
 		a := &authenticator{authz: authz, audit: svc.audit, failures: svc.ctr.authFailures}
 		grpcOpts = append(grpcOpts, grpc.ChainUnaryInterceptor(a.unary), grpc.ChainStreamInterceptor(a.stream))
-		parts.Go(func(ctx context.Context) error { reloadOnHUP(ctx, authz, cfg.Logger); return nil })
-		parts.Go(func(ctx context.Context) error { followTokenKeys(ctx, db, authz, cfg.Logger); return nil })
+		run(func(ctx context.Context) { reloadOnHUP(ctx, authz, cfg.Logger) })
+		run(func(ctx context.Context) { followTokenKeys(ctx, db, authz, cfg.Logger) })
 	}
 	grpcOpts = append(grpcOpts, grpc.ChainStreamInterceptor(new(receivers).stream)) // after authentication, which names the caller
 	if cfg.Registry != nil {
@@ -496,47 +506,43 @@ func Run(ctx context.Context, cfg Config) (err error) {
 		}
 		svc.eng = eng
 		if authz != nil {
-			parts.Go(func(ctx context.Context) error { svc.watchRights(ctx, 2*time.Second); return nil })
+			run(func(ctx context.Context) { svc.watchRights(ctx, 2*time.Second) })
 		}
-		parts.Go(func(ctx context.Context) error {
+		run(func(ctx context.Context) {
 			duty.run(ctx, "scheduling", func(ctx context.Context) {
 				if err := eng.Run(ctx); err != nil {
 					cfg.Logger.Error("scheduling stage runs stopped", "err", err)
 				}
 			})
-			return nil
 		})
 		if duty.shared {
 			// The graph follows the jobs taken through other servers, for
 			// what this one answers while another schedules.
-			parts.Go(func(ctx context.Context) error { followJobs(ctx, eng, cfg.Logger); return nil })
+			run(func(ctx context.Context) { followJobs(ctx, eng, cfg.Logger) })
 		}
 	}
 	if cfg.GroupIdle > 0 {
-		parts.Go(func(ctx context.Context) error {
+		run(func(ctx context.Context) {
 			duty.run(ctx, "idle groups", func(ctx context.Context) {
 				svc.expireGroups(ctx, cfg.GroupIdle, cmp.Or(cfg.SweepEvery, min(cfg.GroupIdle/10, time.Minute)))
 			})
-			return nil
 		})
 	}
-	parts.Go(func(ctx context.Context) error {
+	run(func(ctx context.Context) {
 		duty.run(ctx, "retention", func(ctx context.Context) {
 			retention.Run(ctx, db, store, cmp.Or(cfg.SweepEvery, time.Minute), cfg.Logger)
 		})
-		return nil
 	})
 	// Waiting reads are checked against their deadlines as time passes,
 	// not only when a transfer ends. Every 5 ms: checked every 20 ms, a
 	// read due in 20 ms that became hopeless was refused too late for the
 	// refusal to reach its reader before its deadline, and on a busy
 	// machine most reads the bench's readers saw late were such refusals.
-	parts.Go(func(ctx context.Context) error { svc.adm.Run(ctx, 5*time.Millisecond); return nil })
+	run(func(ctx context.Context) { svc.adm.Run(ctx, 5*time.Millisecond) })
 	if cfg.IcebergEvery > 0 {
 		// Beside shared metadata the catalog is shared too, so the tables
 		// move with the duty.
 		where := filepath.Join(cfg.Data, "iceberg", "catalog.db")
-		var tables *laketable.Tables
 		var err error
 		if cfg.Meta != "" {
 			where = "the --meta database"
@@ -559,30 +565,28 @@ func Run(ctx context.Context, cfg Config) (err error) {
 		}
 		if err != nil {
 			cfg.Logger.Warn("no Iceberg tables of the lake queues", "err", err)
+			tables = nil
 		} else {
-			parts.OnStop(func() { tables.Close() })
 			cfg.Logger.Info("Iceberg tables of the lake queues", "catalog", where, "warehouse", tables.Warehouse())
 			if cfg.IcebergMemory > 0 {
 				tables.SetMemory(cfg.IcebergMemory)
 			}
 			tables.SetKeys(cfg.AnonKeys)
 			tables.SetKeyCheck(func(queue, key string) error { return ownersMayUseKey(svc.eng.Graph(), authz, queue, key) })
-			parts.Go(func(ctx context.Context) error {
+			run(func(ctx context.Context) {
 				duty.run(ctx, "iceberg", func(ctx context.Context) {
 					syncTables(ctx, tables, cfg.IcebergEvery, cfg.IcebergCompactEvery, cfg.Logger)
 				})
-				return nil
 			})
 		}
 	}
 	if cfg.EndCaptureAfter > 0 {
 		// Looked for a few times within the wait, at most each minute.
 		every := cmp.Or(cfg.EndCaptureEvery, min(time.Minute, max(cfg.EndCaptureAfter/4, 100*time.Millisecond)))
-		parts.Go(func(ctx context.Context) error {
+		run(func(ctx context.Context) {
 			duty.run(ctx, "silent captures", func(ctx context.Context) {
 				svc.endSilentCaptures(ctx, cfg.EndCaptureAfter, every)
 			})
-			return nil
 		})
 	}
 	if cfg.FsckEvery >= 0 {
@@ -590,11 +594,10 @@ func Run(ctx context.Context, cfg Config) (err error) {
 		if svc.eng != nil {
 			recompute = svc.eng.Recompute
 		}
-		parts.Go(func(ctx context.Context) error {
+		run(func(ctx context.Context) {
 			duty.run(ctx, "fsck", func(ctx context.Context) {
 				fsck.Run(ctx, db, store, cmp.Or(cfg.FsckEvery, time.Hour), recompute, cfg.Logger)
 			})
-			return nil
 		})
 	}
 	if cfg.HTTP != "" {
@@ -607,7 +610,7 @@ func Run(ctx context.Context, cfg Config) (err error) {
 			lis.Close()
 			return fmt.Errorf("listen on %s: %w (choose another with --http)", cfg.HTTP, err)
 		}
-		parts.Go(func(ctx context.Context) error { dash.Serve(ctx, hlis, cfg.LatencyEvery); return nil })
+		run(func(ctx context.Context) { dash.Serve(ctx, hlis, cfg.LatencyEvery) })
 		cfg.Logger.Info("plumb serving the dashboard", "url", "http://"+hlis.Addr().String()+"/")
 		if cfg.HTTPReady != nil {
 			cfg.HTTPReady(hlis.Addr())
