@@ -67,8 +67,6 @@ type Config struct {
 	// Backoff is the wait after a first failed attempt, doubled after
 	// each further one; 1 s when 0.
 	Backoff time.Duration
-	// NoDedup runs every job's stages on their own, sharing nothing.
-	NoDedup bool
 	// Scratch is where runs write outputs before they are stored.
 	Scratch string
 	// Replication is how many copies of each byte the store writes (the
@@ -111,9 +109,6 @@ type Config struct {
 	// reads would otherwise grow for ever. 30 days when 0; negative keeps
 	// such blocks until consumed, however long.
 	DerivedRetention time.Duration
-	// MaxJobsPerOwner caps the accepted jobs of one owner, so one user's
-	// submissions cannot fill the metadata; 64 when 0.
-	MaxJobsPerOwner int
 	// Full, when set, says why the store has no room for outputs; while it
 	// does, no new run starts (runs under way finish).
 	Full          func() error
@@ -172,9 +167,6 @@ func (c *Config) defaults() {
 	if c.GapWait <= 0 {
 		c.GapWait = time.Minute
 	}
-	if c.MaxJobsPerOwner <= 0 {
-		c.MaxJobsPerOwner = 64
-	}
 	if c.ChainAbove <= 0 {
 		c.ChainAbove = 50
 	}
@@ -207,7 +199,6 @@ type Engine struct {
 	latm         *latencyMetrics
 	ctx          context.Context // the Run context, once running
 	boot         string          // names this process's reservations
-	jobsVersion  uint64          // the jobs' version the graph was built at
 	// ran: Run ran before, so the stages it left must be built again from
 	// the metadata when it runs again (another server may have scheduled
 	// meanwhile).
@@ -260,8 +251,9 @@ type graphStage struct {
 	stream  *streamState // stream stages
 }
 
-// New returns an engine over a metadata database and a blob store, with
-// the graph of the jobs accepted before.
+// New returns an engine over a metadata database and a blob store. It
+// runs no stage until it is given a graph (Apply): the jobs package
+// admits jobs and applies their merged graph.
 func New(db *state.DB, store blob.Store, reg *stage.Registry, cfg Config) (*Engine, error) {
 	cfg.defaults()
 	if err := os.MkdirAll(cfg.Scratch, 0o750); err != nil {
@@ -283,9 +275,6 @@ func New(db *state.DB, store blob.Store, reg *stage.Registry, cfg Config) (*Engi
 			e.log.Info("removed what runs killed with the previous process left in scratch", "dir", cfg.Scratch, "entries", n, "bytes", bytes)
 		}
 	}
-	if err := e.load(); err != nil {
-		return nil, err
-	}
 	return e, nil
 }
 
@@ -301,11 +290,14 @@ func (e *Engine) Run(ctx context.Context) error {
 	e.ctx = ctx
 	if e.ran {
 		// Window and stream stages hold what they were fed: it is stale
-		// after another server scheduled.
+		// after another server scheduled. (The graph itself is kept
+		// current by whoever applies the jobs.)
 		e.stages = map[string]*graphStage{}
-		if err := e.loadGraph(); err != nil {
-			e.mu.Unlock()
-			return err
+		if e.graph != nil {
+			if err := e.apply(e.graph); err != nil {
+				e.mu.Unlock()
+				return err
+			}
 		}
 	}
 	e.ran = true
@@ -340,13 +332,6 @@ func (e *Engine) Run(ctx context.Context) error {
 			return nil
 		case <-ticker.C:
 			reshare, counted = true, true
-			// Only another server sharing the metadata changes the jobs
-			// behind this one's back.
-			if e.cfg.Shared {
-				if err := e.Follow(); err != nil {
-					e.log.Error("reading the jobs", "err", err)
-				}
-			}
 		case <-changed:
 			reshare = e.idleStages()
 		case <-e.kick:

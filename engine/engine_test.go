@@ -24,6 +24,7 @@ import (
 	"github.com/plumb-dev/plumb/codecs"
 	"github.com/plumb-dev/plumb/engine"
 	"github.com/plumb-dev/plumb/internal/testprog"
+	"github.com/plumb-dev/plumb/jobs"
 	"github.com/plumb-dev/plumb/retention"
 	"github.com/plumb-dev/plumb/sandbox"
 	"github.com/plumb-dev/plumb/stage"
@@ -48,6 +49,8 @@ type rig struct {
 	db       *state.DB
 	store    blob.Store
 	eng      *engine.Engine
+	ctl      *jobs.Control
+	jobsCfg  jobs.Config // the admission of the next start
 	dir      string
 	stop     func()
 }
@@ -121,6 +124,11 @@ func (r *rig) start(cfg engine.Config) {
 	if err != nil {
 		r.t.Fatal(err)
 	}
+	ctl, err := jobs.New(r.db, eng, r.jobsCfg)
+	if err != nil {
+		r.t.Fatal(err)
+	}
+	r.ctl = ctl
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
 	go func() { eng.Run(ctx); close(done) }()
@@ -148,16 +156,16 @@ func (r *rig) putName(n block.Name, data []byte) {
 	}
 }
 
-func (r *rig) submit(src string) engine.SubmitResult {
+func (r *rig) submit(src string) jobs.SubmitResult {
 	r.t.Helper()
-	res, err := r.eng.Submit("test.yaml", []byte(src), "")
+	res, err := r.ctl.Submit("test.yaml", []byte(src), "")
 	if err != nil {
 		r.t.Fatal(err)
 	}
 	return res
 }
 
-func (r *rig) mustAccept(src string) engine.SubmitResult {
+func (r *rig) mustAccept(src string) jobs.SubmitResult {
 	r.t.Helper()
 	res := r.submit(src)
 	if res.State != "accepted" {
@@ -428,7 +436,7 @@ func TestRetractKeepsSharedStageAndFromChoosesStart(t *testing.T) {
 	r.put("raw", 4, []byte("new 4"))
 	r.wait("block 4 through both stages", func() bool { return r.count("raw.up") == 1 && r.count("raw.rev") == 4 })
 
-	if err := r.eng.Retract("alice"); err != nil {
+	if err := r.ctl.Retract("alice"); err != nil {
 		t.Fatal(err)
 	}
 	if len(r.eng.Graph().Stages) != 2 {
@@ -437,7 +445,7 @@ func TestRetractKeepsSharedStageAndFromChoosesStart(t *testing.T) {
 	r.put("raw", 5, []byte("new 5"))
 	r.wait("block 5 through the shared stage", func() bool { return r.count("raw.up") == 2 })
 
-	if err := r.eng.Retract("bob"); err != nil {
+	if err := r.ctl.Retract("bob"); err != nil {
 		t.Fatal(err)
 	}
 	if n := len(r.eng.Graph().Stages); n != 0 {
@@ -446,7 +454,7 @@ func TestRetractKeepsSharedStageAndFromChoosesStart(t *testing.T) {
 	if gs, _ := r.db.Groups("raw"); len(gs) != 0 {
 		t.Errorf("stages that left still subscribe: %+v", gs)
 	}
-	jobs, _ := r.eng.Jobs()
+	jobs, _ := r.ctl.Jobs()
 	for _, j := range jobs {
 		if j.State != state.JobRetracted {
 			t.Errorf("job %s is %s", j.Name, j.State)

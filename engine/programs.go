@@ -97,26 +97,28 @@ func (e *Engine) AddProgram(name, path, wantSHA256 string, network bool, by stri
 	return p, nil
 }
 
-// RemoveProgram unregisters a program. It is refused while an accepted
-// job names it: retract those first.
+// RemoveProgram unregisters a program. It is refused while a job in
+// the graph (accepted, suspended or not) names it: retract those first.
 func (e *Engine) RemoveProgram(name string) error {
 	if _, err := e.db.GetProgram(name); err != nil {
 		return err
 	}
-	jobs, err := e.acceptedJobs("")
-	if err != nil {
-		return err
-	}
 	var users []string
-	for _, j := range jobs {
-		for _, s := range j.Stages {
-			for _, st := range s.Program.Steps {
-				if len(st.Argv) > 0 && st.Argv[0] == name && !slices.Contains(users, j.Name) {
-					users = append(users, j.Name)
+	if g := e.Graph(); g != nil {
+		for _, n := range g.Stages {
+			for _, st := range n.Program.Steps {
+				if len(st.Argv) == 0 || st.Argv[0] != name {
+					continue
+				}
+				for _, o := range n.Owners {
+					if !slices.Contains(users, o.Job) {
+						users = append(users, o.Job)
+					}
 				}
 			}
 		}
 	}
+	slices.Sort(users)
 	if len(users) > 0 {
 		return fmt.Errorf("program %s is run by job(s) %s; retract them first", name, strings.Join(users, ", "))
 	}

@@ -10,13 +10,14 @@ import (
 	"testing"
 
 	"github.com/plumb-dev/plumb/engine"
+	"github.com/plumb-dev/plumb/jobs"
 	"github.com/plumb-dev/plumb/sandbox"
 )
 
 // untrusted submits a job as a user who is not an admin.
-func (r *rig) untrusted(src string) engine.SubmitResult {
+func (r *rig) untrusted(src string) jobs.SubmitResult {
 	r.t.Helper()
-	res, err := r.eng.SubmitChecked("job.yaml", []byte(src), "bob", false, nil)
+	res, err := r.ctl.SubmitChecked("job.yaml", []byte(src), "bob", false, nil)
 	if err != nil {
 		r.t.Fatal(err)
 	}
@@ -87,7 +88,7 @@ func TestUnregisteredExecutableRefused(t *testing.T) {
 	if res := r.untrusted("job: evil2\nstages:\n  - {name: s, inputs: [bob.in], program: [sh, -c, id], outputs: [bob.out]}\n"); res.State != "rejected" || !strings.Contains(res.Reason, `program "sh" is not registered`) {
 		t.Fatalf("unregistered sh by name: %+v", res)
 	}
-	if jobs, _ := r.eng.Jobs(); len(jobs) != 0 {
+	if jobs, _ := r.ctl.Jobs(); len(jobs) != 0 {
 		t.Errorf("rejected jobs were stored: %+v", jobs)
 	}
 	// Registered, the same user may run it, and only by its name.
@@ -220,7 +221,10 @@ func TestHostileStagesContained(t *testing.T) {
 // is refused before parsing, rejected jobs leave nothing behind, and one
 // owner's accepted jobs are capped.
 func TestJobsAreBounded(t *testing.T) {
-	r := newRig(t, engine.Config{Slots: 1, MaxJobsPerOwner: 3})
+	r := newRig(t, engine.Config{Slots: 1})
+	r.stop()
+	r.jobsCfg = jobs.Config{MaxPerOwner: 3}
+	r.start(engine.Config{Slots: 1})
 	r.put("bob.in", 1, []byte("x"))
 	big := "job: big\nstages:\n  - {name: s, inputs: [bob.in], program: builtin:copy, outputs: [bob.o]}\n#" + strings.Repeat("x", 300<<10) + "\n"
 	if res := r.untrusted(big); res.State != "rejected" || !strings.Contains(res.Reason, "larger than 262144 bytes") {
@@ -231,7 +235,7 @@ func TestJobsAreBounded(t *testing.T) {
 			t.Fatalf("unregistered cat: %+v", res)
 		}
 	}
-	if jobs, _ := r.eng.Jobs(); len(jobs) != 0 {
+	if jobs, _ := r.ctl.Jobs(); len(jobs) != 0 {
 		t.Fatalf("rejected jobs were stored: %d", len(jobs))
 	}
 	if _, err := r.eng.AddProgram("cat", "/usr/bin/cat", "", false, "admin"); err != nil {
@@ -252,12 +256,12 @@ func TestJobsAreBounded(t *testing.T) {
 		t.Errorf("replacing one of the three: %+v", res)
 	}
 	// Another user is not held back by bob's.
-	if res, err := r.eng.SubmitChecked("job.yaml", []byte(job(9)), "carol", false, nil); err != nil || res.State != "accepted" {
+	if res, err := r.ctl.SubmitChecked("job.yaml", []byte(job(9)), "carol", false, nil); err != nil || res.State != "accepted" {
 		t.Errorf("carol's first job: %+v %v", res, err)
 	}
 }
 
-func truncated(res engine.SubmitResult) engine.SubmitResult {
+func truncated(res jobs.SubmitResult) jobs.SubmitResult {
 	if len(res.Reason) > 300 {
 		res.Reason = res.Reason[:300]
 	}

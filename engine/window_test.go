@@ -236,7 +236,7 @@ stages:
 func TestLateHorizonBounded(t *testing.T) {
 	r := newRig(t, engine.Config{Slots: 1})
 	r.put("raw", 1, []byte("x"))
-	res, err := r.eng.Submit("j.yaml", []byte("job: j\nfrom: earliest\nstages:\n  - {name: m, abstraction: window, window: {size: 1m, late_horizon: 30d}, inputs: [raw], program: [cat], outputs: [raw.m]}\n"), "")
+	res, err := r.ctl.Submit("j.yaml", []byte("job: j\nfrom: earliest\nstages:\n  - {name: m, abstraction: window, window: {size: 1m, late_horizon: 30d}, inputs: [raw], program: [cat], outputs: [raw.m]}\n"), "")
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -15,6 +15,7 @@ import (
 	"github.com/plumb-dev/plumb/engine"
 	"github.com/plumb-dev/plumb/flight"
 	"github.com/plumb-dev/plumb/internal/every"
+	"github.com/plumb-dev/plumb/jobs"
 	"github.com/plumb-dev/plumb/pipeline"
 	"github.com/plumb-dev/plumb/state"
 )
@@ -26,8 +27,16 @@ func (s *Service) engine() (*engine.Engine, error) {
 	return s.eng, nil
 }
 
+// control is the control plane of the jobs, or why there is none.
+func (s *Service) control() (*jobs.Control, error) {
+	if s.jobs == nil {
+		return nil, status.Error(codes.Unimplemented, "this server runs no pipelines")
+	}
+	return s.jobs, nil
+}
+
 func (s *Service) submitJob(ctx context.Context, body []byte) (any, error) {
-	eng, err := s.engine()
+	ctl, err := s.control()
 	if err != nil {
 		return nil, err
 	}
@@ -39,14 +48,14 @@ func (s *Service) submitJob(ctx context.Context, body []byte) (any, error) {
 		req.File = "job.yaml"
 	}
 	if s.authz == nil {
-		return eng.Submit(req.File, []byte(req.YAML), "")
+		return ctl.Submit(req.File, []byte(req.YAML), "")
 	}
 	owner := caller(ctx)
 	// An admin may name any executable on the server, as registering it
 	// would; others only registered programs.
 	trusted := s.may(ctx, auth.Admin, "")
 	id, _ := AuthFromContext(ctx)
-	return eng.SubmitChecked(req.File, []byte(req.YAML), owner, trusted, func(job *pipeline.Job) error {
+	return ctl.SubmitChecked(req.File, []byte(req.YAML), owner, trusted, func(job *pipeline.Job) error {
 		job.OwnerID = id.ID
 		var ps pipeline.Problems
 		if old, err := s.db.GetJob(job.Name); err == nil && !ownedBy(old.Owner, old.OwnerID, id) && old.State == state.JobAccepted && !s.may(ctx, auth.Admin, "") {
@@ -130,7 +139,7 @@ func (s *Service) watchRights(ctx context.Context, period time.Duration) {
 	var seen uint64
 	every.RunNow(ctx, period, func() {
 		if v := s.authz.Refresh(); v != seen {
-			if err := s.eng.Recheck(s.jobRights); err != nil {
+			if err := s.jobs.Recheck(s.jobRights); err != nil {
 				s.log.Error("rechecking the jobs' rights after the users file changed", "err", err)
 			} else {
 				seen = v
@@ -140,7 +149,7 @@ func (s *Service) watchRights(ctx context.Context, period time.Duration) {
 }
 
 func (s *Service) retractJob(ctx context.Context, body []byte) (any, error) {
-	eng, err := s.engine()
+	ctl, err := s.control()
 	if err != nil {
 		return nil, err
 	}
@@ -160,7 +169,7 @@ func (s *Service) retractJob(ctx context.Context, body []byte) (any, error) {
 			}
 		}
 	}
-	if err := eng.Retract(req.Job); err != nil {
+	if err := ctl.Retract(req.Job); err != nil {
 		if errors.Is(err, state.ErrNotFound) {
 			return nil, status.Errorf(codes.NotFound, "%v; list jobs with `plumb job list`", err)
 		}
@@ -170,15 +179,15 @@ func (s *Service) retractJob(ctx context.Context, body []byte) (any, error) {
 }
 
 func (s *Service) listJobs(ctx context.Context, _ []byte) (any, error) {
-	eng, err := s.engine()
+	ctl, err := s.control()
 	if err != nil {
 		return nil, err
 	}
-	jobs, err := eng.Jobs()
+	list, err := ctl.Jobs()
 	if s.authz != nil && !s.may(ctx, auth.Admin, "") {
-		jobs = slices.DeleteFunc(jobs, func(j state.Job) bool { return j.Owner != caller(ctx) })
+		list = slices.DeleteFunc(list, func(j state.Job) bool { return j.Owner != caller(ctx) })
 	}
-	return listOf(jobs), err
+	return listOf(list), err
 }
 
 // readable reports whether the caller may read every input of a stage,

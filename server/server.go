@@ -36,6 +36,7 @@ import (
 	"github.com/plumb-dev/plumb/fsck"
 	"github.com/plumb-dev/plumb/internal/every"
 	"github.com/plumb-dev/plumb/internal/fdlimit"
+	"github.com/plumb-dev/plumb/jobs"
 	"github.com/plumb-dev/plumb/laketable"
 	"github.com/plumb-dev/plumb/metakv"
 	"github.com/plumb-dev/plumb/retention"
@@ -130,6 +131,8 @@ type Config struct {
 	// Engine configures the pipeline engine; its Scratch defaults to
 	// DATA/tmp.
 	Engine engine.Config
+	// Jobs configures the admission of jobs.
+	Jobs jobs.Config
 	// HTTP, when set, is the address of the dashboard, /metrics, /healthz
 	// and /readyz; HTTPReady gets its listening address.
 	HTTP      string
@@ -255,6 +258,7 @@ type Service struct {
 	db    *state.DB
 	store blob.Store
 	eng   *engine.Engine // nil: no pipelines
+	jobs  *jobs.Control  // with eng
 	// shared: the metadata is in PostgreSQL, where other servers may
 	// schedule.
 	shared bool
@@ -504,12 +508,27 @@ func Run(ctx context.Context, cfg Config) (err error) {
 			lis.Close()
 			return fmt.Errorf("start the pipeline engine: %w", err)
 		}
-		svc.eng = eng
+		jcfg := cfg.Jobs
+		if jcfg.Logger == nil {
+			jcfg.Logger = cfg.Logger
+		}
+		ctl, err := jobs.New(db, eng, jcfg)
+		if err != nil {
+			lis.Close()
+			return fmt.Errorf("load the accepted jobs: %w", err)
+		}
+		svc.eng, svc.jobs = eng, ctl
 		if authz != nil {
 			run(func(ctx context.Context) { svc.watchRights(ctx, 2*time.Second) })
 		}
 		run(func(ctx context.Context) {
 			duty.run(ctx, "scheduling", func(ctx context.Context) {
+				// Another server may have taken jobs while this one did
+				// not schedule: the graph starts from what the metadata
+				// holds now.
+				if err := ctl.Follow(); err != nil {
+					cfg.Logger.Warn("reading the jobs before scheduling", "err", err)
+				}
 				if err := eng.Run(ctx); err != nil {
 					cfg.Logger.Error("scheduling stage runs stopped", "err", err)
 				}
@@ -518,7 +537,7 @@ func Run(ctx context.Context, cfg Config) (err error) {
 		if duty.shared {
 			// The graph follows the jobs taken through other servers, for
 			// what this one answers while another schedules.
-			run(func(ctx context.Context) { followJobs(ctx, eng, cfg.Logger) })
+			run(func(ctx context.Context) { followJobs(ctx, ctl, cfg.Logger) })
 		}
 	}
 	if cfg.GroupIdle > 0 {
@@ -601,7 +620,7 @@ func Run(ctx context.Context, cfg Config) (err error) {
 		})
 	}
 	if cfg.HTTP != "" {
-		dash := web.New(svc.eng, db, cfg.Gatherer, cfg.Logger).WithSilentAfter(cfg.SiteSilentAfter).WithHosts(cfg.HTTPHosts...)
+		dash := web.New(svc.eng, svc.jobs, db, cfg.Gatherer, cfg.Logger).WithSilentAfter(cfg.SiteSilentAfter).WithHosts(cfg.HTTPHosts...)
 		if authz != nil {
 			dash.WithAuth(authz)
 		}
@@ -782,9 +801,9 @@ func openMeta(ctx context.Context, cfg Config) (*state.DB, error) {
 
 // followJobs keeps the engine's graph that of the jobs in the metadata,
 // which other servers sharing it change.
-func followJobs(ctx context.Context, eng *engine.Engine, log *slog.Logger) {
+func followJobs(ctx context.Context, ctl *jobs.Control, log *slog.Logger) {
 	every.Run(ctx, 2*time.Second, func() {
-		if err := eng.Follow(); err != nil {
+		if err := ctl.Follow(); err != nil {
 			log.Warn("reading the jobs other servers took", "err", err)
 		}
 	})

@@ -175,7 +175,7 @@ type RetractRequest struct {
 }
 
 func (s *Server) retract(r *http.Request, req RetractRequest) (any, error) {
-	if s.eng == nil {
+	if s.ctl == nil {
 		return nil, refuse(http.StatusNotFound, "this server runs no pipelines")
 	}
 	j, err := s.db.GetJob(req.Job)
@@ -188,7 +188,7 @@ func (s *Server) retract(r *http.Request, req RetractRequest) (any, error) {
 	if j.Owner != userOf(r) && !s.may(r, auth.Admin, "") {
 		return nil, refuse(http.StatusForbidden, "job %s belongs to %s; retracting it needs admin", req.Job, j.Owner)
 	}
-	if err := s.eng.Retract(req.Job); err != nil {
+	if err := s.ctl.Retract(req.Job); err != nil {
 		return nil, refuse(http.StatusConflict, "%v", err)
 	}
 	return map[string]string{"retracted": req.Job}, nil

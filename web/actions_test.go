@@ -19,6 +19,7 @@ import (
 
 	"github.com/plumb-dev/plumb/auth"
 	"github.com/plumb-dev/plumb/blob"
+	"github.com/plumb-dev/plumb/internal/testenv"
 	"github.com/plumb-dev/plumb/state"
 	"github.com/plumb-dev/plumb/web"
 )
@@ -34,7 +35,7 @@ func TestDashboardActions(t *testing.T) {
 	os.WriteFile(script, []byte("#!/bin/sh\ndata=$(cat)\ncase \"$data\" in *poison*) echo picky: poison >&2; exit 3;; esac\nprintf '%s' \"$data\"\n"), 0o755)
 	r.put(t, 1, "block 1")
 	src := fmt.Sprintf("job: alice\nowner: ana\nfrom: earliest\nstages:\n  - {name: clean, inputs: [raw], program: [%s], outputs: [raw.clean]}\n", script)
-	if res, err := r.eng.Submit("alice.yaml", []byte(src), "ana"); err != nil || res.State != "accepted" {
+	if res, err := r.ctl.Submit("alice.yaml", []byte(src), "ana"); err != nil || res.State != "accepted" {
 		t.Fatalf("submit: %+v %v", res, err)
 	}
 	r.put(t, 2, "poison")
@@ -53,7 +54,7 @@ func TestDashboardActions(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	srv := httptest.NewServer(web.New(r.eng, r.db, r.reg, slog.Default()).WithAuth(authz).Handler())
+	srv := httptest.NewServer(web.New(r.eng, r.ctl, r.db, r.reg, slog.Default()).WithAuth(authz).Handler())
 	defer srv.Close()
 	secrets := map[string]string{"ana": anaSecret, "ops": opsSecret, "eva": evaSecret}
 	do := func(method, path, user, body string, header map[string]string) (int, string) {
@@ -88,14 +89,11 @@ func TestDashboardActions(t *testing.T) {
 		}
 		return fb
 	}
-	deadline := time.Now().Add(60 * time.Second)
 	var fb []state.FaultyBlock
-	for fb = faulty(); len(fb) == 0; fb = faulty() {
-		if time.Now().After(deadline) {
-			t.Fatal("the poisoned block was never set aside")
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+	testenv.WaitFor(t, time.Minute, "the poisoned block to be set aside", func() bool {
+		fb = faulty()
+		return len(fb) > 0
+	})
 	if len(fb) != 1 || fb[0].Stage != "alice/clean" || !strings.Contains(fb[0].Error, "picky: poison") {
 		t.Fatalf("faulty blocks: %+v; want the poisoned block of alice/clean with its stderr", fb)
 	}
@@ -136,14 +134,10 @@ func TestDashboardActions(t *testing.T) {
 	}
 	// Requeued, the block runs again (and fails again, and is set aside
 	// again).
-	for deadline := time.Now().Add(60 * time.Second); ; time.Sleep(20 * time.Millisecond) {
-		if fb := faulty(); len(fb) == 1 && failed() >= before+int64(first) {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("the retried block never ran again: %+v", faulty())
-		}
-	}
+	testenv.Eventually(t, time.Minute, "the retried block to run again", func() (string, bool) {
+		fb := faulty()
+		return fmt.Sprintf("%+v", fb), len(fb) == 1 && failed() >= before+int64(first)
+	})
 
 	// Retract: not by another reader, by the owner or an admin.
 	if code, body := do("POST", "/api/retract", "eva", `{"job":"alice"}`, nil); code != 403 || !strings.Contains(body, "belongs to ana") {
@@ -200,7 +194,7 @@ func TestDashboardSites(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	srv := &http.Server{Handler: web.New(nil, db, nil, slog.Default()).Handler()}
+	srv := &http.Server{Handler: web.New(nil, nil, db, nil, slog.Default()).Handler()}
 	go srv.Serve(lis)
 	defer srv.Shutdown(context.Background())
 	sites := getJSON[[]web.SiteRow](t, "http://"+lis.Addr().String()+"/api/sites")

@@ -27,6 +27,7 @@ import (
 	"github.com/plumb-dev/plumb/engine"
 	"github.com/plumb-dev/plumb/flight"
 	"github.com/plumb-dev/plumb/internal/fdlimit"
+	"github.com/plumb-dev/plumb/jobs"
 	"github.com/plumb-dev/plumb/pipeline"
 	"github.com/plumb-dev/plumb/state"
 )
@@ -37,6 +38,7 @@ var ui embed.FS
 // Server serves the dashboard.
 type Server struct {
 	eng    *engine.Engine
+	ctl    *jobs.Control
 	db     *state.DB
 	gather prometheus.Gatherer
 	log    *slog.Logger
@@ -62,14 +64,14 @@ type point struct {
 // historyKeep bounds the latency chart: a sample a minute for a day.
 const historyKeep = 24 * 60
 
-// New returns a dashboard over a running engine (nil when the server runs
-// no pipelines) and its metadata. gather serves /metrics; nil serves the
-// default registry.
-func New(eng *engine.Engine, db *state.DB, gather prometheus.Gatherer, log *slog.Logger) *Server {
+// New returns a dashboard over a running engine and the control plane of
+// its jobs (both nil when the server runs no pipelines) and its
+// metadata. gather serves /metrics; nil serves the default registry.
+func New(eng *engine.Engine, ctl *jobs.Control, db *state.DB, gather prometheus.Gatherer, log *slog.Logger) *Server {
 	if gather == nil {
 		gather = prometheus.DefaultGatherer
 	}
-	return &Server{eng: eng, db: db, gather: gather, log: log}
+	return &Server{eng: eng, ctl: ctl, db: db, gather: gather, log: log}
 }
 
 // Handler returns the dashboard's routes.

@@ -27,6 +27,7 @@ import (
 	"github.com/plumb-dev/plumb/engine"
 	"github.com/plumb-dev/plumb/flight"
 	"github.com/plumb-dev/plumb/internal/testenv"
+	"github.com/plumb-dev/plumb/jobs"
 	"github.com/plumb-dev/plumb/sandbox"
 	"github.com/plumb-dev/plumb/stage"
 	"github.com/plumb-dev/plumb/stage/builtin"
@@ -43,6 +44,7 @@ type rig struct {
 	db    *state.DB
 	store blob.Store
 	eng   *engine.Engine
+	ctl   *jobs.Control
 	reg   *prometheus.Registry
 }
 
@@ -69,11 +71,15 @@ func newRig(t *testing.T) *rig {
 	if err != nil {
 		t.Fatal(err)
 	}
+	ctl, err := jobs.New(db, eng, jobs.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
 	go func() { defer close(done); eng.Run(ctx) }()
 	t.Cleanup(func() { cancel(); <-done; db.Close() })
-	return &rig{db: db, store: store, eng: eng, reg: reg}
+	return &rig{db: db, store: store, eng: eng, ctl: ctl, reg: reg}
 }
 
 func (r *rig) put(t *testing.T, seq uint64, data string) {
@@ -127,7 +133,7 @@ func TestDashboardAPI(t *testing.T) {
 	for i, job := range []string{"alice", "bob"} {
 		src := fmt.Sprintf("job: %s\nowner: %s\nfrom: earliest\nstages:\n  - {name: clean, inputs: [raw], program: [%s], outputs: [raw.clean]}\n"+
 			"  - {name: mine, inputs: [raw.clean], program: [cat], outputs: [raw.%d]}\n", job, job, script, i)
-		if res, err := r.eng.Submit(job+".yaml", []byte(src), ""); err != nil || res.State != "accepted" {
+		if res, err := r.ctl.Submit(job+".yaml", []byte(src), ""); err != nil || res.State != "accepted" {
 			t.Fatalf("submit %s: %+v %v", job, res, err)
 		}
 	}
@@ -138,25 +144,18 @@ func TestDashboardAPI(t *testing.T) {
 		}
 		r.put(t, seq, data)
 	}
-	srv := httptest.NewServer(web.New(r.eng, r.db, r.reg, slog.Default()).Handler())
+	srv := httptest.NewServer(web.New(r.eng, r.ctl, r.db, r.reg, slog.Default()).Handler())
 	defer srv.Close()
 
-	deadline := time.Now().Add(60 * time.Second)
 	var g web.Graph
-	for {
+	testenv.Eventually(t, time.Minute, "a faulty block shown", func() (string, bool) {
 		g = getJSON[web.Graph](t, srv.URL+"/api/graph")
 		var faulty int64
 		for _, st := range g.Stages {
 			faulty += st.Faulty
 		}
-		if faulty == 1 {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("no faulty block shown after 60s: %+v", g)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+		return fmt.Sprintf("%+v", g), faulty == 1
+	})
 	if len(g.Stages) != 3 || strings.Join(g.Queues, " ") != "raw raw.0 raw.1 raw.clean" {
 		t.Fatalf("graph: %d stages, queues %v; want the shared clean stage and two of mine", len(g.Stages), g.Queues)
 	}
@@ -169,18 +168,16 @@ func TestDashboardAPI(t *testing.T) {
 	// The faulty block may be set aside before the last good block's run
 	// ends: wait for every block to settle.
 	var page web.QueuePage
-	for settled := false; !settled; time.Sleep(20 * time.Millisecond) {
+	testenv.Eventually(t, time.Minute, "the blocks to settle", func() (string, bool) {
 		page = getJSON[web.QueuePage](t, srv.URL+"/api/queue/raw")
-		settled = true
+		settled := true
 		for _, b := range page.Blocks {
 			for _, d := range b.States {
 				settled = settled && d.State != state.Reserved && d.State != state.Unreserved
 			}
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("blocks not settled after 60s: %+v", page.Blocks)
-		}
-	}
+		return fmt.Sprintf("%+v", page.Blocks), settled
+	})
 	if page.Queue.Blocks != 4 || len(page.Blocks) != 4 || page.Blocks[0].Seq != 4 || page.Producer != "" ||
 		strings.Join(page.Readers, ",") != "alice/clean" {
 		t.Fatalf("queue page: %+v", page)
@@ -236,7 +233,7 @@ type sample struct {
 func TestServeSamplesLatency(t *testing.T) {
 	r := newRig(t)
 	r.put(t, 1, "x")
-	if res, err := r.eng.Submit("j.yaml", []byte("job: j\nfrom: earliest\nstages:\n  - {name: c, inputs: [raw], program: [cat], outputs: [raw.c]}\n"), ""); err != nil || res.State != "accepted" {
+	if res, err := r.ctl.Submit("j.yaml", []byte("job: j\nfrom: earliest\nstages:\n  - {name: c, inputs: [raw], program: [cat], outputs: [raw.c]}\n"), ""); err != nil || res.State != "accepted" {
 		t.Fatal(res, err)
 	}
 	lis, err := net.Listen("tcp", "127.0.0.1:0")
@@ -245,7 +242,7 @@ func TestServeSamplesLatency(t *testing.T) {
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
-	go func() { done <- web.New(r.eng, r.db, nil, slog.Default()).Serve(ctx, lis, 10*time.Millisecond) }()
+	go func() { done <- web.New(r.eng, r.ctl, r.db, nil, slog.Default()).Serve(ctx, lis, 10*time.Millisecond) }()
 	url := "http://" + lis.Addr().String() + "/api/latency"
 	deadline := time.Now().Add(60 * time.Second)
 	var first time.Time
@@ -276,7 +273,7 @@ func TestServeSamplesLatency(t *testing.T) {
 	}
 	ctx, cancel = context.WithCancel(context.Background())
 	defer func() { cancel(); <-done }()
-	go func() { done <- web.New(r.eng, r.db, nil, slog.Default()).Serve(ctx, lis, time.Hour) }()
+	go func() { done <- web.New(r.eng, r.ctl, r.db, nil, slog.Default()).Serve(ctx, lis, time.Hour) }()
 	h := getJSON[[]sample](t, "http://"+lis.Addr().String()+"/api/latency")
 	if len(h) < before || !h[0].At.Equal(first) {
 		t.Errorf("after a restart the history has %d samples from %v; it had %d from %v", len(h), h[0].At, before, first)
@@ -291,7 +288,7 @@ func TestDashboardLogin(t *testing.T) {
 	for i, job := range []string{"alice", "bob"} {
 		src := fmt.Sprintf("job: %s\nfrom: earliest\nstages:\n  - {name: clean, inputs: [raw], program: [cat], outputs: [raw.clean]}\n"+
 			"  - {name: mine, inputs: [raw.clean], program: [cat], outputs: [raw.%d]}\n", job, i)
-		if res, err := r.eng.Submit(job+".yaml", []byte(src), ""); err != nil || res.State != "accepted" {
+		if res, err := r.ctl.Submit(job+".yaml", []byte(src), ""); err != nil || res.State != "accepted" {
 			t.Fatalf("submit %s: %+v %v", job, res, err)
 		}
 	}
@@ -308,7 +305,7 @@ func TestDashboardLogin(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	srv := httptest.NewServer(web.New(r.eng, r.db, r.reg, slog.Default()).WithAuth(authz).Handler())
+	srv := httptest.NewServer(web.New(r.eng, r.ctl, r.db, r.reg, slog.Default()).WithAuth(authz).Handler())
 	defer srv.Close()
 	get := func(path, user, secret string) (int, string, http.Header) {
 		req, _ := http.NewRequest("GET", srv.URL+path, nil)
@@ -411,11 +408,11 @@ func TestServeSamplesRates(t *testing.T) {
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
-	go func() { done <- web.New(r.eng, r.db, nil, slog.Default()).Serve(ctx, lis, 10*time.Millisecond) }()
+	go func() { done <- web.New(r.eng, r.ctl, r.db, nil, slog.Default()).Serve(ctx, lis, 10*time.Millisecond) }()
 	defer func() { cancel(); <-done }()
 	base := "http://" + lis.Addr().String()
 	r.put(t, 1, "0123456789")
-	if res, err := r.eng.Submit("j.yaml", []byte("job: j\nfrom: earliest\nstages:\n  - {name: c, inputs: [raw], program: [cat], outputs: [raw.c]}\n"), ""); err != nil || res.State != "accepted" {
+	if res, err := r.ctl.Submit("j.yaml", []byte("job: j\nfrom: earliest\nstages:\n  - {name: c, inputs: [raw], program: [cat], outputs: [raw.c]}\n"), ""); err != nil || res.State != "accepted" {
 		t.Fatal(res, err)
 	}
 	seen := map[string]web.Rate{} // the busiest point of each series
@@ -457,7 +454,7 @@ func TestRatesOfAStageNewSinceTheLastSample(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	const every = 2 * time.Second
-	go func() { done <- web.New(r.eng, r.db, nil, slog.Default()).Serve(ctx, lis, every) }()
+	go func() { done <- web.New(r.eng, r.ctl, r.db, nil, slog.Default()).Serve(ctx, lis, every) }()
 	defer func() { cancel(); <-done }()
 	base := "http://" + lis.Addr().String()
 	// The first sample is taken as the dashboard starts, before the job.
@@ -465,7 +462,7 @@ func TestRatesOfAStageNewSinceTheLastSample(t *testing.T) {
 	time.Sleep(200 * time.Millisecond)
 	started := time.Now()
 	r.put(t, 1, "0123456789")
-	if res, err := r.eng.Submit("j.yaml", []byte("job: j\nfrom: earliest\nstages:\n  - {name: c, inputs: [raw], program: [cat], outputs: [raw.c]}\n"), ""); err != nil || res.State != "accepted" {
+	if res, err := r.ctl.Submit("j.yaml", []byte("job: j\nfrom: earliest\nstages:\n  - {name: c, inputs: [raw], program: [cat], outputs: [raw.c]}\n"), ""); err != nil || res.State != "accepted" {
 		t.Fatal(res, err)
 	}
 	testenv.WaitFor(t, 30*time.Second, "the run to finish", func() bool {
@@ -493,7 +490,7 @@ func TestRatesOfAStageNewSinceTheLastSample(t *testing.T) {
 // names it is given; others get 421 before anything is read or done.
 func TestRebindingHostRefused(t *testing.T) {
 	r := newRig(t)
-	srv := httptest.NewServer(web.New(r.eng, r.db, r.reg, slog.Default()).WithHosts("Dash.Example.org").Handler())
+	srv := httptest.NewServer(web.New(r.eng, r.ctl, r.db, r.reg, slog.Default()).WithHosts("Dash.Example.org").Handler())
 	defer srv.Close()
 	do := func(method, host, path string) (int, string) {
 		req, _ := http.NewRequest(method, srv.URL+path, strings.NewReader(`{"job":"alice"}`))

@@ -45,7 +45,7 @@ func serveCommand() command {
 			fs.IntVar(&cfg.Engine.Slots, "slots", 0, "stage runs at once (worker slots); 0 means one per CPU")
 			fs.IntVar(&cfg.Engine.Nice, "stage-nice", engine.StageNice, "CPU priority (nice value, up to 19) of stage runs in this server, below serving reads and puts; 0: the server's own")
 			policy := fs.String("workers", "backlog", "how slots are shared: backlog (in proportion to each stage's backlog) or static (equal split)")
-			fs.BoolVar(&cfg.Engine.NoDedup, "no-dedup", false, "run every job's stages on their own, sharing nothing (to measure what merging saves)")
+			fs.BoolVar(&cfg.Jobs.NoDedup, "no-dedup", false, "run every job's stages on their own, sharing nothing (to measure what merging saves)")
 			fs.DurationVar(&cfg.Engine.Tick, "tick", time.Second, "how often slots are re-shared")
 			fs.IntVar(&cfg.Engine.MaxAttempts, "max-attempts", 4, "runs a block gets (every failure, timeout, crash or limit counts) before it is set aside as FAULTY")
 			fs.Float64Var(&cfg.Engine.Replication, "replication", 1, "copies the store writes of each byte, for the I/O intensity (1 for a directory)")

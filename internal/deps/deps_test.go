@@ -15,7 +15,7 @@ import (
 const module = "github.com/plumb-dev/plumb/"
 
 // The server's own packages, and what only it needs.
-var serverSide = []string{"server", "engine", "state", "metakv", "web", "laketable", "fsck", "retention", "admission"}
+var serverSide = []string{"server", "engine", "jobs", "state", "metakv", "web", "laketable", "fsck", "retention", "admission"}
 
 // rules: packages matching a pattern (path.Match on the path inside the
 // module, "..." for a subtree) must not link anything named in never,
@@ -40,8 +40,10 @@ var rules = []struct {
 		"the stage contract, the program runner and the built-ins run on the server and on workers alike"},
 	{[]string{"state", "metakv", "blob"}, []string{"server", "engine", "web", "stage", "worker", "client"},
 		"the metadata and the stores know nothing of who uses them"},
-	{[]string{"engine"}, []string{"server", "web", "client", "worker"},
-		"the scheduler is composed by the server; it does not call back into it"},
+	{[]string{"engine"}, []string{"server", "jobs", "web", "client", "worker"},
+		"the scheduler is given a merged graph; it does not call back into the control plane or the server"},
+	{[]string{"jobs"}, []string{"server", "web", "client", "worker"},
+		"the control plane of jobs is composed by the server and given its checks of rights; it does not call back into it"},
 	{[]string{"web"}, []string{"server", "client"},
 		"the dashboard is given the engine and the metadata by the server"},
 	{[]string{"fsck", "retention", "laketable"}, []string{"server", "engine", "web", "stage", "worker", "client"},

@@ -11,9 +11,24 @@ import (
 // differently.
 func WaitFor(t testing.TB, within time.Duration, what string, ok func() bool) {
 	t.Helper()
+	Eventually(t, within, what, func() (string, bool) { return "", ok() })
+}
+
+// Eventually is WaitFor for a condition that can say how far it got:
+// poll returns what it saw and whether that is the end; on time out the
+// test fails with what it saw last.
+func Eventually(t testing.TB, within time.Duration, what string, poll func() (saw string, ok bool)) {
+	t.Helper()
 	deadline := time.Now().Add(within)
-	for !ok() {
+	for {
+		saw, ok := poll()
+		if ok {
+			return
+		}
 		if time.Now().After(deadline) {
+			if saw != "" {
+				t.Fatalf("waited %v for %s: %s", within, what, saw)
+			}
 			t.Fatalf("waited %v for %s", within, what)
 		}
 		time.Sleep(20 * time.Millisecond)
