@@ -60,6 +60,18 @@ func lake(t *testing.T, now *time.Time) (dir string, db *state.DB, store *blob.D
 	return dir, db, store, put
 }
 
+// openTables opens the Iceberg tables of the lake under dir, closed when
+// the test ends.
+func openTables(t *testing.T, dir string, db *state.DB, store blob.Store) *laketable.Tables {
+	t.Helper()
+	tb, err := laketable.Open(context.Background(), filepath.Join(dir, "iceberg"), db, store)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { tb.Close() })
+	return tb
+}
+
 // putBlock commits a lake block of data (a Parquet file) to dns.parquet.
 func putBlock(t *testing.T, db *state.DB, store blob.Store, seq uint64, site string, at time.Time, data []byte) {
 	t.Helper()
@@ -171,11 +183,7 @@ func TestCompaction(t *testing.T) {
 	now := time.Date(2025, 5, 5, 12, 0, 0, 0, time.UTC)
 	dir, db, store, putAt := lake(t, &now)
 	put := func(seq uint64, at time.Time) { putAt(seq, "lax", at) }
-	tb, err := laketable.Open(ctx, filepath.Join(dir, "iceberg"), db, store)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer tb.Close()
+	tb := openTables(t, dir, db, store)
 	day := time.Date(2016, 5, 18, 0, 0, 0, 0, time.UTC)
 	for seq := uint64(1); seq <= 5; seq++ {
 		put(seq, day.Add(time.Duration(seq)*5*time.Minute))
@@ -257,11 +265,7 @@ func TestRetirement(t *testing.T) {
 	ctx := context.Background()
 	now := time.Date(2025, 5, 5, 12, 0, 0, 0, time.UTC)
 	dir, db, store, putAt := lake(t, &now)
-	tb, err := laketable.Open(ctx, filepath.Join(dir, "iceberg"), db, store)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer tb.Close()
+	tb := openTables(t, dir, db, store)
 	old, recent := time.Date(2025, 4, 1, 0, 0, 0, 0, time.UTC), time.Date(2025, 5, 1, 0, 0, 0, 0, time.UTC)
 	for seq := uint64(1); seq <= 3; seq++ {
 		putAt(seq, "lax", old.Add(time.Duration(seq)*5*time.Minute))
@@ -324,11 +328,7 @@ func TestPrivacyKey(t *testing.T) {
 	ctx := context.Background()
 	now := time.Date(2025, 5, 5, 12, 0, 0, 0, time.UTC)
 	dir, db, store, putAt := lake(t, &now)
-	tb, err := laketable.Open(ctx, filepath.Join(dir, "iceberg"), db, store)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer tb.Close()
+	tb := openTables(t, dir, db, store)
 	putAt(1, "lax", time.Date(2025, 4, 1, 0, 5, 0, 0, time.UTC))
 	putAt(2, "lax", time.Date(2025, 4, 1, 0, 10, 0, 0, time.UTC))
 	if _, err := tb.SyncAll(ctx); err != nil {
@@ -459,11 +459,7 @@ func TestSchemaWidens(t *testing.T) {
 	ctx := context.Background()
 	now := time.Date(2025, 5, 5, 12, 0, 0, 0, time.UTC)
 	dir, db, store, put := lake(t, &now)
-	tb, err := laketable.Open(ctx, filepath.Join(dir, "iceberg"), db, store)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer tb.Close()
+	tb := openTables(t, dir, db, store)
 	day := time.Date(2025, 5, 1, 0, 0, 0, 0, time.UTC)
 	put(1, "lax", day)
 	if _, err := tb.SyncAll(ctx); err != nil {
@@ -540,11 +536,7 @@ func TestRewritesWithinMemory(t *testing.T) {
 	ctx := context.Background()
 	now := time.Date(2025, 5, 5, 12, 0, 0, 0, time.UTC)
 	dir, db, store, putAt := lake(t, &now)
-	tb, err := laketable.Open(ctx, filepath.Join(dir, "iceberg"), db, store)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer tb.Close()
+	tb := openTables(t, dir, db, store)
 	day := time.Date(2025, 5, 1, 0, 0, 0, 0, time.UTC)
 	for seq := uint64(1); seq <= 5; seq++ {
 		putAt(seq, "lax", day.Add(time.Duration(seq)*5*time.Minute))

@@ -302,11 +302,7 @@ func TestRemovedOwnerSuspends(t *testing.T) {
 	}
 	waitFor := func(what string, ok func() bool) {
 		t.Helper()
-		for deadline := time.Now().Add(20 * time.Second); !ok(); time.Sleep(50 * time.Millisecond) {
-			if time.Now().After(deadline) {
-				t.Fatalf("timed out waiting for %s", what)
-			}
-		}
+		testenv.WaitFor(t, 20*time.Second, what, ok)
 	}
 	jobState := func() (string, string) {
 		jobs, err := ops.Jobs(ctx)
@@ -558,11 +554,7 @@ func TestGroupLifecycle(t *testing.T) {
 	}
 	waitFor := func(what string, ok func() bool) {
 		t.Helper()
-		for deadline := time.Now().Add(20 * time.Second); !ok(); time.Sleep(20 * time.Millisecond) {
-			if time.Now().After(deadline) {
-				t.Fatalf("timed out waiting for %s", what)
-			}
-		}
+		testenv.WaitFor(t, 20*time.Second, what, ok)
 	}
 	advance(2 * time.Hour) // past the retention; the groups still owe the blocks
 	time.Sleep(200 * time.Millisecond)

@@ -83,17 +83,10 @@ func TestWorkerReadsAndWritesS3Directly(t *testing.T) {
 		wdone <- worker.New(worker.Config{Client: c, ID: "w", Host: "h", Slots: 2, Runner: &worker.Runner{Registry: reg, Sandbox: sb}, Scratch: t.TempDir(), Store: store, Log: log}).Run(wctx)
 	}()
 	defer func() { stop(); <-wdone }()
-	deadline := time.Now().Add(60 * time.Second)
-	for {
+	testenv.Eventually(t, time.Minute, "two outputs", func() (string, bool) {
 		bs, _ := c.Blocks(ctx, "raw.up")
-		if len(bs) == 2 {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("outputs: %+v", bs)
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
+		return fmt.Sprintf("%+v", bs), len(bs) == 2
+	})
 	for seq, want := range map[int]string{1: "FIRST BLOCK", 2: "SECOND BLOCK"} {
 		s, err := c.Get(ctx, "20250505-151105-0000000"+string(rune('0'+seq))+".lax.raw.up")
 		if err != nil || !s.Next() {
@@ -216,18 +209,11 @@ echo "input: $(cat)"
 			Runner: &worker.Runner{Registry: stage.NewRegistry(), Sandbox: sb, Programs: progDir}}).Run(wctx)
 	}()
 	defer func() { stop(); <-wdone }()
-	deadline := time.Now().Add(60 * time.Second)
-	for {
+	testenv.Eventually(t, time.Minute, "one spy output and one faulty block", func() (string, bool) {
 		bs, _ := ops.Blocks(ctx, "ana.spy")
 		fb, _ := ops.Faulty(ctx, "ana.in")
-		if len(bs) == 1 && len(fb) == 1 {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("spy outputs %+v, faulty %+v", bs, fb)
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
+		return fmt.Sprintf("spy outputs %+v, faulty %+v", bs, fb), len(bs) == 1 && len(fb) == 1
+	})
 	s, err := ops.Get(ctx, "20250505-151105-00000001.lax.ana.spy")
 	if err != nil || !s.Next() {
 		t.Fatalf("get the spy's output: %v", err)

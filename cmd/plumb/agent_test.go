@@ -471,15 +471,11 @@ func TestAgentWatchRotation(t *testing.T) {
 		f.Close()
 	}
 	c := dialPlumb(t, addr)
-	deadline := time.Now().Add(30 * time.Second)
 	var got []packet
-	for {
+	testenv.Eventually(t, 30*time.Second, "the rotated files' packets", func() (string, bool) {
 		got, _ = fetchInstance(t, c, "pcap.sz", "rot")
-		if len(got) >= len(want) || time.Now().After(deadline) {
-			break
-		}
-		time.Sleep(200 * time.Millisecond)
-	}
+		return fmt.Sprintf("%d of %d packets", len(got), len(want)), len(got) >= len(want)
+	})
 	samePackets(t, "rotated files", got, want)
 	// The Prometheus endpoint agrees with the server.
 	st, _ := c.QueueStats(context.Background(), "pcap.sz")
@@ -546,16 +542,7 @@ func TestAgentStdinSIGKILL(t *testing.T) {
 			time.Sleep(20 * time.Millisecond)
 		}
 	}()
-	for deadline := time.Now().Add(30 * time.Second); ; {
-		st, _ := c.QueueStats(context.Background(), "pcap.sz")
-		if st.Blocks >= 2 {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatal("no blocks within 30s")
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+	waitBlocks(t, c, "pcap.sz", 2)
 	cmd.Process.Signal(syscall.SIGKILL)
 	cmd.Wait()
 
@@ -614,13 +601,10 @@ func TestAgentFollowsGrowingFile(t *testing.T) {
 		}
 	}
 	c := dialPlumb(t, addr)
-	deadline := time.Now().Add(60 * time.Second)
-	for {
-		if got, _ := fetchCount(t, c, "pcap.sz", "tail"); got >= len(pkts) || time.Now().After(deadline) {
-			break
-		}
-		time.Sleep(200 * time.Millisecond)
-	}
+	testenv.Eventually(t, time.Minute, "the growing file's packets", func() (string, bool) {
+		got, _ := fetchCount(t, c, "pcap.sz", "tail")
+		return fmt.Sprintf("%d of %d packets", got, len(pkts)), got >= len(pkts)
+	})
 	got, blocks := fetchInstance(t, c, "pcap.sz", "tail")
 	samePackets(t, "a followed growing file", got, pkts)
 	if blocks < 3 {
@@ -682,11 +666,7 @@ func TestAgentSpoolDamage(t *testing.T) {
 	imp := startPlumb(t, append(args, "--spool", spool, input)...)
 	done := make(chan error, 1)
 	go func() { done <- imp.cmd.Wait() }()
-	for deadline := time.Now().Add(60 * time.Second); !strings.Contains(imp.log.String(), "sources exhausted"); time.Sleep(20 * time.Millisecond) {
-		if time.Now().After(deadline) {
-			t.Fatalf("import did not finish cutting\n%s", imp.log)
-		}
-	}
+	waitLog(t, time.Minute, imp.log, "sources exhausted")
 	ready, _ := filepath.Glob(filepath.Join(spool, "ready", "*-00000002.damage.pcap.sz"))
 	if len(ready) != 1 {
 		t.Fatalf("block 2 is not in the spool: %v", ready)
@@ -812,14 +792,10 @@ func TestAgentOfflineStart(t *testing.T) {
 	spool := filepath.Join(dir, "spool")
 	args := []string{"agent", "--server", addr, "--site", "off", "--spool", spool, "--block-size", "64KiB", "--max-backoff", "300ms", input}
 	a := startPlumb(t, args...)
-	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(20 * time.Millisecond) {
-		if ents, _ := os.ReadDir(filepath.Join(spool, "ready")); len(ents) >= 2 {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("the agent cut nothing while the server was down:\n%s", a.log)
-		}
-	}
+	testenv.Eventually(t, 30*time.Second, "two blocks cut while the server is down", func() (string, bool) {
+		ents, _ := os.ReadDir(filepath.Join(spool, "ready"))
+		return fmt.Sprintf("%d in the spool; agent log:\n%s", len(ents), a.log), len(ents) >= 2
+	})
 	a.cmd.Process.Signal(syscall.SIGKILL)
 	a.cmd.Wait()
 	if !strings.Contains(a.log.String(), "provisional sequence numbers") {

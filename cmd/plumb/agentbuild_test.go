@@ -2,6 +2,7 @@ package main
 
 import (
 	"bytes"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -125,16 +126,10 @@ func TestAgentBuild(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { follow.Process.Kill(); follow.Wait() })
-	deadline := time.Now().Add(60 * time.Second)
-	for {
-		if n, _ := fetchCount(t, c, "pcap.sz", "follow"); n >= len(pkts) {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("the agent build's follower did not ship the file:\n%s", flog.String())
-		}
-		time.Sleep(200 * time.Millisecond)
-	}
+	testenv.Eventually(t, time.Minute, "the agent build's follower to ship the file", func() (string, bool) {
+		n, _ := fetchCount(t, c, "pcap.sz", "follow")
+		return fmt.Sprintf("%d of %d packets; log:\n%s", n, len(pkts), flog.String()), n >= len(pkts)
+	})
 	got, _ := fetchInstance(t, c, "pcap.sz", "follow")
 	samePackets(t, "agent build --follow", got, pkts)
 	time.Sleep(2 * time.Second) // idle: nothing more to cut or ship

@@ -64,6 +64,16 @@ func (l *procLog) String() string {
 	return l.b.String()
 }
 
+// waitLog waits until log says want, failing with the log (and any
+// others given) if it does not within the given time.
+func waitLog(t *testing.T, within time.Duration, log *procLog, want string, others ...fmt.Stringer) {
+	t.Helper()
+	testenv.Eventually(t, within, fmt.Sprintf("%q in the log", want), func() (string, bool) {
+		l := log.String()
+		return l + joinLogs(others), strings.Contains(l, want)
+	})
+}
+
 // Without returns the log without its lines that contain noise (such
 // as the thousand "will retry" lines of an agent waiting for space), and
 // says how many it left out, so that a failure shows the line that
@@ -130,18 +140,14 @@ func dialPlumb(t *testing.T, addr string) *client.Client {
 
 func waitListening(t *testing.T, addr string) {
 	t.Helper()
-	deadline := time.Now().Add(30 * time.Second)
-	for {
+	testenv.Eventually(t, 30*time.Second, "a server on "+addr, func() (string, bool) {
 		c, err := net.DialTimeout("tcp", addr, 100*time.Millisecond)
-		if err == nil {
-			c.Close()
-			return
+		if err != nil {
+			return err.Error(), false
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("no server on %s after 30s", addr)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+		c.Close()
+		return "", true
+	})
 }
 
 type sent struct {

@@ -172,17 +172,26 @@ func TestDnstapFromKnot(t *testing.T) {
 	}
 }
 
-// waitBlocks waits until a queue has at least n blocks.
-func waitBlocks(t *testing.T, c *client.Client, queue string, n int) {
+// waitBlocks waits a minute at most until a queue has at least n
+// blocks; logs (of the agent, say) are shown if it does not.
+func waitBlocks(t *testing.T, c *client.Client, queue string, n int, logs ...fmt.Stringer) {
 	t.Helper()
-	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(50 * time.Millisecond) {
-		if bs, _ := c.Blocks(context.Background(), queue); len(bs) >= n {
-			return
+	testenv.Eventually(t, time.Minute, fmt.Sprintf("%d blocks in %s", n, queue), func() (string, bool) {
+		bs, err := c.Blocks(context.Background(), queue)
+		if err == nil && len(bs) >= n {
+			return "", true
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("%s has fewer than %d blocks after 30 s", queue, n)
-		}
+		return fmt.Sprintf("%d blocks (%v)%s", len(bs), err, joinLogs(logs)), false
+	})
+}
+
+// joinLogs shows the logs of the processes a test ran, for a failure.
+func joinLogs(logs []fmt.Stringer) string {
+	var b strings.Builder
+	for _, l := range logs {
+		fmt.Fprintf(&b, "\nlog:\n%s", l)
 	}
+	return b.String()
 }
 
 // TestDnstapFromUnbound: Debian's Unbound, a resolver answering from
@@ -246,11 +255,7 @@ dnstap:
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { ub.Process.Kill(); ub.Wait() })
-	for deadline := time.Now().Add(30 * time.Second); !strings.Contains(agent.log.String(), "dnstap sender connected"); time.Sleep(50 * time.Millisecond) {
-		if time.Now().After(deadline) {
-			t.Fatalf("unbound did not connect in 30 s; unbound: %s\nagent: %s", ubLog, agent.log)
-		}
-	}
+	waitLog(t, 30*time.Second, agent.log, "dnstap sender connected", ubLog)
 	// Unbound connects its dnstap before it answers: wait until it does
 	// (these queries are not counted).
 	for i, deadline := 0, time.Now().Add(30*time.Second); ; i++ {

@@ -3,6 +3,7 @@ package main
 import (
 	"cmp"
 	"context"
+	"fmt"
 	"io"
 	"os"
 	"os/exec"
@@ -133,17 +134,7 @@ stages:
 		t.Fatal(err)
 	}
 	// The blocks cut so far ship; the last stays open while stdin does.
-	deadline := time.Now().Add(time.Minute)
-	for {
-		blocks, err := c.Blocks(ctx, "pcap.sz")
-		if err == nil && len(blocks) >= 5 {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("%d blocks shipped after a minute (%v); agent log:\n%s", len(blocks), err, log)
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
+	waitBlocks(t, c, "pcap.sz", 5, log)
 	agent.Process.Signal(syscall.SIGTERM)
 	if err := agent.Wait(); err != nil {
 		t.Fatalf("agent stopped with %v; log:\n%s", err, log)
@@ -163,21 +154,14 @@ stages:
 	}
 	// stats --wait can return while a run cut short waits for its lease
 	// to lapse (a busy machine): the rows must come, not at once.
-	var n int64
-	for deadline := time.Now().Add(time.Minute); ; time.Sleep(200 * time.Millisecond) {
+	testenv.Eventually(t, time.Minute, "the capture's 41 messages as rows after the agent stopped", func() (string, bool) {
 		table, err := c.RecordsTable(ctx, client.RecordsTicket{Records: "dns.arrow", Columns: []string{"time"}})
 		if err != nil {
 			t.Fatal(err)
 		}
-		n = table.NumRows()
-		table.Release()
-		if n == 41 || time.Now().After(deadline) {
-			break
-		}
-	}
-	if n != 41 {
-		t.Fatalf("%d rows from %d blocks a minute after the agent stopped; the capture has 41 messages", n, len(blocks))
-	}
+		defer table.Release()
+		return fmt.Sprintf("%d rows from %d blocks", table.NumRows(), len(blocks)), table.NumRows() == 41
+	})
 }
 
 // arrowTimes reads the sorted "time" column of an Arrow IPC file.
@@ -255,36 +239,20 @@ stages:
 	if _, err := stdin.Write(data); err != nil {
 		t.Fatal(err)
 	}
-	deadline := time.Now().Add(time.Minute)
-	for {
-		blocks, err := c.Blocks(ctx, "pcap.sz")
-		if err == nil && len(blocks) >= 5 {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("%d blocks shipped after a minute (%v); agent log:\n%s", len(blocks), err, log)
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
+	waitBlocks(t, c, "pcap.sz", 5, log)
 	agent.Process.Kill()
 	agent.Wait()
 
 	// The server ends the silent capture: a block it made, empty and final.
 	var ended client.Block
-	for deadline := time.Now().Add(time.Minute); ; time.Sleep(100 * time.Millisecond) {
+	testenv.Eventually(t, time.Minute, "a block that ends the capture after the agent died", func() (string, bool) {
 		blocks, err := c.Blocks(ctx, "pcap.sz")
 		if err != nil {
 			t.Fatal(err)
 		}
-		last := slices.MaxFunc(blocks, func(a, b client.Block) int { return cmp.Compare(a.Seq, b.Seq) })
-		if last.Final {
-			ended = last
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("no block ended the capture a minute after the agent died: %+v", blocks)
-		}
-	}
+		ended = slices.MaxFunc(blocks, func(a, b client.Block) int { return cmp.Compare(a.Seq, b.Seq) })
+		return fmt.Sprintf("%+v", blocks), ended.Final
+	})
 	if out, errOut, code := plumbExec(t, "stats", "--wait", "--server", addr); code != 0 {
 		t.Fatalf("stats --wait: %s %s", out, errOut)
 	}

@@ -100,18 +100,14 @@ stages:
 		p.cmd.Wait()
 		p, c = serve()
 	}
-	deadline := time.Now().Add(2 * time.Minute)
-	for {
+	testenv.Eventually(t, 2*time.Minute, "the pipeline to drain", func() (string, bool) {
 		pc, _ := c.Blocks(ctx, "pcap.copy")
 		if len(pc) >= blocks {
-			break
+			return "", true
 		}
-		if time.Now().After(deadline) {
-			st, _ := c.Stats(ctx)
-			t.Fatalf("pipeline did not drain: %d of %d outputs; stats %+v\n%s", len(pc), blocks, st, p.log)
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
+		st, _ := c.Stats(ctx)
+		return fmt.Sprintf("%d of %d outputs; stats %+v\n%s", len(pc), blocks, st, p.log), false
+	})
 	for _, q := range []string{"pcap", "pcap.copy"} {
 		got, err := c.Blocks(ctx, q)
 		if err != nil {
@@ -286,17 +282,12 @@ stages:
 	}
 	waitFor := func(what string, cond func(map[string]client.WindowView) bool) map[string]client.WindowView {
 		t.Helper()
-		deadline := time.Now().Add(60 * time.Second)
-		for {
-			ws := fired()
-			if cond(ws) {
-				return ws
-			}
-			if time.Now().After(deadline) {
-				t.Fatalf("timed out waiting for %s; fired: %v", what, ws)
-			}
-			time.Sleep(100 * time.Millisecond)
-		}
+		var ws map[string]client.WindowView
+		testenv.Eventually(t, time.Minute, what, func() (string, bool) {
+			ws = fired()
+			return fmt.Sprintf("fired: %v", ws), cond(ws)
+		})
+		return ws
 	}
 	ws := waitFor("three days", func(ws map[string]client.WindowView) bool { return len(ws) == 3 })
 	if w := ws["lax/20213 rev 1"]; w.Reason != "max_wait" || fmt.Sprint(w.Missing) != "[lax:3]" {

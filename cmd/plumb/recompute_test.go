@@ -8,6 +8,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/plumb-dev/plumb/internal/testenv"
 )
 
 // TestRecomputeLostBlocks: the bytes of derived blocks disappear from the
@@ -85,14 +87,8 @@ stages:
 	if out, _, code := plumbExec(t, "fsck", "--server", addr); code != 0 || !strings.Contains(out, "0 missing") {
 		t.Fatalf("fsck after repair: %d\n%s", code, out)
 	}
-	deadline := time.Now().Add(10 * time.Second)
-	for {
-		if got, err := read("20250505-151105-00000002.site1.pcap.gz"); err == nil && len(got) > 0 {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatal("recomputed seq 2 of pcap.gz is unreadable")
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
+	testenv.WaitFor(t, 10*time.Second, "recomputed seq 2 of pcap.gz to be readable", func() bool {
+		got, err := read("20250505-151105-00000002.site1.pcap.gz")
+		return err == nil && len(got) > 0
+	})
 }

@@ -2,11 +2,14 @@ package main
 
 import (
 	"context"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/plumb-dev/plumb/internal/testenv"
 )
 
 // TestRetentionThroughServer: an operator gives a source queue a short
@@ -46,17 +49,11 @@ func TestRetentionThroughServer(t *testing.T) {
 		})
 		return n
 	}
-	deadline := time.Now().Add(30 * time.Second)
-	for {
+	testenv.Eventually(t, 30*time.Second, "blocks 1 and 2 to expire and 3 to stay", func() (string, bool) {
 		out, _, _ := plumbExec(t, "blocks", "pcap.sz", "--server", addr)
-		if !strings.Contains(out, "00000001") && !strings.Contains(out, "00000002") && strings.Contains(out, "00000003") && blobs() == 1 {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("blocks 1 and 2 never expired, or 3 went; blocks:\n%s\nblobs: %d", out, blobs())
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
+		return fmt.Sprintf("blocks:\n%s\nblobs: %d", out, blobs()),
+			!strings.Contains(out, "00000001") && !strings.Contains(out, "00000002") && strings.Contains(out, "00000003") && blobs() == 1
+	})
 	// Block 3 stays while ids owes it; dropping unconsumed blocks lets it go
 	// and tells ids.
 	time.Sleep(1500 * time.Millisecond)
@@ -64,16 +61,10 @@ func TestRetentionThroughServer(t *testing.T) {
 		t.Fatalf("a block the group owes expired:\n%s", out)
 	}
 	plumbExec(t, "retention", "pcap.sz", "1s", "--drop-unconsumed", "--server", addr)
-	for {
+	testenv.Eventually(t, 30*time.Second, "block 3 listed as lost to ids", func() (string, bool) {
 		out, _, _ := plumbExec(t, "lost", "pcap.sz", "--server", addr)
-		if strings.Contains(out, "20250505-151105-00000003.site1.pcap.sz\tfor ids\tdropped unconsumed by retention 1s") {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("lost: %s", out)
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
+		return "lost: " + out, strings.Contains(out, "20250505-151105-00000003.site1.pcap.sz\tfor ids\tdropped unconsumed by retention 1s")
+	})
 	if out, _, _ := plumbExec(t, "retention", "--server", addr); !strings.Contains(out, "pcap.sz  1s         true") {
 		t.Errorf("retention list:\n%s", out)
 	}

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"fmt"
 	"os"
 	"path/filepath"
 	"sort"
@@ -29,13 +30,10 @@ func TestStoreFullBackPressure(t *testing.T) {
 	go func() { done <- imp.cmd.Wait() }()
 
 	// The store fills and the agent waits, holding the rest.
-	deadline := time.Now().Add(30 * time.Second)
-	for !strings.Contains(srv.log.String(), "--store-cap") && !strings.Contains(imp.log.String(), "store-cap") {
-		if time.Now().After(deadline) {
-			t.Fatalf("no upload was refused for space\nserver:\n%s\nagent:\n%s", srv.log, imp.log)
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
+	testenv.Eventually(t, 30*time.Second, "an upload refused for space", func() (string, bool) {
+		return fmt.Sprintf("server:\n%s\nagent:\n%s", srv.log, imp.log),
+			strings.Contains(srv.log.String(), "--store-cap") || strings.Contains(imp.log.String(), "store-cap")
+	})
 	time.Sleep(time.Second)
 	select {
 	case err := <-done:

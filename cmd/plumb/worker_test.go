@@ -95,17 +95,10 @@ func TestWorkersSurviveSIGKILL(t *testing.T) {
 	c, _ := client.Dial(addr)
 	defer c.Close()
 	// Kill worker 1 once it holds a run.
-	deadline := time.Now().Add(60 * time.Second)
-	for {
+	testenv.Eventually(t, time.Minute, "worker 1 to take a lease", func() (string, bool) {
 		ws, _ := c.Workers(context.Background())
-		if len(ws) == 1 && len(ws[0].Runs) > 0 {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("worker 1 never took a lease: %+v\n%s", ws, w1.log)
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
+		return fmt.Sprintf("%+v\n%s", ws, w1.log), len(ws) == 1 && len(ws[0].Runs) > 0
+	})
 	w1.cmd.Process.Signal(syscall.SIGKILL)
 	w1.cmd.Wait()
 	w2 := startPlumb(t, "worker", "--server", addr, "--slots", "2", "--scratch", t.TempDir()) // this one through Flight
@@ -207,55 +200,25 @@ stages:
 	}
 	proxy := newCutProxy(t, addr)
 	a := startPlumb(t, "worker", "--server", proxy.lis.Addr().String(), "--slots", "1", "--scratch", t.TempDir(), "--log-level", "debug")
-	deadline := time.Now().Add(30 * time.Second)
-	for {
-		if strings.Contains(a.log.String(), "run leased") { // A has its lease in hand
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("worker A never took the lease\n%s", a.log)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+	waitLog(t, 30*time.Second, a.log, "run leased") // A has its lease in hand
 	proxy.setCut(true)
 	// The server lets the lease go after its TTL; then A's network returns
 	// while its program still runs, and B takes the block.
-	for {
+	testenv.Eventually(t, 30*time.Second, "A's lease to expire", func() (string, bool) {
 		ws, _ := c.Workers(ctx)
-		if len(ws) == 1 && ws[0].Lost == 1 {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("A's lease never expired: %+v", ws)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+		return fmt.Sprintf("%+v", ws), len(ws) == 1 && ws[0].Lost == 1
+	})
 	proxy.setCut(false)
 	b := startPlumb(t, "worker", "--server", addr, "--slots", "1", "--scratch", t.TempDir())
-	for {
-		bs, _ := c.Blocks(ctx, "pcap.copy")
-		if len(bs) == 1 {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("worker B never redid the block\nA:\n%s\nB:\n%s", a.log, b.log)
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
+	waitBlocks(t, c, "pcap.copy", 1, a.log, b.log) // worker B redoes the block
 	// A's run ends one way or another — it learns the lease is gone, its
 	// commit is refused, or the cut broke its input or upload — and
 	// nothing of it is published.
-	ended := func() bool {
+	testenv.Eventually(t, 30*time.Second, "worker A's run to end", func() (string, bool) {
 		l := a.log.String()
-		return strings.Contains(l, "lease lost") || strings.Contains(l, "commit refused") || strings.Contains(l, "stage run failed") ||
+		return l, strings.Contains(l, "lease lost") || strings.Contains(l, "commit refused") || strings.Contains(l, "stage run failed") ||
 			strings.Contains(l, "could not upload")
-	}
-	for !ended() {
-		if time.Now().After(deadline) {
-			t.Fatalf("worker A's run never ended\n%s", a.log)
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
+	})
 	time.Sleep(500 * time.Millisecond)
 	if bs, _ := c.Blocks(ctx, "pcap.copy"); len(bs) != 1 {
 		t.Fatalf("pcap.copy holds %d blocks; want the one B made", len(bs))
