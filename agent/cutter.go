@@ -423,7 +423,7 @@ func (ct *cutter) read(ctx context.Context, src Source) error {
 		if n <= skip {
 			continue
 		}
-		if flt != nil && !flt.Match(data) {
+		if flt != nil && !flt.MatchLen(data, ci.Length) {
 			ct.c.Filtered.Add(1)
 			continue
 		}

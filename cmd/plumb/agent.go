@@ -61,7 +61,7 @@ func (a *agentFlags) register(fs *flag.FlagSet) {
 	fs.StringVar(&a.logFormat, "log-format", "text", "log as text, or json (one object a line, for Loki or Elastic)")
 	fs.StringVar(&a.configFile, "config", "", "read flags from the YAML `FILE` first (keys are the flags' names, lists for repeatable ones, sources: [FILE, ...]); the command line overrides it")
 	a.sec = securityFlags(fs)
-	fs.StringVar(&a.cfg.Filter, "filter", "", "keep only packets this capture filter `EXPR` matches (tcpdump syntax: host, net, port, portrange, proto, src/dst, ip, ip6, tcp, udp, icmp, vlan, and/or/not); on --interface the kernel applies it")
+	fs.StringVar(&a.cfg.Filter, "filter", "", "keep only packets this capture filter `EXPR` matches (tcpdump syntax: host, net, port, portrange, proto, src/dst, ip, ip6, tcp, udp, icmp, vlan, byte relations such as udp[10] & 0x80 = 0, and/or/not); on --interface the kernel applies it")
 }
 
 func (a *agentFlags) config() (agent.Config, error) {

@@ -13,6 +13,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -112,17 +113,30 @@ for i in range(%d):
 	t.Logf("%d datagrams captured once each, %d packets in %d blocks", n, len(got), st.Blocks)
 }
 
-// TestAgentLiveFilter: with --filter 'udp port 53' on the interface, the
-// kernel keeps the DNS datagrams and drops the rest of a mixed stream; the
-// server gets exactly the packets tcpdump with the same filter writes on
-// the same interface at the same time, byte for byte.
+// TestAgentLiveFilter: with a --filter on the interface, the kernel
+// keeps what it names and drops the rest of a mixed stream (DNS queries
+// and responses to port 53, mDNS, other UDP); the server gets exactly the
+// packets tcpdump with the same filter writes on the same interface at
+// the same time, byte for byte. A filter on the DNS header's QR bit ships
+// the queries only.
 func TestAgentLiveFilter(t *testing.T) {
+	for _, tc := range []struct {
+		expr string
+		keep []string // the kinds of datagram that reach the server
+	}{
+		{"udp port 53", []string{"query", "resp"}},
+		{"udp port 53 and udp[10] & 0x80 = 0", []string{"query"}},
+	} {
+		t.Run(tc.expr, func(t *testing.T) { liveFilter(t, tc.expr, tc.keep) })
+	}
+}
+
+func liveFilter(t *testing.T, expr string, keep []string) {
 	h := newTestHost(t)
 	python := testenv.Tool(t, "python3")
 	tcpdump := testenv.Tool(t, "tcpdump")
 	addr := servePlumb(t, t.TempDir())
 	dir := t.TempDir()
-	const expr = "udp port 53"
 	ref := filepath.Join(dir, "tcpdump.pcap")
 	// -Z root: tcpdump would drop to its own user, who may not write here.
 	td := testenv.Command(t, 2*time.Minute, tcpdump, "-i", h.outer, "--immediate-mode", "-U", "-n", "-s", "0", "-Z", "root", "-w", ref, expr)
@@ -132,20 +146,17 @@ func TestAgentLiveFilter(t *testing.T) {
 		t.Fatal(err)
 	}
 	a := startLiveAgent(t, "--server", addr, "--site", "live", "--interface", h.outer, "--filter", expr)
-	for deadline := time.Now().Add(30 * time.Second); !strings.Contains(tdErr.String(), "listening on"); time.Sleep(20 * time.Millisecond) {
-		if time.Now().After(deadline) {
-			t.Fatalf("tcpdump did not start within 30s: %s", tdErr.String())
-		}
-	}
+	waitLog(t, 30*time.Second, tdErr, "listening on")
 	const n = 200
+	// A query's third byte has the QR bit (0x80) clear, a response's set.
 	send := testenv.Command(t, 2*time.Minute, "ip", "netns", "exec", h.ns, python, "-c", fmt.Sprintf(`
 import socket, time
 s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
-t = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
 for i in range(%d):
-    s.sendto(b"plumb-dns-%%05d" %% i + b"x" * 60, ("%[2]s.1", 53))
-    s.sendto(b"plumb-mdns-%%05d" %% i, ("%[2]s.1", 5353))
-    s.sendto(b"plumb-other-%%05d" %% i, ("%[2]s.1", 40053))
+    s.sendto(b"\x12\x34\x01\x00plumb-query-%%05d" %% i + b"x" * 60, ("%[2]s.1", 53))
+    s.sendto(b"\x12\x34\x81\x80plumb-resp-%%05d" %% i, ("%[2]s.1", 53))
+    s.sendto(b"\x00\x00\x00\x00plumb-mdns-%%05d" %% i, ("%[2]s.1", 5353))
+    s.sendto(b"\x00\x00\x00\x00plumb-other-%%05d" %% i, ("%[2]s.1", 40053))
     time.sleep(0.001)
 `, n, h.net))
 	if out, err := send.CombinedOutput(); err != nil {
@@ -159,17 +170,22 @@ for i in range(%d):
 	got, _ := fetchInstance(t, c, "pcap.sz", "live")
 	raw, _ := os.ReadFile(ref)
 	want := readPackets(t, bytes.NewReader(raw))
-	dns := 0
+	kinds := map[string]int{}
 	for _, p := range got {
-		if bytes.Contains(p.data, []byte("plumb-mdns-")) || bytes.Contains(p.data, []byte("plumb-other-")) {
-			t.Fatalf("a packet the filter drops reached the server")
-		}
-		if bytes.Contains(p.data, []byte("plumb-dns-")) {
-			dns++
+		for _, k := range []string{"query", "resp", "mdns", "other"} {
+			if bytes.Contains(p.data, []byte("plumb-"+k+"-")) {
+				kinds[k]++
+			}
 		}
 	}
-	if dns != n {
-		t.Errorf("%d of %d DNS datagrams reached the server", dns, n)
+	for _, k := range []string{"query", "resp", "mdns", "other"} {
+		wantN := 0
+		if slices.Contains(keep, k) {
+			wantN = n
+		}
+		if kinds[k] != wantN {
+			t.Errorf("%d of the %d %s datagrams reached the server; want %d", kinds[k], n, k, wantN)
+		}
 	}
 	if len(got) != len(want) {
 		t.Fatalf("the server holds %d packets, tcpdump %s wrote %d (%d bytes): %s", len(got), expr, len(want), len(raw), tdErr.String())

@@ -4,8 +4,10 @@
 //
 // It compiles the subset sites use to pick DNS out of a link: host, net,
 // port, portrange and proto with src/dst, the protocols ip, ip6, arp,
-// rarp, tcp, udp, sctp, icmp and icmp6, vlan, and and/or/not with
-// parentheses, with libpcap's meaning of each (host matches ARP too, port
+// rarp, tcp, udp, sctp, icmp and icmp6, vlan, relations over packet
+// bytes (proto[offset:size] with arithmetic, len, and libpcap's names
+// such as tcpflags and tcp-syn: "udp[10] & 0x80 = 0"), and and/or/not
+// with parentheses, with libpcap's meaning of each (host matches ARP too, port
 // means TCP, UDP or SCTP and skips IPv4 fragments after the first, and and
 // or bind equally, left to right; a bare value takes the qualifiers before
 // it, as in "port 53 or 853"). Anything else is refused with an error
@@ -16,16 +18,25 @@ package filter
 import (
 	"errors"
 	"fmt"
+	"slices"
+	"sync"
 
 	"github.com/gopacket/gopacket/layers"
 	"golang.org/x/net/bpf"
 )
 
-// Filter is a compiled filter for one link type.
+// Filter is a compiled filter for one link type. Its methods are safe
+// to call at once.
 type Filter struct {
 	expr string
 	prog []bpf.RawInstruction
 	vm   *bpf.VM
+	// ins is the program as instructions, and usesLen whether it reads
+	// the packet's length, which a cut frame has two of (MatchLen).
+	ins     []bpf.Instruction
+	usesLen bool
+	mu      sync.Mutex
+	byLen   map[int]*bpf.VM // the program with len fixed, by wire length
 }
 
 // snapAccept is what the program returns for a packet it keeps: the whole
@@ -72,7 +83,12 @@ func Compile(expr string, link layers.LinkType) (*Filter, error) {
 	if err != nil {
 		return nil, fmt.Errorf("filter %q: %w", expr, err)
 	}
-	return &Filter{expr: expr, prog: raw, vm: vm}, nil
+	f := &Filter{expr: expr, prog: raw, vm: vm, ins: prog}
+	f.usesLen = slices.ContainsFunc(prog, func(in bpf.Instruction) bool {
+		ext, ok := in.(bpf.LoadExtension)
+		return ok && ext.Num == bpf.ExtLen
+	})
+	return f, nil
 }
 
 // String is the expression.
@@ -85,6 +101,44 @@ func (f *Filter) Program() []bpf.RawInstruction { return f.prog }
 // a load beyond the frame's captured bytes rejects it.
 func (f *Filter) Match(frame []byte) bool {
 	n, err := f.vm.Run(frame)
+	return err == nil && n > 0
+}
+
+// maxLenVMs bounds the programs MatchLen keeps, one per wire length.
+const maxLenVMs = 512
+
+// MatchLen is Match for a frame of a capture file, cut to its captured
+// bytes from length on the wire: len in the filter is length, as
+// tcpdump reads a file, while loads past the captured bytes still
+// reject the frame.
+func (f *Filter) MatchLen(frame []byte, length int) bool {
+	if !f.usesLen || length <= len(frame) {
+		return f.Match(frame)
+	}
+	f.mu.Lock()
+	vm := f.byLen[length]
+	f.mu.Unlock()
+	if vm == nil {
+		ins := slices.Clone(f.ins)
+		for i, in := range ins {
+			if ext, ok := in.(bpf.LoadExtension); ok && ext.Num == bpf.ExtLen {
+				ins[i] = bpf.LoadConstant{Dst: bpf.RegA, Val: uint32(length)}
+			}
+		}
+		var err error
+		if vm, err = bpf.NewVM(ins); err != nil {
+			return false // it compiled once; only the constant differs
+		}
+		f.mu.Lock()
+		if f.byLen == nil {
+			f.byLen = map[int]*bpf.VM{}
+		}
+		if len(f.byLen) < maxLenVMs {
+			f.byLen[length] = vm
+		}
+		f.mu.Unlock()
+	}
+	n, err := vm.Run(frame)
 	return err == nil && n > 0
 }
 
@@ -119,4 +173,4 @@ func linkInfo(t layers.LinkType) (link, error) {
 }
 
 // errOutside is the refusal of syntax outside the compiled subset.
-var errOutside = errors.New("outside the filter syntax Plumb compiles (host, net, port, portrange, proto; src, dst; ip, ip6, arp, rarp, tcp, udp, sctp, icmp, icmp6; vlan; and, or, not, parentheses)")
+var errOutside = errors.New("outside the filter syntax Plumb compiles (host, net, port, portrange, proto; src, dst; ip, ip6, arp, rarp, tcp, udp, sctp, icmp, icmp6; vlan; relations such as udp[10] & 0x80 = 0 or len > 512; and, or, not, parentheses)")

@@ -37,6 +37,18 @@ var expressions = []string{
 	"proto 17", "ip proto 6", "ip6 proto 17", "ip6 proto 58",
 	"vlan", "vlan and udp", "vlan 100 and port 53", "udp or vlan and tcp",
 	"src or dst host 8.8.8.8", "src and dst net 10.0.0.0/8", "tcp src port 53", "udp dst portrange 53-853",
+	// Relations over packet bytes: DNS queries or responses only, SYNs,
+	// fragments, sizes, and arithmetic as tcpdump users write it.
+	"udp[10] & 0x80 = 0", "udp[10] & 0x80 != 0", "udp port 53 and udp[10] & 0x80 = 0", "tcp[13] & 2 != 0",
+	"tcp[tcpflags] & tcp-syn != 0", "tcp[tcpflags] & (tcp-syn|tcp-ack) == tcp-syn", "tcp[13] = 0x12",
+	"ip[6:2] & 0x1fff != 0", "ip[6] & 0x20 != 0", "ip[0] & 0xf > 5", "ip[8] < 64", "ip[2:2] > 576",
+	"len > 512", "len <= 100", "len >= 60 and len < 1500", "len - 14 > 100",
+	"ip6[6] = 17", "ip6[4:2] > 100", "icmp[icmptype] = icmp-echo", "icmp[0] != 8", "icmp6[icmp6type] = icmp6-echo",
+	"ether[0] & 1 != 0", "ether[12:2] = 0x86dd", "link[12:2] = 0x800",
+	"udp[8:2] & 0x7800 = 0", "udp[0:2] = 53 or udp[2:2] = 53", "tcp[(tcp[12] >> 4) * 4 + 2:2] > 0",
+	"ip[2:2] - ((ip[0] & 0xf) << 2) > 100", "udp[4:2] - 8 > 512", "udp[4:2] / 2 > 50", "udp[4:2] % 7 = 3",
+	"ip[1] ^ 0xff != 0xff", "-ip[8] > 0", "(udp[10] & 0x78) >> 3 = 0", "not udp[10] & 0x80 = 0", "ip[0] & 0xf0 = 0x40 and ip[9] = 17",
+	"udp[len - 100] > 0", "2 + 3 * 4 = ip[9] - 3",
 }
 
 // TestAgainstTcpdump: for every expression, the compiled program keeps
@@ -94,7 +106,7 @@ func TestAgainstTcpdump(t *testing.T) {
 				// nothing, or refuses it too.
 				if err == nil {
 					for _, fr := range frames {
-						if f.Match(fr.data) {
+						if f.MatchLen(fr.data, fr.ci.Length) {
 							t.Errorf("%s on %s: tcpdump refuses it, ours keeps frames", expr, link)
 							break
 						}
@@ -108,7 +120,7 @@ func TestAgainstTcpdump(t *testing.T) {
 			}
 			var got []frame
 			for _, fr := range frames {
-				if f.Match(fr.data) {
+				if f.MatchLen(fr.data, fr.ci.Length) {
 					got = append(got, fr)
 				}
 			}
@@ -138,7 +150,7 @@ func tcpdumpKeeps(t *testing.T, tcpdump, in, expr string) ([]frame, bool) {
 	out := filepath.Join(t.TempDir(), "out.pcap")
 	args := []string{"-n", "-r", in, "-w", out}
 	if expr != "" {
-		args = append(args, expr)
+		args = append(args, "--", expr) // "-ip[8] > 0" is no option
 	}
 	if msg, err := testenv.Command(t, time.Minute, tcpdump, args...).CombinedOutput(); err != nil {
 		if strings.Contains(string(msg), "syntax error") {
@@ -203,7 +215,7 @@ func TestCutFramesNeverWider(t *testing.T) {
 			if kept {
 				j++
 			}
-			switch m := f.Match(fr.data); {
+			switch m := f.MatchLen(fr.data, fr.ci.Length); {
 			case m && !kept:
 				t.Fatalf("%q keeps a cut frame tcpdump does not: % x", expr, fr.data)
 			case !m && kept:
@@ -317,7 +329,12 @@ func l4(proto layers.IPProtocol, sp, dp layers.UDPPort, ip gopacket.NetworkLayer
 func TestRefusals(t *testing.T) {
 	for expr, want := range map[string]string{
 		"ether host 02:00:00:00:00:01": `"ether"`,
-		"tcp[13] & 2 != 0":             "outside the filter syntax",
+		"tcp[13:3] & 2 != 0":           "1, 2 or 4 bytes",
+		"ip[0] / 0 > 1":                "division by zero",
+		"ip[0] << 32 > 1":              "more than 31 bits",
+		"ip[0] & 1":                    "a comparison",
+		"ip[0 = 1":                     "] is missing",
+		"udp[10] & 0x80 ~ 0":           "where a comparison",
 		"greater 100":                  `"greater"`,
 		"host www.example.com":         "names are not resolved",
 		"port domain":                  "service names are not looked up",

@@ -16,6 +16,7 @@ type item struct {
 	op     bpf.Instruction // a plain instruction, when cond is unset
 	cond   bpf.JumpTest
 	isJump bool
+	useX   bool // compare A with X, not with val
 	always bool // an unconditional jump to t
 	val    uint32
 	t, f   label
@@ -51,7 +52,11 @@ func (g *gen) assemble() ([]bpf.Instruction, error) {
 			if t > 255 || f > 255 {
 				return nil, fmt.Errorf("the filter compiles to too long a program; make it shorter")
 			}
-			out[i] = bpf.JumpIf{Cond: it.cond, Val: it.val, SkipTrue: uint8(t), SkipFalse: uint8(f)}
+			if it.useX {
+				out[i] = bpf.JumpIfX{Cond: it.cond, SkipTrue: uint8(t), SkipFalse: uint8(f)}
+			} else {
+				out[i] = bpf.JumpIf{Cond: it.cond, Val: it.val, SkipTrue: uint8(t), SkipFalse: uint8(f)}
+			}
 		default:
 			out[i] = it.op
 		}

@@ -3,6 +3,7 @@ package filter
 import (
 	"fmt"
 	"net/netip"
+	"slices"
 	"strconv"
 	"strings"
 
@@ -17,6 +18,7 @@ const (
 	etRARP = 0x8035
 
 	protoICMP   = 1
+	protoIGMP   = 2
 	protoTCP    = 6
 	protoUDP    = 17
 	protoICMPv6 = 58
@@ -47,15 +49,16 @@ func (p *parser) lex() error {
 		switch {
 		case c == ' ' || c == '\t' || c == '\n':
 			i++
-		case c == '(' || c == ')' || c == '!':
+		case twoCharOp(s[i:]) != "":
+			op := twoCharOp(s[i:])
+			p.toks = append(p.toks, op)
+			i += len(op)
+		case strings.IndexByte(singleOps, c) >= 0:
 			p.toks = append(p.toks, string(c))
 			i++
-		case strings.HasPrefix(s[i:], "&&") || strings.HasPrefix(s[i:], "||"):
-			p.toks = append(p.toks, s[i:i+2])
-			i += 2
 		default:
 			j := i
-			for j < len(s) && strings.IndexByte(" \t\n()!&|", s[j]) < 0 {
+			for j < len(s) && strings.IndexByte(" \t\n"+singleOps, s[j]) < 0 {
 				j++
 			}
 			if j == i {
@@ -66,6 +69,22 @@ func (p *parser) lex() error {
 		}
 	}
 	return nil
+}
+
+// singleOps are the characters that are tokens alone. "-", "/" and ":"
+// stay inside words, for ranges, prefixes and IPv6 addresses;
+// arithmetic splits them out (arithPeek).
+const singleOps = "()[]!&|=<>+*%^"
+
+// twoCharOp is the operator of two characters s starts with, if any.
+func twoCharOp(s string) string {
+	if len(s) >= 2 {
+		switch op := s[:2]; op {
+		case "&&", "||", "==", "!=", "<=", ">=", "<<", ">>":
+			return op
+		}
+	}
+	return ""
 }
 
 func (p *parser) peek() string {
@@ -122,6 +141,9 @@ func (p *parser) parseTerm() (node, error) {
 		}
 		return notNode{n}, nil
 	case "(":
+		if n, ok := p.parenRelation(); ok {
+			return n, nil
+		}
 		p.next()
 		n, err := p.parseExpr()
 		if err != nil {
@@ -143,7 +165,30 @@ var (
 	keywords   = map[string]bool{"and": true, "or": true, "not": true, "src": true, "dst": true, "icmp": true, "icmp6": true, "vlan": true}
 )
 
+// parenRelation parses a relation whose arithmetic starts with a
+// parenthesis, "(udp[10] & 0x78) >> 3 = 0", where the parenthesis could
+// as well group tests, "(udp[10] & 0x80 = 0)": it tries the relation and
+// gives the tokens back if it is not one.
+func (p *parser) parenRelation() (node, bool) {
+	pos, toks := p.pos, slices.Clone(p.toks)
+	p.next()
+	if !p.atRelation() && p.peek() != "(" {
+		p.pos = pos
+		return nil, false
+	}
+	p.pos = pos
+	n, err := p.relationOf()
+	if err != nil {
+		p.pos, p.toks = pos, toks
+		return nil, false
+	}
+	return n, true
+}
+
 func (p *parser) parsePrimitive() (node, error) {
+	if p.atRelation() {
+		return p.relationOf()
+	}
 	start := p.pos
 	var q quals
 	if protoWords[p.peek()] {
@@ -202,7 +247,7 @@ func other(dir string) string {
 }
 
 func isValue(w string) bool {
-	return w != "" && w != "(" && w != ")" && w != "!" && w != "&&" && w != "||" && !keywords[w] && !typeWords[w]
+	return w != "" && strings.IndexByte(singleOps, w[0]) < 0 && !keywords[w] && !typeWords[w]
 }
 
 // value makes the test of a qualified value.
