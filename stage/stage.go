@@ -86,6 +86,16 @@ type Edged interface {
 	Start(ctx context.Context, in Input, r io.Reader, w io.Writer) (Part, error)
 }
 
+// RunEdged is the Run of an Edged built-in: Start and Finish at once.
+func RunEdged(ctx context.Context, e Edged, in Input, r io.Reader, w io.Writer) error {
+	p, err := e.Start(ctx, in, r, w)
+	if err != nil {
+		return err
+	}
+	defer p.Discard()
+	return p.Finish(ctx, in)
+}
+
 // Part is a block read apart from its neighbours, waiting for its turn.
 type Part interface {
 	// Finish writes the rows the block's edges complete, going on from

@@ -67,16 +67,10 @@ func (d *DB) ReserveNext(queue, group, reserver string, visibility, gapWait time
 	)
 	now := d.now()
 	err := d.kv.Update(context.Background(), func(tx metakv.Tx) error {
-		if _, _, err := loadGroup(tx, queue, group); err != nil {
-			return err
-		}
-		arrivals := mustSub(tx, bucketArrivals, queue)
-		blocks := mustSub(tx, bucketBlocks, queue)
-		carries, err := sub(tx, bucketCarries, group)
+		arrivals, blocks, carries, dels, err := sequenceBuckets(tx, queue, group)
 		if err != nil {
 			return err
 		}
-		dels := mustSub(tx, bucketDeliveries, queue, group)
 		take := func(serial []byte, b Block, with CarryIn) error {
 			del, _, err := getRecord[Delivery](dels, serial)
 			if err != nil {
@@ -194,16 +188,10 @@ func (d *DB) ReservePart(queue, group, reserver string, visibility time.Duration
 	var out Reservation
 	now := d.now()
 	err := d.kv.Update(context.Background(), func(tx metakv.Tx) error {
-		if _, _, err := loadGroup(tx, queue, group); err != nil {
-			return err
-		}
-		arrivals := mustSub(tx, bucketArrivals, queue)
-		blocks := mustSub(tx, bucketBlocks, queue)
-		carries, err := sub(tx, bucketCarries, group)
+		arrivals, blocks, carries, dels, err := sequenceBuckets(tx, queue, group)
 		if err != nil {
 			return err
 		}
-		dels := mustSub(tx, bucketDeliveries, queue, group)
 		next := map[string]uint64{} // each site's carry
 		var (
 			best     []byte
@@ -317,4 +305,17 @@ func (d *DB) DeleteCarries(group string) error {
 		}
 		return top.DeleteBucket([]byte(group))
 	})
+}
+
+// sequenceBuckets are what a reservation in sequence reads: the queue's
+// arrivals and blocks, the group's carries and its deliveries. The group
+// must exist.
+func sequenceBuckets(tx metakv.Tx, queue, group string) (arrivals, blocks, carries, dels metakv.Bucket, err error) {
+	if _, _, err := loadGroup(tx, queue, group); err != nil {
+		return nil, nil, nil, nil, err
+	}
+	if carries, err = sub(tx, bucketCarries, group); err != nil {
+		return nil, nil, nil, nil, err
+	}
+	return mustSub(tx, bucketArrivals, queue), mustSub(tx, bucketBlocks, queue), carries, mustSub(tx, bucketDeliveries, queue, group), nil
 }

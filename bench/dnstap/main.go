@@ -32,6 +32,7 @@ import (
 	"github.com/gopacket/gopacket"
 	"github.com/gopacket/gopacket/layers"
 
+	"github.com/plumb-dev/plumb/bench/internal/benchkit"
 	"github.com/plumb-dev/plumb/client"
 	"github.com/plumb-dev/plumb/dns/dnstap"
 	"github.com/plumb-dev/plumb/pcap"
@@ -176,14 +177,12 @@ func runPlumb(plumb string, frames [][]byte, n int) (rate, cpuPerM, accounted fl
 		log.Fatal(err)
 	}
 	defer os.RemoveAll(dir)
-	lis, _ := net.Listen("tcp", "127.0.0.1:0")
-	addr := lis.Addr().String()
-	lis.Close()
-	srv := exec.Command(plumb, "serve", "--data", filepath.Join(dir, "data"), "--listen", addr, "--log-level", "warn")
-	if err := srv.Start(); err != nil {
+	srv, c, err := benchkit.Serve(plumb, dir)
+	if err != nil {
 		log.Fatal(err)
 	}
-	defer func() { srv.Process.Signal(syscall.SIGTERM); srv.Wait() }()
+	defer srv.Stop()
+	addr := srv.Addr
 	sock := filepath.Join(dir, "tap.sock")
 	var agentLog bytes.Buffer
 	agent := exec.Command(plumb, "agent", "--server", addr, "--site", "bench", "--queue", "dnstap.sz", "--new-instance",
@@ -198,17 +197,12 @@ func runPlumb(plumb string, frames [][]byte, n int) (rate, cpuPerM, accounted fl
 	if err := agent.Wait(); err != nil {
 		log.Fatalf("agent: %v: %s", err, agentLog.String())
 	}
-	return float64(n) / took.Seconds(), cpuOf(agent) / (float64(n) / 1e6), float64(countShipped(addr))
+	return float64(n) / took.Seconds(), cpuOf(agent) / (float64(n) / 1e6), float64(countShipped(c))
 }
 
 // countShipped counts the frames in the server's dnstap blocks.
-func countShipped(addr string) int {
+func countShipped(c *client.Client) int {
 	ctx := context.Background()
-	c, err := client.Dial(addr)
-	if err != nil {
-		log.Fatal(err)
-	}
-	defer c.Close()
 	blocks, err := c.Blocks(ctx, "dnstap.sz")
 	if err != nil {
 		log.Fatal(err)

@@ -12,8 +12,6 @@ import (
 	"strings"
 	"time"
 
-	"github.com/gopacket/gopacket/layers"
-
 	"github.com/plumb-dev/plumb/dns/dnsmsg"
 	"github.com/plumb-dev/plumb/dns/dnspair"
 	"github.com/plumb-dev/plumb/dns/dnsrec"
@@ -163,12 +161,7 @@ type Messages struct {
 
 // Run implements stage.Builtin: Start and Finish at once.
 func (d *Messages) Run(ctx context.Context, sin stage.Input, in io.Reader, out io.Writer) error {
-	p, err := d.Start(ctx, sin, in, out)
-	if err != nil {
-		return err
-	}
-	defer p.Discard()
-	return p.Finish(ctx, sin)
+	return stage.RunEdged(ctx, d, sin, in, out)
 }
 
 // Start implements stage.Edged: it reads the block on its own, writes
@@ -189,17 +182,12 @@ func (d *Messages) Start(ctx context.Context, sin stage.Input, in io.Reader, out
 			werr = w.Add(rec)
 		}
 	}
-	r, closer, err := pcap.NewReader(in)
-	if err != nil {
-		p.Discard()
-		return nil, fmt.Errorf("%w: %v", stage.ErrMalformed, err)
-	}
-	defer closer.Close()
-	match, err := compileFilter(d.Filter, r.LinkType)
+	r, match, closer, err := openCapture(in, d.Filter)
 	if err != nil {
 		p.Discard()
 		return nil, err
 	}
+	defer closer.Close()
 	x := dnsrec.NewExtractor(r.LinkType, d.Ports, p.emit)
 	x.ReadSections(sections)
 	x.SplitEdges(d.Budget)
@@ -216,17 +204,23 @@ func (d *Messages) Start(ctx context.Context, sin stage.Input, in io.Reader, out
 	return p, nil
 }
 
-// compileFilter compiles a capture filter for a capture's link type;
-// nil when there is none.
-func compileFilter(expr string, link layers.LinkType) (*filter.Filter, error) {
-	if expr == "" {
-		return nil, nil
-	}
-	f, err := filter.Compile(expr, link)
+// openCapture reads a block's capture, with the capture filter expr
+// (none when empty) compiled for its link type. A block that is no
+// capture is malformed.
+func openCapture(in io.Reader, expr string) (*pcap.Reader, *filter.Filter, io.Closer, error) {
+	r, closer, err := pcap.NewReader(in)
 	if err != nil {
-		return nil, fmt.Errorf("filter %q: %w", expr, err)
+		return nil, nil, nil, fmt.Errorf("%w: %v", stage.ErrMalformed, err)
 	}
-	return f, nil
+	if expr == "" {
+		return r, nil, closer, nil
+	}
+	f, err := filter.Compile(expr, r.LinkType)
+	if err != nil {
+		closer.Close()
+		return nil, nil, nil, fmt.Errorf("filter %q: %w", expr, err)
+	}
+	return r, f, closer, nil
 }
 
 // readPackets feeds a capture's packets, those match takes when there
@@ -247,7 +241,7 @@ func readPackets(ctx context.Context, r *pcap.Reader, x *dnsrec.Extractor, match
 		if err != nil {
 			return nil, fmt.Errorf("%w: %v", stage.ErrMalformed, err)
 		}
-		if match != nil && !match.Match(data) {
+		if match != nil && !match.MatchLen(data, ci.Length) {
 			continue
 		}
 		x.Packet(ci.Timestamp, data)
@@ -394,12 +388,7 @@ func (d *Pairs) pairer(emit func(*dnspair.Txn)) *dnspair.Pairer {
 
 // Run implements stage.Builtin: Start and Finish at once.
 func (d *Pairs) Run(ctx context.Context, sin stage.Input, in io.Reader, out io.Writer) error {
-	p, err := d.Start(ctx, sin, in, out)
-	if err != nil {
-		return err
-	}
-	defer p.Discard()
-	return p.Finish(ctx, sin)
+	return stage.RunEdged(ctx, d, sin, in, out)
 }
 
 // Start implements stage.Edged: it reads and pairs the block on its
@@ -417,17 +406,12 @@ func (d *Pairs) Start(ctx context.Context, sin stage.Input, in io.Reader, out io
 			p.werr = w.Add(t)
 		}
 	}
-	r, closer, err := pcap.NewReader(in)
-	if err != nil {
-		p.Discard()
-		return nil, fmt.Errorf("%w: %v", stage.ErrMalformed, err)
-	}
-	defer closer.Close()
-	match, err := compileFilter(d.Filter, r.LinkType)
+	r, match, closer, err := openCapture(in, d.Filter)
 	if err != nil {
 		p.Discard()
 		return nil, err
 	}
+	defer closer.Close()
 	pr := d.pairer(p.emit)
 	pr.Split(d.budget())
 	var x *dnsrec.Extractor
