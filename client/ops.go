@@ -1,6 +1,10 @@
 package client
 
-import "github.com/plumb-dev/plumb/flight"
+import (
+	"time"
+
+	"github.com/plumb-dev/plumb/flight"
+)
 
 // Op is how a Condition of a records read tests its column.
 type Op = flight.Op
@@ -29,3 +33,7 @@ const (
 	FromEarliest = flight.FromEarliest // the oldest block kept
 	FromLatest   = flight.FromLatest   // the next block to arrive
 )
+
+// FromTime starts a new group at a time: the blocks kept whose event
+// time is at or after t, and every block that arrives after.
+func FromTime(t time.Time) Start { return flight.FromTime(t) }

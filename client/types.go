@@ -30,7 +30,7 @@ type (
 	//	Queue      string        // Queue asks for a queue's blocks in arrival order. Without Group it is a plain read of what the queue holds (and, with Follow, of what arrives). With Group the blocks are owed to the consumer group until acknowledged with the "ack" action.
 	//	Group      string        // the consumer group, made on first use
 	//	Follow     bool          // wait for blocks that arrive, rather than end
-	//	From       Start         // From is where a new group (or a plain read) starts: FromEarliest or FromLatest. A group keeps the start it was created with.
+	//	From       Start         // From is where a new group (or a plain read) starts: FromEarliest, FromLatest or FromTime. A group keeps the start it was created with.
 	//	Visibility time.Duration // Visibility is how long a block handed to a group stays reserved before it is handed out again unless acknowledged; the server's --visibility when zero. On the wire it is "visibility" in seconds.
 	Ticket = flight.Ticket
 	// RecordsTicket selects rows of a queue of Arrow blocks.

@@ -101,7 +101,8 @@ type PutResult struct {
 	Status string `json:"status"` // "stored", "duplicate", or "staged" for a lease's outputs
 }
 
-// Start is where a new consumer group starts reading a queue.
+// Start is where a new consumer group starts reading a queue:
+// FromEarliest, FromLatest, or a time (FromTime).
 type Start string
 
 // The starts of a consumer group.
@@ -109,6 +110,27 @@ const (
 	FromEarliest Start = "earliest" // the oldest block kept
 	FromLatest   Start = "latest"   // the next block to arrive
 )
+
+// FromTime starts a group at a time, as Kafka's offsets for times do:
+// it is owed the blocks kept whose event time (the time in their name)
+// is at or after t, and every block that arrives after it is made. On
+// the wire it is the time in RFC 3339.
+func FromTime(t time.Time) Start { return Start(t.UTC().Format(time.RFC3339Nano)) }
+
+// Time is the time of a start at a time; ok is false for FromEarliest,
+// FromLatest and anything that is no RFC 3339 time.
+func (s Start) Time() (t time.Time, ok bool) {
+	t, err := time.Parse(time.RFC3339Nano, string(s))
+	return t, err == nil
+}
+
+// Valid says what is wrong with a start; nil when it is one.
+func (s Start) Valid() error {
+	if _, ok := s.Time(); ok || s == FromEarliest || s == FromLatest {
+		return nil
+	}
+	return fmt.Errorf("from %q: want earliest, latest or an RFC 3339 time such as 2025-05-05T00:00:00Z", string(s))
+}
 
 // Ticket is a DoGet ticket. Exactly one of Block and Queue is set.
 type Ticket struct {
@@ -122,8 +144,9 @@ type Ticket struct {
 	Queue  string `json:"queue,omitempty"`
 	Group  string `json:"group,omitempty"`  // the consumer group, made on first use
 	Follow bool   `json:"follow,omitempty"` // wait for blocks that arrive, rather than end
-	// From is where a new group (or a plain read) starts: FromEarliest
-	// or FromLatest. A group keeps the start it was created with.
+	// From is where a new group (or a plain read) starts: FromEarliest,
+	// FromLatest or FromTime. A group keeps the start it was created
+	// with.
 	From Start `json:"from,omitempty"`
 	// Visibility is how long a block handed to a group stays reserved
 	// before it is handed out again unless acknowledged; the server's

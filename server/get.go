@@ -59,9 +59,10 @@ func parseTicket(raw []byte) (flight.Ticket, error) {
 			if t.Group == "" && !t.Follow {
 				t.From = flight.FromEarliest // a plain read lists what is there
 			}
-		case flight.FromEarliest, flight.FromLatest:
 		default:
-			return t, status.Errorf(codes.InvalidArgument, "from %q: want \"earliest\" or \"latest\"", t.From)
+			if err := t.From.Valid(); err != nil {
+				return t, status.Error(codes.InvalidArgument, err.Error())
+			}
 		}
 		if t.Visibility < 0 || t.Visibility > 24*time.Hour {
 			return t, status.Errorf(codes.InvalidArgument, "visibility %v is outside 0..24h", t.Visibility)
@@ -150,11 +151,17 @@ func sameName(stored string, n block.Name) bool {
 // scan sends a queue's blocks in arrival order without delivery tracking;
 // with Follow it then waits for new blocks.
 func (s *Service) scan(ctx context.Context, w *flight.BlockWriter, t flight.Ticket) error {
-	var after uint64
-	if t.From == flight.FromLatest {
-		var err error
-		if after, err = s.db.LastSerial(t.Queue); err != nil {
+	var after, held uint64
+	at, fromTime := t.From.Time()
+	if t.From == flight.FromLatest || fromTime {
+		last, err := s.db.LastSerial(t.Queue)
+		if err != nil {
 			return err
+		}
+		if fromTime {
+			held = last // of these, the blocks before the start are passed over
+		} else {
+			after = last
 		}
 	}
 	for {
@@ -164,6 +171,10 @@ func (s *Service) scan(ctx context.Context, w *flight.BlockWriter, t flight.Tick
 			return err
 		}
 		for _, b := range page {
+			if fromTime && b.Serial <= held && b.Time.Before(at) {
+				after = b.Serial
+				continue
+			}
 			if err := s.sendBlock(ctx, w, b); err != nil {
 				return err
 			}

@@ -42,7 +42,9 @@ type Delivery struct {
 type From string
 
 // Where a new group starts: with every retained block, or with the next
-// block to arrive.
+// block to arrive. A From may also be a time in RFC 3339: the group is
+// owed the retained blocks whose time is at or after it, and every block
+// that arrives after it is made.
 const (
 	Earliest From = "earliest"
 	Latest   From = "latest"
@@ -125,8 +127,9 @@ func (d *DB) EnsureOwnedGroup(queue, group string, from From, owner, ownerID str
 	if err := block.ValidateGroup(group); err != nil {
 		return Group{}, err
 	}
-	if from != Earliest && from != Latest {
-		return Group{}, fmt.Errorf("from %q: want %q or %q", from, Earliest, Latest)
+	at, isTime := flight.Start(from).Time()
+	if err := flight.Start(from).Valid(); err != nil {
+		return Group{}, err
 	}
 	var out Group
 	err := d.kv.Update(context.Background(), func(tx metakv.Tx) error {
@@ -164,12 +167,25 @@ func (d *DB) EnsureOwnedGroup(queue, group string, from From, owner, ownerID str
 		if err != nil {
 			return err
 		}
-		if from == Earliest {
+		if from == Earliest || isTime {
 			dels, err := sub(tx, bucketDeliveries, queue, group)
 			if err != nil {
 				return err
 			}
-			if err := arrivals.ForEach(func(serial, _ []byte) error {
+			blocks := mustSub(tx, bucketBlocks, queue)
+			if err := arrivals.ForEach(func(serial, k []byte) error {
+				if isTime {
+					b, ok, err := getRecord[Block](blocks, k)
+					if err != nil {
+						return err
+					}
+					if ok && b.Time.Before(at) {
+						// Before the start: as if done, so that the block's
+						// deletion later counts it off as every done one.
+						g.Done++
+						return nil
+					}
+				}
 				return putRecord(dels, serial, Delivery{State: Unreserved})
 			}); err != nil {
 				return err

@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 	"reflect"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -680,5 +681,70 @@ func TestSetAsideDoesNotHoldTheFloor(t *testing.T) {
 	}
 	if got := deliveryRecords(t, db, "pcap.sz", "g"); got != 1 {
 		t.Errorf("%d delivery records; want 1, the LOST", got)
+	}
+}
+
+// TestGroupFromTime: a group started at a time is owed the blocks kept
+// whose time is at or after it, in arrival order, and every block that
+// arrives after it is made, whatever its time; the blocks before count
+// as done, and stay counted right when retention deletes them.
+func TestGroupFromTime(t *testing.T) {
+	db, c := open(t)
+	base := time.Date(2025, 5, 5, 0, 0, 0, 0, time.UTC)
+	at := func(seq uint64, h int) Block {
+		n := block.Name{Time: base.Add(time.Duration(h) * time.Hour), Seq: seq, Instance: "lax", Queue: "pcap.sz"}
+		return Block{Name: n.String(), Queue: n.Queue, Instance: n.Instance, Seq: seq, Time: n.Time, Size: 10, SHA256: "s", Key: "k" + fmt.Sprint(seq)}
+	}
+	// Arrival order is not time order: 3 is late and older.
+	for _, b := range []Block{at(1, 10), at(2, 11), at(3, 9), at(4, 12)} {
+		if _, _, err := db.CommitBlock(b); err != nil {
+			t.Fatal(err)
+		}
+	}
+	from := From(base.Add(11 * time.Hour).Format(time.RFC3339))
+	if _, err := db.EnsureGroup("pcap.sz", "replay", from); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := db.EnsureGroup("pcap.sz", "bad", "yesterday"); err == nil || !strings.Contains(err.Error(), "RFC 3339") {
+		t.Errorf("a start that is no time: %v", err)
+	}
+	db.CommitBlock(at(5, 1)) // arrives after: owed, old as it is
+	var got []uint64
+	for {
+		b, ok, err := db.Reserve("pcap.sz", "replay", "r", time.Minute)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !ok {
+			break
+		}
+		got = append(got, b.Seq)
+		if _, err := db.Ack("pcap.sz", "replay", []block.ID{b.ID()}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if fmt.Sprint(got) != "[2 4 5]" {
+		t.Fatalf("a group from 11:00 got %v; want [2 4 5]", got)
+	}
+	stats := func() GroupStats {
+		gs, err := db.Groups("pcap.sz")
+		if err != nil || len(gs) != 1 {
+			t.Fatalf("groups: %+v %v", gs, err)
+		}
+		return gs[0]
+	}
+	if s := stats(); s.Done != 5 || s.Unreserved != 0 {
+		t.Errorf("stats %+v; want the five blocks done, the two before the start among them", s)
+	}
+	// Retention deletes everything: the done count goes with the blocks.
+	if err := db.SetPolicy("pcap.sz", Policy{Retention: "1h", MaxAge: time.Hour}); err != nil {
+		t.Fatal(err)
+	}
+	c.t = c.t.Add(48 * time.Hour)
+	if res, err := db.Expire("pcap.sz", 100); err != nil || len(res.Deleted) != 5 {
+		t.Fatalf("expire: %+v %v", res, err)
+	}
+	if s := stats(); s.Done != 0 {
+		t.Errorf("stats after the blocks went: %+v", s)
 	}
 }

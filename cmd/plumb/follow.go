@@ -23,12 +23,15 @@ func followCommand() command {
 		func(fs *flag.FlagSet) {
 			fs.StringVar(&group, "group", "", "consumer `GROUP` (required, except with --once: then a temporary group deleted at the end)")
 			fs.StringVar(&out, "out", "", "`DIR` to write blocks into (required)")
-			fs.StringVar(&from, "from", "latest", "where a new group starts: earliest or latest")
+			fs.StringVar(&from, "from", "latest", "where a new group starts: earliest, latest, or a `TIME` in RFC 3339 (2025-05-05T00:00:00Z: the blocks kept from that event time on, and all that arrive)")
 			fs.BoolVar(&once, "once", false, "stop when no block is owed instead of waiting for more")
 		},
 		func(ctx context.Context, c *client.Client, args []string) error {
 			if out == "" || group == "" && !once {
 				return errUsage
+			}
+			if err := flight.Start(from).Valid(); err != nil {
+				return fmt.Errorf("--%w", err)
 			}
 			switch known, err := queueKnown(ctx, c, args[0]); {
 			case err != nil:

@@ -428,3 +428,25 @@ def test_auth_and_tls(plumb, secured):
         plumb.connect(server.addr, tls_ca=ca).queues()
     with pytest.raises(plumb.PlumbError):  # TLS is required: plain gRPC does not get through
         plumb.connect(server.addr, user="ana", secret=secrets["ana"], timeout=5)
+
+
+def test_group_from_a_time(plumb, server):
+    """A group started at a time, as Kafka's offsets_for_times starts a
+    consumer, gets the blocks kept from that event time on (whatever their
+    arrival order) and every block that arrives after it is made."""
+    c = plumb.connect(server.addr)
+
+    def at(seq, day):
+        return name(seq, day=day)
+    # Arrival order is not time order: 3 is from the 4th, and came late.
+    assert c.put_many([(at(1, 5), b"1"), (at(2, 6), b"2"), (at(3, 4), b"3"), (at(4, 7), b"4")]) == ["stored"] * 4
+    start = dt.datetime(2025, 5, 6, tzinfo=dt.timezone.utc)
+    assert [b.name for b in c.consume("pcap.sz", group="replay", start=start)] == [at(2, 6), at(4, 7)]
+    assert c.put(at(5, 1), b"5") == "stored"  # after the group was made: owed, old as it is
+    assert [b.name for b in c.consume("pcap.sz", group="replay")] == [at(5, 1)]
+    # The same start as RFC 3339 text; a naive datetime is refused.
+    assert [b.name for b in c.consume("pcap.sz", group="text", start="2025-05-07T00:00:00Z")] == [at(4, 7)]
+    with pytest.raises(plumb.InvalidArgument, match="timezone-aware"):
+        list(c.consume("pcap.sz", group="naive", start=dt.datetime(2025, 5, 6)))
+    with pytest.raises(plumb.InvalidArgument, match="RFC 3339"):
+        list(c.consume("pcap.sz", group="bad", start="yesterday"))

@@ -28,6 +28,16 @@ Data = Union[bytes, bytearray, memoryview, str, "os.PathLike[str]"]
 Where = Union[Mapping[str, Any], Sequence[Tuple[str, str, Any]]]
 
 
+def _start(start: Union[str, _dt.datetime]) -> str:
+    """A group's start as the ticket says it: a name, or a time in RFC 3339."""
+    if isinstance(start, _dt.datetime):
+        if start.tzinfo is None:
+            raise InvalidArgument(f"start={start!r}: give a timezone-aware datetime (datetime.timezone.utc), "
+                                  "as block times are UTC")
+        return start.astimezone(_dt.timezone.utc).isoformat().replace("+00:00", "Z")
+    return start
+
+
 def _parse_name(name: str) -> Tuple[str, str, int, _dt.datetime]:
     m = _NAME.match(name)
     if not m:
@@ -381,14 +391,17 @@ class Client:
             return 0
         return self.action("nack", {"queue": queue, "group": group, "blocks": list(names)})[0]["released"]
 
-    def consume(self, queue: str, group: str, start: Optional[str] = None, follow: bool = False,
+    def consume(self, queue: str, group: str, start: Union[str, _dt.datetime, None] = None, follow: bool = False,
                 visibility: Optional[float] = None, ack: str = "auto", ack_every: int = 100,
                 ack_interval: float = 1.0, spool: Optional[Union[str, "os.PathLike[str]"]] = None,
                 idle_timeout: Optional[float] = None, _on_reader: Any = None) -> Iterator[Block]:
         """A consumer group's blocks.
 
         start is where a new group begins: "latest" (the server's default,
-        as for the CLI and the Go client) or "earliest"; a group that
+        as for the CLI and the Go client), "earliest", or a time (a
+        timezone-aware datetime, or an RFC 3339 string): the blocks kept
+        whose event time is at or after it, and every block that arrives
+        after, as Kafka's offsets_for_times starts a consumer; a group that
         exists goes on where it stands. With ack="auto" a block is done once
         the loop asks for the next one, and done blocks are acknowledged
         together, every ack_every blocks or ack_interval seconds (one round
@@ -419,7 +432,7 @@ class Client:
             self._queue_known(queue)
         t: Dict[str, Any] = {"queue": queue, "group": group, "follow": follow}
         if start is not None:
-            t["from"] = start
+            t["from"] = _start(start)
         if visibility is not None:
             t["visibility"] = visibility
         started = time.monotonic()
