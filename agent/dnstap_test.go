@@ -8,13 +8,13 @@ import (
 	"net/netip"
 	"path/filepath"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
 	framestream "github.com/farsightsec/golang-framestream"
 
 	"github.com/plumb-dev/plumb/dns/dnstap"
+	"github.com/plumb-dev/plumb/internal/testenv"
 	"github.com/plumb-dev/plumb/pcap"
 )
 
@@ -99,9 +99,8 @@ func tapSender(t *testing.T, sock string) (net.Conn, *framestream.Writer, error)
 // others have gone is served, its frames whole.
 func TestDnstapListenerBounded(t *testing.T) {
 	sock := filepath.Join(t.TempDir(), "dnstap.sock")
-	var logs bytes.Buffer
-	var mu sync.Mutex
-	log := slog.New(slog.NewTextHandler(lockedWriter{&mu, &logs}, nil))
+	var logs testenv.Log
+	log := slog.New(slog.NewTextHandler(&logs, nil))
 	src, err := DnstapSource(DnstapConfig{Network: "unix", Addr: sock, MaxConns: 4, IdleTimeout: time.Second, Log: log})
 	if err != nil {
 		t.Fatal(err)
@@ -169,23 +168,10 @@ func TestDnstapListenerBounded(t *testing.T) {
 	if data, _, err := r.Next(); err != nil || !bytes.Equal(data, msg) {
 		t.Fatalf("the new sender's frame: %v, %d bytes of %d", err, len(data), len(msg))
 	}
-	mu.Lock()
-	defer mu.Unlock()
 	if !strings.Contains(logs.String(), "at its cap of connections") {
 		t.Errorf("the log does not count the refused senders:\n%s", logs.String())
 	}
 	if !strings.Contains(logs.String(), "idle timeout") {
 		t.Errorf("the log does not say why idle senders went:\n%s", logs.String())
 	}
-}
-
-type lockedWriter struct {
-	mu *sync.Mutex
-	w  io.Writer
-}
-
-func (l lockedWriter) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.w.Write(p)
 }

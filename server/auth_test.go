@@ -17,12 +17,12 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
 
 	"github.com/plumb-dev/plumb/client"
+	"github.com/plumb-dev/plumb/internal/testenv"
 
 	aflight "github.com/apache/arrow-go/v18/arrow/flight"
 	"google.golang.org/grpc/codes"
@@ -60,24 +60,6 @@ func usersFile(t testing.TB) (string, map[string]string) {
 		t.Fatal(err)
 	}
 	return file, secrets
-}
-
-// syncBuffer is a log sink the server writes while the test reads.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
 }
 
 // runServer starts Run with cfg on 127.0.0.1:0 and returns its address.
@@ -127,7 +109,7 @@ func codeOf(err error) codes.Code { return status.Code(err) }
 
 func TestAuthOverFlight(t *testing.T) {
 	file, secrets := usersFile(t)
-	logs := &syncBuffer{}
+	logs := &testenv.Log{}
 	addr := runServer(t, Config{Users: file, Logger: slog.New(slog.NewTextHandler(logs, nil))})
 	ctx := context.Background()
 
@@ -291,7 +273,7 @@ func TestNoAuthServesLoopbackOnly(t *testing.T) {
 			t.Errorf("listen %s http %s without auth: %v", cfg.Listen, cfg.HTTP, err)
 		}
 	}
-	logs := &syncBuffer{}
+	logs := &testenv.Log{}
 	runServer(t, Config{Listen: "0.0.0.0:0", InsecureNoAuth: true, Logger: slog.New(slog.NewTextHandler(logs, nil))})
 	first, _, _ := strings.Cut(logs.String(), "\n")
 	if !strings.Contains(first, "authentication is off") {

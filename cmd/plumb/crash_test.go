@@ -47,22 +47,7 @@ type plumbProc struct {
 }
 
 // procLog is a subprocess's output, safe to read while it writes.
-type procLog struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *procLog) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *procLog) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
-}
+type procLog struct{ testenv.Log }
 
 // waitLog waits until log says want, failing with the log (and any
 // others given) if it does not within the given time.
