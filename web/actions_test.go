@@ -17,7 +17,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/plumb-dev/plumb/auth"
 	"github.com/plumb-dev/plumb/blob"
 	"github.com/plumb-dev/plumb/internal/testenv"
 	"github.com/plumb-dev/plumb/state"
@@ -40,23 +39,9 @@ func TestDashboardActions(t *testing.T) {
 	}
 	r.put(t, 2, "poison")
 
-	file := filepath.Join(t.TempDir(), "users.yaml")
-	f, _ := auth.LoadOrNew(file)
-	anaSecret, _ := f.AddUser("ana", []string{"analysts"})
-	opsSecret, _ := f.AddUser("ops", []string{"operators"})
-	evaSecret, _ := f.AddUser("eva", []string{"analysts"})
-	f.Rules = []auth.Rule{
-		{Queues: "raw*", Groups: []string{"analysts"}, Allow: []auth.Perm{auth.Read}},
-		{Queues: "*", Groups: []string{"operators"}, Allow: []auth.Perm{auth.Admin}},
-	}
-	f.Save(file)
-	authz, err := auth.NewAuthority(file, []byte(strings.Repeat("k", 32)), time.Hour, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
+	_, authz, secrets := withUsers(t, "raw*", "ana", "ops", "eva")
 	srv := httptest.NewServer(web.New(r.eng, r.ctl, r.db, r.reg, slog.Default()).WithAuth(authz).Handler())
 	defer srv.Close()
-	secrets := map[string]string{"ana": anaSecret, "ops": opsSecret, "eva": evaSecret}
 	do := func(method, path, user, body string, header map[string]string) (int, string) {
 		t.Helper()
 		req, _ := http.NewRequest(method, srv.URL+path, strings.NewReader(body))

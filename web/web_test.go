@@ -82,6 +82,37 @@ func newRig(t *testing.T) *rig {
 	return &rig{db: db, store: store, eng: eng, ctl: ctl, reg: reg}
 }
 
+// withUsers makes a users file of analysts (who may read the queues
+// matching readable) and ops, an operator (admin of every queue): each
+// user named goes into the group its name says, "ops" into operators and
+// any other into analysts. It returns the file, its authority and the
+// users' secrets.
+func withUsers(t *testing.T, readable string, users ...string) (string, *auth.Authority, map[string]string) {
+	t.Helper()
+	file := filepath.Join(t.TempDir(), "users.yaml")
+	f, _ := auth.LoadOrNew(file)
+	secrets := map[string]string{}
+	for _, u := range users {
+		group := "analysts"
+		if u == "ops" {
+			group = "operators"
+		}
+		secrets[u], _ = f.AddUser(u, []string{group})
+	}
+	f.Rules = []auth.Rule{
+		{Queues: readable, Groups: []string{"analysts"}, Allow: []auth.Perm{auth.Read}},
+		{Queues: "*", Groups: []string{"operators"}, Allow: []auth.Perm{auth.Admin}},
+	}
+	if err := f.Save(file); err != nil {
+		t.Fatal(err)
+	}
+	authz, err := auth.NewAuthority(file, []byte(strings.Repeat("k", 32)), time.Hour, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return file, authz, secrets
+}
+
 func (r *rig) put(t *testing.T, seq uint64, data string) {
 	t.Helper()
 	n := block.Name{Time: time.Date(2025, 5, 5, 15, 0, int(seq), 0, time.UTC), Seq: seq, Instance: "lax", Queue: "raw"}
@@ -292,19 +323,8 @@ func TestDashboardLogin(t *testing.T) {
 			t.Fatalf("submit %s: %+v %v", job, res, err)
 		}
 	}
-	file := filepath.Join(t.TempDir(), "users.yaml")
-	f, _ := auth.LoadOrNew(file)
-	anaSecret, _ := f.AddUser("ana", []string{"analysts"})
-	opsSecret, _ := f.AddUser("ops", []string{"operators"})
-	f.Rules = []auth.Rule{
-		{Queues: "raw.*", Groups: []string{"analysts"}, Allow: []auth.Perm{auth.Read}},
-		{Queues: "*", Groups: []string{"operators"}, Allow: []auth.Perm{auth.Admin}},
-	}
-	f.Save(file)
-	authz, err := auth.NewAuthority(file, []byte(strings.Repeat("k", 32)), time.Hour, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
+	file, authz, secrets := withUsers(t, "raw.*", "ana", "ops")
+	anaSecret, opsSecret := secrets["ana"], secrets["ops"]
 	srv := httptest.NewServer(web.New(r.eng, r.ctl, r.db, r.reg, slog.Default()).WithAuth(authz).Handler())
 	defer srv.Close()
 	get := func(path, user, secret string) (int, string, http.Header) {
