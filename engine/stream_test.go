@@ -1,6 +1,7 @@
 package engine_test
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -22,23 +23,8 @@ import (
 // the packets of the input exactly.
 func TestStreamStageSurvivesKills(t *testing.T) {
 	r := newRig(t, engine.Config{Slots: 2, Backoff: 20 * time.Millisecond})
-	var total int
-	day := time.Date(2025, 5, 5, 0, 0, 0, 0, time.UTC)
-	for seq := uint64(1); seq <= 40; seq++ {
-		tm := day.Add(time.Duration(seq) * time.Minute)
-		data := capture(t, seq, tm)
-		rd, closer, _ := pcap.NewReader(strings.NewReader(string(data)))
-		for {
-			if _, _, err := rd.Next(); err != nil {
-				break
-			}
-			total++
-		}
-		closer.Close()
-		r.putAt("pcap", "lax", seq, tm, data)
-	}
-	prog := filepath.Join(t.TempDir(), "counter.sh")
-	os.WriteFile(prog, []byte(fmt.Sprintf("#!/bin/sh\nPLUMB_TEST_COUNTER=1 exec %q\n", os.Args[0])), 0o755)
+	total := r.putCaptures(40, 0)
+	prog := counterProgram(t)
 	r.mustAccept(fmt.Sprintf(`
 job: ids
 from: earliest
@@ -108,23 +94,8 @@ func counters() []int {
 // packet once, and their checkpoints release the hash blocks.
 func TestParallelStreamsByFlow(t *testing.T) {
 	r := newRig(t, engine.Config{Slots: 4})
-	day := time.Date(2025, 5, 5, 0, 0, 0, 0, time.UTC)
-	var total int
-	for seq := uint64(1); seq <= 6; seq++ {
-		tm := day.Add(time.Duration(seq) * time.Minute)
-		data := capture(t, seq+100, tm)
-		rd, closer, _ := pcap.NewReader(strings.NewReader(string(data)))
-		for {
-			if _, _, err := rd.Next(); err != nil {
-				break
-			}
-			total++
-		}
-		closer.Close()
-		r.putAt("pcap", "lax", seq, tm, data)
-	}
-	prog := filepath.Join(t.TempDir(), "counter.sh")
-	os.WriteFile(prog, []byte(fmt.Sprintf("#!/bin/sh\nPLUMB_TEST_COUNTER=1 exec %q\n", os.Args[0])), 0o755)
+	total := r.putCaptures(6, 100)
+	prog := counterProgram(t)
 	job := "job: split\nfrom: earliest\nstages:\n" +
 		"  - {name: hash, inputs: [pcap], program: \"builtin:flowhash?n=4\", outputs: [pcap.h0, pcap.h1, pcap.h2, pcap.h3]}\n"
 	for i := range 4 {
@@ -155,4 +126,41 @@ func TestParallelStreamsByFlow(t *testing.T) {
 	r.wait("the consumed hash blocks to go", func() bool {
 		return r.count("pcap.h0")+r.count("pcap.h1")+r.count("pcap.h2")+r.count("pcap.h3") == 0
 	})
+}
+
+// putCaptures stores n generated captures of site lax in queue pcap, a
+// minute apart on 2025-05-05 (seeded from seed), and says how many
+// packets they hold.
+func (r *rig) putCaptures(n int, seed uint64) int {
+	r.t.Helper()
+	day := time.Date(2025, 5, 5, 0, 0, 0, 0, time.UTC)
+	total := 0
+	for seq := uint64(1); seq <= uint64(n); seq++ {
+		tm := day.Add(time.Duration(seq) * time.Minute)
+		data := capture(r.t, seq+seed, tm)
+		rd, closer, err := pcap.NewReader(bytes.NewReader(data))
+		if err != nil {
+			r.t.Fatal(err)
+		}
+		for {
+			if _, _, err := rd.Next(); err != nil {
+				break
+			}
+			total++
+		}
+		closer.Close()
+		r.putAt("pcap", "lax", seq, tm, data)
+	}
+	return total
+}
+
+// counterProgram is a program running the test binary as the counting
+// stream program (testprog.CounterMain).
+func counterProgram(t *testing.T) string {
+	t.Helper()
+	prog := filepath.Join(t.TempDir(), "counter.sh")
+	if err := os.WriteFile(prog, []byte(fmt.Sprintf("#!/bin/sh\nPLUMB_TEST_COUNTER=1 exec %q\n", os.Args[0])), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	return prog
 }
