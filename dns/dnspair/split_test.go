@@ -15,6 +15,7 @@ import (
 	"github.com/gopacket/gopacket/layers"
 
 	"github.com/plumb-dev/plumb/dns/dnsrec"
+	"github.com/plumb-dev/plumb/internal/testenv"
 	"github.com/plumb-dev/plumb/pcap"
 	"github.com/plumb-dev/plumb/synth"
 )
@@ -169,7 +170,7 @@ func cutAnywhere(t *testing.T, rng *rand.Rand, name string, link layers.LinkType
 			got := slices.Concat(rows...)
 			slices.Sort(got)
 			if !slices.Equal(got, want) {
-				missing, extra := lackingRows(want, got), lackingRows(got, want)
+				missing, extra := testenv.Lacking(want, got), testenv.Lacking(got, want)
 				t.Errorf("%s (window %v) cut every %d packets: %d transactions, uncut %d\n missing %q\n extra %q", name, window,
 					size, len(got), len(want), missing[:min(3, len(missing))], extra[:min(3, len(extra))])
 				break
@@ -177,19 +178,6 @@ func cutAnywhere(t *testing.T, rng *rand.Rand, name string, link layers.LinkType
 		}
 	}
 	return inexact
-}
-
-// lackingRows returns the lines of a (sorted) that b (sorted) lacks.
-func lackingRows(a, b []string) []string {
-	var out []string
-	for _, l := range a {
-		if i, ok := slices.BinarySearch(b, l); ok {
-			b = slices.Delete(slices.Clone(b), i, i+1)
-			continue
-		}
-		out = append(out, l)
-	}
-	return out
 }
 
 // TestSplitIsBounded: what a block leaves to the join stays within its

@@ -260,24 +260,11 @@ func TestCutAnywhereInParallel(t *testing.T) {
 			got := slices.Concat(rows...)
 			slices.Sort(got)
 			if !slices.Equal(got, want) {
-				t.Errorf("%s cut every %d packets: %d rows, uncut %d\n got %q\nwant %q", filepath.Base(c), size, len(got), len(want), head(lacking(got, want)), head(lacking(want, got)))
+				t.Errorf("%s cut every %d packets: %d rows, uncut %d\n got %q\nwant %q", filepath.Base(c), size, len(got), len(want), head(testenv.Lacking(got, want)), head(testenv.Lacking(want, got)))
 				break
 			}
 		}
 	}
-}
-
-// lacking returns the lines of a (sorted) that b (sorted) lacks.
-func lacking(a, b []string) []string {
-	var out []string
-	for _, l := range a {
-		if i, ok := slices.BinarySearch(b, l); ok {
-			b = slices.Delete(slices.Clone(b), i, i+1)
-			continue
-		}
-		out = append(out, l)
-	}
-	return out
 }
 
 // TestPartialIsMalformed: the first fragment of a datagram whose others
