@@ -5,10 +5,12 @@ import (
 	"time"
 )
 
-// WaitFor polls ok every 20 ms until it holds, and fails the test naming
-// what it waited for when it has not held within the given time. Tests
-// wait on a condition, never on a sleep: a busy machine takes longer, not
-// differently.
+// WaitFor polls ok until it holds, and fails the test naming what it
+// waited for when it has not held within the given time. Tests wait on a
+// condition, never on a sleep: a busy machine takes longer, not
+// differently. The polls start 20 ms apart and slow to 100 ms, so a
+// condition that holds soon is seen soon, and one that costs a process
+// or a download to check does not load a busy machine while it waits.
 func WaitFor(t testing.TB, within time.Duration, what string, ok func() bool) {
 	t.Helper()
 	Eventually(t, within, what, func() (string, bool) { return "", ok() })
@@ -20,7 +22,7 @@ func WaitFor(t testing.TB, within time.Duration, what string, ok func() bool) {
 func Eventually(t testing.TB, within time.Duration, what string, poll func() (saw string, ok bool)) {
 	t.Helper()
 	deadline := time.Now().Add(within)
-	for {
+	for pause := 20 * time.Millisecond; ; pause = min(pause*3/2, 100*time.Millisecond) {
 		saw, ok := poll()
 		if ok {
 			return
@@ -31,6 +33,6 @@ func Eventually(t testing.TB, within time.Duration, what string, poll func() (sa
 			}
 			t.Fatalf("waited %v for %s", within, what)
 		}
-		time.Sleep(20 * time.Millisecond)
+		time.Sleep(pause)
 	}
 }
