@@ -81,7 +81,7 @@ test: lint build test-go test-state-postgres test-python fuzz-short
 # On failure the names of failed and hung tests are repeated at the end,
 # where a CI log that shows only its tail still shows them.
 test-go:
-	@log=$$(mktemp); $(GO) test -race -count=1 -timeout 60m ./... 2>&1 | tee $$log; st=$${PIPESTATUS[0]}; \
+	@log=$$(mktemp); $(GO) test -race -count=1 -timeout 80m ./... 2>&1 | tee $$log; st=$${PIPESTATUS[0]}; \
 	if [ $$st -ne 0 ]; then echo; echo "== what failed (repeated from above)"; \
 		grep -E -A4 '^(--- FAIL|panic: |FAIL|running tests:)' $$log | grep -v -E '^(\s*$$|--$$)' | head -80; fi; \
 	rm -f $$log; exit $$st
