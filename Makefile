@@ -31,6 +31,7 @@ FUZZ_TARGETS := \
 	./dns/dnstcp:FuzzReassemble:150000x \
 	./pcap/anon:FuzzPacket:200000x \
 	./pcap/filter:FuzzCompile:100000x \
+	./dns/dnstop:FuzzCheckTally:100000x \
 	./dns/enrich:FuzzDatabase:30000x \
 	./dns/dnstap:FuzzDecode:200000x \
 	./state:FuzzBlockRecord:100000x \

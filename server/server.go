@@ -31,6 +31,7 @@ import (
 	"github.com/plumb-dev/plumb/auth"
 	"github.com/plumb-dev/plumb/blob"
 	"github.com/plumb-dev/plumb/dns/dnsmetrics"
+	"github.com/plumb-dev/plumb/dns/dnstop"
 	"github.com/plumb-dev/plumb/engine"
 	"github.com/plumb-dev/plumb/flight"
 	"github.com/plumb-dev/plumb/fsck"
@@ -424,9 +425,11 @@ func Run(ctx context.Context, cfg Config) (err error) {
 			tables.Close()
 		}
 	}()
-	// builtin:dnsmetrics's counts, added as runs commit.
+	// builtin:dnsmetrics's counts and builtin:dnstop's ranks, added as
+	// runs commit.
 	dnsCounts := dnsmetrics.NewCollector()
-	cfg.Engine.Tallier = dnsCounts
+	dnsTop := dnstop.NewCollector(cfg.Now)
+	cfg.Engine.Tallier = stage.Talliers{{Prefix: dnstop.TallyPrefix, Tallier: dnsTop}, {Tallier: dnsCounts}}
 	svc := NewService(srvCtx, cfg, db, store)
 	// Work one server does for all: with the metadata in PostgreSQL,
 	// several servers may share it.
@@ -441,7 +444,7 @@ func Run(ctx context.Context, cfg Config) (err error) {
 		svc.space.minFree = 100 << 20
 	}
 	if r := cfg.Engine.Registerer; r != nil {
-		r.MustRegister(dnsCounts)
+		r.MustRegister(dnsCounts, dnsTop)
 		// Per queue and per site, read from the metadata at each scrape.
 		qc := queueCollector{db: db}
 		qc.stageOf = func(g string) (string, bool) {

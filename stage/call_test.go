@@ -108,3 +108,48 @@ func TestPanicFailsTheRun(t *testing.T) {
 		t.Errorf("an empty block: %v; want ErrMalformed", err)
 	}
 }
+
+// tallies is a Tallier that keeps what it was given and refuses keys
+// that do not start with its prefix.
+type tallies struct {
+	prefix string
+	got    map[string]int64
+}
+
+func (ts *tallies) Check(t map[string]int64) error {
+	for k := range t {
+		if !strings.HasPrefix(k, ts.prefix) {
+			return fmt.Errorf("%s is not mine", k)
+		}
+	}
+	return nil
+}
+
+func (ts *tallies) Add(t map[string]int64) {
+	for k, n := range t {
+		ts.got[k] += n
+	}
+}
+
+// TestTalliersRoute: each key of a tally goes to the first route whose
+// prefix it has; a key no route takes is refused by Check and skipped by
+// Add; a route's own check still applies.
+func TestTalliersRoute(t *testing.T) {
+	top, rest := &tallies{"top.", map[string]int64{}}, &tallies{"", map[string]int64{}}
+	ts := stage.Talliers{{Prefix: "top.", Tallier: top}, {Prefix: "q|", Tallier: rest}}
+	tally := map[string]int64{"top.k|lax": 2, "q|lax|udp|A": 3}
+	if err := ts.Check(tally); err != nil {
+		t.Fatal(err)
+	}
+	ts.Add(tally)
+	if len(top.got) != 1 || top.got["top.k|lax"] != 2 || len(rest.got) != 1 || rest.got["q|lax|udp|A"] != 3 {
+		t.Errorf("routed %v and %v", top.got, rest.got)
+	}
+	if err := ts.Check(map[string]int64{"r|lax|NOERROR": 1}); err == nil || !strings.Contains(err.Error(), "r|lax|NOERROR") {
+		t.Errorf("a key no route takes: %v", err)
+	}
+	ts.Add(map[string]int64{"r|lax|NOERROR": 1})
+	if len(rest.got) != 1 {
+		t.Errorf("a key no route takes was added: %v", rest.got)
+	}
+}

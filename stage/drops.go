@@ -3,6 +3,8 @@ package stage
 import (
 	"fmt"
 	"maps"
+	"slices"
+	"strings"
 	"sync"
 )
 
@@ -91,4 +93,62 @@ type Tallier interface {
 	Check(map[string]int64) error
 	// Add counts a committed run's tally.
 	Add(map[string]int64)
+}
+
+// TallyRoute sends the keys of a tally that start with Prefix to
+// Tallier.
+type TallyRoute struct {
+	Prefix  string
+	Tallier Tallier
+}
+
+// Talliers is a Tallier made of several: each key goes to the first
+// route whose prefix it has ("" takes any), so the built-ins that tally
+// (builtin:dnsmetrics, builtin:dnstop) each keep their own metrics.
+type Talliers []TallyRoute
+
+// route splits a tally by route; keys no route takes are left out.
+func (ts Talliers) route(t map[string]int64) []map[string]int64 {
+	parts := make([]map[string]int64, len(ts))
+	for k, n := range t {
+		i := slices.IndexFunc(ts, func(r TallyRoute) bool { return strings.HasPrefix(k, r.Prefix) })
+		if i < 0 {
+			continue
+		}
+		if parts[i] == nil {
+			parts[i] = map[string]int64{}
+		}
+		parts[i][k] = n
+	}
+	return parts
+}
+
+// Check implements Tallier: every key must have a route whose Tallier
+// takes it.
+func (ts Talliers) Check(t map[string]int64) error {
+	parts := ts.route(t)
+	for k := range t {
+		if !slices.ContainsFunc(ts, func(r TallyRoute) bool { return strings.HasPrefix(k, r.Prefix) }) {
+			return fmt.Errorf("tally %q: no metric counts it", k)
+		}
+	}
+	for i, p := range parts {
+		if p == nil {
+			continue
+		}
+		if err := ts[i].Tallier.Check(p); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// Add implements Tallier. Keys no route takes are skipped (Check
+// refuses them from workers).
+func (ts Talliers) Add(t map[string]int64) {
+	for i, p := range ts.route(t) {
+		if p != nil {
+			ts[i].Tallier.Add(p)
+		}
+	}
 }

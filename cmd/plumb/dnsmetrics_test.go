@@ -48,6 +48,7 @@ queues: [pcap.sz]
 stages:
   - {name: dns, inputs: [pcap.sz], program: builtin:dns, outputs: [dns.arrow], retention: 1d}
   - {name: counts, inputs: [dns.arrow], program: builtin:dnsmetrics}
+  - {name: top, inputs: [dns.arrow], program: "builtin:dnstop?dimensions=registered_domain,rcode&n=5", outputs: [top.arrow], retention: 1d}
 `
 	if res, err := c.SubmitJob(ctx, "counts.yaml", []byte(job)); err != nil || res.State != "accepted" {
 		t.Fatalf("the job: %+v %v", res, err)
@@ -59,34 +60,36 @@ stages:
 		}
 	}
 	for deadline := time.Now().Add(60 * time.Second); ; time.Sleep(50 * time.Millisecond) {
-		runs := int64(0)
+		runs := map[string]int64{}
 		stats, _ := c.Stats(ctx)
 		for _, s := range stats {
-			if s.Stage == "counts/counts" {
-				runs = s.Runs
-			}
+			runs[s.Stage] = s.Runs
 		}
-		if runs == 3 {
+		if runs["counts/counts"] == 3 && runs["counts/top"] == 3 {
 			break
 		}
 		if time.Now().After(deadline) {
 			faulty, _ := c.Faulty(ctx, "")
-			t.Fatalf("the counting stage ran %d times in 60 s; faulty %+v", runs, faulty)
+			t.Fatalf("the counting stages ran %v times in 60 s; faulty %+v", runs, faulty)
 		}
 	}
-	tbl, err := c.RecordsTable(ctx, client.RecordsTicket{Records: "dns.arrow", Columns: []string{"qr", "transport", "qtype", "rcode", "size"}})
+	tbl, err := c.RecordsTable(ctx, client.RecordsTicket{Records: "dns.arrow", Columns: []string{"qr", "transport", "qtype", "rcode", "size", "registered_domain"}})
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer tbl.Release()
 	qr, transport, qtype := testenv.ColumnStrings(t, tbl, "qr"), testenv.ColumnStrings(t, tbl, "transport"), testenv.ColumnStrings(t, tbl, "qtype")
-	rcode, size := testenv.ColumnStrings(t, tbl, "rcode"), testenv.ColumnStrings(t, tbl, "size")
+	rcode, size, domain := testenv.ColumnStrings(t, tbl, "rcode"), testenv.ColumnStrings(t, tbl, "size"), testenv.ColumnStrings(t, tbl, "registered_domain")
 	queries, responses := map[[2]string]float64{}, map[string]float64{}
+	domains := map[string]float64{}
 	var sized, sizeSum float64
 	for i := range qr {
 		if qr[i] == "false" {
 			n, _ := strconv.Atoi(qtype[i])
 			queries[[2]string{transport[i], dnsmsg.TypeString(uint16(n))}]++
+			if domain[i] != "" {
+				domains[domain[i]]++
+			}
 			continue
 		}
 		r, _ := strconv.Atoi(rcode[i])
@@ -120,6 +123,46 @@ stages:
 	h := fams["plumb_dns_response_size_bytes"].GetMetric()[0].GetHistogram()
 	if float64(h.GetSampleCount()) != sized || h.GetSampleSum() != sizeSum {
 		t.Errorf("response sizes: %d, sum %v in /metrics; %v, %v in the records", h.GetSampleCount(), h.GetSampleSum(), sized, sizeSum)
+	}
+	// builtin:dnstop: the rcodes (few) are the records' exactly; each
+	// registered domain's count holds its true count within the bound,
+	// and none was seen more than the first one listed (the generated
+	// names are all rare, so their order is within the bound).
+	bound := map[string]float64{}
+	for _, m := range fams["plumb_dns_top_bound"].GetMetric() {
+		bound[labels(m)["dimension"]] = m.GetGauge().GetValue()
+	}
+	tops := map[string]int{}
+	var first string
+	var firstCount float64
+	for _, m := range fams["plumb_dns_top_queries"].GetMetric() {
+		l, v := labels(m), m.GetGauge().GetValue()
+		tops[l["dimension"]]++
+		switch l["dimension"] {
+		case "rcode":
+			if v != responses[l["value"]] {
+				t.Errorf("top rcode %s: %v in /metrics, %v in the records", l["value"], v, responses[l["value"]])
+			}
+		case "registered_domain":
+			if tv := domains[l["value"]]; v < tv || v-bound["registered_domain"] > tv {
+				t.Errorf("top domain %s: %v in /metrics (bound %v), %v in the records", l["value"], v, bound["registered_domain"], tv)
+			}
+			if v > firstCount {
+				first, firstCount = l["value"], v
+			}
+		default:
+			t.Errorf("a top series of dimension %q, not asked for", l["dimension"])
+		}
+	}
+	var want string
+	for d, n := range domains {
+		if n > domains[want] || (n == domains[want] && d < want) {
+			want = d
+		}
+	}
+	if tops["registered_domain"] != min(5, len(domains)) || tops["rcode"] != min(5, len(responses)) || domains[want] > firstCount {
+		t.Errorf("top series %v, the first domain %s (%v); want %d domains, %d rcodes, the most seen %s (%v)", tops, first, firstCount,
+			min(5, len(domains)), min(5, len(responses)), want, domains[want])
 	}
 }
 

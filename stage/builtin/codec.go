@@ -27,6 +27,7 @@ func Register(reg *stage.Registry, xz XZ) {
 	registerFlowHash(reg)
 	registerRSSAC(reg)
 	registerDNSMetrics(reg)
+	registerDNSTop(reg)
 	reg.Add(stage.Factory{
 		Name: "decode",
 		Doc:  "Decompresses a block (snappy, xz, gzip or zstd, told from its first bytes); an uncompressed block passes through, unless its queue names a codec and it is no capture (a pcap.sz block neither snappy nor a pcap is set aside as malformed).",
