@@ -32,6 +32,7 @@ FUZZ_TARGETS := \
 	./pcap/anon:FuzzPacket:200000x \
 	./pcap/filter:FuzzCompile:100000x \
 	./dns/dnstop:FuzzCheckTally:100000x \
+	./dns/newdomains:FuzzLoad:100000x \
 	./dns/enrich:FuzzDatabase:30000x \
 	./dns/dnstap:FuzzDecode:200000x \
 	./state:FuzzBlockRecord:100000x \

@@ -22,6 +22,8 @@ import (
 	"github.com/plumb-dev/plumb/dns/dnsrec"
 	"github.com/plumb-dev/plumb/engine"
 	"github.com/plumb-dev/plumb/pcap"
+	"github.com/plumb-dev/plumb/stage"
+	"github.com/plumb-dev/plumb/state"
 )
 
 // eachBatch calls fn with each record batch of an Arrow IPC file, and
@@ -322,4 +324,13 @@ func cutAnywhereInParallel(t *testing.T, mode string) {
 	}
 	st := r.eng.Stats()[0]
 	t.Logf("%d captures in %d blocks shipped shuffled: every site's rows as uncut; %d of %d runs read apart from their site's sequence", len(paths), len(puts), st.Parted, st.Runs)
+}
+
+// TestCarryBoundsAgree: what a built-in may carry (its arguments are
+// checked against stage.MaxCarry at submission) is what the metadata
+// takes, so a job accepted never fails at its first commit.
+func TestCarryBoundsAgree(t *testing.T) {
+	if stage.MaxCarry != state.MaxCarry {
+		t.Fatalf("stage.MaxCarry %d, state.MaxCarry %d", stage.MaxCarry, state.MaxCarry)
+	}
 }

@@ -209,7 +209,7 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 		workers: prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "plumb_stage_runs_in_progress", Help: "Runs of the stage in progress (local)."}, graphStage),
 		runs:    prometheus.NewCounterVec(prometheus.CounterOpts{Name: "plumb_stage_runs_total", Help: "Finished runs by result (ok, failed, faulty, lost)."}, []string{"stage", "result"}),
 		dropped: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "plumb_stage_dropped_total",
-			Help: "What the stage's runs let go of to stay within their bounds, by reason (builtin:dns: edge_budget frames, tcp_evicted streams, tcp_skipped holes, defrag_dropped datagrams; builtin:dnspairs also pairing_inexact decisions)."}, []string{"stage", "reason"}),
+			Help: "What the stage's runs let go of to stay within their bounds, by reason (builtin:dns: edge_budget frames, tcp_evicted streams, tcp_skipped holes, defrag_dropped datagrams; builtin:dnspairs also pairing_inexact decisions; builtin:newdomains late_unchecked rows of late blocks and state_reset states started afresh)."}, []string{"stage", "reason"}),
 		bytesIn:    prometheus.NewCounterVec(prometheus.CounterOpts{Name: "plumb_stage_bytes_in_total", Help: "Bytes read by successful runs (I)."}, graphStage),
 		bytesOut:   prometheus.NewCounterVec(prometheus.CounterOpts{Name: "plumb_stage_bytes_out_total", Help: "Bytes written by successful runs (O)."}, graphStage),
 		processing: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "plumb_stage_processing_seconds_total", Help: "Wall time of successful runs (P)."}, graphStage),

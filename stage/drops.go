@@ -47,6 +47,8 @@ const (
 	DropTCPHoles       = "tcp_holes"       // holes in TCP streams given up on
 	DropDefrag         = "defrag_dropped"  // datagrams never made whole
 	DropPairingInexact = "pairing_inexact" // pairing decided past the budget
+	DropLateUnchecked  = "late_unchecked"  // rows of a late block a stage's state could not check
+	DropStateReset     = "state_reset"     // carried states that did not read and were started afresh
 )
 
 // CheckDrops refuses drop counts a worker sends that no run counts: an
@@ -54,7 +56,7 @@ const (
 func CheckDrops(d map[string]int64) error {
 	for reason, n := range d {
 		switch reason {
-		case DropEdgeBudget, DropTCPEvicted, DropTCPHoles, DropDefrag, DropPairingInexact:
+		case DropEdgeBudget, DropTCPEvicted, DropTCPHoles, DropDefrag, DropPairingInexact, DropLateUnchecked, DropStateReset:
 		default:
 			return fmt.Errorf("dropped: %q is not a reason runs count drops under", reason)
 		}

@@ -120,6 +120,12 @@ type Carry struct {
 	Out   []byte // set by the run: what the next block goes on from
 }
 
+// MaxCarry bounds the state a Sequential built-in carries per site
+// (Carry.Out): a built-in whose arguments would need more refuses them
+// when the job is submitted. The metadata keeps the same bound
+// (state.MaxCarry; a test keeps them equal).
+const MaxCarry = 64 << 20
+
 // Describer is a Builtin that says how it works, e.g. which xz encoder
 // it drives; stats and metrics show it.
 type Describer interface {

@@ -24,7 +24,10 @@ import (
 
 	"github.com/plumb-dev/plumb/dns/dnspair"
 	"github.com/plumb-dev/plumb/dns/dnsrec"
+	"github.com/plumb-dev/plumb/dns/enrich"
 	"github.com/plumb-dev/plumb/internal/testenv"
+	"github.com/plumb-dev/plumb/stage"
+	"github.com/plumb-dev/plumb/stage/builtin"
 )
 
 var updateDocs = flag.Bool("update", false, "rewrite the generated references in docs/reference")
@@ -462,4 +465,27 @@ func TestJobReference(t *testing.T) {
 		}
 	}
 	checkGenerated(t, "../../docs/reference/job.md", b.String())
+}
+
+// TestBuiltinsReference: docs/reference/builtins.md is every built-in
+// stage a server registers, with what it does and its arguments, as the
+// registry documents them; a built-in without a doc fails.
+func TestBuiltinsReference(t *testing.T) {
+	reg := stage.NewRegistry()
+	builtin.Register(reg, builtin.FindXZ())
+	builtin.RegisterAnonymize(reg, "")
+	dbs := enrich.NewDatabases(t.TempDir(), nil)
+	builtin.RegisterEnrich(reg, dbs)
+	builtin.RegisterFilter(reg, dbs)
+	var b strings.Builder
+	b.WriteString("# Built-in stages\n\n*Find every `builtin:NAME` a job's `program` may name, and its arguments.*\n\n")
+	b.WriteString("Generated from the server's registry (`go test ./cmd/plumb -run TestBuiltinsReference -update`); a test fails when\nthis page and the code differ. Arguments follow the name as a query: `builtin:dnstop?n=20&window=5m`; an argument\na built-in does not know is refused when the job is submitted.\n\n")
+	b.WriteString("| built-in | what it does |\n|---|---|\n")
+	for _, f := range reg.Docs() {
+		if strings.TrimSpace(f.Doc) == "" {
+			t.Errorf("builtin:%s has no doc", f.Name)
+		}
+		fmt.Fprintf(&b, "| `builtin:%s` | %s |\n", f.Name, strings.ReplaceAll(f.Doc, "|", `\|`))
+	}
+	checkGenerated(t, "../../docs/reference/builtins.md", b.String())
 }

@@ -137,7 +137,7 @@ func TestBuiltinArgumentsAreStrict(t *testing.T) {
 		{"transcode", url.Values{"too": {"xz"}}, `unknown argument "too" (known: to)`},
 		{"cpuwork", url.Values{"rounds": {"0"}}, "want a whole number from 1 to 1000"},
 		{"decode", url.Values{"x": {"1"}}, `unknown argument "x"`},
-		{"nosuch", nil, `built-in "nosuch" is not known (known: cpuwork, decode, dns, dnsmetrics, dnspairs, dnstop, encode, flowhash, parquet, pcapinfo, rssac, transcode)`},
+		{"nosuch", nil, `built-in "nosuch" is not known (known: cpuwork, decode, dns, dnsmetrics, dnspairs, dnstop, encode, flowhash, newdomains, parquet, pcapinfo, rssac, transcode)`},
 		{"dnstop", url.Values{"top": {"5"}}, `unknown argument "top" (known: n, counters, dimensions, window)`},
 		{"dns", url.Values{"ports": {"53,x"}}, "want port numbers"},
 		{"dnspairs", url.Values{"window": {"0s"}}, "want a duration between 1ns and 1h"},

@@ -28,6 +28,7 @@ func Register(reg *stage.Registry, xz XZ) {
 	registerRSSAC(reg)
 	registerDNSMetrics(reg)
 	registerDNSTop(reg)
+	registerNewDomains(reg)
 	reg.Add(stage.Factory{
 		Name: "decode",
 		Doc:  "Decompresses a block (snappy, xz, gzip or zstd, told from its first bytes); an uncompressed block passes through, unless its queue names a codec and it is no capture (a pcap.sz block neither snappy nor a pcap is set aside as malformed).",

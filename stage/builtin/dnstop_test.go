@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"net/url"
 	"os"
 	"path/filepath"
@@ -132,7 +133,45 @@ func wantTop(counts map[string]int64, n int) []string {
 
 // realRecords runs builtin:dns on each real capture of testdata as a
 // block of site lax and returns the records' blocks.
-func realRecords(t *testing.T) [][]byte {
+func realRecords(t *testing.T) [][]byte { return realRecordsAt(t, time.Time{}) }
+
+// retime rewrites a capture's packet times to start, a millisecond
+// apart, keeping their order.
+func retime(t *testing.T, data []byte, start time.Time) []byte {
+	t.Helper()
+	r, closer, err := pcap.NewReader(bytes.NewReader(data))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer closer.Close()
+	var out bytes.Buffer
+	w, err := pcap.NewWriter(&out, r.LinkType, r.Snaplen, true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := 0; ; i++ {
+		frame, ci, err := r.Next()
+		if err == io.EOF {
+			break
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		ci.Timestamp = start.Add(time.Duration(i) * time.Millisecond)
+		if err := w.WritePacket(ci, frame); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := w.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	return out.Bytes()
+}
+
+// realRecordsAt is realRecords with each capture's packets moved to a
+// minute of its own from start, in the order of the files, when start
+// is not zero (the captures span 2008 to 2026).
+func realRecordsAt(t *testing.T, start time.Time) [][]byte {
 	t.Helper()
 	files, _ := filepath.Glob("../../testdata/pcaps/*.pcap")
 	if len(files) < 20 {
@@ -147,6 +186,9 @@ func realRecords(t *testing.T) [][]byte {
 		data, err := os.ReadFile(f)
 		if err != nil {
 			t.Fatal(err)
+		}
+		if !start.IsZero() {
+			data = retime(t, data, start.Add(time.Duration(i)*time.Minute))
 		}
 		name := block.Name{Instance: "lax", Seq: uint64(i + 1), Queue: "pcap", Time: time.Date(2026, 12, 7, 10, i, 0, 0, time.UTC)}
 		var b bytes.Buffer
