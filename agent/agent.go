@@ -34,6 +34,12 @@ type Config struct {
 	// packets it does not keep are not cut into blocks. A live capture
 	// attaches it to the socket, so the kernel drops them.
 	Filter string
+	// Sample, above 1, keeps the packets of one address pair in Sample
+	// (netpkt.PairSampler), after the filter: whole flows, so a site
+	// under a flood ships a known share of it. Each block names its rate
+	// (block.SampleInfo), and the DNS rows made of it carry it, so every
+	// count can be scaled back to a total.
+	Sample uint32
 	// MaxBackoff caps the wait between upload attempts; 30 s when zero.
 	MaxBackoff time.Duration
 	// NewInstance asserts that the instance never shipped a block, so a
@@ -136,11 +142,11 @@ func Run(ctx context.Context, cfg Config, sources []Source, watch *Watch) (Stats
 	}
 
 	if cfg.Metrics != nil {
-		if err := registerMetrics(cfg.Metrics, st, spool, cfg.SpoolMax, cfg.Live, prometheus.Labels{"queue": cfg.Queue, "site": cfg.Instance}); err != nil {
+		if err := registerMetrics(cfg.Metrics, st, spool, cfg.SpoolMax, cfg.Sample, cfg.Live, prometheus.Labels{"queue": cfg.Queue, "site": cfg.Instance}); err != nil {
 			return st, err
 		}
 	}
-	cutCfg := CutConfig{Queue: cfg.Queue, Instance: cfg.Instance, Codec: cfg.Codec, MaxBytes: cfg.MaxBytes, Interval: cfg.Interval, SpoolMax: cfg.SpoolMax, Filter: cfg.Filter}
+	cutCfg := CutConfig{Queue: cfg.Queue, Instance: cfg.Instance, Codec: cfg.Codec, MaxBytes: cfg.MaxBytes, Interval: cfg.Interval, SpoolMax: cfg.SpoolMax, Filter: cfg.Filter, Sample: cfg.Sample}
 	sh := &Shipper{Spool: spool, Client: client, InFlight: cfg.InFlight, MaxWait: cfg.MaxBackoff, Log: log, Counters: st.Ship, FailFast: cfg.Once}
 	// The cutter stops with ctx, finishing its open block. The shipper
 	// outlives it by up to StopGrace, so a stopped agent ships what it cut

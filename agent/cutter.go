@@ -25,6 +25,7 @@ import (
 	"github.com/plumb-dev/plumb/internal/countio"
 	"github.com/plumb-dev/plumb/pcap"
 	"github.com/plumb-dev/plumb/pcap/filter"
+	"github.com/plumb-dev/plumb/pcap/netpkt"
 )
 
 // Source is where packets come from.
@@ -100,6 +101,8 @@ type CutConfig struct {
 	SpoolMax int64
 	// Filter keeps only the packets it matches (tcpdump syntax).
 	Filter string
+	// Sample, above 1, keeps one address pair in Sample (Config.Sample).
+	Sample uint32
 
 	// perPacket turns off copying runs of records whole, so tests can
 	// check that both ways cut the same bytes.
@@ -113,6 +116,7 @@ type Counters struct {
 	Blocks      atomic.Int64
 	Dropped     atomic.Int64 // packets dropped while the spool was full
 	Filtered    atomic.Int64 // packets read from files and stdin that --filter did not keep
+	SampledOut  atomic.Int64 // packets --sample did not keep
 	BadSources  atomic.Int64
 	SourceBytes atomic.Int64 // bytes read from the sources (compressed, if they are)
 }
@@ -379,7 +383,8 @@ func (ct *cutter) read(ctx context.Context, src Source) error {
 	if st, ok := rc.(interface{ Stamp() Stamp }); ok {
 		stamp = st.Stamp
 	}
-	runs := rd.Raw() && !ct.cfg.perPacket && flt == nil
+	sampler := netpkt.PairSampler{N: ct.cfg.Sample}
+	runs := rd.Raw() && !ct.cfg.perPacket && flt == nil && ct.cfg.Sample <= 1
 	for {
 		if err := ctx.Err(); err != nil && !drains {
 			return err
@@ -425,6 +430,10 @@ func (ct *cutter) read(ctx context.Context, src Source) error {
 		}
 		if flt != nil && !flt.MatchLen(data, ci.Length) {
 			ct.c.Filtered.Add(1)
+			continue
+		}
+		if !sampler.Keep(rd.LinkType, data) {
+			ct.c.SampledOut.Add(1)
 			continue
 		}
 		inPacket = 1
@@ -501,7 +510,8 @@ func (ct *cutter) begin(link linkInfo, first time.Time) error {
 	if err := ct.finishError(); err != nil {
 		return err
 	}
-	ct.name = block.Name{Time: first.UTC().Truncate(time.Second), Seq: ct.nextSeq, Instance: ct.cfg.Instance, Queue: ct.cfg.Queue}
+	ct.name = block.Name{Time: first.UTC().Truncate(time.Second), Seq: ct.nextSeq, Info: block.SampleInfo(ct.cfg.Sample),
+		Instance: ct.cfg.Instance, Queue: ct.cfg.Queue}
 	if err := ct.name.Validate(); err != nil {
 		return err
 	}

@@ -27,7 +27,7 @@ func (s *Spool) OldestReady() time.Duration {
 }
 
 // registerMetrics exposes the run's counters on reg.
-func registerMetrics(reg prometheus.Registerer, st Stats, spool *Spool, spoolMax int64, live *LiveStats, labels prometheus.Labels) error {
+func registerMetrics(reg prometheus.Registerer, st Stats, spool *Spool, spoolMax int64, sampleRate uint32, live *LiveStats, labels prometheus.Labels) error {
 	if live != nil {
 		if err := reg.Register(newLiveCollector(live, labels)); err != nil {
 			return err
@@ -49,6 +49,8 @@ func registerMetrics(reg prometheus.Registerer, st Stats, spool *Spool, spoolMax
 		counter("upload_failures_total", "Failed upload attempts.", st.Ship.Failures.Load),
 		counter("packets_dropped_total", "Packets of live sources dropped while the spool was full.", st.Cut.Dropped.Load),
 		counter("packets_filtered_total", "Packets of files and stdin that --filter did not keep (a live capture's are dropped in the kernel).", st.Cut.Filtered.Load),
+		counter("packets_sampled_out_total", "Packets --sample 1/N did not keep (their address pair was not one of those kept).", st.Cut.SampledOut.Load),
+		gauge("sample_rate", "The N of --sample 1/N (1: every packet kept): counts of the blocks' rows scale back to totals by it.", func() float64 { return float64(max(sampleRate, 1)) }),
 		counter("source_errors_total", "Sources that could not be read in full.", st.Cut.BadSources.Load),
 		gauge("spool_bytes", "Bytes of finished blocks waiting for acknowledgement.", func() float64 { return float64(spool.Bytes()) }),
 		gauge("spool_max_bytes", "The most bytes the spool holds (--spool-max; 0: no bound): full, files wait and live sources drop packets.", func() float64 { return float64(spoolMax) }),

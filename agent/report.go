@@ -41,7 +41,7 @@ func report(ctx context.Context, cfg Config, spool *Spool, st Stats, log *slog.L
 				log.Info("agent summary",
 					"packets", st.Cut.Packets.Load(), "blocks_cut", st.Cut.Blocks.Load(),
 					"blocks_acked", st.Ship.Acked.Load(), "spool_bytes", spool.Bytes(),
-					"dropped", st.Cut.Dropped.Load(), "kernel_dropped", cfg.Live.KernelDropped(), "filtered", st.Cut.Filtered.Load(), "upload_failures", st.Ship.Failures.Load(),
+					"dropped", st.Cut.Dropped.Load(), "kernel_dropped", cfg.Live.KernelDropped(), "filtered", st.Cut.Filtered.Load(), "sampled_out", st.Cut.SampledOut.Load(), "upload_failures", st.Ship.Failures.Load(),
 					"lost_bytes", spool.LostBytes(), "oldest_unshipped", spool.OldestReady().Round(time.Second))
 			}
 		}

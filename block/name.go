@@ -208,3 +208,31 @@ func truncate(s string) string {
 	}
 	return s
 }
+
+// MaxSampleRate is the largest sampling rate a block may say it was
+// sampled at (one packet flow in MaxSampleRate kept).
+const MaxSampleRate = 1 << 24
+
+// SampleInfo is the Info of a block whose capture was sampled at one
+// flow in rate (rate > 1): "s" and the rate, e.g. "s100".
+func SampleInfo(rate uint32) string {
+	if rate <= 1 {
+		return ""
+	}
+	return "s" + strconv.FormatUint(uint64(rate), 10)
+}
+
+// SampleRate is the rate the block's capture was sampled at, as its Info
+// says (SampleInfo): 1 when it was not sampled, or says nothing that
+// reads as a rate.
+func (n Name) SampleRate() uint32 {
+	digits, ok := strings.CutPrefix(n.Info, "s")
+	if !ok || digits == "" || digits[0] == '0' || len(digits) > 8 {
+		return 1
+	}
+	r, err := strconv.ParseUint(digits, 10, 32)
+	if err != nil || r < 1 || r > MaxSampleRate {
+		return 1
+	}
+	return uint32(r)
+}

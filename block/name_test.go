@@ -106,3 +106,20 @@ func FuzzParse(f *testing.F) {
 		}
 	})
 }
+
+// TestSampleRate: a block sampled at one flow in N says so in its name
+// and reads back N; any other info reads as not sampled.
+func TestSampleRate(t *testing.T) {
+	n, err := Parse("20261207-100000-00000001-" + SampleInfo(100) + ".lax.pcap.sz")
+	if err != nil || n.SampleRate() != 100 {
+		t.Fatalf("%v %v: rate %d", n, err, n.SampleRate())
+	}
+	for _, info := range []string{"", "s", "s0", "s01", "x100", "s1x", "s99999999", "s16777217", "s-1"} {
+		if r := (Name{Info: info}).SampleRate(); r != 1 {
+			t.Errorf("info %q reads as rate %d", info, r)
+		}
+	}
+	if SampleInfo(1) != "" || (Name{Info: SampleInfo(MaxSampleRate)}).SampleRate() != MaxSampleRate {
+		t.Error("rates 1 and MaxSampleRate do not round-trip")
+	}
+}

@@ -33,11 +33,16 @@ var arrowMagic = []byte("ARROW1")
 
 // AddFile counts the messages of one input: an Arrow file of DNS records
 // (a dns.arrow block) or a capture, told apart by their first bytes.
-func (d *Day) AddFile(data []byte, w Window) error {
+func (d *Day) AddFile(data []byte, w Window) error { return d.AddSampledFile(data, w, 1) }
+
+// AddSampledFile is AddFile for a block of a capture sampled at one
+// address pair in rate (block.Name.SampleRate): its messages are counted
+// rate times. DNS records say their own rate (sample_rate), which wins.
+func (d *Day) AddSampledFile(data []byte, w Window, rate uint32) error {
 	if bytes.HasPrefix(data, arrowMagic) {
 		return d.addArrow(data, w)
 	}
-	return d.addCapture(bytes.NewReader(data), w)
+	return d.addCapture(bytes.NewReader(data), w, int64(max(rate, 1)))
 }
 
 // maxArrowMemory bounds what one file's batches may decompress to while
@@ -88,19 +93,24 @@ func (d *Day) addBatch(rec arrow.RecordBatch, w Window) error {
 	if err := errors.Join(err1, err2, err3, err4, err5, err6, err7); err != nil {
 		return err
 	}
+	rates, _ := column[*array.Uint32](rec, "sample_rate") // records before it had none: rate 1
 	for i := 0; i < int(rec.NumRows()); i++ {
 		t := time.Unix(0, int64(ts.Value(i))).UTC()
 		if !w.has(t) || size.Value(i) < dnsmsg.HeaderLen {
 			continue
 		}
 		a, _ := netip.ParseAddr(src.Value(i))
+		var weight int64 = 1
+		if rates != nil {
+			weight = int64(rates.Value(i))
+		}
 		d.Add(Message{Time: t, Src: a, TCP: tr.ValueStr(i) == "tcp", IPv6: ipv.Value(i) == 6, Response: qr.Value(i),
-			Size: int(size.Value(i)), Rcode: rcode.Value(i)})
+			Size: int(size.Value(i)), Rcode: rcode.Value(i), Weight: weight})
 	}
 	return nil
 }
 
-func (d *Day) addCapture(r io.Reader, w Window) error {
+func (d *Day) addCapture(r io.Reader, w Window, rate int64) error {
 	pr, closer, err := pcap.NewReader(r)
 	if err != nil {
 		return err
@@ -109,7 +119,7 @@ func (d *Day) addCapture(r io.Reader, w Window) error {
 	x := dnsrec.NewExtractor(pr.LinkType, nil, func(rec *dnsrec.Record) {
 		if w.has(rec.Time) && rec.Size >= dnsmsg.HeaderLen {
 			d.Add(Message{Time: rec.Time, Src: rec.Src, TCP: rec.TCP, IPv6: rec.IPVersion == 6, Response: rec.Msg.QR,
-				Size: rec.Size, Rcode: rec.Msg.Rcode})
+				Size: rec.Size, Rcode: rec.Msg.Rcode, Weight: rate})
 		}
 	})
 	for {

@@ -38,6 +38,9 @@ type Message struct {
 	Response bool
 	Size     int
 	Rcode    uint16
+	// Weight is how many messages this one stands for: the sample rate
+	// of a sampled capture (the agent's --sample 1/N); 0 is 1.
+	Weight int64
 }
 
 // Day accumulates one day's metrics.
@@ -46,13 +49,17 @@ type Day struct {
 	reqSizes           [2]map[int]int64
 	respSizes          [2]map[int]int64
 	rcodes             map[uint16]int64
-	v4, v6             map[netip.Addr]struct{}
-	v6agg              map[netip.Prefix]struct{}
+	// Each source with the most any of its messages stood for: a
+	// sampled capture keeps whole address pairs, so a source kept
+	// stands for its rate's worth of sources.
+	v4, v6  map[netip.Addr]int64
+	v6agg   map[netip.Prefix]int64
+	maxRate int64
 }
 
 // NewDay returns an empty day.
 func NewDay() *Day {
-	d := &Day{rcodes: map[uint16]int64{}, v4: map[netip.Addr]struct{}{}, v6: map[netip.Addr]struct{}{}, v6agg: map[netip.Prefix]struct{}{}}
+	d := &Day{rcodes: map[uint16]int64{}, v4: map[netip.Addr]int64{}, v6: map[netip.Addr]int64{}, v6agg: map[netip.Prefix]int64{}, maxRate: 1}
 	for i := range 2 {
 		d.reqSizes[i], d.respSizes[i] = map[int]int64{}, map[int]int64{}
 	}
@@ -73,22 +80,24 @@ func bin(size, limit int) int {
 // Add counts one message.
 func (d *Day) Add(m Message) {
 	t, v6 := b2i(m.TCP), b2i(m.IPv6)
+	w := max(m.Weight, 1)
+	d.maxRate = max(d.maxRate, w)
 	if m.Response {
-		d.responses[t][v6]++
-		d.respSizes[t][bin(m.Size, responseLimit)]++
-		d.rcodes[m.Rcode]++
+		d.responses[t][v6] += w
+		d.respSizes[t][bin(m.Size, responseLimit)] += w
+		d.rcodes[m.Rcode] += w
 		return
 	}
-	d.queries[t][v6]++
-	d.reqSizes[t][bin(m.Size, requestLimit)]++
+	d.queries[t][v6] += w
+	d.reqSizes[t][bin(m.Size, requestLimit)] += w
 	src := m.Src.Unmap()
 	switch {
 	case src.Is4():
-		d.v4[src] = struct{}{}
+		d.v4[src] = max(d.v4[src], w)
 	case src.Is6():
-		d.v6[src] = struct{}{}
+		d.v6[src] = max(d.v6[src], w)
 		p, _ := src.Prefix(64)
-		d.v6agg[p] = struct{}{}
+		d.v6agg[p] = max(d.v6agg[p], w)
 	}
 }
 
@@ -96,8 +105,14 @@ func (d *Day) Add(m Message) {
 // start (UTC midnight), one YAML document each, as RSSAC002 asks.
 func (d *Day) Write(w io.Writer, service string, start time.Time) error {
 	header := func(metric string) string {
-		return fmt.Sprintf("---\nversion: %s\nservice: %s\nstart-period: %s\nmetric: %s\n",
+		h := fmt.Sprintf("---\nversion: %s\nservice: %s\nstart-period: %s\nmetric: %s\n",
 			Version, service, start.UTC().Format("2006-01-02T15:04:05Z"), metric)
+		if d.maxRate > 1 {
+			// RSSAC002 has no field for it; a comment keeps the document
+			// valid and the reader told.
+			h += fmt.Sprintf("# sampled: one address pair in up to %d kept; counts are scaled to totals (estimates)\n", d.maxRate)
+		}
+		return h
 	}
 	var out []byte
 	out = fmt.Appendf(out, "%s", header("traffic-volume"))
@@ -127,9 +142,18 @@ func (d *Day) Write(w io.Writer, service string, start time.Time) error {
 		out = fmt.Appendf(out, "%d: %d\n", c, d.rcodes[uint16(c)])
 	}
 	out = fmt.Appendf(out, "%s", header("unique-sources"))
-	out = fmt.Appendf(out, "num-sources-ipv4: %d\nnum-sources-ipv6: %d\nnum-sources-ipv6-aggregate: %d\n", len(d.v4), len(d.v6), len(d.v6agg))
+	out = fmt.Appendf(out, "num-sources-ipv4: %d\nnum-sources-ipv6: %d\nnum-sources-ipv6-aggregate: %d\n", sum(d.v4), sum(d.v6), sum(d.v6agg))
 	_, err := w.Write(out)
 	return err
+}
+
+// sum is the sources of a set, each as many as it stands for.
+func sum[K comparable](m map[K]int64) int64 {
+	var n int64
+	for _, w := range m {
+		n += w
+	}
+	return n
 }
 
 // appendSizes writes a histogram's non-empty bins in order; RSSAC002

@@ -1,18 +1,18 @@
 package main
 
 import (
-	"maps"
-	"net"
-	"net/http"
-	"slices"
-
 	"cmp"
 	"context"
 	"flag"
 	"fmt"
 	"log/slog"
+	"maps"
+	"net"
+	"net/http"
 	"os"
 	"path/filepath"
+	"slices"
+	"strconv"
 	"strings"
 	"time"
 
@@ -23,6 +23,7 @@ import (
 	"gopkg.in/yaml.v3"
 
 	"github.com/plumb-dev/plumb/agent"
+	"github.com/plumb-dev/plumb/block"
 	"github.com/plumb-dev/plumb/client"
 	"github.com/plumb-dev/plumb/codecs"
 	"github.com/plumb-dev/plumb/internal/fdlimit"
@@ -38,6 +39,7 @@ type agentFlags struct {
 	blockSize  string
 	spoolMax   string
 	spoolSet   bool // --spool was given
+	sample     string
 	logLevel   string
 	logFormat  string
 	configFile string
@@ -61,6 +63,7 @@ func (a *agentFlags) register(fs *flag.FlagSet) {
 	fs.StringVar(&a.logFormat, "log-format", "text", "log as text, or json (one object a line, for Loki or Elastic)")
 	fs.StringVar(&a.configFile, "config", "", "read flags from the YAML `FILE` first (keys are the flags' names, lists for repeatable ones, sources: [FILE, ...]); the command line overrides it")
 	a.sec = securityFlags(fs)
+	fs.StringVar(&a.sample, "sample", "", "keep the packets of one address pair in N, after --filter: `1/N`, whole flows (a client's queries, responses, fragments and TCP streams together); blocks and DNS rows carry N so counts scale back to totals")
 	fs.StringVar(&a.cfg.Filter, "filter", "", "keep only packets this capture filter `EXPR` matches (tcpdump syntax: host, net, port, portrange, proto, src/dst, ip, ip6, tcp, udp, icmp, vlan, byte relations such as udp[10] & 0x80 = 0, and/or/not); on --interface the kernel applies it")
 }
 
@@ -96,6 +99,9 @@ func (a *agentFlags) config() (agent.Config, error) {
 			return cfg, fmt.Errorf("--filter: %w", err)
 		}
 	}
+	if cfg.Sample, err = parseSample(a.sample); err != nil {
+		return cfg, err
+	}
 	a.spoolSet = cfg.Spool != ""
 	cfg.Spool = cmp.Or(cfg.Spool, filepath.Join("plumb-spool", cfg.Instance))
 	var lv slog.Level
@@ -111,6 +117,19 @@ func (a *agentFlags) config() (agent.Config, error) {
 		return cfg, fmt.Errorf("--log-format %q: want text or json", a.logFormat)
 	}
 	return cfg, nil
+}
+
+// parseSample reads --sample 1/N; "" and 1/1 keep everything.
+func parseSample(v string) (uint32, error) {
+	if v == "" {
+		return 1, nil
+	}
+	one, n, ok := strings.Cut(v, "/")
+	rate, err := strconv.ParseUint(n, 10, 32)
+	if !ok || one != "1" || err != nil || rate < 1 || rate > block.MaxSampleRate {
+		return 0, fmt.Errorf("--sample %q: want 1/N with N from 1 to %d, e.g. 1/100", v, block.MaxSampleRate)
+	}
+	return uint32(rate), nil
 }
 
 // importSpool is an import's default spool: in the user's state
@@ -365,6 +384,9 @@ func importCommand() command {
 			}
 			if n := st.Cut.Filtered.Load(); n > 0 {
 				fmt.Printf("%d packets not kept by --filter %q\n", n, cfg.Filter)
+			}
+			if n := st.Cut.SampledOut.Load(); n > 0 {
+				fmt.Printf("%d packets not kept by --sample 1/%d\n", n, cfg.Sample)
 			}
 			if bad := st.Cut.BadSources.Load(); bad > 0 {
 				return fmt.Errorf("%d source(s) could not be read in full; see the log above", bad)

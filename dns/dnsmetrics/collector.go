@@ -40,6 +40,7 @@ type siteCounts struct {
 	latSum    float64 // seconds
 	malformed float64
 	top       map[string]int64
+	rate      float64 // the sample rate of the last block counted
 }
 
 // NewCollector returns an empty Collector.
@@ -76,6 +77,8 @@ func (c *Collector) Add(t map[string]int64) {
 			s.malformed += float64(n)
 		case kindTop:
 			s.count(kk.label, n)
+		case kindSampleRate:
+			s.rate = float64(n)
 		}
 	}
 }
@@ -113,17 +116,18 @@ func (s *siteCounts) count(domain string, n int64) {
 }
 
 var (
-	descQueries   = prometheus.NewDesc("plumb_dns_queries_total", "DNS queries in committed blocks, by site, transport and query type (types outside a fixed set are \"other\").", []string{"site", "transport", "qtype"}, nil)
-	descResponses = prometheus.NewDesc("plumb_dns_responses_total", "DNS responses in committed blocks, by site and rcode.", []string{"site", "rcode"}, nil)
+	descQueries   = prometheus.NewDesc("plumb_dns_queries_total", "DNS queries in committed blocks, by site, transport and query type (types outside a fixed set are \"other\"); of a sampled capture, scaled by its rate to a total.", []string{"site", "transport", "qtype"}, nil)
+	descResponses = prometheus.NewDesc("plumb_dns_responses_total", "DNS responses in committed blocks, by site and rcode; of a sampled capture, scaled by its rate to a total.", []string{"site", "rcode"}, nil)
 	descSize      = prometheus.NewDesc("plumb_dns_response_size_bytes", "Sizes of DNS responses in committed blocks.", []string{"site"}, nil)
 	descLatency   = prometheus.NewDesc("plumb_dns_latency_seconds", "Time from query to response of answered queries in committed blocks of transactions (builtin:dnspairs).", []string{"site"}, nil)
 	descMalformed = prometheus.NewDesc("plumb_dns_malformed_total", "Malformed DNS messages in committed blocks.", []string{"site"}, nil)
+	descRate      = prometheus.NewDesc("plumb_dns_sample_rate", "The N of --sample 1/N the site's last counted block was captured with (1: every packet); every plumb_dns_ count is scaled by it to a total.", []string{"site"}, nil)
 	descTop       = prometheus.NewDesc("plumb_dns_top_domain_queries", "Queries for the most asked registered domains of each site since the server started (the top 10 of 100 followed; a count is over by at most the least followed count).", []string{"site", "domain"}, nil)
 )
 
 // Describe implements prometheus.Collector.
 func (c *Collector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{descQueries, descResponses, descSize, descLatency, descMalformed, descTop} {
+	for _, d := range []*prometheus.Desc{descQueries, descResponses, descSize, descLatency, descMalformed, descTop, descRate} {
 		ch <- d
 	}
 }
@@ -142,6 +146,9 @@ func (c *Collector) Collect(ch chan<- prometheus.Metric) {
 		ch <- histogram(descSize, SizeBuckets, s.sizes, s.sizeSum, name)
 		ch <- histogram(descLatency, LatencyBuckets, s.lat, s.latSum, name)
 		ch <- prometheus.MustNewConstMetric(descMalformed, prometheus.CounterValue, s.malformed, name)
+		if s.rate > 0 {
+			ch <- prometheus.MustNewConstMetric(descRate, prometheus.GaugeValue, s.rate, name)
+		}
 		domains := make([]string, 0, len(s.top))
 		for d := range s.top {
 			domains = append(domains, d)

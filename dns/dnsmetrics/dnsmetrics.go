@@ -34,6 +34,7 @@ const (
 	kindLatencySum = "ls" // ls|site: their latency, microseconds
 	kindMalformed  = "m"  // m|site: malformed messages
 	kindTop        = "t"  // t|site|domain: queries for a registered domain, a block's top TopPerBlock
+	kindSampleRate = "sr" // sr|site: the sample rate of the block's rows (the last block's is exported)
 )
 
 // SizeBuckets are the upper bounds (bytes) of the response size
@@ -154,6 +155,18 @@ func count(site string, rec arrow.RecordBatch, t, domains map[string]int64) erro
 	if transports == nil {
 		return ErrNotDNS
 	}
+	// Rows of a sampled capture stand for sample_rate rows each: every
+	// count is scaled by it, so the metrics are totals.
+	rates, _ := c.get("sample_rate").(*array.Uint32)
+	weight := func(i int) int64 {
+		if rates == nil || !rates.IsValid(i) {
+			return 1
+		}
+		return max(int64(rates.Value(i)), 1)
+	}
+	if rates != nil && rec.NumRows() > 0 {
+		t[kindSampleRate+"|"+site] = weight(0)
+	}
 	var (
 		isQuery, isResponse, malformed func(i int) bool
 		size                           func(i int) (uint32, bool)
@@ -186,8 +199,9 @@ func count(site string, rec arrow.RecordBatch, t, domains map[string]int64) erro
 		size = func(i int) (uint32, bool) { return sizes.Value(i), sizes.IsValid(i) }
 	}
 	for i := 0; i < int(rec.NumRows()); i++ {
+		w := weight(i)
 		if malformed(i) {
-			t[kindMalformed+"|"+site]++
+			t[kindMalformed+"|"+site] += w
 		}
 		if isQuery(i) {
 			qt := "other"
@@ -195,10 +209,10 @@ func count(site string, rec arrow.RecordBatch, t, domains map[string]int64) erro
 				qt = qtypeLabel(qtype.Value(i))
 			}
 			tr := transportLabel(transports.Value(transport.GetValueIndex(i)))
-			t[kindQuery+"|"+site+"|"+tr+"|"+qt]++
+			t[kindQuery+"|"+site+"|"+tr+"|"+qt] += w
 			if regDomain.IsValid(i) {
 				if d := regDomain.Value(i); validDomain(d) {
-					domains[d]++
+					domains[d] += w
 				}
 			}
 		}
@@ -206,16 +220,16 @@ func count(site string, rec arrow.RecordBatch, t, domains map[string]int64) erro
 			continue
 		}
 		if rcode.IsValid(i) {
-			t[kindResponse+"|"+site+"|"+rcodeLabel(rcode.Value(i))]++
+			t[kindResponse+"|"+site+"|"+rcodeLabel(rcode.Value(i))] += w
 		}
 		if n, ok := size(i); ok {
-			t[kindSize+"|"+site+"|"+strconv.Itoa(bucket(float64(n), SizeBuckets))]++
-			t[kindSizeSum+"|"+site] += int64(n)
+			t[kindSize+"|"+site+"|"+strconv.Itoa(bucket(float64(n), SizeBuckets))] += w
+			t[kindSizeSum+"|"+site] += int64(n) * w
 		}
 		if latency != nil && latency.IsValid(i) {
 			d := int64(latency.Value(i))
-			t[kindLatency+"|"+site+"|"+strconv.Itoa(bucket(float64(d)/1e9, LatencyBuckets))]++
-			t[kindLatencySum+"|"+site] += d / 1000
+			t[kindLatency+"|"+site+"|"+strconv.Itoa(bucket(float64(d)/1e9, LatencyBuckets))] += w
+			t[kindLatencySum+"|"+site] += d / 1000 * w
 		}
 	}
 	return nil
@@ -247,7 +261,7 @@ func parseKey(k string) (key, error) {
 	if err := block.ValidateInstance(kk.site); err != nil {
 		return key{}, fmt.Errorf("tally %q: %v", k, err)
 	}
-	want := map[string]int{kindQuery: 4, kindResponse: 3, kindSize: 3, kindSizeSum: 2, kindLatency: 3, kindLatencySum: 2, kindMalformed: 2, kindTop: 3}
+	want := map[string]int{kindQuery: 4, kindResponse: 3, kindSize: 3, kindSizeSum: 2, kindLatency: 3, kindLatencySum: 2, kindMalformed: 2, kindTop: 3, kindSampleRate: 2}
 	n, ok := want[kk.kind]
 	if !ok || len(f) != n {
 		return key{}, fmt.Errorf("tally %q: not a DNS metric", k)

@@ -56,6 +56,7 @@ var Schema = arrow.NewSchema([]arrow.Field{
 	{Name: "orphan_response", Type: arrow.FixedWidthTypes.Boolean},
 	{Name: "evicted", Type: arrow.FixedWidthTypes.Boolean},
 	{Name: "retransmission", Type: arrow.FixedWidthTypes.Boolean},
+	{Name: "sample_rate", Type: arrow.PrimitiveTypes.Uint32},
 }, nil)
 
 var tsType = &arrow.TimestampType{Unit: arrow.Nanosecond, TimeZone: "UTC"}
@@ -68,6 +69,7 @@ const BatchRows = 64 << 10
 type Writer struct {
 	instance string
 	seq      uint64
+	rate     uint32 // SetSampleRate
 	f        *ipc.FileWriter
 	rows     int
 	// Rows counts the rows written.
@@ -87,7 +89,7 @@ type Writer struct {
 	client, server, qname, tld, regDomain              arrowcol.Strs
 	clientPort, serverPort, id, qtype, qclass, udpSize arrowcol.Vals[uint16]
 	rcode, an, ns, ar                                  arrowcol.Vals[uint16]
-	requestSize, responseSize                          arrowcol.Vals[uint32]
+	requestSize, responseSize, sampleRate              arrowcol.Vals[uint32]
 	rd, cd, do, aa, tc, ra, ad, malformed              arrowcol.Bools
 	unanswered, orphan, evicted, retransmission        arrowcol.Bits
 	answers                                            dnsrec.RRList
@@ -110,14 +112,19 @@ func NewWriterLevel(w io.Writer, instance string, seq uint64, level int) (*Write
 	if err != nil {
 		return nil, err
 	}
-	return &Writer{instance: instance, seq: seq, f: f,
+	return &Writer{instance: instance, seq: seq, rate: 1, f: f,
 		cat: dnsrec.NewCategories(instance)}, nil
 }
+
+// SetSampleRate sets the rate the capture was sampled at, written in
+// every row (dnsrec.Writer.SetSampleRate).
+func (w *Writer) SetSampleRate(rate uint32) { w.rate = max(rate, 1) }
 
 // Add appends a transaction.
 func (w *Writer) Add(t *Txn) error {
 	q, r := t.Query, t.Response
 	w.seqs.Add(w.seq)
+	w.sampleRate.Add(w.rate)
 	switch {
 	case q != nil:
 		w.time.Add(arrow.Timestamp(q.Time.UnixNano()))
@@ -242,6 +249,7 @@ func (w *Writer) flush() error {
 		w.rd.Data(), w.cd.Data(), w.do.Data(), arrowcol.Uint16(&w.udpSize), arrowcol.Uint32(&w.requestSize), arrowcol.Uint32(&w.responseSize),
 		arrowcol.Uint16(&w.rcode), w.aa.Data(), w.tc.Data(), w.ra.Data(), w.ad.Data(), arrowcol.Uint16(&w.an), arrowcol.Uint16(&w.ns), arrowcol.Uint16(&w.ar),
 		w.answers.Data(), w.malformed.Data(), w.unanswered.Data(), w.orphan.Data(), w.evicted.Data(), w.retransmission.Data(),
+		arrowcol.Uint32(&w.sampleRate),
 	)
 	err := w.f.Write(rec)
 	rec.Release()
@@ -256,6 +264,7 @@ func (w *Writer) flush() error {
 func (w *Writer) reset() {
 	w.rows = 0
 	w.seqs.Reset()
+	w.sampleRate.Reset()
 	w.time.Reset()
 	w.responseTime.Reset()
 	w.latency.Reset()

@@ -11,6 +11,7 @@ var ColumnDocs = map[string]dnsrec.ColumnDoc{
 	"response_time":      {Meaning: "the response's time; null when unanswered"},
 	"latency":            {Meaning: "response_time - time; null when unanswered", Tshark: "dns.time"},
 	"tcp_rtt":            {Meaning: "over TCP, the client's handshake round trip, from its SYN to its ACK of the SYN-ACK (the query's tcp_rtt); null over UDP, for an orphan response, and where the handshake was not in the capture", Tshark: "tcp.analysis.initial_rtt"},
+	"sample_rate":        {Meaning: "the N of the agent's --sample 1/N the capture was cut with (1: every packet): the row stands for N like it, so counts scale back to totals by it"},
 	"transport":          {Meaning: "udp or tcp"},
 	"ip_version":         {Meaning: "4 or 6"},
 	"client":             {Meaning: "the address that asked", Tshark: "ip.src of the query"},

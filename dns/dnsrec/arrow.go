@@ -72,6 +72,7 @@ var Schema = arrow.NewSchema([]arrow.Field{
 	{Name: "dnstap_type", Type: arrow.BinaryTypes.String, Nullable: true},
 	{Name: "dnstap_identity", Type: arrow.BinaryTypes.String, Nullable: true},
 	{Name: "tcp_rtt", Type: arrow.FixedWidthTypes.Duration_ns, Nullable: true},
+	{Name: "sample_rate", Type: arrow.PrimitiveTypes.Uint32},
 }, nil)
 
 // Categorical is the type of the columns of few values, instance and
@@ -199,6 +200,7 @@ const chunkRows = 1024
 type Writer struct {
 	instance string
 	seq      uint64
+	rate     uint32 // SetSampleRate
 	f        *ipc.FileWriter
 	// Rows counts the rows written.
 	Rows int64
@@ -225,6 +227,11 @@ type Writer struct {
 	skip      dnsmsg.Sections // written as nulls (SetSections)
 	skipNames Names           // written as nulls (SetNames)
 }
+
+// SetSampleRate sets the rate the capture was sampled at (one address
+// pair in rate kept; block.Name.SampleRate), written in every row so
+// counts scale back to totals. 1, the default, is every packet.
+func (w *Writer) SetSampleRate(rate uint32) { w.rate = max(rate, 1) }
 
 // SetNames chooses the columns derived from qname that are written:
 // the others are null in every row, and cost nothing.
@@ -295,7 +302,7 @@ func NewWriterLevel(w io.Writer, instance string, seq uint64, level int) (*Write
 	if err != nil {
 		return nil, err
 	}
-	wr := &Writer{instance: instance, seq: seq, f: f}
+	wr := &Writer{instance: instance, seq: seq, rate: 1, f: f}
 	wr.cat = NewCategories(instance)
 	wr.start()
 	return wr, nil
@@ -462,6 +469,7 @@ func (w *Writer) add(r *Record) error {
 	b := w.b
 	m := &r.Msg
 	b.seq.Add(w.seq)
+	b.sampleRate.Add(w.rate)
 	b.time.Add(arrow.Timestamp(r.Time.UnixNano()))
 	b.src.AddBytes(w.addrs.Text(r.Src))
 	b.dst.AddBytes(w.addrs.Text(r.Dst))

@@ -23,7 +23,7 @@ type batch struct {
 	transport                                       []int8 // TransportIndex of each row
 	ipVersion, opcode, ednsVersion, labels          arrowcol.Vals[uint8]
 	ecsSource, ecsScope                             arrowcol.Vals[uint8]
-	size                                            arrowcol.Vals[uint32]
+	size, sampleRate                                arrowcol.Vals[uint32]
 	qr, edns, do, malformed, cookie, partial        arrowcol.Bits
 	flags                                           [6]arrowcol.Bits // aa tc rd ra ad cd
 	options                                         arrowcol.ListOffsets
@@ -59,6 +59,7 @@ func (b *batch) reset() {
 		c.Reset()
 	}
 	b.size.Reset()
+	b.sampleRate.Reset()
 	b.tcpRTT.Reset()
 	for _, x := range b.bools() {
 		x.Reset()
@@ -153,6 +154,7 @@ func (b *batch) record(cat *Categories) arrow.RecordBatch {
 		str(&b.edeText), b.cookie.Data(), str(&b.tunnel), b.partial.Data(),
 		str(&b.dnstapType), str(&b.dnstapIdentity),
 		b.tcpRTT.Data(arrow.FixedWidthTypes.Duration_ns, arrow.DurationTraits.CastToBytes),
+		arrowcol.Uint32(&b.sampleRate),
 	)
 }
 

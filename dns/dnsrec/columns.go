@@ -66,5 +66,6 @@ var ColumnDocs = map[string]ColumnDoc{
 	"dnstap_type":       {Meaning: "for rows read from dnstap, the message type the server logged (AUTH_QUERY, CLIENT_RESPONSE...); null for packets"},
 	"dnstap_identity":   {Meaning: "for rows read from dnstap, the identity the server gave itself; null for packets"},
 	"tcp_rtt":           {Meaning: "over TCP, from the SYN of the side that sent this message to its ACK of the SYN-ACK: the client's round trip where a server captures; null for the other side's messages, over UDP, and where the handshake was not in the capture", Tshark: "tcp.analysis.initial_rtt"},
+	"sample_rate":       {Meaning: "the N of the agent's --sample 1/N the capture was cut with (1: every packet): the row stands for N like it, so counts scale back to totals by it"},
 	"partial":           {Meaning: "the row is the start of a message whose other bytes never came (a datagram's other fragments, a TCP stream let go of); also malformed"},
 }

@@ -54,7 +54,8 @@ func TestWriterRows(t *testing.T) {
 		t.Fatalf("%d records; want more than three batches", len(recs))
 	}
 
-	f := writeRecords(t, recs, nil)
+	// A capture sampled at 1/7: every row says so.
+	f := writeRecords(t, recs, func(w *Writer) { w.SetSampleRate(7) })
 	if !f.Schema().Equal(Schema) {
 		t.Fatalf("schema %v", f.Schema())
 	}
@@ -134,7 +135,7 @@ func wantRow(r *Record, instance string, seq uint64) map[string]any {
 		labels = strings.Count(m.QName, ".") + 1
 	}
 	return map[string]any{
-		"instance": instance, "seq": seq, "time": r.Time.UnixNano(), "src": r.Src.String(), "dst": r.Dst.String(),
+		"instance": instance, "seq": seq, "sample_rate": 7, "time": r.Time.UnixNano(), "src": r.Src.String(), "dst": r.Dst.String(),
 		"sport": r.SrcPort, "dport": r.DstPort, "transport": transport, "ip_version": r.IPVersion, "size": r.Size,
 		"id": m.ID, "qr": m.QR, "opcode": m.Opcode, "aa": m.AA, "tc": m.TC, "rd": m.RD, "ra": m.RA, "ad": m.AD, "cd": m.CD,
 		"rcode": m.Rcode, "qdcount": m.QDCount, "ancount": m.ANCount, "nscount": m.NSCount, "arcount": m.ARCount,

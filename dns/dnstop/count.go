@@ -114,10 +114,20 @@ type rows struct {
 	country, qname, reg *array.String
 	rcode               *array.Uint16
 	time                *array.Timestamp
+	rate                *array.Uint32 // sample_rate, when the rows have it
+}
+
+// weight is what row i stands for: its sample rate.
+func (r *rows) weight(i int) int64 {
+	if r.rate == nil || !r.rate.IsValid(i) {
+		return 1
+	}
+	return max(int64(r.rate.Value(i)), 1)
 }
 
 // Add counts a batch of DNS records or transactions. Records count the
-// requester of a query as its source; transactions, as their client.
+// requester of a query as its source; transactions, as their client. A
+// row of a sampled capture counts as its sample_rate rows.
 func (c *Counter) Add(rec arrow.RecordBatch) error {
 	r, err := read(rec)
 	if err != nil {
@@ -128,31 +138,32 @@ func (c *Counter) Add(rec arrow.RecordBatch) error {
 		if r.time.IsValid(i) {
 			c.widen(time.Unix(0, int64(r.time.Value(i))).UTC())
 		}
+		w := r.weight(i)
 		if r.query(i) {
-			c.addString(DimClient, r.client, i)
+			c.addString(DimClient, r.client, i, w)
 			if s := c.sums[DimClientPrefix]; s != nil && r.client.IsValid(i) {
 				if p := prefixes.of(r.client.Value(i)); p != "" {
-					s.Add(p, 1)
+					s.Add(p, w)
 				}
 			}
 			if s := c.sums[DimASN]; s != nil && r.asn != nil && r.asn.IsValid(i) {
-				s.Add("AS"+strconv.FormatUint(uint64(r.asn.Value(i)), 10), 1)
+				s.Add("AS"+strconv.FormatUint(uint64(r.asn.Value(i)), 10), w)
 			}
-			c.addString(DimCountry, r.country, i)
-			c.addString(DimQname, r.qname, i)
-			c.addString(DimRegisteredDomain, r.reg, i)
+			c.addString(DimCountry, r.country, i, w)
+			c.addString(DimQname, r.qname, i, w)
+			c.addString(DimRegisteredDomain, r.reg, i, w)
 		}
 		if s := c.sums[DimRcode]; s != nil && r.response(i) && r.rcode.IsValid(i) {
-			s.Add(RcodeName(r.rcode.Value(i)), 1)
+			s.Add(RcodeName(r.rcode.Value(i)), w)
 		}
 	}
 	return nil
 }
 
-func (c *Counter) addString(dim string, col *array.String, i int) {
+func (c *Counter) addString(dim string, col *array.String, i int, w int64) {
 	if s := c.sums[dim]; s != nil && col != nil && col.IsValid(i) {
 		if v := col.Value(i); v != "" {
-			s.Add(v, 1)
+			s.Add(v, w)
 		}
 	}
 }
@@ -170,6 +181,7 @@ func read(rec arrow.RecordBatch) (rows, error) {
 	r.qname, _ = col("qname").(*array.String)
 	r.reg, _ = col("registered_domain").(*array.String)
 	r.rcode, _ = col("rcode").(*array.Uint16)
+	r.rate, _ = col("sample_rate").(*array.Uint32)
 	if r.time == nil || r.qname == nil || r.reg == nil || r.rcode == nil {
 		return r, ErrNotDNS
 	}

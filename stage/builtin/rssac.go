@@ -8,6 +8,7 @@ import (
 	"net/url"
 	"os"
 
+	"github.com/plumb-dev/plumb/block"
 	"github.com/plumb-dev/plumb/rssac"
 	"github.com/plumb-dev/plumb/stage"
 )
@@ -55,11 +56,15 @@ func (r *RSSAC) Run(ctx context.Context, sin stage.Input, in io.Reader, out io.W
 			if err := ctx.Err(); err != nil {
 				return err
 			}
-			block, err := os.ReadFile(b.Path)
+			blk, err := os.ReadFile(b.Path)
 			if err != nil {
 				return err
 			}
-			if err := d.AddFile(block, span); err != nil {
+			rate := uint32(1)
+			if n, err := block.Parse(b.Name); err == nil {
+				rate = n.SampleRate()
+			}
+			if err := d.AddSampledFile(blk, span, rate); err != nil {
 				return fmt.Errorf("%w: block %s: %v", stage.ErrMalformed, b.Name, err)
 			}
 		}
@@ -70,7 +75,7 @@ func (r *RSSAC) Run(ctx context.Context, sin stage.Input, in io.Reader, out io.W
 		return errors.New("builtin:rssac needs its block's event time to choose the day")
 	}
 	day := rssac.UTCDay(name.Time)
-	if err := d.AddFile(data, day); err != nil {
+	if err := d.AddSampledFile(data, day, name.SampleRate()); err != nil {
 		return fmt.Errorf("%w: %v", stage.ErrMalformed, err)
 	}
 	return d.Write(out, r.Service, day.From)

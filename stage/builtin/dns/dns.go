@@ -172,6 +172,7 @@ func (d *Messages) Start(ctx context.Context, sin stage.Input, in io.Reader, out
 	if err != nil {
 		return nil, err
 	}
+	w.SetSampleRate(name.SampleRate())
 	sections := dnsmsg.AllSections &^ d.Skip
 	w.SetSections(sections)
 	w.SetNames(dnsrec.AllNames &^ d.SkipNames)
@@ -400,6 +401,7 @@ func (d *Pairs) Start(ctx context.Context, sin stage.Input, in io.Reader, out io
 	if err != nil {
 		return nil, err
 	}
+	w.SetSampleRate(name.SampleRate())
 	p := &pairsPart{d: d, w: w}
 	p.emit = func(t *dnspair.Txn) {
 		if p.werr == nil {
