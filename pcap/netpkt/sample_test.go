@@ -75,4 +75,3 @@ func TestPairSamplerKeepsWholePairs(t *testing.T) {
 	}
 	t.Logf("1/3 kept %d of %d address pairs", kept, pairs)
 }
-
