@@ -410,7 +410,9 @@ class Client:
         a break) stays owed, and it and the blocks read ahead go back to the
         group when the loop ends, as a Kafka consumer's do on close (a
         reader that dies instead gives them back after the visibility
-        timeout: seconds, the server's default when None). With
+        timeout: seconds, the server's default when None; so do the blocks
+        read ahead of a read without follow that the server had finished
+        sending before the loop ended). With
         ack="manual" nothing is acknowledged here: call ack() with the
         names, one or many at a time.
 
