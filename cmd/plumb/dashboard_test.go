@@ -1,13 +1,9 @@
 package main
 
 import (
-	"bytes"
 	"context"
-	"crypto/sha256"
 	"encoding/base64"
-	"encoding/hex"
 	"fmt"
-	"io"
 	"os"
 	"path/filepath"
 	"slices"
@@ -18,16 +14,11 @@ import (
 	"time"
 
 	"github.com/chromedp/chromedp"
-	"github.com/gopacket/gopacket/layers"
 	"gopkg.in/yaml.v3"
 
 	"github.com/plumb-dev/plumb/auth"
-	"github.com/plumb-dev/plumb/block"
 	"github.com/plumb-dev/plumb/client"
-	"github.com/plumb-dev/plumb/codecs"
 	"github.com/plumb-dev/plumb/internal/testenv"
-	"github.com/plumb-dev/plumb/pcap"
-	"github.com/plumb-dev/plumb/synth"
 )
 
 // artifacts is where browser tests leave their screenshots for people.
@@ -46,22 +37,7 @@ func artifacts(t *testing.T) string {
 // captureBlock is a minute of generated DNS traffic as a snappy block.
 func captureBlock(t *testing.T, site string, seq uint64, at time.Time) client.Source {
 	t.Helper()
-	var raw bytes.Buffer
-	w, _ := pcap.NewWriter(&raw, layers.LinkTypeEthernet, 65535, false)
-	if _, err := synth.Generate(context.Background(), w, synth.Config{Seed: seq, Start: at, Duration: time.Minute, Rate: 20}); err != nil {
-		t.Fatal(err)
-	}
-	w.Flush()
-	var z bytes.Buffer
-	zw, _ := codecs.Snappy.NewWriter(&z)
-	zw.Write(raw.Bytes())
-	if err := zw.Close(); err != nil {
-		t.Fatal(err)
-	}
-	data := z.Bytes()
-	sum := sha256.Sum256(data)
-	return client.Source{Name: block.Name{Time: at, Seq: seq, Instance: site, Queue: "pcap.sz"}.String(), Size: int64(len(data)),
-		SHA256: hex.EncodeToString(sum[:]), Open: func() (io.ReadCloser, error) { return io.NopCloser(bytes.NewReader(data)), nil }}
+	return seededBlock(t, site, seq, seq, at)
 }
 
 // statsBacklog runs `plumb stats` and returns each stage's backlog and
