@@ -109,12 +109,13 @@ type TallyRoute struct {
 // (builtin:dnsmetrics, builtin:dnstop) each keep their own metrics.
 type Talliers []TallyRoute
 
-// route splits a tally by route; keys no route takes are left out.
-func (ts Talliers) route(t map[string]int64) []map[string]int64 {
-	parts := make([]map[string]int64, len(ts))
+// route splits a tally by route, and names a key no route takes.
+func (ts Talliers) route(t map[string]int64) (parts []map[string]int64, unrouted string) {
+	parts = make([]map[string]int64, len(ts))
 	for k, n := range t {
 		i := slices.IndexFunc(ts, func(r TallyRoute) bool { return strings.HasPrefix(k, r.Prefix) })
 		if i < 0 {
+			unrouted = k
 			continue
 		}
 		if parts[i] == nil {
@@ -122,17 +123,15 @@ func (ts Talliers) route(t map[string]int64) []map[string]int64 {
 		}
 		parts[i][k] = n
 	}
-	return parts
+	return parts, unrouted
 }
 
 // Check implements Tallier: every key must have a route whose Tallier
 // takes it.
 func (ts Talliers) Check(t map[string]int64) error {
-	parts := ts.route(t)
-	for k := range t {
-		if !slices.ContainsFunc(ts, func(r TallyRoute) bool { return strings.HasPrefix(k, r.Prefix) }) {
-			return fmt.Errorf("tally %q: no metric counts it", k)
-		}
+	parts, unrouted := ts.route(t)
+	if unrouted != "" {
+		return fmt.Errorf("tally %q: no metric counts it", unrouted)
 	}
 	for i, p := range parts {
 		if p == nil {
@@ -148,7 +147,8 @@ func (ts Talliers) Check(t map[string]int64) error {
 // Add implements Tallier. Keys no route takes are skipped (Check
 // refuses them from workers).
 func (ts Talliers) Add(t map[string]int64) {
-	for i, p := range ts.route(t) {
+	parts, _ := ts.route(t)
+	for i, p := range parts {
 		if p != nil {
 			ts[i].Tallier.Add(p)
 		}

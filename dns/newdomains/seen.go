@@ -4,7 +4,6 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
-	"hash/fnv"
 	"math"
 	"time"
 )
@@ -107,9 +106,10 @@ func New(c Config) *Seen {
 // (Kirsch and Mitzenmacher: g_i = h1 + i·h2). FNV-1a is fixed by its
 // specification, so a state written by one process reads in another.
 func probes(domain string) (h1, h2 uint64) {
-	f := fnv.New64a()
-	f.Write([]byte(domain))
-	h1 = f.Sum64()
+	h1 = 14695981039346656037 // FNV-1a, over the string in place: no allocation a row
+	for i := 0; i < len(domain); i++ {
+		h1 = (h1 ^ uint64(domain[i])) * 1099511628211
+	}
 	// A second, independent hash: SplitMix64's finalizer of the first.
 	z := h1 + 0x9e3779b97f4a7c15
 	z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9

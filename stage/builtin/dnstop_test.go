@@ -391,15 +391,15 @@ func TestDNSTopRefuses(t *testing.T) {
 		t.Errorf("a window of a missing block: %v", err)
 	}
 	// No rows at all: an empty table, not a failure.
-	empty := dnsRecordsOf(t, nil)
+	empty := emptyRecords(t)
 	got, err := run(t, top, empty)
 	if err != nil || len(topRows(t, got)) != 0 {
 		t.Errorf("no rows: %v", err)
 	}
 }
 
-// dnsRecordsOf is builtin:dns's records of a capture of no packets.
-func dnsRecordsOf(t *testing.T, _ []byte) []byte {
+// emptyRecords is builtin:dns's records of a capture of no packets.
+func emptyRecords(t *testing.T) []byte {
 	t.Helper()
 	var capture bytes.Buffer
 	w, _ := pcap.NewWriter(&capture, layers.LinkTypeEthernet, 65535, false)
