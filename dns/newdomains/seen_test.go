@@ -3,6 +3,7 @@ package newdomains
 import (
 	"errors"
 	"fmt"
+	"hash/fnv"
 	"testing"
 	"time"
 )
@@ -170,4 +171,16 @@ func FuzzLoad(f *testing.F) {
 			t.Fatal(err)
 		}
 	})
+}
+
+// TestProbesAreFNV1a: the first probe is FNV-1a as hash/fnv computes
+// it, so a state written by any build reads in another.
+func TestProbesAreFNV1a(t *testing.T) {
+	for _, d := range []string{"", "example.com", "xn--bcher-kva.example", "A.B.C"} {
+		f := fnv.New64a()
+		f.Write([]byte(d))
+		if h1, _ := probes(d); h1 != f.Sum64() {
+			t.Errorf("%q: %x, FNV-1a %x", d, h1, f.Sum64())
+		}
+	}
 }
