@@ -50,16 +50,18 @@ func siteBlocks(t testing.TB, n int) (blocks [][]byte, want []string) {
 type knob struct {
 	step engine.Step
 	seq  uint64
-	mu   sync.Mutex
-	hit  bool
-	seen map[engine.Step]bool
+	// queue, when set, limits the knob to runs whose input is of it.
+	queue string
+	mu    sync.Mutex
+	hit   bool
+	seen  map[engine.Step]bool
 	// panics: the built-in panics at step instead (start or join).
 	panics bool
 }
 
 func (k *knob) of(name string) bool {
 	n, err := block.Parse(name)
-	return err == nil && n.Seq == k.seq && n.Instance == "lax"
+	return err == nil && n.Seq == k.seq && n.Instance == "lax" && (k.queue == "" || n.Queue == k.queue)
 }
 
 // fire says whether step fails now for the named block: the first time,
