@@ -94,11 +94,23 @@ func TestWorkersSurviveSIGKILL(t *testing.T) {
 	w1 := startPlumb(t, "worker", "--server", addr, "--slots", "1", "--scratch", t.TempDir(), "--store", store)
 	c, _ := client.Dial(addr)
 	defer c.Close()
-	// Kill worker 1 once it holds a run.
-	testenv.Eventually(t, time.Minute, "worker 1 to take a lease", func() (string, bool) {
+	// Kill worker 1 while it holds a run. A run can finish between the
+	// server's answer and the kill, so the worker is stopped first and
+	// killed only if the server still sees it holding a run once anything
+	// it sent before the stop has arrived; otherwise it goes on.
+	holding := func() (string, bool) {
 		ws, _ := c.Workers(context.Background())
 		return fmt.Sprintf("%+v\n%s", ws, w1.log), len(ws) == 1 && len(ws[0].Runs) > 0
-	})
+	}
+	for {
+		testenv.Eventually(t, time.Minute, "worker 1 to take a lease", holding)
+		w1.cmd.Process.Signal(syscall.SIGSTOP)
+		time.Sleep(300 * time.Millisecond)
+		if _, held := holding(); held {
+			break
+		}
+		w1.cmd.Process.Signal(syscall.SIGCONT)
+	}
 	w1.cmd.Process.Signal(syscall.SIGKILL)
 	w1.cmd.Wait()
 	w2 := startPlumb(t, "worker", "--server", addr, "--slots", "2", "--scratch", t.TempDir()) // this one through Flight
