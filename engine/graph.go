@@ -34,6 +34,9 @@ func (e *Engine) CheckPrograms(file string, job *pipeline.Job, trusted bool) err
 				field = "outputs"
 			}
 		}
+		if err == nil {
+			err = checkCarried(s, steps)
+		}
 		if err == nil && s.Abstraction == pipeline.Window {
 			field = "window"
 			if _, err = WindowSpec(s.Window); err == nil && len(s.Inputs) != 1 {
@@ -172,6 +175,9 @@ func (e *Engine) apply(g *pipeline.Graph) error {
 				old.steps, old.trusted = steps, trusted
 				old.sequential = isSequential(n, steps)
 				old.edged = isEdged(old.sequential, steps)
+				if old.win != nil {
+					old.win.carried = carriesWindows(n, steps)
+				}
 			}
 			next[id] = old
 			continue
@@ -193,6 +199,7 @@ func (e *Engine) apply(g *pipeline.Graph) error {
 			if st.win, err = e.newWindowState(n, st.group); err != nil {
 				return err
 			}
+			st.win.carried = carriesWindows(n, steps)
 		case pipeline.Stream:
 			if len(n.Inputs) != 1 {
 				return fmt.Errorf("stage %s: a stream stage reads one input queue", n.Name)
@@ -213,7 +220,7 @@ func (e *Engine) apply(g *pipeline.Graph) error {
 		}
 		e.parts.drop(old.group, &e.scratch)
 		e.dropRemoteParts(old.group)
-		if old.sequential {
+		if old.sequential || (old.win != nil && old.win.carried) {
 			if err := e.db.DeleteCarries(old.group); err != nil {
 				return fmt.Errorf("stage %s left the graph: forget its carried state: %w", old.node.Name, err)
 			}
@@ -233,10 +240,22 @@ func (e *Engine) apply(g *pipeline.Graph) error {
 // after steps that turn the block into what it reads (a chain such as
 // [builtin:decode, builtin:dns] gets the same guarantee).
 func isSequential(n *pipeline.Node, steps []program.Step) bool {
-	if len(steps) == 0 || len(n.Inputs) != 1 {
+	if n.Abstraction != "" && n.Abstraction != pipeline.Block {
 		return false
 	}
-	if n.Abstraction != "" && n.Abstraction != pipeline.Block {
+	return endsSequential(n, steps)
+}
+
+// carriesWindows reports whether a window stage's program ends in a
+// Sequential built-in: its state goes from window to window.
+func carriesWindows(n *pipeline.Node, steps []program.Step) bool {
+	return n.Abstraction == pipeline.Window && endsSequential(n, steps)
+}
+
+// endsSequential reports whether a program over one input ends in a
+// Sequential built-in, the only step that may carry state.
+func endsSequential(n *pipeline.Node, steps []program.Step) bool {
+	if len(steps) == 0 || len(n.Inputs) != 1 {
 		return false
 	}
 	for _, st := range steps[:len(steps)-1] {
@@ -246,6 +265,29 @@ func isSequential(n *pipeline.Node, steps []program.Step) bool {
 	}
 	_, ok := steps[len(steps)-1].Builtin.(stage.Sequential)
 	return ok
+}
+
+// checkCarried refuses a program that would run a built-in needing its
+// carry (stage.Remembering) where it gets none: anywhere but the last
+// step of a stage over one input. It would write nothing at all.
+func checkCarried(s *pipeline.Stage, steps []program.Step) error {
+	for i, st := range steps {
+		if _, ok := st.Builtin.(stage.Remembering); !ok {
+			continue
+		}
+		if i < len(steps)-1 {
+			return fmt.Errorf("%s remembers from block to block, which it does only as its stage's last step; give it a stage of its own after %s", st.Name, steps[i+1].Name)
+		}
+		if len(s.Inputs) != 1 {
+			return fmt.Errorf("%s remembers from block to block, which it does only over one input queue; %d are listed", st.Name, len(s.Inputs))
+		}
+		for _, prev := range steps[:i] {
+			if _, ok := prev.Builtin.(stage.Sequential); ok {
+				return fmt.Errorf("%s and %s both carry state from block to block, which only a stage's last step does; give %s a stage of its own reading %s's output", prev.Name, st.Name, st.Name, prev.Name)
+			}
+		}
+	}
+	return nil
 }
 
 // isEdged reports whether a sequential stage's runs split in two (see

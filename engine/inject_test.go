@@ -52,16 +52,23 @@ type knob struct {
 	seq  uint64
 	// queue, when set, limits the knob to runs whose input is of it.
 	queue string
-	mu    sync.Mutex
-	hit   bool
-	seen  map[engine.Step]bool
+	// instance is the site of the block (default lax; "all" for a
+	// window across sites).
+	instance string
+	mu       sync.Mutex
+	hit      bool
+	seen     map[engine.Step]bool
 	// panics: the built-in panics at step instead (start or join).
 	panics bool
 }
 
 func (k *knob) of(name string) bool {
 	n, err := block.Parse(name)
-	return err == nil && n.Seq == k.seq && n.Instance == "lax" && (k.queue == "" || n.Queue == k.queue)
+	inst := k.instance
+	if inst == "" {
+		inst = "lax"
+	}
+	return err == nil && n.Seq == k.seq && n.Instance == inst && (k.queue == "" || n.Queue == k.queue)
 }
 
 // fire says whether step fails now for the named block: the first time,

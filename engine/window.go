@@ -88,6 +88,11 @@ type windowState struct {
 	group    string
 	after    uint64 // the last serial fed to the tracker
 	retry    []pendingWindow
+	// carried: the program ends in a Sequential built-in, whose state
+	// goes from each window to the next of its instance (a site, or
+	// "all"): such windows run strictly in order, each from the carry
+	// the previous one committed.
+	carried  bool
 	released map[string]uint64 // per site, the sequence number released up to
 	fired    firedLog
 }
@@ -226,6 +231,24 @@ func (e *Engine) dueWindows(st *graphStage, now time.Time) ([]pendingWindow, err
 		return nil, err
 	}
 	var run, wait []pendingWindow
+	if ws.carried {
+		// In order: a window waiting for its retry holds back the later
+		// windows of its instance, which go on from its state.
+		for _, f := range ws.tracker.Due(now) {
+			ws.retry = append(ws.retry, pendingWindow{f: f})
+		}
+		held := map[string]bool{}
+		for _, p := range ws.retry {
+			if held[p.f.ID.Instance] || now.Before(p.notUntil) {
+				held[p.f.ID.Instance] = true
+				wait = append(wait, p)
+			} else {
+				run = append(run, p)
+			}
+		}
+		ws.retry = wait
+		return run, nil
+	}
 	for _, p := range ws.retry {
 		if now.Before(p.notUntil) {
 			wait = append(wait, p)
@@ -254,9 +277,16 @@ func (e *Engine) runWindows(ctx context.Context, st *graphStage, spec runSpec, w
 		}
 	}
 	defer flush()
+	held := map[string]bool{} // instances whose carry waits for a retry
 	for _, p := range ws {
 		if ctx.Err() != nil {
 			return
+		}
+		if held[p.f.ID.Instance] {
+			e.mu.Lock()
+			st.win.retry = append(st.win.retry, p)
+			e.mu.Unlock()
+			continue
 		}
 		if !st.win.runEmpty && p.attempts == 0 && p.f.Empty() {
 			if n := len(stretch); n > 0 && !p.f.Follows(stretch[n-1]) {
@@ -277,12 +307,13 @@ func (e *Engine) runWindows(ctx context.Context, st *graphStage, spec runSpec, w
 			e.mu.Lock()
 			st.win.retry = append(st.win.retry, p)
 			e.mu.Unlock()
+			held[p.f.ID.Instance] = st.win.carried
 			continue
 		}
 		e.log.Error("window set aside after its last attempt; see `plumb windows`", "stage", spec.node.Name, "window", p.f.ID.String(), "err", err)
 		rec := e.windowRecord(st, p.f)
 		rec.Error = err.Error()
-		if _, cerr := e.db.CommitWindow(rec, st.win.queue, nil, nil); cerr != nil {
+		if _, cerr := e.db.CommitWindow(rec, st.win.queue, nil, nil, nil); cerr != nil {
 			e.log.Error("record a faulty window", "stage", spec.node.Name, "window", p.f.ID.String(), "err", cerr)
 		}
 	}
@@ -294,7 +325,7 @@ func (e *Engine) skipEmpty(st *graphStage, spec runSpec, fs []windowing.Firing) 
 	first, last := fs[0], fs[len(fs)-1]
 	rec := e.windowRecord(st, first)
 	rec.Reason, rec.To, rec.Empty = "empty", last.To, int64(len(fs))
-	if _, err := e.db.CommitWindow(rec, st.win.queue, nil, nil); err != nil {
+	if _, err := e.db.CommitWindow(rec, st.win.queue, nil, nil, nil); err != nil {
 		e.log.Error("record empty windows", "stage", spec.node.Name, "window", rec.ID, "windows", len(fs), "err", err)
 		return
 	}
@@ -325,15 +356,39 @@ func idText(id windowing.WindowID) string {
 
 // runWindow runs one window: its blocks as files, the listing on stdin,
 // outputs stored, then outputs, record and release committed at once.
-func (e *Engine) runWindow(ctx context.Context, st *graphStage, spec runSpec, f windowing.Firing) error {
+// Each step can be failed by Config.Inject under the name of the
+// window's output block in its input queue (outputs' stores under their
+// own).
+func (e *Engine) runWindow(ctx context.Context, st *graphStage, spec runSpec, f windowing.Firing) (err error) {
 	if t := e.timeout(spec.node); t > 0 {
 		var cancel context.CancelFunc
 		ctx, cancel = context.WithTimeoutCause(ctx, t, program.ErrTimeout)
 		defer cancel()
 	}
-	scratch, err := e.scratch.make(e.cfg.Scratch, "window-")
+	m := runMeasure{}
+	defer func() {
+		if err != nil && ctx.Err() == nil {
+			st.count(&m, "failed")
+		}
+	}()
+	// Outputs are named after the window: its site (or "all"), its start,
+	// and a sequence number of index·100 + revision, so each revision is
+	// its own block.
+	name := block.Name{Time: f.From, Seq: uint64(f.ID.Index)*100 + uint64(f.Revision), Instance: f.ID.Instance}
+	if name.Instance == "" {
+		name.Instance = "all"
+	}
+	if f.From.IsZero() && len(f.Blocks) > 0 {
+		name.Time = f.Blocks[0].Time
+	}
+	at := name // the window as its failures are injected: of its input queue
+	at.Queue = st.win.queue
+	scratch := ""
+	if err = e.inject(StepScratch, at.String()); err == nil {
+		scratch, err = e.scratch.make(e.cfg.Scratch, "window-")
+	}
 	if err != nil {
-		return err
+		return fmt.Errorf("scratch space for window %s: %w (is %s writable, with room?)", idText(f.ID), err, e.cfg.Scratch)
 	}
 	defer e.scratch.done(scratch)
 	var in stage.WindowInput
@@ -343,21 +398,17 @@ func (e *Engine) runWindow(ctx context.Context, st *graphStage, spec runSpec, f 
 	}
 	in.Window.From, in.Window.To, in.Window.FirstSeq, in.Window.LastSeq = f.From, f.To, f.FirstSeq, f.LastSeq
 	in.Window.Revision, in.Window.Reason = f.Revision, string(f.Reason)
-	m := runMeasure{}
 	for _, b := range f.Blocks {
 		path := filepath.Join(scratch, b.Name)
+		if err := e.inject(StepOpen, at.String()); err != nil {
+			return fmt.Errorf("window block %s: %w", b.Name, err)
+		}
 		n, err := e.materialize(ctx, st.win.queue, b, path)
 		if err != nil {
 			return err
 		}
 		m.in.Add(n)
-		in.Blocks = append(in.Blocks, struct {
-			Name     string    `yaml:"name"`
-			Instance string    `yaml:"instance"`
-			Seq      uint64    `yaml:"seq"`
-			Time     time.Time `yaml:"time"`
-			Path     string    `yaml:"path"`
-		}{b.Name, b.Instance, b.Seq, b.Time, path})
+		in.Blocks = append(in.Blocks, stage.WindowBlock{Name: b.Name, Instance: b.Instance, Seq: b.Seq, Time: b.Time, Path: path})
 	}
 	rec := e.windowRecord(st, f)
 	in.Missing, in.Late = rec.Missing, rec.Late
@@ -387,21 +438,28 @@ func (e *Engine) runWindow(ctx context.Context, st *graphStage, spec runSpec, f 
 		}
 		x.ReadOnly = []string{scratch}
 	}
-	res, err := program.Execute(ctx, stage.Input{}, x, spec.steps, []program.Port{{Queue: st.win.queue, R: bytes.NewReader(doc)}}, outs, scratch)
+	sin := stage.Input{Drops: &stage.Drops{}}
+
+	var cin *state.CarryIn
+	var carry *state.CarryUpdate
+	if st.win.carried {
+		if cin, carry, err = e.windowCarry(ctx, st, f); err != nil {
+			return err // the server's own state: not the window's fault
+		}
+		if cin.Carried {
+			sin.Carry = &stage.Carry{In: cin.State}
+		}
+	}
+	var res program.Outcome
+	if err = e.inject(StepStart, at.String()); err == nil {
+		res, err = program.Execute(ctx, sin, x, spec.steps, []program.Port{{Queue: st.win.queue, R: bytes.NewReader(doc)}}, outs, scratch)
+	}
 	m.took, m.cpu = e.cfg.Now().Sub(start), res.CPU
 	if err != nil {
-		st.count(&m, "failed")
 		if res.Stderr != "" {
 			err = fmt.Errorf("%w; stderr: %s", err, lastLine(res.Stderr))
 		}
 		return err
-	}
-	// Outputs are named after the window: its site (or "all"), its start,
-	// and a sequence number of index·100 + revision, so each revision is
-	// its own block.
-	name := block.Name{Time: f.From, Seq: uint64(f.ID.Index)*100 + uint64(f.Revision), Instance: in.Window.Instance}
-	if f.From.IsZero() && len(f.Blocks) > 0 {
-		name.Time = f.Blocks[0].Time
 	}
 	blocks, out, err := e.storeOutputs(ctx, name, spec.node.Outputs, files)
 	m.out += out
@@ -412,10 +470,25 @@ func (e *Engine) runWindow(ctx context.Context, st *graphStage, spec runSpec, f 
 	if err != nil {
 		return err
 	}
-	if _, err := e.db.CommitWindow(rec, st.win.queue, consumed, blocks); err != nil {
+	if sin.Carry != nil {
+		carry.State = sin.Carry.Out
+		if err = e.inject(StepEdgeStore, at.String()); err == nil {
+			err = e.storeCarry(ctx, st.group, carry)
+		}
+		if err != nil {
+			return err
+		}
+	}
+	again := false
+	if err = e.inject(StepCommit, at.String()); err == nil {
+		again, err = e.db.CommitWindow(rec, st.win.queue, consumed, blocks, carry)
+	}
+	e.carryCommitted(ctx, cin, carry, err == nil && !again)
+	if err != nil {
 		return fmt.Errorf("commit window %s: %w", rec.ID, err)
 	}
 	m.edges(st.win.queue, len(f.Blocks), m.in.Load(), blocks)
+	m.drops = sin.Drops.Counts()
 	st.count(&m, "ok")
 	var ins []state.Block
 	for _, b := range f.Blocks {
@@ -430,6 +503,29 @@ func (e *Engine) runWindow(ctx context.Context, st *graphStage, spec runSpec, f 
 		e.log.Debug("window fired", args...)
 	}
 	return nil
+}
+
+// windowCarry says how a window of a carried stage runs: from the state
+// its instance's previous window committed, or, for a revision of a
+// window already passed (late blocks refired: revision 2 on), on its own, the carry
+// only counting it.
+func (e *Engine) windowCarry(ctx context.Context, st *graphStage, f windowing.Firing) (*state.CarryIn, *state.CarryUpdate, error) {
+	inst := f.ID.Instance
+	if inst == "" {
+		inst = "all"
+	}
+	c, have, err := e.db.GetCarry(st.group, inst)
+	if err != nil {
+		return nil, nil, err
+	}
+	if f.Revision > 1 || f.ID.Index < 0 || (have && uint64(f.ID.Index) < c.Next) {
+		return &state.CarryIn{Instance: inst}, &state.CarryUpdate{Instance: inst, Late: true}, nil
+	}
+	cin := &state.CarryIn{Instance: inst, Carried: true, State: c.State, StateKey: c.StateKey}
+	if err := e.loadCarry(ctx, cin); err != nil {
+		return nil, nil, err
+	}
+	return cin, &state.CarryUpdate{Instance: inst, Seq: uint64(f.ID.Index)}, nil
 }
 
 // materialize puts a block in the run's scratch space: a hard link when

@@ -178,7 +178,7 @@ func (s *Service) sendEmpty(w *flight.BlockWriter, t flight.WindowTicket, recKey
 		return err
 	}
 	rec := state.WindowRecord{Stage: recKey, ID: h.Window.ID, Revision: 1, Reason: "empty", From: first.From, To: last.To, Fired: last.At, Empty: h.Empty}
-	_, err = s.db.CommitWindow(rec, t.Window, nil, nil)
+	_, err = s.db.CommitWindow(rec, t.Window, nil, nil, nil)
 	return err
 }
 
@@ -231,7 +231,7 @@ func (s *Service) sendWindow(ctx context.Context, w *flight.BlockWriter, t fligh
 	}
 	// Sent whole: record it, so a reconnecting reader starts after it. A
 	// stream that broke before this point gets the window again.
-	_, err = s.db.CommitWindow(rec, t.Window, nil, nil)
+	_, err = s.db.CommitWindow(rec, t.Window, nil, nil, nil)
 	return err
 }
 

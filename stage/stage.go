@@ -68,10 +68,21 @@ type Splitter interface {
 // time in sequence order, each going on from the state the previous run
 // left (Input.Carry), so what it makes does not depend on where the
 // agent cut the capture. Blocks of different sites still run in
-// parallel.
+// parallel. As a window stage's program, its runs go window after
+// window of each instance (a site, or "all" across sites), each from
+// the state the previous window left.
 type Sequential interface {
 	Builtin
 	Sequential()
+}
+
+// Remembering is a Sequential built-in that writes nothing without its
+// carry (builtin:newdomains reports what its memory has not seen): a job
+// that would run it anywhere but a stage's last step over one input is
+// refused when submitted, instead of running without a row.
+type Remembering interface {
+	Sequential
+	Remembers()
 }
 
 // Edged is a Sequential built-in whose runs split in two, so that one

@@ -22,15 +22,18 @@ type WindowInput struct {
 		Revision int       `yaml:"revision"`
 		Reason   string    `yaml:"reason"`
 	} `yaml:"window"`
-	Blocks []struct {
-		Name     string    `yaml:"name"`
-		Instance string    `yaml:"instance"`
-		Seq      uint64    `yaml:"seq"`
-		Time     time.Time `yaml:"time"`
-		Path     string    `yaml:"path"`
-	} `yaml:"blocks"`
-	Missing []string `yaml:"missing"` // INSTANCE:SEQ
-	Late    []string `yaml:"late"`
+	Blocks  []WindowBlock `yaml:"blocks"`
+	Missing []string      `yaml:"missing"` // INSTANCE:SEQ
+	Late    []string      `yaml:"late"`
+}
+
+// WindowBlock is one of a window's blocks, as a file the run may read.
+type WindowBlock struct {
+	Name     string    `yaml:"name"`
+	Instance string    `yaml:"instance"`
+	Seq      uint64    `yaml:"seq"`
+	Time     time.Time `yaml:"time"` // of its first packet
+	Path     string    `yaml:"path"`
 }
 
 // WindowInputPrefix starts every WindowInput document, so a built-in

@@ -46,8 +46,10 @@ func windowKey(id string, revision int) []byte {
 // the group rec.Stage on queue; a record kept for another reader, such as
 // a window stream, consumes nothing). A record of the same window and revision
 // already there means a repeated run: nothing is published twice, and the
-// stored outputs are returned.
-func (d *DB) CommitWindow(rec WindowRecord, queue string, consumed []Block, outputs []Block) (bool, error) {
+// stored outputs are returned. carry, for a stage whose state goes from
+// window to window, moves its instance's carry with the record (Seq is
+// the window's index).
+func (d *DB) CommitWindow(rec WindowRecord, queue string, consumed []Block, outputs []Block, carry *CarryUpdate) (bool, error) {
 	again := false
 	err := d.kv.Update(context.Background(), func(tx metakv.Tx) error {
 		again = false
@@ -68,6 +70,11 @@ func (d *DB) CommitWindow(rec WindowRecord, queue string, consumed []Block, outp
 		}
 		if err := putRecord(ws, k, rec); err != nil {
 			return err
+		}
+		if carry != nil {
+			if err := putCarry(tx, rec.Stage, carry, d.now()); err != nil {
+				return fmt.Errorf("window %s: %w", rec.ID, err)
+			}
 		}
 		dels := mustSub(tx, bucketDeliveries, queue, rec.Stage)
 		if dels == nil || len(consumed) == 0 {

@@ -1,7 +1,9 @@
 package builtin
 
 import (
+	"bytes"
 	"context"
+	"errors"
 	"fmt"
 	"io"
 
@@ -83,3 +85,32 @@ func eachBatch(ctx context.Context, in io.Reader, schema func(*arrow.Schema) err
 	}
 	return nil
 }
+
+// readWindow tells a window stage's input document from a block's bytes
+// at the head of a run's input: ok with the window parsed, or rest
+// giving back the block whole.
+func readWindow(in io.Reader) (win stage.WindowInput, ok bool, rest io.Reader, err error) {
+	head := make([]byte, len(stage.WindowInputPrefix))
+	n, err := io.ReadFull(in, head)
+	if err != nil && !errors.Is(err, io.ErrUnexpectedEOF) && !errors.Is(err, io.EOF) {
+		return win, false, nil, err
+	}
+	rest = io.MultiReader(bytes.NewReader(head[:n]), in)
+	if string(head[:n]) != stage.WindowInputPrefix {
+		return win, false, rest, nil
+	}
+	doc, err := io.ReadAll(io.LimitReader(rest, maxWindowInput+1))
+	if err != nil {
+		return win, false, nil, err
+	}
+	if len(doc) > maxWindowInput {
+		return win, false, nil, fmt.Errorf("%w: a window's input over %d bytes", stage.ErrMalformed, maxWindowInput)
+	}
+	if win, _, err = stage.ParseWindowInput(doc); err != nil {
+		return win, false, nil, fmt.Errorf("%w: window input: %v", stage.ErrMalformed, err)
+	}
+	return win, true, nil, nil
+}
+
+// maxWindowInput bounds a window's input document (a line per block).
+const maxWindowInput = 64 << 20

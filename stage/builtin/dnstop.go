@@ -1,9 +1,7 @@
 package builtin
 
 import (
-	"bytes"
 	"context"
-	"errors"
 	"fmt"
 	"io"
 	"net/url"
@@ -74,15 +72,13 @@ type DNSTop struct {
 
 // Run implements stage.Builtin.
 func (t *DNSTop) Run(ctx context.Context, sin stage.Input, in io.Reader, out io.Writer) error {
-	head := make([]byte, len(stage.WindowInputPrefix))
-	n, err := io.ReadFull(in, head)
-	if err != nil && !errors.Is(err, io.ErrUnexpectedEOF) && !errors.Is(err, io.EOF) {
+	win, isWindow, in, err := readWindow(in)
+	if err != nil {
 		return err
 	}
-	in = io.MultiReader(bytes.NewReader(head[:n]), in)
 	c := dnstop.NewCounter(t.Dimensions, t.Counters)
-	if string(head[:n]) == stage.WindowInputPrefix {
-		return t.runWindow(ctx, c, in, out)
+	if isWindow {
+		return t.runWindow(ctx, c, win, out)
 	}
 	if err := t.count(ctx, c, in); err != nil {
 		return err
@@ -102,18 +98,7 @@ func (t *DNSTop) Run(ctx context.Context, sin stage.Input, in io.Reader, out io.
 }
 
 // runWindow ranks a window's blocks as one stream.
-func (t *DNSTop) runWindow(ctx context.Context, c *dnstop.Counter, in io.Reader, out io.Writer) error {
-	doc, err := io.ReadAll(io.LimitReader(in, maxWindowInput+1))
-	if err != nil {
-		return err
-	}
-	if len(doc) > maxWindowInput {
-		return fmt.Errorf("%w: a window's input over %d bytes", stage.ErrMalformed, maxWindowInput)
-	}
-	win, _, err := stage.ParseWindowInput(doc)
-	if err != nil {
-		return fmt.Errorf("%w: window input: %v", stage.ErrMalformed, err)
-	}
+func (t *DNSTop) runWindow(ctx context.Context, c *dnstop.Counter, win stage.WindowInput, out io.Writer) error {
 	for _, b := range win.Blocks {
 		f, err := os.Open(b.Path)
 		if err != nil {
@@ -127,9 +112,6 @@ func (t *DNSTop) runWindow(ctx context.Context, c *dnstop.Counter, in io.Reader,
 	}
 	return dnstop.Write(out, c, win.Window.Instance, t.N)
 }
-
-// maxWindowInput bounds a window's input document (a line per block).
-const maxWindowInput = 64 << 20
 
 func (t *DNSTop) count(ctx context.Context, c *dnstop.Counter, in io.Reader) error {
 	return eachBatch(ctx, in, func(*arrow.Schema) error { return nil }, func(i int, rec arrow.RecordBatch) error {

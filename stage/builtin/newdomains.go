@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"io"
 	"net/url"
+	"os"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -27,7 +29,9 @@ func registerNewDomains(reg *stage.Registry) {
 			"transactions (builtin:dnspairs). Runs over a site's blocks in sequence, its memory (a rotating Bloom " +
 			"filter of ?generations=6 steps, each holding ?capacity=250000 domains, taking a domain never asked as known " +
 			"with at most ?fp=0.001) carried from block to block and committed with each block's rows, so it survives " +
-			"restarts and no block counts twice. ?names=qname tracks whole names instead of registered domains.",
+			"restarts and no block counts twice. ?names=qname tracks whole names instead of registered domains. As a window " +
+			"stage it runs window after window, its memory carried the same way: with window.per_instance: all, a domain is " +
+			"new once across every site, at the site that asked first.",
 		New: func(args url.Values) (stage.Builtin, error) {
 			if err := stage.StrictArgs(args, "horizon", "generations", "capacity", "fp", "names"); err != nil {
 				return nil, err
@@ -103,9 +107,16 @@ func (n *NewDomains) Describe() string {
 		n.Config.Generations, n.Config.Capacity, n.Config.FalsePositive, n.Config.StateBytes())
 }
 
+// Remembers implements stage.Remembering: without its memory it
+// writes nothing, so a job may not run it where it gets none.
+func (*NewDomains) Remembers() {}
+
 // Run implements stage.Builtin. A run without a carry (a block that
 // came after its place in the site's sequence) has no memory to check
 // against: it writes no rows and counts its queries as late_unchecked.
+// As a window stage's program it reads the window's blocks in the order
+// of their first packet, so that across sites (instance "all") a domain
+// is new once, at the site that asked first.
 func (n *NewDomains) Run(ctx context.Context, sin stage.Input, in io.Reader, out io.Writer) error {
 	var seen *newdomains.Seen
 	if sin.Carry != nil {
@@ -121,49 +132,33 @@ func (n *NewDomains) Run(ctx context.Context, sin stage.Input, in io.Reader, out
 			}
 		}
 	}
-	b := array.NewRecordBuilder(memory.DefaultAllocator, newdomains.Schema)
-	defer b.Release()
-	inst := b.Field(0).(*array.StringBuilder)
-	seq := b.Field(1).(*array.Uint64Builder)
-	ts := b.Field(2).(*array.TimestampBuilder)
-	dom := b.Field(3).(*array.StringBuilder)
-	qn := b.Field(4).(*array.StringBuilder)
-	cl := b.Field(5).(*array.StringBuilder)
-	since := b.Field(6).(*array.TimestampBuilder)
-	var unchecked int64
-	err := eachBatch(ctx, in, func(*arrow.Schema) error { return nil }, func(i int, rec arrow.RecordBatch) error {
-		q, err := readQueries(rec, n.Column)
-		if err != nil {
-			return fmt.Errorf("%w: batch %d: %v", stage.ErrMalformed, i, err)
-		}
-		for r := range int(rec.NumRows()) {
-			if !q.query(r) || !q.names.IsValid(r) || q.names.Value(r) == "" || !q.time.IsValid(r) {
-				continue
-			}
-			if seen == nil {
-				unchecked++
-				continue
-			}
-			name := strings.ToLower(q.names.Value(r))
-			at := time.Unix(0, int64(q.time.Value(r))).UTC()
-			if !seen.Observe(name, at) {
-				continue
-			}
-			inst.Append(sin.Block.Instance)
-			seq.Append(sin.Block.Seq)
-			ts.Append(q.time.Value(r))
-			dom.Append(name)
-			appendOrEmpty(qn, q.qname, r)
-			appendOrEmpty(cl, q.client, r)
-			since.Append(arrow.Timestamp(seen.Since().UnixNano()))
-		}
-		return nil
-	})
+	win, isWindow, in, err := readWindow(in)
 	if err != nil {
 		return err
 	}
+	rows := newNewRows()
+	defer rows.b.Release()
+	var unchecked int64
+	if isWindow {
+		bs := slices.Clone(win.Blocks)
+		slices.SortStableFunc(bs, func(a, b stage.WindowBlock) int { return a.Time.Compare(b.Time) })
+		for _, b := range bs {
+			f, err := os.Open(b.Path)
+			if err != nil {
+				return fmt.Errorf("window %s: block %s: %w", win.Window.ID, b.Name, err)
+			}
+			u, err := n.observe(ctx, seen, rows, b.Instance, b.Seq, f)
+			f.Close()
+			if err != nil {
+				return fmt.Errorf("block %s: %w", b.Name, err)
+			}
+			unchecked += u
+		}
+	} else if unchecked, err = n.observe(ctx, seen, rows, sin.Block.Instance, sin.Block.Seq, in); err != nil {
+		return err
+	}
 	sin.Drops.Add(stage.DropLateUnchecked, unchecked)
-	rec := b.NewRecordBatch()
+	rec := rows.b.NewRecordBatch()
 	defer rec.Release()
 	w, err := ipc.NewFileWriter(out, ipc.WithSchema(newdomains.Schema), ipc.WithZstd())
 	if err != nil {
@@ -183,6 +178,55 @@ func (n *NewDomains) Run(ctx context.Context, sin stage.Input, in io.Reader, out
 		sin.Carry.Out = state
 	}
 	return nil
+}
+
+// newRows builds newdomains.Schema's rows.
+type newRows struct {
+	b                    *array.RecordBuilder
+	inst, dom, qname, cl *array.StringBuilder
+	seq                  *array.Uint64Builder
+	time, since          *array.TimestampBuilder
+}
+
+func newNewRows() *newRows {
+	b := array.NewRecordBuilder(memory.DefaultAllocator, newdomains.Schema)
+	return &newRows{b: b, inst: b.Field(0).(*array.StringBuilder), seq: b.Field(1).(*array.Uint64Builder),
+		time: b.Field(2).(*array.TimestampBuilder), dom: b.Field(3).(*array.StringBuilder), qname: b.Field(4).(*array.StringBuilder),
+		cl: b.Field(5).(*array.StringBuilder), since: b.Field(6).(*array.TimestampBuilder)}
+}
+
+// observe checks one block's queries against seen (nil: none to check
+// against, each counted as unchecked) and adds a row per new name.
+func (n *NewDomains) observe(ctx context.Context, seen *newdomains.Seen, rows *newRows, instance string, seq uint64, in io.Reader) (unchecked int64, err error) {
+	err = eachBatch(ctx, in, func(*arrow.Schema) error { return nil }, func(i int, rec arrow.RecordBatch) error {
+		q, err := readQueries(rec, n.Column)
+		if err != nil {
+			return fmt.Errorf("%w: batch %d: %v", stage.ErrMalformed, i, err)
+		}
+		for r := range int(rec.NumRows()) {
+			if !q.query(r) || !q.names.IsValid(r) || q.names.Value(r) == "" || !q.time.IsValid(r) {
+				continue
+			}
+			if seen == nil {
+				unchecked++
+				continue
+			}
+			name := strings.ToLower(q.names.Value(r))
+			at := time.Unix(0, int64(q.time.Value(r))).UTC()
+			if !seen.Observe(name, at) {
+				continue
+			}
+			rows.inst.Append(instance)
+			rows.seq.Append(seq)
+			rows.time.Append(q.time.Value(r))
+			rows.dom.Append(name)
+			appendOrEmpty(rows.qname, q.qname, r)
+			appendOrEmpty(rows.cl, q.client, r)
+			rows.since.Append(arrow.Timestamp(seen.Since().UnixNano()))
+		}
+		return nil
+	})
+	return unchecked, err
 }
 
 func appendOrEmpty(b *array.StringBuilder, col *array.String, i int) {

@@ -38,8 +38,8 @@ func firstSeen(t *testing.T, tbls []arrow.Table) []string {
 	return out
 }
 
-// newRows reads builtin:newdomains' rows as "domain time client".
-func newRows(t *testing.T, out []byte) []string {
+// foundRows reads builtin:newdomains' rows as "domain time client".
+func foundRows(t *testing.T, out []byte) []string {
 	t.Helper()
 	tbl := table(t, out)
 	defer tbl.Release()
@@ -64,7 +64,7 @@ func runSite(t *testing.T, b stage.Builtin, blocks [][]byte, carry []byte) ([][]
 		if err := b.Run(context.Background(), in, bytes.NewReader(data), &out); err != nil {
 			t.Fatalf("block %d: %v", i+1, err)
 		}
-		rows = append(rows, newRows(t, out.Bytes()))
+		rows = append(rows, foundRows(t, out.Bytes()))
 		carry = c.Out
 	}
 	return rows, carry, drops.Counts()
@@ -144,7 +144,7 @@ func TestNewDomainsLateAndReset(t *testing.T) {
 	if err := nd.Run(context.Background(), stage.Input{Drops: drops}, bytes.NewReader(blocks[0]), &out); err != nil {
 		t.Fatal(err)
 	}
-	if rows := newRows(t, out.Bytes()); len(rows) != 0 || drops.Counts()[stage.DropLateUnchecked] == 0 {
+	if rows := foundRows(t, out.Bytes()); len(rows) != 0 || drops.Counts()[stage.DropLateUnchecked] == 0 {
 		t.Errorf("a late block: rows %v, drops %v", rows, drops.Counts())
 	}
 	other, _ := registry().New("newdomains", url.Values{"horizon": {"7d"}})
