@@ -3,6 +3,7 @@ package client
 import (
 	"bytes"
 	"context"
+	cryptorand "crypto/rand"
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
@@ -373,6 +374,19 @@ func (c *Client) WindowStream(ctx context.Context, t WindowTicket) (*Stream, err
 // DoGet opens a block stream for a ticket.
 func (c *Client) DoGet(ctx context.Context, t flight.Ticket) (*Stream, error) { return c.doGet(ctx, t) }
 
+// giveBack gives back to the group every block the named read holds
+// unacked. It may fail: the server then gives them back at the
+// visibility timeout, as for a client that died.
+func (c *Client) giveBack(t flight.Ticket) {
+	ctx, cancel := context.WithTimeout(context.Background(), giveBackWait)
+	defer cancel()
+	c.action(ctx, flight.ActNack, flight.AckRequest{Queue: t.Queue, Group: t.Group, Reader: t.Reader}, func([]byte) error { return nil })
+}
+
+// giveBackWait bounds how long an early return of Consume waits to give
+// its blocks back.
+const giveBackWait = 2 * time.Second
+
 // doGet opens a stream of blocks for any ticket.
 func (c *Client) doGet(ctx context.Context, ticket any) (*Stream, error) {
 	raw, err := json.Marshal(ticket)
@@ -407,8 +421,9 @@ func (c *Client) Ack(ctx context.Context, queue, group string, names ...string) 
 // Nack gives blocks this group's reader holds but could not finish back
 // to the group at once, for any of its readers to take next (the
 // attempt stays counted), rather than after the visibility timeout. It
-// returns how many were held. Closing a Stream of a group read gives
-// back what it handed out and was not acked without a nack.
+// returns how many were held. Consume gives back what it holds unacked
+// when it returns early, those the server sent ahead included; a Stream
+// of a group read closed early gives back what was still being sent.
 func (c *Client) Nack(ctx context.Context, queue, group string, names ...string) (int, error) {
 	var res struct {
 		Released int `json:"released"`
@@ -649,17 +664,29 @@ func (s *Stream) Close() {
 // Consume reads a consumer group's blocks (t.Group must be set) and calls
 // fn with each block's header and bytes. A block is acknowledged only after
 // fn returns nil and its bytes all arrived and matched their SHA-256;
-// otherwise it stays owed and is handed out again after the visibility
-// timeout. Consume returns when the stream ends, fn fails, or ctx ends.
-func (c *Client) Consume(ctx context.Context, t flight.Ticket, fn func(flight.Header, io.Reader) error) error {
+// otherwise it stays owed, and when Consume returns it goes back to the
+// group at once with every block the server sent ahead, for the group's
+// next read (after the visibility timeout only if the server cannot be
+// told). Consume returns when the stream ends, fn fails, or ctx ends.
+func (c *Client) Consume(ctx context.Context, t flight.Ticket, fn func(flight.Header, io.Reader) error) (err error) {
 	if t.Group == "" {
 		return errors.New("Consume needs a consumer group in the ticket")
+	}
+	if t.Reader == "" {
+		// Named, so that an early return gives back what the server
+		// sent ahead even when it had finished sending.
+		t.Reader = cryptorand.Text()
 	}
 	s, err := c.DoGet(ctx, t)
 	if err != nil {
 		return err
 	}
-	defer s.Close()
+	defer func() {
+		s.Close()
+		if err != nil {
+			c.giveBack(t)
+		}
+	}()
 	for s.Next() {
 		h := s.Header()
 		if err := fn(h, s); err != nil {

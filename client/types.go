@@ -32,6 +32,7 @@ type (
 	//	Follow     bool          // wait for blocks that arrive, rather than end
 	//	From       Start         // From is where a new group (or a plain read) starts: FromEarliest, FromLatest or FromTime. A group keeps the start it was created with.
 	//	Visibility time.Duration // Visibility is how long a block handed to a group stays reserved before it is handed out again unless acknowledged; the server's --visibility when zero. On the wire it is "visibility" in seconds.
+	//	Reader     string        // Reader names a group read, chosen by the client (ValidateReader): a nack naming it gives back every block the read holds unacked, those it read ahead included, even once the server has finished sending them.
 	Ticket = flight.Ticket
 	// RecordsTicket selects rows of a queue of Arrow blocks.
 	//

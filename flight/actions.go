@@ -49,7 +49,7 @@ var (
 	}
 	ActNack = Action{
 		Name:    "nack",
-		Doc:     `Give blocks a consumer group's reader holds but could not finish back to the group at once, for any of its readers to take next, instead of after the visibility timeout; the attempt stays counted. Body {"queue","group","blocks":[NAME,...]}; answers {"released": N}, the blocks that were held.`,
+		Doc:     `Give blocks a consumer group's reader holds but could not finish back to the group at once, for any of its readers to take next, instead of after the visibility timeout; the attempt stays counted. Body {"queue","group","blocks":[NAME,...],"reader"}; answers {"released": N}, the blocks that were held. With "reader" (a ticket's), every block that read holds unacked goes back too, those it read ahead included.`,
 		MaxBody: AckMaxBody,
 	}
 	ActGroupList = Action{

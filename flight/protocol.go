@@ -152,6 +152,28 @@ type Ticket struct {
 	// before it is handed out again unless acknowledged; the server's
 	// --visibility when zero. On the wire it is "visibility" in seconds.
 	Visibility time.Duration `json:"-" wire:"visibility,seconds"`
+	// Reader names a group read, chosen by the client (ValidateReader):
+	// a nack naming it gives back every block the read holds unacked,
+	// those it read ahead included, even once the server has finished
+	// sending them.
+	Reader string `json:"reader,omitempty"`
+}
+
+// MaxReader bounds a Reader name.
+const MaxReader = 64
+
+// ValidateReader checks a client's name for a read: 1 to MaxReader
+// letters, digits, '-' or '_' (a UUID fits).
+func ValidateReader(r string) error {
+	if r == "" || len(r) > MaxReader {
+		return fmt.Errorf("reader %q: want 1 to %d letters, digits, '-' or '_', such as a UUID", r, MaxReader)
+	}
+	for _, c := range r {
+		if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '-' || c == '_') {
+			return fmt.Errorf("reader %q: want 1 to %d letters, digits, '-' or '_', such as a UUID", r, MaxReader)
+		}
+	}
+	return nil
 }
 
 // ticketWire is a Ticket as JSON: the visibility in seconds, as clients
@@ -195,6 +217,9 @@ type AckRequest struct {
 	Queue  string   `json:"queue"`
 	Group  string   `json:"group"`
 	Blocks []string `json:"blocks"`
+	// Reader, in a nack, also gives back every block the group read of
+	// that name (Ticket.Reader) holds unacked.
+	Reader string `json:"reader,omitempty"`
 }
 
 // DecodeStrict decodes one JSON value and refuses unknown fields and

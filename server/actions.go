@@ -198,6 +198,14 @@ func (s *Service) ackRequest(ctx context.Context, a flight.Action, body []byte) 
 		if err := errors.Join(block.ValidateQueue(r.Queue), block.ValidateGroup(r.Group)); err != nil {
 			return err
 		}
+		if r.Reader != "" {
+			if a != flight.ActNack {
+				return fmt.Errorf("a reader is named in a nack, not in %s", a.Name)
+			}
+			if err := flight.ValidateReader(r.Reader); err != nil {
+				return err
+			}
+		}
 		for _, name := range r.Blocks {
 			n, err := block.Parse(name)
 			if err != nil {
@@ -246,6 +254,16 @@ func (s *Service) nack(ctx context.Context, body []byte) (any, error) {
 	n, err := s.db.Nack(req.Queue, req.Group, ids)
 	if err != nil {
 		return nil, err
+	}
+	if req.Reader != "" {
+		// What the read sent besides the names: those it read ahead.
+		if reserver, sent, ok := s.readers.take(req.Reader, req.Queue, req.Group); ok {
+			more, err := s.db.GiveBack(req.Queue, req.Group, reserver, sent...)
+			if err != nil {
+				return nil, err
+			}
+			n += more
+		}
 	}
 	return map[string]int{"released": n}, nil
 }

@@ -67,6 +67,14 @@ func parseTicket(raw []byte) (flight.Ticket, error) {
 		if t.Visibility < 0 || t.Visibility > 24*time.Hour {
 			return t, status.Errorf(codes.InvalidArgument, "visibility %v is outside 0..24h", t.Visibility)
 		}
+		if t.Reader != "" {
+			if t.Group == "" {
+				return t, status.Errorf(codes.InvalidArgument, "a ticket's reader names a group read; this ticket has no group")
+			}
+			if err := flight.ValidateReader(t.Reader); err != nil {
+				return t, status.Error(codes.InvalidArgument, err.Error())
+			}
+		}
 	default:
 		return t, status.Errorf(codes.InvalidArgument, "ticket names neither a block nor a queue; want %s", ticketForms)
 	}
@@ -208,6 +216,11 @@ func (s *Service) serveGroup(ctx context.Context, w *flight.BlockWriter, t fligh
 		return err
 	}
 	reader := uuid.NewString()
+	named := &readerSent{} // remembered nowhere unless the client named the read
+	if t.Reader != "" {
+		named = s.readers.start(t.Reader, t.Queue, t.Group, reader, s.cfg.Now())
+		defer func() { s.readers.end(named, s.cfg.Now(), vis) }()
+	}
 	// sent are the blocks this reader sent lately: when the client goes
 	// away (a break out of its loop, a close) those it did not ack go back
 	// to the group at once, as a Kafka consumer's do on close, instead of
@@ -255,6 +268,7 @@ func (s *Service) serveGroup(ctx context.Context, w *flight.BlockWriter, t fligh
 			if sent = append(sent, b.Serial); len(sent) > maxSentKept {
 				sent = slices.Delete(sent, 0, len(sent)-maxSentKept) // long acked or expired
 			}
+			s.readers.sent(named, b.Serial)
 		}
 		if len(ahead) > 0 {
 			continue

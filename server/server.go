@@ -266,6 +266,8 @@ type Service struct {
 	adm    *admission.Controller
 	ctr    *counters
 	log    *slog.Logger
+	// readers are the group reads their clients named, for nack.
+	readers readers
 
 	// ctx ends when the server shuts down, so that follow streams end
 	// instead of holding up a graceful stop.

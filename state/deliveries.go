@@ -563,17 +563,27 @@ func forgetDelivery(tx metakv.Tx, queue, group string, serial uint64) error {
 // does nothing for a block whose reservation has passed to another
 // reader or that is done.
 func (d *DB) Release(queue, group, reserver string, serials ...uint64) error {
+	_, err := d.release(queue, group, reserver, false, serials)
+	return err
+}
+
+// GiveBack is Release answering how many of the blocks reserver still
+// held (the others were acked, or passed to another reader).
+func (d *DB) GiveBack(queue, group, reserver string, serials ...uint64) (int, error) {
 	return d.release(queue, group, reserver, false, serials)
 }
 
 // Unreserve is Release for blocks a reader reserved ahead and never
 // began to send: as if never reserved, their attempt is not counted.
 func (d *DB) Unreserve(queue, group, reserver string, serials ...uint64) error {
-	return d.release(queue, group, reserver, true, serials)
+	_, err := d.release(queue, group, reserver, true, serials)
+	return err
 }
 
-func (d *DB) release(queue, group, reserver string, uncount bool, serials []uint64) error {
+func (d *DB) release(queue, group, reserver string, uncount bool, serials []uint64) (int, error) {
+	n := 0
 	err := d.kv.Update(context.Background(), func(tx metakv.Tx) error {
+		n = 0
 		dels, err := sub(tx, bucketDeliveries, queue, group)
 		if err != nil {
 			return err
@@ -593,13 +603,14 @@ func (d *DB) release(queue, group, reserver string, uncount bool, serials []uint
 			if err := putRecord(dels, u64(serial), del); err != nil {
 				return err
 			}
+			n++
 		}
 		return nil
 	})
 	if err == nil {
 		d.notify(queue)
 	}
-	return err
+	return n, err
 }
 
 // available reports whether a delivery may be handed out now: unreserved

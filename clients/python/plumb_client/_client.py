@@ -12,6 +12,7 @@ import random
 import re
 import threading
 import time
+import uuid
 from dataclasses import dataclass, field
 from typing import Any, AsyncIterator, Callable, Dict, Iterable, Iterator, List, Mapping, Optional, Sequence, Tuple, Union
 
@@ -382,14 +383,19 @@ class Client:
             return 0
         return self.action("ack", {"queue": queue, "group": group, "blocks": list(names)})[0]["acked"]
 
-    def nack(self, queue: str, group: str, *names: str) -> int:
+    def nack(self, queue: str, group: str, *names: str, reader: Optional[str] = None) -> int:
         """Give blocks a reader of the group holds but could not finish back
         to the group at once, for any of its readers to take next (the
         attempt stays counted), instead of after the visibility timeout;
-        how many were held."""
-        if not names:
+        how many were held. reader, the name a read gave in its ticket,
+        also gives back every block that read holds unacked, those the
+        server sent ahead included."""
+        if not names and reader is None:
             return 0
-        return self.action("nack", {"queue": queue, "group": group, "blocks": list(names)})[0]["released"]
+        body: Dict[str, Any] = {"queue": queue, "group": group, "blocks": list(names)}
+        if reader is not None:
+            body["reader"] = reader
+        return self.action("nack", body)[0]["released"]
 
     def consume(self, queue: str, group: str, start: Union[str, _dt.datetime, None] = None, follow: bool = False,
                 visibility: Optional[float] = None, ack: str = "auto", ack_every: int = 100,
@@ -410,9 +416,7 @@ class Client:
         a break) stays owed, and it and the blocks read ahead go back to the
         group when the loop ends, as a Kafka consumer's do on close (a
         reader that dies instead gives them back after the visibility
-        timeout: seconds, the server's default when None; so do the blocks
-        read ahead of a read without follow that the server had finished
-        sending before the loop ended). With
+        timeout: seconds, the server's default when None). With
         ack="manual" nothing is acknowledged here: call ack() with the
         names, one or many at a time.
 
@@ -432,7 +436,10 @@ class Client:
             raise InvalidArgument(f"idle_timeout={idle_timeout!r}: want seconds above 0")
         if not follow:
             self._queue_known(queue)
-        t: Dict[str, Any] = {"queue": queue, "group": group, "follow": follow}
+        # The read is named, so that a loop that ends early gives back
+        # what the server sent ahead even when it had finished sending.
+        rid = uuid.uuid4().hex
+        t: Dict[str, Any] = {"queue": queue, "group": group, "follow": follow, "reader": rid}
         if start is not None:
             t["from"] = _start(start)
         if visibility is not None:
@@ -477,15 +484,14 @@ class Client:
             finally:
                 reader.cancel()
             if current is not None:
-                # The block the loop left (a break, an exception) is given
-                # back before this returns, so the next read has it; those
-                # read ahead the server gives back as the read ends. A nack
-                # that fails changes nothing the caller must know: the
-                # server gives the block back as the read ends, at worst
-                # after the visibility timeout.
+                # The block the loop left (a break, an exception) and those
+                # read ahead are given back before this returns, so the
+                # next read has them. A nack that fails changes nothing the
+                # caller must know: they come back after the visibility
+                # timeout.
                 try:
                     with translated(self._timeout):
-                        self.nack(queue, group, current)
+                        self.nack(queue, group, current, reader=rid)
                 except (PlumbError, fl.FlightError):
                     pass
 
