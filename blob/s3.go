@@ -34,22 +34,38 @@ var _ Store = (*S3)(nil)
 // Credentials come from AWS_ACCESS_KEY_ID / AWS_SECRET_ACCESS_KEY or
 // MINIO_ROOT_USER / MINIO_ROOT_PASSWORD. The bucket is created if missing.
 func OpenS3(ctx context.Context, u *url.URL) (*S3, error) {
+	cfg, err := S3ConfigOf(u)
+	if err != nil {
+		return nil, err
+	}
+	return NewS3(ctx, cfg)
+}
+
+// S3ConfigOf reads s3://BUCKET[/…]?endpoint=HOST:PORT[&secure=true][&region=R]
+// with the credentials of the environment, as OpenS3 does. Without
+// ?endpoint=, AWS_ENDPOINT_URL (http://HOST:PORT or https://…) names it,
+// as it does for the AWS tools.
+func S3ConfigOf(u *url.URL) (S3Config, error) {
 	q := u.Query()
-	endpoint := q.Get("endpoint")
-	if u.Host == "" || endpoint == "" {
-		return nil, fmt.Errorf("store URL %q: want s3://BUCKET?endpoint=HOST:PORT", u.Redacted())
+	cfg := S3Config{Endpoint: q.Get("endpoint"), Bucket: u.Host, Secure: q.Get("secure") == "true", Region: q.Get("region")}
+	if ep := os.Getenv("AWS_ENDPOINT_URL"); cfg.Endpoint == "" && ep != "" {
+		eu, err := url.Parse(ep)
+		if err != nil || eu.Host == "" || (eu.Scheme != "http" && eu.Scheme != "https") {
+			return cfg, fmt.Errorf("AWS_ENDPOINT_URL %q: want http://HOST:PORT or https://HOST:PORT", ep)
+		}
+		cfg.Endpoint, cfg.Secure = eu.Host, eu.Scheme == "https"
 	}
-	key, secret := os.Getenv("AWS_ACCESS_KEY_ID"), os.Getenv("AWS_SECRET_ACCESS_KEY")
-	if key == "" {
-		key, secret = os.Getenv("MINIO_ROOT_USER"), os.Getenv("MINIO_ROOT_PASSWORD")
+	if u.Host == "" || cfg.Endpoint == "" {
+		return cfg, fmt.Errorf("S3 URL %q: want s3://BUCKET?endpoint=HOST:PORT (or AWS_ENDPOINT_URL set)", u.Redacted())
 	}
-	if key == "" {
-		return nil, fmt.Errorf("store %s: no credentials; set AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY", u.Redacted())
+	cfg.AccessKey, cfg.SecretKey = os.Getenv("AWS_ACCESS_KEY_ID"), os.Getenv("AWS_SECRET_ACCESS_KEY")
+	if cfg.AccessKey == "" {
+		cfg.AccessKey, cfg.SecretKey = os.Getenv("MINIO_ROOT_USER"), os.Getenv("MINIO_ROOT_PASSWORD")
 	}
-	return NewS3(ctx, S3Config{
-		Endpoint: endpoint, Bucket: u.Host, AccessKey: key, SecretKey: secret,
-		Secure: q.Get("secure") == "true", Region: q.Get("region"),
-	})
+	if cfg.AccessKey == "" {
+		return cfg, fmt.Errorf("%s: no credentials; set AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY", u.Redacted())
+	}
+	return cfg, nil
 }
 
 // S3Config configures an S3 store.
@@ -60,6 +76,9 @@ type S3Config struct {
 	SecretKey string
 	Secure    bool // https
 	Region    string
+	// Existing refuses a bucket that is not there instead of creating
+	// it: a bucket to read from (plumb import s3://…).
+	Existing bool
 }
 
 // NewS3 connects to the bucket, creating it if it does not exist.
@@ -91,6 +110,9 @@ func NewS3(ctx context.Context, cfg S3Config) (*S3, error) {
 	}
 	if err != nil {
 		return nil, fmt.Errorf("store %s: %w (is the server up and are the credentials right?)", s, err)
+	}
+	if !ok && cfg.Existing {
+		return nil, fmt.Errorf("bucket %s at %s does not exist (or these credentials cannot see it)", cfg.Bucket, cfg.Endpoint)
 	}
 	if !ok {
 		if err := c.MakeBucket(ctx, cfg.Bucket, minio.MakeBucketOptions{Region: cfg.Region}); err != nil {

@@ -160,7 +160,7 @@ func parseSize(s string) (int64, error) { return pipeline.ParseSize(s) }
 // parse reads the flags and arguments of agent or import and returns the
 // configuration and the sources named by the arguments. allowNone permits
 // no arguments (an agent may only watch or capture live).
-func (a *agentFlags) parse(fs *flag.FlagSet, args []string, allowNone func() bool) (agent.Config, []agent.Source, error) {
+func (a *agentFlags) parse(ctx context.Context, fs *flag.FlagSet, args []string, allowNone func() bool) (agent.Config, []agent.Source, error) {
 	fromFile, err := applyConfig(fs, args)
 	if err != nil {
 		return agent.Config{}, nil, err
@@ -177,7 +177,7 @@ func (a *agentFlags) parse(fs *flag.FlagSet, args []string, allowNone func() boo
 	if err != nil {
 		return cfg, nil, err
 	}
-	srcs, err := sourcesOf(pos)
+	srcs, err := sourcesOf(ctx, pos)
 	return cfg, srcs, err
 }
 
@@ -228,11 +228,19 @@ func applyConfig(fs *flag.FlagSet, args []string) ([]string, error) {
 	return sources, nil
 }
 
-func sourcesOf(args []string) ([]agent.Source, error) {
+func sourcesOf(ctx context.Context, args []string) ([]agent.Source, error) {
 	var out []agent.Source
 	for _, a := range args {
 		if a == "-" {
 			out = append(out, agent.StdinSource())
+			continue
+		}
+		if strings.HasPrefix(a, "s3://") {
+			objs, err := s3Sources(ctx, a)
+			if err != nil {
+				return nil, err
+			}
+			out = append(out, objs...)
 			continue
 		}
 		s, err := agent.FileSource(a)
@@ -272,7 +280,7 @@ func agentCommand() command {
 			tapListen := fs.String("dnstap-listen", "", "take dnstap from DNS servers that connect to TCP `ADDR` (host:port), as --dnstap-socket")
 			tapConns := fs.Int("dnstap-max-conns", agent.DefaultDnstapConns, "with --dnstap-socket or --dnstap-listen, at most `N` senders connected at once; more are disconnected and counted (lowered to a quarter of the open-files limit)")
 			tapIdle := fs.Duration("dnstap-idle-timeout", agent.DefaultDnstapIdle, "with --dnstap-socket or --dnstap-listen, disconnect a sender silent this long after its handshake (it reconnects)")
-			cfg, srcs, err := a.parse(fs, args, func() bool {
+			cfg, srcs, err := a.parse(ctx, fs, args, func() bool {
 				return *watch != "" || len(live.Interfaces) > 0 || *follow != "" || *tapSocket != "" || *tapListen != ""
 			})
 			if err != nil {
@@ -350,13 +358,13 @@ func agentCommand() command {
 func importCommand() command {
 	return command{
 		name:  "import",
-		usage: "--site SITE FILE...",
+		usage: "--site SITE FILE|s3://BUCKET/PREFIX?endpoint=HOST:PORT...",
 		short: "backfill: cut capture files into blocks and ship them, with progress; done when every block is acknowledged",
 		run: func(ctx context.Context, fs *flag.FlagSet, args []string) error {
 			var a agentFlags
 			a.register(fs)
 			quiet := fs.Bool("quiet", false, "no progress line")
-			cfg, srcs, err := a.parse(fs, args, func() bool { return false })
+			cfg, srcs, err := a.parse(ctx, fs, args, func() bool { return false })
 			if err != nil {
 				return err
 			}

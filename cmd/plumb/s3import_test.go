@@ -1,0 +1,125 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"crypto/sha256"
+	"fmt"
+	"math/rand/v2"
+	"os"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/plumb-dev/plumb/blob"
+	"github.com/plumb-dev/plumb/internal/testenv"
+)
+
+// TestImportFromS3SIGKILL: 50 captures in a real MinIO bucket (and one
+// outside the prefix) imported with `plumb import s3://BUCKET/PREFIX`,
+// SIGKILLed at random moments and run again until it finishes: every
+// packet of the 50, in name order, is on the server exactly once; run
+// once more, it imports nothing.
+func TestImportFromS3SIGKILL(t *testing.T) {
+	m := testenv.StartMinIO(t)
+	t.Setenv("AWS_ACCESS_KEY_ID", m.AccessKey)
+	t.Setenv("AWS_SECRET_ACCESS_KEY", m.SecretKey)
+	ctx := context.Background()
+	st, err := blob.NewS3(ctx, blob.S3Config{Endpoint: m.Endpoint, Bucket: "caps", AccessKey: m.AccessKey, SecretKey: m.SecretKey})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var want []packet
+	put := func(key string, seed uint64) []packet {
+		path := filepath.Join(t.TempDir(), "c.pcap")
+		pkts := makeCapture(t, path, 600, seed)
+		data, err := os.ReadFile(path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := st.Put(ctx, key, bytes.NewReader(data), int64(len(data)), blob.Sum(sha256.Sum256(data))); err != nil {
+			t.Fatal(err)
+		}
+		return pkts
+	}
+	for i := range 50 {
+		want = append(want, put(fmt.Sprintf("day1/cap-%02d.pcap", i), uint64(100+i))...)
+	}
+	put("day2/not-this.pcap", 99)
+	src := "s3://caps/day1/?endpoint=" + m.Endpoint
+
+	addr := servePlumb(t, t.TempDir())
+	spool := filepath.Join(t.TempDir(), "spool")
+	c := dialPlumb(t, addr)
+	stored := func() int64 {
+		st, _ := c.QueueStats(context.Background(), "pcap.sz")
+		return st.Blocks
+	}
+	rng := rand.New(rand.NewPCG(7, 7))
+	imp := []string{"import", "--quiet", "--server", addr, "--site", "s3", "--new-instance", "--spool", spool, "--block-size", "64KiB", "--log-level", "warn", src}
+	kills := 0
+	for run := 0; ; run++ {
+		if run > 60 {
+			t.Fatal("import did not finish in 60 runs")
+		}
+		base, more := stored(), int64(1+rng.IntN(40))
+		p := startPlumb(t, imp...)
+		done := make(chan error, 1)
+		go func() { done <- p.cmd.Wait() }()
+		finished := false
+	wait:
+		for {
+			select {
+			case err := <-done:
+				if err != nil {
+					t.Fatalf("run %d: import failed: %v\n%s", run, err, p.log)
+				}
+				finished = true
+				break wait
+			case <-time.After(5 * time.Millisecond):
+				if stored() >= base+more {
+					p.cmd.Process.Signal(syscall.SIGKILL)
+					<-done
+					kills++
+					break wait
+				}
+			}
+		}
+		if finished {
+			t.Logf("import finished on run %d after %d SIGKILLs", run+1, kills)
+			break
+		}
+	}
+	got, nblocks := fetchInstance(t, c, "pcap.sz", "s3")
+	samePackets(t, "the bucket's captures after SIGKILLs", got, want)
+	if kills < 3 {
+		t.Fatalf("only %d kills over %d blocks; the test should kill often", kills, nblocks)
+	}
+	out, errOut, code := plumbExec(t, imp...)
+	if code != 0 || !strings.Contains(out, "imported 0 packets in 0 blocks") {
+		t.Fatalf("import run again: %s %s", out, errOut)
+	}
+	if again, _ := fetchInstance(t, c, "pcap.sz", "s3"); len(again) != len(want) {
+		t.Errorf("the import run again left %d packets on the server, want %d", len(again), len(want))
+	}
+}
+
+// TestImportFromS3Errors: what a user gets wrong about the bucket is
+// told before anything is cut.
+func TestImportFromS3Errors(t *testing.T) {
+	m := testenv.StartMinIO(t)
+	t.Setenv("AWS_ACCESS_KEY_ID", m.AccessKey)
+	t.Setenv("AWS_SECRET_ACCESS_KEY", m.SecretKey)
+	addr := servePlumb(t, t.TempDir())
+	for _, c := range []struct{ src, want string }{
+		{"s3://nobucket/x/?endpoint=" + m.Endpoint, "bucket nobucket at " + m.Endpoint + " does not exist"},
+		{"s3://caps/x/", "want s3://BUCKET?endpoint=HOST:PORT (or AWS_ENDPOINT_URL set)"},
+	} {
+		_, errOut, code := plumbExec(t, "import", "--quiet", "--server", addr, "--site", "s3", "--spool", t.TempDir(), c.src)
+		if code == 0 || !strings.Contains(errOut, c.want) {
+			t.Errorf("import %s: exit %d, %s\nwant %q", c.src, code, errOut, c.want)
+		}
+	}
+}
