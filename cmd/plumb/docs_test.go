@@ -26,6 +26,7 @@ import (
 	"github.com/plumb-dev/plumb/dns/dnsrec"
 	"github.com/plumb-dev/plumb/dns/enrich"
 	"github.com/plumb-dev/plumb/internal/testenv"
+	"github.com/plumb-dev/plumb/kafkapub"
 	"github.com/plumb-dev/plumb/stage"
 	"github.com/plumb-dev/plumb/stage/builtin"
 )
@@ -477,6 +478,7 @@ func TestBuiltinsReference(t *testing.T) {
 	dbs := enrich.NewDatabases(t.TempDir(), nil)
 	builtin.RegisterEnrich(reg, dbs)
 	builtin.RegisterFilter(reg, dbs)
+	builtin.RegisterKafka(reg, kafkapub.Config{})
 	var b strings.Builder
 	b.WriteString("# Built-in stages\n\n*Find every `builtin:NAME` a job's `program` may name, and its arguments.*\n\n")
 	b.WriteString("Generated from the server's registry (`go test ./cmd/plumb -run TestBuiltinsReference -update`); a test fails when\nthis page and the code differ. Arguments follow the name as a query: `builtin:dnstop?n=20&window=5m`; an argument\na built-in does not know is refused when the job is submitted.\n\n")

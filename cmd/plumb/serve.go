@@ -33,6 +33,8 @@ func serveCommand() command {
 		short: "run the Plumb server (Arrow Flight) on a data directory",
 		run: func(ctx context.Context, fs *flag.FlagSet, args []string) error {
 			var anonKeys, geoip string
+			var kafka kafkaFlags
+			kafka.register(fs)
 			var cfg server.Config
 			fs.StringVar(&cfg.Data, "data", "plumb-data", "data `DIR`: metadata, and blobs unless --store says otherwise")
 			fs.StringVar(&cfg.Meta, "meta", "", "keep the metadata in the PostgreSQL database at `URL` (postgres://USER@HOST/DB), not DATA/meta.db")
@@ -158,6 +160,11 @@ func serveCommand() command {
 			refs := enrich.NewDatabases(geoip, cfg.Logger)
 			builtin.RegisterEnrich(cfg.Registry, refs)
 			builtin.RegisterFilter(cfg.Registry, refs)
+			kcfg, err := kafka.config()
+			if err != nil {
+				return err
+			}
+			builtin.RegisterKafka(cfg.Registry, kcfg)
 			if *metricsAddr != "" || cfg.HTTP != "" {
 				reg := prometheus.NewRegistry()
 				reg.MustRegister(processMetrics()...)

@@ -26,6 +26,7 @@ func workerCommand() command {
 	var slots *int
 	var stages, scratch, level, store, programs, anonKeys, geoip, metricsAddr *string
 	var sbOpts *sandboxOptions
+	var kafka kafkaFlags
 	return clientCommand("worker", "", "run the server's stage runs on this machine: lease, run, heartbeat, commit (needs admin on \"*\" when auth is on)", 0,
 		func(fs *flag.FlagSet) {
 			slots = fs.Int("slots", 0, "runs at once; 0: one per CPU")
@@ -36,6 +37,7 @@ func workerCommand() command {
 			geoip = fs.String("geoip", "", "`DIR` of the databases builtin:enrich names: the same files as the server's --geoip")
 			programs = fs.String("programs", "", "`DIR` of registered programs, each in a file named by its SHA-256 (copy them from the server's DATA/programs)")
 			sbOpts = sandboxFlags(fs, "this process's user")
+			kafka.register(fs)
 			metricsAddr = fs.String("metrics", "", "serve Prometheus metrics on `ADDR` at /metrics, with /healthz and /readyz (ready while the server answers lease requests) for probes")
 			store = fs.String("store", "", "the server's S3 store `URL` (s3://BUCKET?endpoint=HOST:PORT, credentials from AWS_ACCESS_KEY_ID/AWS_SECRET_ACCESS_KEY) to read inputs and write outputs directly; without it all bytes go through the server")
 		},
@@ -57,6 +59,11 @@ func workerCommand() command {
 			refs := enrich.NewDatabases(*geoip, slog.Default())
 			builtin.RegisterEnrich(reg, refs)
 			builtin.RegisterFilter(reg, refs)
+			kcfg, err := kafka.config()
+			if err != nil {
+				return err
+			}
+			builtin.RegisterKafka(reg, kcfg)
 			runner := &worker.Runner{Registry: reg, Programs: *programs}
 			switch sbOpts.mode {
 			case "off":

@@ -36,6 +36,8 @@ var rules = []struct {
 		"a capture site runs the agent without the server's packages (the agent build, docs/agent.md)"},
 	{[]string{"pcap/...", "dns/...", "ipcguard", "codecs", "block", "windowing", "pipeline", "admission"}, append([]string{"flight", "client", "stage", "blob", "google.golang.org/grpc"}, serverSide...),
 		"parsers and pure rules do not speak the protocol: what reads outside bytes can be fuzzed and reused alone"},
+	{[]string{"kafkapub"}, append([]string{"stage", "blob", "flight", "client", "worker", "sandbox", "pcap", "dns"}, serverSide...),
+		"an output knows its broker and the rows it is given, not where the rows came from: built-ins and tools use it alike"},
 	{[]string{"stage", "stage/..."}, append([]string{"worker", "client"}, serverSide...),
 		"the stage contract, the program runner and the built-ins run on the server and on workers alike"},
 	{[]string{"state", "metakv", "blob"}, []string{"server", "engine", "web", "stage", "worker", "client"},
