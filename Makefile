@@ -33,6 +33,7 @@ FUZZ_TARGETS := \
 	./pcap/filter:FuzzCompile:100000x \
 	./dns/dnstop:FuzzCheckTally:100000x \
 	./dns/newdomains:FuzzLoad:100000x \
+	./dns/pdnspb:FuzzFrame:100000x \
 	./dns/enrich:FuzzDatabase:30000x \
 	./dns/dnstap:FuzzDecode:200000x \
 	./state:FuzzBlockRecord:100000x \

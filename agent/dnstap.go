@@ -16,6 +16,7 @@ import (
 	"golang.org/x/sync/semaphore"
 
 	"github.com/plumb-dev/plumb/dns/dnstap"
+	"github.com/plumb-dev/plumb/dns/pdnspb"
 	"github.com/plumb-dev/plumb/internal/fdlimit"
 )
 
@@ -59,7 +60,18 @@ const (
 // time), cut into blocks like any capture. It listens at once, so a
 // wrong address fails at start and servers can connect before the first
 // block; it runs until stopped.
-func DnstapSource(cfg DnstapConfig) (Source, error) {
+func DnstapSource(cfg DnstapConfig) (Source, error) { return tapSource(cfg, false) }
+
+// PowerDNSSource takes the protobuf logs of PowerDNS Recursor
+// (protobufServer) and dnsdist (RemoteLogger) from servers that connect
+// to cfg's address: each PBDNSMessage, 16-bit length first, becomes the
+// dnstap frame of the same query or response (pdnspb), so its blocks are
+// captures of dnstap frames as DnstapSource's are, bounded the same way.
+// A message that does not read is counted and skipped; the connection
+// goes on.
+func PowerDNSSource(cfg DnstapConfig) (Source, error) { return tapSource(cfg, true) }
+
+func tapSource(cfg DnstapConfig, pdns bool) (Source, error) {
 	if cfg.Log == nil {
 		cfg.Log = slog.Default()
 	}
@@ -79,9 +91,13 @@ func DnstapSource(cfg DnstapConfig) (Source, error) {
 	if err != nil {
 		return Source{}, err
 	}
-	return Source{Name: "dnstap:" + cfg.Addr, Live: true, Open: func() (io.ReadCloser, error) {
+	name := "dnstap:" + cfg.Addr
+	if pdns {
+		name = "protobuf:" + cfg.Addr
+	}
+	return Source{Name: name, Live: true, Open: func() (io.ReadCloser, error) {
 		ctx, cancel := context.WithCancel(context.Background())
-		t := &tapListener{ln: ln, log: cfg.Log, frames: make(chan []byte, 4096), conns: map[net.Conn]bool{},
+		t := &tapListener{ln: ln, log: cfg.Log, pdns: pdns, frames: make(chan []byte, 4096), conns: map[net.Conn]bool{},
 			out: make(chan []byte, 16), stop: make(chan struct{}), held: semaphore.NewWeighted(maxTapHeld),
 			slots: semaphore.NewWeighted(int64(cfg.MaxConns)), maxConns: cfg.MaxConns, idle: cfg.IdleTimeout, ctx: ctx, cancel: cancel}
 		t.wg.Add(1)
@@ -99,6 +115,7 @@ const maxTapHeld = 16 << 20
 // tapListener takes connections and writes their frames as a capture.
 type tapListener struct {
 	ln     net.Listener
+	pdns   bool          // PowerDNS protobuf, not Frame Streams
 	out    chan []byte   // the capture's bytes, closed at its end
 	stop   chan struct{} // closed when the reader is gone
 	log    *slog.Logger
@@ -206,6 +223,10 @@ func (t *tapListener) read(c net.Conn) {
 	}()
 	from := c.RemoteAddr().String()
 	br := bufio.NewReaderSize(c, 4<<10)
+	if t.pdns {
+		t.readPDNS(c, br, from)
+		return
+	}
 	bw := bufio.NewWriterSize(c, 512)
 	if err := tapHandshake(c, br, bw); err != nil {
 		t.log.Warn("a dnstap connection did not complete its handshake", "from", from, "err", err)
@@ -255,6 +276,57 @@ func (t *tapListener) read(c net.Conn) {
 			t.log.Warn("dnstap connection ended inside a frame", "from", from, "err", err)
 			return
 		}
+		t.frames <- frame
+	}
+}
+
+// readPDNS reads one PowerDNS server's protobuf messages, each 16-bit
+// length first, until it stops, goes quiet past the idle timeout, or
+// the source closes; each becomes a dnstap frame.
+func (t *tapListener) readPDNS(c net.Conn, br *bufio.Reader, from string) {
+	t.log.Info("PowerDNS protobuf sender connected", "from", from)
+	var head [2]byte
+	var bad int
+	defer func() {
+		if bad > 0 {
+			t.log.Warn("PowerDNS protobuf messages that did not read were skipped", "from", from, "skipped", bad)
+		}
+	}()
+	for {
+		c.SetReadDeadline(time.Now().Add(t.idle))
+		if _, err := io.ReadFull(br, head[:]); err != nil {
+			var ne net.Error
+			switch {
+			case errors.As(err, &ne) && ne.Timeout():
+				t.log.Info("PowerDNS protobuf sender disconnected after its idle timeout; it reconnects when it has messages", "from", from, "idle", t.idle)
+			case !errors.Is(err, io.EOF) && !errors.Is(err, net.ErrClosed):
+				t.log.Warn("PowerDNS protobuf connection ended", "from", from, "err", err)
+			}
+			return
+		}
+		n := int64(binary.BigEndian.Uint16(head[:]))
+		// A frame holds the message's parts and the DNS message rebuilt
+		// from them: at most a few times its size, within MaxFrame.
+		held := min(4*n+512, dnstap.MaxFrame)
+		if err := t.held.Acquire(t.ctx, held); err != nil {
+			return
+		}
+		c.SetReadDeadline(time.Now().Add(tapFrameTimeout))
+		msg := make([]byte, n)
+		if _, err := io.ReadFull(br, msg); err != nil {
+			t.held.Release(held)
+			t.log.Warn("PowerDNS protobuf connection ended inside a message", "from", from, "err", err)
+			return
+		}
+		frame, err := pdnspb.Frame(msg)
+		if err != nil || int64(len(frame)) > held {
+			t.held.Release(held)
+			if bad++; bad == 1 {
+				t.log.Warn("a PowerDNS protobuf message did not read; skipped (the count is logged when the sender leaves)", "from", from, "err", err)
+			}
+			continue
+		}
+		t.held.Release(held - int64(len(frame)))
 		t.frames <- frame
 	}
 }

@@ -278,10 +278,11 @@ func agentCommand() command {
 			follow := fs.String("follow", "", "a capture `FILE` still being written (tcpdump -w FILE): read it as it grows, like tail -f; runs until stopped")
 			tapSocket := fs.String("dnstap-socket", "", "take dnstap from DNS servers (Unbound, BIND, Knot, PowerDNS) on the unix socket `PATH` (Frame Streams, bidirectional); the blocks are captures of dnstap frames, which builtin:dns reads; runs until stopped")
 			tapListen := fs.String("dnstap-listen", "", "take dnstap from DNS servers that connect to TCP `ADDR` (host:port), as --dnstap-socket")
+			pbListen := fs.String("protobuf-listen", "", "take the protobuf logs of PowerDNS Recursor (protobufServer) and dnsdist (newRemoteLogger) from servers that connect to TCP `ADDR` (host:port); each message becomes the dnstap frame of its query or response, so the blocks are as --dnstap-listen's; bounded as it is")
 			tapConns := fs.Int("dnstap-max-conns", agent.DefaultDnstapConns, "with --dnstap-socket or --dnstap-listen, at most `N` senders connected at once; more are disconnected and counted (lowered to a quarter of the open-files limit)")
 			tapIdle := fs.Duration("dnstap-idle-timeout", agent.DefaultDnstapIdle, "with --dnstap-socket or --dnstap-listen, disconnect a sender silent this long after its handshake (it reconnects)")
 			cfg, srcs, err := a.parse(ctx, fs, args, func() bool {
-				return *watch != "" || len(live.Interfaces) > 0 || *follow != "" || *tapSocket != "" || *tapListen != ""
+				return *watch != "" || len(live.Interfaces) > 0 || *follow != "" || *tapSocket != "" || *tapListen != "" || *pbListen != ""
 			})
 			if err != nil {
 				return err
@@ -305,17 +306,21 @@ func agentCommand() command {
 				}
 				srcs = append(srcs, g)
 			}
-			for _, tap := range [][2]string{{"unix", *tapSocket}, {"tcp", *tapListen}} {
+			for _, tap := range [][3]string{{"unix", *tapSocket, "dnstap"}, {"tcp", *tapListen, "dnstap"}, {"tcp", *pbListen, "protobuf"}} {
 				if tap[1] == "" {
 					continue
 				}
 				if *tapConns < 1 || *tapIdle <= 0 {
 					return fmt.Errorf("--dnstap-max-conns and --dnstap-idle-timeout: want at least 1 and a positive duration")
 				}
-				src, err := agent.DnstapSource(agent.DnstapConfig{Network: tap[0], Addr: tap[1], Settle: *settle,
+				open := agent.DnstapSource
+				if tap[2] == "protobuf" {
+					open = agent.PowerDNSSource
+				}
+				src, err := open(agent.DnstapConfig{Network: tap[0], Addr: tap[1], Settle: *settle,
 					MaxConns: *tapConns, IdleTimeout: *tapIdle, Log: cfg.Logger})
 				if err != nil {
-					return fmt.Errorf("dnstap: %w", err)
+					return fmt.Errorf("%s: %w", tap[2], err)
 				}
 				srcs = append(srcs, src)
 			}
@@ -345,7 +350,7 @@ func agentCommand() command {
 			if err != nil {
 				return err
 			}
-			finite := *watch == "" && *iface == "" && *follow == "" && *tapSocket == "" && *tapListen == ""
+			finite := *watch == "" && *iface == "" && *follow == "" && *tapSocket == "" && *tapListen == "" && *pbListen == ""
 			if n := st.Cut.BadSources.Load(); n > 0 && finite {
 				// A broken pipeline must not look healthy (exit 0).
 				return fmt.Errorf("%d of %d sources could not be read as captures (the log says why); what could be read was shipped", n, len(srcs))
