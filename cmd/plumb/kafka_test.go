@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"strings"
 	"syscall"
 	"testing"
 	"time"
@@ -17,9 +18,11 @@ import (
 
 // TestKafkaSurvivesSIGKILL: through a real server and a real Kafka
 // broker, builtin:kafka publishes the DNS records of generated traffic
-// while the server is SIGKILLed five times as it publishes; once the
-// backlog is done, a read_committed consumer reads exactly the records'
-// rows: per block as many messages as rows, none twice, none missing.
+// while the server is SIGKILLed five times as it publishes; then every
+// block is run again (the Kafka stage retracted and submitted anew from
+// the queue's start). read_committed consumers (franz-go, and Debian's
+// kcat as an outside reader) read exactly the records' rows: per block
+// as many messages as rows, none twice, none missing.
 func TestKafkaSurvivesSIGKILL(t *testing.T) {
 	k := testenv.StartKafka(t)
 	kc, err := kgo.NewClient(kgo.SeedBrokers(k.Brokers))
@@ -80,6 +83,25 @@ stages:
 	if out, errOut, code := plumbExec(t, "stats", "--wait", "--server", addr); code != 0 {
 		t.Fatalf("stats --wait: %s %s\n%s", out, errOut, srv.log)
 	}
+	// The blocks recomputed: the job retracted and its Kafka stage
+	// submitted again from the queue's start runs every block again,
+	// and publishes nothing more.
+	if err := c.RetractJob(ctx, "out"); err != nil {
+		t.Fatal(err)
+	}
+	replay := "job: replay\nfrom: earliest\nstages:\n  - {name: kafka, inputs: [dns.arrow], program: \"builtin:kafka?topic=dns-records&key=qname\"}\n"
+	if res, err := c.SubmitJob(ctx, "replay.yaml", []byte(replay)); err != nil || res.State != "accepted" {
+		t.Fatalf("the replay: %+v %v", res, err)
+	}
+	testenv.Eventually(t, time.Minute, "every block run again", func() (string, bool) {
+		st, _ := c.Stats(ctx)
+		for _, s := range st {
+			if s.Stage == "replay/kafka" {
+				return fmt.Sprintf("%+v", s), s.Runs == int64(seq)
+			}
+		}
+		return fmt.Sprintf("%+v", st), false
+	})
 	recs, err := c.RecordsTable(ctx, client.RecordsTicket{Records: "dns.arrow", Columns: []string{"seq"}})
 	if err != nil {
 		t.Fatal(err)
@@ -112,5 +134,23 @@ stages:
 	}
 	if fmt.Sprint(got) != fmt.Sprint(want) {
 		t.Errorf("rows per block read_committed from Kafka:\n%v\nthe records':\n%v", got, want)
+	}
+	// An outside reader: Debian's kcat (librdkafka), read_committed.
+	kcat := testenv.Tool(t, "kcat")
+	out, err := testenv.Command(t, time.Minute, kcat, "-C", "-b", k.Brokers, "-t", "dns-records", "-X", "isolation.level=read_committed",
+		"-o", "beginning", "-e", "-q", "-f", "%s\n").Output()
+	if err != nil {
+		t.Fatalf("kcat: %v\n%s", err, out)
+	}
+	byKcat := map[string]int{}
+	for _, line := range strings.Split(strings.TrimSpace(string(out)), "\n") {
+		var row struct{ Seq json.Number }
+		if err := json.Unmarshal([]byte(line), &row); err != nil {
+			t.Fatalf("kcat's line %q: %v", line, err)
+		}
+		byKcat[row.Seq.String()]++
+	}
+	if fmt.Sprint(byKcat) != fmt.Sprint(want) {
+		t.Errorf("rows per block kcat read:\n%v\nthe records':\n%v", byKcat, want)
 	}
 }
