@@ -80,7 +80,7 @@ type Stats struct {
 // Run cuts the sources into blocks in the spool and ships them. Watch,
 // when set, is a directory whose rotated capture files are cut after the
 // listed sources, until ctx ends.
-func Run(ctx context.Context, cfg Config, sources []Source, watch *Watch) (Stats, error) {
+func Run(ctx context.Context, cfg Config, sources []Source, watch Watcher) (Stats, error) {
 	st := Stats{Cut: &Counters{}, Ship: &ShipCounters{}}
 	log := cfg.Logger
 	if log == nil {
@@ -164,10 +164,7 @@ func Run(ctx context.Context, cfg Config, sources []Source, watch *Watch) (Stats
 		defer close(cutDone)
 		var srcs Sources = List(sources...)
 		if watch != nil {
-			watch.Spool = spool
-			if watch.Log == nil {
-				watch.Log = log
-			}
+			watch.use(spool, log)
 			srcs = chain{List(sources...), watch}
 		}
 		err := Cut(ctx, cutCfg, spool, srcs, log, st.Cut)

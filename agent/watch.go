@@ -63,6 +63,76 @@ type Watch struct {
 	seen  map[string]fileState // size and when it last changed
 }
 
+// A Watcher yields sources as they appear and never ends (Watch, a
+// directory; Listed, the objects under a bucket's prefix); it remembers
+// in the agent's spool which it cut whole.
+type Watcher interface {
+	Sources
+	use(spool *Spool, log *slog.Logger)
+}
+
+func (w *Watch) use(spool *Spool, log *slog.Logger) {
+	w.Spool = spool
+	if w.Log == nil {
+		w.Log = log
+	}
+}
+
+// Listed yields the sources a listing names (the objects under an S3
+// prefix, in key order) as they appear: each once, those the spool holds
+// as cut whole skipped, so a restart goes on where the last run
+// stopped. An object is whole once listed (S3 shows an upload only when
+// it is complete), so none waits to settle. A listing that fails is
+// logged and tried again. It never ends; stop it with the context.
+type Listed struct {
+	List   func(ctx context.Context) ([]Source, error)
+	Poll   time.Duration // how often to list; 10 s when zero
+	Settle time.Duration // with nothing new this long, ErrIdle (the open block ships)
+	Spool  *Spool
+	Log    *slog.Logger
+
+	taken map[string]bool
+}
+
+func (l *Listed) use(spool *Spool, log *slog.Logger) {
+	l.Spool = spool
+	if l.Log == nil {
+		l.Log = log
+	}
+}
+
+// Next implements Sources.
+func (l *Listed) Next(ctx context.Context) (Source, error) {
+	if l.taken == nil {
+		l.taken = map[string]bool{}
+	}
+	if l.Poll <= 0 {
+		l.Poll = 10 * time.Second
+	}
+	idleSince := time.Now()
+	for {
+		srcs, err := l.List(ctx)
+		if err != nil && ctx.Err() == nil && l.Log != nil {
+			l.Log.Warn("listing the watched objects failed; trying again", "err", err, "in", l.Poll)
+		}
+		for _, s := range srcs {
+			if l.taken[s.Name] || l.Spool.Source(s.Name).Done {
+				continue
+			}
+			l.taken[s.Name] = true
+			return s, nil
+		}
+		if time.Since(idleSince) >= l.Settle {
+			return Source{}, ErrIdle
+		}
+		select {
+		case <-ctx.Done():
+			return Source{}, ctx.Err()
+		case <-time.After(min(l.Poll, max(l.Settle-time.Since(idleSince), 10*time.Millisecond))):
+		}
+	}
+}
+
 type fileState struct {
 	size    int64
 	changed time.Time

@@ -260,7 +260,7 @@ func agentCommand() command {
 		run: func(ctx context.Context, fs *flag.FlagSet, args []string) error {
 			var a agentFlags
 			a.register(fs)
-			watch := fs.String("watch", "", "`DIR` of rotated capture files (tcpdump -G, dnscap -t) to cut as each is closed; runs until stopped")
+			watch := fs.String("watch", "", "`DIR` of rotated capture files (tcpdump -G, dnscap -t) to cut as each is closed, or s3://BUCKET/PREFIX?endpoint=HOST:PORT whose objects are cut as they appear, in key order; runs until stopped")
 			pattern := fs.String("pattern", "", "with --watch, only file names matching this shell `PATTERN`")
 			settle := fs.Duration("settle", 30*time.Second, "with --watch, a file that has not grown for this long is closed; with --follow, the block being cut is shipped")
 			metricsAddr := fs.String("metrics", "", "serve Prometheus metrics on `ADDR` (e.g. 127.0.0.1:9815) at /metrics")
@@ -332,8 +332,15 @@ func agentCommand() command {
 				}
 				srcs = append(srcs, src)
 			}
-			var w *agent.Watch
-			if *watch != "" {
+			var w agent.Watcher
+			switch {
+			case strings.HasPrefix(*watch, "s3://"):
+				list, _, err := s3Lister(ctx, *watch)
+				if err != nil {
+					return err
+				}
+				w = &agent.Listed{List: list, Settle: *settle}
+			case *watch != "":
 				w = &agent.Watch{Dir: *watch, Pattern: *pattern, Settle: *settle}
 			}
 			if *metricsAddr != "" {

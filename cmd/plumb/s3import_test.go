@@ -123,3 +123,62 @@ func TestImportFromS3Errors(t *testing.T) {
 		}
 	}
 }
+
+// TestAgentWatchesS3Prefix: `plumb agent --watch s3://BUCKET/PREFIX`
+// cuts the objects under the prefix as they appear, in key order; an
+// agent stopped and started again cuts none twice and goes on with the
+// objects that came meanwhile.
+func TestAgentWatchesS3Prefix(t *testing.T) {
+	m := testenv.StartMinIO(t)
+	t.Setenv("AWS_ACCESS_KEY_ID", m.AccessKey)
+	t.Setenv("AWS_SECRET_ACCESS_KEY", m.SecretKey)
+	ctx := context.Background()
+	st, err := blob.NewS3(ctx, blob.S3Config{Endpoint: m.Endpoint, Bucket: "caps", AccessKey: m.AccessKey, SecretKey: m.SecretKey})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var want []packet
+	put := func(i int) {
+		path := filepath.Join(t.TempDir(), "c.pcap")
+		want = append(want, makeCapture(t, path, 300, uint64(200+i))...)
+		data, err := os.ReadFile(path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := st.Put(ctx, fmt.Sprintf("in/cap-%02d.pcap", i), bytes.NewReader(data), int64(len(data)), blob.Sum(sha256.Sum256(data))); err != nil {
+			t.Fatal(err)
+		}
+	}
+	addr := servePlumb(t, t.TempDir())
+	c := dialPlumb(t, addr)
+	spool := filepath.Join(t.TempDir(), "spool")
+	args := []string{"agent", "--server", addr, "--site", "s3w", "--spool", spool, "--block-size", "64KiB", "--settle", "300ms",
+		"--watch", "s3://caps/in/?endpoint=" + m.Endpoint}
+	shipped := func(n int) {
+		t.Helper()
+		testenv.Eventually(t, time.Minute, fmt.Sprintf("%d packets shipped", n), func() (string, bool) {
+			if _, err := c.Blocks(ctx, "pcap.sz"); err != nil {
+				return err.Error(), false // no block yet
+			}
+			got, _ := fetchInstance(t, c, "pcap.sz", "s3w")
+			return fmt.Sprint(len(got)), len(got) >= n
+		})
+	}
+	for i := range 3 {
+		put(i)
+	}
+	a := startPlumb(t, append(args, "--new-instance")...)
+	shipped(len(want))
+	put(3)
+	put(4)
+	shipped(len(want))
+	a.cmd.Process.Signal(syscall.SIGTERM)
+	a.cmd.Wait()
+	put(5)
+	a = startPlumb(t, args...)
+	shipped(len(want))
+	a.cmd.Process.Signal(syscall.SIGTERM)
+	a.cmd.Wait()
+	got, _ := fetchInstance(t, c, "pcap.sz", "s3w")
+	samePackets(t, "the watched prefix's objects", got, want)
+}
