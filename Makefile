@@ -126,6 +126,7 @@ bench: build
 	$(GO) run ./bench/anon -plumb $(CURDIR)/$(BIN)
 	$(GO) run ./bench/capture -plumb $(CURDIR)/$(BIN)
 	$(GO) run ./bench/dnstap -plumb $(CURDIR)/$(BIN)
+	$(GO) run ./bench/kafka -plumb $(CURDIR)/$(BIN)
 	$(GO) run ./bench/iceberg -plumb $(CURDIR)/$(BIN)
 	$(GO) run ./bench/meta -plumb $(CURDIR)/$(BIN)
 	python3 bench/clients/consume_acks.py $(CURDIR)/$(BIN)

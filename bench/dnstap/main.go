@@ -46,7 +46,7 @@ func main() {
 	flag.Parse()
 	frames := makeFrames(4096)
 	fstrm, _ := exec.LookPath("fstrm_capture")
-	collector, err := buildCollector(*cache)
+	collector, err := benchkit.BuildCollector(*cache)
 	if err != nil {
 		log.Printf("%v; no go-dnscollector baseline", err)
 	}
@@ -89,7 +89,7 @@ func main() {
 		fmt.Println("(fstrm_capture not installed: Debian's fstrm-bin; no baseline)")
 	}
 	if len(collectorRuns) > 0 {
-		fmt.Printf("go-dnscollector %s (dnstap to file): %8.0f k frames/s  %6.2f CPU-s per million frames\n", collectorVersion, med(collectorRuns, rate)/1e3, med(collectorRuns, cpu))
+		fmt.Printf("go-dnscollector %s (dnstap to file): %8.0f k frames/s  %6.2f CPU-s per million frames\n", benchkit.CollectorVersion, med(collectorRuns, rate)/1e3, med(collectorRuns, cpu))
 		fmt.Printf("plumb / go-dnscollector: %.2fx the rate, %.2fx the CPU per frame\n", med(plumbRuns, rate)/med(collectorRuns, rate), med(plumbRuns, cpu)/med(collectorRuns, cpu))
 		for _, r := range collectorRuns {
 			if r.accounted != float64(*n) {

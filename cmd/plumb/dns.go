@@ -11,7 +11,6 @@ import (
 	"strings"
 	"time"
 
-	"github.com/apache/arrow-go/v18/arrow/array"
 	"github.com/apache/arrow-go/v18/arrow/ipc"
 
 	"github.com/plumb-dev/plumb/block"
@@ -19,6 +18,7 @@ import (
 	"github.com/plumb-dev/plumb/dns/dnspair"
 	"github.com/plumb-dev/plumb/dns/dnsrec"
 	"github.com/plumb-dev/plumb/dns/dnstap"
+	"github.com/plumb-dev/plumb/internal/arrowjson"
 	"github.com/plumb-dev/plumb/stage"
 	"github.com/plumb-dev/plumb/stage/builtin/dns"
 )
@@ -232,8 +232,12 @@ func recordsToJSON(src *os.File, w io.Writer) error {
 		if err != nil {
 			return err
 		}
-		if err := array.RecordToJSON(rec, w); err != nil {
-			return err
+		rows, line := arrowjson.New(rec), []byte(nil)
+		for j := range int(rec.NumRows()) {
+			line = append(rows.Append(line[:0], j), '\n')
+			if _, err := w.Write(line); err != nil {
+				return err
+			}
 		}
 	}
 	return nil

@@ -43,8 +43,22 @@ func StartKafka(t testing.TB) Kafka {
 	if jars, _ := filepath.Glob(filepath.Join(libs, "kafka_2.13-*.jar")); len(jars) == 0 {
 		Missing(t, "the Kafka broker's jars are not in "+libs+" (.ci/run copies them from Maven Central)")
 	}
-	dir := t.TempDir()
-	addr, ctrl := FreeAddr(t), FreeAddr(t)
+	k, stop, err := LaunchKafka(java, t.TempDir(), FreeAddr(t), FreeAddr(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(stop)
+	return k
+}
+
+// LaunchKafka starts the broker as StartKafka does, outside a test (the
+// benches): its log directory in dir, listening on addr with its
+// controller on ctrl. stop kills it.
+func LaunchKafka(java, dir, addr, ctrl string) (k Kafka, stop func(), err error) {
+	libs := kafkaLibs()
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return k, nil, err
+	}
 	props := filepath.Join(dir, "server.properties")
 	conf := strings.Join([]string{
 		"process.roles=broker,controller",
@@ -64,31 +78,33 @@ func StartKafka(t testing.TB) Kafka {
 		"group.initial.rebalance.delay.ms=0",
 	}, "\n") + "\n"
 	if err := os.WriteFile(props, []byte(conf), 0o600); err != nil {
-		t.Fatal(err)
+		return k, nil, err
 	}
 	cp := filepath.Join(libs, "*")
 	jvm := []string{"-Xms128m", "-Xmx384m", "-XX:+UseSerialGC", "-XX:TieredStopAtLevel=1", "-Djava.awt.headless=true"}
 	format := exec.Command(java, append(jvm, "-cp", cp, "kafka.tools.StorageTool", "format", "-t", "cGx1bWJwbHVtYnBsdW1icA", "-c", props)...)
 	if out, err := format.CombinedOutput(); err != nil {
-		t.Fatalf("format the Kafka broker's storage: %v\n%s", err, out)
+		return k, nil, fmt.Errorf("format the Kafka broker's storage: %v\n%s", err, out)
 	}
 	out, err := os.Create(filepath.Join(dir, "broker.log"))
 	if err != nil {
-		t.Fatal(err)
+		return k, nil, err
 	}
 	cmd := exec.Command(java, append(jvm, "-cp", cp, "kafka.Kafka", props)...)
 	cmd.Stdout, cmd.Stderr = out, out
 	if err := cmd.Start(); err != nil {
-		t.Fatalf("start the Kafka broker: %v", err)
+		out.Close()
+		return k, nil, fmt.Errorf("start the Kafka broker: %v", err)
 	}
-	t.Cleanup(func() {
+	stop = func() {
 		cmd.Process.Kill()
 		cmd.Wait()
 		out.Close()
-	})
+	}
 	cl, err := kgo.NewClient(kgo.SeedBrokers(addr))
 	if err != nil {
-		t.Fatal(err)
+		stop()
+		return k, nil, err
 	}
 	defer cl.Close()
 	adm := kadm.NewClient(cl)
@@ -97,12 +113,13 @@ func StartKafka(t testing.TB) Kafka {
 	for {
 		bs, err := adm.ListBrokers(ctx)
 		if err == nil && len(bs) > 0 {
-			return Kafka{Brokers: addr}
+			return Kafka{Brokers: addr}, stop, nil
 		}
 		select {
 		case <-ctx.Done():
 			log, _ := os.ReadFile(out.Name())
-			t.Fatalf("the Kafka broker on %s did not answer in 90s (%v):\n%s", addr, err, log)
+			stop()
+			return k, nil, fmt.Errorf("the Kafka broker on %s did not answer in 90s (%v):\n%s", addr, err, log)
 		case <-time.After(200 * time.Millisecond):
 		}
 	}

@@ -10,10 +10,10 @@ import (
 	"regexp"
 
 	"github.com/apache/arrow-go/v18/arrow"
-	"github.com/apache/arrow-go/v18/arrow/array"
 	"github.com/apache/arrow-go/v18/arrow/ipc"
 	"github.com/twmb/franz-go/pkg/kgo"
 
+	"github.com/plumb-dev/plumb/internal/arrowjson"
 	"github.com/plumb-dev/plumb/kafkapub"
 	"github.com/plumb-dev/plumb/stage"
 )
@@ -110,15 +110,16 @@ func (k *Kafka) Run(ctx context.Context, sin stage.Input, in io.Reader, _ io.Wri
 			if k.Key != "" {
 				key = rec.Column(rec.Schema().FieldIndices(k.Key)[0])
 			}
-			var b bytes.Buffer
-			if err := array.RecordToJSON(rec, &b); err != nil {
-				return err
-			}
-			for i, line := range bytes.SplitAfter(b.Bytes(), []byte("\n")) {
-				if len(line) == 0 {
-					continue
-				}
-				r := &kgo.Record{Topic: k.Topic, Value: bytes.TrimSuffix(line, []byte("\n"))}
+			rows := arrowjson.New(rec)
+			// One buffer for the batch's messages: a row's value is a
+			// slice of it, so a batch costs a few allocations, not one a
+			// row (when it grows, the values before still point into the
+			// old array, which they keep).
+			buf := make([]byte, 0, 256*int(rec.NumRows()))
+			for i := range int(rec.NumRows()) {
+				start := len(buf)
+				buf = rows.Append(buf, i)
+				r := &kgo.Record{Topic: k.Topic, Value: buf[start:len(buf):len(buf)]}
 				if key != nil && key.IsValid(i) {
 					r.Key = []byte(key.ValueStr(i))
 				}
