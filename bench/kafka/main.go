@@ -10,6 +10,7 @@
 package main
 
 import (
+	"bytes"
 	"context"
 	"flag"
 	"fmt"
@@ -232,11 +233,16 @@ func runPlumb(plumb, brokers, capture, topic, dir string) result {
 	return result{rows: rows, records: records, rate: float64(rows) / took.Seconds(), cpu: cpu.Seconds() / (float64(rows) / 1e6)}
 }
 
+// collectorIdle is how long go-dnscollector's topic must stay still for
+// its run to be over: it flushes on its own clock.
+const collectorIdle = 10 * time.Second
+
 // runCollector runs go-dnscollector as its users run it to ship a
 // capture's DNS messages to Kafka: its file-ingestor on a directory
 // holding the capture (pcap mode, DNS port 53), routed to its Kafka
 // producer logger in JSON. It is timed until its topic stops growing
-// for 3 s, which is not counted.
+// for collectorIdle, which is not counted; what it dropped, it says in
+// its log ("buffer is full"), which is counted here.
 func runCollector(bin, brokers, capture, topic, dir string) result {
 	createTopic(brokers, topic)
 	in := filepath.Join(dir, "in")
@@ -286,7 +292,7 @@ multiplexer:
 	}
 	var last int64
 	lastAt := time.Now()
-	for time.Since(lastAt) < 3*time.Second && time.Since(start) < 10*time.Minute {
+	for time.Since(lastAt) < collectorIdle && time.Since(start) < 10*time.Minute {
 		time.Sleep(100 * time.Millisecond)
 		if n := endOffset(brokers, topic); n != last {
 			last, lastAt = n, time.Now()
@@ -296,6 +302,9 @@ multiplexer:
 	cpu, _ := benchkit.ProcCPU(cmd.Process.Pid)
 	cmd.Process.Kill()
 	cmd.Wait()
+	if b, _ := os.ReadFile(logf.Name()); bytes.Contains(b, []byte("buffer is full")) {
+		fmt.Printf("  go-dnscollector's log says it dropped messages: %q\n", lastLine(b, "buffer is full"))
+	}
 	rows := delivered(brokers, topic)
 	if rows == 0 {
 		b, _ := os.ReadFile(logf.Name())
@@ -303,6 +312,17 @@ multiplexer:
 		return result{}
 	}
 	return result{rows: rows, rate: float64(rows) / took.Seconds(), cpu: cpu.Seconds() / (float64(rows) / 1e6)}
+}
+
+// lastLine is the last line of log holding what.
+func lastLine(log []byte, what string) string {
+	var last string
+	for l := range strings.Lines(string(log)) {
+		if strings.Contains(l, what) {
+			last = strings.TrimSpace(l)
+		}
+	}
+	return last
 }
 
 func tail(s string, n int) string {
