@@ -31,9 +31,16 @@ func seededBlock(t *testing.T, site string, seq, seed uint64, at time.Time) clie
 		t.Fatal(err)
 	}
 	w.Flush()
+	return pcapBlock(t, site, seq, at, raw.Bytes())
+}
+
+// pcapBlock is a capture as block seq of site at at, snappy-compressed
+// as agents ship it.
+func pcapBlock(t *testing.T, site string, seq uint64, at time.Time, raw []byte) client.Source {
+	t.Helper()
 	var z bytes.Buffer
 	zw, _ := codecs.Snappy.NewWriter(&z)
-	zw.Write(raw.Bytes())
+	zw.Write(raw)
 	if err := zw.Close(); err != nil {
 		t.Fatal(err)
 	}
