@@ -4,17 +4,24 @@ import (
 	"bytes"
 	"context"
 	"crypto/sha256"
+	"encoding/json"
 	"fmt"
 	"math/rand/v2"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"syscall"
 	"testing"
 	"time"
 
+	"github.com/gopacket/gopacket/layers"
+
 	"github.com/plumb-dev/plumb/blob"
+	"github.com/plumb-dev/plumb/client"
 	"github.com/plumb-dev/plumb/internal/testenv"
+	"github.com/plumb-dev/plumb/pcap"
+	"github.com/plumb-dev/plumb/synth"
 )
 
 // TestImportFromS3SIGKILL: 50 captures in a real MinIO bucket (and one
@@ -181,4 +188,83 @@ func TestAgentWatchesS3Prefix(t *testing.T) {
 	a.cmd.Wait()
 	got, _ := fetchInstance(t, c, "pcap.sz", "s3w")
 	samePackets(t, "the watched prefix's objects", got, want)
+}
+
+// TestImportFromS3RowsEqualLocal: DNS captures imported from a bucket
+// through builtin:dns give the rows `plumb dns` gives of the same files
+// on disk: each message once, as a multiset of (source, port, id,
+// direction, name).
+func TestImportFromS3RowsEqualLocal(t *testing.T) {
+	m := testenv.StartMinIO(t)
+	t.Setenv("AWS_ACCESS_KEY_ID", m.AccessKey)
+	t.Setenv("AWS_SECRET_ACCESS_KEY", m.SecretKey)
+	ctx := context.Background()
+	st, err := blob.NewS3(ctx, blob.S3Config{Endpoint: m.Endpoint, Bucket: "caps", AccessKey: m.AccessKey, SecretKey: m.SecretKey})
+	if err != nil {
+		t.Fatal(err)
+	}
+	key := func(src, sport, id, qr, qname string) string { return strings.Join([]string{src, sport, id, qr, qname}, " ") }
+	want := map[string]int{}
+	start := time.Date(2026, 12, 7, 10, 0, 0, 0, time.UTC)
+	for i := range 10 {
+		var raw bytes.Buffer
+		w, _ := pcap.NewWriter(&raw, layers.LinkTypeEthernet, 65535, false)
+		if _, err := synth.Generate(ctx, w, synth.Config{Seed: uint64(i + 1), Start: start.Add(time.Duration(i) * time.Minute), Duration: time.Minute, Rate: 20}); err != nil {
+			t.Fatal(err)
+		}
+		w.Flush()
+		path := filepath.Join(t.TempDir(), "c.pcap")
+		os.WriteFile(path, raw.Bytes(), 0o644)
+		jsonl := filepath.Join(t.TempDir(), "c.jsonl")
+		if _, errOut, code := plumbExec(t, "dns", "-o", jsonl, path); code != 0 {
+			t.Fatal(errOut)
+		}
+		lines, _ := os.ReadFile(jsonl)
+		for l := range strings.Lines(string(lines)) {
+			var r struct {
+				Src   string
+				Sport json.Number
+				ID    json.Number
+				QR    bool
+				Qname *string
+			}
+			if err := json.Unmarshal([]byte(l), &r); err != nil {
+				t.Fatal(err)
+			}
+			q := ""
+			if r.Qname != nil {
+				q = *r.Qname
+			}
+			want[key(r.Src, r.Sport.String(), r.ID.String(), strconv.FormatBool(r.QR), q)]++
+		}
+		if err := st.Put(ctx, fmt.Sprintf("dns/cap-%02d.pcap", i), bytes.NewReader(raw.Bytes()), int64(raw.Len()), blob.Sum(sha256.Sum256(raw.Bytes()))); err != nil {
+			t.Fatal(err)
+		}
+	}
+	addr := servePlumb(t, t.TempDir())
+	c := dialPlumb(t, addr)
+	if res, err := c.SubmitJob(ctx, "dns.yaml", []byte("job: dns\nqueues: [pcap.sz]\nstages:\n  - {name: dns, inputs: [pcap.sz], program: builtin:dns, outputs: [dns.arrow], retention: 1d}\n")); err != nil || res.State != "accepted" {
+		t.Fatalf("the job: %+v %v", res, err)
+	}
+	if out, errOut, code := plumbExec(t, "import", "--quiet", "--server", addr, "--site", "s3", "--new-instance", "--spool", t.TempDir(),
+		"--block-size", "256KiB", "s3://caps/dns/?endpoint="+m.Endpoint); code != 0 {
+		t.Fatalf("import: %s %s", out, errOut)
+	}
+	if out, errOut, code := plumbExec(t, "stats", "--wait", "--server", addr); code != 0 {
+		t.Fatalf("stats --wait: %s %s", out, errOut)
+	}
+	tbl, err := c.RecordsTable(ctx, client.RecordsTicket{Records: "dns.arrow", Columns: []string{"src", "sport", "id", "qr", "qname"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tbl.Release()
+	src, sport, id, qr, qname := testenv.ColumnStrings(t, tbl, "src"), testenv.ColumnStrings(t, tbl, "sport"), testenv.ColumnStrings(t, tbl, "id"),
+		testenv.ColumnStrings(t, tbl, "qr"), testenv.ColumnStrings(t, tbl, "qname")
+	got := map[string]int{}
+	for i := range src {
+		got[key(src[i], sport[i], id[i], qr[i], qname[i])]++
+	}
+	if len(want) < 1000 || fmt.Sprint(got) != fmt.Sprint(want) {
+		t.Errorf("rows from the bucket (%d distinct) differ from plumb dns of the files (%d distinct)", len(got), len(want))
+	}
 }
