@@ -24,20 +24,28 @@ import (
 	"github.com/plumb-dev/plumb/synth"
 )
 
+// capsBucket starts a MinIO with a bucket "caps", its credentials in
+// the environment as an operator's would be.
+func capsBucket(t *testing.T) (testenv.MinIO, *blob.S3) {
+	t.Helper()
+	m := testenv.StartMinIO(t)
+	t.Setenv("AWS_ACCESS_KEY_ID", m.AccessKey)
+	t.Setenv("AWS_SECRET_ACCESS_KEY", m.SecretKey)
+	st, err := blob.NewS3(context.Background(), blob.S3Config{Endpoint: m.Endpoint, Bucket: "caps", AccessKey: m.AccessKey, SecretKey: m.SecretKey})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return m, st
+}
+
 // TestImportFromS3SIGKILL: 50 captures in a real MinIO bucket (and one
 // outside the prefix) imported with `plumb import s3://BUCKET/PREFIX`,
 // SIGKILLed at random moments and run again until it finishes: every
 // packet of the 50, in name order, is on the server exactly once; run
 // once more, it imports nothing.
 func TestImportFromS3SIGKILL(t *testing.T) {
-	m := testenv.StartMinIO(t)
-	t.Setenv("AWS_ACCESS_KEY_ID", m.AccessKey)
-	t.Setenv("AWS_SECRET_ACCESS_KEY", m.SecretKey)
+	m, st := capsBucket(t)
 	ctx := context.Background()
-	st, err := blob.NewS3(ctx, blob.S3Config{Endpoint: m.Endpoint, Bucket: "caps", AccessKey: m.AccessKey, SecretKey: m.SecretKey})
-	if err != nil {
-		t.Fatal(err)
-	}
 	var want []packet
 	put := func(key string, seed uint64) []packet {
 		path := filepath.Join(t.TempDir(), "c.pcap")
@@ -136,14 +144,8 @@ func TestImportFromS3Errors(t *testing.T) {
 // agent stopped and started again cuts none twice and goes on with the
 // objects that came meanwhile.
 func TestAgentWatchesS3Prefix(t *testing.T) {
-	m := testenv.StartMinIO(t)
-	t.Setenv("AWS_ACCESS_KEY_ID", m.AccessKey)
-	t.Setenv("AWS_SECRET_ACCESS_KEY", m.SecretKey)
+	m, st := capsBucket(t)
 	ctx := context.Background()
-	st, err := blob.NewS3(ctx, blob.S3Config{Endpoint: m.Endpoint, Bucket: "caps", AccessKey: m.AccessKey, SecretKey: m.SecretKey})
-	if err != nil {
-		t.Fatal(err)
-	}
 	var want []packet
 	put := func(i int) {
 		path := filepath.Join(t.TempDir(), "c.pcap")
@@ -195,15 +197,11 @@ func TestAgentWatchesS3Prefix(t *testing.T) {
 // on disk: each message once, as a multiset of (source, port, id,
 // direction, name).
 func TestImportFromS3RowsEqualLocal(t *testing.T) {
-	m := testenv.StartMinIO(t)
-	t.Setenv("AWS_ACCESS_KEY_ID", m.AccessKey)
-	t.Setenv("AWS_SECRET_ACCESS_KEY", m.SecretKey)
+	m, st := capsBucket(t)
 	ctx := context.Background()
-	st, err := blob.NewS3(ctx, blob.S3Config{Endpoint: m.Endpoint, Bucket: "caps", AccessKey: m.AccessKey, SecretKey: m.SecretKey})
-	if err != nil {
-		t.Fatal(err)
+	key := func(src, sport, id, qr, qname string) string {
+		return strings.Join([]string{src, sport, id, qr, qname}, " ")
 	}
-	key := func(src, sport, id, qr, qname string) string { return strings.Join([]string{src, sport, id, qr, qname}, " ") }
 	want := map[string]int{}
 	start := time.Date(2026, 12, 7, 10, 0, 0, 0, time.UTC)
 	for i := range 10 {

@@ -22,6 +22,7 @@ import (
 	"github.com/gopacket/gopacket/layers"
 	"google.golang.org/protobuf/encoding/protowire"
 
+	"github.com/plumb-dev/plumb/internal/protofields"
 	"github.com/plumb-dev/plumb/pcap"
 )
 
@@ -165,40 +166,14 @@ func stamp(what string, sec, nsec uint64) (time.Time, error) {
 	return time.Unix(int64(sec), int64(nsec)).UTC(), nil
 }
 
-// fields calls fn with each field of a protobuf message: its number,
-// wire type, and value (varints and fixed-width) or bytes.
+// fields walks a message's fields (protofields.Walk), its wire errors
+// as ErrMalformed.
 func fields(b []byte, fn func(protowire.Number, protowire.Type, uint64, []byte) error) error {
-	for len(b) > 0 {
-		num, typ, n := protowire.ConsumeTag(b)
-		if n < 0 {
-			return fmt.Errorf("%w: %v", ErrMalformed, protowire.ParseError(n))
-		}
-		b = b[n:]
-		var v uint64
-		var bytes []byte
-		switch typ {
-		case protowire.VarintType:
-			v, n = protowire.ConsumeVarint(b)
-		case protowire.Fixed32Type:
-			var x uint32
-			x, n = protowire.ConsumeFixed32(b)
-			v = uint64(x)
-		case protowire.Fixed64Type:
-			v, n = protowire.ConsumeFixed64(b)
-		case protowire.BytesType:
-			bytes, n = protowire.ConsumeBytes(b)
-		default:
-			n = protowire.ConsumeFieldValue(num, typ, b)
-		}
-		if n < 0 {
-			return fmt.Errorf("%w: field %d: %v", ErrMalformed, num, protowire.ParseError(n))
-		}
-		b = b[n:]
-		if err := fn(num, typ, v, bytes); err != nil {
-			return err
-		}
+	err := protofields.Walk(b, fn)
+	if errors.Is(err, protofields.ErrWire) {
+		return fmt.Errorf("%w: %v", ErrMalformed, err)
 	}
-	return nil
+	return err
 }
 
 // ReadFile calls fn with each frame of a Frame Streams file of dnstap

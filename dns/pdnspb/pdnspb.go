@@ -24,6 +24,7 @@ import (
 	"google.golang.org/protobuf/encoding/protowire"
 
 	"github.com/plumb-dev/plumb/dns/dnstap"
+	"github.com/plumb-dev/plumb/internal/protofields"
 )
 
 // Types of a PBDNSMessage.
@@ -160,32 +161,14 @@ func Decode(b []byte) (Message, error) {
 	return m, nil
 }
 
+// fields walks a message's fields (protofields.Walk), its wire errors
+// as ErrMalformed.
 func fields(b []byte, fn func(protowire.Number, protowire.Type, uint64, []byte) error) error {
-	for len(b) > 0 {
-		num, typ, n := protowire.ConsumeTag(b)
-		if n < 0 {
-			return fmt.Errorf("%w: %v", ErrMalformed, protowire.ParseError(n))
-		}
-		b = b[n:]
-		var v uint64
-		var p []byte
-		switch typ {
-		case protowire.VarintType:
-			v, n = protowire.ConsumeVarint(b)
-		case protowire.BytesType:
-			p, n = protowire.ConsumeBytes(b)
-		default:
-			n = protowire.ConsumeFieldValue(num, typ, b)
-		}
-		if n < 0 {
-			return fmt.Errorf("%w: field %d: %v", ErrMalformed, num, protowire.ParseError(n))
-		}
-		b = b[n:]
-		if err := fn(num, typ, v, p); err != nil {
-			return err
-		}
+	err := protofields.Walk(b, fn)
+	if errors.Is(err, protofields.ErrWire) {
+		return fmt.Errorf("%w: %v", ErrMalformed, err)
 	}
-	return nil
+	return err
 }
 
 // IsResponse says whether the message logs a response.
