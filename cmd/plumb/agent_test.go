@@ -473,6 +473,18 @@ func TestAgentWatchRotation(t *testing.T) {
 	c := dialPlumb(t, addr)
 	var got []packet
 	testenv.Eventually(t, 30*time.Second, "the rotated files' packets", func() (string, bool) {
+		// Blocks are shipped several at once and may commit out of
+		// order: read them once none is missing below the highest.
+		bs, err := c.Blocks(context.Background(), "pcap.sz")
+		var n, top uint64
+		for _, b := range bs {
+			if b.Instance == "rot" {
+				n, top = n+1, max(top, b.Seq)
+			}
+		}
+		if err != nil || n != top {
+			return fmt.Sprintf("%d blocks up to sequence %d (%v)", n, top, err), false
+		}
 		got, _ = fetchInstance(t, c, "pcap.sz", "rot")
 		return fmt.Sprintf("%d of %d packets", len(got), len(want)), len(got) >= len(want)
 	})
