@@ -235,15 +235,7 @@ func (t *tapListener) read(c net.Conn) {
 	t.log.Info("dnstap sender connected", "from", from)
 	var head [4]byte
 	for {
-		c.SetReadDeadline(time.Now().Add(t.idle))
-		if _, err := io.ReadFull(br, head[:]); err != nil {
-			var ne net.Error
-			switch {
-			case errors.As(err, &ne) && ne.Timeout():
-				t.log.Info("dnstap sender disconnected after its idle timeout; it reconnects when it has frames", "from", from, "idle", t.idle)
-			case !errors.Is(err, io.EOF) && !errors.Is(err, net.ErrClosed):
-				t.log.Warn("dnstap connection ended", "from", from, "err", err)
-			}
+		if !t.readHead(c, br, head[:], "dnstap", from) {
 			return
 		}
 		n := binary.BigEndian.Uint32(head[:])
@@ -293,15 +285,7 @@ func (t *tapListener) readPDNS(c net.Conn, br *bufio.Reader, from string) {
 		}
 	}()
 	for {
-		c.SetReadDeadline(time.Now().Add(t.idle))
-		if _, err := io.ReadFull(br, head[:]); err != nil {
-			var ne net.Error
-			switch {
-			case errors.As(err, &ne) && ne.Timeout():
-				t.log.Info("PowerDNS protobuf sender disconnected after its idle timeout; it reconnects when it has messages", "from", from, "idle", t.idle)
-			case !errors.Is(err, io.EOF) && !errors.Is(err, net.ErrClosed):
-				t.log.Warn("PowerDNS protobuf connection ended", "from", from, "err", err)
-			}
+		if !t.readHead(c, br, head[:], "PowerDNS protobuf", from) {
 			return
 		}
 		n := int64(binary.BigEndian.Uint16(head[:]))
@@ -329,6 +313,23 @@ func (t *tapListener) readPDNS(c net.Conn, br *bufio.Reader, from string) {
 		t.held.Release(held - int64(len(frame)))
 		t.frames <- frame
 	}
+}
+
+// readHead reads a frame's length, waiting at most the idle timeout;
+// false when the sender is gone (said in the log, but for a plain close).
+func (t *tapListener) readHead(c net.Conn, br *bufio.Reader, head []byte, what, from string) bool {
+	c.SetReadDeadline(time.Now().Add(t.idle))
+	_, err := io.ReadFull(br, head)
+	var ne net.Error
+	switch {
+	case err == nil:
+		return true
+	case errors.As(err, &ne) && ne.Timeout():
+		t.log.Info(what+" sender disconnected after its idle timeout; it reconnects when it has more", "from", from, "idle", t.idle)
+	case !errors.Is(err, io.EOF) && !errors.Is(err, net.ErrClosed):
+		t.log.Warn(what+" connection ended", "from", from, "err", err)
+	}
+	return false
 }
 
 // tapHandshake is Frame Streams' bidirectional handshake for dnstap:
